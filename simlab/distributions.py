@@ -1,0 +1,188 @@
+"""Probability vectors over a vocabulary: validation, sampling transforms, divergences.
+
+Everything here works in float64 on 1-D arrays of length V (the vocabulary size).
+Nothing is renormalised silently: a vector that is not a probability distribution
+raises ``ValueError`` naming the argument and the problem.
+
+Conventions (shared with the rest of the lab):
+
+* target distribution ``p``, draft distribution ``q``;
+* divergences in nats; ``TV(p, q) = sum (p - q)_+ = 1 - sum min(p, q)``;
+* a categorical draw consumes exactly one uniform from the ``numpy.random.Generator``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SUM_TOLERANCE = 1e-9
+"""Largest accepted |sum(x) - 1| for a probability vector."""
+
+
+def check_distribution(x, name: str, *, size: int | None = None) -> np.ndarray:
+    """Validate a probability vector and return it as a float64 array (not renormalised).
+
+    Args:
+        x: array-like of shape (V,).
+        name: the argument's name, used in error messages (for example ``"p"``).
+        size: if given, the required length V (the length of the other argument).
+
+    Returns:
+        ndarray (V,), float64: the same values.
+
+    Raises:
+        ValueError: if ``x`` is not 1-D, is empty, has the wrong length, contains NaN or
+            infinite or negative entries, or sums to 1 only to worse than 1e-9.
+    """
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: not a numeric array ({exc})") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: must be 1-D, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name}: is empty")
+    if size is not None and arr.size != size:
+        raise ValueError(f"{name}: has length {arr.size}, expected {size} (the length of the other distribution)")
+    smallest, total = float(arr.min()), float(arr.sum())  # two passes: the fast path at V ~ 1e5
+    if not (np.isfinite(smallest) and np.isfinite(total)):
+        raise ValueError(f"{name}: contains NaN or infinite entries")
+    if smallest < 0:
+        raise ValueError(f"{name}: contains negative entries (min {smallest:.3g})")
+    if abs(total - 1.0) > SUM_TOLERANCE:
+        raise ValueError(f"{name}: sums to {total!r}, not 1 within {SUM_TOLERANCE:g}")
+    return arr
+
+
+def check_pair(p, q) -> tuple[np.ndarray, np.ndarray]:
+    """Validate target ``p`` and draft ``q`` of the same length V; return both as float64."""
+    p = check_distribution(p, "p")
+    q = check_distribution(q, "q", size=p.size)
+    return p, q
+
+
+def sample_categorical(probs: np.ndarray, rng: np.random.Generator) -> int:
+    """Draw one index from ``probs`` (shape (V,), non-negative, positive sum) by inverse CDF.
+
+    Consumes exactly one ``rng.random()``; never returns an index of zero mass.
+    ``probs`` need not be normalised exactly (its own total is used).
+    """
+    cdf = np.cumsum(probs)
+    return int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
+
+
+def residual(p: np.ndarray, subtract: np.ndarray) -> np.ndarray:
+    """The correction (residual) law ``norm((p - subtract)_+)``, shape (V,), float64.
+
+    ``subtract`` is the mass already emitted by accepted drafts: q for speculative sampling,
+    c * min(q, p / rho) for SpecTr.  If ``(p - subtract)_+`` has zero mass, a rejection has
+    probability zero in exact arithmetic (for speculative sampling p <= q elementwise means
+    p = q up to the 1e-9 validation tolerance), so any law is correct for the correction
+    token and ``p`` itself is returned; never a constant floor.
+    Source: Leviathan et al. 2023, Alg. 1.
+    """
+    diff = np.maximum(p - subtract, 0.0)
+    mass = diff.sum()
+    if mass > 0.0:
+        return diff / mass
+    return p / p.sum()
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Numerically stable softmax of a 1-D float64 array (``-inf`` entries get mass 0)."""
+    shifted = logits - np.max(logits)
+    weights = np.exp(shifted)
+    return weights / weights.sum()
+
+
+def sampling_distribution(logits, *, temperature: float = 1.0, top_k: int | None = None,
+                          top_p: float | None = None) -> np.ndarray:
+    """Turn next-token logits into the distribution actually sampled from.
+
+    Applied in the Hugging Face order: temperature, then top-k, then top-p (nucleus).
+    The same transform must be applied to the target and the draft.
+
+    Args:
+        logits: array-like (V,), finite or ``-inf`` (masked) entries, at least one finite.
+        temperature: T >= 0.  T = 0 means greedy: a one-hot vector on the argmax, ties
+            broken by the lowest index.
+        top_k: keep the k most probable tokens (ties: lowest index first); None = all.
+        top_p: keep the smallest set of most probable tokens whose mass reaches top_p
+            (the token that crosses the threshold is kept); must lie in (0, 1]; None = 1.
+
+    Returns:
+        ndarray (V,), float64, summing to 1.
+
+    Raises:
+        ValueError: bad logits (not 1-D, NaN, +inf, all -inf), negative or non-finite
+            temperature, top_k < 1, top_p outside (0, 1].
+    """
+    try:
+        z = np.asarray(logits, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"logits: not a numeric array ({exc})") from None
+    if z.ndim != 1 or z.size == 0:
+        raise ValueError(f"logits: must be a non-empty 1-D array, got shape {z.shape}")
+    if np.any(np.isnan(z)) or np.any(z == np.inf):
+        raise ValueError("logits: contains NaN or +inf entries")
+    if not np.any(np.isfinite(z)):
+        raise ValueError("logits: every entry is -inf")
+    if not np.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature: must be a finite number >= 0, got {temperature!r}")
+    if top_k is not None and (int(top_k) != top_k or top_k < 1):
+        raise ValueError(f"top_k: must be a positive integer or None, got {top_k!r}")
+    if top_p is not None and not (0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p: must lie in (0, 1], got {top_p!r}")
+
+    if temperature == 0.0:
+        probs = np.zeros_like(z)
+        probs[int(np.argmax(z))] = 1.0
+        return probs
+    probs = softmax(z / temperature)
+    if top_k is not None and top_k < z.size:
+        order = np.argsort(-probs, kind="stable")
+        probs = _keep(probs, order[: int(top_k)])
+    if top_p is not None and top_p < 1.0:
+        order = np.argsort(-probs, kind="stable")
+        cumulative = np.cumsum(probs[order])
+        n_keep = int(np.searchsorted(cumulative, top_p * cumulative[-1], side="left")) + 1
+        probs = _keep(probs, order[: min(n_keep, z.size)])
+    return probs
+
+
+def _keep(probs: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(probs)
+    out[kept] = probs[kept]
+    return out / out.sum()
+
+
+def total_variation(p, q) -> float:
+    """TV(p, q) = sum (p - q)_+ = 1 - sum min(p, q), in [0, 1]."""
+    p, q = check_pair(p, q)
+    return float(np.maximum(p - q, 0.0).sum())
+
+
+def l1_distance(p, q) -> float:
+    """||p - q||_1 = 2 TV(p, q), in [0, 2]."""
+    p, q = check_pair(p, q)
+    return float(np.abs(p - q).sum())
+
+
+def kl_divergence(p, q) -> float:
+    """KL(p || q) = sum_t p(t) log(p(t) / q(t)) in nats; ``inf`` if some q(t) = 0 < p(t).
+
+    For the reverse direction KL(q || p) call ``kl_divergence(q, p)``.
+    """
+    p, q = check_pair(p, q)
+    support = p > 0
+    if np.any(q[support] == 0):
+        return float("inf")
+    ps, qs = p[support], q[support]
+    return float(max(np.sum(ps * (np.log(ps) - np.log(qs))), 0.0))
+
+
+def entropy(p) -> float:
+    """Shannon entropy H(p) = -sum p log p in nats (0 log 0 = 0)."""
+    p = check_distribution(p, "p")
+    ps = p[p > 0]
+    return float(-np.sum(ps * np.log(ps)))

@@ -1,0 +1,126 @@
+"""Drafting laws for the k children of one draft-tree node.
+
+Two laws appear in the literature and each verifier assumes one of them:
+
+* ``Drafting.IID`` - the children X_1..X_k are i.i.d. q (K independent rollouts; SpecInfer,
+  SpecTr, Khisti, NSS, NaiveTree).  Q(x) = prod_i q(x_i).
+* ``Drafting.WITHOUT_REPLACEMENT`` - X_i ~ q^(i-1), where q^(0) = q and q^(i) is q^(i-1) with
+  x_i removed and renormalised (RSD, EAGLE-1, Sequoia, Traversal siblings).
+  Q(x) = prod_i q(x_i) / (1 - sum_{j<i} q(x_j)).
+
+Children are ordered tuples of token ids; exact enumeration lists every tuple of positive
+probability together with Q(x).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+
+import numpy as np
+
+from simlab.distributions import sample_categorical
+
+MAX_ENUMERATED_TUPLES = 250_000
+"""Largest number of ordered child tuples that exact enumeration will list."""
+
+
+class Drafting(str, enum.Enum):
+    """The joint law of a node's drafted children."""
+
+    IID = "iid"
+    WITHOUT_REPLACEMENT = "without_replacement"
+
+
+def check_k(k, name: str = "k") -> int:
+    """Validate a number of children (a positive integer); return it as ``int``."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"{name}: must be a positive integer number of children, got {k!r}")
+    return int(k)
+
+
+def child_tuples(q: np.ndarray, k: int, drafting: Drafting) -> tuple[np.ndarray, np.ndarray]:
+    """Enumerate every ordered child tuple of positive probability and its probability Q(x).
+
+    Args:
+        q: draft distribution, shape (V,), float64 (validated by the caller).
+        k: number of children.
+        drafting: the drafting law.
+
+    Returns:
+        ``(tuples, probs)``: int64 array (n, k) and float64 array (n,) with sum(probs) = 1.
+
+    Raises:
+        ValueError: if more than ``MAX_ENUMERATED_TUPLES`` tuples would be listed, or if
+            drafting without replacement asks for more children than q has support.
+    """
+    k = check_k(k)
+    support = np.flatnonzero(q > 0)
+    n = support.size
+    if drafting is Drafting.IID:
+        count = n**k
+    else:
+        if k > n:
+            raise ValueError(f"k: drafting {k} children without replacement needs at least {k} tokens with q > 0, q has {n}")
+        count = int(np.prod(np.arange(n - k + 1, n + 1, dtype=np.float64)))
+    if count > MAX_ENUMERATED_TUPLES:
+        raise ValueError(
+            f"k: exact enumeration would list {count} child tuples (V={q.size}, k={k}), above the limit "
+            f"{MAX_ENUMERATED_TUPLES}; use a smaller vocabulary or k"
+        )
+    if drafting is Drafting.IID:
+        tuples = np.array(list(itertools.product(support, repeat=k)), dtype=np.int64).reshape(-1, k)
+        probs = np.prod(q[tuples], axis=1)
+    else:
+        tuples = np.array(list(itertools.permutations(support, k)), dtype=np.int64).reshape(-1, k)
+        probs = tuple_probability(q, tuples, drafting)
+    return tuples, probs
+
+
+def tuple_probability(q: np.ndarray, tuples: np.ndarray, drafting: Drafting) -> np.ndarray:
+    """Q(x) for each row of ``tuples`` (shape (n, k)) under ``drafting``; float64 (n,)."""
+    tuples = np.atleast_2d(np.asarray(tuples, dtype=np.int64))
+    if drafting is Drafting.IID:
+        return np.prod(q[tuples], axis=1)
+    # Without replacement: the remaining mass is summed directly over the undrawn tokens
+    # (not as 1 - drawn mass, which cancels badly when the drawn tokens hold most of q).
+    rows = np.arange(tuples.shape[0])
+    left = np.broadcast_to(q, (tuples.shape[0], q.size)).copy()
+    probs = np.ones(tuples.shape[0])
+    for column in tuples.T:
+        remaining = left.sum(axis=1)
+        drawn = left[rows, column]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            probs *= np.where(remaining > 0, drawn / remaining, 0.0)
+        left[rows, column] = 0.0
+    return probs
+
+
+def draw_children(q: np.ndarray, k: int, drafting: Drafting, rng: np.random.Generator) -> np.ndarray:
+    """Draw k ordered children from ``q`` under ``drafting``; int64 array (k,).
+
+    Uses one uniform per child (inverse CDF), so the same generator state gives the same
+    children.
+    """
+    k = check_k(k)
+    out = np.empty(k, dtype=np.int64)
+    current = q.copy()
+    for i in range(k):
+        if drafting is Drafting.WITHOUT_REPLACEMENT and not np.any(current > 0):
+            raise ValueError(f"k: cannot draft {k} children without replacement from {i} tokens with q > 0")
+        out[i] = sample_categorical(current, rng)
+        if drafting is Drafting.WITHOUT_REPLACEMENT:
+            current[out[i]] = 0.0
+    return out
+
+
+def hit_probability(q: np.ndarray, n: int) -> np.ndarray:
+    """P(token t appears among n i.i.d. draws from q) = 1 - (1 - q(t))^n, elementwise, float64.
+
+    Computed as -expm1(n log1p(-q)) so that tiny q(t) keeps full relative precision;
+    n = 0 gives zeros.
+    """
+    if n == 0:
+        return np.zeros_like(q)
+    with np.errstate(divide="ignore"):
+        return -np.expm1(n * np.log1p(-np.minimum(q, 1.0)))  # q may exceed 1 by rounding

@@ -1,0 +1,172 @@
+"""The node-level verifier protocol (an OTLP solver, DDTE Def. 3.2) and what all verifiers share.
+
+Vocabulary (fixed for the whole lab):
+
+* **target** ``p`` and **draft** ``q``: next-token distributions at one draft-tree node,
+  float64 arrays of shape (V,);
+* **children** (drafts) ``x = (x_1..x_k)``: the ordered token ids drafted below the node,
+  duplicates kept; their joint law Q is the verifier's ``drafting`` law;
+* **output** token: what the verifier emits at the node.  It is an **accepted** token when
+  it is one of the children (verification descends into that child), otherwise it is the
+  **correction** (residual) token and verification stops.  At a leaf (k = 0) the tree
+  verifier draws the **bonus** token from p; node verifiers require k >= 1;
+* **branch probability** B(x, t) = P(output = t | x) (DDTE Def. 5.3), returned whole by
+  ``output_distribution``;
+* **acceptance rate** alpha = P(output in set(x)) with x ~ Q (DDTE Def. 5.1);
+* **lossless**: sum_x Q(x) B(x, .) = p.
+
+A verifier is a small frozen dataclass (its options).  ``prepare(p, q, k)`` validates the
+inputs and does the per-node work once (residual chains, SpecTr's rho*, Khisti's weights,
+the OT coupling), returning a ``NodePlan`` that answers for any children at that node.  The
+convenience methods ``output_distribution`` / ``acceptance_rate`` / ``sample`` prepare a
+plan and use it once.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+import numpy as np
+
+from simlab.distributions import check_pair
+from simlab.drafting import Drafting, check_k, child_tuples
+
+
+def accept_draw(rng: np.random.Generator, numerator: float, denominator: float) -> bool:
+    """The rejection test ``U < numerator / denominator`` with U ~ Uniform[0, 1) from ``rng``.
+
+    Written as ``U * denominator < numerator`` (denominator > 0): strict, so a token with
+    numerator 0 is never accepted, even when U = 0, and a ratio >= 1 always accepts.
+    Consumes exactly one ``rng.random()``.
+    """
+    return rng.random() * denominator < numerator
+
+
+class NodePlan(abc.ABC):
+    """A verifier prepared at one node: validated ``p``, ``q`` (V,) and the number of children ``k``."""
+
+    def __init__(self, verifier: "NodeVerifier", p: np.ndarray, q: np.ndarray, k: int):
+        self.verifier = verifier
+        self.p = p
+        self.q = q
+        self.k = k
+
+    # -- to implement -------------------------------------------------------------------
+    @abc.abstractmethod
+    def _law(self, children: np.ndarray) -> np.ndarray:
+        """B(children, .) for validated children; float64 (V,)."""
+
+    @abc.abstractmethod
+    def _draw(self, children: np.ndarray, rng: np.random.Generator) -> int:
+        """Run the algorithm once on validated children."""
+
+    def acceptance_rate(self) -> float:
+        """Exact alpha = P(output in set(X)), X ~ Q.  Default: exact enumeration of X.
+
+        Raises:
+            ValueError: if the enumeration exceeds ``simlab.drafting.MAX_ENUMERATED_TUPLES``.
+        """
+        tuples, probs = child_tuples(self.q, self.k, self.verifier.drafting)
+        total = 0.0
+        for x, prob in zip(tuples, probs):
+            law = self._law(x)
+            total += prob * law[np.unique(x)].sum()
+        return float(total)
+
+    # -- validated entry points ------------------------------------------------------------
+    def check_children(self, children) -> np.ndarray:
+        """Validate children against this node; return them as int64 (k,).
+
+        Raises:
+            ValueError: not a 1-D integer sequence of length k; ids negative or >= V; a
+                child with q(child) = 0 (an impossible draw); repeated children under
+                drafting without replacement.
+        """
+        x = np.asarray(children)
+        if x.ndim != 1:
+            raise ValueError(f"children: must be a 1-D sequence of token ids, got shape {x.shape}")
+        if x.size != self.k:
+            raise ValueError(f"children: expected k = {self.k} token ids, got {x.size}")
+        if x.dtype.kind not in "iu":
+            raise ValueError(f"children: token ids must be integers, got dtype {x.dtype}")
+        x = x.astype(np.int64)
+        bad = (x < 0) | (x >= self.p.size)
+        if np.any(bad):
+            raise ValueError(f"children: token id {x[bad][0]} is outside [0, V) with V = {self.p.size}")
+        impossible = self.q[x] == 0
+        if np.any(impossible):
+            raise ValueError(f"children: token {x[impossible][0]} has q = 0 and cannot have been drafted")
+        if self.verifier.drafting is Drafting.WITHOUT_REPLACEMENT and np.unique(x).size != x.size:
+            raise ValueError(f"children: {x.tolist()} repeats a token, impossible when drafting without replacement")
+        return x
+
+    def output_distribution(self, children) -> np.ndarray:
+        """Exact law of the output token given the ordered children; float64 (V,)."""
+        return self._law(self.check_children(children))
+
+    def sample(self, children, rng: np.random.Generator) -> int:
+        """Run the verification algorithm once; returns the output token id."""
+        if not isinstance(rng, np.random.Generator):
+            raise ValueError(f"rng: must be a numpy.random.Generator, got {type(rng).__name__}")
+        return self._draw(self.check_children(children), rng)
+
+    def marginal_output_distribution(self) -> np.ndarray:
+        """sum_x Q(x) B(x, .) by exact enumeration of the children; equals p iff lossless."""
+        tuples, probs = child_tuples(self.q, self.k, self.verifier.drafting)
+        out = np.zeros_like(self.p)
+        for x, prob in zip(tuples, probs):
+            out += prob * self._law(x)
+        return out
+
+
+class NodeVerifier(abc.ABC):
+    """Base class of every node-level verifier (one per module, registered by ``name``).
+
+    Attributes:
+        name: registry name (``simlab.verifiers.get(name)``).
+        drafting: the drafting law of the children that the verifier assumes
+            (``Drafting.IID`` or ``Drafting.WITHOUT_REPLACEMENT``).
+    """
+
+    name: ClassVar[str]
+    drafting: Drafting = Drafting.IID
+
+    @abc.abstractmethod
+    def _plan(self, p: np.ndarray, q: np.ndarray, k: int) -> NodePlan:
+        """Per-node precomputation on validated inputs."""
+
+    def prepare(self, p, q, k: int) -> NodePlan:
+        """Validate ``p``, ``q`` (shape (V,)) and ``k`` and precompute the node's plan.
+
+        Raises:
+            ValueError: invalid probability vectors (see ``check_distribution``), lengths
+                that differ, or k not a positive integer.
+        """
+        p, q = check_pair(p, q)
+        return self._plan(p, q, check_k(k))
+
+    def output_distribution(self, p, q, children) -> np.ndarray:
+        """Exact law B(children, .) of the output token; float64 (V,), sums to 1.
+
+        Raises:
+            ValueError: invalid ``p``, ``q`` or ``children`` (see ``NodePlan.check_children``).
+        """
+        return self.prepare(p, q, _count(children)).output_distribution(children)
+
+    def acceptance_rate(self, p, q, k: int) -> float:
+        """Exact acceptance rate alpha = P(output in set(X)) for X ~ Q with k children."""
+        return self.prepare(p, q, k).acceptance_rate()
+
+    def sample(self, p, q, children, rng: np.random.Generator) -> int:
+        """Run the algorithm once with randomness from ``rng``; returns the output token id."""
+        return self.prepare(p, q, _count(children)).sample(children, rng)
+
+
+def _count(children) -> int:
+    x = np.asarray(children)
+    if x.ndim != 1:
+        raise ValueError(f"children: must be a 1-D sequence of token ids, got shape {x.shape}")
+    if x.size == 0:
+        raise ValueError("children: k = 0; a node verifier needs at least one child (a leaf samples the bonus token from p)")
+    return int(x.size)

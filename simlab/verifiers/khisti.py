@@ -1,0 +1,216 @@
+"""Khisti et al.'s canonical two-step verifier (arXiv 2410.18234; DDTE Sec. 3, App. B-D).
+
+1. **Importance-weighted selection.**  Given the i.i.d. children x, select one of them, Y',
+   with probabilities beta(x); this induces the selection law p_I(y) = sum_x Q(x) beta_y(x).
+2. **Single-draft speculative sampling** of p against p_I on Y': accept with probability
+   min(1, p(Y') / p_I(Y')), else output Y ~ norm((p - p_I)_+).
+
+The scheme is lossless for *any* weights as long as p_I is the exact law of Y', which is
+computed here exactly in both modes:
+
+* ``mode="lp"``: the optimal weights, from Khisti's LP over the child multisets
+  (maximise sum_y z_y, z_y <= p(y), z_y <= p_I(y), beta(x) on the simplex of set(x));
+  its optimum equals the OT optimum alpha*.  Limited to ``KHISTI_LP_MAX_MULTISETS``.
+* ``mode="truncated"``: the s-truncated pairwise LP with a tournament for k > 2 (Khisti
+  App. I as the DDTE authors ran it).  Round r pairs the current champion (law c, c = q at
+  r = 1) with the next child (law q).  The s tokens with the largest p - c q (one linear-time
+  selection) get pairwise preferences w[i, j] = P(champion i beats challenger j) from a small
+  LP (maximise sum_{t in top} min(p(t), c'(t))); a top token always beats a token outside the
+  top; between two tokens outside the top the champion wins (linear time; the DDTE code ranks
+  the tail with full sorts instead).  The champion's next law c' is exact, so p_I = the final c.
+* ``mode="auto"`` (default): ``lp`` when the multisets fit, else ``truncated``.
+
+``acceptance_rate`` enumerates the children (limit ``simlab.drafting.MAX_ENUMERATED_TUPLES``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linprog
+
+from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw
+from simlab.verifiers.speculative import SingleDraft, accept_probabilities
+
+KHISTI_LP_MAX_MULTISETS = 2_000
+"""Largest number of child multisets for which ``mode="lp"`` solves the full LP."""
+
+
+def _solve(c, a_ub, b_ub, a_eq, b_eq, bounds, what: str) -> np.ndarray:
+    result = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method="highs")
+    if result.status != 0:
+        raise ValueError(f"p, q: the Khisti {what} LP failed: {result.message}")
+    return result.x
+
+
+class _FullLPSelection:
+    """Optimal weights beta(m) for every child multiset m (i.i.d. children)."""
+
+    def __init__(self, p: np.ndarray, q: np.ndarray, k: int):
+        support = np.flatnonzero(q > 0)
+        multisets = list(itertools.combinations_with_replacement(support.tolist(), k))
+        entries = []  # (multiset index, token)
+        probs = np.empty(len(multisets))
+        for m, ms in enumerate(multisets):
+            tokens, counts = np.unique(ms, return_counts=True)
+            ways = math.factorial(k) / np.prod([math.factorial(c) for c in counts])
+            probs[m] = ways * np.prod(q[tokens] ** counts)
+            entries.extend((m, int(t)) for t in tokens)
+        m_idx = np.array([e[0] for e in entries])
+        t_idx = np.array([e[1] for e in entries])
+        n_beta, vocab = len(entries), p.size
+        # variables: beta entries, then z (V)
+        cost = np.concatenate([np.zeros(n_beta), -np.ones(vocab)])
+        a_eq = sp.csr_matrix((np.ones(n_beta), (m_idx, np.arange(n_beta))), shape=(len(multisets), n_beta + vocab))
+        a_ub = sp.hstack([
+            sp.csr_matrix((-probs[m_idx], (t_idx, np.arange(n_beta))), shape=(vocab, n_beta)),
+            sp.identity(vocab, format="csr"),
+        ]).tocsr()
+        bounds = [(0.0, 1.0)] * n_beta + [(0.0, float(pt)) for pt in p]
+        beta = np.maximum(_solve(cost, a_ub, np.zeros(vocab), a_eq, np.ones(len(multisets)), bounds, "full")[:n_beta], 0.0)
+        sums = np.bincount(m_idx, weights=beta, minlength=len(multisets))
+        beta /= sums[m_idx]
+        self.weights = {}
+        for m, ms in enumerate(multisets):
+            rows = m_idx == m
+            self.weights[ms] = (t_idx[rows], beta[rows])
+        self.law = np.bincount(t_idx, weights=probs[m_idx] * beta, minlength=vocab)
+
+    def distribution(self, children: np.ndarray):
+        return self.weights[tuple(sorted(children.tolist()))]
+
+    def draw(self, children: np.ndarray, rng: np.random.Generator) -> int:
+        tokens, beta = self.distribution(children)
+        return int(tokens[np.searchsorted(np.cumsum(beta), rng.random() * beta.sum(), side="right")])
+
+
+class _Round:
+    """One tournament round: champion (law c) against a challenger (law q)."""
+
+    def __init__(self, p: np.ndarray, c: np.ndarray, q: np.ndarray, s: int):
+        vocab = p.size
+        key = p - c * q
+        top = np.arange(vocab) if s >= vocab else np.argpartition(-key, s - 1)[:s]
+        self.top = {int(t): i for i, t in enumerate(top)}
+        n = top.size
+        ct, qt = c[top], q[top]
+        c_out, q_out = 1.0 - ct.sum(), 1.0 - qt.sum()
+        pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
+        # c'(t) = const_t + sum_j c_t q_j w[t, j] - sum_j c_j q_t w[j, t]
+        const = ct * qt + ct * q_out + qt * c_out + qt * (ct.sum() - ct)
+        lin = np.zeros((n, len(pairs)))
+        for v, (i, j) in enumerate(pairs):
+            lin[i, v] += ct[i] * qt[j]
+            lin[j, v] -= ct[i] * qt[j]
+        if pairs:
+            cost = np.concatenate([np.zeros(len(pairs)), -np.ones(n)])
+            a_ub = np.hstack([-lin, np.eye(n)])
+            bounds = [(0.0, 1.0)] * len(pairs) + [(0.0, float(pt)) for pt in p[top]]
+            w = np.clip(_solve(cost, a_ub, const, None, None, bounds, "truncated")[: len(pairs)], 0.0, 1.0)
+        else:
+            w = np.zeros(0)
+        self.w = np.zeros((n, n))
+        for v, (i, j) in enumerate(pairs):
+            self.w[i, j] = w[v]
+        # The champion's next law, exact for the clipped weights.
+        law = c * q_out
+        law[top] = const + lin @ w
+        self.law = law
+
+    def champion_wins(self, champion: int, challenger: int) -> float:
+        i, j = self.top.get(champion), self.top.get(challenger)
+        if i is not None and j is not None:
+            return self.w[i, j]
+        if i is None and j is not None:
+            return 0.0
+        return 1.0
+
+
+class _TournamentSelection:
+    def __init__(self, p: np.ndarray, q: np.ndarray, k: int, s: int):
+        self.rounds = []
+        law = q
+        for _ in range(k - 1):
+            self.rounds.append(_Round(p, law, q, s))
+            law = self.rounds[-1].law
+        self.law = law
+
+    def distribution(self, children: np.ndarray):
+        dist = {int(children[0]): 1.0}
+        for rnd, challenger in zip(self.rounds, children[1:].tolist()):
+            nxt: dict[int, float] = {}
+            for champion, prob in dist.items():
+                win = 1.0 if champion == challenger else rnd.champion_wins(champion, challenger)
+                nxt[champion] = nxt.get(champion, 0.0) + prob * win
+                nxt[challenger] = nxt.get(challenger, 0.0) + prob * (1.0 - win)
+            dist = nxt
+        tokens = np.fromiter(dist.keys(), dtype=np.int64)
+        return tokens, np.fromiter(dist.values(), dtype=np.float64)
+
+    def draw(self, children: np.ndarray, rng: np.random.Generator) -> int:
+        champion = int(children[0])
+        for rnd, challenger in zip(self.rounds, children[1:].tolist()):
+            if champion != challenger and not accept_draw(rng, rnd.champion_wins(champion, challenger), 1.0):
+                champion = challenger
+        return champion
+
+
+class _KhistiPlan(NodePlan):
+    def __init__(self, verifier, p, q, k, selection):
+        super().__init__(verifier, p, q, k)
+        self.selection = selection
+        self.selection_law = selection.law  # p_I, float64 (V,)
+        self.single = SingleDraft(p, selection.law)
+
+    def _law(self, children):
+        tokens, weights = self.selection.distribution(children)
+        accept = accept_probabilities(self.p[tokens], self.selection_law[tokens])
+        out = float(np.dot(weights, 1.0 - accept)) * self.single.correction
+        np.add.at(out, tokens, weights * accept)
+        return out
+
+    def _draw(self, children, rng):
+        return self.single.draw(self.selection.draw(children, rng), rng)
+
+
+@dataclass(frozen=True)
+class Khisti(NodeVerifier):
+    """Importance-weighted selection, then speculative sampling against the exact p_I.
+
+    Args:
+        mode: ``"auto"`` (default), ``"lp"`` (optimal weights, small vocabularies) or
+            ``"truncated"`` (s-truncated pairwise LP and tournament).
+        s: the truncation size of ``"truncated"`` mode (2 <= s <= 15; DDTE default 5).
+    """
+
+    name = "khisti"
+    mode: Literal["auto", "lp", "truncated"] = "auto"
+    s: int = 5
+
+    def __post_init__(self):
+        if self.mode not in ("auto", "lp", "truncated"):
+            raise ValueError(f"mode: must be 'auto', 'lp' or 'truncated', got {self.mode!r}")
+        if isinstance(self.s, bool) or not isinstance(self.s, int) or not 2 <= self.s <= 15:
+            raise ValueError(f"s: must be an integer in [2, 15], got {self.s!r}")
+
+    def _plan(self, p, q, k):
+        n = int(np.count_nonzero(q))
+        multisets = math.comb(n + k - 1, k)
+        mode = self.mode
+        if mode == "auto":
+            mode = "lp" if multisets <= KHISTI_LP_MAX_MULTISETS else "truncated"
+        if mode == "lp":
+            if multisets > KHISTI_LP_MAX_MULTISETS:
+                raise ValueError(
+                    f"k: the full Khisti LP would have {multisets} child multisets, above the limit "
+                    f"{KHISTI_LP_MAX_MULTISETS}; use mode='truncated'"
+                )
+            selection = _FullLPSelection(p, q, k)
+        else:
+            selection = _TournamentSelection(p, q, k, self.s)
+        return _KhistiPlan(self, p, q, k, selection)

@@ -1,0 +1,45 @@
+"""NaiveTree (DDTE's "Naive" OTLP solver): single-draft speculative sampling on the first child.
+
+Accept X_1 with probability a = min(1, p(X_1) / q(X_1)); otherwise output Y ~ norm((p - q)_+),
+which counts as accepted when it lands on another child X_2..X_k.  At k = 1 this is standard
+speculative sampling.  B(x, t) = a 1[t = x_1] + (1 - a) norm((p - q)_+)(t);
+alpha = sum min(p, q) + sum_t (p - q)_+(t) (1 - (1 - q(t))^(k-1)) for i.i.d. children.
+Sources: DDTE Alg. 2 and App. C; Leviathan et al. 2023.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simlab.drafting import hit_probability
+from simlab.verifiers.base import NodePlan, NodeVerifier
+from simlab.verifiers.speculative import SingleDraft
+
+
+class _NaivePlan(NodePlan):
+    def __init__(self, verifier, p, q, k):
+        super().__init__(verifier, p, q, k)
+        self.single = SingleDraft(p, q)
+
+    def _law(self, children):
+        return self.single.law(children[0])
+
+    def _draw(self, children, rng):
+        return self.single.draw(children[0], rng)
+
+    def acceptance_rate(self) -> float:
+        excess = np.maximum(self.p - self.q, 0.0)
+        hit_others = hit_probability(self.q, self.k - 1)
+        return float(np.minimum(self.p, self.q).sum() + np.dot(excess, hit_others))
+
+
+@dataclass(frozen=True)
+class Naive(NodeVerifier):
+    """NaiveTree: speculative sampling on the first child; the residual may land on another child."""
+
+    name = "naive"
+
+    def _plan(self, p, q, k):
+        return _NaivePlan(self, p, q, k)

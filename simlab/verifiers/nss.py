@@ -1,0 +1,38 @@
+"""NSS: naive speculative sampling (SpecInfer's "naive sampling", DDTE's NSS).
+
+Sample the output Y ~ p directly, ignoring q and the children; Y is accepted iff it is one of
+the children.  B(x, t) = p(t) for every x, so NSS is lossless for any drafting law, and with
+i.i.d. children alpha = sum_t p(t) (1 - (1 - q(t))^k).  Sources: Miao et al. 2024 (SpecInfer,
+Sec. 4); DDTE Sec. 3 and App. C.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simlab.distributions import sample_categorical
+from simlab.drafting import hit_probability
+from simlab.verifiers.base import NodePlan, NodeVerifier
+
+
+class _NSSPlan(NodePlan):
+    def _law(self, children):
+        return self.p.copy()
+
+    def _draw(self, children, rng):
+        return sample_categorical(self.p, rng)
+
+    def acceptance_rate(self) -> float:
+        return float(np.dot(self.p, hit_probability(self.q, self.k)))
+
+
+@dataclass(frozen=True)
+class NSS(NodeVerifier):
+    """Naive speculative sampling: output ~ p, accepted iff it is a drafted child."""
+
+    name = "nss"
+
+    def _plan(self, p, q, k):
+        return _NSSPlan(self, p, q, k)

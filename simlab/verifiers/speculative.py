@@ -1,0 +1,48 @@
+"""Single-draft speculative sampling, the primitive inside NaiveTree and Khisti.
+
+Given one drafted token x ~ r (the *proposal* law; q for NaiveTree, Khisti's p_I), accept x
+with probability a(x) = min(1, p(x) / r(x)); otherwise output the correction token
+Y ~ norm((p - r)_+).  Output law: B(x, .) = a(x) delta_x + (1 - a(x)) norm((p - r)_+), and
+sum_x r(x) B(x, .) = p.  Source: Leviathan et al. 2023, Alg. 1; Chen et al. 2023.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simlab.distributions import residual, sample_categorical
+from simlab.verifiers.base import accept_draw
+
+
+def accept_probabilities(p_values, r_values) -> np.ndarray:
+    """min(1, p / r) elementwise.  Where r = 0 (a proposal mass that underflowed) the limit is
+    used: 1 if p > 0, and 0 if p = 0, so a token the target never emits is never accepted."""
+    p_values, r_values = np.asarray(p_values, dtype=np.float64), np.asarray(r_values, dtype=np.float64)
+    safe = np.where(r_values > 0, r_values, 1.0)
+    return np.where(r_values > 0, np.minimum(1.0, p_values / safe), (p_values > 0).astype(np.float64))
+
+
+class SingleDraft:
+    """Speculative sampling of target ``p`` against proposal ``r`` (both float64 (V,))."""
+
+    def __init__(self, p: np.ndarray, r: np.ndarray):
+        self.p = p
+        self.r = r
+        self.correction = residual(p, r)
+
+    def accept_probability(self, x: int) -> float:
+        """a(x) = min(1, p(x) / r(x)); see ``accept_probabilities``."""
+        return float(accept_probabilities(self.p[x], self.r[x]))
+
+    def law(self, x: int) -> np.ndarray:
+        """B(x, .), float64 (V,)."""
+        a = self.accept_probability(x)
+        out = (1.0 - a) * self.correction
+        out[x] += a
+        return out
+
+    def draw(self, x: int, rng: np.random.Generator) -> int:
+        """One run: accept x, or draw the correction token."""
+        if accept_draw(rng, self.p[x], self.r[x]):
+            return int(x)
+        return sample_categorical(self.correction, rng)

@@ -1,0 +1,84 @@
+"""Reusable correctness checks for node verifiers: the tests apply them to the real verifiers,
+and the planted-fault suite (test_mutants.py) asserts that each broken variant fails one.
+
+Each check raises AssertionError on failure.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simlab.drafting import Drafting, child_tuples, draw_children
+from simlab.verifiers.base import NodeVerifier
+from stats import assert_sampler_matches
+
+EXACT = 1e-12
+
+
+def applicable(verifier: NodeVerifier, q: np.ndarray, k: int) -> bool:
+    """False where the verifier's drafting law cannot produce k children from q."""
+    return not (verifier.drafting is Drafting.WITHOUT_REPLACEMENT and k > np.count_nonzero(q))
+
+
+def check_lossless(verifier: NodeVerifier, p, q, k: int) -> None:
+    """sum_x Q(x) B(x, .) == p to 1e-12, every B(x, .) a distribution, for exact enumeration of x."""
+    p, q = np.asarray(p, float), np.asarray(q, float)
+    plan = verifier.prepare(p, q, k)
+    tuples, probs = child_tuples(q, k, verifier.drafting)
+    total = np.zeros_like(p)
+    for x, prob in zip(tuples, probs):
+        law = plan.output_distribution(x)
+        assert np.all(law >= -EXACT), f"{verifier.name}: negative branch probability {law.min()} at x={x.tolist()}"
+        assert abs(law.sum() - 1.0) <= EXACT, f"{verifier.name}: branch law sums to {law.sum()} at x={x.tolist()}"
+        total += prob * law
+    err = np.abs(total - p).max()
+    assert err <= EXACT, f"{verifier.name}: output law differs from p by {err:.3g} (k={k})"
+
+
+def check_acceptance(verifier: NodeVerifier, p, q, k: int) -> None:
+    """acceptance_rate equals the enumerated P(output in children) to 1e-12."""
+    plan = verifier.prepare(p, q, k)
+    tuples, probs = child_tuples(plan.q, k, verifier.drafting)
+    enumerated = sum(prob * plan.output_distribution(x)[np.unique(x)].sum() for x, prob in zip(tuples, probs))
+    got = plan.acceptance_rate()
+    assert abs(got - enumerated) <= EXACT, f"{verifier.name}: acceptance_rate {got} != enumerated {enumerated}"
+
+
+def check_sampler_given_children(verifier: NodeVerifier, p, q, children, seed: int) -> None:
+    """sample(children) agrees with output_distribution(children) (designed G-test, stats.py)."""
+    plan = verifier.prepare(p, q, len(children))
+    assert_sampler_matches(lambda rng: plan.sample(children, rng), plan.output_distribution(children), seed)
+
+
+def check_sampler_end_to_end(verifier: NodeVerifier, p, q, k: int, seed: int) -> None:
+    """Draft children from the verifier's drafting law, run sample: the output law is p (G-test)."""
+    plan = verifier.prepare(p, q, k)
+    q = plan.q
+
+    def draw(rng):
+        return plan.sample(draw_children(q, k, verifier.drafting, rng), rng)
+
+    assert_sampler_matches(draw, plan.p, seed)
+
+
+class ConstantGenerator(np.random.Generator):
+    """A Generator whose uniforms are all ``value``: injected randomness for boundary tests."""
+
+    def __init__(self, value: float):
+        super().__init__(np.random.PCG64(0))
+        self.value = value
+
+    def random(self, size=None, dtype=np.float64, out=None):  # noqa: D401 - numpy signature
+        return self.value if size is None else np.full(size, self.value)
+
+    def permutation(self, x):
+        return np.arange(x) if isinstance(x, (int, np.integer)) else np.asarray(x)
+
+
+def check_zero_target_never_accepted(verifier: NodeVerifier) -> None:
+    """With U = 0 exactly, a child with p(x) = 0 < q(x) must never be output."""
+    p = np.array([0.0, 0.5, 0.5])
+    q = np.array([0.6, 0.2, 0.2])
+    for children in ([0], [0, 0], [0, 1]) if verifier.drafting is Drafting.IID else ([0], [0, 1]):
+        out = verifier.sample(p, q, children, ConstantGenerator(0.0))
+        assert p[out] > 0, f"{verifier.name}: emitted token {out} with p = 0 at U = 0 (children {children})"

@@ -1,0 +1,133 @@
+"""Exact losslessness and acceptance of every node verifier, by enumeration of the children."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from checks import applicable, check_acceptance, check_lossless
+from simlab import verifiers
+from simlab.otlp import optimal_acceptance
+
+ALL = [verifiers.get(n) for n in verifiers.names()] + [
+    verifiers.get("specinfer", order="fixed"),
+    verifiers.get("khisti", mode="truncated", s=2),
+    verifiers.get("khisti", mode="truncated", s=3),
+    verifiers.get("optimal", replacement=False),
+]
+IDS = [f"{v.name}-{'-'.join(f'{f}={getattr(v, f)}' for f in v.__dataclass_fields__)}".rstrip("-") for v in ALL]
+
+
+@st.composite
+def pairs(draw, max_vocab=6):
+    """(p, q): two distributions over V in [2, max_vocab], with exact zeros allowed."""
+    vocab = draw(st.integers(2, max_vocab))
+    weight = st.one_of(st.just(0.0), st.floats(1e-3, 1.0))
+    def dist():
+        w = np.array(draw(st.lists(weight, min_size=vocab, max_size=vocab)))
+        if w.sum() == 0:
+            w[draw(st.integers(0, vocab - 1))] = 1.0
+        return w / w.sum()
+    return dist(), dist()
+
+
+EDGE_CASES = {
+    "p==q": ([0.2, 0.3, 0.5], [0.2, 0.3, 0.5]),
+    "one-hot p": ([0.0, 1.0, 0.0, 0.0], [0.4, 0.3, 0.2, 0.1]),
+    "one-hot q": ([0.4, 0.3, 0.2, 0.1], [0.0, 0.0, 1.0, 0.0]),
+    "one-hot both, same": ([0.0, 1.0, 0.0], [0.0, 1.0, 0.0]),
+    "disjoint supports": ([0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.3, 0.7]),
+    "q(t)=0<p(t)": ([0.3, 0.3, 0.4], [0.0, 0.5, 0.5]),
+    "p(t)=0<q(t)": ([0.0, 0.5, 0.5], [0.6, 0.2, 0.2]),
+    "tiny masses": ([1.0, 1e-300, 1e-300, 0.0], [0.5, 0.5, 1e-300, 1e-300]),
+    "tiny q": ([0.25, 0.25, 0.25, 0.25], [1.0, 1e-300, 1e-300, 1e-300]),
+}
+
+
+@pytest.mark.parametrize("verifier", ALL, ids=IDS)
+@pytest.mark.parametrize("case", list(EDGE_CASES))
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_lossless_edge_cases(verifier, case, k):
+    p, q = (np.array(v) for v in EDGE_CASES[case])
+    if not applicable(verifier, q, k):
+        with pytest.raises(ValueError, match="k"):
+            verifier.prepare(p, q, k)
+        return
+    check_lossless(verifier, p, q, k)
+    check_acceptance(verifier, p, q, k)
+
+
+@pytest.mark.parametrize("verifier", ALL, ids=IDS)
+@given(pq=pairs(), k=st.integers(1, 3))
+def test_lossless_random(verifier, pq, k):
+    p, q = pq
+    if not applicable(verifier, q, k):
+        return
+    check_lossless(verifier, p, q, k)
+
+
+@pytest.mark.parametrize("verifier", ALL, ids=IDS)
+@given(pq=pairs(), k=st.integers(1, 3))
+def test_acceptance_rate_equals_enumeration(verifier, pq, k):
+    p, q = pq
+    if not applicable(verifier, q, k):
+        return
+    check_acceptance(verifier, p, q, k)
+
+
+@given(pq=pairs())
+def test_k1_reductions_equal_speculative_sampling(pq):
+    """At k = 1 naive, spectr, specinfer, rrs_wor, khisti and optimal all are speculative sampling."""
+    p, q = pq
+    reference = verifiers.get("naive").prepare(p, q, 1)
+    target = float(np.minimum(p, q).sum())
+    assert abs(reference.acceptance_rate() - target) <= 1e-12
+    for name in ("spectr", "specinfer", "rrs_wor", "khisti", "optimal"):
+        plan = verifiers.get(name).prepare(p, q, 1)
+        assert abs(plan.acceptance_rate() - target) <= 1e-9, name
+        for x in np.flatnonzero(q > 0):
+            np.testing.assert_allclose(plan.output_distribution([x]), reference.output_distribution([x]), atol=1e-9, err_msg=name)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_p_equals_q_accepts_everything_but_nss(k):
+    rng = np.random.default_rng(3)
+    p = rng.dirichlet(np.ones(5))
+    for name in verifiers.names():
+        alpha = verifiers.get(name).acceptance_rate(p, p, k)
+        if name == "nss":
+            assert alpha < 1.0
+        else:
+            assert abs(alpha - 1.0) <= 1e-9, (name, alpha)
+
+
+@given(pq=pairs(), k=st.integers(1, 3))
+def test_optimal_bounds_every_verifier(pq, k):
+    p, q = pq
+    best = verifiers.get("optimal").acceptance_rate(p, q, k)
+    assert abs(best - optimal_acceptance(p, q, k)) <= 1e-7
+    for name in ("nss", "naive", "spectr", "specinfer", "khisti"):
+        assert verifiers.get(name).acceptance_rate(p, q, k) <= best + 1e-7, name
+    if applicable(verifiers.get("rrs_wor"), q, k):
+        best_wor = verifiers.get("optimal", replacement=False).acceptance_rate(p, q, k)
+        assert verifiers.get("rrs_wor").acceptance_rate(p, q, k) <= best_wor + 1e-7
+
+
+@given(pq=pairs(), k=st.integers(1, 3))
+def test_khisti_lp_weights_reach_the_optimum(pq, k):
+    p, q = pq
+    alpha = verifiers.get("khisti", mode="lp").acceptance_rate(p, q, k)
+    assert abs(alpha - optimal_acceptance(p, q, k)) <= 1e-7
+
+
+def test_published_closed_forms():
+    """NSS, NaiveTree, SpecInfer closed forms on a hand-checked instance (verifiers.md Sec. 4)."""
+    p = np.array([1 / 3, 1 / 3, 1 / 3])
+    q = np.array([1 / 3, 1 / 6, 1 / 2])
+    assert verifiers.get("nss").acceptance_rate(p, q, 1) == pytest.approx(1 / 3, abs=1e-15)
+    # NaiveTree at k=2: sum min(p,q) + (p-q)_+ . (1 - (1-q)) = 5/6 + (1/6)(1/6)
+    assert verifiers.get("naive").acceptance_rate(p, q, 2) == pytest.approx(5 / 6 + 1 / 36, abs=1e-15)
+    # SpecInfer at k=2: 1 - TV(p, q) TV(res, q) with res = (0, 1, 0): 1 - (1/6)(5/6)
+    assert verifiers.get("specinfer").acceptance_rate(p, q, 2) == pytest.approx(1 - 5 / 36, abs=1e-15)
