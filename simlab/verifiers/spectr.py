@@ -66,12 +66,15 @@ def optimal_rho(p: np.ndarray, q: np.ndarray, k: int, tol: float = RHO_TOLERANCE
 class _SpecTrPlan(NodePlan):
     def __init__(self, verifier, p, q, k):
         super().__init__(verifier, p, q, k)
-        self.rho = optimal_rho(p, q, k)
+        self.rho = self._choose_rho()
         self.matched = np.minimum(q, p / self.rho)  # min(q, p / rho)
         self.beta = float(self.matched.sum())
         self.p_acc = _p_acc(self.beta, k)
         c = self.p_acc / self.beta if self.beta > 0 else float(k)
         self.correction = residual(p, c * self.matched)
+
+    def _choose_rho(self) -> float:
+        return optimal_rho(self.p, self.q, self.k)
 
     def _accept_probabilities(self, children):
         return np.minimum(1.0, self.p[children] / (self.rho * self.q[children]))

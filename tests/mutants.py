@@ -1,0 +1,201 @@
+"""Planted faults: deliberately broken node verifiers (test-only), one documented bug class each.
+
+test_mutants.py asserts that the correctness checks in checks.py catch every one of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simlab.distributions import sample_categorical
+from simlab.verifiers.khisti import Khisti, _KhistiPlan
+from simlab.verifiers.naive import Naive, _NaivePlan
+from simlab.verifiers.nss import NSS, _NSSPlan
+from simlab.verifiers.specinfer import SpecInfer, _SpecInferPlan
+from simlab.verifiers.speculative import SingleDraft
+from simlab.verifiers.spectr import SpecTr, _SpecTrPlan
+
+
+# 1. Correction token from p instead of norm((p - q)_+).
+class _ResidualIsP(_NaivePlan):
+    def __init__(self, verifier, p, q, k):
+        super().__init__(verifier, p, q, k)
+        self.single.correction = p.copy()
+
+
+@dataclass(frozen=True)
+class ResidualIsP(Naive):
+    def _plan(self, p, q, k):
+        return _ResidualIsP(self, p, q, k)
+
+
+# 2. Accept with p/q without the min(1, .).
+class _UnclippedDraft(SingleDraft):
+    def accept_probability(self, x):
+        return self.p[x] / self.r[x]
+
+
+class _UnclippedRatio(_NaivePlan):
+    def __init__(self, verifier, p, q, k):
+        super().__init__(verifier, p, q, k)
+        self.single = _UnclippedDraft(p, q)
+
+
+@dataclass(frozen=True)
+class UnclippedRatio(Naive):
+    def _plan(self, p, q, k):
+        return _UnclippedRatio(self, p, q, k)
+
+
+# 3. SpecInfer that does not remove a rejected child (every trial picks from all k).
+class _NoRemoval(_SpecInferPlan):
+    def _law(self, children):
+        out = np.zeros_like(self.p)
+        reach = 1.0
+        for trial in range(self.k):
+            accept = np.minimum(1.0, self.chain[trial][children] / self.q[children])
+            for x, a in zip(children, accept):
+                out[x] += reach * a / self.k
+            reach *= 1.0 - accept.mean()
+        return out + reach * self.chain[-1]
+
+    def _draw(self, children, rng):
+        for trial in range(self.k):
+            x = children[rng.integers(self.k)]
+            if rng.random() * self.q[x] < self.chain[trial][x]:
+                return int(x)
+        return sample_categorical(self.chain[-1], rng)
+
+
+@dataclass(frozen=True)
+class SpecInferNoRemoval(SpecInfer):
+    def _plan(self, p, q, k):
+        return _NoRemoval(self, p, q, k)
+
+
+# 4. SpecTr with rho = 1 (the residual is then clipped and invalid for k > 1).
+class _RhoOne(_SpecTrPlan):
+    def _choose_rho(self):
+        return 1.0
+
+
+@dataclass(frozen=True)
+class SpecTrRhoOne(SpecTr):
+    def _plan(self, p, q, k):
+        return _RhoOne(self, p, q, k)
+
+
+# 5. NSS that samples from q instead of p.
+class _NSSUsesQ(_NSSPlan):
+    def _law(self, children):
+        return self.q.copy()
+
+    def _draw(self, children, rng):
+        return sample_categorical(self.q, rng)
+
+
+@dataclass(frozen=True)
+class NSSUsesQ(NSS):
+    def _plan(self, p, q, k):
+        return _NSSUsesQ(self, p, q, k)
+
+
+# 6. Inclusive test u <= p/q: accepts a child with p(x) = 0 when u = 0.
+class _InclusiveDraft(SingleDraft):
+    def draw(self, x, rng):
+        if rng.random() * self.r[x] <= self.p[x]:
+            return int(x)
+        return sample_categorical(self.correction, rng)
+
+
+class _Inclusive(_NaivePlan):
+    def __init__(self, verifier, p, q, k):
+        super().__init__(verifier, p, q, k)
+        self.single = _InclusiveDraft(p, q)
+
+
+@dataclass(frozen=True)
+class InclusiveAccept(Naive):
+    def _plan(self, p, q, k):
+        return _Inclusive(self, p, q, k)
+
+
+# 7. The acceptance uniform reused to sample the correction token (sampler-only fault).
+class _ReusedDraft(SingleDraft):
+    def draw(self, x, rng):
+        u = rng.random()
+        if u * self.r[x] < self.p[x]:
+            return int(x)
+        cdf = np.cumsum(self.correction)
+        return int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+
+
+class _ReusedUniform(_NaivePlan):
+    def __init__(self, verifier, p, q, k):
+        super().__init__(verifier, p, q, k)
+        self.single = _ReusedDraft(p, q)
+
+
+@dataclass(frozen=True)
+class ReusedUniform(Naive):
+    def _plan(self, p, q, k):
+        return _ReusedUniform(self, p, q, k)
+
+
+# 8. SpecInfer whose working target is never updated after a rejection.
+class _StaleTarget(_SpecInferPlan):
+    def __init__(self, verifier, p, q, k):
+        super().__init__(verifier, p, q, k)
+        self.chain = [p] * (k + 1)
+
+
+@dataclass(frozen=True)
+class SpecInferStaleTarget(SpecInfer):
+    def _plan(self, p, q, k):
+        return _StaleTarget(self, p, q, k)
+
+
+# 9. Khisti with p_I approximated by q instead of the exact selection law.
+class _ApproximateSelectionLaw(_KhistiPlan):
+    def __init__(self, verifier, p, q, k, selection):
+        selection.law = q
+        super().__init__(verifier, p, q, k, selection)
+
+
+@dataclass(frozen=True)
+class KhistiApproximateLaw(Khisti):
+    def _plan(self, p, q, k):
+        plan = super()._plan(p, q, k)
+        return _ApproximateSelectionLaw(self, p, q, k, plan.selection)
+
+
+# 10. SpecInfer sampler that draws the final token from p instead of the last residual.
+class _FinalFromP(_SpecInferPlan):
+    def _draw(self, children, rng):
+        out = super()._draw(children, rng)
+        if out in children.tolist():
+            return out
+        return sample_categorical(self.p, rng)
+
+
+@dataclass(frozen=True)
+class SpecInferFinalFromP(SpecInfer):
+    def _plan(self, p, q, k):
+        return _FinalFromP(self, p, q, k)
+
+
+# fault -> (broken verifier, the first check in test_mutants.CHECKS expected to catch it)
+MUTANTS = {
+    "residual = p": (ResidualIsP(), "lossless k=2"),
+    "accept p/q without min": (UnclippedRatio(), "lossless k=2"),
+    "specinfer keeps rejected child": (SpecInferNoRemoval(), "lossless k=2"),
+    "spectr rho = 1": (SpecTrRhoOne(), "lossless k=2"),
+    "nss samples q": (NSSUsesQ(), "lossless k=2"),
+    "inclusive u <= p/q": (InclusiveAccept(), "u = 0 boundary"),
+    "acceptance uniform reused": (ReusedUniform(), "sampler vs law"),
+    "specinfer target not updated": (SpecInferStaleTarget(), "lossless k=2"),
+    "khisti p_I = q": (KhistiApproximateLaw(), "lossless k=2"),
+    "specinfer final token from p (sampler only)": (SpecInferFinalFromP(), "sampler vs law"),
+}

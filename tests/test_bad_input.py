@@ -1,0 +1,120 @@
+"""Invalid input raises ValueError naming the argument; nothing is renormalised silently."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simlab import verifiers
+from simlab.otlp import optimal_acceptance, solve_ot_lp
+
+P = np.array([0.2, 0.3, 0.5])
+Q = np.array([0.5, 0.25, 0.25])
+
+BAD_DISTRIBUTIONS = {
+    "2-D": (np.full((1, 3), 1 / 3), "must be 1-D"),
+    "empty": (np.array([]), "empty"),
+    "NaN": (np.array([0.5, np.nan, 0.5]), "NaN"),
+    "inf": (np.array([0.5, np.inf, 0.5]), "infinite"),
+    "negative": (np.array([0.6, -0.1, 0.5]), "negative"),
+    "sum off": (np.array([0.2, 0.3, 0.5 + 2e-9]), "sums to"),
+    "wrong length": (np.array([0.5, 0.5]), "length"),
+    "text": (["a", "b", "c"], "numeric"),
+}
+
+
+@pytest.mark.parametrize("name", verifiers.names())
+@pytest.mark.parametrize("case", list(BAD_DISTRIBUTIONS))
+@pytest.mark.parametrize("argument", ["p", "q"])
+def test_bad_distribution(name, case, argument):
+    bad, message = BAD_DISTRIBUTIONS[case]
+    p, q = (bad, Q) if argument == "p" else (P, bad)
+    if case == "wrong length" and argument == "p":
+        message = "length"  # then q is the one that disagrees
+        argument = "q"
+    verifier = verifiers.get(name)
+    for call in (
+        lambda: verifier.output_distribution(p, q, [0, 1]),
+        lambda: verifier.acceptance_rate(p, q, 2),
+        lambda: verifier.sample(p, q, [0, 1], np.random.default_rng(0)),
+    ):
+        with pytest.raises(ValueError, match=rf"^{argument}: .*{message}"):
+            call()
+
+
+BAD_CHILDREN = {
+    "out of range": ([0, 3], "outside"),
+    "negative id": ([0, -1], "outside"),
+    "float ids": ([0.0, 1.0], "integers"),
+    "2-D": ([[0, 1]], "1-D"),
+    "empty (k=0)": ([], "k = 0"),
+}
+
+
+@pytest.mark.parametrize("name", verifiers.names())
+@pytest.mark.parametrize("case", list(BAD_CHILDREN))
+def test_bad_children(name, case):
+    children, message = BAD_CHILDREN[case]
+    verifier = verifiers.get(name)
+    with pytest.raises(ValueError, match=rf"^children: .*{message}"):
+        verifier.output_distribution(P, Q, children)
+    with pytest.raises(ValueError, match=rf"^children: .*{message}"):
+        verifier.sample(P, Q, children, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("name", verifiers.names())
+def test_child_with_zero_draft_probability_is_an_impossible_draw(name):
+    q = np.array([0.5, 0.5, 0.0])
+    with pytest.raises(ValueError, match=r"^children: token 2 has q = 0"):
+        verifiers.get(name).output_distribution(P, q, [0, 2])
+
+
+@pytest.mark.parametrize("name", verifiers.names())
+def test_plan_checks_number_of_children(name):
+    plan = verifiers.get(name).prepare(P, Q, 2)
+    with pytest.raises(ValueError, match=r"^children: expected k = 2"):
+        plan.output_distribution([0])
+
+
+@pytest.mark.parametrize("k", [0, -1, 1.5, True, "2"])
+@pytest.mark.parametrize("name", verifiers.names())
+def test_bad_k(name, k):
+    with pytest.raises(ValueError, match=r"^k: "):
+        verifiers.get(name).acceptance_rate(P, Q, k)
+
+
+def test_repeated_children_without_replacement():
+    with pytest.raises(ValueError, match=r"^children: .*repeats"):
+        verifiers.get("rrs_wor").output_distribution(P, Q, [1, 1])
+
+
+def test_rng_must_be_a_generator():
+    with pytest.raises(ValueError, match=r"^rng: "):
+        verifiers.get("naive").sample(P, Q, [0], 42)
+
+
+def test_unknown_verifier_and_options():
+    with pytest.raises(ValueError, match=r"^name: unknown verifier 'bogus'"):
+        verifiers.get("bogus")
+    with pytest.raises(ValueError, match=r"^options: "):
+        verifiers.get("nss", order="fixed")
+    with pytest.raises(ValueError, match=r"^order: "):
+        verifiers.get("specinfer", order="sorted")
+    with pytest.raises(ValueError, match=r"^mode: "):
+        verifiers.get("khisti", mode="fast")
+    with pytest.raises(ValueError, match=r"^s: "):
+        verifiers.get("khisti", s=1)
+
+
+def test_size_limits_raise_clearly():
+    big = np.full(60, 1 / 60)
+    with pytest.raises(ValueError, match=r"^k: the OT LP would have"):
+        verifiers.get("optimal").acceptance_rate(big, big, 3)
+    with pytest.raises(ValueError, match=r"^k: exact enumeration would list"):
+        verifiers.get("rrs_wor").acceptance_rate(np.full(200, 1 / 200), np.full(200, 1 / 200), 3)
+    with pytest.raises(ValueError, match=r"^k: the full Khisti LP"):
+        verifiers.get("khisti", mode="lp").prepare(big, big, 3)
+    with pytest.raises(ValueError, match=r"^k: "):
+        optimal_acceptance(big, big, 4, replacement=False)
+    with pytest.raises(ValueError, match=r"^k: "):
+        solve_ot_lp(P, np.array([1.0, 0.0, 0.0]), 2, replacement=False)
