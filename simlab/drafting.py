@@ -115,12 +115,20 @@ def draw_children(q: np.ndarray, k: int, drafting: Drafting, rng: np.random.Gene
 
 
 def hit_probability(q: np.ndarray, n: int) -> np.ndarray:
-    """P(token t appears among n i.i.d. draws from q) = 1 - (1 - q(t))^n, elementwise, float64.
+    """P(token t appears among n i.i.d. draws from q) = 1 - (1 - q(t))^n, elementwise, float64 (V,).
 
-    Computed as -expm1(n log1p(-q)) so that tiny q(t) keeps full relative precision;
-    n = 0 gives zeros.
+    (1 - q)^n by repeated squaring (O(log n) passes over the vocabulary); the absolute error
+    is a few ulps per token.  n = 0 gives zeros.
     """
     if n == 0:
         return np.zeros_like(q)
-    with np.errstate(divide="ignore"):
-        return -np.expm1(n * np.log1p(-np.minimum(q, 1.0)))  # q may exceed 1 by rounding
+    miss = np.subtract(1.0, q)
+    np.maximum(miss, 0.0, out=miss)  # q may exceed 1 by rounding
+    power = None
+    while n:
+        if n & 1:
+            power = miss.copy() if power is None else np.multiply(power, miss, out=power)
+        n >>= 1
+        if n:
+            np.multiply(miss, miss, out=miss)
+    return np.subtract(1.0, power, out=power)

@@ -100,7 +100,7 @@ def solve_ot_lp(p, q, k: int, replacement: bool = True) -> OTSolution:
     row_sum = sp.csr_matrix((np.ones(rows.size), (rows, np.arange(rows.size))), shape=(n, rows.size))
     col_sum = sp.csr_matrix((np.ones(rows.size), (cols, np.arange(rows.size))), shape=(vocab, rows.size))
     problem = cp.Problem(cp.Maximize(cp.sum(flow)), [row_sum @ flow <= probs, col_sum @ flow <= p])
-    problem.solve(solver=cp.HIGHS, output_flag=False)
+    problem.solve(solver=cp.SCIPY, scipy_options={"method": "highs"})  # HiGHS simplex: a vertex solution
     if problem.status != cp.OPTIMAL or flow.value is None:
         raise ValueError(f"p, q: the OT LP solver ended with status {problem.status!r}")
     matched = np.zeros((n, vocab))

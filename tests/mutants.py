@@ -55,18 +55,18 @@ class _NoRemoval(_SpecInferPlan):
         out = np.zeros_like(self.p)
         reach = 1.0
         for trial in range(self.k):
-            accept = np.minimum(1.0, self.chain[trial][children] / self.q[children])
+            accept = np.minimum(1.0, self.target_at(trial, children) / self.q[children])
             for x, a in zip(children, accept):
                 out[x] += reach * a / self.k
             reach *= 1.0 - accept.mean()
-        return out + reach * self.chain[-1]
+        return out + reach * self.final
 
     def _draw(self, children, rng):
         for trial in range(self.k):
             x = children[rng.integers(self.k)]
-            if rng.random() * self.q[x] < self.chain[trial][x]:
+            if rng.random() * self.q[x] < self.target_at(trial, x):
                 return int(x)
-        return sample_categorical(self.chain[-1], rng)
+        return sample_categorical(self.final, rng)
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,10 @@ class ReusedUniform(Naive):
 class _StaleTarget(_SpecInferPlan):
     def __init__(self, verifier, p, q, k):
         super().__init__(verifier, p, q, k)
-        self.chain = [p] * (k + 1)
+        self.final = p
+
+    def target_at(self, trial, tokens):
+        return self.p[tokens]
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ class _FullLPSelection:
             sp.csr_matrix((-probs[m_idx], (t_idx, np.arange(n_beta))), shape=(vocab, n_beta)),
             sp.identity(vocab, format="csr"),
         ]).tocsr()
-        bounds = [(0.0, 1.0)] * n_beta + [(0.0, float(pt)) for pt in p]
+        bounds = np.column_stack([np.zeros(n_beta + vocab), np.concatenate([np.ones(n_beta), p])])
         beta = np.maximum(_solve(cost, a_ub, np.zeros(vocab), a_eq, np.ones(len(multisets)), bounds, "full")[:n_beta], 0.0)
         sums = np.bincount(m_idx, weights=beta, minlength=len(multisets))
         beta /= sums[m_idx]
@@ -89,13 +89,23 @@ class _FullLPSelection:
         return int(tokens[np.searchsorted(np.cumsum(beta), rng.random() * beta.sum(), side="right")])
 
 
+def _top_s(p: np.ndarray, c: np.ndarray, q: np.ndarray, s: int) -> np.ndarray:
+    """The s tokens with the largest key p - c q (ties: lowest index), in linear time."""
+    key = np.multiply(c, q)
+    np.subtract(p, key, out=key)
+    top = np.empty(s, dtype=np.intp)
+    for i in range(s):
+        top[i] = int(np.argmax(key))
+        key[top[i]] = -np.inf
+    return top
+
+
 class _Round:
     """One tournament round: champion (law c) against a challenger (law q)."""
 
     def __init__(self, p: np.ndarray, c: np.ndarray, q: np.ndarray, s: int):
         vocab = p.size
-        key = p - c * q
-        top = np.arange(vocab) if s >= vocab else np.argpartition(-key, s - 1)[:s]
+        top = np.arange(vocab) if s >= vocab else _top_s(p, c, q, s)
         self.top = {int(t): i for i, t in enumerate(top)}
         n = top.size
         ct, qt = c[top], q[top]
@@ -110,7 +120,7 @@ class _Round:
         if pairs:
             cost = np.concatenate([np.zeros(len(pairs)), -np.ones(n)])
             a_ub = np.hstack([-lin, np.eye(n)])
-            bounds = [(0.0, 1.0)] * len(pairs) + [(0.0, float(pt)) for pt in p[top]]
+            bounds = np.column_stack([np.zeros(len(pairs) + n), np.concatenate([np.ones(len(pairs)), p[top]])])
             w = np.clip(_solve(cost, a_ub, const, None, None, bounds, "truncated")[: len(pairs)], 0.0, 1.0)
         else:
             w = np.zeros(0)

@@ -7,7 +7,7 @@ p_{i+1} = norm((p_i - q)_+) and remove that one copy of x.  When no child is lef
 Y ~ p_k.  Since p_{i+1} depends only on i, the random-order law is a DP over the at most 2^k
 subsets of remaining children (DDTE App. D), touching the full vocabulary only k times.
 alpha = 1 - prod_{i<k} TV(p_i, q) (a rejected token has p_{i+1} = 0, so the final sample
-never lands on a child).  Sources: Miao et al. 2024, Alg. 2 and Thm. 4.2; DDTE App. C-D.
+never lands on a child); p_i is kept in closed form as norm((p - c_i q)_+).  Sources: Miao et al. 2024, Alg. 2 and Thm. 4.2; DDTE App. C-D.
 """
 
 from __future__ import annotations
@@ -17,22 +17,56 @@ from typing import Literal
 
 import numpy as np
 
-from simlab.distributions import residual, sample_categorical
+from simlab.distributions import sample_categorical
 from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw
 
 
+def _excess(p: np.ndarray, q: np.ndarray, c: float, buffer: np.ndarray) -> float:
+    """sum_t (p(t) - c q(t))_+, computed in ``buffer`` (V,) without allocating."""
+    np.multiply(q, c, out=buffer)
+    np.subtract(p, buffer, out=buffer)
+    np.maximum(buffer, 0.0, out=buffer)
+    return float(buffer.sum())
+
+
 class _SpecInferPlan(NodePlan):
+    """The residual chain in closed form: p_i = norm((p - c_i q)_+), c_0 = 0, c_{i+1} = c_i + Z_i.
+
+    With Z_i = sum (p - c_i q)_+ (Z_0 = 1), induction gives norm((p_i - q)_+) =
+    norm((p - (c_i + Z_i) q)_+) and TV(p_i, q) = Z_{i+1} / Z_i, so P(all k rejected) = Z_k.
+    Only k reductions and one final vector touch the whole vocabulary.
+    """
+
     def __init__(self, verifier, p, q, k):
         super().__init__(verifier, p, q, k)
-        chain = [p]
+        buffer = np.empty_like(p)
+        self.scale = [0.0]  # c_i
+        self.mass = [1.0]  # Z_i
+        self.reject_all = 1.0  # P(all k children rejected) = Z_k, or 0 after a stall
         for _ in range(k):
-            chain.append(residual(chain[-1], q))
-        self.chain = chain  # p_0 .. p_k
+            c = self.scale[-1] + self.mass[-1]
+            z = _excess(p, q, c, buffer)
+            if z == 0.0:
+                # p_i = q: the next trial accepts surely, so P(all rejected) = 0 and any
+                # later target is unreachable; keep the current one.
+                c, z, self.reject_all = self.scale[-1], self.mass[-1], 0.0
+            self.scale.append(c)
+            self.mass.append(z)
+        if self.reject_all:
+            self.reject_all = self.mass[-1]
+        self.final = buffer  # p_k, (V,)
+        _excess(p, q, self.scale[-1], buffer)
+        buffer /= self.mass[-1]
+
+    def target_at(self, trial: int, tokens) -> np.ndarray:
+        """p_trial(tokens) without materialising p_trial."""
+        values = np.maximum(self.p[tokens] - self.scale[trial] * self.q[tokens], 0.0)
+        return values / self.mass[trial]
 
     def _accept_matrix(self, children):
         """A[i, j] = min(1, p_i(x_j) / q(x_j)): accepting child j as the (i+1)-th trial."""
         qx = self.q[children]
-        return np.minimum(1.0, np.stack([pi[children] for pi in self.chain[:-1]]) / qx)
+        return np.minimum(1.0, np.stack([self.target_at(i, children) for i in range(self.k)]) / qx)
 
     def _law(self, children):
         accept = self._accept_matrix(children)
@@ -60,22 +94,19 @@ class _SpecInferPlan(NodePlan):
                         reach_by_mask[mask ^ (1 << j)] += weight * (1.0 - a) / remaining
             reach = reach_by_mask[0]
         if reach > 0.0:
-            out += reach * self.chain[-1]
+            out += reach * self.final
         return out
 
     def _draw(self, children, rng):
         order = np.arange(self.k) if self.verifier.order == "fixed" else rng.permutation(self.k)
         for trial, j in enumerate(order):
             x = children[j]
-            if accept_draw(rng, self.chain[trial][x], self.q[x]):
+            if accept_draw(rng, self.target_at(trial, x), self.q[x]):
                 return int(x)
-        return sample_categorical(self.chain[-1], rng)
+        return sample_categorical(self.final, rng)
 
     def acceptance_rate(self) -> float:
-        reject = 1.0
-        for pi in self.chain[:-1]:
-            reject *= float(np.maximum(self.q - pi, 0.0).sum())
-        return 1.0 - reject
+        return 1.0 - self.reject_all
 
 
 @dataclass(frozen=True)

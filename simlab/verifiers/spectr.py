@@ -26,41 +26,62 @@ def _p_acc(beta: float, k: int) -> float:
     return float(-np.expm1(k * np.log1p(-beta))) if beta < 1.0 else 1.0
 
 
-def optimal_rho(p: np.ndarray, q: np.ndarray, k: int, tol: float = RHO_TOLERANCE) -> float:
+def optimal_rho(p: np.ndarray, q: np.ndarray, k: int, tol: float = RHO_TOLERANCE, buckets: int = 256) -> float:
     """rho* = the smallest rho in [1, k] with p_acc(rho) <= rho beta(rho), by bisection to ``tol``.
 
-    Returns the upper end of the final bracket, so the residual is always valid.  Each step
-    moves the tokens whose ratio p/q leaves the bracket into running sums (for rho in
-    [lo, hi], a token with p/q <= lo contributes p/rho to beta and one with p/q >= hi
-    contributes q), so the total work is about two passes over the vocabulary.
+    beta(rho) = (1/rho) sum_{p/q < rho} p + sum_{p/q >= rho} q is known exactly at the edges of
+    ``buckets`` equal buckets of [1, k] from two weighted bincounts of the ratios p/q; the
+    bracket edge found there is refined by bisection over the tokens of one bucket only, so
+    the vocabulary is scanned a fixed number of times.  Returns the upper end of the final
+    bracket, so the residual is always a valid law.
     """
-    def g(rho, low_p, high_q, mp, mq):
-        beta = low_p / rho + high_q + np.minimum(mq, mp / rho).sum()
-        return _p_acc(beta, k) - rho * beta
-
-    pos = q > 0
-    mp, mq = p[pos], q[pos]
-    ratio = mp / mq
-    lo, hi = 1.0, float(k)
-    low, high = ratio <= lo, ratio >= hi
-    low_p, high_q = float(mp[low].sum()), float(mq[high].sum())
-    keep = ~(low | high)
-    mp, mq, ratio = mp[keep], mq[keep], ratio[keep]
-    if k == 1 or g(lo, low_p, high_q, mp, mq) <= 0.0:
+    if k == 1:
         return 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = p / q  # inf where q = 0 < p, nan where p = q = 0: such tokens add 0 to beta
+    position = np.subtract(ratio, 1.0)
+    position *= buckets / (k - 1.0)
+    np.fmax(position, -1.0, out=position)  # nan -> -1
+    np.minimum(position, float(buckets), out=position)
+    np.floor(position, out=position)
+    position += 1.0
+    index = position.astype(np.intp)  # 0: ratio < 1; b: ratio in [e_{b-1}, e_b); buckets+1: ratio >= k
+    p_by = np.bincount(index, weights=p, minlength=buckets + 2)
+    q_by = np.bincount(index, weights=q, minlength=buckets + 2)
+    edges = 1.0 + np.arange(buckets + 1) * ((k - 1.0) / buckets)  # e_0 = 1 .. e_B = k
+    low_p = np.cumsum(p_by)[: buckets + 1]  # ratio < e_b
+    high_q = q_by.sum() - np.cumsum(q_by)[: buckets + 1]  # ratio >= e_b
+    beta = low_p / edges + high_q
+    g = _p_acc_vec(beta, k) - edges * beta
+    if g[0] <= 8 * np.finfo(np.float64).eps:  # g(1) >= 0, = 0 iff beta(1) in {0, 1}; allow rounding
+        return 1.0
+    hits = np.flatnonzero(g <= 0.0)
+    b = int(hits[0]) if hits.size else buckets
+    # Inside bucket b, beta(rho) = a / rho + c between consecutive sorted ratios: evaluate g
+    # at those breakpoints, then bisect the closed form on the one interval left.
+    inside = np.flatnonzero(index == b)
+    order = np.argsort(ratio[inside], kind="stable")
+    r, mp, mq = ratio[inside][order], p[inside][order], q[inside][order]
+    points = np.concatenate(([edges[b - 1]], r, [edges[b]]))
+    a_at = low_p[b - 1] + np.concatenate(([0.0], np.cumsum(mp)))  # tokens with ratio < point
+    c_at = q_by[b + 1 :].sum() + np.concatenate((np.cumsum(mq[::-1])[::-1], [0.0]))  # ratio >= point
+    beta_at = a_at / points[: r.size + 1] + c_at
+    g_at = _p_acc_vec(beta_at, k) - points[: r.size + 1] * beta_at
+    j = max(int(np.flatnonzero(g_at <= 0.0)[0]) - 1, 0) if np.any(g_at <= 0.0) else r.size
+    lo, hi = float(points[j]), float(points[j + 1])  # g(lo) > 0 >= g(hi); a, c fixed on (lo, hi]
+    a, c = float(a_at[j]), float(c_at[j])
     while hi - lo > tol:
         mid = 0.5 * (lo + hi)
-        if g(mid, low_p, high_q, mp, mq) <= 0.0:
+        beta_mid = a / mid + c
+        if _p_acc(beta_mid, k) - mid * beta_mid <= 0.0:
             hi = mid
-            leaving = ratio >= hi
-            high_q += float(mq[leaving].sum())
         else:
             lo = mid
-            leaving = ratio <= lo
-            low_p += float(mp[leaving].sum())
-        stay = ~leaving
-        mp, mq, ratio = mp[stay], mq[stay], ratio[stay]
     return hi
+
+
+def _p_acc_vec(beta: np.ndarray, k: int) -> np.ndarray:
+    return 1.0 - np.power(np.maximum(1.0 - beta, 0.0), k)
 
 
 class _SpecTrPlan(NodePlan):
