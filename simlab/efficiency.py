@@ -1,0 +1,141 @@
+"""Expected block efficiency over the tree distribution, and the exact law of emitted tokens.
+
+E[tau + 1] = E_T[ E[tau + 1 | T] ] (DDTE Eq. 1-3): the outer expectation over the trees a
+shape draws, the inner one exact for each tree (``TreeVerifier.expected_block_efficiency``).
+
+* ``method="exact"``: enumerate every tree with its probability (``shape.enumerate``; small
+  vocabularies, at most ``simlab.shapes.MAX_TREES`` trees);
+* ``method="mc"``: average the exact inner expectation over ``samples`` sampled trees (DDTE
+  uses 4): unbiased, with the standard error of that mean;
+* ``simulate_block_efficiency``: the brute-force cross-check that runs ``verify``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from simlab import tree_verifiers
+from simlab.pairs import ModelPair
+from simlab.trees import NodeTable
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A block-efficiency value in tokens per verification step.
+
+    Attributes:
+        mean: the estimate of E[tau + 1].
+        stderr: its standard error (0.0 for ``exact``; NaN for one Monte Carlo sample).
+        method: ``"exact"``, ``"mc"`` or ``"simulation"``.
+        samples: trees (mc) or verification steps (simulation) used; trees enumerated (exact).
+    """
+
+    mean: float
+    stderr: float
+    method: str
+    samples: int
+
+
+def _verifier(verifier):
+    return tree_verifiers.get(verifier) if isinstance(verifier, str) else verifier
+
+
+def expected_block_efficiency(pair: ModelPair, context: Sequence[int], shape, verifier, *, method: str = "exact",
+                              samples: int = 4, seed: int = 0) -> Estimate:
+    """E[tau + 1] for drafting with ``shape`` at ``context`` and verifying with ``verifier``.
+
+    Args:
+        pair: the model pair giving p and q.
+        context: the root context (token ids).
+        shape: a tree shape (``simlab.shapes.Delayed``, ``iid``, ``chain``, ``Static``).
+        verifier: a tree-verifier name or object (``simlab.tree_verifiers.get``).
+        method: ``"exact"`` or ``"mc"``.
+        samples: number of sampled trees for ``"mc"`` (>= 1).
+        seed: seed of the ``numpy.random.Generator`` that draws the trees for ``"mc"``.
+
+    Returns:
+        ``Estimate`` (tokens per step).
+
+    Raises:
+        ValueError: unknown method or verifier, samples < 1, a bad context, or too many
+            trees to enumerate (with the limit in the message).
+    """
+    verifier = _verifier(verifier)
+    table = NodeTable(pair, context)
+    if method == "exact":
+        total, weight, count = 0.0, 0.0, 0
+        for tree, prob in shape.enumerate(table):
+            total += prob * verifier.expected_block_efficiency(tree)
+            weight += prob
+            count += 1
+        return Estimate(total / weight, 0.0, "exact", count)
+    if method == "mc":
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+            raise ValueError(f"samples: must be a positive integer, got {samples!r}")
+        rng = np.random.default_rng(seed)
+        values = np.array([verifier.expected_block_efficiency(shape.sample(table, rng)) for _ in range(samples)])
+        stderr = float(values.std(ddof=1) / math.sqrt(samples)) if samples > 1 else float("nan")
+        return Estimate(float(values.mean()), stderr, "mc", samples)
+    raise ValueError(f"method: must be 'exact' or 'mc', got {method!r}")
+
+
+def simulate_block_efficiency(pair: ModelPair, context: Sequence[int], shape, verifier, *, steps: int,
+                              seed: int = 0) -> Estimate:
+    """Brute force: draw a tree and run ``verify`` ``steps`` times; mean and standard error of tau + 1."""
+    verifier = _verifier(verifier)
+    table = NodeTable(pair, context)
+    rng = np.random.default_rng(seed)
+    lengths = np.array([len(verifier.verify(shape.sample(table, rng), rng)[0]) + 1 for _ in range(steps)], dtype=float)
+    return Estimate(float(lengths.mean()), float(lengths.std(ddof=1) / math.sqrt(steps)), "simulation", steps)
+
+
+def emitted_sequence_law(pair: ModelPair, context: Sequence[int], shape, verifier, n: int) -> dict[tuple[int, ...], float]:
+    """Exact law of the first ``n`` tokens emitted by repeated speculative steps from ``context``.
+
+    Each step enumerates the trees of ``shape`` at the current context, takes the exact
+    outcome law of ``verifier`` (accepted path + correction or bonus token), and recurses on
+    the extended context until n tokens are out.  Equal to ``target_sequence_law`` iff the
+    scheme is lossless (over these n tokens).
+    """
+    verifier = _verifier(verifier)
+    memo: dict[tuple[int, ...], dict[tuple[int, ...], float]] = {}
+
+    def law(ctx: tuple[int, ...], need: int) -> dict[tuple[int, ...], float]:
+        key = ctx + (-need,)
+        if key in memo:
+            return memo[key]
+        out: dict[tuple[int, ...], float] = {}
+        table = NodeTable(pair, ctx)
+        for tree, prob in shape.enumerate(table):
+            for path, vector in verifier.outcome_law(tree).items():
+                for t in np.flatnonzero(vector > 0):
+                    emitted = path + (int(t),)
+                    weight = prob * float(vector[t])
+                    if len(emitted) >= need:
+                        head = emitted[:need]
+                        out[head] = out.get(head, 0.0) + weight
+                    else:
+                        for tail, w in law(ctx + emitted, need - len(emitted)).items():
+                            out[emitted + tail] = out.get(emitted + tail, 0.0) + weight * w
+        memo[key] = out
+        return out
+
+    return law(tuple(int(t) for t in context), n)
+
+
+def target_sequence_law(pair: ModelPair, context: Sequence[int], n: int) -> dict[tuple[int, ...], float]:
+    """The target's law of the next ``n`` tokens: prod_i p(x_i | context, x_<i)."""
+    out = {(): 1.0}
+    for _ in range(n):
+        nxt = {}
+        prefixes = list(out)
+        p_rows, _ = pair.distributions([tuple(context) + pre for pre in prefixes])
+        for pre, row in zip(prefixes, p_rows):
+            for t in np.flatnonzero(row > 0):
+                nxt[pre + (int(t),)] = out[pre] * float(row[t])
+        out = nxt
+    return out

@@ -1,0 +1,156 @@
+"""Draft trees: a root context, nodes keyed by their token path, ordered child lists with multiplicity.
+
+* A **node** is the token path from the root, a tuple (the root is ``()``); its context is
+  ``root context + path``.
+* ``children[path]`` is the node's **ordered child list**: the drafted next tokens, one per
+  draft that passes through the node, duplicates kept (two i.i.d. rollouts that agree on a
+  token give that child multiplicity 2).  The child node for token t is ``path + (t,)``.
+* p and q at every node come from a ``NodeTable`` (a memo over one root context, filled from a
+  model pair in batches), which also memoises each verifier's per-node plan by value.
+
+Static trees use the common tuple notation: each node is the tuple of child *ranks* along its
+path, e.g. ``[(0,), (1,), (0, 0)]`` = two children of the root, and one child below the first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simlab.distributions import check_distribution
+from simlab.pairs import ModelPair, check_context
+
+Path = tuple[int, ...]
+
+
+class NodeTable:
+    """p and q at node paths below one root context, fetched from ``pair`` in batches and memoised.
+
+    Local to one computation (a tree, or every tree of one expectation); never global.
+
+    Args:
+        pair: a ``ModelPair``.
+        context: the root context (token ids).
+    """
+
+    def __init__(self, pair: ModelPair, context: Sequence[int]):
+        self.pair = pair
+        self.vocab_size = int(pair.vocab_size)
+        self.context = check_context(context, self.vocab_size)
+        self._p: dict[Path, np.ndarray] = {}
+        self._q: dict[Path, np.ndarray] = {}
+        self._plans: dict[tuple, object] = {}
+
+    def fetch(self, paths: Iterable[Path]) -> None:
+        """Load p and q for every path not yet known, in one call to the pair."""
+        missing = list(dict.fromkeys(tuple(pth) for pth in paths if tuple(pth) not in self._p))
+        if not missing:
+            return
+        p, q = self.pair.distributions([self.context + pth for pth in missing])
+        for i, pth in enumerate(missing):
+            self._p[pth] = check_distribution(p[i], f"p at node {pth}", size=self.vocab_size)
+            self._q[pth] = check_distribution(q[i], f"q at node {pth}", size=self.vocab_size)
+
+    def p(self, path: Path) -> np.ndarray:
+        """The target distribution at ``path``, float64 (V,)."""
+        if path not in self._p:
+            self.fetch([path])
+        return self._p[path]
+
+    def q(self, path: Path) -> np.ndarray:
+        """The draft distribution at ``path``, float64 (V,)."""
+        if path not in self._q:
+            self.fetch([path])
+        return self._q[path]
+
+    def plan(self, verifier, path: Path, k: int):
+        """``verifier.prepare(p, q, k)`` at ``path``, memoised by (verifier value, path, k)."""
+        key = (verifier, path, k)
+        if key not in self._plans:
+            self._plans[key] = verifier.prepare(self.p(path), self.q(path), k)
+        return self._plans[key]
+
+
+@dataclass
+class DraftTree:
+    """A draft tree over a ``NodeTable``.
+
+    Attributes:
+        table: p and q for the nodes (and the root context).
+        children: node path -> ordered child tokens (with multiplicity); leaves may be absent.
+    """
+
+    table: NodeTable
+    children: dict[Path, tuple[int, ...]] = field(default_factory=dict)
+
+    @property
+    def context(self) -> tuple[int, ...]:
+        return self.table.context
+
+    def child_list(self, path: Path) -> tuple[int, ...]:
+        """The ordered child tokens of ``path`` (empty at a leaf)."""
+        return self.children.get(path, ())
+
+    def nodes(self) -> list[Path]:
+        """Every node path, root first, in depth-first order of first appearance."""
+        out, stack = [], [()]
+        while stack:
+            path = stack.pop()
+            out.append(path)
+            for t in reversed(list(dict.fromkeys(self.child_list(path)))):
+                stack.append(path + (t,))
+        return out
+
+    def depth(self) -> int:
+        """The length of the longest root-to-leaf path (0 for a root alone)."""
+        return max(len(pth) for pth in self.nodes())
+
+    def fill(self) -> "DraftTree":
+        """Fetch p and q for every node in one batched call; returns self."""
+        self.table.fetch(self.nodes())
+        return self
+
+    def first_path(self) -> Path:
+        """The path that follows the first child at every node (the "first draft")."""
+        path: Path = ()
+        while self.child_list(path):
+            path = path + (self.child_list(path)[0],)
+        return path
+
+    def to_tuples(self) -> list[tuple[int, ...]]:
+        """Export the topology in tuple notation (children ranked by first appearance)."""
+        out = []
+        stack = [((), ())]
+        while stack:
+            path, ranks = stack.pop(0)
+            for rank, t in enumerate(dict.fromkeys(self.child_list(path))):
+                out.append(ranks + (rank,))
+                stack.append((path + (t,), ranks + (rank,)))
+        return sorted(out, key=lambda r: (len(r), r))
+
+
+def parse_tuples(spec: Sequence[Sequence[int]]) -> dict[tuple[int, ...], int]:
+    """Validate a static tree in tuple notation; return rank path -> number of children.
+
+    Raises:
+        ValueError: a node whose parent is missing, a negative rank, duplicate nodes, or
+            ranks of siblings that are not 0..n-1.
+    """
+    nodes = [tuple(int(r) for r in node) for node in spec]
+    if len(set(nodes)) != len(nodes):
+        raise ValueError("spec: a node appears twice")
+    present = set(nodes) | {()}
+    counts: dict[tuple[int, ...], int] = {}
+    for node in nodes:
+        if not node or any(r < 0 for r in node):
+            raise ValueError(f"spec: node {node} must be a non-empty tuple of non-negative ranks")
+        if node[:-1] not in present:
+            raise ValueError(f"spec: node {node} has no parent {node[:-1]}")
+        counts[node[:-1]] = counts.get(node[:-1], 0) + 1
+    for parent, n in counts.items():
+        ranks = sorted(node[-1] for node in nodes if node[:-1] == parent)
+        if ranks != list(range(n)):
+            raise ValueError(f"spec: the children of {parent} have ranks {ranks}, expected 0..{n - 1}")
+    return counts
