@@ -68,9 +68,10 @@ class Traversal(TreeVerifier):
     """Traversal Verification (sequence-level acceptance, leaf to root)."""
 
     name = "traversal"
+    state_class = _State  # the per-node bookkeeping (a seam for the planted-fault tests)
 
     def outcome_law(self, tree):
-        state, out, reach = _State(tree), {}, 1.0
+        state, out, reach = self.state_class(tree), {}, 1.0
         while reach > 0.0:
             v = state.first_leaf()
             accept = 1.0 if v == () else state.weight[v]
@@ -83,7 +84,7 @@ class Traversal(TreeVerifier):
         return out
 
     def verify(self, tree, rng):
-        state = _State(tree)
+        state = self.state_class(tree)
         while True:
             v = state.first_leaf()
             if v == () or rng.random() < state.weight[v]:

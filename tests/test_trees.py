@@ -1,0 +1,144 @@
+"""Draft trees, shapes, and block efficiency: estimators agree, published values reproduce."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import simlab
+from simlab import tree_verifiers
+from simlab.drafting import Drafting
+from simlab.efficiency import expected_block_efficiency
+from simlab.pairs import ContextFreePair, MarkovPair
+from simlab.shapes import MAX_TREES, Delayed, Static, chain, iid
+from simlab.trees import DraftTree, NodeTable, parse_tuples
+from tree_checks import check_estimates_agree, check_outcome_law_is_a_law, check_simulation_matches_exact
+
+PAIR = MarkovPair.random(3, np.random.default_rng(11), concentration=0.8, closeness=0.4)
+CONTEXT = (2,)
+IID_SHAPES = [chain(3), iid(2, 2), Delayed(3, 1, 1)]
+WOR_SHAPES = [chain(3), iid(2, 2, Drafting.WITHOUT_REPLACEMENT), Delayed(2, 1, 2, Drafting.WITHOUT_REPLACEMENT)]
+
+
+def cases():
+    for name in tree_verifiers.names():
+        for shape in (WOR_SHAPES if name == "rrs_wor" else IID_SHAPES):
+            yield name, shape
+
+
+@pytest.mark.parametrize("verifier, shape", list(cases()), ids=lambda x: str(x))
+def test_exact_mc_and_simulation_agree(verifier, shape):
+    exact = expected_block_efficiency(PAIR, CONTEXT, shape, verifier)
+    mc = expected_block_efficiency(PAIR, CONTEXT, shape, verifier, method="mc", samples=200, seed=3)
+    check_estimates_agree(exact, mc)
+    check_simulation_matches_exact(PAIR, CONTEXT, shape, verifier, steps=1500, seed=4)
+
+
+def test_block_verification_toy_example():
+    """Sun et al. 2024: p = (1/3, 2/3), q = (2/3, 1/3), gamma = 2: 10/9 vs 11/9 accepted drafts."""
+    pair = ContextFreePair([1 / 3, 2 / 3], [2 / 3, 1 / 3])
+    token_level = expected_block_efficiency(pair, (), chain(2), "naive_chain").mean - 1
+    block = expected_block_efficiency(pair, (), chain(2), "bv").mean - 1
+    assert token_level == pytest.approx(10 / 9, abs=1e-12)
+    assert block == pytest.approx(11 / 9, abs=1e-12)
+
+
+@pytest.mark.parametrize("length", [1, 2, 3])
+def test_traversal_equals_block_verification_on_chains(length):
+    table = NodeTable(PAIR, CONTEXT)
+    for tree, _ in chain(length).enumerate(table):
+        bv = tree_verifiers.get("bv").outcome_law(tree)
+        tr = tree_verifiers.get("traversal").outcome_law(tree)
+        zero = np.zeros(table.vocab_size)
+        for path in set(bv) | set(tr):
+            np.testing.assert_allclose(tr.get(path, zero), bv.get(path, zero), atol=1e-14)
+
+
+@pytest.mark.parametrize("name", tree_verifiers.names())
+def test_width_one_tree_equals_the_chain(name):
+    if name == "rrs_wor":
+        a = expected_block_efficiency(PAIR, CONTEXT, iid(1, 3, Drafting.WITHOUT_REPLACEMENT), name).mean
+    else:
+        a = expected_block_efficiency(PAIR, CONTEXT, iid(1, 3), name).mean
+    # The same trees with the same probabilities (up to the rounding of the drafting law).
+    assert a == pytest.approx(expected_block_efficiency(PAIR, CONTEXT, chain(3), name).mean, abs=1e-14)
+    table = NodeTable(PAIR, CONTEXT)
+    wide = {tuple(sorted(t.children.items())): pr for t, pr in iid(1, 3).enumerate(table)}
+    narrow = {tuple(sorted(t.children.items())): pr for t, pr in chain(3).enumerate(table)}
+    assert wide == narrow
+
+
+@pytest.mark.parametrize("name", [n for n in tree_verifiers.names() if n != "rrs_wor"])
+def test_outcome_laws_are_laws(name):
+    table = NodeTable(PAIR, CONTEXT)
+    for tree, _ in Delayed(2, 1, 2).enumerate(table):
+        check_outcome_law_is_a_law(tree, tree_verifiers.get(name))
+
+
+def test_accepted_length_distribution_and_block_efficiency():
+    table = NodeTable(PAIR, CONTEXT)
+    tree = iid(2, 3).sample(table, np.random.default_rng(0))
+    verifier = tree_verifiers.get("specinfer")
+    dist = verifier.accepted_length_distribution(tree)
+    assert dist.shape == (tree.depth() + 1,) and dist.sum() == pytest.approx(1.0, abs=1e-12)
+    assert verifier.expected_block_efficiency(tree) == pytest.approx(float(np.dot(np.arange(1, 5), dist)))
+
+
+def test_no_draft_and_single_path_conventions():
+    assert Delayed(3, 0, 0).tokens == 0
+    assert expected_block_efficiency(PAIR, CONTEXT, Delayed(3, 0, 0), "specinfer").mean == 1.0
+    table = NodeTable(PAIR, CONTEXT)
+    tree = Delayed(4, 2, 0).sample(table, np.random.default_rng(0))
+    assert len(tree.nodes()) == 3 and tree.depth() == 2  # K is irrelevant when L2 = 0
+    tree = Delayed(3, 1, 2).sample(table, np.random.default_rng(1))
+    trunk = tree.first_path()[:1]
+    assert len(tree.child_list(())) == 1 and len(tree.child_list(trunk)) == 3
+
+
+def test_duplicates_are_counted_not_dropped():
+    pair = ContextFreePair([0.5, 0.5], [1.0, 0.0])  # every draft is token 0
+    table = NodeTable(pair, ())
+    tree = iid(3, 2).sample(table, np.random.default_rng(0))
+    assert tree.child_list(()) == (0, 0, 0) and tree.child_list((0,)) == (0, 0, 0)
+    assert tree.nodes() == [(), (0,), (0, 0)]
+
+
+def test_tuple_notation_round_trip():
+    spec = [(0,), (1,), (0, 0), (0, 1), (1, 0), (0, 0, 0)]
+    table = NodeTable(PAIR, CONTEXT)
+    tree = Static(spec).sample(table)
+    assert tree.to_tuples() == sorted(spec, key=lambda r: (len(r), r))
+    q_root = table.q(())
+    assert list(tree.child_list(())) == np.argsort(-q_root, kind="stable")[:2].tolist()
+
+
+@pytest.mark.parametrize("spec, message", [([(1,)], "ranks"), ([(0, 0)], "no parent"), ([(0,), (0,)], "twice"), ([()], "non-empty")])
+def test_bad_tuple_notation(spec, message):
+    with pytest.raises(ValueError, match=f"^spec: .*{message}"):
+        parse_tuples(spec)
+
+
+@pytest.mark.parametrize("kwargs, name", [(dict(K=0, L1=1, L2=1), "K"), (dict(K=1, L1=-1, L2=1), "L1"), (dict(K=1, L1=0, L2=1.5), "L2")])
+def test_bad_shape(kwargs, name):
+    with pytest.raises(ValueError, match=f"^{name}: "):
+        Delayed(**kwargs)
+
+
+def test_bad_method_context_and_limits():
+    with pytest.raises(ValueError, match="^method: "):
+        expected_block_efficiency(PAIR, CONTEXT, chain(1), "nss", method="fast")
+    with pytest.raises(ValueError, match="^context: "):
+        expected_block_efficiency(PAIR, (7,), chain(1), "nss")
+    with pytest.raises(ValueError, match="^samples: "):
+        expected_block_efficiency(PAIR, CONTEXT, chain(1), "nss", method="mc", samples=0)
+    with pytest.raises(ValueError, match="^name: "):
+        expected_block_efficiency(PAIR, CONTEXT, chain(1), "bogus")
+    big = ContextFreePair(np.full(20, 0.05), np.full(20, 0.05))
+    with pytest.raises(ValueError, match=f"^shape: .*{MAX_TREES}"):
+        expected_block_efficiency(big, (), iid(4, 3), "nss")
+
+
+def test_three_line_notebook_cell():
+    pair = MarkovPair.random(4, np.random.default_rng(0))
+    e = simlab.expected_block_efficiency(pair, [0], simlab.Delayed(2, 1, 2), "specinfer")
+    assert 1.0 <= e.mean <= 4.0
