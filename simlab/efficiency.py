@@ -83,6 +83,39 @@ def expected_block_efficiency(pair: ModelPair, context: Sequence[int], shape, ve
     raise ValueError(f"method: must be 'exact' or 'mc', got {method!r}")
 
 
+def action_grid_block_efficiency(pair: ModelPair, context: Sequence[int], verifier, *, K_values=(1, 2, 3, 4),
+                                 L1_values=tuple(range(9)), L2_values=tuple(range(9)), samples: int = 4,
+                                 seed: int = 0) -> dict[tuple[int, int, int], Estimate]:
+    """E[tau + 1] for every delayed-tree action (K, L1, L2) of a grid, by DDTE's estimator.
+
+    For each (K, L1), ``samples`` trees are drawn with the longest L2 of the grid and each
+    is cut at every L2 (a cut tree has the law of a tree drawn with that L2, so every
+    estimate stays unbiased); the inner expectation is exact.  This shares the drafting
+    and, for top-down verifiers, the per-node work across all L2 of the same (K, L1).
+
+    Returns:
+        (K, L1, L2) -> ``Estimate`` (method ``"mc"``, tokens per step).
+    """
+    from simlab.shapes import Delayed
+
+    verifier = _verifier(verifier)
+    table = NodeTable(pair, context)
+    rng = np.random.default_rng(seed)
+    longest = max(L2_values)
+    out: dict[tuple[int, int, int], Estimate] = {}
+    for K in K_values:
+        for L1 in L1_values:
+            values = np.array([
+                verifier.block_efficiency_by_depth(Delayed(K, L1, longest).sample(table, rng), [L1 + L2 for L2 in L2_values])
+                for _ in range(samples)
+            ])
+            means = values.mean(axis=0)
+            errors = values.std(axis=0, ddof=1) / math.sqrt(samples) if samples > 1 else np.full(len(L2_values), np.nan)
+            for j, L2 in enumerate(L2_values):
+                out[(K, L1, L2)] = Estimate(float(means[j]), float(errors[j]), "mc", samples)
+    return out
+
+
 def simulate_block_efficiency(pair: ModelPair, context: Sequence[int], shape, verifier, *, steps: int,
                               seed: int = 0) -> Estimate:
     """Brute force: draw a tree and run ``verify`` ``steps`` times; mean and standard error of tau + 1."""

@@ -53,6 +53,12 @@ class NodeTable:
             self._p[pth] = check_distribution(p[i], f"p at node {pth}", size=self.vocab_size)
             self._q[pth] = check_distribution(q[i], f"q at node {pth}", size=self.vocab_size)
 
+    def without_plans(self) -> "NodeTable":
+        """A table with the same p and q already fetched but no memoised plans (for timing)."""
+        other = NodeTable(self.pair, self.context)
+        other._p, other._q = dict(self._p), dict(self._q)
+        return other
+
     def p(self, path: Path) -> np.ndarray:
         """The target distribution at ``path``, float64 (V,)."""
         if path not in self._p:
@@ -111,6 +117,10 @@ class DraftTree:
         """Fetch p and q for every node in one batched call; returns self."""
         self.table.fetch(self.nodes())
         return self
+
+    def truncate(self, depth: int) -> "DraftTree":
+        """The same tree cut at ``depth`` tokens (nodes deeper than that dropped)."""
+        return DraftTree(self.table, {path: kids for path, kids in self.children.items() if len(path) < depth})
 
     def first_path(self) -> Path:
         """The path that follows the first child at every node (the "first draft")."""

@@ -142,3 +142,22 @@ def test_three_line_notebook_cell():
     pair = MarkovPair.random(4, np.random.default_rng(0))
     e = simlab.expected_block_efficiency(pair, [0], simlab.Delayed(2, 1, 2), "specinfer")
     assert 1.0 <= e.mean <= 4.0
+
+
+@pytest.mark.parametrize("name", ["specinfer", "traversal", "bv", "nss"])
+def test_cut_offs_match_separate_trees(name):
+    verifier = tree_verifiers.get(name)
+    table = NodeTable(PAIR, CONTEXT)
+    tree = Delayed(2, 1, 3).sample(table, np.random.default_rng(9))
+    by_depth = verifier.block_efficiency_by_depth(tree, [0, 1, 2, 3, 4, 6])
+    expected = [verifier.expected_block_efficiency(tree.truncate(d)) for d in [0, 1, 2, 3, 4, 6]]
+    np.testing.assert_allclose(by_depth, expected, atol=1e-12)
+
+
+def test_action_grid_is_unbiased_against_exact():
+    from simlab.efficiency import action_grid_block_efficiency
+
+    grid = action_grid_block_efficiency(PAIR, CONTEXT, "specinfer", K_values=(1, 2), L1_values=(0, 1), L2_values=(0, 1, 2), samples=300, seed=2)
+    for (K, L1, L2), estimate in grid.items():
+        exact = expected_block_efficiency(PAIR, CONTEXT, Delayed(K, L1, L2), "specinfer")
+        check_estimates_agree(exact, estimate)

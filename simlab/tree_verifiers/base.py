@@ -45,6 +45,14 @@ class TreeVerifier(abc.ABC):
             out[len(path)] += vector.sum()
         return out
 
+    def block_efficiency_by_depth(self, tree: DraftTree, depths) -> np.ndarray:
+        """E[tau + 1 | tree cut at depth d] for each d in ``depths``, float64 (len(depths),).
+
+        The cut of a tree drawn with longer branches has the law of a tree drawn with shorter
+        ones, so one sampled tree serves every cut-off (DDTE's label grid).
+        """
+        return np.array([self.expected_block_efficiency(tree.truncate(d)) for d in depths])
+
     def expected_block_efficiency(self, tree: DraftTree) -> float:
         """E[tau + 1 | tree] in tokens (accepted drafts plus the correction or bonus token)."""
         dist = self.accepted_length_distribution(tree)

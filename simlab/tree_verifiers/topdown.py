@@ -60,6 +60,22 @@ class TopDown(TreeVerifier):
             out[path] = stop
         return out
 
+    def block_efficiency_by_depth(self, tree, depths):
+        """One pass: cutting the tree does not change P(reach v) above the cut, so
+        E[tau + 1 | cut at d] = 1 + sum of P(reach v) over nodes at depths 1..d."""
+        reach_at = np.zeros(tree.depth() + 1)
+        stack = [((), 1.0)]
+        while stack:
+            path, reach = stack.pop()
+            reach_at[len(path)] += reach
+            kids = self._children(tree, path)
+            if not kids:
+                continue
+            law = tree.table.plan(self.node, path, len(kids)).output_distribution(np.asarray(kids))
+            stack.extend((path + (t,), reach * law[t]) for t in dict.fromkeys(kids) if law[t] > 0.0)
+        cumulative = np.cumsum(reach_at)
+        return np.array([cumulative[min(d, reach_at.size - 1)] for d in depths])
+
     def verify(self, tree, rng):
         path = ()
         while True:

@@ -1,0 +1,84 @@
+"""Tree-level timings, model calls excluded (issue 3).
+
+Run:  python -m pytest benchmarks/test_trees.py --benchmark-columns=min,median,mean,rounds
+Targets (recorded in benchmarks/RESULTS.md, not asserted): exact E[tau+1 | tree] for a delayed
+tree K = 4, L1 = 4, L2 = 4 at V = 32,000 <= 10 ms per verifier (Khisti 100 ms); the DDTE action
+grid {1..4} x {0..8}^2 for one root with s = 4 trees per action <= 2 s per verifier (Khisti 20 s).
+"""
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from simlab import tree_verifiers
+from simlab.efficiency import action_grid_block_efficiency
+from simlab.shapes import Delayed
+from simlab.trees import DraftTree, NodeTable
+
+VOCAB = 32_000
+
+
+def _softmax(z):
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+class HashedPair:
+    """p, q from logits seeded by a hash of the context: any context, no state, V = 32,000."""
+
+    vocab_size = VOCAB
+
+    def distributions(self, contexts):
+        rows_p, rows_q = [], []
+        for ctx in contexts:
+            seed = int.from_bytes(hashlib.blake2b(np.asarray(ctx, dtype=np.int64).tobytes(), digest_size=8).digest(), "little")
+            rng = np.random.default_rng(seed)
+            z = 3.0 * rng.standard_normal(VOCAB)
+            rows_p.append(_softmax(z))
+            rows_q.append(_softmax(z + 1.5 * rng.standard_normal(VOCAB)))
+        return np.array(rows_p), np.array(rows_q)
+
+
+@pytest.fixture(scope="module")
+def delayed_tree():
+    table = NodeTable(HashedPair(), [1, 2, 3])
+    return Delayed(4, 4, 4).sample(table, np.random.default_rng(0))
+
+
+NAMES = ["nss", "naive", "spectr", "specinfer", "khisti", "naive_chain", "bv", "traversal"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_exact_tree_efficiency_delayed_4_4_4(benchmark, delayed_tree, name):
+    verifier = tree_verifiers.get(name)
+
+    def run():
+        tree = DraftTree(delayed_tree.table.without_plans(), delayed_tree.children)  # no memoised plans
+        return verifier.expected_block_efficiency(tree)
+
+    value = benchmark(run)
+    assert 1.0 <= value <= 13.0
+
+
+class PrefetchedPair(HashedPair):
+    """HashedPair with its answers memoised, so the grid benchmark excludes model calls after warm-up."""
+
+    def __init__(self):
+        self.memo = {}
+
+    def distributions(self, contexts):
+        missing = [tuple(c) for c in contexts if tuple(c) not in self.memo]
+        if missing:
+            p, q = HashedPair.distributions(self, missing)
+            for i, c in enumerate(missing):
+                self.memo[c] = (p[i], q[i])
+        return np.array([self.memo[tuple(c)][0] for c in contexts]), np.array([self.memo[tuple(c)][1] for c in contexts])
+
+
+@pytest.mark.parametrize("name", ["specinfer", "spectr", "traversal", "khisti"])
+def test_action_grid_labels_one_root(benchmark, name):
+    pair = PrefetchedPair()
+    action_grid_block_efficiency(pair, [5], name, samples=4, seed=0)  # warm-up: fetch every node once
+    grid = benchmark.pedantic(action_grid_block_efficiency, args=(pair, [5], name), kwargs=dict(samples=4, seed=0), rounds=1, iterations=1)
+    assert len(grid) == 4 * 9 * 9
