@@ -1,0 +1,100 @@
+"""``distilled``: a draft estimated from a finite sample of the target's text.
+
+The target is a random order-n Markov chain whose rows share a global popularity: p(t | a)
+is proportional to w(t) exp(spread * g(a, t)), with w a Zipf law over a seeded permutation of
+the ids and g(a, .) seeded standard normals, so popular tokens are popular everywhere and
+contexts made of rare tokens are rare.  A training text of ``train_tokens`` tokens is sampled
+from the target; the draft is the smoothed n-gram estimate
+q(t | a) = (c(a, t) + smoothing / V) / (c(a) + smoothing).  Contexts the target visits often
+are estimated well; the draft's smoothing leads its own paths into rarer contexts, where it
+is close to uniform, so divergence grows with depth as a property of the world, not a
+setting.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from backends.synthetic.base import BoundedMemo, SamplingSettings, random_row, seeded_rng
+
+
+class DistilledWorld:
+    """A model pair whose draft is a smoothed n-gram model distilled from target samples.
+
+    Args:
+        vocab: V, 2 to 50,000.
+        seed: world seed (target rows and the training text).
+        settings: sampling transform applied to p and q.
+        order: n-gram order of both models (context tokens used).
+        concentration: Zipf exponent of the global popularity w.
+        spread: standard deviation of the per-context log-normal perturbation.
+        train_tokens: length of the sampled training text.
+        smoothing: pseudo-count mass of the uniform back-off (> 0).
+    """
+
+    def __init__(self, vocab: int, seed: int = 0, settings: SamplingSettings | None = None, order: int = 2,
+                 concentration: float = 1.3, spread: float = 0.7, train_tokens: int = 50_000, smoothing: float = 8.0):
+        if isinstance(vocab, bool) or not isinstance(vocab, (int, np.integer)) or not 2 <= vocab <= 50_000:
+            raise ValueError(f"vocab: must be an integer in [2, 50000], got {vocab!r}")
+        if not isinstance(order, int) or order < 1:
+            raise ValueError(f"order: must be a positive integer, got {order!r}")
+        if not isinstance(train_tokens, int) or train_tokens < order + 1:
+            raise ValueError(f"train_tokens: must be an integer > order, got {train_tokens!r}")
+        if not smoothing > 0:
+            raise ValueError(f"smoothing: must be > 0, got {smoothing!r}")
+        self.vocab_size, self.seed, self.order = int(vocab), int(seed), order
+        self.spread, self.smoothing = float(spread), float(smoothing)
+        self.settings = settings or SamplingSettings()
+        self.popularity = random_row(seeded_rng(self.seed, 3), self.vocab_size, "zipf", concentration)
+        self._memo = BoundedMemo()
+        self._train(train_tokens)
+
+    def _key(self, ctx: tuple[int, ...]) -> tuple[int, ...]:
+        pad = max(self.order - len(ctx), 0)
+        return tuple([-1] * pad) + (ctx[len(ctx) - (self.order - pad):] if self.order - pad else ())
+
+    def target_row(self, key: tuple[int, ...]) -> np.ndarray:
+        """The target's base row (before the sampling transform) for the last-``order``-tokens key."""
+        noise = seeded_rng(self.seed, 0, *key).standard_normal(self.vocab_size)
+        row = self.popularity * np.exp(self.spread * noise)
+        return row / row.sum()
+
+    def _train(self, n: int) -> None:
+        rng = seeded_rng(self.seed, 2)
+        text: list[int] = []
+        rows: dict[tuple[int, ...], np.ndarray] = {}
+        for _ in range(n):
+            key = self._key(tuple(text[-self.order:]))
+            if key not in rows:
+                rows[key] = np.cumsum(self.target_row(key))
+            cdf = rows[key]
+            text.append(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")))
+        self.counts: dict[tuple[int, ...], dict[int, int]] = {}
+        for i in range(n):
+            key = self._key(tuple(text[max(0, i - self.order):i]))
+            bucket = self.counts.setdefault(key, {})
+            bucket[text[i]] = bucket.get(text[i], 0) + 1
+        self.train_tokens = n
+
+    def draft_row(self, key: tuple[int, ...]) -> np.ndarray:
+        """The distilled draft's base row for a key (the smoothed n-gram estimate)."""
+        bucket = self.counts.get(key, {})
+        row = np.full(self.vocab_size, self.smoothing / self.vocab_size)
+        total = self.smoothing
+        for t, c in bucket.items():
+            row[t] += c
+            total += c
+        return row / total
+
+    def context_count(self, ctx) -> int:
+        """How often the context's key occurred in the training text."""
+        return sum(self.counts.get(self._key(tuple(int(t) for t in ctx)), {}).values())
+
+    def distributions(self, contexts):
+        p_rows, q_rows = [], []
+        for ctx in contexts:
+            key = self._key(tuple(int(t) for t in ctx))
+            p, q = self._memo.get(key, lambda: (self.settings.apply(self.target_row(key)), self.settings.apply(self.draft_row(key))))
+            p_rows.append(p)
+            q_rows.append(q)
+        return np.array(p_rows), np.array(q_rows)
