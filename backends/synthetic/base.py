@@ -50,10 +50,15 @@ def seeded_rng(seed: int, *key: int) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little"))
 
 
+def memo_rows(vocab: int, budget_bytes: int = 2**27) -> int:
+    """How many (p, q) row pairs fit in ``budget_bytes`` (128 MiB by default), at least 64."""
+    return max(64, budget_bytes // (16 * vocab))
+
+
 class BoundedMemo:
     """A least-recently-used dict with at most ``size`` entries (bounded memory for large V)."""
 
-    def __init__(self, size: int = 4096):
+    def __init__(self, size: int = 1024):
         self.size = size
         self._data: OrderedDict = OrderedDict()
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from backends.synthetic.base import BoundedMemo, SamplingSettings, random_row, seeded_rng
+from backends.synthetic.base import BoundedMemo, memo_rows, SamplingSettings, random_row, seeded_rng
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class DepthProfileWorld:
         self.spec = _Spec(int(vocab), int(seed), settings or SamplingSettings(), profile or LinearProfile(),
                           order, family, float(concentration), int(root_length))
         self.vocab_size = int(vocab)
-        self._memo = BoundedMemo()
+        self._memo = BoundedMemo(memo_rows(int(vocab)))
 
     def rooted(self, root_length: int) -> "DepthProfileWorld":
         """The same world with depth measured from a root context of ``root_length`` tokens."""

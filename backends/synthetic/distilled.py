@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from backends.synthetic.base import BoundedMemo, SamplingSettings, random_row, seeded_rng
+from backends.synthetic.base import BoundedMemo, memo_rows, SamplingSettings, random_row, seeded_rng
 
 
 class DistilledWorld:
@@ -46,7 +46,7 @@ class DistilledWorld:
         self.spread, self.smoothing = float(spread), float(smoothing)
         self.settings = settings or SamplingSettings()
         self.popularity = random_row(seeded_rng(self.seed, 3), self.vocab_size, "zipf", concentration)
-        self._memo = BoundedMemo()
+        self._memo = BoundedMemo(memo_rows(int(vocab)))
         self._train(train_tokens)
 
     def _key(self, ctx: tuple[int, ...]) -> tuple[int, ...]:
@@ -62,12 +62,10 @@ class DistilledWorld:
     def _train(self, n: int) -> None:
         rng = seeded_rng(self.seed, 2)
         text: list[int] = []
-        rows: dict[tuple[int, ...], np.ndarray] = {}
+        cdfs = BoundedMemo(size=max(16, 2**26 // (8 * self.vocab_size)))  # at most ~64 MB of rows
         for _ in range(n):
             key = self._key(tuple(text[-self.order:]))
-            if key not in rows:
-                rows[key] = np.cumsum(self.target_row(key))
-            cdf = rows[key]
+            cdf = cdfs.get(key, lambda: np.cumsum(self.target_row(key)))
             text.append(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")))
         self.counts: dict[tuple[int, ...], dict[int, int]] = {}
         for i in range(n):

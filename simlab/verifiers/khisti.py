@@ -187,6 +187,12 @@ class _KhistiPlan(NodePlan):
     def _draw(self, children, rng):
         return self.single.draw(self.selection.draw(children, rng), rng)
 
+    def selection_acceptance(self) -> float:
+        """sum min(p, p_I): P(the selected draft passes the speculative test).  A lower bound on
+        ``acceptance_rate`` (a correction token can still land on another child), computable
+        at any vocabulary size; DDTE App. C reports this quantity for Khisti."""
+        return float(np.minimum(self.p, self.selection_law).sum())
+
 
 @dataclass(frozen=True)
 class Khisti(NodeVerifier):

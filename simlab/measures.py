@@ -1,0 +1,85 @@
+"""Per-node measurements used by the studies and by captured data: divergences and acceptance.
+
+``node_divergences(p, q)`` gives L1, TV, KL(p||q), KL(q||p) (nats; inf where supports
+mismatch), H(p), H(q).  ``node_acceptance(p, q, k_values)`` gives, for k i.i.d. children drawn
+from q, each verifier's acceptance rate and the optimum alpha*:
+
+* ``nss``, ``naive``, ``spectr``, ``specinfer``: exact closed forms (DDTE App. C);
+* ``khisti`` and ``rrs_wor`` (no closed form): exact by enumerating the children when at most
+  ``EXACT_TUPLES`` tuples exist, otherwise the unbiased estimate that averages the exact
+  P(output in set(x) | x) = sum_{t in set(x)} B(x, t) over ``samples`` child tuples drawn from
+  the verifier's drafting law with ``rng`` (the inner probability is exact, only the children
+  are sampled; ``rrs_wor`` draws them without replacement and is NaN when k exceeds the support);
+* ``optimal``: alpha* from ``simlab.otlp.optimal_acceptance`` (i.i.d. children).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from simlab import verifiers
+from simlab.distributions import check_pair
+from simlab.drafting import Drafting, draw_children
+from simlab.otlp import optimal_acceptance
+
+ACCEPTANCE_METHODS = ("nss", "naive", "spectr", "specinfer", "rrs_wor", "khisti", "optimal")
+CLOSED_FORM = ("nss", "naive", "spectr", "specinfer")
+EXACT_TUPLES = 2_000
+
+
+def node_divergences(p, q) -> dict[str, float]:
+    """L1, TV, KL both ways and both entropies of one node (floats; nats for KL and H)."""
+    p, q = check_pair(p, q)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_p = np.where(p > 0, np.log(p), 0.0)
+        log_q = np.where(q > 0, np.log(q), 0.0)
+    def kl(a, b, log_a, log_b):
+        support = a > 0
+        return float("inf") if np.any(b[support] == 0) else max(float(np.sum(a[support] * (log_a[support] - log_b[support]))), 0.0)
+    l1 = float(np.abs(p - q).sum())
+    return {
+        "l1": l1,
+        "tv": 0.5 * l1,
+        "kl_pq": kl(p, q, log_p, log_q),
+        "kl_qp": kl(q, p, log_q, log_p),
+        "h_p": float(-np.sum(p * log_p)),
+        "h_q": float(-np.sum(q * log_q)),
+    }
+
+
+def node_acceptance(p, q, k_values: Iterable[int], rng: np.random.Generator, samples: int = 32,
+                    methods: Iterable[str] = ACCEPTANCE_METHODS) -> dict[str, float]:
+    """``alpha_<method>_k<k>`` for each method and k; floats in [0, 1] (NaN where undefined).
+
+    Args:
+        p, q: target and draft distributions (V,).
+        k_values: numbers of children.
+        rng: randomness for the sampled children of ``khisti`` and ``rrs_wor`` at large V.
+        samples: child tuples per estimate.
+        methods: which of ``ACCEPTANCE_METHODS``.
+    """
+    p, q = check_pair(p, q)
+    support = int(np.count_nonzero(q))
+    out = {}
+    for method in methods:
+        for k in k_values:
+            if method == "optimal":
+                value = optimal_acceptance(p, q, k)
+            elif method in CLOSED_FORM:
+                value = verifiers.get(method).acceptance_rate(p, q, k)
+            else:
+                verifier = verifiers.get(method)
+                if verifier.drafting is Drafting.WITHOUT_REPLACEMENT and k > support:
+                    value = float("nan")
+                elif support**k <= EXACT_TUPLES:
+                    value = verifier.acceptance_rate(p, q, k)
+                else:
+                    plan = verifier.prepare(p, q, k)
+                    value = float(np.mean([
+                        plan.output_distribution(x)[np.unique(x)].sum()
+                        for x in (draw_children(q, k, verifier.drafting, rng) for _ in range(samples))
+                    ]))
+            out[f"alpha_{method}_k{k}"] = value
+    return out
