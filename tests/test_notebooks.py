@@ -1,0 +1,24 @@
+"""The notebooks run top to bottom, headless (nbclient), on small settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs(path, monkeypatch):
+    monkeypatch.setenv("SIMLAB_NOTEBOOK_SMALL", "1")
+    notebook = nbformat.read(path, as_version=4)
+    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent.parent)}}).execute()
+    errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
+
+
+def test_there_are_notebooks():
+    assert {p.name for p in NOTEBOOKS} >= {"00_otlp_solvers.ipynb", "01_divergence_by_depth.ipynb"}

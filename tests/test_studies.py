@@ -1,0 +1,102 @@
+"""The studies behave like tools: outputs, identities, reproducibility, one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from analyses import _tool, block_efficiency_grid, divergence_by_depth
+
+SMALL = ["--vocab", "24", "--roots", "3", "--depth", "3", "--width", "2", "--k", "3", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dbd")
+    assert divergence_by_depth.main(SMALL + ["--out", str(out)]) == 0
+    return out
+
+
+def test_outputs_exist(small_run):
+    for name in ("divergence_by_depth.parquet", "nodes.parquet", "divergence_by_depth.html", "divergence_by_depth.png",
+                 "acceptance_by_depth.html", "acceptance_by_depth.png"):
+        assert (small_run / name).stat().st_size > 0, name
+    assert not [p for p in small_run.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_k1_acceptance_is_one_minus_tv(small_run):
+    table = pl.read_parquet(small_run / "divergence_by_depth.parquet")
+    for method in ("naive", "spectr", "specinfer", "rrs_wor", "khisti", "optimal"):
+        diff = (table[f"alpha_{method}_k1_mean"] - (1 - table["tv_mean"])).abs().max()
+        assert diff <= 1e-12, method
+
+
+def test_same_seed_same_parquet_bytes(small_run, tmp_path):
+    assert divergence_by_depth.main(SMALL + ["--out", str(tmp_path)]) == 0
+    for name in ("divergence_by_depth.parquet", "nodes.parquet"):
+        assert (tmp_path / name).read_bytes() == (small_run / name).read_bytes()
+
+
+def test_table_printed(tmp_path, capsys):
+    divergence_by_depth.main([a for a in SMALL if a != "--quiet"] + ["--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "Divergence by depth" in out and "Acceptance by depth" in out and "tv_mean" in out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--world", "nope"], "--world"), (["--depth", "0"], "--depth"), (["--vocab", "1"], "--vocab"),
+    (["--top-p", "0"], "--top-p"), (["--top-p", "1.5"], "--top-p"), (["--temperature", "-1"], "--temperature"),
+    (["--depth", "x"], "--depth"), (["--shape", "star"], "--shape"),
+])
+def test_bad_arguments_exit_2_with_one_line(flags, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        divergence_by_depth.main(flags + ["--out", "/tmp/unused-simlab"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err
+
+
+def test_unwritable_out(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(SystemExit) as exc:
+        divergence_by_depth.main(SMALL + ["--out", str(blocker / "sub")])
+    assert exc.value.code == 2 and "--out" in capsys.readouterr().err
+
+
+def test_command_line_entry_point(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "analyses.divergence_by_depth", "--depth", "0"], capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "--depth" in result.stderr
+
+
+def test_interrupted_write_leaves_nothing(tmp_path):
+    target = tmp_path / "x.parquet"
+
+    def explode(tmp):
+        Path(tmp).write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _tool._atomic(target, explode)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_grid_study_small(tmp_path, capsys):
+    args = ["--vocab", "3", "--roots", "2", "--K", "1,2", "--L1-max", "1", "--L2-max", "2", "--method", "auto",
+            "--verifiers", "specinfer,bv", "--out", str(tmp_path)]
+    assert block_efficiency_grid.main(args) == 0
+    table = pl.read_parquet(tmp_path / "block_efficiency_grid.parquet")
+    assert table.height == 2 * 2 * 2 * 3 and set(table["method"]) == {"exact"}
+    assert table.filter((pl.col("L1") == 0) & (pl.col("L2") == 0))["block_efficiency"].to_list() == [1.0] * 4
+    assert "Best static delayed tree" in capsys.readouterr().out
+    assert (tmp_path / "block_efficiency_grid.png").stat().st_size > 0
+
+
+def test_grid_study_bad_verifier(capsys):
+    with pytest.raises(SystemExit) as exc:
+        block_efficiency_grid.main(["--verifiers", "bogus"])
+    assert exc.value.code == 2 and "--verifiers" in capsys.readouterr().err
