@@ -23,7 +23,7 @@ from tqdm import tqdm
 from analyses._tool import ToolParser, fail, prepare_out, print_table, save_chart, write_parquet
 from backends.synthetic import WORLDS, SamplingSettings, make_world
 from simlab import tree_verifiers
-from simlab.distributions import sample_categorical
+from simlab.pairs import rooted, target_trajectory
 from simlab.efficiency import action_grid_block_efficiency, expected_block_efficiency
 from simlab.shapes import Delayed
 
@@ -102,15 +102,13 @@ def estimate(config: Config) -> pl.DataFrame:
     world = make_world(config.world, vocab=config.vocab, seed=config.seed,
                        settings=SamplingSettings(config.temperature, None, config.top_p))
     rng = np.random.default_rng(config.seed)
-    trajectory: list[int] = []
-    for _ in range(config.spacing * (config.roots + 1)):
-        trajectory.append(sample_categorical(world.distributions([tuple(trajectory)])[0][0], rng))
+    trajectory = target_trajectory(world, config.spacing * (config.roots + 1), rng)
     L1s, L2s = tuple(range(config.L1_max + 1)), tuple(range(config.L2_max + 1))
     rows = []
     jobs = [(v, r) for v in config.verifiers for r in range(config.roots)]
     for name, root in tqdm(jobs, desc="verifier x root", file=sys.stderr, disable=config.quiet):
         context = tuple(trajectory[: config.spacing * (root + 1)])
-        pair = world.rooted(len(context)) if hasattr(world, "rooted") else world
+        pair = rooted(world, len(context))
         grid, method = None, config.method
         if method in ("exact", "auto"):
             try:

@@ -15,7 +15,6 @@ multi-draft gain alpha(k=K) - alpha(k=1) says how much extra drafts help there.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ from tqdm import tqdm
 
 from analyses._tool import ToolParser, fail, prepare_out, print_table, save_chart, write_parquet
 from backends.synthetic import WORLDS, SamplingSettings, make_world
-from simlab.distributions import sample_categorical
+from simlab.pairs import rooted, target_trajectory
 from simlab.measures import ACCEPTANCE_METHODS, node_acceptance, node_divergences
 from simlab.shapes import Delayed
 from simlab.trees import NodeTable
@@ -112,15 +111,12 @@ def measure(config: Config) -> pl.DataFrame:
     settings = SamplingSettings(config.temperature, config.top_k, config.top_p)
     world = make_world(config.world, vocab=config.vocab, seed=config.seed, settings=settings)
     rng = np.random.default_rng(config.seed)
-    trajectory: list[int] = []
-    for _ in range(config.spacing * (config.roots + 1)):
-        p, _ = world.distributions([tuple(trajectory)])
-        trajectory.append(sample_categorical(p[0], rng))
+    trajectory = target_trajectory(world, config.spacing * (config.roots + 1), rng)
     shape, k_values = tree_shape(config), range(1, config.k + 1)
     rows = []
     for root in tqdm(range(config.roots), desc="roots", unit="root", file=sys.stderr, disable=config.quiet):
         context = tuple(trajectory[: config.spacing * (root + 1)])
-        pair = world.rooted(len(context)) if hasattr(world, "rooted") else world
+        pair = rooted(world, len(context))
         table = NodeTable(pair, context)
         tree = shape.sample(table, rng)
         for path in tree.nodes():

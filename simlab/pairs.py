@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from simlab.distributions import check_distribution
+from simlab.distributions import check_distribution, sample_categorical
 
 
 @runtime_checkable
@@ -48,6 +48,24 @@ def check_context(context, vocab_size: int, name: str = "context") -> tuple[int,
     if bad:
         raise ValueError(f"{name}: token id {bad[0]} is outside [0, {vocab_size})")
     return ids
+
+
+def target_trajectory(pair: ModelPair, length: int, rng: np.random.Generator, prefix=()) -> tuple[int, ...]:
+    """Sample ``length`` tokens from the target after ``prefix`` (one uniform per token).
+
+    Returns the prefix followed by the sampled tokens (token ids).
+    """
+    tokens = list(check_context(prefix, pair.vocab_size, "prefix"))
+    for _ in range(length):
+        p, _ = pair.distributions([tuple(tokens)])
+        tokens.append(sample_categorical(p[0], rng))
+    return tuple(tokens)
+
+
+def rooted(pair: ModelPair, root_length: int) -> ModelPair:
+    """The pair as seen from a root of ``root_length`` tokens: pairs whose draft depends on the
+    depth below the root (``rooted`` method) are re-rooted, all others returned as they are."""
+    return pair.rooted(root_length) if hasattr(pair, "rooted") else pair
 
 
 class ContextFreePair:

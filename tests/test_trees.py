@@ -11,7 +11,7 @@ from simlab.drafting import Drafting
 from simlab.efficiency import expected_block_efficiency
 from simlab.pairs import ContextFreePair, MarkovPair
 from simlab.shapes import MAX_TREES, Delayed, Static, chain, iid
-from simlab.trees import DraftTree, NodeTable, parse_tuples
+from simlab.trees import NodeTable, parse_tuples
 from tree_checks import check_estimates_agree, check_outcome_law_is_a_law, check_simulation_matches_exact
 
 PAIR = MarkovPair.random(3, np.random.default_rng(11), concentration=0.8, closeness=0.4)

@@ -6,21 +6,19 @@ import numpy as np
 import pytest
 
 from backends.synthetic import DepthProfileWorld, DistilledWorld, LinearProfile, SamplingSettings, make_world
-from simlab.distributions import sample_categorical, total_variation
-from simlab.pairs import ModelPair
+from simlab.distributions import total_variation
+from simlab.pairs import ModelPair, rooted, target_trajectory
 from simlab.shapes import iid
 from simlab.trees import NodeTable
 
 
 def tv_by_depth(world, roots=24, spacing=16, depth=8, width=4, seed=0):
     rng = np.random.default_rng(seed)
-    trajectory = []
-    for _ in range(spacing * (roots + 1)):
-        trajectory.append(sample_categorical(world.distributions([tuple(trajectory)])[0][0], rng))
+    trajectory = target_trajectory(world, spacing * (roots + 1), rng)
     by_depth: dict[int, list[float]] = {}
     for r in range(roots):
         context = tuple(trajectory[: spacing * (r + 1)])
-        pair = world.rooted(len(context)) if hasattr(world, "rooted") else world
+        pair = rooted(world, len(context))
         table = NodeTable(pair, context)
         tree = iid(width, depth).sample(table, rng)
         for path in tree.nodes():

@@ -63,10 +63,11 @@ class BoundedMemo:
         self._data: OrderedDict = OrderedDict()
 
     def get(self, key, make):
+        """The value for ``key``, computing it as ``make(key)`` when absent."""
         if key in self._data:
             self._data.move_to_end(key)
             return self._data[key]
-        value = make()
+        value = make(key)
         self._data[key] = value
         if len(self._data) > self.size:
             self._data.popitem(last=False)

@@ -110,7 +110,7 @@ class DepthProfileWorld:
             ctx = tuple(int(t) for t in ctx)
             key = tuple([-1] * max(s.order - len(ctx), 0)) + ctx[-s.order:] if ctx else tuple([-1] * s.order)
             depth = max(len(ctx) - s.root_length, 0)
-            p, q = self._memo.get((key, depth), lambda: self._rows(key, depth))
+            p, q = self._memo.get((key, depth), lambda kd: self._rows(*kd))
             p_rows.append(p)
             q_rows.append(q)
         return np.array(p_rows), np.array(q_rows)

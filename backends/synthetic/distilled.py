@@ -65,7 +65,7 @@ class DistilledWorld:
         cdfs = BoundedMemo(size=max(16, 2**26 // (8 * self.vocab_size)))  # at most ~64 MB of rows
         for _ in range(n):
             key = self._key(tuple(text[-self.order:]))
-            cdf = cdfs.get(key, lambda: np.cumsum(self.target_row(key)))
+            cdf = cdfs.get(key, lambda k: np.cumsum(self.target_row(k)))
             text.append(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")))
         self.counts: dict[tuple[int, ...], dict[int, int]] = {}
         for i in range(n):
@@ -92,7 +92,7 @@ class DistilledWorld:
         p_rows, q_rows = [], []
         for ctx in contexts:
             key = self._key(tuple(int(t) for t in ctx))
-            p, q = self._memo.get(key, lambda: (self.settings.apply(self.target_row(key)), self.settings.apply(self.draft_row(key))))
+            p, q = self._memo.get(key, lambda k: (self.settings.apply(self.target_row(k)), self.settings.apply(self.draft_row(k))))
             p_rows.append(p)
             q_rows.append(q)
         return np.array(p_rows), np.array(q_rows)
