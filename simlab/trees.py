@@ -28,6 +28,9 @@ Path = tuple[int, ...]
 class NodeTable:
     """p and q at node paths below one root context, fetched from ``pair`` in batches and memoised.
 
+    A pair with a ``node_distributions(root, paths)`` method (``backends.hf.HFPair``) answers a
+    whole batch of nodes at once; any other pair is asked ``distributions(root + path ...)``.
+
     Local to one computation (a tree, or every tree of one expectation); never global.
 
     Args:
@@ -48,7 +51,10 @@ class NodeTable:
         missing = list(dict.fromkeys(tuple(pth) for pth in paths if tuple(pth) not in self._p))
         if not missing:
             return
-        p, q = self.pair.distributions([self.context + pth for pth in missing])
+        if hasattr(self.pair, "node_distributions"):  # e.g. one tree-attention forward per model
+            p, q = self.pair.node_distributions(self.context, missing)
+        else:
+            p, q = self.pair.distributions([self.context + pth for pth in missing])
         for i, pth in enumerate(missing):
             self._p[pth] = check_distribution(p[i], f"p at node {pth}", size=self.vocab_size)
             self._q[pth] = check_distribution(q[i], f"q at node {pth}", size=self.vocab_size)

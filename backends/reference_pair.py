@@ -1,0 +1,216 @@
+"""A real target/draft pair the lab can build offline: ``python -m backends.reference_pair``.
+
+Trains, deterministically from a seed, a GPT-2-architecture target (4.2M parameters) and a
+draft with under a tenth of its parameters, sharing one byte-level BPE tokenizer (Hugging Face
+``tokenizers``, vocabulary 4096), on English text every Python ships: the documentation topics
+of the standard library's ``pydoc_data`` plus, optionally, standard-library source code.  One
+tenth of the documents is held out; the held-out perplexity of each model is reported.  Both
+models are saved in Hugging Face format (``save_pretrained``) under the cache directory, with a
+``manifest.json`` of the settings and results; ``backends.hf.HFPair`` loads them like any hub
+model.  ``--micro`` builds the tiny pair the tests use (seconds, not minutes).
+
+No network is used at any point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+PROG = "python -m backends.reference_pair"
+DEFAULT_CACHE = Path(os.environ.get("SIMLAB_CACHE", Path.home() / ".cache" / "simlab")) / "reference_pair"
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    """Sizes and training budget of a reference pair (all counts in tokens or steps)."""
+
+    vocab: int = 4096
+    context: int = 64
+    target_layers: int = 4
+    target_width: int = 256
+    target_heads: int = 4
+    draft_layers: int = 1
+    draft_width: int = 64
+    draft_heads: int = 2
+    steps: int = 600
+    draft_steps: int = 600
+    batch: int = 8
+    learning_rate: float = 3e-3
+    stdlib_chars: int = 600_000
+    pydoc_chars: int = 0  # 0: all of pydoc_data's topics
+
+    @classmethod
+    def micro(cls) -> "PairSpec":
+        return cls(vocab=400, context=128, target_layers=2, target_width=48, target_heads=2, draft_layers=1,
+                   draft_width=16, draft_heads=1, steps=60, draft_steps=60, batch=16, learning_rate=1e-2, stdlib_chars=0,
+                   pydoc_chars=60_000)
+
+
+def corpus(stdlib_chars: int, pydoc_chars: int = 0) -> list[str]:
+    """The training documents: pydoc topics (sorted by name; the first ``pydoc_chars`` characters'
+    worth if > 0) and a prefix of the standard library's sources (``stdlib_chars``)."""
+    import pydoc_data.topics as topics
+
+    docs, total = [], 0
+    for name in sorted(topics.topics):
+        if pydoc_chars and total >= pydoc_chars:
+            break
+        docs.append(topics.topics[name])
+        total += len(docs[-1])
+    if stdlib_chars > 0:
+        lib = Path(os.__file__).parent
+        total = 0
+        for path in sorted(lib.glob("*.py")):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            docs.append(text)
+            total += len(text)
+            if total >= stdlib_chars:
+                break
+    return docs
+
+
+def train_tokenizer(docs: list[str], vocab: int):
+    """A byte-level BPE tokenizer wrapped as a ``transformers`` fast tokenizer."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(docs, vocab_size=vocab, min_frequency=2, special_tokens=["<|endoftext|>"], show_progress=False)
+    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                   unk_token="<|endoftext|>")
+
+
+def _model(spec: PairSpec, layers: int, width: int, heads: int, vocab: int):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=vocab, n_positions=spec.context, n_embd=width, n_layer=layers, n_head=heads,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    return GPT2LMHeadModel(config)
+
+
+def _batches(ids, spec: PairSpec, rng: random.Random):
+    import torch
+
+    starts = [rng.randrange(0, len(ids) - spec.context - 1) for _ in range(spec.batch)]
+    return torch.stack([ids[s : s + spec.context] for s in starts])
+
+
+def _train(model, ids, spec: PairSpec, steps: int, seed: int, log, name: str):
+    import torch
+
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.01)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=spec.learning_rate, total_steps=steps, pct_start=0.1)
+    model.train()
+    for step in range(steps):
+        batch = _batches(ids, spec, rng)
+        loss = model(batch, labels=batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        if step % max(1, steps // 10) == 0 or step == steps - 1:
+            log(f"{name}: step {step + 1}/{steps} loss {loss.item():.3f}")
+    model.eval()
+
+
+def perplexity(model, ids, context: int) -> float:
+    """Held-out perplexity over non-overlapping windows of ``context`` tokens."""
+    import torch
+
+    windows = [ids[i : i + context] for i in range(0, len(ids) - context, context)]
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(windows), 32):
+            batch = torch.stack(windows[start : start + 32])
+            total += model(batch, labels=batch).loss.item() * batch.shape[0]
+            count += batch.shape[0]
+    return math.exp(total / max(count, 1))
+
+
+def build(out: Path, seed: int = 0, spec: PairSpec | None = None, log=print) -> dict:
+    """Train and save the pair under ``out`` (``out/target``, ``out/draft``, ``out/manifest.json``)."""
+    import torch
+
+    spec = spec or PairSpec()
+    started = time.time()
+    torch.manual_seed(seed)
+    docs = corpus(spec.stdlib_chars, spec.pydoc_chars)
+    order = list(range(len(docs)))
+    random.Random(seed).shuffle(order)
+    held = set(order[: max(1, len(docs) // 10)])
+    train_docs = [d for i, d in enumerate(docs) if i not in held]
+    test_docs = [d for i, d in enumerate(docs) if i in held]
+    tokenizer = train_tokenizer(train_docs, spec.vocab)
+    eos = tokenizer.eos_token_id
+
+    def encode(texts):
+        ids = []
+        for text in texts:
+            ids.extend(tokenizer(text)["input_ids"] + [eos])
+        return torch.tensor(ids, dtype=torch.long)
+
+    train_ids, test_ids = encode(train_docs), encode(test_docs)
+    vocab = len(tokenizer)
+    log(f"corpus: {len(train_docs)} training and {len(test_docs)} held-out documents, "
+        f"{len(train_ids)} / {len(test_ids)} tokens, vocabulary {vocab}")
+    results = {}
+    for name, layers, width, heads, steps in (
+        ("target", spec.target_layers, spec.target_width, spec.target_heads, spec.steps),
+        ("draft", spec.draft_layers, spec.draft_width, spec.draft_heads, spec.draft_steps),
+    ):
+        model = _model(spec, layers, width, heads, vocab)
+        params = sum(p.numel() for p in model.parameters())
+        log(f"{name}: {params / 1e6:.2f}M parameters")
+        _train(model, train_ids, spec, steps, seed + (0 if name == "target" else 1), log, name)
+        ppl = perplexity(model, test_ids, spec.context)
+        log(f"{name}: held-out perplexity {ppl:.1f}")
+        path = out / name
+        path.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        results[name] = {"parameters": params, "held_out_perplexity": ppl, "path": str(path)}
+    manifest = {"seed": seed, "spec": asdict(spec), "python": sys.version.split()[0], "results": results,
+                "seconds": round(time.time() - started, 1)}
+    tmp = out / ".manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2))
+    os.replace(tmp, out / "manifest.json")
+    return manifest
+
+
+def main(argv=None) -> int:
+    from analyses._tool import ToolParser, fail, prepare_out
+
+    parser = ToolParser(prog=PROG, description="Train the offline reference target/draft pair.")
+    parser.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_CACHE}/seed<SEED>)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the corpus split and the training")
+    parser.add_argument("--steps", type=int, default=None, help="training steps per model (default 600)")
+    parser.add_argument("--micro", action="store_true", help="the tiny pair used by the tests (seconds)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    spec = PairSpec.micro() if args.micro else PairSpec()
+    if args.steps is not None:
+        if args.steps < 1:
+            fail(PROG, f"--steps: must be >= 1, got {args.steps}")
+        spec = PairSpec(**{**asdict(spec), "steps": args.steps, "draft_steps": args.steps})
+    out = prepare_out(PROG, args.out or str(DEFAULT_CACHE / (f"micro-seed{args.seed}" if args.micro else f"seed{args.seed}")))
+    log = (lambda message: None) if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
+    manifest = build(out, args.seed, spec, log)
+    for name, result in manifest["results"].items():
+        print(f"{name}: {result['parameters'] / 1e6:.2f}M parameters, held-out perplexity {result['held_out_perplexity']:.1f}, saved to {result['path']}")
+    print(f"took {manifest['seconds']} s; manifest: {out / 'manifest.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
