@@ -38,6 +38,11 @@ class Config:
     """The study's settings (the command-line flags)."""
 
     backend: str = "synthetic"
+    target: str | None = None
+    draft: str | None = None
+    prompts: str | None = None
+    roots_per_prompt: int = 2
+    capture: str | None = None
     world: str = "depth_profile"
     vocab: int = 64
     roots: int = 24
@@ -58,7 +63,13 @@ class Config:
 
 def parse_args(argv) -> Config:
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", choices=["synthetic"], default="synthetic", help="where p and q come from")
+    parser.add_argument("--backend", choices=["synthetic", "hf"], default="synthetic",
+                        help="where p and q come from: a synthetic world, or two Hugging Face models (--target, --draft)")
+    parser.add_argument("--target", default=None, help="hf backend: target model folder or hub id")
+    parser.add_argument("--draft", default=None, help="hf backend: draft model folder or hub id")
+    parser.add_argument("--prompts", default=None, help="hf backend: prompt file (default: the shipped reference prompts)")
+    parser.add_argument("--roots-per-prompt", type=int, default=2, help="hf backend: roots along each prompt's continuation")
+    parser.add_argument("--capture", default=None, help="read p and q from a capture folder (made with --full) instead")
     parser.add_argument("--world", default="depth_profile", help=f"synthetic world: {', '.join(WORLDS)}")
     parser.add_argument("--vocab", type=int, default=64, help="vocabulary size V (2..50000)")
     parser.add_argument("--roots", type=int, default=24, help="number of roots along the target trajectory")
@@ -80,6 +91,8 @@ def parse_args(argv) -> Config:
     config = Config(**{k: v for k, v in vars(args).items()})
     checks = [
         (config.world in WORLDS, f"--world: unknown world {config.world!r}; choose one of {', '.join(WORLDS)}"),
+        (config.backend != "hf" or config.capture or (config.target and config.draft), "--backend hf: needs --target and --draft"),
+        (config.roots_per_prompt >= 1, f"--roots-per-prompt: must be >= 1, got {config.roots_per_prompt}"),
         (2 <= config.vocab <= 50_000, f"--vocab: must lie in [2, 50000], got {config.vocab}"),
         (config.roots >= 1, f"--roots: must be >= 1, got {config.roots}"),
         (config.spacing >= 1, f"--spacing: must be >= 1, got {config.spacing}"),
@@ -121,10 +134,44 @@ def measure(config: Config) -> pl.DataFrame:
         tree = shape.sample(table, rng)
         for path in tree.nodes():
             p, q = table.p(path), table.q(path)
-            rows.append({"root": root, "path": " ".join(map(str, path)), "depth": len(path),
-                         "children": len(tree.child_list(path)), **node_divergences(p, q),
-                         **node_acceptance(p, q, k_values, rng, config.child_samples)})
+            rows.append(node_rows(root, path, len(tree.child_list(path)), p, q, k_values, rng, config.child_samples))
     return pl.DataFrame(rows)
+
+
+def node_rows(root: int, path: tuple[int, ...], children: int, p, q, k_values, rng, child_samples: int) -> dict:
+    return {"root": root, "path": " ".join(map(str, path)), "depth": len(path), "children": children,
+            **node_divergences(p, q), **node_acceptance(p, q, k_values, rng, child_samples)}
+
+
+def measure_capture(folder: str, config: Config) -> pl.DataFrame:
+    """Node rows from a ``--full`` capture (p and q replayed from the stored logits)."""
+    from backends.capture import CapturedPair, read_capture
+
+    pair = CapturedPair(folder)
+    table = read_capture(folder)
+    rng = np.random.default_rng(config.seed)
+    rows = []
+    records = table.select("root", "root_context", "path", "children").iter_rows()
+    for root, context, path, children in tqdm(list(records), desc="nodes", unit="node", file=sys.stderr, disable=config.quiet):
+        p, q = pair.distributions([tuple(context) + tuple(path)])
+        rows.append(node_rows(root, tuple(path), children, p[0], q[0], range(1, config.k + 1), rng, config.child_samples))
+    return pl.DataFrame(rows)
+
+
+def capture_live(config: Config, out) -> str:
+    """Run ``backends.capture`` (with --full) for the hf backend; returns the capture folder."""
+    from pathlib import Path
+
+    from backends.capture import CaptureSettings, run
+
+    prompts = config.prompts or str(Path(__file__).resolve().parent.parent / "backends" / "prompts" / "reference_prompts.txt")
+    settings = CaptureSettings(config.target, config.draft, prompts, config.roots_per_prompt, config.spacing, config.shape,
+                               config.width, config.depth, config.trunk, config.temperature, config.top_p, config.top_k,
+                               full=True, seed=config.seed)
+    folder = out / "capture"
+    folder.mkdir(exist_ok=True)
+    run(settings, folder, quiet=config.quiet)
+    return str(folder)
 
 
 def aggregate(nodes: pl.DataFrame, k_max: int) -> pl.DataFrame:
@@ -182,7 +229,15 @@ def charts(table: pl.DataFrame, k_max: int):
 def main(argv=None) -> int:
     config = parse_args(sys.argv[1:] if argv is None else argv)
     out = prepare_out(PROG, config.out)
-    nodes = measure(config)
+    try:
+        if config.capture:
+            nodes = measure_capture(config.capture, config)
+        elif config.backend == "hf":
+            nodes = measure_capture(capture_live(config, out), config)
+        else:
+            nodes = measure(config)
+    except ValueError as exc:
+        fail(PROG, str(exc).splitlines()[0])
     table = aggregate(nodes, config.k)
     div_chart, acc_chart = charts(table, config.k)
     write_parquet(table, out / "divergence_by_depth.parquet")
@@ -192,7 +247,9 @@ def main(argv=None) -> int:
         save_chart(chart, out / f"{name}.png")
     if not config.quiet:
         shown = table.select("depth", "nodes", "l1_mean", "tv_mean", "tv_q25", "tv_q50", "tv_q75", "kl_pq_mean", "kl_qp_mean", "h_p_mean", "h_q_mean")
-        print_table(shown, f"Divergence by depth ({config.world}, V={config.vocab}, {config.roots} roots, shape {config.shape})")
+        source = (f"capture {config.capture}" if config.capture else f"{config.target} / {config.draft}" if config.backend == "hf"
+                  else f"{config.world}, V={config.vocab}, {config.roots} roots")
+        print_table(shown, f"Divergence by depth ({source}, shape {config.shape})")
         k = config.k
         print_table(table.select("depth", (1 - pl.col("tv_mean")).alias("k=1: 1-TV"), pl.col("alpha_nss_k1_mean").alias("k=1: nss"),
                                  *[pl.col(f"alpha_{m}_k{k}_mean").alias(m) for m in ACCEPTANCE_METHODS]),

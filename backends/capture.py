@@ -149,6 +149,7 @@ def roots_of(pair, settings: CaptureSettings, prompts: list[str]):
 
 
 def shard_path(out: Path, root: int) -> Path:
+    """The shard of one root; its presence marks the root as done."""
     return out / f"nodes-r{root:06d}.parquet"
 
 
@@ -173,11 +174,20 @@ def run(settings: CaptureSettings, out: Path, *, device: str = "auto", quiet: bo
                 _empty_cuda_cache()
                 print(f"{PROG}: out of GPU memory at root {root_id}; retrying with batch {pair.max_batch}", file=sys.stderr)
         if logits is not None:
-            target = out / f"logits-r{root_id:06d}.npz"
-            _atomic(target, lambda tmp: np.savez_compressed(open(tmp, "wb"), target=logits[0], draft=logits[1]))
+            save_logits(out / f"logits-r{root_id:06d}.npz", *logits)
         write_parquet(pl.DataFrame(rows), shard_path(out, root_id))
         done += 1
     return done
+
+
+def save_logits(path: Path, target: np.ndarray, draft: np.ndarray) -> None:
+    """Atomically store both models' float32 logits (nodes, V) of one root."""
+
+    def write(tmp):
+        with open(tmp, "wb") as handle:
+            np.savez_compressed(handle, target=target, draft=draft)
+
+    _atomic(path, write)
 
 
 def _oom_error():
@@ -205,6 +215,7 @@ def read_capture(folder: str) -> pl.DataFrame:
 
 
 def load_settings(folder: str) -> CaptureSettings:
+    """The ``CaptureSettings`` a capture folder was made with (ValueError if it has none)."""
     path = Path(folder) / "settings.json"
     if not path.is_file():
         raise ValueError(f"--capture: {folder!r} has no settings.json")
@@ -294,7 +305,9 @@ def main(argv=None) -> int:
         fail(PROG, f"--out: {out_arg!r} holds a capture with other settings; use a new folder")
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world > 1 and device == "auto":
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+        from backends.hf import pick_device
+
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if pick_device() == "cuda" else "cpu"
     try:
         if rank == 0 and not stored.exists():
             _atomic(stored, lambda tmp: Path(tmp).write_text(mine))

@@ -14,7 +14,6 @@ No network is used at any point.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os

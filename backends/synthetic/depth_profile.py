@@ -10,7 +10,7 @@ partner is too close) and lam = profile(d) / TV(p_a, r_a), so TV(p, q) = profile
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -83,11 +83,6 @@ class DepthProfileWorld:
         """The same world with depth measured from a root context of ``root_length`` tokens."""
         s = self.spec
         return DepthProfileWorld(s.vocab, s.seed, s.settings, s.profile, s.order, s.family, s.concentration, root_length)
-
-    def with_settings(self, settings: SamplingSettings) -> "DepthProfileWorld":
-        world = self.rooted(self.spec.root_length)
-        world.spec = replace(world.spec, settings=settings)
-        return world
 
     def _rows(self, key: tuple[int, ...], depth: int) -> tuple[np.ndarray, np.ndarray]:
         s = self.spec

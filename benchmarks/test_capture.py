@@ -1,0 +1,53 @@
+"""Capture throughput vs a plain batched target forward (issue 5; recorded, not asserted).
+
+Run (after ``python -m backends.reference_pair``):
+    SIMLAB_PAIR=~/.cache/simlab/reference_pair/seed0 python -m pytest benchmarks/test_capture.py --benchmark-columns=min,median,rounds
+
+Nodes per second of the one-forward tree evaluation (both models, prefix included) against
+tokens per second of a plain batched forward of both models over the same number of tokens.
+"""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+PAIR = Path(os.path.expanduser(os.environ.get("SIMLAB_PAIR", "~/.cache/simlab/reference_pair/seed0")))
+pytestmark = pytest.mark.skipif(not (PAIR / "target").is_dir(), reason="run python -m backends.reference_pair first")
+
+
+@pytest.fixture(scope="module")
+def setup():
+    from backends.hf import HFPair
+    from simlab.shapes import Delayed
+    from simlab.trees import NodeTable
+
+    pair = HFPair(str(PAIR / "target"), str(PAIR / "draft"), device="cpu")
+    prompt = pair.encode("The for statement is used to iterate over the elements of a sequence")
+    rng = np.random.default_rng(0)
+    trees = [Delayed(4, 2, 4).sample(NodeTable(pair, prompt), rng).nodes() for _ in range(8)]
+    return pair, prompt, trees
+
+
+def test_tree_evaluation(benchmark, setup):
+    pair, prompt, trees = setup
+    benchmark(lambda: [pair.node_logits(prompt, nodes) for nodes in trees])
+    benchmark.extra_info["nodes"] = sum(len(n) for n in trees)
+
+
+def test_plain_batched_forward(benchmark, setup):
+    import torch
+
+    pair, prompt, trees = setup
+    n_tokens = sum(len(n) for n in trees)
+    width = len(prompt) + 18
+    tokens = torch.randint(0, pair.vocab_size, (max(1, n_tokens // width), width))
+
+    def forward():
+        with torch.no_grad():
+            pair.target(tokens)
+            pair.draft(tokens)
+
+    benchmark(forward)
+    benchmark.extra_info["tokens"] = int(tokens.numel())
