@@ -27,6 +27,8 @@ def fail(prog: str, message: str) -> None:
 
 def prepare_out(prog: str, out: str) -> Path:
     """Create ``out`` if needed and prove it is writable, or exit 2 with one line."""
+    if not str(out).strip():
+        fail(prog, "--out: must name a folder, got an empty string")
     path = Path(out)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -37,26 +39,91 @@ def prepare_out(prog: str, out: str) -> Path:
     return path
 
 
-def _atomic(path: Path, write) -> None:
-    """Write through ``write(tmp_path)`` to a temporary file beside ``path``, then rename it."""
+def atomic_write(path: Path, write) -> None:
+    """Write through ``write(tmp_path)`` to a temporary file beside ``path``, then rename it.
+
+    The file gets the permissions of a normally created file (0666 less the umask).
+    """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=path.suffix)
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+class OutputSet:
+    """Stage a study's files and publish them together: nothing is replaced until every file is
+    written, so an interrupted run leaves neither half-written files nor a mix of old and new.
+
+    Use ``stage(name, write)`` for each file, then ``publish()``; on an exception or interrupt
+    call ``discard()`` (``with OutputSet(out) as outputs:`` does that).
+    """
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.staged: list[tuple[str, Path]] = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        if kind is not None:
+            self.discard()
+        return False
+
+    def stage(self, name: str, write) -> None:
+        target = self.folder / name
+        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{target.stem}-", suffix=target.suffix)
+        os.close(fd)
+        self.staged.append((name, Path(tmp)))
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
+
+    def publish(self) -> None:
+        for name, tmp in self.staged:
+            os.replace(tmp, self.folder / name)
+        self.staged = []
+
+    def discard(self) -> None:
+        for _, tmp in self.staged:
+            tmp.unlink(missing_ok=True)
+        self.staged = []
+
+
 def write_parquet(frame: pl.DataFrame, path: Path) -> None:
     """Atomic parquet write (same data, same bytes)."""
-    _atomic(path, lambda tmp: frame.write_parquet(tmp, statistics=False))
+    atomic_write(path, lambda tmp: parquet_writer(frame)(tmp))
 
 
-def save_chart(chart, path: Path) -> None:
-    """Atomic altair save; the format follows the suffix (.html, or .png through vl-convert)."""
-    _atomic(path, lambda tmp: chart.save(tmp, format=path.suffix.lstrip(".")))
+def parquet_writer(frame: pl.DataFrame):
+    """A writer ``f(path)`` for ``OutputSet.stage`` (no statistics, so same data gives same bytes)."""
+    return lambda tmp: frame.write_parquet(tmp, statistics=False)
+
+
+def chart_writer(chart, fmt: str):
+    """A writer ``f(path)`` for ``OutputSet.stage``: ``"html"`` (self-contained, works offline) or ``"png"``."""
+    if fmt == "html":
+        return lambda tmp: chart.save(tmp, format="html", inline=True)
+    return lambda tmp: chart.save(tmp, format=fmt)
+
+
+def run_tool(prog: str, body) -> int:
+    """Run a study's ``body()``: a KeyboardInterrupt becomes one line on stderr and status 130."""
+    try:
+        return body()
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted; no partial output was published\n")
+        return 130
 
 
 def print_table(frame: pl.DataFrame, title: str) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from analyses._tool import ToolParser, fail, prepare_out, print_table, save_chart, write_parquet
+from analyses._tool import OutputSet, ToolParser, chart_writer, fail, parquet_writer, prepare_out, print_table, run_tool
 from backends.synthetic import WORLDS, SamplingSettings, make_world
 from simlab import tree_verifiers
 from simlab.pairs import rooted, target_trajectory
@@ -87,7 +87,9 @@ def parse_args(argv) -> Config:
         (bool(config.K) and min(config.K) >= 1, f"--K: every K must be >= 1, got {config.K}"),
         (config.L1_max >= 0 and config.L2_max >= 0, "--L1-max, --L2-max: must be >= 0"),
         (config.samples >= 2, f"--samples: must be >= 2 (for a standard error), got {config.samples}"),
-        (config.roots >= 1, f"--roots: must be >= 1, got {config.roots}"),
+        (1 <= config.roots <= 10_000, f"--roots: must lie in [1, 10000], got {config.roots}"),
+        (config.seed >= 0, f"--seed: must be >= 0, got {config.seed}"),
+        (max(config.K) <= 16 and config.L1_max <= 32 and config.L2_max <= 32, "--K, --L1-max, --L2-max: at most 16, 32, 32"),
         (np.isfinite(config.temperature) and config.temperature >= 0, f"--temperature: must be >= 0, got {config.temperature}"),
         (config.top_p is None or 0 < config.top_p <= 1, f"--top-p: must lie in (0, 1], got {config.top_p}"),
     ]
@@ -148,13 +150,19 @@ def heatmap(table: pl.DataFrame):
 
 
 def main(argv=None) -> int:
+    return run_tool(PROG, lambda: _main(argv))
+
+
+def _main(argv) -> int:
     config = parse_args(sys.argv[1:] if argv is None else argv)
     out = prepare_out(PROG, config.out)
     table = estimate(config)
     chart = heatmap(table)
-    write_parquet(table, out / "block_efficiency_grid.parquet")
-    save_chart(chart, out / "block_efficiency_grid.html")
-    save_chart(chart, out / "block_efficiency_grid.png")
+    with OutputSet(out) as outputs:
+        outputs.stage("block_efficiency_grid.parquet", parquet_writer(table))
+        for fmt in ("html", "png"):
+            outputs.stage(f"block_efficiency_grid.{fmt}", chart_writer(chart, fmt))
+        outputs.publish()
     if not config.quiet:
         print_table(best_per_verifier(table), f"Best static delayed tree per verifier ({config.world}, V={config.vocab}, {config.roots} roots)")
         print(f"wrote {out}/block_efficiency_grid.parquet, block_efficiency_grid.html/.png")

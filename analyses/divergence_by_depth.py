@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from analyses._tool import ToolParser, fail, prepare_out, print_table, save_chart, write_parquet
+from analyses._tool import OutputSet, ToolParser, chart_writer, fail, parquet_writer, prepare_out, print_table, run_tool
 from backends.synthetic import WORLDS, SamplingSettings, make_world
 from simlab.pairs import rooted, target_trajectory
 from simlab.measures import ACCEPTANCE_METHODS, node_acceptance, node_divergences
@@ -96,10 +96,12 @@ def parse_args(argv) -> Config:
         (2 <= config.vocab <= 50_000, f"--vocab: must lie in [2, 50000], got {config.vocab}"),
         (config.roots >= 1, f"--roots: must be >= 1, got {config.roots}"),
         (config.spacing >= 1, f"--spacing: must be >= 1, got {config.spacing}"),
-        (config.depth >= 1, f"--depth: must be >= 1, got {config.depth}"),
-        (config.width >= 1, f"--width: must be >= 1, got {config.width}"),
+        (1 <= config.depth <= 64, f"--depth: must lie in [1, 64], got {config.depth}"),
+        (1 <= config.width <= 16, f"--width: must lie in [1, 16], got {config.width}"),
+        (config.roots <= 100_000, f"--roots: at most 100000, got {config.roots}"),
+        (config.seed >= 0, f"--seed: must be >= 0, got {config.seed}"),
         (config.shape != "delayed" or 0 <= config.trunk < config.depth, f"--trunk: must lie in [0, depth), got {config.trunk}"),
-        (config.k >= 1, f"--k: must be >= 1, got {config.k}"),
+        (1 <= config.k <= 8, f"--k: must lie in [1, 8], got {config.k}"),
         (config.child_samples >= 1, f"--child-samples: must be >= 1, got {config.child_samples}"),
         (np.isfinite(config.temperature) and config.temperature >= 0, f"--temperature: must be >= 0, got {config.temperature}"),
         (config.top_p is None or 0 < config.top_p <= 1, f"--top-p: must lie in (0, 1], got {config.top_p}"),
@@ -219,7 +221,8 @@ def charts(table: pl.DataFrame, k_max: int):
     acc = long_acceptance(table, k_max)
     acc_base = alt.Chart(acc).encode(x=alt.X("depth:Q", title="draft-tree depth"), color=alt.Color("verifier:N"))
     acc_chart = (
-        acc_base.mark_area(opacity=0.2).encode(y=alt.Y("lo:Q", title="acceptance rate", scale=alt.Scale(zero=False)), y2="hi:Q")
+        acc_base.mark_area(opacity=0.2).encode(y=alt.Y("lo:Q", title="acceptance rate", scale=alt.Scale(zero=False)), y2="hi:Q",
+                                                color=alt.Color("verifier:N", legend=None))
         + acc_base.mark_line(point=True).encode(y="alpha:Q", tooltip=["depth", "verifier", "k", "alpha"])
     ).properties(width=260, height=220).facet(column=alt.Column("k:N", title=None)).properties(
         title="Acceptance by depth for k i.i.d. children (mean, 95% band)")
@@ -227,6 +230,10 @@ def charts(table: pl.DataFrame, k_max: int):
 
 
 def main(argv=None) -> int:
+    return run_tool(PROG, lambda: _main(argv))
+
+
+def _main(argv) -> int:
     config = parse_args(sys.argv[1:] if argv is None else argv)
     out = prepare_out(PROG, config.out)
     try:
@@ -240,11 +247,13 @@ def main(argv=None) -> int:
         fail(PROG, str(exc).splitlines()[0])
     table = aggregate(nodes, config.k)
     div_chart, acc_chart = charts(table, config.k)
-    write_parquet(table, out / "divergence_by_depth.parquet")
-    write_parquet(nodes, out / "nodes.parquet")
-    for name, chart in (("divergence_by_depth", div_chart), ("acceptance_by_depth", acc_chart)):
-        save_chart(chart, out / f"{name}.html")
-        save_chart(chart, out / f"{name}.png")
+    with OutputSet(out) as outputs:
+        outputs.stage("divergence_by_depth.parquet", parquet_writer(table))
+        outputs.stage("nodes.parquet", parquet_writer(nodes))
+        for name, chart in (("divergence_by_depth", div_chart), ("acceptance_by_depth", acc_chart)):
+            for fmt in ("html", "png"):
+                outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
+        outputs.publish()
     if not config.quiet:
         shown = table.select("depth", "nodes", "l1_mean", "tv_mean", "tv_q25", "tv_q50", "tv_q75", "kl_pq_mean", "kl_qp_mean", "h_p_mean", "h_q_mean")
         source = (f"capture {config.capture}" if config.capture else f"{config.target} / {config.draft}" if config.backend == "hf"

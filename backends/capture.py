@@ -32,7 +32,7 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from analyses._tool import ToolParser, _atomic, fail, prepare_out, write_parquet
+from analyses._tool import ToolParser, atomic_write, fail, prepare_out, write_parquet
 from backends.synthetic.base import SamplingSettings, seeded_rng
 from simlab.distributions import sample_categorical
 from simlab.measures import node_divergences
@@ -187,7 +187,7 @@ def save_logits(path: Path, target: np.ndarray, draft: np.ndarray) -> None:
         with open(tmp, "wb") as handle:
             np.savez_compressed(handle, target=target, draft=draft)
 
-    _atomic(path, write)
+    atomic_write(path, write)
 
 
 def _oom_error():
@@ -310,7 +310,7 @@ def main(argv=None) -> int:
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if pick_device() == "cuda" else "cpu"
     try:
         if rank == 0 and not stored.exists():
-            _atomic(stored, lambda tmp: Path(tmp).write_text(mine))
+            atomic_write(stored, lambda tmp: Path(tmp).write_text(mine))
         captured = run(settings, out, device=device, quiet=quiet, rank=rank, world=world)
     except ValueError as exc:
         fail(PROG, str(exc).splitlines()[0])

@@ -41,7 +41,18 @@ class Estimate:
 
 
 def _verifier(verifier):
-    return tree_verifiers.get(verifier) if isinstance(verifier, str) else verifier
+    if isinstance(verifier, str):
+        return tree_verifiers.get(verifier)
+    if not isinstance(verifier, tree_verifiers.TreeVerifier):
+        raise ValueError(f"verifier: must be a tree-verifier name or object, got {verifier!r}")
+    return verifier
+
+
+def _check(pair, shape) -> None:
+    if not isinstance(pair, ModelPair):
+        raise ValueError(f"pair: must implement the ModelPair protocol (vocab_size, distributions), got {type(pair).__name__}")
+    if not (hasattr(shape, "sample") and hasattr(shape, "enumerate")):
+        raise ValueError(f"shape: must be a tree shape (simlab.Delayed, iid, chain, Static), got {shape!r}")
 
 
 def expected_block_efficiency(pair: ModelPair, context: Sequence[int], shape, verifier, *, method: str = "exact",
@@ -65,6 +76,7 @@ def expected_block_efficiency(pair: ModelPair, context: Sequence[int], shape, ve
             trees to enumerate (with the limit in the message).
     """
     verifier = _verifier(verifier)
+    _check(pair, shape)
     table = NodeTable(pair, context)
     if method == "exact":
         total, weight, count = 0.0, 0.0, 0
@@ -120,6 +132,7 @@ def simulate_block_efficiency(pair: ModelPair, context: Sequence[int], shape, ve
                               seed: int = 0) -> Estimate:
     """Brute force: draw a tree and run ``verify`` ``steps`` times; mean and standard error of tau + 1."""
     verifier = _verifier(verifier)
+    _check(pair, shape)
     table = NodeTable(pair, context)
     rng = np.random.default_rng(seed)
     lengths = np.array([len(verifier.verify(shape.sample(table, rng), rng)[0]) + 1 for _ in range(steps)], dtype=float)

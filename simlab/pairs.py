@@ -39,15 +39,22 @@ class ModelPair(Protocol):
 
 
 def check_context(context, vocab_size: int, name: str = "context") -> tuple[int, ...]:
-    """Validate a token-id sequence (ids in [0, V)); return it as a tuple of ints."""
-    try:
-        ids = tuple(int(t) for t in context)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: must be a sequence of integer token ids, got {context!r}") from None
-    bad = [t for t in ids if not 0 <= t < vocab_size]
-    if bad:
-        raise ValueError(f"{name}: token id {bad[0]} is outside [0, {vocab_size})")
-    return ids
+    """Validate a token-id sequence (integer ids in [0, V)); return it as a tuple of ints.
+
+    Raises:
+        ValueError: not a sequence, a string, a non-integer id (floats are not truncated),
+            or an id outside [0, V).
+    """
+    if isinstance(context, (str, bytes)) or not hasattr(context, "__iter__"):
+        raise ValueError(f"{name}: must be a sequence of integer token ids, got {context!r}")
+    ids = []
+    for t in context:
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
+            raise ValueError(f"{name}: token ids must be integers, got {t!r}")
+        if not 0 <= int(t) < vocab_size:
+            raise ValueError(f"{name}: token id {int(t)} is outside [0, {vocab_size})")
+        ids.append(int(t))
+    return tuple(ids)
 
 
 def target_trajectory(pair: ModelPair, length: int, rng: np.random.Generator, prefix=()) -> tuple[int, ...]:
@@ -114,7 +121,17 @@ class MarkovPair:
         """A random pair: Dirichlet target rows, draft rows = mix of the target row and an independent Dirichlet row.
 
         ``closeness`` in [0, 1] is the weight of the target row in the draft (1 gives q = p).
+
+        Raises:
+            ValueError: vocab_size not an integer >= 2, rng not a numpy Generator, or
+                concentration / closeness out of range.
         """
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 2:
+            raise ValueError(f"vocab_size: must be an integer >= 2, got {vocab_size!r}")
+        if not isinstance(rng, np.random.Generator):
+            raise ValueError(f"rng: must be a numpy.random.Generator, got {type(rng).__name__}")
+        if not concentration > 0 or not 0 <= closeness <= 1:
+            raise ValueError(f"concentration, closeness: need concentration > 0 and closeness in [0, 1], got {concentration}, {closeness}")
         alpha = np.full(vocab_size, concentration)
         target = rng.dirichlet(alpha, size=vocab_size)
         noise = rng.dirichlet(alpha, size=vocab_size)

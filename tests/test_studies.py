@@ -81,8 +81,30 @@ def test_interrupted_write_leaves_nothing(tmp_path):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        _tool._atomic(target, explode)
+        _tool.atomic_write(target, explode)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_output_set_discards_everything_on_interrupt(tmp_path):
+    (tmp_path / "old.parquet").write_bytes(b"old")
+    with pytest.raises(KeyboardInterrupt):
+        with _tool.OutputSet(tmp_path) as outputs:
+            outputs.stage("old.parquet", lambda tmp: Path(tmp).write_bytes(b"new"))
+            outputs.stage("other.png", lambda tmp: (_ for _ in ()).throw(KeyboardInterrupt()))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.parquet"]
+    assert (tmp_path / "old.parquet").read_bytes() == b"old"
+
+
+def test_outputs_are_readable_by_others(small_run):
+    assert (small_run / "divergence_by_depth.parquet").stat().st_mode & 0o044 == 0o044
+
+
+@pytest.mark.parametrize("flags, message", [(["--seed", "-1"], "--seed"), (["--out", ""], "--out"), (["--depth", "1000"], "--depth"),
+                                            (["--k", "20"], "--k")])
+def test_more_bad_arguments(flags, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        divergence_by_depth.main((["--out", "/tmp/unused-simlab"] if "--out" not in flags else []) + flags)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_grid_study_small(tmp_path, capsys):

@@ -138,6 +138,25 @@ def test_bad_method_context_and_limits():
         expected_block_efficiency(big, (), iid(4, 3), "nss")
 
 
+@pytest.mark.parametrize("context", [[0.5], ["1"], "12", [True]])
+def test_contexts_must_be_integer_ids(context):
+    with pytest.raises(ValueError, match="^context: "):
+        expected_block_efficiency(PAIR, context, chain(1), "nss")
+
+
+def test_bad_pair_shape_and_verifier_objects():
+    with pytest.raises(ValueError, match="^shape: "):
+        expected_block_efficiency(PAIR, CONTEXT, "delayed", "nss")
+    with pytest.raises(ValueError, match="^verifier: "):
+        expected_block_efficiency(PAIR, CONTEXT, chain(1), None)
+    with pytest.raises(ValueError, match="^pair: "):
+        expected_block_efficiency(None, CONTEXT, chain(1), "nss")
+    with pytest.raises(ValueError, match="^vocab_size: "):
+        MarkovPair.random(0, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="^rng: "):
+        MarkovPair.random(4, 0)
+
+
 def test_three_line_notebook_cell():
     pair = MarkovPair.random(4, np.random.default_rng(0))
     e = simlab.expected_block_efficiency(pair, [0], simlab.Delayed(2, 1, 2), "specinfer")
