@@ -3,7 +3,7 @@
 Trains, deterministically from a seed, a GPT-2-architecture target (4.2M parameters) and a
 draft with under a tenth of its parameters, sharing one byte-level BPE tokenizer (Hugging Face
 ``tokenizers``, vocabulary 4096), on English text every Python ships: the documentation topics
-of the standard library's ``pydoc_data`` plus, optionally, standard-library source code.  One
+of the standard library's ``pydoc_data`` (plus, with ``--stdlib-chars``, standard-library source code).  One
 tenth of the documents is held out; the held-out perplexity of each model is reported.  Both
 models are saved in Hugging Face format (``save_pretrained``) under the cache directory, with a
 ``manifest.json`` of the settings and results; ``backends.hf.HFPair`` loads them like any hub
@@ -39,11 +39,11 @@ class PairSpec:
     draft_layers: int = 1
     draft_width: int = 64
     draft_heads: int = 2
-    steps: int = 600
+    steps: int = 900
     draft_steps: int = 600
     batch: int = 8
     learning_rate: float = 3e-3
-    stdlib_chars: int = 600_000
+    stdlib_chars: int = 0  # > 0 adds that many characters of standard-library source code
     pydoc_chars: int = 0  # 0: all of pydoc_data's topics
 
     @classmethod
@@ -193,7 +193,8 @@ def main(argv=None) -> int:
     parser = ToolParser(prog=PROG, description="Train the offline reference target/draft pair.")
     parser.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_CACHE}/seed<SEED>)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the corpus split and the training")
-    parser.add_argument("--steps", type=int, default=None, help="training steps per model (default 600)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps of each model (default 900 target, 600 draft)")
+    parser.add_argument("--stdlib-chars", type=int, default=None, help="add this many characters of standard-library source")
     parser.add_argument("--micro", action="store_true", help="the tiny pair used by the tests (seconds)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -202,6 +203,8 @@ def main(argv=None) -> int:
         if args.steps < 1:
             fail(PROG, f"--steps: must be >= 1, got {args.steps}")
         spec = PairSpec(**{**asdict(spec), "steps": args.steps, "draft_steps": args.steps})
+    if args.stdlib_chars is not None:
+        spec = PairSpec(**{**asdict(spec), "stdlib_chars": max(0, args.stdlib_chars)})
     out = prepare_out(PROG, args.out or str(DEFAULT_CACHE / (f"micro-seed{args.seed}" if args.micro else f"seed{args.seed}")))
     log = (lambda message: None) if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
     manifest = build(out, args.seed, spec, log)

@@ -14,28 +14,37 @@ import pytest
 
 from backends.capture import CapturedPair, main, read_capture, read_prompts
 
-PROMPTS = str(Path(__file__).resolve().parent.parent / "backends" / "prompts" / "reference_prompts.txt")
+SHIPPED = Path(__file__).resolve().parent.parent / "backends" / "prompts" / "reference_prompts.txt"
+N_PROMPTS = 8
 
 
-def flags(pair_dir, out, *extra):
-    return ["--target", str(pair_dir / "target"), "--draft", str(pair_dir / "draft"), "--prompts", PROMPTS,
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    """The first 8 shipped prompts (keeps the capture tests short)."""
+    path = tmp_path_factory.mktemp("prompts") / "prompts.txt"
+    path.write_text("\n".join(SHIPPED.read_text().splitlines()[:N_PROMPTS]) + "\n")
+    return str(path)
+
+
+def flags(pair_dir, prompts, out, *extra):
+    return ["--target", str(pair_dir / "target"), "--draft", str(pair_dir / "draft"), "--prompts", prompts,
             "--out", str(out), "--roots-per-prompt", "1", "--spacing", "4", "--depth", "2", "--width", "2", "--quiet", *extra]
 
 
 @pytest.fixture(scope="module")
-def capture(micro_pair_dir, tmp_path_factory):
+def capture(micro_pair_dir, prompts, tmp_path_factory):
     out = tmp_path_factory.mktemp("capture")
-    assert main(flags(micro_pair_dir, out, "--full")) == 0
+    assert main(flags(micro_pair_dir, prompts, out, "--full")) == 0
     return out
 
 
 def test_rows_and_columns(capture):
     table = read_capture(str(capture))
-    assert table["root"].n_unique() == 20
+    assert table["root"].n_unique() == N_PROMPTS
     for column in ("root", "prompt", "position", "path", "depth", "token", "multiplicity", "children", "tv", "kl_pq",
                    "kl_qp", "h_p", "h_q", "p_top_ids", "p_top_probs", "q_top_ids", "q_top_probs"):
         assert column in table.columns
-    assert table.filter(pl.col("depth") == 0)["multiplicity"].to_list() == [1] * 20
+    assert table.filter(pl.col("depth") == 0)["multiplicity"].to_list() == [1] * N_PROMPTS
     assert (table.group_by("root", "path").len()["len"] == 1).all()  # no duplicate node
 
 
@@ -49,9 +58,9 @@ def test_replay_matches_the_stored_statistics(capture):
         assert node_divergences(p[0], q[0])["tv"] == row["tv"]
 
 
-def test_rerun_with_other_settings_is_refused(micro_pair_dir, capture, capsys):
+def test_rerun_with_other_settings_is_refused(micro_pair_dir, capture, capsys, prompts):
     with pytest.raises(SystemExit) as exc:
-        main(flags(micro_pair_dir, capture, "--full", "--seed", "9"))
+        main(flags(micro_pair_dir, prompts, capture, "--full", "--seed", "9"))
     assert exc.value.code == 2 and "other settings" in capsys.readouterr().err
 
 
@@ -63,48 +72,48 @@ def test_bad_prompt_files(tmp_path, content, message):
         read_prompts(str(path))
 
 
-def test_missing_model_and_long_prompt(micro_pair_dir, tmp_path, capsys):
+def test_missing_model_and_long_prompt(micro_pair_dir, tmp_path, capsys, prompts):
     with pytest.raises(SystemExit) as exc:
-        main(["--target", str(tmp_path / "none"), "--draft", str(tmp_path / "none"), "--prompts", PROMPTS, "--out", str(tmp_path / "o")])
+        main(["--target", str(tmp_path / "none"), "--draft", str(tmp_path / "none"), "--prompts", prompts, "--out", str(tmp_path / "o")])
     assert exc.value.code == 2 and "does not exist" in capsys.readouterr().err
     long_prompt = tmp_path / "long.txt"
     long_prompt.write_text("word " * 400 + "\n")
     with pytest.raises(SystemExit) as exc:
-        main(flags(micro_pair_dir, tmp_path / "o2") + ["--prompts", str(long_prompt)])
+        main(flags(micro_pair_dir, prompts, tmp_path / "o2") + ["--prompts", str(long_prompt)])
     assert exc.value.code == 2 and "context" in capsys.readouterr().err
 
 
-def test_sigkill_then_rerun_gives_every_row_once(micro_pair_dir, tmp_path):
+def test_sigkill_then_rerun_gives_every_row_once(micro_pair_dir, tmp_path, prompts):
     """Kill the capture with SIGKILL after its first shards, rerun the same command: the result
     equals an uninterrupted capture (no duplicate, no missing row)."""
-    command = [sys.executable, "-m", "backends.capture", *flags(micro_pair_dir, tmp_path / "killed")]
+    command = [sys.executable, "-m", "backends.capture", *flags(micro_pair_dir, prompts, tmp_path / "killed")]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
-    while time.time() < deadline and len(list((tmp_path / "killed").glob("nodes-r*.parquet"))) < 3:
+    while time.time() < deadline and len(list((tmp_path / "killed").glob("nodes-r*.parquet"))) < 2:
         time.sleep(0.05)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     partial = len(list((tmp_path / "killed").glob("nodes-r*.parquet")))
-    assert 3 <= partial < 20
+    assert 2 <= partial < N_PROMPTS
     assert subprocess.run(command, capture_output=True).returncode == 0
-    assert main(flags(micro_pair_dir, tmp_path / "clean")) == 0
+    assert main(flags(micro_pair_dir, prompts, tmp_path / "clean")) == 0
     resumed, clean = read_capture(str(tmp_path / "killed")), read_capture(str(tmp_path / "clean"))
     assert resumed.height == clean.height
     assert resumed.equals(clean)
     assert not [p for p in (tmp_path / "killed").iterdir() if p.name.startswith(".")]
 
 
-def test_torchrun_style_shards_are_disjoint_and_complete(micro_pair_dir, capture, tmp_path, monkeypatch):
+def test_torchrun_style_shards_are_disjoint_and_complete(micro_pair_dir, capture, tmp_path, monkeypatch, prompts):
     """Two processes (RANK 0 and 1 of WORLD_SIZE 2) capture disjoint roots; together they equal one run."""
     out = tmp_path / "sharded"
     for rank in (0, 1):
         monkeypatch.setenv("RANK", str(rank))
         monkeypatch.setenv("WORLD_SIZE", "2")
-        assert main(flags(micro_pair_dir, out, "--full")) == 0
+        assert main(flags(micro_pair_dir, prompts, out, "--full")) == 0
     assert read_capture(str(out)).equals(read_capture(str(capture)))
 
 
-def test_out_of_memory_retries_with_a_smaller_batch(micro_pair_dir, tmp_path, monkeypatch, capsys):
+def test_out_of_memory_retries_with_a_smaller_batch(micro_pair_dir, tmp_path, monkeypatch, capsys, prompts):
     import torch
 
     import backends.capture as capture_module
@@ -118,6 +127,6 @@ def test_out_of_memory_retries_with_a_smaller_batch(micro_pair_dir, tmp_path, mo
         return original(pair, *args)
 
     monkeypatch.setattr(capture_module, "capture_root", flaky)
-    assert main(flags(micro_pair_dir, tmp_path / "oom")[:-1]) == 0
+    assert main(flags(micro_pair_dir, prompts, tmp_path / "oom")[:-1]) == 0
     assert "out of GPU memory at root 1; retrying with batch 32" in capsys.readouterr().err
-    assert read_capture(str(tmp_path / "oom"))["root"].n_unique() == 20
+    assert read_capture(str(tmp_path / "oom"))["root"].n_unique() == N_PROMPTS
