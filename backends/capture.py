@@ -158,6 +158,11 @@ def run(settings: CaptureSettings, out: Path, *, device: str = "auto", quiet: bo
     from backends.hf import HFPair
 
     torch_oom = _oom_error()
+    stored, mine = out / "settings.json", json.dumps(asdict(settings), indent=2, sort_keys=True)
+    if stored.exists() and stored.read_text() != mine:
+        raise ValueError(f"--out: {str(out)!r} holds a capture with other settings; use a new folder")
+    if rank == 0 and not stored.exists():
+        atomic_write(stored, lambda tmp: Path(tmp).write_text(mine))
     prompts = read_prompts(settings.prompts)
     pair = HFPair(settings.target, settings.draft, device=device, dtype=settings.dtype, settings=settings.sampling())
     todo = [r for r in roots_of(pair, settings, prompts) if r[0] % world == rank and not shard_path(out, r[0]).exists()]
@@ -299,18 +304,12 @@ def parse_args(argv) -> tuple[CaptureSettings, str, str, bool]:
 def main(argv=None) -> int:
     settings, out_arg, device, quiet = parse_args(sys.argv[1:] if argv is None else argv)
     out = prepare_out(PROG, out_arg)
-    stored = out / "settings.json"
-    mine = json.dumps(asdict(settings), indent=2, sort_keys=True)
-    if stored.exists() and stored.read_text() != mine:
-        fail(PROG, f"--out: {out_arg!r} holds a capture with other settings; use a new folder")
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world > 1 and device == "auto":
         from backends.hf import pick_device
 
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if pick_device() == "cuda" else "cpu"
     try:
-        if rank == 0 and not stored.exists():
-            atomic_write(stored, lambda tmp: Path(tmp).write_text(mine))
         captured = run(settings, out, device=device, quiet=quiet, rank=rank, world=world)
     except ValueError as exc:
         fail(PROG, str(exc).splitlines()[0])
