@@ -148,10 +148,10 @@ def emitted_sequence_law(pair: ModelPair, context: Sequence[int], shape, verifie
     scheme is lossless (over these n tokens).
     """
     verifier = _verifier(verifier)
-    memo: dict[tuple[int, ...], dict[tuple[int, ...], float]] = {}
+    memo: dict[tuple[tuple[int, ...], int], dict[tuple[int, ...], float]] = {}
 
     def law(ctx: tuple[int, ...], need: int) -> dict[tuple[int, ...], float]:
-        key = ctx + (-need,)
+        key = (ctx, need)
         if key in memo:
             return memo[key]
         out: dict[tuple[int, ...], float] = {}

@@ -34,6 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
+from simlab.distributions import sample_categorical
 from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw
 from simlab.verifiers.speculative import SingleDraft, accept_probabilities
 
@@ -86,7 +87,7 @@ class _FullLPSelection:
 
     def draw(self, children: np.ndarray, rng: np.random.Generator) -> int:
         tokens, beta = self.distribution(children)
-        return int(tokens[np.searchsorted(np.cumsum(beta), rng.random() * beta.sum(), side="right")])
+        return int(tokens[sample_categorical(beta, rng)])
 
 
 def _top_s(p: np.ndarray, c: np.ndarray, q: np.ndarray, s: int) -> np.ndarray:

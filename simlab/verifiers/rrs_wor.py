@@ -51,7 +51,7 @@ class _RRSWithoutReplacementPlan(NodePlan):
                 return sample_categorical(p_cur, rng)
             if accept_draw(rng, p_cur[x], q_cur[x]):
                 return int(x)
-        raise AssertionError("unreachable")
+        return None  # not reached: _trials always ends with the final residual
 
 
 @dataclass(frozen=True)
