@@ -15,7 +15,6 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-import altair as alt
 import numpy as np
 import polars as pl
 from tqdm import tqdm
@@ -140,6 +139,9 @@ def best_per_verifier(table: pl.DataFrame) -> pl.DataFrame:
 
 
 def heatmap(table: pl.DataFrame):
+    """A heatmap of E[tau+1] over (L1, L2), one panel per verifier and K."""
+    import altair as alt
+
     return alt.Chart(table).mark_rect().encode(
         x=alt.X("L2:O", title="L2 (branch length)"),
         y=alt.Y("L1:O", title="L1 (trunk length)", sort="descending"),

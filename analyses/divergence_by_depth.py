@@ -18,7 +18,6 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-import altair as alt
 import numpy as np
 import polars as pl
 from tqdm import tqdm
@@ -205,6 +204,9 @@ def long_acceptance(table: pl.DataFrame, k_max: int) -> pl.DataFrame:
 
 
 def charts(table: pl.DataFrame, k_max: int):
+    """(divergence chart, acceptance chart) with 95% bands (altair is imported here, not at start-up)."""
+    import altair as alt
+
     divergence = table.select(
         "depth", "nodes",
         pl.col("tv_mean").alias("mean"),

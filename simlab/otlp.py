@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
@@ -82,6 +81,8 @@ def solve_ot_lp(p, q, k: int, replacement: bool = True) -> OTSolution:
         ValueError: invalid p, q or k; the coupling would exceed ``MAX_LP_VARIABLES``; the
             solver fails.
     """
+    import cvxpy as cp  # imported on first use: it is slow to import
+
     p, q = check_pair(p, q)
     k = check_k(k)
     drafting = Drafting.IID if replacement else Drafting.WITHOUT_REPLACEMENT
