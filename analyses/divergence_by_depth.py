@@ -169,7 +169,12 @@ def capture_live(config: Config, out) -> str:
     settings = CaptureSettings(config.target, config.draft, prompts, config.roots_per_prompt, config.spacing, config.shape,
                                config.width, config.depth, config.trunk, config.temperature, config.top_p, config.top_k,
                                full=True, seed=config.seed)
-    folder = out / "capture"
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    digest = hashlib.sha256(json.dumps(asdict(settings), sort_keys=True).encode()).hexdigest()[:10]
+    folder = out / f"capture-{digest}"  # one folder per setting: reruns resume, other settings never collide
     folder.mkdir(exist_ok=True)
     run(settings, folder, quiet=config.quiet)
     return str(folder)
@@ -214,20 +219,19 @@ def charts(table: pl.DataFrame, k_max: int):
         (pl.col("tv_mean") + 1.96 * pl.col("tv_sd").fill_null(0.0) / pl.col("nodes").sqrt()).alias("hi"),
         pl.col("tv_q25"), pl.col("tv_q75"),
     )
-    base = alt.Chart(divergence).encode(x=alt.X("depth:Q", title="draft-tree depth (tokens below the root)"))
+    base = alt.Chart(divergence).encode(x=alt.X("depth:Q", title="draft-tree depth (tokens below the root)", axis=alt.Axis(tickMinStep=1)))
     div_chart = (
         base.mark_area(opacity=0.15).encode(y="tv_q25:Q", y2="tv_q75:Q")
         + base.mark_area(opacity=0.35).encode(y=alt.Y("lo:Q", title="TV(p, q)"), y2="hi:Q")
         + base.mark_line(point=True).encode(y="mean:Q", tooltip=["depth", "nodes", "mean"])
     ).properties(title="Draft-target divergence by depth (mean, 95% band; light: quartiles)", width=480, height=300)
     acc = long_acceptance(table, k_max)
-    acc_base = alt.Chart(acc).encode(x=alt.X("depth:Q", title="draft-tree depth"), color=alt.Color("verifier:N"))
+    acc_base = alt.Chart(acc).encode(x=alt.X("depth:Q", title="draft-tree depth", axis=alt.Axis(tickMinStep=1)), color=alt.Color("verifier:N"))
     acc_chart = (
-        acc_base.mark_area(opacity=0.2).encode(y=alt.Y("lo:Q", title="acceptance rate", scale=alt.Scale(zero=False)), y2="hi:Q",
-                                                color=alt.Color("verifier:N", legend=None))
+        acc_base.mark_area(opacity=0.2).encode(y=alt.Y("lo:Q", title="acceptance rate", scale=alt.Scale(zero=False)), y2="hi:Q")
         + acc_base.mark_line(point=True).encode(y="alpha:Q", tooltip=["depth", "verifier", "k", "alpha"])
     ).properties(width=260, height=220).facet(column=alt.Column("k:N", title=None)).properties(
-        title="Acceptance by depth for k i.i.d. children (mean, 95% band)")
+        title="Acceptance by depth for k i.i.d. children (mean, 95% band)").configure_legend(symbolOpacity=1)
     return div_chart, acc_chart
 
 

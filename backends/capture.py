@@ -25,7 +25,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass
+import hashlib
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,7 @@ class CaptureSettings:
     store_top: int = 8
     full: bool = False
     seed: int = 0
+    prompts_sha256: str = ""  # of the prompt texts; the prompts path itself may differ on resume
 
     def tree_shape(self) -> Delayed:
         if self.shape == "iid":
@@ -72,6 +74,18 @@ class CaptureSettings:
 
     def sampling(self) -> SamplingSettings:
         return SamplingSettings(self.temperature, self.top_k, self.top_p)
+
+
+def differing_settings(stored: dict, mine: dict) -> list[str]:
+    """Names of the settings that differ between a stored capture and this run (the prompt file's
+    path is compared through the digest of its prompts, not as a string; model paths by folder)."""
+    def same(key):
+        a, b = stored.get(key), mine.get(key)
+        if key in ("target", "draft") and a and b and Path(a).expanduser().exists() and Path(b).expanduser().exists():
+            return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+        return a == b
+
+    return [key for key in mine if key != "prompts" and not same(key)]
 
 
 def read_prompts(path: str) -> list[str]:
@@ -158,14 +172,18 @@ def run(settings: CaptureSettings, out: Path, *, device: str = "auto", quiet: bo
     from backends.hf import HFPair
 
     torch_oom = _oom_error()
-    stored, mine = out / "settings.json", json.dumps(asdict(settings), indent=2, sort_keys=True)
-    if stored.exists() and stored.read_text() != mine:
-        raise ValueError(f"--out: {str(out)!r} holds a capture with other settings; use a new folder")
-    if rank == 0 and not stored.exists():
-        atomic_write(stored, lambda tmp: Path(tmp).write_text(mine))
     prompts = read_prompts(settings.prompts)
+    settings = replace(settings, prompts_sha256=hashlib.sha256("\n".join(prompts).encode()).hexdigest())
+    stored = out / "settings.json"
+    if stored.exists():
+        differ = differing_settings(json.loads(stored.read_text()), asdict(settings))
+        if differ:
+            raise ValueError(f"--out: {str(out)!r} holds a capture with other settings ({', '.join(differ)}); use a new folder")
     pair = HFPair(settings.target, settings.draft, device=device, dtype=settings.dtype, settings=settings.sampling())
-    todo = [r for r in roots_of(pair, settings, prompts) if r[0] % world == rank and not shard_path(out, r[0]).exists()]
+    roots = list(roots_of(pair, settings, prompts))  # validates every prompt before anything is written
+    if rank == 0 and not stored.exists():
+        atomic_write(stored, lambda tmp: Path(tmp).write_text(json.dumps(asdict(settings), indent=2, sort_keys=True)))
+    todo = [r for r in roots if r[0] % world == rank and not shard_path(out, r[0]).exists()]
     done = 0
     for root_id, prompt_index, context in tqdm(todo, desc="roots", unit="root", file=sys.stderr, disable=quiet):
         while True:

@@ -41,9 +41,20 @@ def _torch():
 
 
 def pick_device(device: str = "auto") -> str:
-    """``"cuda"`` when available for ``"auto"``, else ``"cpu"``; other values are kept."""
+    """``"cuda"`` when available for ``"auto"``, else ``"cpu"``; other values are checked.
+
+    Raises:
+        ValueError: an unknown device string, or a CUDA device without CUDA.
+    """
+    torch = _torch()
     if device == "auto":
-        return "cuda" if _torch().cuda.is_available() else "cpu"
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device: unknown device {device!r}; use auto, cpu, cuda or cuda:N") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device: {device!r} asked for, but this torch build has no usable CUDA device")
     return device
 
 
@@ -63,6 +74,8 @@ def load_model(name: str, device: str, dtype: str, what: str):
     looks_local = name.startswith((".", "/", "~")) or Path(name).expanduser().exists()
     if looks_local and not Path(name).expanduser().is_dir():
         raise ValueError(f"{what}: model folder {name!r} does not exist")
+    if looks_local and not (Path(name).expanduser() / "config.json").is_file():
+        raise ValueError(f"{what}: {name!r} is not a model folder (no config.json)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(Path(name).expanduser()) if looks_local else name)
         model = AutoModelForCausalLM.from_pretrained(str(Path(name).expanduser()) if looks_local else name,

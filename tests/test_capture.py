@@ -130,3 +130,34 @@ def test_out_of_memory_retries_with_a_smaller_batch(micro_pair_dir, tmp_path, mo
     assert main(flags(micro_pair_dir, prompts, tmp_path / "oom")[:-1]) == 0
     assert "out of GPU memory at root 1; retrying with batch 32" in capsys.readouterr().err
     assert read_capture(str(tmp_path / "oom"))["root"].n_unique() == N_PROMPTS
+
+
+def test_a_failed_run_leaves_no_settings_behind(micro_pair_dir, tmp_path, prompts, capsys):
+    out = tmp_path / "failed"
+    with pytest.raises(SystemExit):
+        main(flags(micro_pair_dir, prompts, out) + ["--target", str(tmp_path / "typo")])
+    assert not (out / "settings.json").exists()
+    assert main(flags(micro_pair_dir, prompts, out)) == 0  # the corrected command then works
+
+
+def test_same_prompts_by_another_path_resume(micro_pair_dir, capture, prompts, tmp_path, monkeypatch):
+    monkeypatch.chdir(Path(prompts).parent)
+    relative = Path(prompts).name
+    assert main(flags(micro_pair_dir, relative, capture, "--full")) == 0
+
+
+@pytest.mark.parametrize("device, message", [("foo", "unknown device"), ("cuda:0", "CUDA")])
+def test_bad_device(micro_pair_dir, prompts, tmp_path, device, message, capsys):
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(SystemExit) as exc:
+        main(flags(micro_pair_dir, prompts, tmp_path / "d") + ["--device", device])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_folder_that_is_not_a_model(micro_pair_dir, prompts, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(flags(micro_pair_dir, prompts, tmp_path / "o") + ["--draft", str(tmp_path)])
+    assert exc.value.code == 2 and "is not a model folder" in capsys.readouterr().err

@@ -45,7 +45,8 @@ class BlockVerification(TreeVerifier):
             s = float(np.maximum(w[i] * p_i - q_i, 0.0).sum())
             if i > 0:
                 h[i] = 1.0 if w[i] >= 1.0 else s / (s + 1.0 - w[i])
-            laws.append(residual(w[i] * p_i, q_i))
+            # With w_i = 0 the block cannot stop here (h_i = 0), so any law serves; use p_i.
+            laws.append(residual(w[i] * p_i, q_i) if w[i] > 0 else p_i)
         return path, h, laws
 
     def _tau_distribution(self, h):
