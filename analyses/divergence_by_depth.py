@@ -26,7 +26,7 @@ from analyses._tool import OutputSet, ToolParser, chart_writer, fail, parquet_wr
 from backends.synthetic import WORLDS, SamplingSettings, make_world
 from simlab.pairs import rooted, target_trajectory
 from simlab.measures import ACCEPTANCE_METHODS, node_acceptance, node_divergences
-from simlab.shapes import Delayed
+from simlab.shapes import named_shape
 from simlab.trees import NodeTable
 
 PROG = "python -m analyses.divergence_by_depth"
@@ -112,21 +112,13 @@ def parse_args(argv) -> Config:
     return config
 
 
-def tree_shape(config: Config) -> Delayed:
-    if config.shape == "iid":
-        return Delayed(config.width, 0, config.depth)
-    if config.shape == "chain":
-        return Delayed(1, config.depth, 0)
-    return Delayed(config.width, config.trunk, config.depth - config.trunk)
-
-
 def measure(config: Config) -> pl.DataFrame:
     """One row per tree node: root, path, depth, divergences and acceptance rates."""
     settings = SamplingSettings(config.temperature, config.top_k, config.top_p)
     world = make_world(config.world, vocab=config.vocab, seed=config.seed, settings=settings)
     rng = np.random.default_rng(config.seed)
     trajectory = target_trajectory(world, config.spacing * (config.roots + 1), rng)
-    shape, k_values = tree_shape(config), range(1, config.k + 1)
+    shape, k_values = named_shape(config.shape, config.width, config.depth, config.trunk), range(1, config.k + 1)
     rows = []
     for root in tqdm(range(config.roots), desc="roots", unit="root", file=sys.stderr, disable=config.quiet):
         context = tuple(trajectory[: config.spacing * (root + 1)])

@@ -37,7 +37,7 @@ from analyses._tool import ToolParser, atomic_write, fail, prepare_out, write_pa
 from backends.synthetic.base import SamplingSettings, seeded_rng
 from simlab.distributions import sample_categorical
 from simlab.measures import node_divergences
-from simlab.shapes import Delayed
+from simlab.shapes import Delayed, named_shape
 from simlab.trees import NodeTable
 
 PROG = "python -m backends.capture"
@@ -66,11 +66,7 @@ class CaptureSettings:
     prompts_sha256: str = ""  # of the prompt texts; the prompts path itself may differ on resume
 
     def tree_shape(self) -> Delayed:
-        if self.shape == "iid":
-            return Delayed(self.width, 0, self.depth)
-        if self.shape == "chain":
-            return Delayed(1, self.depth, 0)
-        return Delayed(self.width, self.trunk, self.depth - self.trunk)
+        return named_shape(self.shape, self.width, self.depth, self.trunk)
 
     def sampling(self) -> SamplingSettings:
         return SamplingSettings(self.temperature, self.top_k, self.top_p)

@@ -143,6 +143,22 @@ def chain(L: int) -> Delayed:
     return Delayed(1, L, 0)
 
 
+def named_shape(name: str, width: int, depth: int, trunk: int = 0) -> Delayed:
+    """The studies' ``--shape`` flag: ``"iid"`` = iid(width, depth), ``"chain"`` = chain(depth),
+    ``"delayed"`` = Delayed(width, trunk, depth - trunk).
+
+    Raises:
+        ValueError: an unknown name or invalid sizes.
+    """
+    if name == "iid":
+        return iid(width, depth)
+    if name == "chain":
+        return chain(depth)
+    if name == "delayed":
+        return Delayed(width, trunk, depth - trunk)
+    raise ValueError(f"shape: must be 'iid', 'chain' or 'delayed', got {name!r}")
+
+
 def _sequences(table: NodeTable, start: Path, length: int) -> list[tuple[Path, float]]:
     """Every token sequence of ``length`` drafted from node ``start`` (q along its own prefix)."""
     seqs: list[tuple[Path, float]] = [((), 1.0)]
