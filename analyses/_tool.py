@@ -25,6 +25,13 @@ def fail(prog: str, message: str) -> None:
     raise SystemExit(2)
 
 
+def check_flags(prog: str, checks) -> None:
+    """Exit 2 with the message of the first ``(ok, message)`` pair whose ``ok`` is false."""
+    for ok, message in checks:
+        if not ok:
+            fail(prog, message)
+
+
 def prepare_out(prog: str, out: str) -> Path:
     """Create ``out`` if needed and prove it is writable, or exit 2 with one line."""
     if not str(out).strip():

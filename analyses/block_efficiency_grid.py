@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from analyses._tool import OutputSet, ToolParser, chart_writer, fail, parquet_writer, prepare_out, print_table, run_tool
+from analyses._tool import check_flags, OutputSet, ToolParser, chart_writer, fail, parquet_writer, prepare_out, print_table, run_tool
 from backends.synthetic import WORLDS, SamplingSettings, make_world
 from simlab import tree_verifiers
 from simlab.pairs import rooted, target_trajectory
@@ -92,9 +92,7 @@ def parse_args(argv) -> Config:
         (np.isfinite(config.temperature) and config.temperature >= 0, f"--temperature: must be >= 0, got {config.temperature}"),
         (config.top_p is None or 0 < config.top_p <= 1, f"--top-p: must lie in (0, 1], got {config.top_p}"),
     ]
-    for ok, message in checks:
-        if not ok:
-            fail(PROG, message)
+    check_flags(PROG, checks)
     return config
 
 

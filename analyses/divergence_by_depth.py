@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from analyses._tool import OutputSet, ToolParser, chart_writer, fail, parquet_writer, prepare_out, print_table, run_tool
+from analyses._tool import check_flags, OutputSet, ToolParser, chart_writer, fail, parquet_writer, prepare_out, print_table, run_tool
 from backends.synthetic import WORLDS, SamplingSettings, make_world
 from simlab.pairs import rooted, target_trajectory
 from simlab.measures import ACCEPTANCE_METHODS, node_acceptance, node_divergences
@@ -106,9 +106,7 @@ def parse_args(argv) -> Config:
         (config.top_p is None or 0 < config.top_p <= 1, f"--top-p: must lie in (0, 1], got {config.top_p}"),
         (config.top_k is None or config.top_k >= 1, f"--top-k: must be >= 1, got {config.top_k}"),
     ]
-    for ok, message in checks:
-        if not ok:
-            fail(PROG, message)
+    check_flags(PROG, checks)
     return config
 
 

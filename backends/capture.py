@@ -33,7 +33,7 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from analyses._tool import ToolParser, atomic_write, fail, prepare_out, write_parquet
+from analyses._tool import check_flags, ToolParser, atomic_write, fail, prepare_out, write_parquet
 from backends.synthetic.base import SamplingSettings, seeded_rng
 from simlab.distributions import sample_categorical
 from simlab.measures import node_divergences
@@ -306,9 +306,7 @@ def parse_args(argv) -> tuple[CaptureSettings, str, str, bool]:
         (args.temperature >= 0, "--temperature: must be >= 0"), (args.top_p is None or 0 < args.top_p <= 1, "--top-p: must lie in (0, 1]"),
         (args.top_k is None or args.top_k >= 1, "--top-k: must be >= 1"), (args.store_top >= 1, "--store-top: must be >= 1"),
     ]
-    for ok, message in checks:
-        if not ok:
-            fail(PROG, message)
+    check_flags(PROG, checks)
     settings = CaptureSettings(args.target, args.draft, args.prompts, args.roots_per_prompt, args.spacing, args.shape,
                                args.width, args.depth, args.trunk, args.temperature, args.top_p, args.top_k, args.dtype,
                                args.store_top, args.full, args.seed)

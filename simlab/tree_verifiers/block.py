@@ -49,10 +49,11 @@ class BlockVerification(TreeVerifier):
             laws.append(residual(w[i] * p_i, q_i) if w[i] > 0 else p_i)
         return path, h, laws
 
-    def _tau_distribution(self, h):
-        g = h.size - 1
-        later_rejected = np.concatenate((np.cumprod((1.0 - h)[::-1])[::-1][1:], [1.0]))  # prod_{j>i}(1-h_j)
-        return h * later_rejected if g > 0 else np.ones(1)
+    @staticmethod
+    def _tau_distribution(h):
+        """P(tau = i) = h_i prod_{j > i} (1 - h_j), i = 0..g (h_0 = 1)."""
+        later_rejected = np.concatenate((np.cumprod((1.0 - h)[::-1])[::-1][1:], [1.0]))
+        return h * later_rejected
 
     def outcome_law(self, tree):
         path, h, laws = self._block(tree)
