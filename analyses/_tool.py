@@ -11,6 +11,8 @@ from pathlib import Path
 
 import polars as pl
 
+from simlab.files import atomic_write, umask as _umask  # noqa: F401 - re-exported for the tools
+
 
 class ToolParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line on stderr and exit status 2."""
@@ -44,28 +46,6 @@ def prepare_out(prog: str, out: str) -> Path:
     except OSError as exc:
         fail(prog, f"--out: cannot write to {out!r} ({exc.strerror or exc})")
     return path
-
-
-def atomic_write(path: Path, write) -> None:
-    """Write through ``write(tmp_path)`` to a temporary file beside ``path``, then rename it.
-
-    The file gets the permissions of a normally created file (0666 less the umask).
-    """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 class OutputSet:

@@ -95,37 +95,94 @@ def expected_block_efficiency(pair: ModelPair, context: Sequence[int], shape, ve
     raise ValueError(f"method: must be 'exact' or 'mc', got {method!r}")
 
 
+@dataclass(frozen=True)
+class GridDraft:
+    """One sampled delayed tree with the widest K of a grid: ``Delayed(K_max, L1, L2_max)`` as
+    its trunk (L1 tokens) and K_max branches (L2_max tokens each).  Its first K branches cut at
+    L2 tokens are a draw of ``Delayed(K, L1, L2)`` for every K <= K_max, L2 <= L2_max."""
+
+    L1: int
+    trunk: tuple[int, ...]
+    branches: tuple[tuple[int, ...], ...]
+
+
+def draw_grid(table: NodeTable, *, K_max: int = 4, L1_values=tuple(range(9)), L2_max: int = 8, samples: int = 4,
+              rng: np.random.Generator) -> list[GridDraft]:
+    """``samples`` draws of ``Delayed(K_max, L1, L2_max)`` for each L1 (the trees behind DDTE's labels).
+
+    Raises:
+        ValueError: samples < 1 or invalid sizes.
+    """
+    from simlab.shapes import Delayed
+
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"samples: must be a positive integer, got {samples!r}")
+    out = []
+    for L1 in L1_values:
+        shape = Delayed(K_max, L1, L2_max)
+        for _ in range(samples):
+            trunk, branches = shape.sample_paths(table, rng)
+            out.append(GridDraft(L1, trunk, tuple(branches)))
+    return out
+
+
+def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifier, *, K_values=(1, 2, 3, 4),
+                          L2_values=tuple(range(9))) -> dict[tuple[int, int, int], Estimate]:
+    """E[tau + 1] of every action (K, L1, L2) from sampled grid drafts (DDTE's unbiased estimator).
+
+    For each draft and each K, the tree of its first K branches is built once and cut at every
+    L2 (``block_efficiency_by_depth``); the estimate of an action is the mean over the drafts
+    with its L1, with the standard error of that mean (NaN for a single draft).  The same
+    drafts serve every verifier (common random numbers).
+
+    Returns:
+        (K, L1, L2) -> ``Estimate`` (method ``"mc"``, tokens per step).
+
+    Raises:
+        ValueError: a K above the drafts' number of branches, an L2 above their length.
+    """
+    from simlab.shapes import Delayed
+
+    verifier = _verifier(verifier)
+    by_L1: dict[int, list[GridDraft]] = {}
+    for draft in drafts:
+        by_L1.setdefault(draft.L1, []).append(draft)
+    out: dict[tuple[int, int, int], Estimate] = {}
+    for L1, group in by_L1.items():
+        widest = min(len(d.branches) for d in group)
+        longest = min((len(b) for d in group for b in d.branches), default=0)
+        if any(L2 > 0 and (K > widest or L2 > longest) for K in K_values for L2 in L2_values):
+            raise ValueError(f"K_values, L2_values: the drafts at L1 = {L1} have {widest} branches of {longest} tokens")
+        for K in K_values:
+            values = np.array([
+                verifier.block_efficiency_by_depth(Delayed.build(table, d.trunk, d.branches[:K]).fill(), [L1 + L2 for L2 in L2_values])
+                for d in group
+            ])
+            means = values.mean(axis=0)
+            n = len(group)
+            errors = values.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.full(len(L2_values), np.nan)
+            for j, L2 in enumerate(L2_values):
+                out[(K, L1, L2)] = Estimate(float(means[j]), float(errors[j]), "mc", n)
+    return out
+
+
 def action_grid_block_efficiency(pair: ModelPair, context: Sequence[int], verifier, *, K_values=(1, 2, 3, 4),
                                  L1_values=tuple(range(9)), L2_values=tuple(range(9)), samples: int = 4,
                                  seed: int = 0) -> dict[tuple[int, int, int], Estimate]:
     """E[tau + 1] for every delayed-tree action (K, L1, L2) of a grid, by DDTE's estimator.
 
-    For each (K, L1), ``samples`` trees are drawn with the longest L2 of the grid and each
-    is cut at every L2 (a cut tree has the law of a tree drawn with that L2, so every
-    estimate stays unbiased); the inner expectation is exact.  This shares the drafting
-    and, for top-down verifiers, the per-node work across all L2 of the same (K, L1).
+    ``samples`` trees ``Delayed(max K, L1, max L2)`` are drawn per L1 (``draw_grid``, seeded by
+    ``seed``); each serves every K (its first K branches) and every L2 (cut-offs), so every
+    estimate stays unbiased and drafting plus per-node work are shared (``grid_block_efficiency``).
 
     Returns:
         (K, L1, L2) -> ``Estimate`` (method ``"mc"``, tokens per step).
     """
-    from simlab.shapes import Delayed
-
     verifier = _verifier(verifier)
     table = NodeTable(pair, context)
-    rng = np.random.default_rng(seed)
-    longest = max(L2_values)
-    out: dict[tuple[int, int, int], Estimate] = {}
-    for K in K_values:
-        for L1 in L1_values:
-            values = np.array([
-                verifier.block_efficiency_by_depth(Delayed(K, L1, longest).sample(table, rng), [L1 + L2 for L2 in L2_values])
-                for _ in range(samples)
-            ])
-            means = values.mean(axis=0)
-            errors = values.std(axis=0, ddof=1) / math.sqrt(samples) if samples > 1 else np.full(len(L2_values), np.nan)
-            for j, L2 in enumerate(L2_values):
-                out[(K, L1, L2)] = Estimate(float(means[j]), float(errors[j]), "mc", samples)
-    return out
+    drafts = draw_grid(table, K_max=max(K_values), L1_values=L1_values, L2_max=max(L2_values), samples=samples,
+                       rng=np.random.default_rng(seed))
+    return grid_block_efficiency(table, drafts, verifier, K_values=K_values, L2_values=L2_values)
 
 
 def simulate_block_efficiency(pair: ModelPair, context: Sequence[int], shape, verifier, *, steps: int,

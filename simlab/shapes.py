@@ -89,6 +89,12 @@ class Delayed:
 
     def sample(self, table: NodeTable, rng: np.random.Generator) -> DraftTree:
         """Draw one tree from the draft model (p and q are fetched level by level, batched)."""
+        trunk, branches = self.sample_paths(table, rng)
+        return self.build(table, trunk, branches).fill()
+
+    def sample_paths(self, table: NodeTable, rng: np.random.Generator) -> tuple[Path, list[Path]]:
+        """Draw one tree as (trunk, branches): the trunk's L1 tokens and K branches of L2 tokens
+        (none when L2 = 0).  The first K' < K branches are a draw of ``Delayed(K', L1, L2)``."""
         trunk: Path = ()
         for _ in range(self.L1):
             trunk += (sample_categorical(table.q(trunk), rng),)
@@ -101,7 +107,7 @@ class Delayed:
                 branches = [(int(t),) for t in firsts]
                 continue
             branches = [b + (sample_categorical(table.q(trunk + b), rng),) for b in branches]
-        return self.build(table, trunk, branches).fill()
+        return trunk, branches
 
     def enumerate(self, table: NodeTable) -> Iterator[tuple[DraftTree, float]]:
         """Every tree with its probability (ordered branches, so multiplicities are included).

@@ -1,0 +1,326 @@
+"""Verification strategies under matched settings: ``python -m analyses.compare_verifiers``.
+
+For each sampling setting (default: DDTE's eight) and each tree verifier, every delayed-tree
+action a = (K, L1, L2) of the grid {1..4} x {0..8}^2 is valued at every root
+(``analyses.labels``: E[tau + 1] by DDTE's unbiased estimator over sampled trees, the same
+trees for every verifier, and T-hat(a) from the latency model), and the study picks, per
+setting and verifier, the best **static** configuration (one action for all roots):
+
+* ``iid_E`` / ``iid_TPS``: the best i.i.d. tree (L1 = 0: K rollouts of L tokens, K in 1..4,
+  L in 0..8) for block efficiency / for throughput (DDTE Tables 2-3);
+* ``delayed_E`` / ``delayed_TPS``: the best delayed tree (K, L1, L2) over the whole grid.
+
+Throughput of a static action = mean E over roots / mean T-hat over roots (tokens per second:
+tokens emitted over time spent, one step per root).  The action is chosen on half of the tree
+draws and its reported E and throughput are measured on the other half, so maxima are not
+inflated by noise; standard errors are across roots.  Naive (``naive_chain``) and BV verify one
+path and are valued at K = 1 only.  Latency: ``--cost-ratio c`` (t_q = c t_p, synthetic; t_p
+= 1 s, so throughput is in tokens per target forward), a measured profile ``--latency FILE``,
+or, for ``--backend hf``, a warm-up microbenchmark of the two models on this machine.
+
+Output under ``--out``: ``compare_verifiers.parquet`` (the chosen configurations),
+``grid.parquet`` (every action, aggregated over roots), ``labels.parquet`` (every root and
+action), ``latency.json``, and the charts ``throughput.{html,png}`` and
+``block_efficiency.{html,png}``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+from tqdm import tqdm
+
+from analyses._tool import OutputSet, ToolParser, chart_writer, check_flags, fail, parquet_writer, prepare_out, print_table, run_tool
+from analyses.labels import CHAIN_VERIFIERS, DDTE_VERIFIERS, PAPER_NAMES, Grid, label_root
+from analyses.sources import CaptureSource, HFSource, SyntheticSource, parse_settings, setting_name
+from backends.synthetic import WORLDS
+from simlab import tree_verifiers
+from simlab.latency import LatencyModel
+
+PROG = "python -m analyses.compare_verifiers"
+DEFAULT_VERIFIERS = tuple(v for v in DDTE_VERIFIERS if v != "khisti")
+CHOICES = {"iid_E": (True, "E_select"), "iid_TPS": (True, "TPS_select"),
+           "delayed_E": (False, "E_select"), "delayed_TPS": (False, "TPS_select")}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The study's settings (the command-line flags)."""
+
+    backend: str = "synthetic"
+    target: str | None = None
+    draft: str | None = None
+    prompts: str | None = None
+    capture: tuple[str, ...] = ()
+    world: str = "depth_profile"
+    vocab: int = 32
+    trajectories: int = 4
+    roots_per_trajectory: int = 2
+    spacing: int = 16
+    settings: str = "ddte"
+    verifiers: tuple[str, ...] = DEFAULT_VERIFIERS
+    baseline: str = "traversal"
+    K_max: int = 4
+    L_max: int = 8
+    samples: int = 4
+    cost_ratio: float = 0.1
+    per_token: float = 0.01
+    latency: str | None = None
+    device: str = "auto"
+    jobs: int = 2
+    seed: int = 0
+    out: str = "out/compare_verifiers"
+    quiet: bool = False
+
+
+def parse_args(argv) -> Config:
+    parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=["synthetic", "hf"], default="synthetic", help="synthetic world, or two live models")
+    parser.add_argument("--target", default=None, help="hf: target model folder or hub id")
+    parser.add_argument("--draft", default=None, help="hf: draft model folder or hub id")
+    parser.add_argument("--prompts", default=None, help="hf: prompt file (default: the shipped reference prompts)")
+    parser.add_argument("--capture", nargs="+", default=(), help="replay grid captures (python -m backends.capture --shape grid --full), one per setting")
+    parser.add_argument("--world", default="depth_profile", help=f"synthetic world: {', '.join(WORLDS)}")
+    parser.add_argument("--vocab", type=int, default=32, help="synthetic: vocabulary size V (2..50000)")
+    parser.add_argument("--trajectories", type=int, default=4, help="trajectories (hf: prompts used, from the top of the file)")
+    parser.add_argument("--roots-per-trajectory", type=int, default=2, help="roots along each trajectory")
+    parser.add_argument("--spacing", type=int, default=16, help="tokens between roots")
+    parser.add_argument("--settings", default="ddte", help="'ddte' (the eight) or a comma list of T or T:top_p, e.g. 0.6,1:0.9")
+    parser.add_argument("--verifiers", default=",".join(DEFAULT_VERIFIERS), help="comma-separated tree verifiers (khisti is slow)")
+    parser.add_argument("--baseline", default="traversal", help="verifier whose throughput the ratios divide by")
+    parser.add_argument("--K-max", type=int, default=4, help="largest K of the grid (1..8)")
+    parser.add_argument("--L-max", type=int, default=8, help="largest L1 and L2 of the grid (0..16)")
+    parser.add_argument("--samples", type=int, default=4, help="trees drawn per L1 and root (>= 2: half choose, half report)")
+    parser.add_argument("--cost-ratio", type=float, default=0.1, help="synthetic latency: c = t_q / t_p")
+    parser.add_argument("--per-token", type=float, default=0.01, help="synthetic latency: extra time per extra token in a forward, as a fraction")
+    parser.add_argument("--latency", default=None, help="latency profile file (.json or .toml; see simlab.latency)")
+    parser.add_argument("--device", default="auto", help="hf: auto, cpu, cuda, cuda:N")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes over settings (synthetic and captures)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the world, trajectories and tree draws")
+    parser.add_argument("--out", default="out/compare_verifiers", help="output folder")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    args = parser.parse_args(argv)
+    verifiers = tuple(v.strip() for v in args.verifiers.split(",") if v.strip())
+    unknown = [v for v in verifiers if v not in tree_verifiers.names()]
+    checks = [
+        (not unknown, f"--verifiers: unknown {', '.join(unknown)}; choose from {', '.join(tree_verifiers.names())}"),
+        (bool(verifiers), "--verifiers: name at least one verifier"),
+        (args.baseline in verifiers, f"--baseline: {args.baseline!r} must be one of the --verifiers"),
+        (args.world in WORLDS, f"--world: unknown world {args.world!r}; choose one of {', '.join(WORLDS)}"),
+        (args.backend != "hf" or args.capture or (args.target and args.draft), "--backend hf: needs --target and --draft"),
+        (2 <= args.vocab <= 50_000, f"--vocab: must lie in [2, 50000], got {args.vocab}"),
+        (1 <= args.trajectories <= 10_000, f"--trajectories: must lie in [1, 10000], got {args.trajectories}"),
+        (args.roots_per_trajectory >= 1, f"--roots-per-trajectory: must be >= 1, got {args.roots_per_trajectory}"),
+        (args.spacing >= 1, f"--spacing: must be >= 1, got {args.spacing}"),
+        (1 <= args.K_max <= 8, f"--K-max: must lie in [1, 8], got {args.K_max}"),
+        (0 <= args.L_max <= 16, f"--L-max: must lie in [0, 16], got {args.L_max}"),
+        (args.samples >= 2, f"--samples: must be >= 2 (half the draws choose, half report), got {args.samples}"),
+        (np.isfinite(args.cost_ratio) and args.cost_ratio > 0, f"--cost-ratio: must be > 0, got {args.cost_ratio}"),
+        (np.isfinite(args.per_token) and args.per_token >= 0, f"--per-token: must be >= 0, got {args.per_token}"),
+        (args.jobs >= 1, f"--jobs: must be >= 1, got {args.jobs}"),
+        (args.seed >= 0, f"--seed: must be >= 0, got {args.seed}"),
+    ]
+    check_flags(PROG, checks)
+    try:
+        parse_settings(args.settings)
+    except ValueError as exc:
+        fail(PROG, str(exc))
+    return Config(**{**vars(args), "verifiers": verifiers, "capture": tuple(args.capture)})
+
+
+def make_source(config: Config):
+    """The root source the flags ask for (ValueError from the backends on bad models or files)."""
+    if config.capture:
+        return CaptureSource(config.capture)
+    if config.backend == "hf":
+        from pathlib import Path
+
+        prompts = config.prompts or str(Path(__file__).resolve().parent.parent / "backends" / "prompts" / "reference_prompts.txt")
+        source = HFSource(config.target, config.draft, prompts, config.roots_per_trajectory, config.spacing,
+                          depth=2 * config.L_max, seed=config.seed, device=config.device)
+        source.texts = source.texts[: config.trajectories]
+        return source
+    return SyntheticSource(config.world, config.vocab, config.trajectories, config.roots_per_trajectory, config.spacing, config.seed)
+
+
+def make_latency(config: Config, source) -> LatencyModel:
+    """A profile file if given; a capture's latency.json if it has one; a warm-up benchmark for
+    live models; the cost ratio otherwise."""
+    from pathlib import Path
+
+    if config.latency:
+        return LatencyModel.load(config.latency)
+    if config.capture and (Path(config.capture[0]) / "latency.json").is_file():
+        return LatencyModel.load(Path(config.capture[0]) / "latency.json")
+    if isinstance(source, HFSource):
+        from backends.latency_probe import measure
+
+        return measure(source.pair)
+    return LatencyModel.from_cost_ratio(config.cost_ratio, per_token=config.per_token)
+
+
+def label_setting(args) -> list[dict]:
+    """Label every root of one setting (a worker task)."""
+    source, settings, index, config, latency = args
+    grid = grid_of(config)
+    rows = []
+    for root in source.roots(settings):
+        rows.extend(label_root(root, config.verifiers, grid, latency, seed=config.seed, key=index))
+    return rows
+
+
+def grid_of(config: Config) -> Grid:
+    Ls = tuple(range(config.L_max + 1))
+    return Grid(tuple(range(1, config.K_max + 1)), Ls, Ls, config.samples)
+
+
+def label_all(config: Config, source, settings, latency) -> pl.DataFrame:
+    """Labels of every setting, in parallel over settings where allowed; a progress bar on stderr."""
+    tasks = [(source, s, i, config, latency) for i, s in enumerate(settings)]
+    bar = tqdm(total=len(tasks), desc="settings", unit="setting", file=sys.stderr, disable=config.quiet)
+    if config.jobs > 1 and len(tasks) > 1 and not isinstance(source, HFSource):
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(min(config.jobs, len(tasks))) as pool:
+            parts = []
+            for rows in pool.imap(label_setting, tasks):
+                parts.append(rows)
+                bar.update()
+    else:
+        parts = []
+        for task in tasks:
+            parts.append(label_setting(task))
+            bar.update()
+    bar.close()
+    return pl.DataFrame([row for part in parts for row in part])
+
+
+def aggregate(labels: pl.DataFrame) -> pl.DataFrame:
+    """One row per (setting, verifier, action): means over roots, standard errors across roots,
+    and throughputs (tokens per second) = mean E / mean T."""
+    n = pl.len()
+    se = lambda col: (pl.col(col).std() / n.sqrt()).fill_null(float("nan"))
+    table = labels.group_by("setting", "verifier", "K", "L1", "L2", "tokens", maintain_order=True).agg(
+        pl.col("E").mean(), se("E").alias("E_se"), pl.col("E_select").mean(), pl.col("E_holdout").mean(),
+        se("E_holdout").alias("E_holdout_se"), pl.col("T").mean(), n.alias("roots"))
+    return table.with_columns((pl.col("E") / pl.col("T")).alias("TPS"), (pl.col("E_select") / pl.col("T")).alias("TPS_select"),
+                              (pl.col("E_holdout") / pl.col("T")).alias("TPS_holdout"),
+                              (pl.col("E_holdout_se") / pl.col("T")).alias("TPS_holdout_se"))
+
+
+def choose(grid: pl.DataFrame, baseline: str) -> pl.DataFrame:
+    """The best static action per (setting, verifier, choice), reported on the held-out draws,
+    with throughput ratios to the baseline verifier's ``iid_TPS`` choice of the same setting."""
+    parts = []
+    for choice, (iid_only, criterion) in CHOICES.items():
+        pool = grid.filter(pl.col("L1") == 0) if iid_only else grid
+        best = (pool.sort(["setting", "verifier", criterion, "K", "L1", "L2"], descending=[False, False, True, False, False, False])
+                .group_by("setting", "verifier", maintain_order=True).first())
+        parts.append(best.with_columns(pl.lit(choice).alias("choice")))
+    chosen = pl.concat(parts)
+    base = chosen.filter((pl.col("verifier") == baseline) & (pl.col("choice") == "iid_TPS")).select(
+        "setting", pl.col("TPS_holdout").alias("baseline_TPS"))
+    return chosen.join(base, on="setting", how="left").with_columns(
+        (pl.col("TPS_holdout") / pl.col("baseline_TPS")).alias("TPS_ratio")).select(
+        "setting", "verifier", "choice", "K", "L1", "L2", "tokens", pl.col("E_holdout").alias("E"), pl.col("E_holdout_se").alias("E_se"),
+        "T", pl.col("TPS_holdout").alias("TPS"), pl.col("TPS_holdout_se").alias("TPS_se"), "TPS_ratio", "roots")
+
+
+def wide(chosen: pl.DataFrame, choice: str, value: str, settings: list[str], verifiers) -> pl.DataFrame:
+    """Paper layout: one row per verifier (DDTE names), one column per setting, then the average."""
+    part = chosen.filter(pl.col("choice") == choice)
+    rows = []
+    for v in verifiers:
+        values = {s: part.filter((pl.col("verifier") == v) & (pl.col("setting") == s))[value].to_list() for s in settings}
+        row = {"verifier": PAPER_NAMES.get(v, v), **{s: (vals[0] if vals else None) for s, vals in values.items()}}
+        present = [x for x in row.values() if isinstance(x, float)]
+        row["average"] = float(np.mean(present)) if present else None
+        rows.append(row)
+    return pl.DataFrame(rows).sort("average", nulls_last=True)
+
+
+def charts(chosen: pl.DataFrame):
+    """(throughput chart, block-efficiency chart): bars per verifier, i.i.d. vs delayed, per setting."""
+    import altair as alt
+
+    data = chosen.filter(pl.col("choice").is_in(["iid_TPS", "delayed_TPS", "iid_E", "delayed_E"])).with_columns(
+        pl.col("verifier").replace_strict(PAPER_NAMES, default=pl.col("verifier")).alias("method"),
+        pl.when(pl.col("choice").str.starts_with("iid")).then(pl.lit("static i.i.d.")).otherwise(pl.lit("static delayed")).alias("tree"),
+        (pl.col("TPS") - 1.96 * pl.col("TPS_se").fill_nan(0.0)).alias("TPS_lo"), (pl.col("TPS") + 1.96 * pl.col("TPS_se").fill_nan(0.0)).alias("TPS_hi"),
+        (pl.col("E") - 1.96 * pl.col("E_se").fill_nan(0.0)).alias("E_lo"), (pl.col("E") + 1.96 * pl.col("E_se").fill_nan(0.0)).alias("E_hi"),
+        pl.format("K={} L1={} L2={}", "K", "L1", "L2").alias("action"))
+    out = []
+    for metric, choice_suffix, title in (("TPS", "_TPS", "throughput (tokens/s)"), ("E", "_E", "block efficiency E[tau+1] (tokens/step)")):
+        part = data.filter(pl.col("choice").str.ends_with(choice_suffix))
+        base = alt.Chart(part).encode(x=alt.X("method:N", title=None, sort="-y"), xOffset="tree:N", color=alt.Color("tree:N", title="best static tree"))
+        chart = (base.mark_bar().encode(y=alt.Y(f"{metric}:Q", title=title), tooltip=["method", "tree", "action", metric, f"{metric}_se"])
+                 + base.mark_rule().encode(y=f"{metric}_lo:Q", y2=f"{metric}_hi:Q")).properties(width=230, height=180).facet(
+            facet=alt.Facet("setting:N", title=None), columns=4).properties(
+            title=f"Best static configuration per verifier and setting: {title} (held-out draws, 95% bars)")
+        out.append(chart)
+    return out
+
+
+def main(argv=None) -> int:
+    return run_tool(PROG, lambda: _main(argv))
+
+
+def _main(argv) -> int:
+    config = parse_args(sys.argv[1:] if argv is None else argv)
+    out = prepare_out(PROG, config.out)
+    try:
+        source = make_source(config)
+        settings = source.settings() if config.capture else parse_settings(config.settings)
+        latency = make_latency(config, source)
+        labels = label_all(config, source, settings, latency)
+    except ValueError as exc:
+        fail(PROG, str(exc).splitlines()[0])
+    grid = aggregate(labels)
+    chosen = choose(grid, config.baseline)
+    tps_chart, e_chart = charts(chosen)
+    with OutputSet(out) as outputs:
+        outputs.stage("compare_verifiers.parquet", parquet_writer(chosen))
+        outputs.stage("grid.parquet", parquet_writer(grid))
+        outputs.stage("labels.parquet", parquet_writer(labels))
+        outputs.stage("latency.json", lambda tmp: latency.save(tmp))
+        for name, chart in (("throughput", tps_chart), ("block_efficiency", e_chart)):
+            for fmt in ("html", "png"):
+                outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
+        outputs.publish()
+    if not config.quiet:
+        report(config, source, latency, chosen, [setting_name(s) for s in settings])
+    return 0
+
+
+def report(config: Config, source, latency: LatencyModel, chosen: pl.DataFrame, settings: list[str]) -> None:
+    """Print the paper-layout tables."""
+    roots = int(chosen["roots"].max())
+    print(f"Source: {source.describe()}; {roots} roots per setting; latency: {latency.source}")
+    print_table(wide(chosen, "iid_E", "E", settings, config.verifiers),
+                "Block efficiency E[tau+1] (tokens per step), best static i.i.d. tree for E (cf. DDTE Table 2)")
+    print_table(wide(chosen, "iid_TPS", "TPS", settings, config.verifiers),
+                "Throughput (tokens/s), best static i.i.d. tree for throughput (cf. DDTE Table 3)")
+    print_table(wide(chosen, "iid_TPS", "TPS_ratio", settings, config.verifiers),
+                f"Throughput ratio to {PAPER_NAMES.get(config.baseline, config.baseline)} (best static i.i.d. trees)")
+    print_table(wide(chosen, "delayed_TPS", "TPS", settings, config.verifiers),
+                "Throughput (tokens/s), best static delayed tree (K, L1, L2) for throughput")
+    gains = []
+    for v in config.verifiers:
+        part = chosen.filter(pl.col("verifier") == v)
+        iid, delayed = (part.filter(pl.col("choice") == c)["TPS"].mean() for c in ("iid_TPS", "delayed_TPS"))
+        actions = part.filter(pl.col("choice") == "delayed_TPS").select(pl.format("({},{},{})", "K", "L1", "L2"))[:, 0].to_list()
+        gains.append({"verifier": PAPER_NAMES.get(v, v), "iid TPS": iid, "delayed TPS": delayed, "delayed / iid": delayed / iid,
+                      "delayed actions by setting": " ".join(actions)})
+    print_table(pl.DataFrame(gains), "Delayed expansion: average throughput of the best static delayed vs i.i.d. tree (ratio of averages)")
+    chain = [PAPER_NAMES[v] for v in config.verifiers if v in CHAIN_VERIFIERS]
+    if chain:
+        print(f"({', '.join(chain)} verify one path: valued at K = 1 only.)")
+    print(f"wrote {config.out}/compare_verifiers.parquet, grid.parquet, labels.parquet, latency.json, throughput.html/.png, block_efficiency.html/.png")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""Per-root action values: E[tau + 1] and T-hat of every delayed-tree action, for each verifier.
+
+At each root, ``samples`` trees ``Delayed(K_max, L1, L2_max)`` are drawn per L1 (or replayed
+from a capture) and every action a = (K, L1, L2) of the grid is valued by DDTE's unbiased
+estimator (``simlab.efficiency.grid_block_efficiency``), the exact inner expectation averaged
+over the drawn trees; the same trees serve every verifier.  The draws are split in two halves
+by sample index, so a study can choose an action on one half (``E_select``) and report it on
+the other (``E_holdout``) without the winner's curse of a maximum over noisy estimates;
+``E`` is the mean of both.  T-hat(a) comes from the latency model at the root's context
+length (``simlab.latency``).  These rows are the labels of the neural selector (DDTE Sec. 6).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from backends.synthetic.base import seeded_rng
+from simlab import tree_verifiers
+from simlab.efficiency import draw_grid, grid_block_efficiency
+from simlab.latency import LatencyModel
+from simlab.trees import NodeTable
+
+CHAIN_VERIFIERS = ("naive_chain", "bv")
+"""Verifiers of one path: for them only K = 1 is valued (wider trees cost more, gain nothing)."""
+
+DDTE_VERIFIERS = ("nss", "naive_chain", "khisti", "naive", "spectr", "bv", "specinfer", "traversal")
+"""DDTE Tables 2-3 in order: NSS, Naive, Khisti, NaiveTree, SpecTr, BV, SpecInfer, Traversal."""
+
+PAPER_NAMES = {"nss": "NSS", "naive_chain": "Naive", "khisti": "Khisti", "naive": "NaiveTree", "spectr": "SpecTr",
+               "bv": "BV", "specinfer": "SpecInfer", "traversal": "Traversal", "rrs_wor": "RRS-WOR", "optimal": "OT optimum"}
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The action grid A = K_values x L1_values x L2_values and the draws per L1.
+
+    Raises:
+        ValueError: empty axes, K < 1, negative lengths, samples < 1.
+    """
+
+    K_values: tuple[int, ...] = (1, 2, 3, 4)
+    L1_values: tuple[int, ...] = tuple(range(9))
+    L2_values: tuple[int, ...] = tuple(range(9))
+    samples: int = 4
+
+    def __post_init__(self):
+        for name in ("K_values", "L1_values", "L2_values"):
+            values = getattr(self, name)
+            if not values or min(values) < (1 if name == "K_values" else 0) or len(set(values)) != len(values):
+                raise ValueError(f"{name}: must be distinct integers >= {1 if name == 'K_values' else 0}, got {values!r}")
+        if self.samples < 1:
+            raise ValueError(f"samples: must be >= 1, got {self.samples}")
+
+    def actions(self) -> list[tuple[int, int, int]]:
+        """Every action (K, L1, L2), K slowest (the order of the selector's logits)."""
+        return [(K, L1, L2) for K in self.K_values for L1 in self.L1_values for L2 in self.L2_values]
+
+
+def root_drafts(root, grid: Grid, seed: int, key: int):
+    """(table, drafts) at a root: its captured drafts, or ``grid.samples`` fresh ones per L1
+    seeded by (seed, key, trajectory, root) alone."""
+    table = NodeTable(root.pair, root.context)
+    if root.drafts is not None:
+        return table, list(root.drafts)
+    rng = seeded_rng(seed, 3, key, root.trajectory, root.root)
+    return table, draw_grid(table, K_max=max(grid.K_values), L1_values=grid.L1_values, L2_max=max(grid.L2_values),
+                            samples=grid.samples, rng=rng)
+
+
+def _halves(drafts):
+    """Split drafts by their sample index within each L1 (first half, second half)."""
+    seen: dict[int, int] = {}
+    first, second = [], []
+    for d in drafts:
+        n = seen.get(d.L1, 0)
+        seen[d.L1] = n + 1
+        (first if n % 2 == 0 else second).append(d)
+    return first, second or first
+
+
+def label_root(root, verifiers, grid: Grid, latency: LatencyModel, *, seed: int = 0, key: int = 0) -> list[dict]:
+    """One row per (verifier, action) at ``root``: E, its standard error, E_select, E_holdout, T-hat.
+
+    Returns:
+        dicts with keys setting, trajectory, root, context_length (tokens), verifier, K, L1, L2,
+        tokens (drafted), E, E_se, E_select, E_holdout (tokens per step), T (seconds).
+    """
+    table, drafts = root_drafts(root, grid, seed, key)
+    first, second = _halves(drafts)
+    length = len(root.context)
+    rows = []
+    for name in verifiers:
+        verifier = tree_verifiers.get(name)
+        Ks = (1,) if name in CHAIN_VERIFIERS else grid.K_values
+        a = grid_block_efficiency(table, first, verifier, K_values=Ks, L2_values=grid.L2_values)
+        b = grid_block_efficiency(table, second, verifier, K_values=Ks, L2_values=grid.L2_values) if second is not first else a
+        for action, est in a.items():
+            K, L1, L2 = action
+            other = b[action]
+            se = math.sqrt(est.stderr ** 2 + other.stderr ** 2) / 2 if second is not first else est.stderr
+            rows.append({"setting": root.setting, "trajectory": root.trajectory, "root": root.root, "context_length": length,
+                         "verifier": name, "K": K, "L1": L1, "L2": L2, "tokens": L1 + K * L2,
+                         "E": (est.mean + other.mean) / 2, "E_se": se, "E_select": est.mean, "E_holdout": other.mean,
+                         "T": latency.delayed_time(K, L1, L2, length)})
+    return rows

@@ -1,0 +1,173 @@
+"""Where the roots of the action-grid studies come from: a synthetic world, two live Hugging Face
+models, or grid captures replayed from disk.
+
+A **root** is a context on a target-sampled trajectory at which a speculative step starts.
+Roots sit every ``spacing`` tokens along ``trajectories`` trajectories (synthetic: seeded
+target samples from a seeded start token; real models: one continuation per prompt), so a
+train/test split by trajectory never shares a context prefix.  Each source yields the roots of
+one sampling setting at a time, with the model pair rooted there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from backends.synthetic import SamplingSettings, make_world
+from backends.synthetic.base import seeded_rng
+from simlab.efficiency import GridDraft
+from simlab.pairs import ModelPair, rooted, target_trajectory
+
+DDTE_SETTINGS = tuple(SamplingSettings(t) for t in (0.2, 0.4, 0.6, 0.8, 1.0, 1.2)) + (
+    SamplingSettings(1.0, top_p=0.9), SamplingSettings(1.0, top_p=0.99))
+"""DDTE's eight sampling settings: T in {0.2, ..., 1.2} and T = 1 with top-p 0.9 and 0.99."""
+
+
+def setting_name(s: SamplingSettings) -> str:
+    """``"T=0.6"`` or ``"T=1,p=0.9"`` (and ``",k=K"`` for top-k)."""
+    name = f"T={s.temperature:g}"
+    if s.top_p not in (None, 1.0):
+        name += f",p={s.top_p:g}"
+    if s.top_k is not None:
+        name += f",k={s.top_k}"
+    return name
+
+
+def parse_settings(text: str) -> tuple[SamplingSettings, ...]:
+    """``"ddte"`` (the eight) or a comma list of ``T`` or ``T:top_p`` entries, e.g. ``"0.6,1:0.9"``.
+
+    Raises:
+        ValueError: an entry that is not a number, a temperature < 0, a top-p outside (0, 1].
+    """
+    if text.strip() == "ddte":
+        return DDTE_SETTINGS
+    out = []
+    for entry in (e.strip() for e in text.split(",")):
+        parts = entry.split(":")
+        try:
+            values = [float(x) for x in parts]
+        except ValueError:
+            raise ValueError(f"--settings: {entry!r} is not T or T:top_p") from None
+        if not entry or len(values) > 2:
+            raise ValueError(f"--settings: {entry!r} is not T or T:top_p")
+        if not values[0] >= 0:
+            raise ValueError(f"--settings: temperature must be >= 0, got {entry!r}")
+        if len(values) == 2 and not 0 < values[1] <= 1:
+            raise ValueError(f"--settings: top-p must lie in (0, 1], got {entry!r}")
+        out.append(SamplingSettings(values[0], top_p=values[1] if len(values) == 2 else None))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Root:
+    """One root of one sampling setting.
+
+    Attributes:
+        setting: the setting's name (``setting_name``).
+        trajectory: trajectory (prompt) index; roots of one trajectory share a prefix.
+        root: root id within the setting (trajectory * roots_per_trajectory + position).
+        context: the root context (token ids); its length is l in the latency model.
+        pair: the model pair, rooted at this context.
+        drafts: pre-drawn grid drafts (captures), or None to draw them here.
+    """
+
+    setting: str
+    trajectory: int
+    root: int
+    context: tuple[int, ...]
+    pair: ModelPair
+    drafts: tuple[GridDraft, ...] | None = None
+
+
+@dataclass(frozen=True)
+class SyntheticSource:
+    """Roots along seeded target trajectories of a synthetic world (``backends.synthetic``)."""
+
+    world: str = "depth_profile"
+    vocab: int = 32
+    trajectories: int = 4
+    roots_per_trajectory: int = 2
+    spacing: int = 16
+    seed: int = 0
+
+    def describe(self) -> str:
+        return f"{self.world}, V={self.vocab}"
+
+    def roots(self, settings: SamplingSettings) -> Iterator[Root]:
+        world = make_world(self.world, vocab=self.vocab, seed=self.seed, settings=settings)
+        for i in range(self.trajectories):
+            rng = seeded_rng(self.seed, 2, i)
+            start = (int(rng.integers(self.vocab)),)
+            tokens = target_trajectory(world, self.spacing * self.roots_per_trajectory, rng, prefix=start)
+            for j in range(self.roots_per_trajectory):
+                context = tokens[: 1 + self.spacing * (j + 1)]
+                yield Root(setting_name(settings), i, i * self.roots_per_trajectory + j, context, rooted(world, len(context)))
+
+
+@dataclass
+class HFSource:
+    """Roots along target continuations of prompts, with p and q from two live models (``HFPair``)."""
+
+    target: str
+    draft: str
+    prompts: str
+    roots_per_prompt: int = 2
+    spacing: int = 16
+    depth: int = 16
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        from backends.capture import read_prompts
+        from backends.hf import HFPair
+
+        self.texts = read_prompts(self.prompts)
+        self.pair = HFPair(self.target, self.draft, device=self.device, dtype=self.dtype)
+
+    def describe(self) -> str:
+        return f"{self.target} / {self.draft}"
+
+    def roots(self, settings: SamplingSettings) -> Iterator[Root]:
+        from backends.capture import CaptureSettings, roots_of
+
+        self.pair.settings = settings
+        plan = CaptureSettings(self.target, self.draft, self.prompts, self.roots_per_prompt, self.spacing,
+                               depth=self.depth, temperature=settings.temperature, top_p=settings.top_p,
+                               top_k=settings.top_k, seed=self.seed)
+        for root, prompt, context in roots_of(self.pair, plan, self.texts):
+            yield Root(setting_name(settings), prompt, root, context, self.pair)
+
+
+@dataclass
+class CaptureSource:
+    """Roots and their grid drafts replayed from ``--shape grid --full`` captures (one per setting)."""
+
+    folders: tuple[str, ...]
+
+    def __post_init__(self):
+        from backends.capture import CapturedPair, load_settings
+
+        self.captures = {}
+        for folder in self.folders:
+            stored = load_settings(folder)
+            if stored.shape != "grid":
+                raise ValueError(f"--capture: {folder!r} holds {stored.shape!r} trees; the grid studies need --shape grid")
+            name = setting_name(stored.sampling())
+            if name in self.captures:
+                raise ValueError(f"--capture: two captures with the setting {name}")
+            self.captures[name] = (folder, stored, CapturedPair(folder))
+
+    def describe(self) -> str:
+        stored = next(iter(self.captures.values()))[1]
+        return f"capture of {stored.target} / {stored.draft}"
+
+    def settings(self) -> tuple[SamplingSettings, ...]:
+        return tuple(stored.sampling() for _, stored, _ in self.captures.values())
+
+    def roots(self, settings: SamplingSettings) -> Iterator[Root]:
+        from backends.capture import read_grid_drafts
+
+        folder, stored, pair = self.captures[setting_name(settings)]
+        for root, prompt, context, drafts in read_grid_drafts(folder):
+            yield Root(setting_name(settings), prompt, root, context, pair, drafts)

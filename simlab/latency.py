@@ -1,0 +1,218 @@
+"""Latency model: per-forward times of the draft and the target, and the time of one step.
+
+A **forward time** t(l, n) is the wall time in seconds of one model forward that adds ``n``
+new tokens on top of a context of ``l`` tokens.  A ``LatencyModel`` holds t_q (draft) and
+t_p (target) and estimates the time of one speculative step with a tree of a given shape
+(DDTE Sec. 6, App. E):
+
+    T-hat(l, a) = sum_{j < L1} t_q(l + j) + sum_{j < L2} t_q(l + L1 + jK) + t_p(l + L1 + K L2)
+
+for a delayed tree a = (K, L1, L2), generalised to any tree by ``tree_time``: one draft
+forward per depth level d = 0..D-1 over the m_d tokens at that depth (m_0 = 1, the root) at
+context l + (tokens at depths 1..d), then one target forward over the root token and every
+tree token at context l + (all tree tokens).  The estimated throughput of an action is
+E[tau + 1] / T-hat in tokens per second.
+
+Where the times come from:
+
+* ``LatencyModel.from_cost_ratio(c)``: synthetic worlds; t_p = ``target_seconds`` and t_q =
+  c t_p (Leviathan et al.'s cost coefficient c = t_q / t_p), optionally growing by a fraction
+  ``per_token`` of the one-token time for each extra token in the forward;
+* ``LatencyModel.load(path)``: a profile file (JSON or TOML) the user supplies (format in
+  ``ForwardTime``);
+* ``backends.latency_probe.measure``: a warm-up microbenchmark of real models on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simlab.files import atomic_write
+
+
+def _axis(values, name: str, minimum: int) -> tuple[int, ...]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:
+        raise ValueError(f"{name}: must be a non-empty list of integers, got {values!r}")
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
+            raise ValueError(f"{name}: every entry must be an integer >= {minimum}, got {v!r}")
+        out.append(int(v))
+    if any(b <= a for a, b in zip(out, out[1:])):
+        raise ValueError(f"{name}: must be strictly increasing, got {out}")
+    return tuple(out)
+
+
+def _interp(x: float, grid: tuple[int, ...], values: np.ndarray) -> np.ndarray:
+    """Piecewise-linear in x over ``grid`` (rows of ``values``), linear beyond the ends."""
+    if len(grid) == 1:
+        return values[0]
+    i = int(np.clip(np.searchsorted(grid, x) - 1, 0, len(grid) - 2))
+    w = (x - grid[i]) / (grid[i + 1] - grid[i])
+    return values[i] * (1 - w) + values[i + 1] * w
+
+
+@dataclass(frozen=True)
+class ForwardTime:
+    """t(l, n): seconds of one forward of n new tokens at context length l, from a table.
+
+    Bilinear interpolation between grid points, linear extrapolation beyond them (from the
+    two outermost points of each axis), never below the smallest tabulated time.  An axis
+    with one point makes the time constant along it.  Profile-file form (JSON or TOML):
+    ``{"contexts": [l...], "tokens": [n...], "seconds": [[t(l, n) for n in tokens] for l in contexts]}``.
+
+    Args:
+        contexts: context lengths l (tokens), strictly increasing, >= 0.
+        tokens: new tokens per forward n, strictly increasing, >= 1.
+        seconds: (len(contexts), len(tokens)) positive finite times in seconds.
+
+    Raises:
+        ValueError: a bad axis, a table of the wrong shape, a non-positive or non-finite time.
+    """
+
+    contexts: tuple[int, ...]
+    tokens: tuple[int, ...]
+    seconds: tuple[tuple[float, ...], ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "contexts", _axis(self.contexts, "contexts", 0))
+        object.__setattr__(self, "tokens", _axis(self.tokens, "tokens", 1))
+        try:
+            table = np.asarray(self.seconds, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"seconds: must be a table of numbers, got {self.seconds!r}") from None
+        if table.shape != (len(self.contexts), len(self.tokens)):
+            raise ValueError(f"seconds: must have shape ({len(self.contexts)}, {len(self.tokens)}) = (contexts, tokens), got {table.shape}")
+        if not np.all(np.isfinite(table)) or np.any(table <= 0):
+            raise ValueError("seconds: every time must be positive and finite")
+        object.__setattr__(self, "seconds", tuple(tuple(float(v) for v in row) for row in table))
+
+    @classmethod
+    def constant(cls, seconds: float) -> "ForwardTime":
+        """The same time for every (l, n)."""
+        return cls((0,), (1,), ((seconds,),))
+
+    @classmethod
+    def affine(cls, seconds: float, per_token: float = 0.0, per_context: float = 0.0) -> "ForwardTime":
+        """t(l, n) = seconds (1 + per_token (n - 1) + per_context l), exactly (a 2 x 2 table)."""
+        for name, value in (("per_token", per_token), ("per_context", per_context)):
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name}: must be a finite number >= 0, got {value!r}")
+        t = lambda l, n: seconds * (1 + per_token * (n - 1) + per_context * l)
+        return cls((0, 1), (1, 2), ((t(0, 1), t(0, 2)), (t(1, 1), t(1, 2))))
+
+    def __call__(self, context: float, tokens: float = 1) -> float:
+        """Seconds of one forward of ``tokens`` new tokens at context length ``context``."""
+        table = np.asarray(self.seconds)
+        row = _interp(float(context), self.contexts, table)
+        value = float(_interp(float(tokens), self.tokens, row[:, None])[0])
+        return max(value, float(table.min()))
+
+    def to_dict(self) -> dict:
+        return {"contexts": list(self.contexts), "tokens": list(self.tokens), "seconds": [list(r) for r in self.seconds]}
+
+    @classmethod
+    def from_dict(cls, data, name: str) -> "ForwardTime":
+        if not isinstance(data, dict) or set(data) != {"contexts", "tokens", "seconds"}:
+            raise ValueError(f"{name}: must be a table with exactly the keys contexts, tokens, seconds, got {data!r:.200}")
+        try:
+            return cls(data["contexts"], data["tokens"], data["seconds"])
+        except ValueError as exc:
+            raise ValueError(f"{name}.{exc}") from None
+
+
+def delayed_levels(K: int, L1: int, L2: int) -> tuple[int, ...]:
+    """Tokens at depths 1..L1+L2 of a delayed tree (K, L1, L2): L1 ones, then L2 times K."""
+    return (1,) * L1 + (K,) * L2
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """Draft and target forward times, and the time of one speculative step (module docstring).
+
+    Args:
+        draft: t_q.
+        target: t_p.
+        source: where the times come from (free text, e.g. the machine and models measured).
+    """
+
+    draft: ForwardTime
+    target: ForwardTime
+    source: str = ""
+
+    @classmethod
+    def from_cost_ratio(cls, c: float, *, target_seconds: float = 1.0, per_token: float = 0.0) -> "LatencyModel":
+        """Synthetic times: t_p(l, n) = target_seconds (1 + per_token (n - 1)), t_q = c t_p.
+
+        Raises:
+            ValueError: c or target_seconds not positive and finite, per_token negative.
+        """
+        for name, value in (("c", c), ("target_seconds", target_seconds)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name}: must be a positive finite number, got {value!r}")
+        return cls(ForwardTime.affine(c * target_seconds, per_token), ForwardTime.affine(target_seconds, per_token),
+                   f"cost ratio c = {c:g}, t_p = {target_seconds:g} s, +{per_token:g} per extra token")
+
+    def tree_time(self, context: int, levels: Sequence[int]) -> float:
+        """T-hat in seconds for a tree with ``levels[d - 1]`` tokens at depth d (d = 1..D).
+
+        Draft forwards: one per depth d = 0..D-1 over m_d tokens (m_0 = 1, the root; m_d =
+        levels[d - 1]) at context ``context + sum(levels[:d])``; then one target forward over
+        1 + sum(levels) tokens at context ``context + sum(levels)``.  No draft: t_p(l, 1).
+
+        Raises:
+            ValueError: a negative context or a level with fewer than 1 token.
+        """
+        if context < 0:
+            raise ValueError(f"context: must be >= 0 tokens, got {context}")
+        if any(int(m) < 1 for m in levels):
+            raise ValueError(f"levels: every depth level needs >= 1 token, got {list(levels)}")
+        levels = [int(m) for m in levels]
+        widths = [1] + levels[:-1]
+        total = sum(self.draft(context + sum(levels[:d]), widths[d]) for d in range(len(levels)))
+        return total + self.target(context + sum(levels), 1 + sum(levels))
+
+    def delayed_time(self, K: int, L1: int, L2: int, context: int) -> float:
+        """DDTE's T-hat(x, a) for a = (K, L1, L2) at context length ``context`` (seconds)."""
+        return self.tree_time(context, delayed_levels(K, L1, L2))
+
+    def to_dict(self) -> dict:
+        return {"unit": "seconds", "source": self.source, "draft": self.draft.to_dict(), "target": self.target.to_dict()}
+
+    def save(self, path) -> None:
+        """Write the profile as JSON (atomically)."""
+        atomic_write(Path(path), lambda tmp: Path(tmp).write_text(json.dumps(self.to_dict(), indent=2)))
+
+    @classmethod
+    def load(cls, path) -> "LatencyModel":
+        """Read a profile file: JSON (``.json``) or TOML (``.toml``), keys ``draft``, ``target``
+        (each a ``ForwardTime`` table), optional ``unit`` (must be ``"seconds"``) and ``source``.
+
+        Raises:
+            ValueError: a missing or unreadable file, another format, missing keys, bad tables.
+        """
+        file = Path(path)
+        if not file.is_file():
+            raise ValueError(f"latency: no such profile file {str(path)!r}")
+        try:
+            if file.suffix == ".toml":
+                data = tomllib.loads(file.read_text(encoding="utf-8"))
+            elif file.suffix == ".json":
+                data = json.loads(file.read_text(encoding="utf-8"))
+            else:
+                raise ValueError(f"latency: profile {str(path)!r} must be a .json or .toml file")
+        except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"latency: cannot parse {str(path)!r} ({str(exc).splitlines()[0]})") from None
+        if not isinstance(data, dict) or "draft" not in data or "target" not in data:
+            raise ValueError(f"latency: {str(path)!r} needs a 'draft' and a 'target' table")
+        if data.get("unit", "seconds") != "seconds":
+            raise ValueError(f"latency: unit must be 'seconds', got {data.get('unit')!r}")
+        return cls(ForwardTime.from_dict(data["draft"], "draft"), ForwardTime.from_dict(data["target"], "target"),
+                   str(data.get("source", file.name)))
