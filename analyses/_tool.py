@@ -116,6 +116,6 @@ def run_tool(prog: str, body) -> int:
 def print_table(frame: pl.DataFrame, title: str) -> None:
     """Print an aligned table with a title line to stdout."""
     with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=250, float_precision=3,
-                   tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
+                   tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True, fmt_str_lengths=120):
         print(title)
         print(frame)

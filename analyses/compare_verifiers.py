@@ -32,11 +32,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-from tqdm import tqdm
 
 from analyses._tool import OutputSet, ToolParser, chart_writer, check_flags, fail, parquet_writer, prepare_out, print_table, run_tool
-from analyses.labels import CHAIN_VERIFIERS, DDTE_VERIFIERS, PAPER_NAMES, Grid, label_root
-from analyses.sources import CaptureSource, HFSource, SyntheticSource, parse_settings, setting_name
+from analyses.labels import CHAIN_VERIFIERS, DDTE_VERIFIERS, PAPER_NAMES, grid_of, label_all
+from analyses.sources import make_latency, make_source, parse_settings, setting_name
 from backends.synthetic import WORLDS
 from simlab import tree_verifiers
 from simlab.latency import LatencyModel
@@ -132,73 +131,6 @@ def parse_args(argv) -> Config:
     return Config(**{**vars(args), "verifiers": verifiers, "capture": tuple(args.capture)})
 
 
-def make_source(config: Config):
-    """The root source the flags ask for (ValueError from the backends on bad models or files)."""
-    if config.capture:
-        return CaptureSource(config.capture)
-    if config.backend == "hf":
-        from pathlib import Path
-
-        prompts = config.prompts or str(Path(__file__).resolve().parent.parent / "backends" / "prompts" / "reference_prompts.txt")
-        source = HFSource(config.target, config.draft, prompts, config.roots_per_trajectory, config.spacing,
-                          depth=2 * config.L_max, seed=config.seed, device=config.device)
-        source.texts = source.texts[: config.trajectories]
-        return source
-    return SyntheticSource(config.world, config.vocab, config.trajectories, config.roots_per_trajectory, config.spacing, config.seed)
-
-
-def make_latency(config: Config, source) -> LatencyModel:
-    """A profile file if given; a capture's latency.json if it has one; a warm-up benchmark for
-    live models; the cost ratio otherwise."""
-    from pathlib import Path
-
-    if config.latency:
-        return LatencyModel.load(config.latency)
-    if config.capture and (Path(config.capture[0]) / "latency.json").is_file():
-        return LatencyModel.load(Path(config.capture[0]) / "latency.json")
-    if isinstance(source, HFSource):
-        from backends.latency_probe import measure
-
-        return measure(source.pair)
-    return LatencyModel.from_cost_ratio(config.cost_ratio, per_token=config.per_token)
-
-
-def label_setting(args) -> list[dict]:
-    """Label every root of one setting (a worker task)."""
-    source, settings, index, config, latency = args
-    grid = grid_of(config)
-    rows = []
-    for root in source.roots(settings):
-        rows.extend(label_root(root, config.verifiers, grid, latency, seed=config.seed, key=index))
-    return rows
-
-
-def grid_of(config: Config) -> Grid:
-    Ls = tuple(range(config.L_max + 1))
-    return Grid(tuple(range(1, config.K_max + 1)), Ls, Ls, config.samples)
-
-
-def label_all(config: Config, source, settings, latency) -> pl.DataFrame:
-    """Labels of every setting, in parallel over settings where allowed; a progress bar on stderr."""
-    tasks = [(source, s, i, config, latency) for i, s in enumerate(settings)]
-    bar = tqdm(total=len(tasks), desc="settings", unit="setting", file=sys.stderr, disable=config.quiet)
-    if config.jobs > 1 and len(tasks) > 1 and not isinstance(source, HFSource):
-        import multiprocessing
-
-        with multiprocessing.get_context("fork").Pool(min(config.jobs, len(tasks))) as pool:
-            parts = []
-            for rows in pool.imap(label_setting, tasks):
-                parts.append(rows)
-                bar.update()
-    else:
-        parts = []
-        for task in tasks:
-            parts.append(label_setting(task))
-            bar.update()
-    bar.close()
-    return pl.DataFrame([row for part in parts for row in part])
-
-
 def aggregate(labels: pl.DataFrame) -> pl.DataFrame:
     """One row per (setting, verifier, action): means over roots, standard errors across roots,
     and throughputs (tokens per second) = mean E / mean T."""
@@ -276,7 +208,8 @@ def _main(argv) -> int:
         source = make_source(config)
         settings = source.settings() if config.capture else parse_settings(config.settings)
         latency = make_latency(config, source)
-        labels = label_all(config, source, settings, latency)
+        labels, _ = label_all(source, settings, config.verifiers, grid_of(config), latency, seed=config.seed,
+                              jobs=config.jobs, quiet=config.quiet)
     except ValueError as exc:
         fail(PROG, str(exc).splitlines()[0])
     grid = aggregate(labels)

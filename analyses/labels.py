@@ -104,3 +104,57 @@ def label_root(root, verifiers, grid: Grid, latency: LatencyModel, *, seed: int 
                          "E": (est.mean + other.mean) / 2, "E_se": se, "E_select": est.mean, "E_holdout": other.mean,
                          "T": latency.delayed_time(K, L1, L2, length)})
     return rows
+
+
+def grid_of(config) -> Grid:
+    """The grid {1..K_max} x {0..L_max}^2 with ``samples`` draws, from a study's flags."""
+    Ls = tuple(range(config.L_max + 1))
+    return Grid(tuple(range(1, config.K_max + 1)), Ls, Ls, config.samples)
+
+
+def _label_setting(task):
+    """Label every root of one setting (a worker task): (rows, feature records or [])."""
+    source, settings, index, verifiers, grid, latency, seed, features = task
+    rows, records = [], []
+    for root in source.roots(settings):
+        rows.extend(label_root(root, verifiers, grid, latency, seed=seed, key=index))
+        if features:
+            from simlab.selector.features import root_features
+
+            embeddings, scalars = root_features(root.pair, root.context, settings, latency)
+            records.append({"setting": root.setting, "trajectory": root.trajectory, "root": root.root, **scalars, **embeddings})
+    return rows, records
+
+
+def label_all(source, settings, verifiers, grid: Grid, latency: LatencyModel, *, seed: int = 0, jobs: int = 1,
+              quiet: bool = False, features: bool = False):
+    """Labels (a polars DataFrame of ``label_root`` rows) for every setting, and, with
+    ``features``, one record per root of ``simlab.selector.features.root_features``.
+
+    Settings run in ``jobs`` worker processes (forked; not for live models); every root is
+    seeded by (seed, setting index, trajectory, root), so the rows do not depend on ``jobs``.
+    Progress goes to stderr.
+    """
+    import sys
+
+    import polars as pl
+    from tqdm import tqdm
+
+    from analyses.sources import HFSource
+
+    tasks = [(source, s, i, tuple(verifiers), grid, latency, seed, features) for i, s in enumerate(settings)]
+    bar = tqdm(total=len(tasks), desc="settings", unit="setting", file=sys.stderr, disable=quiet)
+    parts = []
+    if jobs > 1 and len(tasks) > 1 and not isinstance(source, HFSource):
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(tasks))) as pool:
+            for part in pool.imap(_label_setting, tasks):
+                parts.append(part)
+                bar.update()
+    else:
+        for task in tasks:
+            parts.append(_label_setting(task))
+            bar.update()
+    bar.close()
+    return pl.DataFrame([row for rows, _ in parts for row in rows]), [r for _, records in parts for r in records]

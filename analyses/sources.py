@@ -171,3 +171,46 @@ class CaptureSource:
         folder, stored, pair = self.captures[setting_name(settings)]
         for root, prompt, context, drafts in read_grid_drafts(folder):
             yield Root(setting_name(settings), prompt, root, context, pair, drafts)
+
+
+def make_source(config):
+    """The root source a study's flags ask for (fields backend, target, draft, prompts, capture,
+    world, vocab, trajectories, roots_per_trajectory, spacing, L_max, seed, device).
+
+    Raises:
+        ValueError: from the backends (missing models, bad prompt files, bad captures).
+    """
+    if config.capture:
+        return CaptureSource(config.capture)
+    if config.backend == "hf":
+        from pathlib import Path
+
+        prompts = config.prompts or str(Path(__file__).resolve().parent.parent / "backends" / "prompts" / "reference_prompts.txt")
+        source = HFSource(config.target, config.draft, prompts, config.roots_per_trajectory, config.spacing,
+                          depth=2 * config.L_max, seed=config.seed, device=config.device)
+        source.texts = source.texts[: config.trajectories]
+        return source
+    return SyntheticSource(config.world, config.vocab, config.trajectories, config.roots_per_trajectory, config.spacing, config.seed)
+
+
+def make_latency(config, source):
+    """The latency model: ``config.latency`` (a profile file) if given; else a capture's
+    ``latency.json``; else, for live models, a warm-up benchmark on this machine sized to the
+    grid and the model's context; else ``LatencyModel.from_cost_ratio(cost_ratio, per_token)``."""
+    from pathlib import Path
+
+    from simlab.latency import LatencyModel
+
+    if config.latency:
+        return LatencyModel.load(config.latency)
+    if config.capture and (Path(config.capture[0]) / "latency.json").is_file():
+        return LatencyModel.load(Path(config.capture[0]) / "latency.json")
+    if isinstance(source, HFSource):
+        from backends.latency_probe import measure
+
+        largest = 1 + config.L_max + config.K_max * config.L_max  # the target's forward over the biggest tree
+        tokens = tuple(sorted({n for n in (1, 4, 16, largest) if n <= largest}))
+        room = (source.pair.max_context or 10**9) - largest
+        contexts = tuple(c for c in (16, 64, 256) if c <= room) or (max(1, room),)
+        return measure(source.pair, contexts=contexts, tokens=tokens)
+    return LatencyModel.from_cost_ratio(config.cost_ratio, per_token=config.per_token)

@@ -37,8 +37,9 @@ from analyses._tool import check_flags, ToolParser, atomic_write, fail, prepare_
 from backends.synthetic.base import SamplingSettings, seeded_rng
 from simlab.distributions import sample_categorical
 from simlab.measures import node_divergences
+from simlab.efficiency import GridDraft, draw_grid
 from simlab.shapes import Delayed, named_shape
-from simlab.trees import NodeTable
+from simlab.trees import DraftTree, NodeTable
 
 PROG = "python -m backends.capture"
 
@@ -64,9 +65,14 @@ class CaptureSettings:
     full: bool = False
     seed: int = 0
     prompts_sha256: str = ""  # of the prompt texts; the prompts path itself may differ on resume
+    samples: int = 4  # --shape grid: draws per L1
 
     def tree_shape(self) -> Delayed:
         return named_shape(self.shape, self.width, self.depth, self.trunk)
+
+    def tree_depth(self) -> int:
+        """The deepest node a tree can have (grid: L1 + L2 up to twice ``depth``)."""
+        return 2 * self.depth if self.shape == "grid" else self.depth
 
     def sampling(self) -> SamplingSettings:
         return SamplingSettings(self.temperature, self.top_k, self.top_p)
@@ -75,8 +81,10 @@ class CaptureSettings:
 def differing_settings(stored: dict, mine: dict) -> list[str]:
     """Names of the settings that differ between a stored capture and this run (the prompt file's
     path is compared through the digest of its prompts, not as a string; model paths by folder)."""
+    defaults = asdict(CaptureSettings("", "", ""))
+
     def same(key):
-        a, b = stored.get(key), mine.get(key)
+        a, b = stored.get(key, defaults.get(key)), mine.get(key)
         if key in ("target", "draft") and a and b and Path(a).expanduser().exists() and Path(b).expanduser().exists():
             return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
         return a == b
@@ -118,7 +126,13 @@ def multiplicity(tree, path) -> int:
 def capture_root(pair, settings: CaptureSettings, root_id: int, prompt_index: int, context: tuple[int, ...]):
     """(rows, logits or None) for one root: draw its tree, evaluate every node once."""
     rng = seeded_rng(settings.seed, 1, root_id)
-    tree = settings.tree_shape().sample(NodeTable(pair, context), rng)
+    drafts = None
+    if settings.shape == "grid":
+        drafts = draw_grid(NodeTable(pair, context), K_max=settings.width, L1_values=range(settings.depth + 1),
+                           L2_max=settings.depth, samples=settings.samples, rng=rng)
+        tree = union_tree(drafts)
+    else:
+        tree = settings.tree_shape().sample(NodeTable(pair, context), rng)
     nodes = tree.nodes()
     logits_p, logits_q = pair.node_logits(context, nodes)
     p_rows, q_rows = pair.transform(logits_p), pair.transform(logits_q)
@@ -131,12 +145,51 @@ def capture_root(pair, settings: CaptureSettings, root_id: int, prompt_index: in
         rows.append({
             "root": root_id, "prompt": prompt_index, "position": len(context), "root_context": list(context),
             "path": list(path), "depth": len(path),
-            "token": path[-1] if path else -1, "multiplicity": multiplicity(tree, path),
+            "token": path[-1] if path else -1, "multiplicity": multiplicity(tree, path) if drafts is None else 1,
             "children": len(tree.child_list(path)), **node_divergences(p, q),
             "p_top_ids": order_p.tolist(), "p_top_probs": p[order_p].tolist(),
             "q_top_ids": order_q.tolist(), "q_top_probs": q[order_q].tolist(),
         })
-    return rows, ((logits_p, logits_q) if settings.full else None)
+    return rows, ((logits_p, logits_q) if settings.full else None), drafts
+
+
+def union_tree(drafts) -> DraftTree:
+    """Every node of the grid drafts as one tree (distinct children only; no table attached)."""
+    children: dict[tuple[int, ...], list[int]] = {}
+    for d in drafts:
+        for path in Delayed.build(None, d.trunk, d.branches).nodes():
+            if path:
+                kids = children.setdefault(path[:-1], [])
+                if path[-1] not in kids:
+                    kids.append(path[-1])
+    return DraftTree(None, {k: tuple(v) for k, v in children.items()})
+
+
+def drafts_path(out: Path, root: int) -> Path:
+    return out / f"drafts-r{root:06d}.parquet"
+
+
+def save_drafts(out: Path, root: int, prompt: int, context, drafts) -> None:
+    """One row per grid draft: L1, sample index within its L1, trunk and branches (token ids)."""
+    seen: dict[int, int] = {}
+    rows = []
+    for d in drafts:
+        seen[d.L1] = seen.get(d.L1, -1) + 1
+        rows.append({"root": root, "prompt": prompt, "root_context": list(context), "L1": d.L1, "sample": seen[d.L1],
+                     "trunk": list(d.trunk), "branches": [list(b) for b in d.branches]})
+    write_parquet(pl.DataFrame(rows, schema_overrides={"trunk": pl.List(pl.Int64), "branches": pl.List(pl.List(pl.Int64))}),
+                  drafts_path(out, root))
+
+
+def read_grid_drafts(folder: str):
+    """Yield (root, prompt, root context, drafts) for every root of a ``--shape grid`` capture."""
+    for file in sorted(Path(folder).glob("drafts-r*.parquet")):
+        if not shard_path(Path(folder), int(file.stem.split("-r")[1])).exists():
+            continue  # a root whose capture was interrupted
+        table = pl.read_parquet(file)
+        drafts = tuple(GridDraft(int(L1), tuple(trunk), tuple(tuple(b) for b in branches))
+                       for L1, trunk, branches in table.select("L1", "trunk", "branches").iter_rows())
+        yield int(table["root"][0]), int(table["prompt"][0]), tuple(table["root_context"][0].to_list()), drafts
 
 
 def roots_of(pair, settings: CaptureSettings, prompts: list[str]):
@@ -145,7 +198,7 @@ def roots_of(pair, settings: CaptureSettings, prompts: list[str]):
         prompt = pair.encode(text)
         if not prompt:
             raise ValueError(f"--prompts: prompt {i + 1} encodes to no token")
-        need = len(prompt) + settings.roots_per_prompt * settings.spacing + settings.depth
+        need = len(prompt) + settings.roots_per_prompt * settings.spacing + settings.tree_depth()
         if pair.max_context and need > pair.max_context:
             raise ValueError(f"--prompts: prompt {i + 1} has {len(prompt)} tokens; with its roots and trees it needs {need}, "
                              f"above the model's context of {pair.max_context}")
@@ -184,7 +237,7 @@ def run(settings: CaptureSettings, out: Path, *, device: str = "auto", quiet: bo
     for root_id, prompt_index, context in tqdm(todo, desc="roots", unit="root", file=sys.stderr, disable=quiet):
         while True:
             try:
-                rows, logits = capture_root(pair, settings, root_id, prompt_index, context)
+                rows, logits, drafts = capture_root(pair, settings, root_id, prompt_index, context)
                 break
             except torch_oom:
                 if pair.max_batch == 1:
@@ -194,6 +247,8 @@ def run(settings: CaptureSettings, out: Path, *, device: str = "auto", quiet: bo
                 print(f"{PROG}: out of GPU memory at root {root_id}; retrying with batch {pair.max_batch}", file=sys.stderr)
         if logits is not None:
             save_logits(out / f"logits-r{root_id:06d}.npz", *logits)
+        if drafts is not None:
+            save_drafts(out, root_id, prompt_index, context, drafts)
         write_parquet(pl.DataFrame(rows), shard_path(out, root_id))
         done += 1
     return done
@@ -258,10 +313,11 @@ class CapturedPair:
         s = self.settings.sampling()
         transform = lambda z: sampling_distribution(z.astype(np.float64), temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
         for root, group in table.group_by("root", maintain_order=True):
-            stored = np.load(Path(folder) / f"logits-r{int(root[0]):06d}.npz")
+            with np.load(Path(folder) / f"logits-r{int(root[0]):06d}.npz") as stored:
+                target, draft = stored["target"], stored["draft"]  # each read decompresses: read once
             context = tuple(group["root_context"][0].to_list())
             for i, path in enumerate(group["path"].to_list()):
-                self._rows[context + tuple(path)] = (transform(stored["target"][i]), transform(stored["draft"][i]))
+                self._rows[context + tuple(path)] = (transform(target[i]), transform(draft[i]))
         self.vocab_size = next(iter(self._rows.values()))[0].size
 
     def node_rows(self):
@@ -285,9 +341,11 @@ def parse_args(argv) -> tuple[CaptureSettings, str, str, bool]:
     parser.add_argument("--out", required=True, help="output folder (resumes if it holds the same capture)")
     parser.add_argument("--roots-per-prompt", type=int, default=4)
     parser.add_argument("--spacing", type=int, default=8, help="tokens between roots")
-    parser.add_argument("--shape", choices=["iid", "chain", "delayed"], default="iid")
-    parser.add_argument("--width", type=int, default=4, help="K")
-    parser.add_argument("--depth", type=int, default=4, help="tree depth in tokens")
+    parser.add_argument("--shape", choices=["iid", "chain", "delayed", "grid"], default="iid",
+                        help="grid: --samples trees Delayed(width, L1, depth) for every L1 in 0..depth (the action-grid studies)")
+    parser.add_argument("--width", type=int, default=4, help="K (grid: the largest K)")
+    parser.add_argument("--depth", type=int, default=4, help="tree depth in tokens (grid: the largest L1 and L2)")
+    parser.add_argument("--samples", type=int, default=4, help="grid: trees per L1 and root")
     parser.add_argument("--trunk", type=int, default=1, help="L1 of a delayed tree")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-p", type=float, default=None)
@@ -305,11 +363,12 @@ def parse_args(argv) -> tuple[CaptureSettings, str, str, bool]:
         (args.shape != "delayed" or 0 <= args.trunk < args.depth, "--trunk: must lie in [0, depth)"),
         (args.temperature >= 0, "--temperature: must be >= 0"), (args.top_p is None or 0 < args.top_p <= 1, "--top-p: must lie in (0, 1]"),
         (args.top_k is None or args.top_k >= 1, "--top-k: must be >= 1"), (args.store_top >= 1, "--store-top: must be >= 1"),
+        (args.samples >= 1, "--samples: must be >= 1"),
     ]
     check_flags(PROG, checks)
     settings = CaptureSettings(args.target, args.draft, args.prompts, args.roots_per_prompt, args.spacing, args.shape,
                                args.width, args.depth, args.trunk, args.temperature, args.top_p, args.top_k, args.dtype,
-                               args.store_top, args.full, args.seed)
+                               args.store_top, args.full, args.seed, samples=args.samples)
     return settings, args.out, args.device, args.quiet
 
 

@@ -156,6 +156,25 @@ class HFPair:
     def _cache_of(output):
         return getattr(output, "cache", None) or getattr(output, "past_key_values", None)
 
+    def hidden_states(self, context: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The selector's embeddings at a root (DDTE Sec. 6): last-layer hidden states of the
+        target and the draft at the previous token (position len - 2) and of the draft at the
+        root token (position len - 1); float32 vectors (d_target,), (d_draft,), (d_draft,).
+
+        Raises:
+            ValueError: a context shorter than 2 tokens or longer than the model's.
+        """
+        context = tuple(int(t) for t in context)
+        if len(context) < 2:
+            raise ValueError(f"context: needs at least 2 tokens, got {len(context)}")
+        self._check_length(len(context))
+        torch = _torch()
+        with torch.no_grad():
+            ids = torch.tensor([context], device=self.device)
+            target = self.target(ids, output_hidden_states=True).hidden_states[-1][0].float().cpu().numpy()
+            draft = self.draft(ids, output_hidden_states=True).hidden_states[-1][0].float().cpu().numpy()
+        return target[-2], draft[-2], draft[-1]
+
     # -- the ModelPair protocol -----------------------------------------------------------
     def distributions(self, contexts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
         """p and q for each context (grouped by length, one forward per group and model; float64 (n, V))."""

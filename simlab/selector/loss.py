@@ -1,0 +1,44 @@
+"""TPS-hat of a policy and DDTE's selector loss (Sec. 6, App. E).
+
+For a context c with action values E(c, a) (tokens per step) and T(c, a) (seconds):
+
+    TPS_pi(c) = sum_a pi(a|c) E(c, a) / sum_a pi(a|c) T(c, a)
+
+    L = mean_i -log(TPS_pi(c_i) / TPS_base(c_i))
+        + lambda * mean over the worst alpha-fraction of i of max(1 - TPS_pi / TPS_base, 0)^2
+
+TPS_base(c) = E(c, a_base) / T(c, a_base) for the static baseline action a_base of c's
+sampling setting.  DDTE does not give lambda or alpha; our defaults are ``LAMBDA`` = 1 and
+``ALPHA`` = 0.1 (the worst tenth of each batch, at least one example).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+LAMBDA = 1.0
+ALPHA = 0.1
+
+
+def policy_throughput(probs: torch.Tensor, E: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
+    """TPS_pi per context: probs, E, T of shape (B, |A|) -> (B,) (tokens per second)."""
+    return (probs * E).sum(-1) / (probs * T).sum(-1)
+
+
+def selector_loss(logits: torch.Tensor, E: torch.Tensor, T: torch.Tensor, base_tps: torch.Tensor, *,
+                  lam: float = LAMBDA, alpha: float = ALPHA) -> torch.Tensor:
+    """DDTE's loss for a batch: logits, E, T (B, |A|), base_tps (B,) -> scalar.
+
+    Raises:
+        ValueError: alpha outside (0, 1] or a negative lambda.
+    """
+    if not 0 < alpha <= 1:
+        raise ValueError(f"alpha: must lie in (0, 1], got {alpha!r}")
+    if not lam >= 0:
+        raise ValueError(f"lam: must be >= 0, got {lam!r}")
+    ratio = policy_throughput(torch.softmax(logits, -1), E, T) / base_tps
+    shortfall = torch.clamp(1 - ratio, min=0) ** 2
+    worst = torch.topk(shortfall, max(1, math.ceil(alpha * shortfall.numel()))).values
+    return (-torch.log(ratio)).mean() + lam * worst.mean()

@@ -1,0 +1,176 @@
+"""The matched-settings comparison: grid search, held-out reporting, the study as a tool, capture replay."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import polars as pl
+import pytest
+
+from analyses import compare_verifiers as cv
+from analyses.labels import Grid, label_root
+from analyses.sources import SyntheticSource, parse_settings
+from backends.synthetic import SamplingSettings
+from simlab.efficiency import draw_grid, expected_block_efficiency, grid_block_efficiency
+from simlab.latency import LatencyModel
+from simlab.shapes import Delayed
+from simlab.trees import NodeTable
+
+SMALL = ["--vocab", "6", "--trajectories", "2", "--roots-per-trajectory", "1", "--settings", "1,0.5", "--K-max", "2",
+         "--L-max", "2", "--samples", "2", "--verifiers", "specinfer,bv,traversal", "--jobs", "1", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cv")
+    assert cv.main(SMALL + ["--out", str(out)]) == 0
+    return out
+
+
+def test_outputs(small):
+    for name in ("compare_verifiers.parquet", "grid.parquet", "labels.parquet", "latency.json", "throughput.html",
+                 "throughput.png", "block_efficiency.html", "block_efficiency.png"):
+        assert (small / name).stat().st_size > 0, name
+    chosen = pl.read_parquet(small / "compare_verifiers.parquet")
+    assert chosen.height == 2 * 3 * 4  # settings x verifiers x choices
+    assert chosen.filter(pl.col("verifier") == "bv")["K"].to_list() == [1] * 8  # a one-path verifier: K = 1 only
+
+
+def test_the_choice_is_the_true_maximum_of_the_grid(small):
+    """Brute force over the aggregated grid: each chosen action maximises its criterion."""
+    grid = pl.read_parquet(small / "grid.parquet")
+    chosen = pl.read_parquet(small / "compare_verifiers.parquet")
+    for (setting, verifier, choice), group in chosen.group_by("setting", "verifier", "choice"):
+        iid_only, criterion = cv.CHOICES[choice]
+        rows = grid.filter((pl.col("setting") == setting) & (pl.col("verifier") == verifier)).to_dicts()
+        rows = [r for r in rows if r["L1"] == 0 or not iid_only]
+        best = max(r[criterion] for r in rows)
+        row = group.row(0, named=True)
+        pick = next(r for r in rows if (r["K"], r["L1"], r["L2"]) == (row["K"], row["L1"], row["L2"]))
+        assert pick[criterion] == best
+        assert row["E"] == pick["E_holdout"] and row["TPS"] == pytest.approx(pick["E_holdout"] / pick["T"], rel=1e-12)
+
+
+def test_throughput_is_mean_E_over_mean_T(small):
+    labels = pl.read_parquet(small / "labels.parquet")
+    grid = pl.read_parquet(small / "grid.parquet")
+    one = labels.filter((pl.col("verifier") == "specinfer") & (pl.col("K") == 2) & (pl.col("L1") == 1) & (pl.col("L2") == 2)
+                        & (pl.col("setting") == "T=1"))
+    row = grid.filter((pl.col("verifier") == "specinfer") & (pl.col("K") == 2) & (pl.col("L1") == 1) & (pl.col("L2") == 2)
+                      & (pl.col("setting") == "T=1")).row(0, named=True)
+    assert row["TPS"] == pytest.approx(one["E"].mean() / one["T"].mean(), rel=1e-12)
+    assert row["T"] == pytest.approx(LatencyModel.from_cost_ratio(0.1, per_token=0.01).delayed_time(2, 1, 2, one["context_length"][0]))
+
+
+def test_same_seed_same_labels(small, tmp_path):
+    assert cv.main(SMALL + ["--out", str(tmp_path), "--jobs", "2"]) == 0  # parallel workers give the same rows
+    assert pl.read_parquet(tmp_path / "labels.parquet").equals(pl.read_parquet(small / "labels.parquet"))
+
+
+def test_grid_estimates_agree_with_exact_expectations():
+    """Each (K, L1, L2) estimate from shared K-prefix drafts is unbiased: within 5 standard errors."""
+    source = SyntheticSource(vocab=3, trajectories=1, roots_per_trajectory=1)
+    root = next(source.roots(SamplingSettings()))
+    table = NodeTable(root.pair, root.context)
+    drafts = draw_grid(table, K_max=2, L1_values=(0, 1), L2_max=2, samples=400, rng=np.random.default_rng(5))
+    grid = grid_block_efficiency(table, drafts, "specinfer", K_values=(1, 2), L2_values=(0, 1, 2))
+    for (K, L1, L2), est in grid.items():
+        exact = expected_block_efficiency(root.pair, root.context, Delayed(K, L1, L2), "specinfer").mean
+        assert abs(est.mean - exact) <= 5 * max(est.stderr, 1e-12), (K, L1, L2, est, exact)
+
+
+def test_holdout_half_is_independent_of_the_choice_half():
+    root = next(SyntheticSource(vocab=8, trajectories=1, roots_per_trajectory=1).roots(SamplingSettings()))
+    rows = label_root(root, ["specinfer"], Grid((1, 2), (0, 2), (0, 3), samples=4), LatencyModel.from_cost_ratio(0.1))
+    drafted = [r for r in rows if r["L2"] > 0]
+    assert any(r["E_select"] != r["E_holdout"] for r in drafted)
+    for r in rows:
+        assert r["E"] == pytest.approx((r["E_select"] + r["E_holdout"]) / 2)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--samples", "1"], "--samples"),
+    (["--verifiers", "specinfer,nope"], "--verifiers: unknown nope"),
+    (["--baseline", "nss", "--verifiers", "specinfer"], "--baseline"),
+    (["--settings", "hot"], "--settings"),
+    (["--settings", "1:1.5"], "--settings: top-p"),
+    (["--L-max", "17"], "--L-max"),
+    (["--cost-ratio", "0"], "--cost-ratio"),
+    (["--backend", "hf"], "--backend hf"),
+    (["--capture", "/nonexistent"], "--capture"),
+    (["--latency", "/nonexistent.json"], "latency: no such profile"),
+])
+def test_bad_arguments_exit_2_with_one_line(flags, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        cv.main(flags + ["--out", str(tmp_path), "--quiet"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_ddte_settings():
+    settings = parse_settings("ddte")
+    assert len(settings) == 8 and settings[-1] == SamplingSettings(1.0, top_p=0.99)
+    assert parse_settings("0.6, 1:0.9") == (SamplingSettings(0.6), SamplingSettings(1.0, top_p=0.9))
+
+
+def test_table_printed(tmp_path, capsys):
+    assert cv.main([f for f in SMALL if f != "--quiet"] + ["--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "cf. DDTE Table 3" in out and "SpecInfer" in out and "Traversal" in out and "delayed / iid" in out
+
+
+@pytest.fixture(scope="module")
+def grid_capture(micro_pair_dir, tmp_path_factory):
+    from backends.capture import main as capture_main
+    from tests.test_capture import SHIPPED
+
+    prompts = tmp_path_factory.mktemp("gp") / "p.txt"
+    prompts.write_text("\n".join(SHIPPED.read_text().splitlines()[:2]) + "\n")
+    out = tmp_path_factory.mktemp("gcap")
+    assert capture_main(["--target", str(micro_pair_dir / "target"), "--draft", str(micro_pair_dir / "draft"), "--prompts",
+                         str(prompts), "--out", str(out), "--shape", "grid", "--width", "2", "--depth", "2", "--samples", "2",
+                         "--roots-per-prompt", "1", "--spacing", "4", "--full", "--quiet"]) == 0
+    return out
+
+
+def test_capture_replay_equals_live_models_on_the_same_drafts(grid_capture, micro_pair_dir):
+    from analyses.sources import CaptureSource
+    from backends.hf import HFPair
+
+    source = CaptureSource((str(grid_capture),))
+    live = HFPair(str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu")
+    latency, grid = LatencyModel.from_cost_ratio(0.1), Grid((1, 2), (0, 1, 2), (0, 1, 2), samples=2)
+    roots = list(source.roots(source.settings()[0]))
+    assert len(roots) == 2 and all(len(r.drafts) == 3 * 2 for r in roots)
+    for root in roots:
+        replayed = label_root(root, ["specinfer", "traversal"], grid, latency)
+        again = label_root(root.__class__(**{**root.__dict__, "pair": live}), ["specinfer", "traversal"], grid, latency)
+        assert [r["E"] for r in replayed] == pytest.approx([r["E"] for r in again], abs=1e-5)
+
+
+def test_study_on_a_grid_capture(grid_capture, tmp_path):
+    assert cv.main(["--capture", str(grid_capture), "--K-max", "2", "--L-max", "2", "--samples", "2", "--verifiers",
+                    "specinfer,traversal", "--out", str(tmp_path), "--quiet"]) == 0
+    labels = pl.read_parquet(tmp_path / "labels.parquet")
+    assert labels["root"].n_unique() == 2 and set(labels["setting"]) == {"T=1"}
+
+
+def test_non_grid_capture_is_refused(micro_pair_dir, tmp_path, capsys):
+    from tests.test_capture import SHIPPED, flags
+    from backends.capture import main as capture_main
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text(SHIPPED.read_text().splitlines()[0] + "\n")
+    assert capture_main(flags(micro_pair_dir, str(prompts), tmp_path / "c", "--full")) == 0
+    with pytest.raises(SystemExit):
+        cv.main(["--capture", str(tmp_path / "c"), "--out", str(tmp_path / "o"), "--quiet"])
+    assert "--shape grid" in capsys.readouterr().err
+
+
+def test_every_action_is_labelled_once():
+    root = next(SyntheticSource(vocab=5, trajectories=1, roots_per_trajectory=1).roots(SamplingSettings()))
+    grid = Grid((1, 2), (0, 1), (0, 2), samples=2)
+    rows = label_root(root, ["spectr"], grid, LatencyModel.from_cost_ratio(0.1))
+    assert sorted((r["K"], r["L1"], r["L2"]) for r in rows) == sorted(itertools.product((1, 2), (0, 1), (0, 2)))
