@@ -121,7 +121,10 @@ def _label_setting(task):
         if features:
             from simlab.selector.features import root_features
 
-            embeddings, scalars = root_features(root.pair, root.context, settings, latency)
+            pair = getattr(source, "feature_pair", None)  # captures: live models give the hidden states
+            if pair is not None:
+                pair.settings = settings
+            embeddings, scalars = root_features(pair or root.pair, root.context, settings, latency)
             records.append({"setting": root.setting, "trajectory": root.trajectory, "root": root.root, **scalars, **embeddings})
     return rows, records
 
@@ -131,7 +134,7 @@ def label_all(source, settings, verifiers, grid: Grid, latency: LatencyModel, *,
     """Labels (a polars DataFrame of ``label_root`` rows) for every setting, and, with
     ``features``, one record per root of ``simlab.selector.features.root_features``.
 
-    Settings run in ``jobs`` worker processes (forked; not for live models); every root is
+    Settings of a synthetic source run in ``jobs`` worker processes (forked); every root is
     seeded by (seed, setting index, trajectory, root), so the rows do not depend on ``jobs``.
     Progress goes to stderr.
     """
@@ -140,12 +143,12 @@ def label_all(source, settings, verifiers, grid: Grid, latency: LatencyModel, *,
     import polars as pl
     from tqdm import tqdm
 
-    from analyses.sources import HFSource
+    from analyses.sources import SyntheticSource
 
     tasks = [(source, s, i, tuple(verifiers), grid, latency, seed, features) for i, s in enumerate(settings)]
     bar = tqdm(total=len(tasks), desc="settings", unit="setting", file=sys.stderr, disable=quiet)
     parts = []
-    if jobs > 1 and len(tasks) > 1 and not isinstance(source, HFSource):
+    if jobs > 1 and len(tasks) > 1 and isinstance(source, SyntheticSource):
         import multiprocessing
 
         with multiprocessing.get_context("fork").Pool(min(jobs, len(tasks))) as pool:

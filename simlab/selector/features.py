@@ -19,7 +19,7 @@ import numpy as np
 from simlab.distributions import entropy, kl_divergence, l1_distance
 from simlab.latency import LatencyModel
 
-SCALARS = ("h_p_prev", "h_q_prev", "h_q_root", "kl_pq_prev", "kl_qp_prev", "l1_prev", "context_length",
+SCALARS = ("H_p_prev", "H_q_prev", "H_q_root", "kl_pq_prev", "kl_qp_prev", "l1_prev", "context_length",
            "temperature", "top_p", "t_q", "t_p")
 KL_CAP = 100.0
 LOG_FLOOR = 1e-12
@@ -57,7 +57,7 @@ def root_features(pair, context, settings, latency: LatencyModel) -> tuple[dict[
         h_p_prev, h_q_prev, h_q_root = _log(p_prev), _log(q_prev), _log(q_root)
     l = len(context)
     scalars = {
-        "h_p_prev": entropy(p_prev), "h_q_prev": entropy(q_prev), "h_q_root": entropy(q_root),
+        "H_p_prev": entropy(p_prev), "H_q_prev": entropy(q_prev), "H_q_root": entropy(q_root),
         "kl_pq_prev": min(kl_divergence(p_prev, q_prev), KL_CAP), "kl_qp_prev": min(kl_divergence(q_prev, p_prev), KL_CAP),
         "l1_prev": l1_distance(p_prev, q_prev), "context_length": float(l), "temperature": float(settings.temperature),
         "top_p": float(settings.top_p if settings.top_p is not None else 1.0),

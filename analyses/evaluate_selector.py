@@ -1,0 +1,189 @@
+"""Evaluate trained selectors: ``python -m analyses.evaluate_selector --run DIR``.
+
+On the roots of one split (default: test, trajectories never seen in training) of a
+``train_selector`` run, for each OT-based verifier, four policies:
+
+* ``static``: the verifier's best static action per sampling setting, chosen on the training
+  roots (DDTE's baseline);
+* ``selector``: the learned policy, argmax_a pi(a | c) per root (NDE);
+* ``oracle``: the per-context best action argmax_a E(c, a) / T(c, a), a bound DDTE never reports;
+* ``oracle_in_sample``: the same bound chosen and valued on all draws (optimistic: it keeps
+  the noise it chose on);
+* ``traversal``: Traversal Verification on its own best static action (chosen on training roots).
+
+Every policy but ``oracle_in_sample`` is valued on the held-out half of the tree draws
+(``E_holdout``); the oracle chooses on the other half (``E_select``), so its value is not
+inflated by the noise it chose on (but it chooses on half the draws: with s = 4 that is a
+noisy choice, so the two oracles bracket the per-context optimum).  Throughput of a policy = sum over roots of E / sum of T (tokens per second).  Output under
+``--out`` (default: ``<run>/evaluation``): ``evaluation.parquet`` (verifier, setting, policy, E,
+throughput, ratios), ``per_root.parquet`` (every root's chosen actions and values),
+``evaluation.{html,png}``; tables in the layout of DDTE Tables 4-7, and the fraction of
+contexts where the selector loses more than 5% of throughput against the static baseline.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from analyses._tool import OutputSet, ToolParser, chart_writer, check_flags, fail, parquet_writer, prepare_out, print_table, run_tool
+from analyses.labels import PAPER_NAMES
+from analyses.selector_data import static_choice, value_matrices
+
+PROG = "python -m analyses.evaluate_selector"
+POLICIES = ("static", "selector", "oracle", "oracle_in_sample", "traversal")
+LOSS_THRESHOLD = 0.05
+
+
+def parse_args(argv):
+    parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", default="out/train_selector", help="output folder of python -m analyses.train_selector")
+    parser.add_argument("--split", choices=["test", "validation", "train"], default="test", help="roots to evaluate on")
+    parser.add_argument("--out", default=None, help="output folder (default: <run>/evaluation)")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    run = Path(args.run)
+    check_flags(PROG, [(run.is_dir(), f"--run: no such folder {args.run!r}"),
+                       ((run / "run.json").is_file(), f"--run: {args.run!r} is not a train_selector output (no run.json)")])
+    return args
+
+
+def load_run(run: Path):
+    """(run.json, labels, roots, embeddings, {verifier: checkpoint})."""
+    import torch
+
+    meta = json.loads((run / "run.json").read_text())
+    labels, roots = pl.read_parquet(run / "labels.parquet"), pl.read_parquet(run / "roots.parquet")
+    with np.load(run / "embeddings.npz") as data:
+        arrays = {k: data[k] for k in data.files}
+    checkpoints = {v: torch.load(io.BytesIO((run / f"selector-{v}.pt").read_bytes()), weights_only=False) for v in meta["verifiers"]}
+    return meta, labels, roots, arrays, checkpoints
+
+
+def selector_actions(checkpoint, roots: pl.DataFrame, arrays, rows: np.ndarray) -> np.ndarray:
+    """The selector's argmax action index for each root in ``rows`` (eval mode, CPU)."""
+    import torch
+
+    from simlab.selector.features import SCALARS
+    from simlab.selector.model import Selector
+
+    model = Selector.from_checkpoint(checkpoint)
+    h = [torch.from_numpy(arrays[n][rows]) for n in ("h_p_prev", "h_q_prev", "h_q_root")]
+    scalars = torch.from_numpy(roots.select(*SCALARS).to_numpy().astype(np.float32)[rows])
+    return model.choose(*h, scalars).numpy()
+
+
+def evaluate(meta, labels, roots, arrays, checkpoints, split: str) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(summary per verifier, setting and policy; per-root table)."""
+    actions = [tuple(a) for a in meta["actions"]]
+    settings = roots["setting"].to_numpy()
+    train_mask, rows = roots["split"].to_numpy() == "train", np.flatnonzero(roots["split"].to_numpy() == split)
+    if rows.size == 0:
+        raise ValueError(f"--split: the run has no {split} roots")
+    trav = value_matrices(labels, "traversal", roots, actions)
+    trav_static = static_choice(trav, settings, train_mask)
+    summary, per_root = [], []
+    for verifier, ckpt in checkpoints.items():
+        values = value_matrices(labels, verifier, roots, actions)
+        static = ckpt["static"]
+        chosen = {
+            "static": np.array([static[str(settings[r])] for r in rows]),
+            "selector": selector_actions(ckpt, roots, arrays, rows),
+            "oracle": np.argmax(values["E_select"][rows] / values["T"][rows], axis=1),
+            "oracle_in_sample": np.argmax(values["E"][rows] / values["T"][rows], axis=1),
+            "traversal": np.array([trav_static[str(settings[r])] for r in rows]),
+        }
+        for policy, picks in chosen.items():
+            source = trav if policy == "traversal" else values
+            E = source["E" if policy == "oracle_in_sample" else "E_holdout"][rows, picks]
+            T = source["T"][rows, picks]
+            for i, r in enumerate(rows):
+                per_root.append({"verifier": verifier, "policy": policy, "setting": settings[r], "trajectory": int(roots["trajectory"][int(r)]),
+                                 "root": int(roots["root"][int(r)]), "K": actions[picks[i]][0], "L1": actions[picks[i]][1],
+                                 "L2": actions[picks[i]][2], "E": float(E[i]), "T": float(T[i])})
+    per_root = pl.DataFrame(per_root)
+    for (verifier, setting, policy), group in per_root.group_by("verifier", "setting", "policy", maintain_order=True):
+        summary.append({"verifier": verifier, "setting": setting, "policy": policy, "roots": group.height,
+                        "E": group["E"].mean(), "TPS": group["E"].sum() / group["T"].sum()})
+    for (verifier, policy), group in per_root.group_by("verifier", "policy", maintain_order=True):
+        summary.append({"verifier": verifier, "setting": "all", "policy": policy, "roots": group.height,
+                        "E": group["E"].mean(), "TPS": group["E"].sum() / group["T"].sum()})
+    table = pl.DataFrame(summary)
+    static = table.filter(pl.col("policy") == "static").select("verifier", "setting", pl.col("E").alias("E_static"), pl.col("TPS").alias("TPS_static"))
+    trav_tps = table.filter(pl.col("policy") == "traversal").select("verifier", "setting", pl.col("TPS").alias("TPS_traversal"))
+    table = table.join(static, on=["verifier", "setting"]).join(trav_tps, on=["verifier", "setting"]).with_columns(
+        (pl.col("E") / pl.col("E_static")).alias("E_ratio_static"), (pl.col("TPS") / pl.col("TPS_static")).alias("TPS_ratio_static"),
+        (pl.col("TPS") / pl.col("TPS_traversal")).alias("TPS_ratio_traversal")).drop("E_static", "TPS_static", "TPS_traversal")
+    return table, per_root
+
+
+def losses(per_root: pl.DataFrame) -> pl.DataFrame:
+    """Per verifier: the fraction of contexts where the selector's throughput E/T is more than 5%
+    below the static baseline's at the same root."""
+    key = ["verifier", "setting", "root"]
+    tps = lambda p: per_root.filter(pl.col("policy") == p).select(*key, (pl.col("E") / pl.col("T")).alias(p))
+    both = tps("selector").join(tps("static"), on=key)
+    return both.group_by("verifier", maintain_order=True).agg(
+        pl.len().alias("contexts"), (pl.col("selector") < (1 - LOSS_THRESHOLD) * pl.col("static")).mean().alias("fraction losing > 5%"),
+        (pl.col("selector") > pl.col("static")).mean().alias("fraction winning"))
+
+
+def chart(table: pl.DataFrame):
+    import altair as alt
+
+    data = table.filter(pl.col("setting") == "all").with_columns(pl.col("verifier").replace_strict(PAPER_NAMES, default=pl.col("verifier")))
+    return alt.Chart(data).mark_bar().encode(
+        x=alt.X("policy:N", sort=list(POLICIES), title=None), y=alt.Y("TPS:Q", title="throughput (tokens/s)"), color="policy:N",
+        column=alt.Column("verifier:N", title=None), tooltip=["verifier", "policy", "E", "TPS", "TPS_ratio_static"]).properties(
+        width=180, height=220, title="Static vs selector vs per-context oracle vs Traversal (held-out roots and draws)")
+
+
+def main(argv=None) -> int:
+    return run_tool(PROG, lambda: _main(argv))
+
+
+def _main(argv) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    run = Path(args.run)
+    out = prepare_out(PROG, args.out or str(run / "evaluation"))
+    try:
+        meta, labels, roots, arrays, checkpoints = load_run(run)
+        table, per_root = evaluate(meta, labels, roots, arrays, checkpoints, args.split)
+    except (ValueError, OSError, KeyError) as exc:
+        fail(PROG, f"--run: cannot evaluate {args.run!r} ({str(exc).splitlines()[0]})")
+    lost = losses(per_root)
+    with OutputSet(out) as outputs:
+        outputs.stage("evaluation.parquet", parquet_writer(table))
+        outputs.stage("per_root.parquet", parquet_writer(per_root))
+        outputs.stage("losses.parquet", parquet_writer(lost))
+        for fmt in ("html", "png"):
+            outputs.stage(f"evaluation.{fmt}", chart_writer(chart(table), fmt))
+        outputs.publish()
+    if not args.quiet:
+        report(table, lost, args.split, per_root)
+        print(f"wrote {out}/evaluation.parquet, per_root.parquet, losses.parquet, evaluation.html/.png")
+    return 0
+
+
+def report(table: pl.DataFrame, lost: pl.DataFrame, split: str, per_root: pl.DataFrame) -> None:
+    named = lambda frame: frame.with_columns(pl.col("verifier").replace_strict(PAPER_NAMES, default=pl.col("verifier")))
+    overall = table.filter(pl.col("setting") == "all")
+    for metric, title in (("E", "Block efficiency E[tau+1] (tokens per step)"), ("TPS", "Throughput (tokens/s)")):
+        print_table(named(overall.pivot(on="policy", index="verifier", values=metric).select("verifier", *POLICIES)),
+                    f"{title} on the {split} roots, by policy (cf. DDTE Tables 6-7; oracle = per-context best action)")
+    ratios = table.filter(pl.col("policy") == "selector").pivot(on="setting", index="verifier", values="TPS_ratio_static")
+    print_table(named(ratios), "Selector / static throughput by setting (cf. DDTE Table 5; 'all' = ratio of totals)")
+    ratios = table.filter(pl.col("policy") == "selector").pivot(on="setting", index="verifier", values="E_ratio_static")
+    print_table(named(ratios), "Selector / static block efficiency by setting (cf. DDTE Table 4)")
+    vs = overall.filter(pl.col("policy").is_in(["selector", "oracle"])).pivot(on="policy", index="verifier", values="TPS_ratio_traversal")
+    print_table(named(vs), "Throughput relative to Traversal on its best static tree")
+    print_table(named(lost), f"Contexts where the selector's throughput is more than {LOSS_THRESHOLD:.0%} below the static baseline's")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
