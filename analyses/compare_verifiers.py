@@ -162,6 +162,43 @@ def choose(grid: pl.DataFrame, baseline: str) -> pl.DataFrame:
         "T", pl.col("TPS_holdout").alias("TPS"), pl.col("TPS_holdout_se").alias("TPS_se"), "TPS_ratio", "roots")
 
 
+def paired_difference(labels: pl.DataFrame, chosen: pl.DataFrame, left: tuple[str, str], right: tuple[str, str]) -> pl.DataFrame:
+    """Per setting: TPS(left) - TPS(right) on the held-out draws and its paired standard error.
+
+    ``left`` and ``right`` are (verifier, choice).  With T fixed by the action and the context,
+    TPS = mean E / mean T, so the difference is the mean over roots of d_i = E_left,i / mean T_left
+    - E_right,i / mean T_right; its standard error is sd(d) / sqrt(roots).  Pairing by root
+    (same contexts, same sampled trees) removes the between-root variance both sides share.
+    """
+    def side(verifier, choice, tag):
+        pick = chosen.filter((pl.col("verifier") == verifier) & (pl.col("choice") == choice)).select("setting", "K", "L1", "L2")
+        rows = labels.filter(pl.col("verifier") == verifier).join(pick, on=["setting", "K", "L1", "L2"])
+        return rows.select("setting", "trajectory", "root", pl.col("E_holdout").alias(f"E_{tag}"), pl.col("T").alias(f"T_{tag}"))
+
+    both = side(*left, "l").join(side(*right, "r"), on=["setting", "trajectory", "root"])
+    both = both.with_columns((pl.col("E_l") / pl.col("T_l").mean().over("setting")
+                              - pl.col("E_r") / pl.col("T_r").mean().over("setting")).alias("d"))
+    return both.group_by("setting", maintain_order=True).agg(pl.col("d").mean().alias("diff"),
+                                                             (pl.col("d").std() / pl.len().sqrt()).alias("se"))
+
+
+def difference_table(labels, chosen, pairs, settings: list[str]) -> pl.DataFrame:
+    """One row per (name, left, right): the paired difference by setting and its mean over settings
+    (standard error of the mean of independent settings)."""
+    rows = []
+    for name, left, right in pairs:
+        diff = paired_difference(labels, chosen, left, right)
+        by = {r["setting"]: r for r in diff.iter_rows(named=True)}
+        row = {"comparison": name}
+        for s in settings:
+            row[s] = f"{by[s]['diff']:+.3f} ± {by[s]['se']:.3f}" if s in by else ""
+        mean = float(np.mean([by[s]["diff"] for s in by])) if by else float("nan")
+        se = float(np.sqrt(np.sum([by[s]["se"] ** 2 for s in by])) / len(by)) if by else float("nan")
+        row["average"] = f"{mean:+.3f} ± {se:.3f}"
+        rows.append(row)
+    return pl.DataFrame(rows)
+
+
 def wide(chosen: pl.DataFrame, choice: str, value: str, settings: list[str], verifiers) -> pl.DataFrame:
     """Paper layout: one row per verifier (DDTE names), one column per setting, then the average."""
     part = chosen.filter(pl.col("choice") == choice)
@@ -189,9 +226,10 @@ def charts(chosen: pl.DataFrame):
     for metric, choice_suffix, title in (("TPS", "_TPS", "throughput (tokens/s)"), ("E", "_E", "block efficiency E[tau+1] (tokens/step)")):
         part = data.filter(pl.col("choice").str.ends_with(choice_suffix))
         base = alt.Chart(part).encode(x=alt.X("method:N", title=None, sort="-y"), xOffset="tree:N", color=alt.Color("tree:N", title="best static tree"))
+        order = list(dict.fromkeys(part["setting"].to_list()))
         chart = (base.mark_bar().encode(y=alt.Y(f"{metric}:Q", title=title), tooltip=["method", "tree", "action", metric, f"{metric}_se"])
-                 + base.mark_rule().encode(y=f"{metric}_lo:Q", y2=f"{metric}_hi:Q")).properties(width=230, height=180).facet(
-            facet=alt.Facet("setting:N", title=None), columns=4).properties(
+                 + base.mark_rule(color="black").encode(y=f"{metric}_lo:Q", y2=f"{metric}_hi:Q")).properties(width=230, height=180).facet(
+            facet=alt.Facet("setting:N", title=None, sort=order), columns=4).properties(
             title=f"Best static configuration per verifier and setting: {title} (held-out draws, 95% bars)")
         out.append(chart)
     return out
@@ -225,11 +263,11 @@ def _main(argv) -> int:
                 outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
         outputs.publish()
     if not config.quiet:
-        report(config, source, latency, chosen, [setting_name(s) for s in settings])
+        report(config, source, latency, chosen, labels, [setting_name(s) for s in settings])
     return 0
 
 
-def report(config: Config, source, latency: LatencyModel, chosen: pl.DataFrame, settings: list[str]) -> None:
+def report(config: Config, source, latency: LatencyModel, chosen: pl.DataFrame, labels: pl.DataFrame, settings: list[str]) -> None:
     """Print the paper-layout tables."""
     roots = int(chosen["roots"].max())
     print(f"Source: {source.describe()}; {roots} roots per setting; latency: {latency.source}")
@@ -241,6 +279,13 @@ def report(config: Config, source, latency: LatencyModel, chosen: pl.DataFrame, 
                 f"Throughput ratio to {PAPER_NAMES.get(config.baseline, config.baseline)} (best static i.i.d. trees)")
     print_table(wide(chosen, "delayed_TPS", "TPS", settings, config.verifiers),
                 "Throughput (tokens/s), best static delayed tree (K, L1, L2) for throughput")
+    base = PAPER_NAMES.get(config.baseline, config.baseline)
+    versus = [(f"{base} - {PAPER_NAMES.get(v, v)}", (config.baseline, "iid_TPS"), (v, "iid_TPS")) for v in config.verifiers if v != config.baseline]
+    print_table(difference_table(labels, chosen, versus, settings),
+                "Throughput difference (tokens/s) on best static i.i.d. trees, paired by root and tree draw (± standard error)")
+    delayed = [(PAPER_NAMES.get(v, v), (v, "delayed_TPS"), (v, "iid_TPS")) for v in config.verifiers if v not in CHAIN_VERIFIERS]
+    print_table(difference_table(labels, chosen, delayed, settings),
+                "Delayed minus i.i.d.: throughput gain (tokens/s) of the best static delayed tree, paired (± standard error)")
     gains = []
     for v in config.verifiers:
         part = chosen.filter(pl.col("verifier") == v)
