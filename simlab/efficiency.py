@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simlab import tree_verifiers
+from simlab.distributions import sample_categorical
 from simlab.pairs import ModelPair
 from simlab.trees import NodeTable
 
@@ -110,20 +111,39 @@ def draw_grid(table: NodeTable, *, K_max: int = 4, L1_values=tuple(range(9)), L2
               rng: np.random.Generator) -> list[GridDraft]:
     """``samples`` draws of ``Delayed(K_max, L1, L2_max)`` for each L1 (the trees behind DDTE's labels).
 
+    All draws advance together, one depth level at a time, so p and q are fetched in one
+    batched call per level (one tree-attention forward per model for real models) instead of
+    one per draft and level.  Each token uses one uniform of ``rng``, in a fixed order.
+
+    Returns:
+        the draws, grouped by L1 (in ``L1_values`` order), ``samples`` each.
+
     Raises:
-        ValueError: samples < 1 or invalid sizes.
+        ValueError: samples < 1, K_max < 1, or negative lengths.
     """
     from simlab.shapes import Delayed
 
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples: must be a positive integer, got {samples!r}")
-    out = []
     for L1 in L1_values:
-        shape = Delayed(K_max, L1, L2_max)
-        for _ in range(samples):
-            trunk, branches = shape.sample_paths(table, rng)
-            out.append(GridDraft(L1, trunk, tuple(branches)))
-    return out
+        Delayed(K_max, L1, L2_max)  # validates the sizes
+    width = K_max if L2_max > 0 else 0
+    drafts = [[L1, (), [() for _ in range(width)]] for L1 in L1_values for _ in range(samples)]
+    depth = max(L1_values, default=0) + L2_max
+    for level in range(depth):
+        def frontier(draft):
+            L1, trunk, branches = draft
+            if level < L1:
+                return [trunk]
+            return [trunk + b for b in branches] if level < L1 + L2_max else []
+
+        table.fetch([node for d in drafts for node in frontier(d)])
+        for d in drafts:
+            if level < d[0]:
+                d[1] = d[1] + (sample_categorical(table.q(d[1]), rng),)
+            elif level < d[0] + L2_max:
+                d[2] = [b + (sample_categorical(table.q(d[1] + b), rng),) for b in d[2]]
+    return [GridDraft(L1, trunk, tuple(branches)) for L1, trunk, branches in drafts]
 
 
 def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifier, *, K_values=(1, 2, 3, 4),
