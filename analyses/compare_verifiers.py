@@ -13,7 +13,8 @@ setting and verifier, the best **static** configuration (one action for all root
 Throughput of a static action = mean E over roots / mean T-hat over roots (tokens per second:
 tokens emitted over time spent, one step per root).  The action is chosen on half of the tree
 draws and its reported E and throughput are measured on the other half, so maxima are not
-inflated by noise; standard errors are across roots.  Naive (``naive_chain``) and BV verify one
+inflated by noise; standard errors are across roots.  ``--method exact`` enumerates every tree
+of every action instead (tiny vocabularies and grids: E exact at each root).  Naive (``naive_chain``) and BV verify one
 path and are valued at K = 1 only.  Latency: ``--cost-ratio c`` (t_q = c t_p, synthetic; t_p
 = 1 s, so throughput is in tokens per target forward), a measured profile ``--latency FILE``,
 or, for ``--backend hf``, a warm-up microbenchmark of the two models on this machine.
@@ -66,6 +67,7 @@ class Config:
     K_max: int = 4
     L_max: int = 8
     samples: int = 4
+    method: str = "mc"
     cost_ratio: float = 0.1
     per_token: float = 0.01
     latency: str | None = None
@@ -94,6 +96,8 @@ def parse_args(argv) -> Config:
     parser.add_argument("--K-max", type=int, default=4, help="largest K of the grid (1..8)")
     parser.add_argument("--L-max", type=int, default=8, help="largest L1 and L2 of the grid (0..16)")
     parser.add_argument("--samples", type=int, default=4, help="trees drawn per L1 and root (>= 2: half choose, half report)")
+    parser.add_argument("--method", choices=["mc", "exact"], default="mc",
+                        help="exact: enumerate every tree of every action (tiny vocabularies and grids only)")
     parser.add_argument("--cost-ratio", type=float, default=0.1, help="synthetic latency: c = t_q / t_p")
     parser.add_argument("--per-token", type=float, default=0.01, help="synthetic latency: extra time per extra token in a forward, as a fraction")
     parser.add_argument("--latency", default=None, help="latency profile file (.json or .toml; see simlab.latency)")
@@ -242,6 +246,8 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     config = parse_args(sys.argv[1:] if argv is None else argv)
     out = prepare_out(PROG, config.out)
+    if config.method == "exact" and (config.capture or config.backend == "hf"):
+        fail(PROG, "--method exact: only for synthetic worlds (real models have too many trees)")
     try:
         source = make_source(config)
         settings = source.settings() if config.capture else parse_settings(config.settings)

@@ -43,8 +43,11 @@ class Grid:
     L1_values: tuple[int, ...] = tuple(range(9))
     L2_values: tuple[int, ...] = tuple(range(9))
     samples: int = 4
+    method: str = "mc"
 
     def __post_init__(self):
+        if self.method not in ("mc", "exact"):
+            raise ValueError(f"method: must be 'mc' or 'exact', got {self.method!r}")
         for name in ("K_values", "L1_values", "L2_values"):
             values = getattr(self, name)
             if not values or min(values) < (1 if name == "K_values" else 0) or len(set(values)) != len(values):
@@ -86,9 +89,11 @@ def label_root(root, verifiers, grid: Grid, latency: LatencyModel, *, seed: int 
         dicts with keys setting, trajectory, root, context_length (tokens), verifier, K, L1, L2,
         tokens (drafted), E, E_se, E_select, E_holdout (tokens per step), T (seconds).
     """
+    length = len(root.context)
+    if grid.method == "exact":
+        return _exact_rows(root, verifiers, grid, latency)
     table, drafts = root_drafts(root, grid, seed, key)
     first, second = _halves(drafts)
-    length = len(root.context)
     rows = []
     for name in verifiers:
         verifier = tree_verifiers.get(name)
@@ -106,10 +111,29 @@ def label_root(root, verifiers, grid: Grid, latency: LatencyModel, *, seed: int 
     return rows
 
 
+def _exact_rows(root, verifiers, grid: Grid, latency: LatencyModel) -> list[dict]:
+    """Exact E[tau + 1] of every action by enumerating its trees (tiny vocabularies only):
+    E_select = E_holdout = E, standard error 0."""
+    from simlab.efficiency import expected_block_efficiency
+    from simlab.shapes import Delayed
+
+    length, rows = len(root.context), []
+    for name in verifiers:
+        verifier = tree_verifiers.get(name)
+        for K in ((1,) if name in CHAIN_VERIFIERS else grid.K_values):
+            for L1 in grid.L1_values:
+                for L2 in grid.L2_values:
+                    E = expected_block_efficiency(root.pair, root.context, Delayed(K, L1, L2), verifier, method="exact").mean
+                    rows.append({"setting": root.setting, "trajectory": root.trajectory, "root": root.root, "context_length": length,
+                                 "verifier": name, "K": K, "L1": L1, "L2": L2, "tokens": L1 + K * L2, "E": E, "E_se": 0.0,
+                                 "E_select": E, "E_holdout": E, "T": latency.delayed_time(K, L1, L2, length)})
+    return rows
+
+
 def grid_of(config) -> Grid:
-    """The grid {1..K_max} x {0..L_max}^2 with ``samples`` draws, from a study's flags."""
+    """The grid {1..K_max} x {0..L_max}^2 with ``samples`` draws (and ``method``), from a study's flags."""
     Ls = tuple(range(config.L_max + 1))
-    return Grid(tuple(range(1, config.K_max + 1)), Ls, Ls, config.samples)
+    return Grid(tuple(range(1, config.K_max + 1)), Ls, Ls, config.samples, getattr(config, "method", "mc"))
 
 
 def _label_setting(task):

@@ -13,6 +13,13 @@ models.  Output folder:
 * ``settings.json``: the run's settings and seed (a rerun with other settings is refused);
 * ``nodes-r<root>.parquet``: one shard per root, written atomically after the root is done.
 
+``--shape grid`` captures the trees behind the action-grid studies (``compare_verifiers``,
+``train_selector``): at each root, ``--samples`` trees ``Delayed(width, L1, depth)`` for every
+L1 in 0..depth (``simlab.efficiency.draw_grid``), stored as ``drafts-r<root>.parquet`` (L1,
+sample, trunk, branches); the node rows then cover the union of their nodes, once each
+(``children`` = distinct child tokens in the union, ``multiplicity`` = 1).  With ``--full``,
+``analyses.sources.CaptureSource`` replays them.
+
 Resumable: a killed run (even SIGKILL) rerun with the same command skips the roots whose shard
 exists and produces no duplicate and no missing rows, because every root is seeded by
 (seed, root id) alone.  Under ``torchrun`` each process captures the roots with

@@ -174,3 +174,20 @@ def test_every_action_is_labelled_once():
     grid = Grid((1, 2), (0, 1), (0, 2), samples=2)
     rows = label_root(root, ["spectr"], grid, LatencyModel.from_cost_ratio(0.1))
     assert sorted((r["K"], r["L1"], r["L2"]) for r in rows) == sorted(itertools.product((1, 2), (0, 1), (0, 2)))
+
+
+def test_exact_method_enumerates_every_tree(tmp_path):
+    assert cv.main(["--method", "exact", "--vocab", "2", "--K-max", "2", "--L-max", "2", "--settings", "1", "--verifiers",
+                    "specinfer,traversal", "--trajectories", "1", "--roots-per-trajectory", "1", "--jobs", "1",
+                    "--out", str(tmp_path), "--quiet"]) == 0
+    labels = pl.read_parquet(tmp_path / "labels.parquet")
+    assert (labels["E_se"] == 0).all() and labels.height == 2 * 2 * 3 * 3
+    row = labels.filter((pl.col("verifier") == "specinfer") & (pl.col("K") == 2) & (pl.col("L1") == 1) & (pl.col("L2") == 1)).row(0, named=True)
+    root = next(SyntheticSource(vocab=2, trajectories=1, roots_per_trajectory=1).roots(SamplingSettings()))
+    assert row["E"] == expected_block_efficiency(root.pair, root.context, Delayed(2, 1, 1), "specinfer").mean
+
+
+def test_exact_method_is_refused_for_real_models(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        cv.main(["--method", "exact", "--capture", str(tmp_path), "--out", str(tmp_path / "o"), "--quiet"])
+    assert "--method exact" in capsys.readouterr().err
