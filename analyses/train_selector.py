@@ -42,7 +42,7 @@ class Config:
     draft: str | None = None
     prompts: str | None = None
     capture: tuple[str, ...] = ()
-    world: str = "depth_profile"
+    world: str = "distilled"  # contexts differ in how well the draft knows them (depth_profile's barely do)
     vocab: int = 32
     trajectories: int = 24
     roots_per_trajectory: int = 4

@@ -21,4 +21,4 @@ def test_notebook_runs(path, monkeypatch):
 
 
 def test_there_are_notebooks():
-    assert {p.name for p in NOTEBOOKS} >= {"00_otlp_solvers.ipynb", "01_divergence_by_depth.ipynb"}
+    assert {p.name for p in NOTEBOOKS} >= {"00_otlp_solvers.ipynb", "01_divergence_by_depth.ipynb", "02_delayed_expansion_selector.ipynb"}
