@@ -1,7 +1,8 @@
 """Train the neural delayed-expansion selector (NDE): ``python -m analyses.train_selector``.
 
 Labels every root of the source with E[tau + 1] and T-hat for every action of the grid
-{1..K} x {0..L}^2 (``analyses.labels``; DDTE's estimator with ``--samples`` trees, s = 4),
+{1..K} x {0..L}^2 (``analyses.labels``; DDTE's estimator with ``--samples`` trees, s = 4, or
+``--method exact`` enumeration where a tiny synthetic world allows it),
 for each OT-based verifier and for Traversal (the baseline of ``evaluate_selector``), computes
 the selector's features at each root (``simlab.selector.features``), splits the roots by
 trajectory into train / validation / test (60 / 20 / 20), and trains one selector per OT-based
@@ -52,6 +53,7 @@ class Config:
     K_max: int = 4
     L_max: int = 8
     samples: int = 4
+    method: str = "mc"
     cost_ratio: float = 0.1
     per_token: float = 0.01
     latency: str | None = None
@@ -87,6 +89,8 @@ def parse_args(argv) -> Config:
     parser.add_argument("--K-max", type=int, default=d.K_max, help="largest K (1..8)")
     parser.add_argument("--L-max", type=int, default=d.L_max, help="largest L1 and L2 (0..16)")
     parser.add_argument("--samples", type=int, default=d.samples, help="trees per L1 and root (DDTE: s = 4; >= 2)")
+    parser.add_argument("--method", choices=["mc", "exact"], default=d.method,
+                        help="labels: DDTE's estimator (mc) or exact enumeration of every tree (tiny synthetic worlds only)")
     parser.add_argument("--cost-ratio", type=float, default=d.cost_ratio, help="synthetic latency: c = t_q / t_p")
     parser.add_argument("--per-token", type=float, default=d.per_token, help="synthetic latency: extra time per extra token, as a fraction")
     parser.add_argument("--latency", default=None, help="latency profile file (.json or .toml)")
@@ -116,6 +120,7 @@ def parse_args(argv) -> Config:
         (1 <= args.K_max <= 8, f"--K-max: must lie in [1, 8], got {args.K_max}"),
         (0 <= args.L_max <= 16, f"--L-max: must lie in [0, 16], got {args.L_max}"),
         (args.samples >= 2, f"--samples: must be >= 2, got {args.samples}"),
+        (args.method == "mc" or (args.backend == "synthetic" and not args.capture), "--method exact: only for synthetic worlds"),
         (args.cost_ratio > 0, f"--cost-ratio: must be > 0, got {args.cost_ratio}"),
         (args.per_token >= 0, f"--per-token: must be >= 0, got {args.per_token}"),
         (args.epochs >= 1, f"--epochs: must be >= 1, got {args.epochs}"),
