@@ -95,7 +95,7 @@ def parse_args(argv) -> Config:
     parser.add_argument("--baseline", default="traversal", help="verifier whose throughput the ratios divide by")
     parser.add_argument("--K-max", type=int, default=4, help="largest K of the grid (1..8)")
     parser.add_argument("--L-max", type=int, default=8, help="largest L1 and L2 of the grid (0..16)")
-    parser.add_argument("--samples", type=int, default=4, help="trees drawn per L1 and root (>= 2: half choose, half report)")
+    parser.add_argument("--samples", type=int, default=4, help="trees drawn per L1 and root (>= 2: half choose, half report; captures bring their own)")
     parser.add_argument("--method", choices=["mc", "exact"], default="mc",
                         help="exact: enumerate every tree of every action (tiny vocabularies and grids only)")
     parser.add_argument("--cost-ratio", type=float, default=0.1, help="synthetic latency: c = t_q / t_p")
@@ -111,6 +111,7 @@ def parse_args(argv) -> Config:
     unknown = [v for v in verifiers if v not in tree_verifiers.names()]
     checks = [
         (not unknown, f"--verifiers: unknown {', '.join(unknown)}; choose from {', '.join(tree_verifiers.names())}"),
+        ("rrs_wor" not in verifiers, "--verifiers: rrs_wor needs siblings drafted without replacement; the grid draws i.i.d. branches"),
         (bool(verifiers), "--verifiers: name at least one verifier"),
         (args.baseline in verifiers, f"--baseline: {args.baseline!r} must be one of the --verifiers"),
         (args.world in WORLDS, f"--world: unknown world {args.world!r}; choose one of {', '.join(WORLDS)}"),
@@ -182,8 +183,8 @@ def paired_difference(labels: pl.DataFrame, chosen: pl.DataFrame, left: tuple[st
     both = side(*left, "l").join(side(*right, "r"), on=["setting", "trajectory", "root"])
     both = both.with_columns((pl.col("E_l") / pl.col("T_l").mean().over("setting")
                               - pl.col("E_r") / pl.col("T_r").mean().over("setting")).alias("d"))
-    return both.group_by("setting", maintain_order=True).agg(pl.col("d").mean().alias("diff"),
-                                                             (pl.col("d").std() / pl.len().sqrt()).alias("se"))
+    return both.group_by("setting", maintain_order=True).agg(
+        pl.col("d").mean().alias("diff"), (pl.col("d").std() / pl.len().sqrt()).fill_null(float("nan")).alias("se"))
 
 
 def difference_table(labels, chosen, pairs, settings: list[str]) -> pl.DataFrame:

@@ -48,7 +48,7 @@ def parse_args(argv):
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     run = Path(args.run)
-    check_flags(PROG, [(run.is_dir(), f"--run: no such folder {args.run!r}"),
+    check_flags(PROG, [(run.is_dir(), f"--run: {args.run!r} is not a folder"),
                        ((run / "run.json").is_file(), f"--run: {args.run!r} is not a train_selector output (no run.json)")])
     return args
 
@@ -58,9 +58,13 @@ def load_run(run: Path):
     import torch
 
     meta = json.loads((run / "run.json").read_text())
+    if not isinstance(meta, dict) or "verifiers" not in meta or "actions" not in meta:
+        raise ValueError("run.json is not a train_selector record")
     labels, roots = pl.read_parquet(run / "labels.parquet"), pl.read_parquet(run / "roots.parquet")
     with np.load(run / "embeddings.npz") as data:
         arrays = {k: data[k] for k in data.files}
+    if any(a.shape[0] != roots.height for a in arrays.values()) or meta.get("roots", roots.height) != roots.height:
+        raise ValueError("roots.parquet, embeddings.npz and run.json disagree on the number of roots")
     checkpoints = {v: torch.load(io.BytesIO((run / f"selector-{v}.pt").read_bytes()), weights_only=False) for v in meta["verifiers"]}
     return meta, labels, roots, arrays, checkpoints
 
@@ -154,8 +158,9 @@ def _main(argv) -> int:
     try:
         meta, labels, roots, arrays, checkpoints = load_run(run)
         table, per_root = evaluate(meta, labels, roots, arrays, checkpoints, args.split)
-    except (ValueError, OSError, KeyError) as exc:
-        fail(PROG, f"--run: cannot evaluate {args.run!r} ({str(exc).splitlines()[0]})")
+    except Exception as exc:  # a damaged or foreign run folder: one line, whatever the reader raised
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        fail(PROG, f"--run: cannot evaluate {args.run!r} ({type(exc).__name__}: {first})")
     lost = losses(per_root)
     with OutputSet(out) as outputs:
         outputs.stage("evaluation.parquet", parquet_writer(table))

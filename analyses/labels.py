@@ -65,7 +65,7 @@ def root_drafts(root, grid: Grid, seed: int, key: int):
     seeded by (seed, key, trajectory, root) alone."""
     table = NodeTable(root.pair, root.context)
     if root.drafts is not None:
-        return table, list(root.drafts)
+        return table, [d for d in root.drafts if d.L1 in grid.L1_values]
     rng = seeded_rng(seed, 3, key, root.trajectory, root.root)
     return table, draw_grid(table, K_max=max(grid.K_values), L1_values=grid.L1_values, L2_max=max(grid.L2_values),
                             samples=grid.samples, rng=rng)

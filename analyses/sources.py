@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
 
 from backends.synthetic import SamplingSettings, make_world
 from backends.synthetic.base import seeded_rng
@@ -50,11 +53,14 @@ def parse_settings(text: str) -> tuple[SamplingSettings, ...]:
             raise ValueError(f"--settings: {entry!r} is not T or T:top_p") from None
         if not entry or len(values) > 2:
             raise ValueError(f"--settings: {entry!r} is not T or T:top_p")
-        if not values[0] >= 0:
-            raise ValueError(f"--settings: temperature must be >= 0, got {entry!r}")
+        if not (np.isfinite(values[0]) and values[0] >= 0):
+            raise ValueError(f"--settings: temperature must be a finite number >= 0, got {entry!r}")
         if len(values) == 2 and not 0 < values[1] <= 1:
             raise ValueError(f"--settings: top-p must lie in (0, 1], got {entry!r}")
         out.append(SamplingSettings(values[0], top_p=values[1] if len(values) == 2 else None))
+    names = [setting_name(s) for s in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--settings: {text!r} names a setting twice")
     return tuple(out)
 
 
@@ -146,17 +152,33 @@ class CaptureSource:
     folders: tuple[str, ...]
 
     def __post_init__(self):
-        from backends.capture import CapturedPair, load_settings
+        import sys
 
-        self.captures = {}
+        from backends.capture import CapturedPair, load_settings, read_grid_drafts
+
+        self.captures, self.drafts = {}, {}
         for folder in self.folders:
             stored = load_settings(folder)
             if stored.shape != "grid":
                 raise ValueError(f"--capture: {folder!r} holds {stored.shape!r} trees; the grid studies need --shape grid")
+            if stored.samples < 2:
+                raise ValueError(f"--capture: {folder!r} has {stored.samples} tree per L1; the studies need >= 2 (half choose, half report)")
             name = setting_name(stored.sampling())
             if name in self.captures:
                 raise ValueError(f"--capture: two captures with the setting {name}")
-            self.captures[name] = (folder, stored, CapturedPair(folder))
+            try:
+                self.captures[name] = (folder, stored, CapturedPair(folder))
+                self.drafts[name] = list(read_grid_drafts(folder))
+            except Exception as exc:  # damaged files: polars, numpy and zip errors
+                if isinstance(exc, ValueError) and str(exc).startswith("--capture"):
+                    raise
+                raise ValueError(f"--capture: {folder!r} is damaged ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+            if not self.drafts[name]:
+                raise ValueError(f"--capture: {folder!r} holds no completed root")
+            started = len(list(Path(folder).glob("drafts-r*.parquet")))
+            if started > len(self.drafts[name]):
+                print(f"note: {folder}: {started - len(self.drafts[name])} interrupted roots skipped (rerun the capture to finish them)",
+                      file=sys.stderr)
 
     def describe(self) -> str:
         stored = next(iter(self.captures.values()))[1]
@@ -166,11 +188,10 @@ class CaptureSource:
         return tuple(stored.sampling() for _, stored, _ in self.captures.values())
 
     def roots(self, settings: SamplingSettings) -> Iterator[Root]:
-        from backends.capture import read_grid_drafts
-
-        folder, stored, pair = self.captures[setting_name(settings)]
-        for root, prompt, context, drafts in read_grid_drafts(folder):
-            yield Root(setting_name(settings), prompt, root, context, pair, drafts)
+        name = setting_name(settings)
+        _, _, pair = self.captures[name]
+        for root, prompt, context, drafts in self.drafts[name]:
+            yield Root(name, prompt, root, context, pair, drafts)
 
 
 def make_source(config):
@@ -181,7 +202,12 @@ def make_source(config):
         ValueError: from the backends (missing models, bad prompt files, bad captures).
     """
     if config.capture:
-        return CaptureSource(config.capture)
+        source = CaptureSource(config.capture)
+        for folder, stored, _ in source.captures.values():
+            if stored.width < config.K_max or stored.depth < config.L_max:
+                raise ValueError(f"--capture: {folder!r} holds K <= {stored.width} and L1, L2 <= {stored.depth}; "
+                                 f"pass --K-max {stored.width} --L-max {stored.depth} or less")
+        return source
     if config.backend == "hf":
         from pathlib import Path
 

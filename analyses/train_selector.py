@@ -121,15 +121,15 @@ def parse_args(argv) -> Config:
         (0 <= args.L_max <= 16, f"--L-max: must lie in [0, 16], got {args.L_max}"),
         (args.samples >= 2, f"--samples: must be >= 2, got {args.samples}"),
         (args.method == "mc" or (args.backend == "synthetic" and not args.capture), "--method exact: only for synthetic worlds"),
-        (args.cost_ratio > 0, f"--cost-ratio: must be > 0, got {args.cost_ratio}"),
-        (args.per_token >= 0, f"--per-token: must be >= 0, got {args.per_token}"),
+        (0 < args.cost_ratio < float("inf"), f"--cost-ratio: must be a finite number > 0, got {args.cost_ratio}"),
+        (0 <= args.per_token < float("inf"), f"--per-token: must be a finite number >= 0, got {args.per_token}"),
         (args.epochs >= 1, f"--epochs: must be >= 1, got {args.epochs}"),
         (args.batch >= 1, f"--batch: must be >= 1, got {args.batch}"),
-        (args.lr > 0, f"--lr: must be > 0, got {args.lr}"),
-        (args.lam >= 0, f"--lam: must be >= 0, got {args.lam}"),
+        (0 < args.lr < 1, f"--lr: must lie in (0, 1), got {args.lr}"),
+        (0 <= args.lam < float("inf"), f"--lam: must be a finite number >= 0, got {args.lam}"),
         (0 < args.alpha <= 1, f"--alpha: must lie in (0, 1], got {args.alpha}"),
         (0 <= args.dropout < 1, f"--dropout: must lie in [0, 1), got {args.dropout}"),
-        (args.train_device in ("cpu", "auto") or args.train_device.startswith("cuda"), f"--train-device: cpu, cuda or auto, got {args.train_device!r}"),
+        (train_device_ok(args.train_device), f"--train-device: cpu, auto, or an available cuda device, got {args.train_device!r}"),
         (args.jobs >= 1, f"--jobs: must be >= 1, got {args.jobs}"),
         (args.seed >= 0, f"--seed: must be >= 0, got {args.seed}"),
     ]
@@ -139,6 +139,19 @@ def parse_args(argv) -> Config:
     except ValueError as exc:
         fail(PROG, str(exc))
     return Config(**{**vars(args), "verifiers": verifiers, "capture": tuple(args.capture)})
+
+
+def train_device_ok(name: str) -> bool:
+    """cpu and auto always; cuda[:N] only when this torch build has that device."""
+    if name in ("cpu", "auto"):
+        return True
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        return False
+    return device.type == "cuda" and torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()
 
 
 def capture_models(config: Config):
@@ -171,6 +184,9 @@ def _main(argv) -> int:
         label_seconds = time.perf_counter() - started
     except ValueError as exc:
         fail(PROG, str(exc).splitlines()[0])
+    if len({r["trajectory"] for r in records}) < 3:
+        fail(PROG, f"--trajectories: the source has {len({r['trajectory'] for r in records})} trajectories; "
+                   "train, validation and test need >= 3 (captures: capture more prompts)")
     roots, arrays = feature_arrays(records)
     roots = roots.with_columns(pl.Series("split", split_by_trajectory(roots["trajectory"].to_list(), config.seed)))
     split = roots["split"].to_numpy()
@@ -182,7 +198,10 @@ def _main(argv) -> int:
         train_config = TrainConfig(config.epochs, config.batch, config.lr, lam=config.lam, alpha=config.alpha,
                                    dropout=config.dropout, seed=config.seed, device=config.train_device)
         t0 = time.perf_counter()
-        model, history = train(data.subset(np.flatnonzero(split == "train")), data.subset(np.flatnonzero(split == "validation")), train_config)
+        try:
+            model, history = train(data.subset(np.flatnonzero(split == "train")), data.subset(np.flatnonzero(split == "validation")), train_config)
+        except ValueError as exc:
+            fail(PROG, str(exc))
         checkpoints[verifier] = {**model.checkpoint(), "verifier": verifier, "actions": grid.actions(), "static": base,
                                  "train_config": asdict(train_config)}
         histories.append(pl.DataFrame(history).with_columns(pl.lit(verifier).alias("verifier")))

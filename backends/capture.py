@@ -194,6 +194,8 @@ def read_grid_drafts(folder: str):
         if not shard_path(Path(folder), int(file.stem.split("-r")[1])).exists():
             continue  # a root whose capture was interrupted
         table = pl.read_parquet(file)
+        if table.height == 0 or not {"root", "prompt", "root_context", "L1", "trunk", "branches"} <= set(table.columns):
+            raise ValueError(f"--capture: {file} is not a grid-drafts file")
         drafts = tuple(GridDraft(int(L1), tuple(trunk), tuple(tuple(b) for b in branches))
                        for L1, trunk, branches in table.select("L1", "trunk", "branches").iter_rows())
         yield int(table["root"][0]), int(table["prompt"][0]), tuple(table["root_context"][0].to_list()), drafts
@@ -300,7 +302,11 @@ def load_settings(folder: str) -> CaptureSettings:
     path = Path(folder) / "settings.json"
     if not path.is_file():
         raise ValueError(f"--capture: {folder!r} has no settings.json")
-    return CaptureSettings(**json.loads(path.read_text()))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return CaptureSettings(**data)
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError):
+        raise ValueError(f"--capture: {folder!r} has a damaged settings.json") from None
 
 
 class CapturedPair:

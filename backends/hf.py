@@ -80,8 +80,9 @@ def load_model(name: str, device: str, dtype: str, what: str):
         tokenizer = AutoTokenizer.from_pretrained(str(Path(name).expanduser()) if looks_local else name)
         model = AutoModelForCausalLM.from_pretrained(str(Path(name).expanduser()) if looks_local else name,
                                                      dtype=getattr(_torch(), dtype))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{what}: cannot load {name!r} ({str(exc).splitlines()[0]})") from None
+    except Exception as exc:  # OSError, ValueError, safetensors and config errors alike: one line naming the model
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"{what}: cannot load {name!r} ({first})") from None
     return model.to(device).eval(), tokenizer
 
 

@@ -129,7 +129,7 @@ def measure(pair, *, contexts: Sequence[int] = (16, 64, 256), tokens: Sequence[i
     names = {name: getattr(getattr(pair, name), "name_or_path", "") or type(getattr(pair, name)).__name__
              for name in ("target", "draft")}
     source = (f"latency_probe: target {names['target']}, draft {names['draft']}, device {pair.device}, dtype {dtype}, "
-              f"torch {torch.__version__}, median of {repeats} after {warmup} warm-up, "
+              f"torch {torch.__version__} ({torch.get_num_threads()} threads), median of {repeats} after {warmup} warm-up, "
               f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}")
     return LatencyModel(tables["draft"], tables["target"], source)
 

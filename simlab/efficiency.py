@@ -123,21 +123,27 @@ def draw_grid(table: NodeTable, *, K_max: int = 4, L1_values=tuple(range(9)), L2
     """
     from simlab.shapes import Delayed
 
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+    if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1:
         raise ValueError(f"samples: must be a positive integer, got {samples!r}")
+    if not isinstance(table, NodeTable):
+        raise ValueError(f"table: must be a simlab.trees.NodeTable, got {type(table).__name__}")
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng: must be a numpy.random.Generator, got {type(rng).__name__}")
+    try:
+        L1_values = [int(v) for v in L1_values]
+    except TypeError:
+        raise ValueError(f"L1_values: must be a sequence of integers, got {L1_values!r}") from None
+    if not L1_values or len(set(L1_values)) != len(L1_values):
+        raise ValueError(f"L1_values: must be distinct integers, at least one, got {L1_values!r}")
     for L1 in L1_values:
         Delayed(K_max, L1, L2_max)  # validates the sizes
     width = K_max if L2_max > 0 else 0
-    drafts = [[L1, (), [() for _ in range(width)]] for L1 in L1_values for _ in range(samples)]
-    depth = max(L1_values, default=0) + L2_max
+    drafts = [[L1, (), [() for _ in range(width)]] for L1 in L1_values for _ in range(int(samples))]
+    depth = max(L1_values) + L2_max
     for level in range(depth):
-        def frontier(draft):
-            L1, trunk, branches = draft
-            if level < L1:
-                return [trunk]
-            return [trunk + b for b in branches] if level < L1 + L2_max else []
-
-        table.fetch([node for d in drafts for node in frontier(d)])
+        frontier = [d[1] for d in drafts if level < d[0]]
+        frontier += [d[1] + b for d in drafts if d[0] <= level < d[0] + L2_max for b in d[2]]
+        table.fetch(frontier)
         for d in drafts:
             if level < d[0]:
                 d[1] = d[1] + (sample_categorical(table.q(d[1]), rng),)

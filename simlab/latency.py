@@ -38,6 +38,8 @@ from simlab.files import atomic_write
 
 
 def _axis(values, name: str, minimum: int) -> tuple[int, ...]:
+    if isinstance(values, np.ndarray):
+        values = values.tolist()
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:
         raise ValueError(f"{name}: must be a non-empty list of integers, got {values!r}")
     out = []
@@ -103,13 +105,21 @@ class ForwardTime:
     def affine(cls, seconds: float, per_token: float = 0.0, per_context: float = 0.0) -> "ForwardTime":
         """t(l, n) = seconds (1 + per_token (n - 1) + per_context l), exactly (a 2 x 2 table)."""
         for name, value in (("per_token", per_token), ("per_context", per_context)):
-            if not math.isfinite(value) or value < 0:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name}: must be a finite number >= 0, got {value!r}")
         t = lambda l, n: seconds * (1 + per_token * (n - 1) + per_context * l)
         return cls((0, 1), (1, 2), ((t(0, 1), t(0, 2)), (t(1, 1), t(1, 2))))
 
     def __call__(self, context: float, tokens: float = 1) -> float:
-        """Seconds of one forward of ``tokens`` new tokens at context length ``context``."""
+        """Seconds of one forward of ``tokens`` new tokens at context length ``context``.
+
+        Raises:
+            ValueError: a context below 0 or a token count below 1 (or either not finite).
+        """
+        for name, value, low in (("context", context, 0), ("tokens", tokens, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not value >= low \
+                    or not math.isfinite(value):
+                raise ValueError(f"{name}: must be a finite number >= {low}, got {value!r}")
         table = np.asarray(self.seconds)
         row = _interp(float(context), self.contexts, table)
         value = float(_interp(float(tokens), self.tokens, row[:, None])[0])
@@ -170,17 +180,25 @@ class LatencyModel:
         Raises:
             ValueError: a negative context or a level with fewer than 1 token.
         """
-        if context < 0:
-            raise ValueError(f"context: must be >= 0 tokens, got {context}")
-        if any(int(m) < 1 for m in levels):
-            raise ValueError(f"levels: every depth level needs >= 1 token, got {list(levels)}")
+        if isinstance(context, bool) or not isinstance(context, (int, np.integer)) or context < 0:
+            raise ValueError(f"context: must be an integer >= 0 (tokens), got {context!r}")
+        if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence) or any(
+                isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1 for m in levels):
+            raise ValueError(f"levels: must be a sequence of integers >= 1 (tokens per depth level), got {levels!r}")
         levels = [int(m) for m in levels]
         widths = [1] + levels[:-1]
         total = sum(self.draft(context + sum(levels[:d]), widths[d]) for d in range(len(levels)))
         return total + self.target(context + sum(levels), 1 + sum(levels))
 
     def delayed_time(self, K: int, L1: int, L2: int, context: int) -> float:
-        """DDTE's T-hat(x, a) for a = (K, L1, L2) at context length ``context`` (seconds)."""
+        """DDTE's T-hat(x, a) for a = (K, L1, L2) at context length ``context`` (seconds).
+
+        Raises:
+            ValueError: K < 1, L1 or L2 negative (``simlab.shapes.Delayed``'s checks), a bad context.
+        """
+        from simlab.shapes import Delayed
+
+        Delayed(K, L1, L2)  # validates the action
         return self.tree_time(context, delayed_levels(K, L1, L2))
 
     def to_dict(self) -> dict:
@@ -198,6 +216,8 @@ class LatencyModel:
         Raises:
             ValueError: a missing or unreadable file, another format, missing keys, bad tables.
         """
+        if not isinstance(path, (str, Path)):
+            raise ValueError(f"latency: a profile path must be a string or Path, got {path!r}")
         file = Path(path)
         if not file.is_file():
             raise ValueError(f"latency: no such profile file {str(path)!r}")

@@ -191,3 +191,36 @@ def test_exact_method_is_refused_for_real_models(capsys, tmp_path):
     with pytest.raises(SystemExit):
         cv.main(["--method", "exact", "--capture", str(tmp_path), "--out", str(tmp_path / "o"), "--quiet"])
     assert "--method exact" in capsys.readouterr().err
+
+
+def test_one_root_per_setting_runs(tmp_path, capsys):
+    """A single root has no standard error across roots: NaN, never a crash."""
+    assert cv.main(["--settings", "1", "--trajectories", "1", "--roots-per-trajectory", "1", "--K-max", "2", "--L-max", "1",
+                    "--samples", "2", "--verifiers", "specinfer,traversal", "--vocab", "5", "--jobs", "1", "--out", str(tmp_path)]) == 0
+    assert "nan" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--settings", "1,1"], "names a setting twice"),
+    (["--settings", "inf"], "--settings: temperature"),
+    (["--verifiers", "rrs_wor,traversal"], "rrs_wor"),
+])
+def test_more_bad_arguments(flags, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        cv.main(flags + ["--out", str(tmp_path), "--quiet"])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_damaged_and_one_sample_captures_are_refused(grid_capture, tmp_path, capsys):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(grid_capture, broken)
+    next(broken.glob("logits-r*.npz")).write_bytes(b"not a zip")
+    with pytest.raises(SystemExit):
+        cv.main(["--capture", str(broken), "--K-max", "2", "--L-max", "2", "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert "damaged" in err and err.count("\n") == 1
+    with pytest.raises(SystemExit):
+        cv.main(["--capture", str(grid_capture), "--out", str(tmp_path / "o"), "--quiet"])  # grid larger than the capture
+    assert "--K-max 2 --L-max 2" in capsys.readouterr().err

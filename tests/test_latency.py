@@ -120,3 +120,32 @@ def test_bad_profiles(tmp_path, name, content, message):
 
 def test_times_are_float64_seconds():
     assert isinstance(MODEL.delayed_time(2, 1, 2, 10), float) and np.isfinite(MODEL.delayed_time(4, 8, 8, 10**6))
+
+
+def test_bad_calls():
+    with pytest.raises(ValueError, match="context"):
+        DRAFT(-1, 1)
+    with pytest.raises(ValueError, match="tokens"):
+        DRAFT(3, 0)
+    with pytest.raises(ValueError, match="levels"):
+        MODEL.tree_time(3, "12")
+    with pytest.raises(ValueError, match="L1"):
+        MODEL.delayed_time(2, -1, 2, 0)
+    with pytest.raises(ValueError, match="latency"):
+        LatencyModel.load(None)
+
+
+def test_draw_grid_checks_its_arguments():
+    from simlab.efficiency import draw_grid
+    from simlab.pairs import ContextFreePair
+    from simlab.trees import NodeTable
+
+    table = NodeTable(ContextFreePair([0.5, 0.5], [0.5, 0.5]), [0])
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="L1_values"):
+        draw_grid(table, L1_values=(), rng=rng)
+    with pytest.raises(ValueError, match="L1_values"):
+        draw_grid(table, L1_values=(1, 1), rng=rng)
+    with pytest.raises(ValueError, match="rng"):
+        draw_grid(table, rng=0)
+    assert len(draw_grid(table, K_max=2, L1_values=(0, 1), L2_max=1, samples=np.int64(2), rng=rng)) == 4

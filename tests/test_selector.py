@@ -180,3 +180,42 @@ def test_bad_arguments_exit_2_with_one_line(module, flags, message, capsys, tmp_
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_loss_checks_shapes_and_signs():
+    E, T, base = toy_batch()
+    with pytest.raises(ValueError, match="base_tps"):
+        selector_loss(torch.zeros_like(E), E, T, base[:, None])
+    with pytest.raises(ValueError, match="logits, E, T"):
+        selector_loss(torch.zeros_like(E)[:, :3], E, T, base)
+    with pytest.raises(ValueError, match="T > 0"):
+        selector_loss(torch.zeros_like(E), E, -T, base)
+
+
+def test_diverging_training_is_an_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        train_selector.main(SMALL + ["--lam", "inf", "--out", str(tmp_path)])
+    assert exc.value.code == 2 and "--lam" in capsys.readouterr().err
+    data = small_data()
+    with pytest.raises(ValueError, match="diverged"):
+        train(data.subset(range(30)), data.subset(range(30, 40)), TrainConfig(epochs=3, batch=8, lr=1e30, d=8, hidden=(16, 8)))
+
+
+def test_unavailable_train_device(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this torch build has CUDA")
+    with pytest.raises(SystemExit):
+        train_selector.main(SMALL + ["--train-device", "cuda", "--out", str(tmp_path)])
+    assert "--train-device" in capsys.readouterr().err
+
+
+def test_foreign_run_folder(costly_drafts, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(costly_drafts, run)
+    (run / "run.json").write_text("[]")
+    with pytest.raises(SystemExit):
+        evaluate_selector.main(["--run", str(run), "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert "--run" in err and err.count("\n") == 1

@@ -34,10 +34,16 @@ def selector_loss(logits: torch.Tensor, E: torch.Tensor, T: torch.Tensor, base_t
     Raises:
         ValueError: alpha outside (0, 1] or a negative lambda.
     """
-    if not 0 < alpha <= 1:
-        raise ValueError(f"alpha: must lie in (0, 1], got {alpha!r}")
-    if not lam >= 0:
-        raise ValueError(f"lam: must be >= 0, got {lam!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= 1:
+        raise ValueError(f"alpha: must be a number in (0, 1], got {alpha!r}")
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0 <= lam < math.inf:
+        raise ValueError(f"lam: must be a finite number >= 0, got {lam!r}")
+    if logits.ndim != 2 or logits.shape[0] == 0 or E.shape != logits.shape or T.shape != logits.shape:
+        raise ValueError(f"logits, E, T: must share one shape (B >= 1, |A|), got {tuple(logits.shape)}, {tuple(E.shape)}, {tuple(T.shape)}")
+    if base_tps.shape != logits.shape[:1]:
+        raise ValueError(f"base_tps: must have shape ({logits.shape[0]},), got {tuple(base_tps.shape)}")
+    if not (torch.all(T > 0) and torch.all(E >= 0) and torch.all(base_tps > 0)):
+        raise ValueError("E, T, base_tps: need E >= 0, T > 0 and base_tps > 0")
     ratio = policy_throughput(torch.softmax(logits, -1), E, T) / base_tps
     shortfall = torch.clamp(1 - ratio, min=0) ** 2
     worst = torch.topk(shortfall, max(1, math.ceil(alpha * shortfall.numel()))).values

@@ -107,6 +107,8 @@ def train(train_set: SelectorData, validation: SelectorData, config: TrainConfig
     """
     if len(train_set) == 0:
         raise ValueError("train_set: no training roots")
+    if len(validation) == 0:
+        raise ValueError("validation: no validation roots (the split needs >= 3 trajectories)")
     device = _device(config.device)
     torch.manual_seed(config.seed)
     model = Selector(SelectorConfig(tuple(x.shape[1] for x in train_set.h), train_set.scalars.shape[1], train_set.E.shape[1],
@@ -136,7 +138,7 @@ def train(train_set: SelectorData, validation: SelectorData, config: TrainConfig
             total += float(loss.detach()) * len(batch)
         model.eval()
         with torch.no_grad():
-            val = float(loss_of(validation if len(validation) else train_set, False))
+            val = float(loss_of(validation, False))
         history.append({"epoch": epoch, "train_loss": total / len(train_set), "validation_loss": val})
         if log:
             log(history[-1])
@@ -147,5 +149,7 @@ def train(train_set: SelectorData, validation: SelectorData, config: TrainConfig
             stale += 1
             if stale >= config.patience:
                 break
+    if best_state is None:
+        raise ValueError("train: the validation loss was never finite (training diverged); lower the learning rate or lambda")
     model.load_state_dict(best_state)
     return model.cpu().eval(), history
