@@ -171,7 +171,9 @@ def parse_args(argv):
         (not contexts_error, contexts_error), (not tokens_error, tokens_error),
         (args.repeats >= 1, f"--repeats: must be >= 1, got {args.repeats}"),
         (args.warmup >= 0, f"--warmup: must be >= 0, got {args.warmup}"),
+        (args.seed >= 0, f"--seed: must be >= 0, got {args.seed}"),
         (out.suffix == ".json", f"--out: the profile must be a .json file, got {args.out!r}"),
+        (not out.is_dir(), f"--out: {args.out!r} is a folder; name a .json file"),
         (parent.is_dir(), f"--out: no such folder {str(parent)!r}"),
         (not parent.is_dir() or os.access(parent, os.W_OK), f"--out: cannot write to folder {str(parent)!r}"),
     ])
