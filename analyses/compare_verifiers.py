@@ -217,7 +217,7 @@ def wide(chosen: pl.DataFrame, choice: str, value: str, settings: list[str], ver
     return pl.DataFrame(rows).sort("average", nulls_last=True)
 
 
-def charts(chosen: pl.DataFrame):
+def charts(chosen: pl.DataFrame, order: list[str]):
     """(throughput chart, block-efficiency chart): bars per verifier, i.i.d. vs delayed, per setting."""
     import altair as alt
 
@@ -231,7 +231,6 @@ def charts(chosen: pl.DataFrame):
     for metric, choice_suffix, title in (("TPS", "_TPS", "throughput (tokens/s)"), ("E", "_E", "block efficiency E[tau+1] (tokens/step)")):
         part = data.filter(pl.col("choice").str.ends_with(choice_suffix))
         base = alt.Chart(part).encode(x=alt.X("method:N", title=None, sort="-y"), xOffset="tree:N", color=alt.Color("tree:N", title="best static tree"))
-        order = list(dict.fromkeys(part["setting"].to_list()))
         chart = (base.mark_bar().encode(y=alt.Y(f"{metric}:Q", title=title), tooltip=["method", "tree", "action", metric, f"{metric}_se"])
                  + base.mark_rule(color="black").encode(y=f"{metric}_lo:Q", y2=f"{metric}_hi:Q")).properties(width=230, height=180).facet(
             facet=alt.Facet("setting:N", title=None, sort=order), columns=4).properties(
@@ -259,7 +258,7 @@ def _main(argv) -> int:
         fail(PROG, str(exc).splitlines()[0])
     grid = aggregate(labels)
     chosen = choose(grid, config.baseline)
-    tps_chart, e_chart = charts(chosen)
+    tps_chart, e_chart = charts(chosen, [setting_name(s) for s in settings])
     with OutputSet(out) as outputs:
         outputs.stage("compare_verifiers.parquet", parquet_writer(chosen))
         outputs.stage("grid.parquet", parquet_writer(grid))
