@@ -27,17 +27,15 @@ action), ``latency.json``, and the charts ``throughput.{html,png}`` and
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
-from analyses._tool import OutputSet, ToolParser, chart_writer, check_flags, fail, parquet_writer, prepare_out, print_table, run_tool
+from analyses._tool import OutputSet, ToolParser, chart_writer, fail, parquet_writer, prepare_out, print_table, run_tool
 from analyses.labels import CHAIN_VERIFIERS, DDTE_VERIFIERS, PAPER_NAMES, grid_of, label_all
-from analyses.sources import make_latency, make_source, parse_settings, setting_name
-from backends.synthetic import WORLDS
+from analyses.sources import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, make_latency, make_source, parse_settings, setting_name
 from simlab import tree_verifiers
 from simlab.latency import LatencyModel
 
@@ -48,91 +46,29 @@ CHOICES = {"iid_E": (True, "E_select"), "iid_TPS": (True, "TPS_select"),
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(GridStudyConfig):
     """The study's settings (the command-line flags)."""
 
-    backend: str = "synthetic"
-    target: str | None = None
-    draft: str | None = None
-    prompts: str | None = None
-    capture: tuple[str, ...] = ()
-    world: str = "depth_profile"
-    vocab: int = 32
-    trajectories: int = 4
-    roots_per_trajectory: int = 2
-    spacing: int = 16
-    settings: str = "ddte"
     verifiers: tuple[str, ...] = DEFAULT_VERIFIERS
     baseline: str = "traversal"
-    K_max: int = 4
-    L_max: int = 8
-    samples: int = 4
-    method: str = "mc"
-    cost_ratio: float = 0.1
-    per_token: float = 0.01
-    latency: str | None = None
-    device: str = "auto"
-    jobs: int = 2
-    seed: int = 0
     out: str = "out/compare_verifiers"
-    quiet: bool = False
 
 
 def parse_args(argv) -> Config:
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", choices=["synthetic", "hf"], default="synthetic", help="synthetic world, or two live models")
-    parser.add_argument("--target", default=None, help="hf: target model folder or hub id")
-    parser.add_argument("--draft", default=None, help="hf: draft model folder or hub id")
-    parser.add_argument("--prompts", default=None, help="hf: prompt file (default: the shipped reference prompts)")
-    parser.add_argument("--capture", nargs="+", default=(), help="replay grid captures (python -m backends.capture --shape grid --full), one per setting")
-    parser.add_argument("--world", default="depth_profile", help=f"synthetic world: {', '.join(WORLDS)}")
-    parser.add_argument("--vocab", type=int, default=32, help="synthetic: vocabulary size V (2..50000)")
-    parser.add_argument("--trajectories", type=int, default=4, help="trajectories (hf: prompts used, from the top of the file)")
-    parser.add_argument("--roots-per-trajectory", type=int, default=2, help="roots along each trajectory")
-    parser.add_argument("--spacing", type=int, default=16, help="tokens between roots")
-    parser.add_argument("--settings", default="ddte", help="'ddte' (the eight) or a comma list of T or T:top_p, e.g. 0.6,1:0.9")
+    add_grid_study_flags(parser, Config())
     parser.add_argument("--verifiers", default=",".join(DEFAULT_VERIFIERS), help="comma-separated tree verifiers (khisti is slow)")
     parser.add_argument("--baseline", default="traversal", help="verifier whose throughput the ratios divide by")
-    parser.add_argument("--K-max", type=int, default=4, help="largest K of the grid (1..8)")
-    parser.add_argument("--L-max", type=int, default=8, help="largest L1 and L2 of the grid (0..16)")
-    parser.add_argument("--samples", type=int, default=4, help="trees drawn per L1 and root (>= 2: half choose, half report; captures bring their own)")
-    parser.add_argument("--method", choices=["mc", "exact"], default="mc",
-                        help="exact: enumerate every tree of every action (tiny vocabularies and grids only)")
-    parser.add_argument("--cost-ratio", type=float, default=0.1, help="synthetic latency: c = t_q / t_p")
-    parser.add_argument("--per-token", type=float, default=0.01, help="synthetic latency: extra time per extra token in a forward, as a fraction")
-    parser.add_argument("--latency", default=None, help="latency profile file (.json or .toml; see simlab.latency)")
-    parser.add_argument("--device", default="auto", help="hf: auto, cpu, cuda, cuda:N")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes over settings (synthetic and captures)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the world, trajectories and tree draws")
-    parser.add_argument("--out", default="out/compare_verifiers", help="output folder")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    parser.add_argument("--out", default=Config.out, help="output folder")
     args = parser.parse_args(argv)
     verifiers = tuple(v.strip() for v in args.verifiers.split(",") if v.strip())
     unknown = [v for v in verifiers if v not in tree_verifiers.names()]
-    checks = [
+    check_grid_study_flags(PROG, args, [
         (not unknown, f"--verifiers: unknown {', '.join(unknown)}; choose from {', '.join(tree_verifiers.names())}"),
         ("rrs_wor" not in verifiers, "--verifiers: rrs_wor needs siblings drafted without replacement; the grid draws i.i.d. branches"),
         (bool(verifiers), "--verifiers: name at least one verifier"),
         (args.baseline in verifiers, f"--baseline: {args.baseline!r} must be one of the --verifiers"),
-        (args.world in WORLDS, f"--world: unknown world {args.world!r}; choose one of {', '.join(WORLDS)}"),
-        (args.backend != "hf" or args.capture or (args.target and args.draft), "--backend hf: needs --target and --draft"),
-        (2 <= args.vocab <= 50_000, f"--vocab: must lie in [2, 50000], got {args.vocab}"),
-        (1 <= args.trajectories <= 10_000, f"--trajectories: must lie in [1, 10000], got {args.trajectories}"),
-        (args.roots_per_trajectory >= 1, f"--roots-per-trajectory: must be >= 1, got {args.roots_per_trajectory}"),
-        (args.spacing >= 1, f"--spacing: must be >= 1, got {args.spacing}"),
-        (1 <= args.K_max <= 8, f"--K-max: must lie in [1, 8], got {args.K_max}"),
-        (0 <= args.L_max <= 16, f"--L-max: must lie in [0, 16], got {args.L_max}"),
-        (args.samples >= 2, f"--samples: must be >= 2 (half the draws choose, half report), got {args.samples}"),
-        (np.isfinite(args.cost_ratio) and args.cost_ratio > 0, f"--cost-ratio: must be > 0, got {args.cost_ratio}"),
-        (np.isfinite(args.per_token) and args.per_token >= 0, f"--per-token: must be >= 0, got {args.per_token}"),
-        (args.jobs >= 1, f"--jobs: must be >= 1, got {args.jobs}"),
-        (args.seed >= 0, f"--seed: must be >= 0, got {args.seed}"),
-    ]
-    check_flags(PROG, checks)
-    try:
-        parse_settings(args.settings)
-    except ValueError as exc:
-        fail(PROG, str(exc))
+    ])
     return Config(**{**vars(args), "verifiers": verifiers, "capture": tuple(args.capture)})
 
 
@@ -246,8 +182,6 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     config = parse_args(sys.argv[1:] if argv is None else argv)
     out = prepare_out(PROG, config.out)
-    if config.method == "exact" and (config.capture or config.backend == "hf"):
-        fail(PROG, "--method exact: only for synthetic worlds (real models have too many trees)")
     try:
         source = make_source(config)
         settings = source.settings() if config.capture else parse_settings(config.settings)

@@ -240,3 +240,98 @@ def make_latency(config, source):
         contexts = tuple(c for c in (16, 64, 256) if c <= room) or (max(1, room),)
         return measure(source.pair, contexts=contexts, tokens=tokens)
     return LatencyModel.from_cost_ratio(config.cost_ratio, per_token=config.per_token)
+
+
+@dataclass(frozen=True)
+class GridStudyConfig:
+    """The flags every action-grid study shares: the source of roots, the grid, the latency model,
+    parallelism and seed.  ``compare_verifiers`` and ``train_selector`` extend it."""
+
+    backend: str = "synthetic"
+    target: str | None = None
+    draft: str | None = None
+    prompts: str | None = None
+    capture: tuple[str, ...] = ()
+    world: str = "depth_profile"
+    vocab: int = 32
+    trajectories: int = 4
+    roots_per_trajectory: int = 2
+    spacing: int = 16
+    settings: str = "ddte"
+    K_max: int = 4
+    L_max: int = 8
+    samples: int = 4
+    method: str = "mc"
+    cost_ratio: float = 0.1
+    per_token: float = 0.01
+    latency: str | None = None
+    device: str = "auto"
+    jobs: int = 2
+    seed: int = 0
+    quiet: bool = False
+
+
+def add_grid_study_flags(parser, d: GridStudyConfig) -> None:
+    """Add the shared flags to ``parser`` with the defaults of ``d`` (a study's Config())."""
+    import os
+
+    from backends.synthetic import WORLDS
+
+    parser.add_argument("--backend", choices=["synthetic", "hf"], default=d.backend, help="synthetic world, or two live models")
+    parser.add_argument("--target", default=None, help="hf: target model folder or hub id")
+    parser.add_argument("--draft", default=None, help="hf: draft model folder or hub id")
+    parser.add_argument("--prompts", default=None, help="hf: prompt file (default: the shipped reference prompts)")
+    parser.add_argument("--capture", nargs="+", default=(),
+                        help="replay grid captures (python -m backends.capture --shape grid --full), one per setting")
+    parser.add_argument("--world", default=d.world, help=f"synthetic world: {', '.join(WORLDS)}")
+    parser.add_argument("--vocab", type=int, default=d.vocab, help="synthetic: vocabulary size V (2..50000)")
+    parser.add_argument("--trajectories", type=int, default=d.trajectories, help="trajectories (hf: prompts used, from the top of the file)")
+    parser.add_argument("--roots-per-trajectory", type=int, default=d.roots_per_trajectory, help="roots along each trajectory")
+    parser.add_argument("--spacing", type=int, default=d.spacing, help="tokens between roots")
+    parser.add_argument("--settings", default=d.settings, help="'ddte' (the eight) or a comma list of T or T:top_p, e.g. 0.6,1:0.9")
+    parser.add_argument("--K-max", type=int, default=d.K_max, help="largest K of the grid (1..8)")
+    parser.add_argument("--L-max", type=int, default=d.L_max, help="largest L1 and L2 of the grid (0..16)")
+    parser.add_argument("--samples", type=int, default=d.samples,
+                        help="trees drawn per L1 and root (DDTE: s = 4; >= 2: half choose, half report; captures bring their own)")
+    parser.add_argument("--method", choices=["mc", "exact"], default=d.method,
+                        help="exact: enumerate every tree of every action (tiny synthetic worlds only)")
+    parser.add_argument("--cost-ratio", type=float, default=d.cost_ratio, help="synthetic latency: c = t_q / t_p")
+    parser.add_argument("--per-token", type=float, default=d.per_token,
+                        help="synthetic latency: extra time per extra token in a forward, as a fraction")
+    parser.add_argument("--latency", default=None, help="latency profile file (.json or .toml; see simlab.latency)")
+    parser.add_argument("--device", default=d.device, help="hf: device of the models (auto, cpu, cuda, cuda:N)")
+    parser.add_argument("--jobs", type=int, default=min(d.jobs, os.cpu_count() or 1), help="worker processes over settings (synthetic worlds)")
+    parser.add_argument("--seed", type=int, default=d.seed, help="seed of the world, trajectories and tree draws")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+
+
+def check_grid_study_flags(prog: str, args, checks, *, min_trajectories: int = 1) -> None:
+    """Exit 2 with one line on the first failing check: the study's own ``checks`` first, then
+    the shared flags (``min_trajectories``: 3 where roots are split train / validation / test)."""
+    from analyses._tool import check_flags, fail
+    from backends.synthetic import WORLDS
+
+    inf = float("inf")
+    shared = [
+        (args.world in WORLDS, f"--world: unknown world {args.world!r}; choose one of {', '.join(WORLDS)}"),
+        (args.backend != "hf" or args.capture or (args.target and args.draft), "--backend hf: needs --target and --draft"),
+        (2 <= args.vocab <= 50_000, f"--vocab: must lie in [2, 50000], got {args.vocab}"),
+        (min_trajectories <= args.trajectories <= 10_000,
+         f"--trajectories: must lie in [{min_trajectories}, 10000], got {args.trajectories}"),
+        (args.roots_per_trajectory >= 1, f"--roots-per-trajectory: must be >= 1, got {args.roots_per_trajectory}"),
+        (args.spacing >= 1, f"--spacing: must be >= 1, got {args.spacing}"),
+        (1 <= args.K_max <= 8, f"--K-max: must lie in [1, 8], got {args.K_max}"),
+        (0 <= args.L_max <= 16, f"--L-max: must lie in [0, 16], got {args.L_max}"),
+        (args.samples >= 2, f"--samples: must be >= 2 (half the draws choose, half report), got {args.samples}"),
+        (args.method == "mc" or (args.backend == "synthetic" and not args.capture),
+         "--method exact: only for synthetic worlds (real models have too many trees)"),
+        (0 < args.cost_ratio < inf, f"--cost-ratio: must be a finite number > 0, got {args.cost_ratio}"),
+        (0 <= args.per_token < inf, f"--per-token: must be a finite number >= 0, got {args.per_token}"),
+        (args.jobs >= 1, f"--jobs: must be >= 1, got {args.jobs}"),
+        (args.seed >= 0, f"--seed: must be >= 0, got {args.seed}"),
+    ]
+    check_flags(prog, list(checks) + shared)
+    try:
+        parse_settings(args.settings)
+    except ValueError as exc:
+        fail(prog, str(exc))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -26,37 +25,27 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import polars as pl
 
-from analyses._tool import OutputSet, ToolParser, chart_writer, check_flags, fail, parquet_writer, prepare_out, print_table, run_tool
+from analyses._tool import OutputSet, ToolParser, chart_writer, fail, parquet_writer, prepare_out, print_table, run_tool
 from analyses.labels import PAPER_NAMES, grid_of, label_all
 from analyses.selector_data import feature_arrays, static_choice, tensors, value_matrices
-from analyses.sources import make_latency, make_source, parse_settings
-from backends.synthetic import WORLDS
+from analyses.sources import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, make_latency, make_source, parse_settings
 
 PROG = "python -m analyses.train_selector"
 OT_VERIFIERS = ("nss", "naive", "spectr", "specinfer", "khisti")
 
 
 @dataclass(frozen=True)
-class Config:
-    backend: str = "synthetic"
-    target: str | None = None
-    draft: str | None = None
-    prompts: str | None = None
-    capture: tuple[str, ...] = ()
-    world: str = "distilled"  # contexts differ in how well the draft knows them (depth_profile's barely do)
-    vocab: int = 32
+class Config(GridStudyConfig):
+    """The study's settings (the command-line flags); the source defaults differ from
+    ``compare_verifiers``'s: more roots, two settings, and the ``distilled`` world, whose contexts
+    differ in how well the draft knows them (``depth_profile``'s barely do)."""
+
+    world: str = "distilled"
     trajectories: int = 24
     roots_per_trajectory: int = 4
     spacing: int = 8
     settings: str = "0.6,1"
     verifiers: tuple[str, ...] = ("specinfer", "spectr")
-    K_max: int = 4
-    L_max: int = 8
-    samples: int = 4
-    method: str = "mc"
-    cost_ratio: float = 0.1
-    per_token: float = 0.01
-    latency: str | None = None
     epochs: int = 200
     batch: int = 64
     lr: float = 1e-3
@@ -64,36 +53,14 @@ class Config:
     alpha: float = 0.1
     dropout: float = 0.1
     train_device: str = "cpu"
-    device: str = "auto"
-    jobs: int = 2
-    seed: int = 0
     out: str = "out/train_selector"
-    quiet: bool = False
 
 
 def parse_args(argv) -> Config:
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
     d = Config()
-    parser.add_argument("--backend", choices=["synthetic", "hf"], default=d.backend, help="synthetic world, or two live models")
-    parser.add_argument("--target", default=None, help="hf: target model folder")
-    parser.add_argument("--draft", default=None, help="hf: draft model folder")
-    parser.add_argument("--prompts", default=None, help="hf: prompt file (default: the shipped reference prompts)")
-    parser.add_argument("--capture", nargs="+", default=(), help="grid captures (one per setting); features need their models")
-    parser.add_argument("--world", default=d.world, help=f"synthetic world: {', '.join(WORLDS)}")
-    parser.add_argument("--vocab", type=int, default=d.vocab, help="synthetic: vocabulary size")
-    parser.add_argument("--trajectories", type=int, default=d.trajectories, help="trajectories (hf: prompts used); split unit")
-    parser.add_argument("--roots-per-trajectory", type=int, default=d.roots_per_trajectory, help="roots along each trajectory")
-    parser.add_argument("--spacing", type=int, default=d.spacing, help="tokens between roots")
-    parser.add_argument("--settings", default=d.settings, help="'ddte' or a comma list of T or T:top_p")
+    add_grid_study_flags(parser, d)
     parser.add_argument("--verifiers", default=",".join(d.verifiers), help=f"OT-based verifiers, one selector each: {', '.join(OT_VERIFIERS)}")
-    parser.add_argument("--K-max", type=int, default=d.K_max, help="largest K (1..8)")
-    parser.add_argument("--L-max", type=int, default=d.L_max, help="largest L1 and L2 (0..16)")
-    parser.add_argument("--samples", type=int, default=d.samples, help="trees per L1 and root (DDTE: s = 4; >= 2)")
-    parser.add_argument("--method", choices=["mc", "exact"], default=d.method,
-                        help="labels: DDTE's estimator (mc) or exact enumeration of every tree (tiny synthetic worlds only)")
-    parser.add_argument("--cost-ratio", type=float, default=d.cost_ratio, help="synthetic latency: c = t_q / t_p")
-    parser.add_argument("--per-token", type=float, default=d.per_token, help="synthetic latency: extra time per extra token, as a fraction")
-    parser.add_argument("--latency", default=None, help="latency profile file (.json or .toml)")
     parser.add_argument("--epochs", type=int, default=d.epochs)
     parser.add_argument("--batch", type=int, default=d.batch)
     parser.add_argument("--lr", type=float, default=d.lr)
@@ -101,28 +68,12 @@ def parse_args(argv) -> Config:
     parser.add_argument("--alpha", type=float, default=d.alpha, help="loss: tail fraction of the batch (alpha)")
     parser.add_argument("--dropout", type=float, default=d.dropout)
     parser.add_argument("--train-device", default=d.train_device, help="torch device for training: cpu, cuda, auto")
-    parser.add_argument("--device", default=d.device, help="hf: device of the models")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes over settings")
-    parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--out", default=d.out, help="output folder")
-    parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     verifiers = tuple(v.strip() for v in args.verifiers.split(",") if v.strip())
     bad = [v for v in verifiers if v not in OT_VERIFIERS]
-    checks = [
+    check_grid_study_flags(PROG, args, [
         (bool(verifiers) and not bad, f"--verifiers: must be OT-based verifiers ({', '.join(OT_VERIFIERS)}), got {args.verifiers!r}"),
-        (args.world in WORLDS, f"--world: unknown world {args.world!r}"),
-        (args.backend != "hf" or args.capture or (args.target and args.draft), "--backend hf: needs --target and --draft"),
-        (2 <= args.vocab <= 50_000, f"--vocab: must lie in [2, 50000], got {args.vocab}"),
-        (3 <= args.trajectories <= 10_000, f"--trajectories: must lie in [3, 10000] (train, validation, test), got {args.trajectories}"),
-        (args.roots_per_trajectory >= 1, f"--roots-per-trajectory: must be >= 1, got {args.roots_per_trajectory}"),
-        (args.spacing >= 1, f"--spacing: must be >= 1, got {args.spacing}"),
-        (1 <= args.K_max <= 8, f"--K-max: must lie in [1, 8], got {args.K_max}"),
-        (0 <= args.L_max <= 16, f"--L-max: must lie in [0, 16], got {args.L_max}"),
-        (args.samples >= 2, f"--samples: must be >= 2, got {args.samples}"),
-        (args.method == "mc" or (args.backend == "synthetic" and not args.capture), "--method exact: only for synthetic worlds"),
-        (0 < args.cost_ratio < float("inf"), f"--cost-ratio: must be a finite number > 0, got {args.cost_ratio}"),
-        (0 <= args.per_token < float("inf"), f"--per-token: must be a finite number >= 0, got {args.per_token}"),
         (args.epochs >= 1, f"--epochs: must be >= 1, got {args.epochs}"),
         (args.batch >= 1, f"--batch: must be >= 1, got {args.batch}"),
         (0 < args.lr < 1, f"--lr: must lie in (0, 1), got {args.lr}"),
@@ -130,14 +81,7 @@ def parse_args(argv) -> Config:
         (0 < args.alpha <= 1, f"--alpha: must lie in (0, 1], got {args.alpha}"),
         (0 <= args.dropout < 1, f"--dropout: must lie in [0, 1), got {args.dropout}"),
         (train_device_ok(args.train_device), f"--train-device: cpu, auto, or an available cuda device, got {args.train_device!r}"),
-        (args.jobs >= 1, f"--jobs: must be >= 1, got {args.jobs}"),
-        (args.seed >= 0, f"--seed: must be >= 0, got {args.seed}"),
-    ]
-    check_flags(PROG, checks)
-    try:
-        parse_settings(args.settings)
-    except ValueError as exc:
-        fail(PROG, str(exc))
+    ], min_trajectories=3)
     return Config(**{**vars(args), "verifiers": verifiers, "capture": tuple(args.capture)})
 
 
