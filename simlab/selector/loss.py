@@ -29,10 +29,12 @@ def policy_throughput(probs: torch.Tensor, E: torch.Tensor, T: torch.Tensor) -> 
 
 def selector_loss(logits: torch.Tensor, E: torch.Tensor, T: torch.Tensor, base_tps: torch.Tensor, *,
                   lam: float = LAMBDA, alpha: float = ALPHA) -> torch.Tensor:
-    """DDTE's loss for a batch: logits, E, T (B, |A|), base_tps (B,) -> scalar.
+    """DDTE's loss for a batch (Sec. 6, App. E): logits, E (tokens per step), T (seconds), all
+    (B, |A|), base_tps (B,) tokens per second -> scalar tensor.
 
     Raises:
-        ValueError: alpha outside (0, 1] or a negative lambda.
+        ValueError: alpha outside (0, 1], lambda negative or infinite, shapes that disagree or an
+            empty batch, E < 0, T <= 0 or base_tps <= 0.
     """
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= 1:
         raise ValueError(f"alpha: must be a number in (0, 1], got {alpha!r}")

@@ -100,10 +100,12 @@ def _device(name: str) -> str:
 
 
 def train(train_set: SelectorData, validation: SelectorData, config: TrainConfig = TrainConfig(), log=None):
-    """Fit a selector; returns (model in eval mode on the CPU, history: list of per-epoch dicts).
+    """Fit a selector on DDTE's loss; returns (model in eval mode on the CPU, history: one dict
+    per epoch with epoch, train_loss, validation_loss).
 
     Raises:
-        ValueError: an empty training set.
+        ValueError: an empty training or validation set, or a validation loss that is never
+            finite (training diverged).
     """
     if len(train_set) == 0:
         raise ValueError("train_set: no training roots")
