@@ -90,44 +90,45 @@ def label_root(root, verifiers, grid: Grid, latency: LatencyModel, *, seed: int 
         tokens (drafted), E, E_se, E_select, E_holdout (tokens per step), T (seconds).
     """
     length = len(root.context)
-    if grid.method == "exact":
-        return _exact_rows(root, verifiers, grid, latency)
+    times = {a: latency.delayed_time(*a, length) for a in grid.actions()}  # T-hat depends on the action, not the verifier
+    values = _exact_values(root, verifiers, grid) if grid.method == "exact" else _estimated_values(root, verifiers, grid, seed, key)
+    return [{"setting": root.setting, "trajectory": root.trajectory, "root": root.root, "context_length": length,
+             "verifier": name, "K": K, "L1": L1, "L2": L2, "tokens": L1 + K * L2,
+             "E": E, "E_se": se, "E_select": E_select, "E_holdout": E_holdout, "T": times[(K, L1, L2)]}
+            for name, (K, L1, L2), E, se, E_select, E_holdout in values]
+
+
+def _verifier_Ks(name: str, grid: Grid) -> tuple[int, ...]:
+    return (1,) if name in CHAIN_VERIFIERS else grid.K_values
+
+
+def _estimated_values(root, verifiers, grid: Grid, seed: int, key: int):
+    """Yield (verifier, action, E, se, E_select, E_holdout) from the two halves of the drafts."""
     table, drafts = root_drafts(root, grid, seed, key)
     first, second = _halves(drafts)
-    rows = []
     for name in verifiers:
-        verifier = tree_verifiers.get(name)
-        Ks = (1,) if name in CHAIN_VERIFIERS else grid.K_values
+        verifier, Ks = tree_verifiers.get(name), _verifier_Ks(name, grid)
         a = grid_block_efficiency(table, first, verifier, K_values=Ks, L2_values=grid.L2_values)
         b = grid_block_efficiency(table, second, verifier, K_values=Ks, L2_values=grid.L2_values) if second is not first else a
         for action, est in a.items():
-            K, L1, L2 = action
             other = b[action]
             se = math.sqrt(est.stderr ** 2 + other.stderr ** 2) / 2 if second is not first else est.stderr
-            rows.append({"setting": root.setting, "trajectory": root.trajectory, "root": root.root, "context_length": length,
-                         "verifier": name, "K": K, "L1": L1, "L2": L2, "tokens": L1 + K * L2,
-                         "E": (est.mean + other.mean) / 2, "E_se": se, "E_select": est.mean, "E_holdout": other.mean,
-                         "T": latency.delayed_time(K, L1, L2, length)})
-    return rows
+            yield name, action, (est.mean + other.mean) / 2, se, est.mean, other.mean
 
 
-def _exact_rows(root, verifiers, grid: Grid, latency: LatencyModel) -> list[dict]:
-    """Exact E[tau + 1] of every action by enumerating its trees (tiny vocabularies only):
-    E_select = E_holdout = E, standard error 0."""
+def _exact_values(root, verifiers, grid: Grid):
+    """Yield (verifier, action, E, 0, E, E): exact E[tau + 1] of every action by enumerating its
+    trees (tiny vocabularies only)."""
     from simlab.efficiency import expected_block_efficiency
     from simlab.shapes import Delayed
 
-    length, rows = len(root.context), []
     for name in verifiers:
         verifier = tree_verifiers.get(name)
-        for K in ((1,) if name in CHAIN_VERIFIERS else grid.K_values):
+        for K in _verifier_Ks(name, grid):
             for L1 in grid.L1_values:
                 for L2 in grid.L2_values:
                     E = expected_block_efficiency(root.pair, root.context, Delayed(K, L1, L2), verifier, method="exact").mean
-                    rows.append({"setting": root.setting, "trajectory": root.trajectory, "root": root.root, "context_length": length,
-                                 "verifier": name, "K": K, "L1": L1, "L2": L2, "tokens": L1 + K * L2, "E": E, "E_se": 0.0,
-                                 "E_select": E, "E_holdout": E, "T": latency.delayed_time(K, L1, L2, length)})
-    return rows
+                    yield name, (K, L1, L2), E, 0.0, E, E
 
 
 def grid_of(config) -> Grid:
