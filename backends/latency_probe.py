@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 
 from analyses._tool import ToolParser, check_flags, fail, print_table
-from simlab.latency import ForwardTime, LatencyModel, _axis
+from simlab.latency import ForwardTime, LatencyModel, check_axis
 
 PROG = "python -m backends.latency_probe"
 ARGUMENTS = ("contexts", "tokens", "repeats", "warmup")
@@ -108,7 +108,7 @@ def measure(pair, *, contexts: Sequence[int] = (16, 64, 256), tokens: Sequence[i
     """
     import torch
 
-    contexts, tokens = _axis(contexts, "contexts", 1), _axis(tokens, "tokens", 1)
+    contexts, tokens = check_axis(contexts, "contexts", 1), check_axis(tokens, "tokens", 1)
     repeats, warmup = _count(repeats, "repeats", 1), _count(warmup, "warmup", 0)
     limit = int(getattr(pair, "max_context", 0) or 0)
     if limit and contexts[-1] + tokens[-1] > limit:

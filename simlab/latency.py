@@ -37,7 +37,13 @@ import numpy as np
 from simlab.files import atomic_write
 
 
-def _axis(values, name: str, minimum: int) -> tuple[int, ...]:
+def check_axis(values, name: str, minimum: int) -> tuple[int, ...]:
+    """A table axis as a tuple of strictly increasing integers >= ``minimum`` (tokens).
+
+    Raises:
+        ValueError: naming ``name``: not a non-empty sequence of integers, below the minimum,
+            or not strictly increasing.
+    """
     if isinstance(values, np.ndarray):
         values = values.tolist()
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:
@@ -84,8 +90,8 @@ class ForwardTime:
     seconds: tuple[tuple[float, ...], ...]
 
     def __post_init__(self):
-        object.__setattr__(self, "contexts", _axis(self.contexts, "contexts", 0))
-        object.__setattr__(self, "tokens", _axis(self.tokens, "tokens", 1))
+        object.__setattr__(self, "contexts", check_axis(self.contexts, "contexts", 0))
+        object.__setattr__(self, "tokens", check_axis(self.tokens, "tokens", 1))
         try:
             table = np.asarray(self.seconds, dtype=np.float64)
         except (TypeError, ValueError):
