@@ -147,14 +147,23 @@ class HFSource:
 
 @dataclass
 class CaptureSource:
-    """Roots and their grid drafts replayed from ``--shape grid --full`` captures (one per setting)."""
+    """Roots and their grid drafts replayed from ``--shape grid --full`` captures (one per setting).
+
+    Settings, drafts and completeness are read up front; a capture's logits (p and q of every
+    node, float64) are loaded only while its setting's roots are labelled, so memory holds one
+    setting at a time.
+
+    Raises:
+        ValueError: a capture that is not a grid, has fewer than 2 trees per L1, repeats a
+            setting, holds no completed root, or has damaged files.
+    """
 
     folders: tuple[str, ...]
 
     def __post_init__(self):
         import sys
 
-        from backends.capture import CapturedPair, load_settings, read_grid_drafts
+        from backends.capture import load_settings, read_grid_drafts
 
         self.captures, self.drafts = {}, {}
         for folder in self.folders:
@@ -166,13 +175,8 @@ class CaptureSource:
             name = setting_name(stored.sampling())
             if name in self.captures:
                 raise ValueError(f"--capture: two captures with the setting {name}")
-            try:
-                self.captures[name] = (folder, stored, CapturedPair(folder))
-                self.drafts[name] = list(read_grid_drafts(folder))
-            except Exception as exc:  # damaged files: polars, numpy and zip errors
-                if isinstance(exc, ValueError) and str(exc).startswith("--capture"):
-                    raise
-                raise ValueError(f"--capture: {folder!r} is damaged ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+            self.captures[name] = (folder, stored)
+            self.drafts[name] = _read_capture(folder, lambda f: list(read_grid_drafts(f)))
             if not self.drafts[name]:
                 raise ValueError(f"--capture: {folder!r} holds no completed root")
             started = len(list(Path(folder).glob("drafts-r*.parquet")))
@@ -185,13 +189,27 @@ class CaptureSource:
         return f"capture of {stored.target} / {stored.draft}"
 
     def settings(self) -> tuple[SamplingSettings, ...]:
-        return tuple(stored.sampling() for _, stored, _ in self.captures.values())
+        return tuple(stored.sampling() for _, stored in self.captures.values())
 
     def roots(self, settings: SamplingSettings) -> Iterator[Root]:
+        from backends.capture import CapturedPair
+
         name = setting_name(settings)
-        _, _, pair = self.captures[name]
+        folder, _ = self.captures[name]
+        pair = _read_capture(folder, CapturedPair)
         for root, prompt, context, drafts in self.drafts[name]:
             yield Root(name, prompt, root, context, pair, drafts)
+
+
+def _read_capture(folder: str, read):
+    """``read(folder)``, with any error of a damaged file (polars, numpy, zip) as one ValueError."""
+    try:
+        return read(folder)
+    except Exception as exc:
+        if isinstance(exc, ValueError) and str(exc).startswith("--capture"):
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise ValueError(f"--capture: {folder!r} is damaged ({type(exc).__name__}: {first})") from None
 
 
 def make_source(config):
@@ -203,7 +221,7 @@ def make_source(config):
     """
     if config.capture:
         source = CaptureSource(config.capture)
-        for folder, stored, _ in source.captures.values():
+        for folder, stored in source.captures.values():
             if stored.width < config.K_max or stored.depth < config.L_max:
                 raise ValueError(f"--capture: {folder!r} holds K <= {stored.width} and L1, L2 <= {stored.depth}; "
                                  f"pass --K-max {stored.width} --L-max {stored.depth} or less")
