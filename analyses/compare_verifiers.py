@@ -28,14 +28,14 @@ action), ``latency.json``, and the charts ``throughput.{html,png}`` and
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
 
-from analyses._tool import OutputSet, ToolParser, chart_writer, fail, parquet_writer, prepare_out, print_table, run_tool
+from analyses.grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
 from analyses.labels import CHAIN_VERIFIERS, DDTE_VERIFIERS, PAPER_NAMES, grid_of, label_all
-from analyses.sources import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, make_latency, make_source, parse_settings, setting_name
+from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, name_list, parquet_writer, prepare_out, print_table, run_tool
 from simlab import tree_verifiers
 from simlab.latency import LatencyModel
 
@@ -51,25 +51,27 @@ class Config(GridStudyConfig):
 
     verifiers: tuple[str, ...] = DEFAULT_VERIFIERS
     baseline: str = "traversal"
-    out: str = "out/compare_verifiers"
+    out: str | None = None
 
 
-def parse_args(argv) -> Config:
+def parse_args(argv) -> tuple[Config, ToolParser]:
+    d = Config()
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    add_grid_study_flags(parser, Config())
-    parser.add_argument("--verifiers", default=",".join(DEFAULT_VERIFIERS), help="comma-separated tree verifiers (khisti is slow)")
-    parser.add_argument("--baseline", default="traversal", help="verifier whose throughput the ratios divide by")
-    parser.add_argument("--out", default=Config.out, help="output folder")
+    add_grid_study_flags(parser, d)
+    parser.add_argument("--verifiers", default=",".join(DEFAULT_VERIFIERS),
+                        help=f"comma-separated tree verifiers (khisti is slow): {', '.join(tree_verifiers.names())}")
+    parser.add_argument("--baseline", default=d.baseline, help="verifier whose throughput the ratios divide by")
+    parser.add_argument("--out", default=None, help="output folder (default: out/compare_verifiers/<source>)")
     args = parser.parse_args(argv)
-    verifiers = tuple(v.strip() for v in args.verifiers.split(",") if v.strip())
-    unknown = [v for v in verifiers if v not in tree_verifiers.names()]
+    try:
+        verifiers = name_list(args.verifiers, "--verifiers", tree_verifiers.names())
+    except ValueError as exc:
+        fail(PROG, str(exc))
     check_grid_study_flags(PROG, args, [
-        (not unknown, f"--verifiers: unknown {', '.join(unknown)}; choose from {', '.join(tree_verifiers.names())}"),
         ("rrs_wor" not in verifiers, "--verifiers: rrs_wor needs siblings drafted without replacement; the grid draws i.i.d. branches"),
-        (bool(verifiers), "--verifiers: name at least one verifier"),
         (args.baseline in verifiers, f"--baseline: {args.baseline!r} must be one of the --verifiers"),
     ])
-    return Config(**{**vars(args), "verifiers": verifiers, "capture": tuple(args.capture)})
+    return Config(**{**vars(args), "verifiers": verifiers, "capture": tuple(args.capture)}), parser
 
 
 def aggregate(labels: pl.DataFrame) -> pl.DataFrame:
@@ -85,14 +87,22 @@ def aggregate(labels: pl.DataFrame) -> pl.DataFrame:
                               (pl.col("E_holdout_se") / pl.col("T")).alias("TPS_holdout_se"))
 
 
+TIE = 1e-12
+"""Criteria within this relative distance of the best are ties: the smallest action (K, L1, L2) wins,
+so a choice never hinges on the last bits of a sum (two actions that draw the same trees, for
+example, agree only to rounding)."""
+
+
 def choose(grid: pl.DataFrame, baseline: str) -> pl.DataFrame:
     """The best static action per (setting, verifier, choice), reported on the held-out draws,
-    with throughput ratios to the baseline verifier's ``iid_TPS`` choice of the same setting."""
+    with throughput ratios to the baseline verifier's ``iid_TPS`` choice of the same setting.
+    Ties (within ``TIE``) go to the smallest (K, L1, L2)."""
     parts = []
     for choice, (iid_only, criterion) in CHOICES.items():
         pool = grid.filter(pl.col("L1") == 0) if iid_only else grid
-        best = (pool.sort(["setting", "verifier", criterion, "K", "L1", "L2"], descending=[False, False, True, False, False, False])
-                .group_by("setting", "verifier", maintain_order=True).first())
+        top = pl.col(criterion).max().over("setting", "verifier")
+        best = (pool.filter(pl.col(criterion) >= top - TIE * top.abs())
+                .sort(["setting", "verifier", "K", "L1", "L2"]).group_by("setting", "verifier", maintain_order=True).first())
         parts.append(best.with_columns(pl.lit(choice).alias("choice")))
     chosen = pl.concat(parts)
     base = chosen.filter((pl.col("verifier") == baseline) & (pl.col("choice") == "iid_TPS")).select(
@@ -153,8 +163,9 @@ def wide(chosen: pl.DataFrame, choice: str, value: str, settings: list[str], ver
     return pl.DataFrame(rows).sort("average", nulls_last=True)
 
 
-def charts(chosen: pl.DataFrame, order: list[str]):
-    """(throughput chart, block-efficiency chart): bars per verifier, i.i.d. vs delayed, per setting."""
+def charts(chosen: pl.DataFrame, order: list[str], subtitle: str):
+    """(throughput chart, block-efficiency chart): bars per verifier, i.i.d. vs delayed, per setting;
+    ``subtitle`` names the source and the latency model."""
     import altair as alt
 
     data = chosen.filter(pl.col("choice").is_in(["iid_TPS", "delayed_TPS", "iid_E", "delayed_E"])).with_columns(
@@ -170,7 +181,8 @@ def charts(chosen: pl.DataFrame, order: list[str]):
         chart = (base.mark_bar().encode(y=alt.Y(f"{metric}:Q", title=title), tooltip=["method", "tree", "action", metric, f"{metric}_se"])
                  + base.mark_rule(color="black").encode(y=f"{metric}_lo:Q", y2=f"{metric}_hi:Q")).properties(width=230, height=180).facet(
             facet=alt.Facet("setting:N", title=None, sort=order), columns=4).properties(
-            title=f"Best static configuration per verifier and setting: {title} (held-out draws, 95% bars)")
+            title=alt.TitleParams(f"Best static configuration per verifier and setting: {title} (held-out draws, 95% bars)",
+                                  subtitle=subtitle))
         out.append(chart)
     return out
 
@@ -180,19 +192,18 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    config = parse_args(sys.argv[1:] if argv is None else argv)
-    out = prepare_out(PROG, config.out)
+    config, parser = parse_args(sys.argv[1:] if argv is None else argv)
+    source, settings, latency = grid_source(PROG, parser, config)
+    out = prepare_out(PROG, config.out if config.out is not None else f"out/compare_verifiers/{source.slug()}")
+    config = replace(config, out=str(out))
     try:
-        source = make_source(config)
-        settings = source.settings() if config.capture else parse_settings(config.settings)
-        latency = make_latency(config, source)
         labels, _ = label_all(source, settings, config.verifiers, grid_of(config), latency, seed=config.seed,
                               jobs=config.jobs, quiet=config.quiet)
     except ValueError as exc:
-        fail(PROG, str(exc).splitlines()[0])
+        fail_from(PROG, exc, parser)
     grid = aggregate(labels)
     chosen = choose(grid, config.baseline)
-    tps_chart, e_chart = charts(chosen, [setting_name(s) for s in settings])
+    tps_chart, e_chart = charts(chosen, [s.name for s in settings], f"source: {source.describe()}; latency: {latency.source}")
     with OutputSet(out) as outputs:
         outputs.stage("compare_verifiers.parquet", parquet_writer(chosen))
         outputs.stage("grid.parquet", parquet_writer(grid))
@@ -203,7 +214,7 @@ def _main(argv) -> int:
                 outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
         outputs.publish()
     if not config.quiet:
-        report(config, source, latency, chosen, labels, [setting_name(s) for s in settings])
+        report(config, source, latency, chosen, labels, [s.name for s in settings])
     return 0
 
 

@@ -31,9 +31,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from analyses._tool import OutputSet, ToolParser, chart_writer, check_flags, fail, parquet_writer, prepare_out, print_table, run_tool
 from analyses.labels import PAPER_NAMES
 from analyses.selector_data import static_choice, value_matrices
+from analyses.train_selector import DEFAULT_RUN
+from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, parquet_writer, prepare_out, print_table, run_tool
 
 PROG = "python -m analyses.evaluate_selector"
 POLICIES = ("static", "selector", "oracle", "oracle_in_sample", "traversal")
@@ -42,7 +43,7 @@ LOSS_THRESHOLD = 0.05
 
 def parse_args(argv):
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", default="out/train_selector", help="output folder of python -m analyses.train_selector")
+    parser.add_argument("--run", default=DEFAULT_RUN, help="output folder of python -m analyses.train_selector")
     parser.add_argument("--split", choices=["test", "validation", "train"], default="test", help="roots to evaluate on")
     parser.add_argument("--out", default=None, help="output folder (default: <run>/evaluation)")
     parser.add_argument("--quiet", action="store_true")
@@ -154,7 +155,7 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     run = Path(args.run)
-    out = prepare_out(PROG, args.out or str(run / "evaluation"))
+    out = prepare_out(PROG, args.out if args.out is not None else str(run / "evaluation"))
     try:
         meta, labels, roots, arrays, checkpoints = load_run(run)
         table, per_root = evaluate(meta, labels, roots, arrays, checkpoints, args.split)

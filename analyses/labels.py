@@ -134,30 +134,33 @@ def _exact_values(root, verifiers, grid: Grid):
 def grid_of(config) -> Grid:
     """The grid {1..K_max} x {0..L_max}^2 with ``samples`` draws (and ``method``), from a study's flags."""
     Ls = tuple(range(config.L_max + 1))
-    return Grid(tuple(range(1, config.K_max + 1)), Ls, Ls, config.samples, getattr(config, "method", "mc"))
+    return Grid(tuple(range(1, config.K_max + 1)), Ls, Ls, config.samples, config.method)
 
 
 def _label_setting(task):
     """Label every root of one setting (a worker task): (rows, feature records or [])."""
-    source, settings, index, verifiers, grid, latency, seed, features = task
+    source, settings, index, verifiers, grid, latency, seed, features, feature_pair = task
     rows, records = [], []
     for root in source.roots(settings):
         rows.extend(label_root(root, verifiers, grid, latency, seed=seed, key=index))
         if features:
             from simlab.selector.features import root_features
 
-            pair = getattr(source, "feature_pair", None)  # captures: live models give the hidden states
-            if pair is not None:
-                pair.settings = settings
-            embeddings, scalars = root_features(pair or root.pair, root.context, settings, latency)
+            pair = feature_pair.with_settings(settings) if feature_pair is not None else root.pair
+            embeddings, scalars = root_features(pair, root.context, settings, latency)
             records.append({"setting": root.setting, "trajectory": root.trajectory, "root": root.root, **scalars, **embeddings})
     return rows, records
 
 
 def label_all(source, settings, verifiers, grid: Grid, latency: LatencyModel, *, seed: int = 0, jobs: int = 1,
-              quiet: bool = False, features: bool = False):
+              quiet: bool = False, features: bool = False, feature_pair=None):
     """Labels (a polars DataFrame of ``label_root`` rows) for every setting, and, with
     ``features``, one record per root of ``simlab.selector.features.root_features``.
+
+    Args:
+        feature_pair: the pair whose hidden states and distributions give the features (a
+            ``simlab.pairs.WithSettings`` pair, for example live models for a capture, whose
+            files hold no hidden states); None: each root's own pair.
 
     Settings of a synthetic source run in ``jobs`` worker processes (forked); every root is
     seeded by (seed, setting index, trajectory, root), so the rows do not depend on ``jobs``.
@@ -168,9 +171,9 @@ def label_all(source, settings, verifiers, grid: Grid, latency: LatencyModel, *,
     import polars as pl
     from tqdm import tqdm
 
-    from analyses.sources import SyntheticSource
+    from backends.sources import SyntheticSource
 
-    tasks = [(source, s, i, tuple(verifiers), grid, latency, seed, features) for i, s in enumerate(settings)]
+    tasks = [(source, s, i, tuple(verifiers), grid, latency, seed, features, feature_pair) for i, s in enumerate(settings)]
     bar = tqdm(total=len(tasks), desc="settings", unit="setting", file=sys.stderr, disable=quiet)
     parts = []
     if jobs > 1 and len(tasks) > 1 and isinstance(source, SyntheticSource):

@@ -20,15 +20,15 @@ import io
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import polars as pl
 
-from analyses._tool import OutputSet, ToolParser, chart_writer, fail, parquet_writer, prepare_out, print_table, run_tool
+from analyses.grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
 from analyses.labels import PAPER_NAMES, grid_of, label_all
 from analyses.selector_data import feature_arrays, static_choice, tensors, value_matrices
-from analyses.sources import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, make_latency, make_source, parse_settings
+from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, parquet_writer, prepare_out, print_table, run_tool, slow_step
 
 PROG = "python -m analyses.train_selector"
 OT_VERIFIERS = ("nss", "naive", "spectr", "specinfer", "khisti")
@@ -53,10 +53,19 @@ class Config(GridStudyConfig):
     alpha: float = 0.1
     dropout: float = 0.1
     train_device: str = "cpu"
-    out: str = "out/train_selector"
+    out: str | None = None
 
 
-def parse_args(argv) -> Config:
+def default_out(slug: str) -> str:
+    """Where a run goes by default: ``out/train_selector/<source>``."""
+    return f"out/train_selector/{slug}"
+
+
+DEFAULT_RUN = default_out("synthetic-distilled-V32")
+"""The default run folder (the default source), which ``evaluate_selector --run`` reads by default."""
+
+
+def parse_args(argv) -> tuple[Config, ToolParser]:
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
     d = Config()
     add_grid_study_flags(parser, d)
@@ -68,7 +77,7 @@ def parse_args(argv) -> Config:
     parser.add_argument("--alpha", type=float, default=d.alpha, help="loss: tail fraction of the batch (alpha)")
     parser.add_argument("--dropout", type=float, default=d.dropout)
     parser.add_argument("--train-device", default=d.train_device, help="torch device for training: cpu, cuda, auto")
-    parser.add_argument("--out", default=d.out, help="output folder")
+    parser.add_argument("--out", default=None, help="output folder (default: out/train_selector/<source>)")
     args = parser.parse_args(argv)
     verifiers = tuple(v.strip() for v in args.verifiers.split(",") if v.strip())
     bad = [v for v in verifiers if v not in OT_VERIFIERS]
@@ -82,7 +91,7 @@ def parse_args(argv) -> Config:
         (0 <= args.dropout < 1, f"--dropout: must lie in [0, 1), got {args.dropout}"),
         (train_device_ok(args.train_device), f"--train-device: cpu, auto, or an available cuda device, got {args.train_device!r}"),
     ], min_trajectories=3)
-    return Config(**{**vars(args), "verifiers": verifiers, "capture": tuple(args.capture)})
+    return Config(**{**vars(args), "verifiers": verifiers, "capture": tuple(args.capture)}), parser
 
 
 def train_device_ok(name: str) -> bool:
@@ -98,36 +107,34 @@ def train_device_ok(name: str) -> bool:
     return device.type == "cuda" and torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()
 
 
-def capture_models(config: Config):
-    """Live models for the features of captured roots (hidden states are not stored in captures)."""
-    if not config.capture:
+def capture_models(source, device: str):
+    """Live models for the features of captured roots (hidden states are not stored in captures):
+    the models named in the capture, or None for another source."""
+    if source.name != "capture":
         return None
-    from backends.capture import load_settings
     from backends.hf import HFPair
 
-    stored = load_settings(config.capture[0])
-    return HFPair(stored.target, stored.draft, device=config.device, dtype=stored.dtype)
+    stored = source.stored
+    return HFPair(stored.target, stored.draft, device=device, dtype=stored.dtype)
 
 
 def _main(argv) -> int:
     from simlab.selector.train import TrainConfig, split_by_trajectory, train
 
-    config = parse_args(sys.argv[1:] if argv is None else argv)
-    out = prepare_out(PROG, config.out)
+    config, parser = parse_args(sys.argv[1:] if argv is None else argv)
     grid = grid_of(config)
+    source, settings, latency = grid_source(PROG, parser, config, study_honours={"capture": {"device"}})
+    out = prepare_out(PROG, config.out if config.out is not None else default_out(source.slug()))
+    config = replace(config, out=str(out))
     try:
-        source = make_source(config)
-        if config.capture:
-            models = capture_models(config)
-            source.feature_pair = models
-        settings = source.settings() if config.capture else parse_settings(config.settings)
-        latency = make_latency(config, source)
+        with slow_step(PROG, "loading the captured models for the features", config.quiet):
+            models = capture_models(source, config.device)
         started = time.perf_counter()
         labels, records = label_all(source, settings, [*config.verifiers, "traversal"], grid, latency, seed=config.seed,
-                                    jobs=config.jobs, quiet=config.quiet, features=True)
+                                    jobs=config.jobs, quiet=config.quiet, features=True, feature_pair=models)
         label_seconds = time.perf_counter() - started
     except ValueError as exc:
-        fail(PROG, str(exc).splitlines()[0])
+        fail_from(PROG, exc, parser)
     if len({r["trajectory"] for r in records}) < 3:
         fail(PROG, f"--trajectories: the source has {len({r['trajectory'] for r in records})} trajectories; "
                    "train, validation and test need >= 3 (captures: capture more prompts)")

@@ -2,36 +2,48 @@
 
 ``HFPair(target, draft)`` loads both with ``AutoModelForCausalLM`` / ``AutoTokenizer`` from a
 local folder or a hub id (hub ids need network access; the lab's machines use local folders,
-for example the reference pair of ``python -m backends.reference_pair``).  It implements the
-``simlab.pairs.ModelPair`` protocol, so every tree, verifier and study runs on it unchanged:
+for example the reference pair of ``python -m backends.reference_pair``).  It implements
+``simlab.pairs.ModelPair`` and the capabilities ``NodeBatch``, ``NodeLogits``, ``HiddenStates``,
+``WithSettings`` and ``EndOfSequence``, so every tree, verifier and study runs on it unchanged:
 
 * ``distributions(contexts)``: contexts of equal length are batched into one forward per
-  model (no padding), chunked by ``max_batch``;
-* ``node_distributions(root, paths)``: p and q for every node of a draft tree in **one**
-  forward per model: the root prefix is run once for its KV cache, then all tree tokens go
-  in one call with a 4-D tree attention mask (each token sees the prefix, its ancestors and
-  itself, never a sibling) and position ids = prefix length + depth - 1.  Models that reject
-  custom masks fall back to batching the root-to-node paths (``tree_attention=False`` forces
-  the fallback).
+  model (no padding), in chunks of at most ``max_batch`` sequences;
+* ``node_distributions(root, paths)`` / ``node_logits``: p and q (or the logits) for every
+  node of a draft tree in **one** forward per model: the root prefix is run once for its KV
+  cache, then the tree tokens go in with a 4-D tree attention mask (each token sees the
+  prefix, its ancestors and itself, never a sibling) and position ids = prefix length +
+  depth - 1; ``max_batch`` splits the tree tokens into several forwards on the same cache
+  (the capture tool halves it after an out-of-memory error);
+* tree attention is **probed once**, when the pair is built: a small tree evaluated with the
+  mask must match plain forwards of its paths.  A model that rejects custom masks (raises
+  anything but out-of-memory) or ignores them (different distributions) is evaluated by
+  batching the root-to-node paths instead, with one warning.  No error is caught afterwards:
+  an out-of-memory error always reaches the caller.
 
-Logits are cast to float32 on the device, then to float64, and turned into p and q by the same
-temperature / top-k / top-p transform as the synthetic worlds (``SamplingSettings``).  The
-tokenizers must agree on every shared id; a smaller draft vocabulary is aligned by id (q = 0
-beyond it).  Device: ``"auto"`` picks CUDA when available, else the CPU.
+Logits are cast to float32 on the device, and turned into p and q (float64) by the lab's one
+transform, ``SamplingSettings.probabilities`` (``simlab.sampling``), the same as the synthetic
+worlds and the capture replay.  The tokenizers must agree on every shared id; a smaller draft
+vocabulary is aligned by id (q = 0 beyond it).  Device: ``"auto"`` picks CUDA when available,
+else the CPU.  ``with_settings`` returns a new pair sharing the loaded models.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from backends.synthetic.base import SamplingSettings
-from simlab.distributions import sampling_distribution
+from simlab.checks import check_int
+from simlab.pairs import check_contexts, check_eos
+from simlab.sampling import SamplingSettings, check_settings
 
 DTYPES = ("float32", "bfloat16", "float16")
+PROBE_TOLERANCE = 1e-3
+"""Largest |p_tree - p_path| the tree-attention probe accepts (float32 or lower-precision weights)."""
 
 
 def _torch():
@@ -100,32 +112,52 @@ def check_tokenizers(target_tokenizer, draft_tokenizer) -> None:
             raise ValueError(f"draft: tokenizer disagrees with the target's at id {i}: {y!r} vs {x!r}")
 
 
+def oom_errors() -> tuple[type[BaseException], ...]:
+    """The exception types of running out of accelerator or host memory."""
+    torch = _torch()
+    return tuple(t for t in (getattr(torch.cuda, "OutOfMemoryError", None), getattr(torch, "OutOfMemoryError", None),
+                             MemoryError) if t is not None)
+
+
 class HFPair:
     """A ``ModelPair`` over two causal LMs (see the module docstring).
 
     Args:
         target, draft: local folder or hub id of each model.
         device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
-        dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (weights); softmax is float32+.
+        dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (weights); softmax is float64.
         settings: the sampling transform applied to both models.
-        max_batch: the largest batch of sequences in one forward.
-        tree_attention: use the one-forward tree evaluation (else batch the paths).
+        max_batch: the most sequences (path batching) or tree tokens (tree attention) in one forward.
+        tree_attention: allow the one-forward tree evaluation (it is still probed).
+        eos_id: the end-of-sequence id block efficiency and decoding stop at (None: none;
+            ``"tokenizer"``: the target tokenizer's EOS token).
 
     Raises:
-        ValueError: missing folder, unloadable model, disagreeing tokenizers, bad dtype.
+        ValueError: missing folder, unloadable model, disagreeing tokenizers, bad dtype,
+            device, settings, max_batch or eos_id.
     """
 
     def __init__(self, target: str, draft: str, *, device: str = "auto", dtype: str = "float32",
-                 settings: SamplingSettings | None = None, max_batch: int = 64, tree_attention: bool = True):
+                 settings: SamplingSettings | None = None, max_batch: int = 64, tree_attention: bool = True,
+                 eos_id: int | str | None = None):
         self.device = pick_device(device)
-        self.settings = settings or SamplingSettings()
+        self.settings = check_settings(settings or SamplingSettings())
+        self.max_batch = check_int(max_batch, "max_batch", 1)
         self.target, self.target_tokenizer = load_model(target, self.device, dtype, "target")
         self.draft, self.draft_tokenizer = load_model(draft, self.device, dtype, "draft")
         check_tokenizers(self.target_tokenizer, self.draft_tokenizer)
         self.vocab_size = int(self.target.get_output_embeddings().weight.shape[0])
-        self.max_batch = max_batch
-        self.tree_attention = tree_attention
+        if eos_id == "tokenizer":
+            eos_id = self.target_tokenizer.eos_token_id
+        self.eos_id = check_eos(eos_id, self.vocab_size)
         self.max_context = int(getattr(self.target.config, "n_positions", None) or getattr(self.target.config, "max_position_embeddings", 0) or 0)
+        self.tree_attention = bool(tree_attention) and self._probe_tree_attention()
+
+    def with_settings(self, settings: SamplingSettings) -> "HFPair":
+        """The same models under other sampling settings (a new pair; this one is unchanged)."""
+        other = copy.copy(self)
+        other.settings = check_settings(settings)
+        return other
 
     # -- helpers ---------------------------------------------------------------------------
     def encode(self, text: str) -> tuple[int, ...]:
@@ -143,12 +175,6 @@ class HFPair:
             z = np.concatenate([z, np.full((z.shape[0], self.vocab_size - z.shape[1]), -np.inf, dtype=np.float32)], axis=1)
         return z[:, : self.vocab_size]
 
-    def transform(self, logits: np.ndarray) -> np.ndarray:
-        """float64 (n, V) distributions from float32 logits (n, V) by the pair's sampling settings."""
-        s = self.settings
-        return np.array([sampling_distribution(row.astype(np.float64), temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
-                         for row in logits])
-
     @staticmethod
     def _cache_kwarg(model) -> str:
         return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
@@ -157,15 +183,39 @@ class HFPair:
     def _cache_of(output):
         return getattr(output, "cache", None) or getattr(output, "past_key_values", None)
 
+    def _probe_tree_attention(self) -> bool:
+        """True if a two-branch tree evaluated with the tree mask matches plain path forwards."""
+        root = tuple(range(min(3, self.vocab_size)))
+        paths = [(), (1 % self.vocab_size,), (2 % self.vocab_size,), (1 % self.vocab_size, 0)]
+        try:
+            nodes = [pth for pth in paths if pth]
+            tree = [self._logits(self._tree_rows(m, root, nodes, self.max_batch)) for m in (self.target, self.draft)]
+        except oom_errors():
+            raise
+        except (RuntimeError, TypeError, ValueError, IndexError, NotImplementedError) as exc:
+            warnings.warn(f"tree attention: {type(self.target).__name__} rejects a 4-D tree mask ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else ''}); evaluating trees by batching their paths",
+                          RuntimeWarning, stacklevel=3)
+            return False
+        plain = self._path_logits([root + pth for pth in paths], self.max_batch)
+        soft = SamplingSettings().probabilities
+        worst = max(float(np.abs(soft(t) - soft(p)).max()) for t, p in zip(tree, plain))
+        if worst > PROBE_TOLERANCE:
+            warnings.warn(f"tree attention: {type(self.target).__name__} does not honour a 4-D tree mask (probe differs "
+                          f"by {worst:.2g}); evaluating trees by batching their paths", RuntimeWarning, stacklevel=3)
+            return False
+        return True
+
     def hidden_states(self, context: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The selector's embeddings at a root (DDTE Sec. 6): last-layer hidden states of the
         target and the draft at the previous token (position len - 2) and of the draft at the
         root token (position len - 1); float32 vectors (d_target,), (d_draft,), (d_draft,).
 
         Raises:
-            ValueError: a context shorter than 2 tokens or longer than the model's.
+            ValueError: a context shorter than 2 tokens, longer than the model's, or with an
+                id outside [0, V).
         """
-        context = tuple(int(t) for t in context)
+        (context,) = check_contexts([context], self.vocab_size)
         if len(context) < 2:
             raise ValueError(f"context: needs at least 2 tokens, got {len(context)}")
         self._check_length(len(context))
@@ -176,44 +226,50 @@ class HFPair:
             draft = self.draft(ids, output_hidden_states=True).hidden_states[-1][0].float().cpu().numpy()
         return target[-2], draft[-2], draft[-1]
 
-    # -- the ModelPair protocol -----------------------------------------------------------
+    # -- the ModelPair protocol and its capabilities -----------------------------------------
     def distributions(self, contexts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-        """p and q for each context (grouped by length, one forward per group and model; float64 (n, V))."""
-        contexts = [tuple(int(t) for t in c) for c in contexts]
+        """p and q for each context (grouped by length, one forward per group and model; float64 (n, V)).
+
+        Raises:
+            ValueError: an empty context, an id outside [0, V), or a context too long.
+        """
+        contexts = check_contexts(contexts, self.vocab_size)
         if any(not c for c in contexts):
             raise ValueError("context: empty; a real model needs at least one token (for example a BOS token)")
-        logits_p, logits_q = self._path_logits(contexts)
-        return self.transform(logits_p), self.transform(logits_q)
+        logits_p, logits_q = self._path_logits(contexts, self.max_batch)
+        return self.settings.probabilities(logits_p), self.settings.probabilities(logits_q)
 
     def node_distributions(self, root: Sequence[int], paths: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
         """p and q at ``root + path`` for each path, with one tree forward per model (float64 (n, V))."""
         logits_p, logits_q = self.node_logits(root, paths)
-        return self.transform(logits_p), self.transform(logits_q)
+        return self.settings.probabilities(logits_p), self.settings.probabilities(logits_q)
 
-    def node_logits(self, root: Sequence[int], paths: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
+    def node_logits(self, root: Sequence[int], paths: Sequence[tuple[int, ...]],
+                    max_batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """float32 (n, V) logits of target and draft at ``root + path`` for each path.
 
-        One tree-attention forward per model (the ancestors of every path are added to the
-        evaluated tree); models that reject custom masks fall back to batching the paths.
+        Tree attention evaluates the ancestors of every path too, ``max_batch`` (default: the
+        pair's) tree tokens per forward; without it the paths are batched.
+
+        Raises:
+            ValueError: an empty root, ids outside [0, V), a tree deeper than the context.
         """
-        root = tuple(int(t) for t in root)
-        paths = [tuple(int(t) for t in pth) for pth in paths]
+        (root,) = check_contexts([root], self.vocab_size)
+        paths = check_contexts(paths, self.vocab_size)
+        chunk = self.max_batch if max_batch is None else check_int(max_batch, "max_batch", 1)
         if not root:
             raise ValueError("context: empty; a real model needs at least one token (for example a BOS token)")
-        if self.tree_attention:
-            nodes = sorted({pth[:d] for pth in paths for d in range(1, len(pth) + 1)}, key=lambda x: (len(x), x))
-            self._check_length(len(root) + max((len(n) for n in nodes), default=0))
-            try:
-                rows_p = self._logits(self._tree_rows(self.target, root, nodes))
-                rows_q = self._logits(self._tree_rows(self.draft, root, nodes))
-                index = {(): 0, **{n: i + 1 for i, n in enumerate(nodes)}}
-                take = [index[pth] for pth in paths]
-                return rows_p[take], rows_q[take]
-            except (RuntimeError, TypeError):
-                self.tree_attention = False  # this model rejects custom masks: batch the paths
-        return self._path_logits([root + pth for pth in paths])
+        if not self.tree_attention:
+            return self._path_logits([root + pth for pth in paths], chunk)
+        nodes = sorted({pth[:d] for pth in paths for d in range(1, len(pth) + 1)}, key=lambda x: (len(x), x))
+        self._check_length(len(root) + max((len(n) for n in nodes), default=0))
+        rows_p = self._logits(self._tree_rows(self.target, root, nodes, chunk))
+        rows_q = self._logits(self._tree_rows(self.draft, root, nodes, chunk))
+        index = {(): 0, **{n: i + 1 for i, n in enumerate(nodes)}}
+        take = [index[pth] for pth in paths]
+        return rows_p[take], rows_q[take]
 
-    def _path_logits(self, contexts):
+    def _path_logits(self, contexts, max_batch: int):
         torch = _torch()
         out_p = np.empty((len(contexts), self.vocab_size), dtype=np.float32)
         out_q = np.empty_like(out_p)
@@ -223,32 +279,37 @@ class HFPair:
             by_length.setdefault(len(c), []).append(i)
         with torch.no_grad():
             for indices in by_length.values():
-                for start in range(0, len(indices), self.max_batch):
-                    chunk = indices[start : start + self.max_batch]
+                for start in range(0, len(indices), max_batch):
+                    chunk = indices[start : start + max_batch]
                     ids = torch.tensor([contexts[i] for i in chunk], device=self.device)
                     out_p[chunk] = self._logits(self.target(ids).logits[:, -1])
                     out_q[chunk] = self._logits(self.draft(ids).logits[:, -1])
         return out_p, out_q
 
-    def _tree_rows(self, model, root: tuple[int, ...], nodes: list[tuple[int, ...]]):
-        """Logits (1 + len(nodes), V_model) on the device: the root's, then each node's, by tree attention."""
+    def _tree_rows(self, model, root: tuple[int, ...], nodes: list[tuple[int, ...]], chunk: int):
+        """Logits (1 + len(nodes), V_model) on the device: the root's, then each node's, by tree
+        attention; ``nodes`` are ancestor-closed and sorted by depth, ``chunk`` tokens per forward."""
         torch = _torch()
         with torch.no_grad():
             prefix = model(torch.tensor([root], device=self.device), use_cache=True)
-            if not nodes:
-                return prefix.logits[0, -1:].clone()
-            n, length = len(nodes), len(root)
-            position = {node: i for i, node in enumerate(nodes)}
-            allowed = torch.zeros((n, length + n), dtype=torch.bool, device=self.device)
-            allowed[:, :length] = True
-            for i, node in enumerate(nodes):
-                for d in range(1, len(node) + 1):
-                    allowed[i, length + position[node[:d]]] = True
+            rows = [prefix.logits[0, -1:].clone()]
+            cache = self._cache_of(prefix)
+            length, position = len(root), {node: i for i, node in enumerate(nodes)}
             dtype = next(model.parameters()).dtype
-            mask = torch.zeros((1, 1, n, length + n), dtype=dtype, device=self.device)
-            mask[0, 0][~allowed] = torch.finfo(dtype).min
-            tokens = torch.tensor([[node[-1] for node in nodes]], device=self.device)
-            positions = torch.tensor([[length + len(node) - 1 for node in nodes]], device=self.device)
-            kwargs = {self._cache_kwarg(model): self._cache_of(prefix)}
-            tree = model(tokens, attention_mask=mask, position_ids=positions, **kwargs)
-            return torch.cat([prefix.logits[0, -1:], tree.logits[0]], dim=0)
+            for start in range(0, len(nodes), chunk):
+                block = nodes[start : start + chunk]
+                width = length + start + len(block)  # prefix, earlier chunks, this chunk
+                allowed = torch.zeros((len(block), width), dtype=torch.bool, device=self.device)
+                allowed[:, :length] = True
+                for i, node in enumerate(block):
+                    for d in range(1, len(node) + 1):
+                        allowed[i, length + position[node[:d]]] = True
+                mask = torch.zeros((1, 1, len(block), width), dtype=dtype, device=self.device)
+                mask[0, 0][~allowed] = torch.finfo(dtype).min
+                tokens = torch.tensor([[node[-1] for node in block]], device=self.device)
+                positions = torch.tensor([[length + len(node) - 1 for node in block]], device=self.device)
+                out = model(tokens, attention_mask=mask, position_ids=positions, use_cache=True,
+                            **{self._cache_kwarg(model): cache})
+                cache = self._cache_of(out)
+                rows.append(out.logits[0])
+            return torch.cat(rows, dim=0)

@@ -23,20 +23,13 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
-from analyses._tool import ToolParser, check_flags, fail, print_table
+from backends.cli import ToolParser, check_flags, fail, fail_from, int_list, print_table, progress, slow_step
+from simlab.checks import check_int, check_seed
 from simlab.latency import ForwardTime, LatencyModel, check_axis
 
 PROG = "python -m backends.latency_probe"
-ARGUMENTS = ("contexts", "tokens", "repeats", "warmup")
-
-
-def _count(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name}: must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def _cut_back(cache, context: int, tokens: int) -> bool:
@@ -109,7 +102,7 @@ def measure(pair, *, contexts: Sequence[int] = (16, 64, 256), tokens: Sequence[i
     import torch
 
     contexts, tokens = check_axis(contexts, "contexts", 1), check_axis(tokens, "tokens", 1)
-    repeats, warmup = _count(repeats, "repeats", 1), _count(warmup, "warmup", 0)
+    repeats, warmup = check_int(repeats, "repeats", 1), check_int(warmup, "warmup", 0)
     limit = int(getattr(pair, "max_context", 0) or 0)
     if limit and contexts[-1] + tokens[-1] > limit:
         raise ValueError(f"contexts: the largest context {contexts[-1]} plus {tokens[-1]} new tokens exceeds "
@@ -117,7 +110,7 @@ def measure(pair, *, contexts: Sequence[int] = (16, 64, 256), tokens: Sequence[i
     tables = {}
     for name in ("draft", "target"):
         model = getattr(pair, name)
-        generator = torch.Generator().manual_seed(int(seed))
+        generator = torch.Generator().manual_seed(check_seed(seed))
         rows = []
         for l in contexts:
             if progress:
@@ -142,13 +135,6 @@ def table(latency: LatencyModel) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
-def _int_list(text: str, flag: str) -> tuple[tuple[int, ...] | None, str]:
-    try:
-        return tuple(int(v) for v in text.split(",")), ""
-    except ValueError:
-        return None, f"{flag}: must be comma-separated integers, e.g. 16,64,256; got {text!r}"
-
-
 def parse_args(argv):
     parser = ToolParser(prog=PROG, description="Measure draft and target forward times (a latency profile).")
     parser.add_argument("--target", required=True, help="target model: local folder or hub id")
@@ -163,15 +149,16 @@ def parse_args(argv):
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     parser.add_argument("--quiet", action="store_true", help="print nothing (no table, no progress)")
     args = parser.parse_args(argv)
-    args.contexts, contexts_error = _int_list(args.contexts, "--contexts")
-    args.tokens, tokens_error = _int_list(args.tokens, "--tokens")
+    args.parser = parser
+    try:
+        args.contexts, args.tokens = int_list(args.contexts, "--contexts"), int_list(args.tokens, "--tokens")
+        check_axis(args.contexts, "contexts", 1), check_axis(args.tokens, "tokens", 1)
+        check_int(args.repeats, "repeats", 1), check_int(args.warmup, "warmup", 0), check_seed(args.seed)
+    except ValueError as exc:
+        fail_from(PROG, exc, parser)
     out = Path(args.out)
     parent = out.parent if str(out.parent) else Path(".")
     check_flags(PROG, [
-        (not contexts_error, contexts_error), (not tokens_error, tokens_error),
-        (args.repeats >= 1, f"--repeats: must be >= 1, got {args.repeats}"),
-        (args.warmup >= 0, f"--warmup: must be >= 0, got {args.warmup}"),
-        (args.seed >= 0, f"--seed: must be >= 0, got {args.seed}"),
         (out.suffix == ".json", f"--out: the profile must be a .json file, got {args.out!r}"),
         (not out.is_dir(), f"--out: {args.out!r} is a folder; name a .json file"),
         (parent.is_dir(), f"--out: no such folder {str(parent)!r}"),
@@ -184,14 +171,14 @@ def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from backends.hf import HFPair
 
-    log = None if args.quiet else (lambda message: print(f"{PROG}: {message}", file=sys.stderr))
+    log = None if args.quiet else (lambda message: progress(PROG, message))
     try:
-        pair = HFPair(args.target, args.draft, device=args.device, dtype=args.dtype)
+        with slow_step(PROG, f"loading {args.target} and {args.draft}", args.quiet):
+            pair = HFPair(args.target, args.draft, device=args.device, dtype=args.dtype)
         latency = measure(pair, contexts=args.contexts, tokens=args.tokens, repeats=args.repeats,
                           warmup=args.warmup, seed=args.seed, progress=log)
     except ValueError as exc:
-        message = str(exc).splitlines()[0]
-        fail(PROG, f"--{message}" if message.startswith(tuple(f"{a}:" for a in ARGUMENTS)) else message)
+        fail_from(PROG, exc, args.parser)
     try:
         latency.save(args.out)
     except OSError as exc:

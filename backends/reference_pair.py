@@ -9,6 +9,11 @@ models are saved in Hugging Face format (``save_pretrained``) under the cache di
 ``manifest.json`` of the settings and results; ``backends.hf.HFPair`` loads them like any hub
 model.  ``--micro`` builds the tiny pair the tests use (seconds, not minutes).
 
+Reproducible: training pins torch's thread count (``--threads``, default 1: on a CPU the same
+seed then gives the same weights on any machine of the same kind, and one thread is also the
+faster choice on a shared machine) and the manifest records the torch version, the thread
+count, the device and the CPU beside the seed, sizes and held-out perplexities.
+
 No network is used at any point.
 """
 
@@ -22,6 +27,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from simlab.checks import check_int, check_seed
 
 PROG = "python -m backends.reference_pair"
 DEFAULT_CACHE = Path(os.environ.get("SIMLAB_CACHE", Path.home() / ".cache" / "simlab")) / "reference_pair"
@@ -137,12 +144,47 @@ def perplexity(model, ids, context: int) -> float:
     return math.exp(total / max(count, 1))
 
 
-def build(out: Path, seed: int = 0, spec: PairSpec | None = None, log=print) -> dict:
-    """Train and save the pair under ``out`` (``out/target``, ``out/draft``, ``out/manifest.json``)."""
+def machine() -> dict:
+    """What the weights depend on besides the seed: torch version, threads, device, CPU."""
+    import platform
+
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "device": "cpu", "cpu": cpu,
+            "machine": platform.machine(), "python": sys.version.split()[0]}
+
+
+def build(out: Path, seed: int = 0, spec: PairSpec | None = None, log=print, threads: int | None = 1) -> dict:
+    """Train and save the pair under ``out`` (``out/target``, ``out/draft``, ``out/manifest.json``).
+
+    ``threads``: torch's intra-op thread count during training (None: leave it as it is); the
+    previous count is restored afterwards.
+    """
     import torch
 
     spec = spec or PairSpec()
     started = time.time()
+    seed = check_seed(seed)
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(check_int(threads, "threads", 1))
+    try:
+        return _build(out, seed, spec, log, started)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _build(out: Path, seed: int, spec: PairSpec, log, started: float) -> dict:
+    import torch
+
     torch.manual_seed(seed)
     docs = corpus(spec.stdlib_chars, spec.pydoc_chars)
     order = list(range(len(docs)))
@@ -179,8 +221,7 @@ def build(out: Path, seed: int = 0, spec: PairSpec | None = None, log=print) -> 
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
         results[name] = {"parameters": params, "held_out_perplexity": ppl, "path": str(path)}
-    manifest = {"seed": seed, "spec": asdict(spec), "python": sys.version.split()[0], "results": results,
-                "seconds": round(time.time() - started, 1)}
+    manifest = {"seed": seed, "spec": asdict(spec), **machine(), "results": results, "seconds": round(time.time() - started, 1)}
     tmp = out / ".manifest.json.tmp"
     tmp.write_text(json.dumps(manifest, indent=2))
     os.replace(tmp, out / "manifest.json")
@@ -188,16 +229,23 @@ def build(out: Path, seed: int = 0, spec: PairSpec | None = None, log=print) -> 
 
 
 def main(argv=None) -> int:
-    from analyses._tool import ToolParser, fail, prepare_out
+    from backends.cli import ToolParser, fail, prepare_out
 
     parser = ToolParser(prog=PROG, description="Train the offline reference target/draft pair.")
     parser.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_CACHE}/seed<SEED>)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the corpus split and the training")
     parser.add_argument("--steps", type=int, default=None, help="training steps of each model (default 900 target, 600 draft)")
     parser.add_argument("--stdlib-chars", type=int, default=None, help="add this many characters of standard-library source")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads during training (the weights depend on it)")
     parser.add_argument("--micro", action="store_true", help="the tiny pair used by the tests (seconds)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.threads < 1:
+        fail(PROG, f"--threads: must be >= 1, got {args.threads}")
+    try:
+        check_seed(args.seed)
+    except ValueError as exc:
+        fail(PROG, f"--{exc}")
     spec = PairSpec.micro() if args.micro else PairSpec()
     if args.steps is not None:
         if args.steps < 1:
@@ -205,12 +253,12 @@ def main(argv=None) -> int:
         spec = PairSpec(**{**asdict(spec), "steps": args.steps, "draft_steps": args.steps})
     if args.stdlib_chars is not None:
         spec = PairSpec(**{**asdict(spec), "stdlib_chars": max(0, args.stdlib_chars)})
-    out = prepare_out(PROG, args.out or str(DEFAULT_CACHE / (f"micro-seed{args.seed}" if args.micro else f"seed{args.seed}")))
+    out = prepare_out(PROG, args.out if args.out is not None else str(DEFAULT_CACHE / (f"micro-seed{args.seed}" if args.micro else f"seed{args.seed}")))
     log = (lambda message: None) if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
-    manifest = build(out, args.seed, spec, log)
+    manifest = build(out, args.seed, spec, log, threads=args.threads)
     for name, result in manifest["results"].items():
         print(f"{name}: {result['parameters'] / 1e6:.2f}M parameters, held-out perplexity {result['held_out_perplexity']:.1f}, saved to {result['path']}")
-    print(f"took {manifest['seconds']} s; manifest: {out / 'manifest.json'}")
+    print(f"took {manifest['seconds']} s on {manifest['threads']} thread(s), torch {manifest['torch']}; manifest: {out / 'manifest.json'}")
     return 0
 
 

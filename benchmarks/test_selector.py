@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from analyses.labels import Grid, label_root
-from analyses.sources import SyntheticSource
-from backends.synthetic import SamplingSettings
+from backends.sources import SyntheticSource
+from simlab.sampling import SamplingSettings
 from simlab.latency import LatencyModel
 from simlab.selector.model import Selector, SelectorConfig
 
@@ -60,10 +60,10 @@ def reference_capture(tmp_path_factory) -> Path:
 
 
 def test_label_rate_reference_capture(benchmark, reference_capture):
-    from analyses.sources import CaptureSource
+    from backends.sources import CaptureSource
 
     source = CaptureSource((str(reference_capture),))
-    root = next(source.roots(source.settings()[0]))
+    root = next(source.roots(source.fixed_settings()[0]))
     latency = LatencyModel.from_cost_ratio(0.1)
     benchmark.pedantic(label_root, args=(root, ["specinfer", "traversal"], Grid(samples=2), latency), rounds=3, iterations=1)
 

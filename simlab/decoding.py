@@ -2,7 +2,8 @@
 
 Each step emits the accepted path and the correction or bonus token, so it emits between 1 and
 depth + 1 tokens.  ``greedy_decode`` is the plain target argmax baseline (lowest-index ties)
-that temperature-0 speculative decoding must reproduce token for token.
+that temperature-0 speculative decoding must reproduce token for token.  When the pair names an
+end-of-sequence id (``simlab.pairs.EndOfSequence``), both loops stop after emitting it.
 """
 
 from __future__ import annotations
@@ -12,8 +13,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from simlab import tree_verifiers
-from simlab.pairs import ModelPair
+from simlab.checks import check_generator, check_int
+from simlab.pairs import ModelPair, check_context, eos_of
 from simlab.trees import NodeTable
+
+
+def _check_pair(pair) -> None:
+    if not isinstance(pair, ModelPair):
+        raise ValueError(f"pair: must implement the ModelPair protocol (vocab_size, distributions), got {type(pair).__name__}")
 
 
 def speculative_decode(pair: ModelPair, prompt: Sequence[int], shape, verifier, new_tokens: int,
@@ -22,36 +29,64 @@ def speculative_decode(pair: ModelPair, prompt: Sequence[int], shape, verifier, 
 
     Args:
         pair: the model pair (drafts come from its q, verification uses its p).
-        prompt: token ids (non-empty for real models).
+        prompt: token ids in [0, V) (non-empty for real models).
         shape: a tree shape (``simlab.shapes``).
         verifier: a tree-verifier name or object.
-        new_tokens: how many tokens to return (the last step's surplus is cut).
-        rng: all randomness (drafting and verification).
+        new_tokens: how many tokens to return (>= 0; the last step's surplus is cut).
+        rng: all randomness (drafting and verification), a ``numpy.random.Generator``.
 
     Returns:
-        (tokens, steps): the generated ids, and the tokens emitted at each step (tau + 1).
+        (tokens, steps): the generated ids (fewer than ``new_tokens`` if an EOS was emitted:
+        the EOS is the last one), and the tokens emitted at each step (tau + 1).
+
+    Raises:
+        ValueError: naming the argument: a pair that is not a ``ModelPair``, a prompt with an
+            id outside [0, V), a shape that cannot sample, an unknown verifier, new_tokens < 0,
+            or rng not a Generator.
     """
-    verifier = tree_verifiers.get(verifier) if isinstance(verifier, str) else verifier
-    context = tuple(int(t) for t in prompt)
+    _check_pair(pair)
+    context = check_context(prompt, pair.vocab_size, "prompt")
+    if not hasattr(shape, "sample"):
+        raise ValueError(f"shape: must be a tree shape (simlab.Delayed, iid, chain, Static), got {shape!r}")
+    if isinstance(verifier, str):
+        verifier = tree_verifiers.get(verifier)
+    elif not isinstance(verifier, tree_verifiers.TreeVerifier):
+        raise ValueError(f"verifier: must be a tree-verifier name or object, got {verifier!r}")
+    new_tokens = check_int(new_tokens, "new_tokens", 0)
+    check_generator(rng)
+    eos = eos_of(pair)
     out: list[int] = []
     steps: list[int] = []
     while len(out) < new_tokens:
         tree = shape.sample(NodeTable(pair, context), rng)
         path, token = verifier.verify(tree, rng)
         emitted = list(path) + [int(token)]
+        if eos is not None and eos in emitted:
+            emitted = emitted[: emitted.index(eos) + 1]
         steps.append(len(emitted))
         out.extend(emitted)
         context += tuple(emitted)
+        if eos is not None and emitted[-1] == eos:
+            break
     return out[:new_tokens], steps
 
 
 def greedy_decode(pair: ModelPair, prompt: Sequence[int], new_tokens: int) -> list[int]:
-    """The target's argmax continuation (ties to the lowest id), one token at a time."""
-    context = tuple(int(t) for t in prompt)
+    """The target's argmax continuation (ties to the lowest id), one token at a time; stops after an EOS.
+
+    Raises:
+        ValueError: a pair that is not a ``ModelPair``, a bad prompt, or new_tokens < 0.
+    """
+    _check_pair(pair)
+    context = check_context(prompt, pair.vocab_size, "prompt")
+    new_tokens = check_int(new_tokens, "new_tokens", 0)
+    eos = eos_of(pair)
     out = []
     for _ in range(new_tokens):
         p, _ = pair.distributions([context])
         token = int(np.argmax(p[0]))
         out.append(token)
         context += (token,)
+        if token == eos:
+            break
     return out

@@ -1,6 +1,7 @@
-"""Probability vectors over a vocabulary: validation, sampling transforms, divergences.
+"""Probability vectors over a vocabulary: validation, residuals, divergences.
 
-Everything here works in float64 on 1-D arrays of length V (the vocabulary size).
+Everything here works in float64 on 1-D arrays of length V (the vocabulary size).  The
+logits-to-p transform (temperature, top-k, top-p) lives in ``simlab.sampling``.
 Nothing is renormalised silently: a vector that is not a probability distribution
 raises ``ValueError`` naming the argument and the problem.
 
@@ -86,74 +87,6 @@ def residual(p: np.ndarray, subtract: np.ndarray) -> np.ndarray:
     if mass > 0.0:
         return diff / mass
     return p / p.sum()
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Numerically stable softmax of a 1-D float64 array (``-inf`` entries get mass 0)."""
-    shifted = logits - np.max(logits)
-    weights = np.exp(shifted)
-    return weights / weights.sum()
-
-
-def sampling_distribution(logits, *, temperature: float = 1.0, top_k: int | None = None,
-                          top_p: float | None = None) -> np.ndarray:
-    """Turn next-token logits into the distribution actually sampled from.
-
-    Applied in the Hugging Face order: temperature, then top-k, then top-p (nucleus).
-    The same transform must be applied to the target and the draft.
-
-    Args:
-        logits: array-like (V,), finite or ``-inf`` (masked) entries, at least one finite.
-        temperature: T >= 0.  T = 0 means greedy: a one-hot vector on the argmax, ties
-            broken by the lowest index.
-        top_k: keep the k most probable tokens (ties: lowest index first); None = all.
-        top_p: keep the smallest set of most probable tokens whose mass reaches top_p
-            (the token that crosses the threshold is kept); must lie in (0, 1]; None = 1.
-
-    Returns:
-        ndarray (V,), float64, summing to 1.
-
-    Raises:
-        ValueError: bad logits (not 1-D, NaN, +inf, all -inf), negative or non-finite
-            temperature, top_k < 1, top_p outside (0, 1].
-    """
-    try:
-        z = np.asarray(logits, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"logits: not a numeric array ({exc})") from None
-    if z.ndim != 1 or z.size == 0:
-        raise ValueError(f"logits: must be a non-empty 1-D array, got shape {z.shape}")
-    if np.any(np.isnan(z)) or np.any(z == np.inf):
-        raise ValueError("logits: contains NaN or +inf entries")
-    if not np.any(np.isfinite(z)):
-        raise ValueError("logits: every entry is -inf")
-    if not np.isfinite(temperature) or temperature < 0:
-        raise ValueError(f"temperature: must be a finite number >= 0, got {temperature!r}")
-    if top_k is not None and (int(top_k) != top_k or top_k < 1):
-        raise ValueError(f"top_k: must be a positive integer or None, got {top_k!r}")
-    if top_p is not None and not (0.0 < top_p <= 1.0):
-        raise ValueError(f"top_p: must lie in (0, 1], got {top_p!r}")
-
-    if temperature == 0.0:
-        probs = np.zeros_like(z)
-        probs[int(np.argmax(z))] = 1.0
-        return probs
-    probs = softmax(z / temperature)
-    if top_k is not None and top_k < z.size:
-        order = np.argsort(-probs, kind="stable")
-        probs = _keep(probs, order[: int(top_k)])
-    if top_p is not None and top_p < 1.0:
-        order = np.argsort(-probs, kind="stable")
-        cumulative = np.cumsum(probs[order])
-        n_keep = int(np.searchsorted(cumulative, top_p * cumulative[-1], side="left")) + 1
-        probs = _keep(probs, order[: min(n_keep, z.size)])
-    return probs
-
-
-def _keep(probs: np.ndarray, kept: np.ndarray) -> np.ndarray:
-    out = np.zeros_like(probs)
-    out[kept] = probs[kept]
-    return out / out.sum()
 
 
 def total_variation(p, q) -> float:

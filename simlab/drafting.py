@@ -19,6 +19,7 @@ import itertools
 
 import numpy as np
 
+from simlab.checks import check_int
 from simlab.distributions import sample_categorical
 
 MAX_ENUMERATED_TUPLES = 250_000
@@ -34,9 +35,7 @@ class Drafting(str, enum.Enum):
 
 def check_k(k, name: str = "k") -> int:
     """Validate a number of children (a positive integer); return it as ``int``."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"{name}: must be a positive integer number of children, got {k!r}")
-    return int(k)
+    return check_int(k, name, 1)
 
 
 def child_tuples(q: np.ndarray, k: int, drafting: Drafting) -> tuple[np.ndarray, np.ndarray]:

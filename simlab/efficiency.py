@@ -19,8 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from simlab import tree_verifiers
+from simlab.checks import check_generator, check_int
 from simlab.distributions import sample_categorical
-from simlab.pairs import ModelPair
+from simlab.pairs import ModelPair, eos_of
+from simlab.tree_verifiers.base import counted_tokens
 from simlab.trees import NodeTable
 
 
@@ -87,8 +89,7 @@ def expected_block_efficiency(pair: ModelPair, context: Sequence[int], shape, ve
             count += 1
         return Estimate(total / weight, 0.0, "exact", count)
     if method == "mc":
-        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"samples: must be a positive integer, got {samples!r}")
+        samples = check_int(samples, "samples", 1)
         rng = np.random.default_rng(seed)
         values = np.array([verifier.expected_block_efficiency(shape.sample(table, rng)) for _ in range(samples)])
         stderr = float(values.std(ddof=1) / math.sqrt(samples)) if samples > 1 else float("nan")
@@ -123,12 +124,10 @@ def draw_grid(table: NodeTable, *, K_max: int = 4, L1_values=tuple(range(9)), L2
     """
     from simlab.shapes import Delayed
 
-    if isinstance(samples, bool) or not isinstance(samples, (int, np.integer)) or samples < 1:
-        raise ValueError(f"samples: must be a positive integer, got {samples!r}")
+    samples = check_int(samples, "samples", 1)
     if not isinstance(table, NodeTable):
         raise ValueError(f"table: must be a simlab.trees.NodeTable, got {type(table).__name__}")
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng: must be a numpy.random.Generator, got {type(rng).__name__}")
+    check_generator(rng)
     try:
         L1_values = [int(v) for v in L1_values]
     except TypeError:
@@ -213,12 +212,15 @@ def action_grid_block_efficiency(pair: ModelPair, context: Sequence[int], verifi
 
 def simulate_block_efficiency(pair: ModelPair, context: Sequence[int], shape, verifier, *, steps: int,
                               seed: int = 0) -> Estimate:
-    """Brute force: draw a tree and run ``verify`` ``steps`` times; mean and standard error of tau + 1."""
+    """Brute force: draw a tree and run ``verify`` ``steps`` times; mean and standard error of tau + 1
+    (with an EOS id, of the tokens kept: ``simlab.tree_verifiers.base.counted_tokens``)."""
     verifier = _verifier(verifier)
     _check(pair, shape)
+    steps = check_int(steps, "steps", 2)
     table = NodeTable(pair, context)
     rng = np.random.default_rng(seed)
-    lengths = np.array([len(verifier.verify(shape.sample(table, rng), rng)[0]) + 1 for _ in range(steps)], dtype=float)
+    lengths = np.array([counted_tokens(verifier.verify(shape.sample(table, rng), rng)[0], table.eos_id) for _ in range(steps)],
+                       dtype=float)
     return Estimate(float(lengths.mean()), float(lengths.std(ddof=1) / math.sqrt(steps)), "simulation", steps)
 
 
@@ -228,9 +230,12 @@ def emitted_sequence_law(pair: ModelPair, context: Sequence[int], shape, verifie
     Each step enumerates the trees of ``shape`` at the current context, takes the exact
     outcome law of ``verifier`` (accepted path + correction or bonus token), and recurses on
     the extended context until n tokens are out.  Equal to ``target_sequence_law`` iff the
-    scheme is lossless (over these n tokens).
+    scheme is lossless (over these n tokens).  With an EOS id (``simlab.pairs.EndOfSequence``) a
+    sequence ends at its first EOS: the law is over sequences of n tokens or shorter ones
+    ending in EOS.
     """
     verifier = _verifier(verifier)
+    eos = eos_of(pair)
     memo: dict[tuple[tuple[int, ...], int], dict[tuple[int, ...], float]] = {}
 
     def law(ctx: tuple[int, ...], need: int) -> dict[tuple[int, ...], float]:
@@ -244,7 +249,10 @@ def emitted_sequence_law(pair: ModelPair, context: Sequence[int], shape, verifie
                 for t in np.flatnonzero(vector > 0):
                     emitted = path + (int(t),)
                     weight = prob * float(vector[t])
-                    if len(emitted) >= need:
+                    if eos is not None and eos in emitted[:need]:
+                        head = emitted[: emitted.index(eos) + 1]
+                        out[head] = out.get(head, 0.0) + weight
+                    elif len(emitted) >= need:
                         head = emitted[:need]
                         out[head] = out.get(head, 0.0) + weight
                     else:
@@ -257,11 +265,15 @@ def emitted_sequence_law(pair: ModelPair, context: Sequence[int], shape, verifie
 
 
 def target_sequence_law(pair: ModelPair, context: Sequence[int], n: int) -> dict[tuple[int, ...], float]:
-    """The target's law of the next ``n`` tokens: prod_i p(x_i | context, x_<i)."""
+    """The target's law of the next ``n`` tokens: prod_i p(x_i | context, x_<i) (with an EOS id,
+    a sequence that reaches EOS ends there)."""
+    eos = eos_of(pair)
     out = {(): 1.0}
     for _ in range(n):
-        nxt = {}
-        prefixes = list(out)
+        nxt = {pre: w for pre, w in out.items() if eos is not None and pre and pre[-1] == eos}
+        prefixes = [pre for pre in out if pre not in nxt]
+        if not prefixes:
+            break
         p_rows, _ = pair.distributions([tuple(context) + pre for pre in prefixes])
         for pre, row in zip(prefixes, p_rows):
             for t in np.flatnonzero(row > 0):

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simlab.checks import check_int
 from simlab.files import atomic_write
 
 
@@ -48,11 +49,7 @@ def check_axis(values, name: str, minimum: int) -> tuple[int, ...]:
         values = values.tolist()
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:
         raise ValueError(f"{name}: must be a non-empty list of integers, got {values!r}")
-    out = []
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
-            raise ValueError(f"{name}: every entry must be an integer >= {minimum}, got {v!r}")
-        out.append(int(v))
+    out = [check_int(v, name, minimum) for v in values]
     if any(b <= a for a, b in zip(out, out[1:])):
         raise ValueError(f"{name}: must be strictly increasing, got {out}")
     return tuple(out)
@@ -186,12 +183,10 @@ class LatencyModel:
         Raises:
             ValueError: a negative context or a level with fewer than 1 token.
         """
-        if isinstance(context, bool) or not isinstance(context, (int, np.integer)) or context < 0:
-            raise ValueError(f"context: must be an integer >= 0 (tokens), got {context!r}")
-        if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence) or any(
-                isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1 for m in levels):
+        context = check_int(context, "context", 0)
+        if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence):
             raise ValueError(f"levels: must be a sequence of integers >= 1 (tokens per depth level), got {levels!r}")
-        levels = [int(m) for m in levels]
+        levels = [check_int(m, "levels", 1) for m in levels]
         widths = [1] + levels[:-1]
         total = sum(self.draft(context + sum(levels[:d]), widths[d]) for d in range(len(levels)))
         return total + self.target(context + sum(levels), 1 + sum(levels))

@@ -1,8 +1,33 @@
-"""Model pairs: where the target p and the draft q come from.
+"""Model pairs: where the target p and the draft q come from, and what a pair may offer beyond that.
 
 A model pair answers one question: for a batch of token-id contexts, what are the target and
-draft next-token distributions?  Synthetic worlds (``backends.synthetic``) and real models
-(``backends.hf``) implement the same protocol; trees and studies only ever call it.
+draft next-token distributions?  Synthetic worlds (``backends.synthetic``), real models
+(``backends.hf.HFPair``) and capture replays (``backends.capture_store.CapturedPair``)
+implement the same protocol; trees and studies only ever call it.
+
+The protocol and its optional capabilities (``typing.Protocol``, checked with ``isinstance``;
+this is the one place they are documented):
+
+=====================  ==========================================  ==========================
+protocol               members                                     used by
+=====================  ==========================================  ==========================
+``ModelPair``          ``vocab_size``, ``distributions(contexts)``  everything (required)
+``NodeBatch``          ``node_distributions(root, paths)``          ``NodeTable.fetch``: every
+                                                                   node of a tree in one batch
+``Rooted``             ``rooted(root_length)``                      pairs whose draft depends
+                                                                   on the depth below a root
+``HiddenStates``       ``hidden_states(context)``                   the selector's features
+``NodeLogits``         ``node_logits(root, paths)``, ``settings``   the capture tool (stores
+                                                                   logits, replays p and q)
+``WithSettings``       ``settings``, ``with_settings(settings)``    sources iterating over
+                                                                   sampling settings
+``EndOfSequence``      ``eos_id`` (an int, or None)                 block efficiency and decoding
+                                                                   stop at EOS
+=====================  ==========================================  ==========================
+
+Nothing mutates a pair: ``with_settings`` and ``rooted`` return new pairs.  Every pair
+validates its contexts (``ValueError`` naming ``context`` for an id outside [0, V), ``-1``
+included).
 """
 
 from __future__ import annotations
@@ -12,6 +37,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from simlab.checks import check_generator, check_int, check_token_ids
 from simlab.distributions import check_distribution, sample_categorical
 
 
@@ -34,8 +60,82 @@ class ModelPair(Protocol):
         Returns:
             ``(P, Q)``: float64 arrays of shape (n, V); row i is p(. | contexts[i]) and
             q(. | contexts[i]).
+
+        Raises:
+            ValueError: a context that is not a sequence of ids in [0, V).
         """
         ...
+
+
+@runtime_checkable
+class NodeBatch(Protocol):
+    """Optional: p and q for many nodes below one root in one batch (one tree forward per model)."""
+
+    def node_distributions(self, root: Sequence[int], paths: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
+        """float64 (n, V) p and q at ``root + path`` for each of the n paths."""
+        ...
+
+
+@runtime_checkable
+class Rooted(Protocol):
+    """Optional: the pair as seen from a root of a given context length (the draft may depend on
+    the depth below the root, as in ``backends.synthetic.DepthProfileWorld``)."""
+
+    def rooted(self, root_length: int) -> ModelPair:
+        """A new pair whose depth 0 is a context of ``root_length`` tokens."""
+        ...
+
+
+@runtime_checkable
+class HiddenStates(Protocol):
+    """Optional: the embeddings the delayed-expansion selector reads at a root (DDTE Sec. 6)."""
+
+    def hidden_states(self, context: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """float32 (target at the previous token, draft at the previous token, draft at the root)."""
+        ...
+
+
+@runtime_checkable
+class NodeLogits(Protocol):
+    """Optional: the raw logits behind p and q (captures store them; ``settings.probabilities``
+    turns them into p and q)."""
+
+    settings: object
+
+    def node_logits(self, root: Sequence[int], paths: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
+        """float32 (n, V) target and draft logits at ``root + path`` for each path."""
+        ...
+
+
+@runtime_checkable
+class WithSettings(Protocol):
+    """Optional: a pair built with ``simlab.sampling.SamplingSettings`` that can give the same
+    models under other settings."""
+
+    settings: object
+
+    def with_settings(self, settings) -> ModelPair:
+        """A new pair with ``settings``; this pair is unchanged."""
+        ...
+
+
+@runtime_checkable
+class EndOfSequence(Protocol):
+    """Optional: the pair names an end-of-sequence id (None: no EOS).  Block efficiency then
+    counts no token after an accepted or emitted EOS, and the decoding loops stop at it."""
+
+    eos_id: int | None
+
+
+def rooted(pair: ModelPair, root_length: int) -> ModelPair:
+    """The pair as seen from a root of ``root_length`` tokens: ``Rooted`` pairs are re-rooted,
+    all others returned as they are."""
+    return pair.rooted(root_length) if isinstance(pair, Rooted) else pair
+
+
+def eos_of(pair) -> int | None:
+    """The pair's EOS id, or None when it names none."""
+    return pair.eos_id if isinstance(pair, EndOfSequence) else None
 
 
 def check_context(context, vocab_size: int, name: str = "context") -> tuple[int, ...]:
@@ -45,34 +145,36 @@ def check_context(context, vocab_size: int, name: str = "context") -> tuple[int,
         ValueError: not a sequence, a string, a non-integer id (floats are not truncated),
             or an id outside [0, V).
     """
-    if isinstance(context, (str, bytes)) or not hasattr(context, "__iter__"):
-        raise ValueError(f"{name}: must be a sequence of integer token ids, got {context!r}")
-    ids = []
-    for t in context:
-        if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
-            raise ValueError(f"{name}: token ids must be integers, got {t!r}")
-        if not 0 <= int(t) < vocab_size:
-            raise ValueError(f"{name}: token id {int(t)} is outside [0, {vocab_size})")
-        ids.append(int(t))
-    return tuple(ids)
+    return check_token_ids(context, vocab_size, name)
+
+
+def check_contexts(contexts, vocab_size: int) -> list[tuple[int, ...]]:
+    """Validate a batch of contexts (see ``check_context``)."""
+    if isinstance(contexts, (str, bytes)) or not hasattr(contexts, "__iter__"):
+        raise ValueError(f"contexts: must be a sequence of token-id sequences, got {contexts!r}")
+    return [check_token_ids(c, vocab_size, "context") for c in contexts]
+
+
+def check_eos(eos_id, vocab_size: int) -> int | None:
+    """An EOS id in [0, V), or None."""
+    return None if eos_id is None else check_int(eos_id, "eos_id", 0, vocab_size - 1)
 
 
 def target_trajectory(pair: ModelPair, length: int, rng: np.random.Generator, prefix=()) -> tuple[int, ...]:
     """Sample ``length`` tokens from the target after ``prefix`` (one uniform per token).
 
     Returns the prefix followed by the sampled tokens (token ids).
+
+    Raises:
+        ValueError: a bad prefix, length < 0, or rng not a numpy Generator.
     """
     tokens = list(check_context(prefix, pair.vocab_size, "prefix"))
+    check_int(length, "length", 0)
+    check_generator(rng)
     for _ in range(length):
         p, _ = pair.distributions([tuple(tokens)])
         tokens.append(sample_categorical(p[0], rng))
     return tuple(tokens)
-
-
-def rooted(pair: ModelPair, root_length: int) -> ModelPair:
-    """The pair as seen from a root of ``root_length`` tokens: pairs whose draft depends on the
-    depth below the root (``rooted`` method) are re-rooted, all others returned as they are."""
-    return pair.rooted(root_length) if hasattr(pair, "rooted") else pair
 
 
 class ContextFreePair:
@@ -80,15 +182,17 @@ class ContextFreePair:
 
     Args:
         p, q: distributions of shape (V,).
+        eos_id: an end-of-sequence id, or None.
     """
 
-    def __init__(self, p, q):
+    def __init__(self, p, q, eos_id: int | None = None):
         self.p = check_distribution(p, "p")
         self.q = check_distribution(q, "q", size=self.p.size)
         self.vocab_size = self.p.size
+        self.eos_id = check_eos(eos_id, self.vocab_size)
 
     def distributions(self, contexts):
-        n = len(contexts)
+        n = len(check_contexts(contexts, self.vocab_size))
         return np.tile(self.p, (n, 1)), np.tile(self.q, (n, 1))
 
 
@@ -99,9 +203,10 @@ class MarkovPair:
         target: (V, V) row-stochastic matrix, row a = p(. | last token a).
         draft: (V, V) row-stochastic matrix, row a = q(. | last token a).
         target_start, draft_start: (V,) laws for the empty context (default: row 0).
+        eos_id: an end-of-sequence id, or None.
     """
 
-    def __init__(self, target, draft, target_start=None, draft_start=None):
+    def __init__(self, target, draft, target_start=None, draft_start=None, eos_id: int | None = None):
         target = np.asarray(target, dtype=np.float64)
         draft = np.asarray(draft, dtype=np.float64)
         if target.ndim != 2 or target.shape[0] != target.shape[1]:
@@ -115,9 +220,11 @@ class MarkovPair:
         self.target, self.draft = target, draft
         self.target_start = check_distribution(target[0] if target_start is None else target_start, "target_start", size=self.vocab_size)
         self.draft_start = check_distribution(draft[0] if draft_start is None else draft_start, "draft_start", size=self.vocab_size)
+        self.eos_id = check_eos(eos_id, self.vocab_size)
 
     @classmethod
-    def random(cls, vocab_size: int, rng: np.random.Generator, concentration: float = 1.0, closeness: float = 0.5):
+    def random(cls, vocab_size: int, rng: np.random.Generator, concentration: float = 1.0, closeness: float = 0.5,
+               eos_id: int | None = None):
         """A random pair: Dirichlet target rows, draft rows = mix of the target row and an independent Dirichlet row.
 
         ``closeness`` in [0, 1] is the weight of the target row in the draft (1 gives q = p).
@@ -126,10 +233,8 @@ class MarkovPair:
             ValueError: vocab_size not an integer >= 2, rng not a numpy Generator, or
                 concentration / closeness out of range.
         """
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 2:
-            raise ValueError(f"vocab_size: must be an integer >= 2, got {vocab_size!r}")
-        if not isinstance(rng, np.random.Generator):
-            raise ValueError(f"rng: must be a numpy.random.Generator, got {type(rng).__name__}")
+        vocab_size = check_int(vocab_size, "vocab_size", 2)
+        check_generator(rng)
         if not concentration > 0 or not 0 <= closeness <= 1:
             raise ValueError(f"concentration, closeness: need concentration > 0 and closeness in [0, 1], got {concentration}, {closeness}")
         alpha = np.full(vocab_size, concentration)
@@ -137,9 +242,10 @@ class MarkovPair:
         noise = rng.dirichlet(alpha, size=vocab_size)
         draft = closeness * target + (1 - closeness) * noise
         draft /= draft.sum(axis=1, keepdims=True)
-        return cls(target, draft)
+        return cls(target, draft, eos_id=eos_id)
 
     def distributions(self, contexts):
+        contexts = check_contexts(contexts, self.vocab_size)
         last = np.array([c[-1] if len(c) else -1 for c in contexts], dtype=np.int64)
         p = np.where(last[:, None] >= 0, self.target[np.maximum(last, 0)], self.target_start)
         q = np.where(last[:, None] >= 0, self.draft[np.maximum(last, 0)], self.draft_start)

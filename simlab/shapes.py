@@ -25,18 +25,13 @@ from typing import Literal
 
 import numpy as np
 
+from simlab.checks import check_int
 from simlab.distributions import sample_categorical
 from simlab.drafting import Drafting, child_tuples, draw_children
 from simlab.trees import DraftTree, NodeTable, Path, parse_tuples
 
 MAX_TREES = 200_000
 """Largest number of trees ``enumerate`` will list."""
-
-
-def _check_count(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name}: must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def _too_many(count: int) -> None:
@@ -61,9 +56,9 @@ class Delayed:
     siblings: Drafting = Drafting.IID
 
     def __post_init__(self):
-        _check_count(self.K, "K", 1)
-        _check_count(self.L1, "L1", 0)
-        _check_count(self.L2, "L2", 0)
+        check_int(self.K, "K", 1)
+        check_int(self.L1, "L1", 0)
+        check_int(self.L2, "L2", 0)
         if not isinstance(self.siblings, Drafting):
             raise ValueError(f"siblings: must be a Drafting, got {self.siblings!r}")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simlab.distributions import check_distribution
-from simlab.pairs import ModelPair, check_context
+from simlab.pairs import ModelPair, NodeBatch, check_context, eos_of
 
 Path = tuple[int, ...]
 
@@ -28,8 +28,9 @@ Path = tuple[int, ...]
 class NodeTable:
     """p and q at node paths below one root context, fetched from ``pair`` in batches and memoised.
 
-    A pair with a ``node_distributions(root, paths)`` method (``backends.hf.HFPair``) answers a
-    whole batch of nodes at once; any other pair is asked ``distributions(root + path ...)``.
+    A ``simlab.pairs.NodeBatch`` pair (``backends.hf.HFPair``) answers a whole batch of nodes at
+    once; any other pair is asked ``distributions(root + path ...)``.  ``eos_id`` is the pair's
+    end-of-sequence id (``simlab.pairs.eos_of``), or None.
 
     Local to one computation (a tree, or every tree of one expectation); never global.
 
@@ -42,6 +43,7 @@ class NodeTable:
         self.pair = pair
         self.vocab_size = int(pair.vocab_size)
         self.context = check_context(context, self.vocab_size)
+        self.eos_id = eos_of(pair)
         self._p: dict[Path, np.ndarray] = {}
         self._q: dict[Path, np.ndarray] = {}
         self._plans: dict[tuple, object] = {}
@@ -51,7 +53,7 @@ class NodeTable:
         missing = list(dict.fromkeys(tuple(pth) for pth in paths if tuple(pth) not in self._p))
         if not missing:
             return
-        if hasattr(self.pair, "node_distributions"):  # e.g. one tree-attention forward per model
+        if isinstance(self.pair, NodeBatch):  # e.g. one tree-attention forward per model
             p, q = self.pair.node_distributions(self.context, missing)
         else:
             p, q = self.pair.distributions([self.context + pth for pth in missing])
@@ -96,6 +98,13 @@ class DraftTree:
 
     table: NodeTable
     children: dict[Path, tuple[int, ...]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        vocab = self.table.vocab_size if self.table is not None else None
+        for path, kids in self.children.items():
+            for t in kids:
+                if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)) or (vocab is not None and not 0 <= t < vocab):
+                    raise ValueError(f"tree: node {path} has child {t!r}, not a token id in [0, {vocab})")
 
     @property
     def context(self) -> tuple[int, ...]:

@@ -12,7 +12,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from backends.capture import CapturedPair, main, read_capture, read_prompts
+from backends.capture import main
+from backends.capture_store import CapturedPair, read_capture
+from backends.roots import read_prompts
 
 SHIPPED = Path(__file__).resolve().parent.parent / "backends" / "prompts" / "reference_prompts.txt"
 N_PROMPTS = 8

@@ -12,9 +12,9 @@ from simlab.distributions import (
     l1_distance,
     residual,
     sample_categorical,
-    sampling_distribution,
     total_variation,
 )
+from simlab.sampling import sampling_distribution
 
 
 def test_check_distribution_keeps_values():
@@ -61,7 +61,7 @@ def test_masked_logits():
         (dict(logits=[0.0, np.nan]), "logits"),
         (dict(logits=[0.0, np.inf]), "logits"),
         (dict(logits=[-np.inf, -np.inf]), "logits"),
-        (dict(logits=[[0.0, 1.0]]), "logits"),
+        (dict(logits=[[[0.0, 1.0]]]), "logits"),  # (V,) or (n, V) only
         (dict(logits=[0.0, 1.0], temperature=-1.0), "temperature"),
         (dict(logits=[0.0, 1.0], temperature=np.nan), "temperature"),
         (dict(logits=[0.0, 1.0], top_k=0), "top_k"),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from backends.hf import HFPair, check_tokenizers
-from backends.synthetic import SamplingSettings
+from simlab.sampling import SamplingSettings
 from simlab import tree_verifiers
 from simlab.decoding import greedy_decode, speculative_decode
 from simlab.shapes import Delayed, chain, iid
@@ -107,3 +107,89 @@ def test_missing_model_folder(tmp_path):
 def test_context_longer_than_the_model(pair):
     with pytest.raises(ValueError, match=r"^context: .* exceed the model's context"):
         pair.distributions([(1,) * (pair.max_context + 1)])
+
+
+# -- issue 11: settings without mutation, bad ids, the tree-attention probe, out-of-memory errors ----------
+def test_with_settings_shares_the_models_and_leaves_the_pair_alone(pair, prompt):
+    from simlab.pairs import HiddenStates, NodeBatch, NodeLogits, WithSettings
+
+    assert all(isinstance(pair, c) for c in (NodeBatch, NodeLogits, HiddenStates, WithSettings))
+    greedy = pair.with_settings(SamplingSettings(0.0))
+    assert greedy.target is pair.target and pair.settings == SamplingSettings()
+    p_greedy = greedy.distributions([prompt])[0][0]
+    assert sorted(set(p_greedy.tolist())) == [0.0, 1.0] and pair.distributions([prompt])[0][0].min() > 0
+
+
+def test_a_tiny_temperature_gives_laws_not_index_errors(pair, prompt):
+    p, q = pair.with_settings(SamplingSettings(1e-310)).node_distributions(prompt, [(), (3,)])
+    assert np.isfinite(p).all() and np.allclose(p.sum(axis=1), 1.0) and np.allclose(q.sum(axis=1), 1.0)
+
+
+@pytest.mark.parametrize("bad", [-1, 10**6])
+def test_out_of_range_ids_are_value_errors(pair, prompt, bad):
+    bad = bad if bad < 0 else pair.vocab_size
+    with pytest.raises(ValueError, match="^context: "):
+        pair.distributions([prompt + (bad,)])
+    with pytest.raises(ValueError, match="^context: "):
+        pair.node_distributions(prompt, [(bad,)])
+
+
+def test_chunked_tree_forwards_equal_one_forward(pair, prompt):
+    paths = Delayed(3, 1, 3).sample(NodeTable(pair, prompt), np.random.default_rng(5)).nodes()
+    whole = pair.node_logits(prompt, paths)
+    for chunk in (1, 3):
+        part = pair.node_logits(prompt, paths, max_batch=chunk)
+        np.testing.assert_allclose(part[0], whole[0], atol=1e-4)
+        np.testing.assert_allclose(part[1], whole[1], atol=1e-4)
+
+
+def test_out_of_memory_in_a_tree_forward_reaches_the_caller(pair, prompt, monkeypatch):
+    import torch
+
+    calls = {"n": 0}
+    real = type(pair.target).forward
+
+    def forward(self, *args, **kwargs):
+        if kwargs.get("attention_mask") is not None and kwargs["attention_mask"].dim() == 4:
+            calls["n"] += 1
+            raise torch.cuda.OutOfMemoryError("simulated")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(pair.target), "forward", forward)
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        pair.node_logits(prompt, [(1,), (1, 2)])
+    assert calls["n"] == 1 and pair.tree_attention  # not switched off for the rest of the run
+
+
+@pytest.mark.parametrize("failure", ["raises", "ignores"])
+def test_models_without_tree_masks_fall_back_once_with_a_warning(micro_pair_dir, prompt, monkeypatch, failure):
+    from transformers import GPT2LMHeadModel
+
+    real = GPT2LMHeadModel.forward
+
+    def forward(self, *args, **kwargs):
+        mask = kwargs.get("attention_mask")
+        if mask is not None and mask.dim() == 4:
+            if failure == "raises":
+                raise RuntimeError("custom 4D attention masks are not supported")
+            kwargs["attention_mask"] = None  # silently ignored: siblings see each other
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(GPT2LMHeadModel, "forward", forward)
+    with pytest.warns(RuntimeWarning, match="tree attention"):
+        fallback = HFPair(str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu")
+    assert not fallback.tree_attention
+    monkeypatch.setattr(GPT2LMHeadModel, "forward", real)
+    plain = HFPair(str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu")
+    paths = [(), (4,), (4, 9), (5,)]
+    np.testing.assert_allclose(fallback.node_distributions(prompt, paths)[0], plain.node_distributions(prompt, paths)[0], atol=1e-4)
+
+
+def test_the_reference_pair_manifest_records_its_machine(micro_pair_dir):
+    import json
+
+    import torch
+
+    manifest = json.loads((micro_pair_dir / "manifest.json").read_text())
+    assert manifest["torch"] == torch.__version__ and manifest["threads"] == 1 and manifest["device"] == "cpu"
+    assert manifest["cpu"] and manifest["seed"] == 0

@@ -45,8 +45,8 @@ def test_no_draft_costs_one_target_forward(K):
 
 def test_no_draft_throughput_is_one_over_t_p():
     from analyses.labels import Grid, label_root
-    from analyses.sources import SyntheticSource
-    from backends.synthetic import SamplingSettings
+    from backends.sources import SyntheticSource
+    from simlab.sampling import SamplingSettings
 
     root = next(SyntheticSource(vocab=6, trajectories=1, roots_per_trajectory=1).roots(SamplingSettings()))
     rows = label_root(root, ["specinfer", "bv"], Grid((1, 2), (0, 1), (0, 1), samples=2), MODEL)

@@ -99,8 +99,8 @@ def test_selector_shapes():
 
 
 def test_synthetic_features_are_the_documented_stand_in():
-    from analyses.sources import SyntheticSource
-    from backends.synthetic import SamplingSettings
+    from backends.sources import SyntheticSource
+    from simlab.sampling import SamplingSettings
     from simlab.latency import LatencyModel
 
     settings = SamplingSettings(0.6, top_p=0.9)

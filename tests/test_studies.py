@@ -9,9 +9,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from analyses import _tool, block_efficiency_grid, divergence_by_depth
+from analyses import block_efficiency_grid, divergence_by_depth
+from backends import cli as _tool
 
-SMALL = ["--vocab", "24", "--roots", "3", "--depth", "3", "--width", "2", "--k", "3", "--quiet"]
+SMALL = ["--vocab", "24", "--roots-per-trajectory", "3", "--depth", "3", "--width", "2", "--k", "3", "--quiet"]
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,8 @@ def test_table_printed(tmp_path, capsys):
 
 @pytest.mark.parametrize("flags, message", [
     (["--world", "nope"], "--world"), (["--depth", "0"], "--depth"), (["--vocab", "1"], "--vocab"),
-    (["--top-p", "0"], "--top-p"), (["--top-p", "1.5"], "--top-p"), (["--temperature", "-1"], "--temperature"),
+    (["--settings", "1:0"], "--settings: top-p"), (["--settings", "1:1.5"], "--settings: top-p"),
+    (["--settings", "-1"], "--settings: temperature"),
     (["--depth", "x"], "--depth"), (["--shape", "star"], "--shape"),
 ])
 def test_bad_arguments_exit_2_with_one_line(flags, message, capsys):
@@ -108,7 +110,7 @@ def test_more_bad_arguments(flags, message, capsys):
 
 
 def test_grid_study_small(tmp_path, capsys):
-    args = ["--vocab", "3", "--roots", "2", "--K", "1,2", "--L1-max", "1", "--L2-max", "2", "--method", "auto",
+    args = ["--vocab", "3", "--roots-per-trajectory", "2", "--K", "1,2", "--L1-max", "1", "--L2-max", "2", "--method", "auto",
             "--verifiers", "specinfer,bv", "--out", str(tmp_path)]
     assert block_efficiency_grid.main(args) == 0
     table = pl.read_parquet(tmp_path / "block_efficiency_grid.parquet")

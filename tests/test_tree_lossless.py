@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from simlab import tree_verifiers
-from simlab.distributions import sampling_distribution
+from simlab.sampling import sampling_distribution
 from simlab.drafting import Drafting
 from simlab.efficiency import emitted_sequence_law, target_sequence_law
 from simlab.pairs import MarkovPair

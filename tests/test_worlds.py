@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.synthetic import DepthProfileWorld, DistilledWorld, LinearProfile, SamplingSettings, make_world
+from backends.synthetic import DepthProfileWorld, DistilledWorld, LinearProfile, make_world
+from simlab.sampling import SamplingSettings
 from simlab.distributions import total_variation
 from simlab.pairs import ModelPair, rooted, target_trajectory
 from simlab.shapes import iid

@@ -1,16 +1,18 @@
 """Synthetic target/draft worlds: model pairs that are deterministic from a seed.
 
-* ``DepthProfileWorld``: a context-dependent random target and a draft whose total-variation
-  distance from it at draft-tree depth d follows a profile the user gives;
-* ``DistilledWorld``: a draft estimated from a finite sample of target text (smoothed n-gram
-  counts), so divergence emerges from rare contexts;
-* ``SamplingSettings``: temperature / top-k / top-p, applied identically to p and q.
+* ``DepthProfileWorld`` (``"depth_profile"``): a context-dependent random target and a draft
+  whose total-variation distance from it at draft-tree depth d follows a profile the user gives;
+* ``DistilledWorld`` (``"distilled"``): a draft estimated from a finite sample of target text
+  (smoothed n-gram counts), so divergence emerges from rare contexts.
 
-``make_world(name, ...)`` builds one by name (the studies' ``--world`` flag).
+``make_world(name, ...)`` builds one by name (the studies' ``--world`` flag); ``WORLDS`` is the
+registry.  To add a world: write one module with a class decorated ``@register_world("name")``
+(constructor ``(vocab, seed, settings, eos_id, **options)``, plus ``with_settings``) and import
+it below; every study picks it up.
 """
 
-from backends.synthetic.base import SamplingSettings, WORLDS, make_world
+from backends.synthetic.base import WORLDS, make_world, register_world
 from backends.synthetic.depth_profile import DepthProfileWorld, LinearProfile
 from backends.synthetic.distilled import DistilledWorld
 
-__all__ = ["DepthProfileWorld", "DistilledWorld", "LinearProfile", "SamplingSettings", "WORLDS", "make_world"]
+__all__ = ["DepthProfileWorld", "DistilledWorld", "LinearProfile", "WORLDS", "make_world", "register_world"]

@@ -1,52 +1,29 @@
-"""What every synthetic world shares: sampling settings, seeded rows, a bounded memo."""
+"""What every synthetic world shares: the world registry, seeded rows, a bounded memo.
+
+A world is a ``simlab.pairs.ModelPair`` built from ``(vocab, seed, settings, eos_id, **options)``
+and deterministic from them; it also offers ``with_settings`` (``simlab.pairs.WithSettings``) and
+names its ``eos_id`` (``simlab.pairs.EndOfSequence``, None by default).  A new world is one
+module with a class decorated ``@register_world("name")`` and one import line in
+``backends/synthetic/__init__.py``; every study's ``--world`` then accepts it.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass
-
 import numpy as np
 
-from simlab.distributions import sampling_distribution
-
-
-@dataclass(frozen=True)
-class SamplingSettings:
-    """Sampling transform applied identically to the target and the draft.
-
-    Args:
-        temperature: T >= 0 (0 = greedy, argmax with lowest-index ties).
-        top_k: keep the k most probable tokens (None: all).
-        top_p: nucleus threshold in (0, 1] (None: 1).
-
-    Raises:
-        ValueError: out-of-range values (checked by ``simlab.distributions.sampling_distribution``).
-    """
-
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-
-    def __post_init__(self):
-        sampling_distribution([0.0, 0.0], temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
-
-    @property
-    def identity(self) -> bool:
-        return self.temperature == 1.0 and self.top_k is None and self.top_p in (None, 1.0)
-
-    def apply(self, probs: np.ndarray) -> np.ndarray:
-        """The transformed distribution of a base distribution ``probs`` (V,)."""
-        if self.identity:
-            return probs
-        with np.errstate(divide="ignore"):
-            logits = np.log(probs)
-        return sampling_distribution(logits, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+from simlab.checks import check_int, check_seed
+from simlab.sampling import SamplingSettings
 
 
 def seeded_rng(seed: int, *key: int) -> np.random.Generator:
-    """A Generator determined by (seed, key...) only, via a stable hash (not Python's hash())."""
-    data = np.asarray((seed,) + tuple(key), dtype=np.int64).tobytes()
+    """A Generator determined by (seed, key...) only, via a stable hash (not Python's hash()).
+
+    Raises:
+        ValueError: ``seed: ...`` outside [0, 2**63 - 1].
+    """
+    data = np.asarray((check_seed(seed),) + tuple(key), dtype=np.int64).tobytes()
     return np.random.default_rng(int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little"))
 
 
@@ -88,21 +65,35 @@ def random_row(rng: np.random.Generator, vocab: int, family: str, concentration:
     return row
 
 
-WORLDS = ("depth_profile", "distilled")
+WORLDS: dict[str, type] = {}
+"""Registered worlds by name (``register_world``), in registration order."""
 
 
-def make_world(name: str, *, vocab: int, seed: int = 0, settings: SamplingSettings | None = None, **options):
-    """Build a synthetic world by name (``"depth_profile"`` or ``"distilled"``).
+def register_world(name: str):
+    """Class decorator: register a world under ``name`` (the studies' ``--world``)."""
+
+    def register(cls):
+        if name in WORLDS:
+            raise ValueError(f"world: {name!r} is registered twice")
+        WORLDS[name] = cls
+        return cls
+
+    return register
+
+
+def check_vocab(vocab) -> int:
+    """A synthetic vocabulary size: an integer in [2, 50000]."""
+    return check_int(vocab, "vocab", 2, 50_000)
+
+
+def make_world(name: str, *, vocab: int, seed: int = 0, settings: SamplingSettings | None = None,
+               eos_id: int | None = None, **options):
+    """Build the synthetic world registered as ``name``.
 
     Raises:
-        ValueError: unknown name or invalid options.
+        ValueError: ``world: ...`` for an unknown name; the world's own ``ValueError`` (naming
+            the argument: ``vocab: ...``, ``seed: ...``) for invalid options.
     """
-    from backends.synthetic.depth_profile import DepthProfileWorld
-    from backends.synthetic.distilled import DistilledWorld
-
-    settings = settings or SamplingSettings()
-    if name == "depth_profile":
-        return DepthProfileWorld(vocab=vocab, seed=seed, settings=settings, **options)
-    if name == "distilled":
-        return DistilledWorld(vocab=vocab, seed=seed, settings=settings, **options)
-    raise ValueError(f"world: unknown world {name!r}; choose one of {', '.join(WORLDS)}")
+    if name not in WORLDS:
+        raise ValueError(f"world: unknown world {name!r}; choose one of {', '.join(WORLDS)}")
+    return WORLDS[name](vocab=vocab, seed=seed, settings=settings, eos_id=eos_id, **options)

@@ -10,11 +10,14 @@ partner is too close) and lam = profile(d) / TV(p_a, r_a), so TV(p, q) = profile
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from backends.synthetic.base import BoundedMemo, memo_rows, SamplingSettings, random_row, seeded_rng
+from backends.synthetic.base import BoundedMemo, check_vocab, memo_rows, random_row, register_world, seeded_rng
+from simlab.checks import check_int, check_seed
+from simlab.pairs import check_contexts, check_eos
+from simlab.sampling import SamplingSettings, check_settings
 
 
 @dataclass(frozen=True)
@@ -50,8 +53,10 @@ class _Spec:
     family: str
     concentration: float
     root_length: int
+    eos_id: int | None
 
 
+@register_world("depth_profile")
 class DepthProfileWorld:
     """A model pair (``simlab.pairs.ModelPair``) with a draft divergence set by depth.
 
@@ -64,25 +69,43 @@ class DepthProfileWorld:
         family: ``"zipf"`` or ``"dirichlet"`` rows.
         concentration: Zipf exponent or Dirichlet concentration.
         root_length: context length of the root (depth 0).
+        eos_id: an end-of-sequence id, or None (the default: no EOS).
+
+    Raises:
+        ValueError: naming the argument (``vocab``, ``seed``, ``order``, ``family``,
+            ``root_length``, ``eos_id``).
     """
 
     def __init__(self, vocab: int, seed: int = 0, settings: SamplingSettings | None = None,
                  profile: LinearProfile | None = None, order: int = 1, family: str = "zipf",
-                 concentration: float = 1.0, root_length: int = 0):
-        if isinstance(vocab, bool) or not isinstance(vocab, (int, np.integer)) or not 2 <= vocab <= 50_000:
-            raise ValueError(f"vocab: must be an integer in [2, 50000], got {vocab!r}")
-        if not isinstance(order, int) or order < 1:
-            raise ValueError(f"order: must be a positive integer, got {order!r}")
+                 concentration: float = 1.0, root_length: int = 0, eos_id: int | None = None):
+        vocab = check_vocab(vocab)
+        order = check_int(order, "order", 1)
         random_row(np.random.default_rng(0), 2, family, concentration)  # validates family
-        self.spec = _Spec(int(vocab), int(seed), settings or SamplingSettings(), profile or LinearProfile(),
-                          order, family, float(concentration), int(root_length))
-        self.vocab_size = int(vocab)
-        self._memo = BoundedMemo(memo_rows(int(vocab)))
+        self.spec = _Spec(vocab, check_seed(seed), check_settings(settings or SamplingSettings()), profile or LinearProfile(),
+                          order, family, float(concentration), check_int(root_length, "root_length", 0), check_eos(eos_id, vocab))
+        self.vocab_size = vocab
+        self._memo = BoundedMemo(memo_rows(vocab))
+
+    @classmethod
+    def _from_spec(cls, s: _Spec) -> "DepthProfileWorld":
+        return cls(s.vocab, s.seed, s.settings, s.profile, s.order, s.family, s.concentration, s.root_length, s.eos_id)
+
+    @property
+    def settings(self) -> SamplingSettings:
+        return self.spec.settings
+
+    @property
+    def eos_id(self) -> int | None:
+        return self.spec.eos_id
 
     def rooted(self, root_length: int) -> "DepthProfileWorld":
         """The same world with depth measured from a root context of ``root_length`` tokens."""
-        s = self.spec
-        return DepthProfileWorld(s.vocab, s.seed, s.settings, s.profile, s.order, s.family, s.concentration, root_length)
+        return self._from_spec(replace(self.spec, root_length=root_length))
+
+    def with_settings(self, settings: SamplingSettings) -> "DepthProfileWorld":
+        """The same world under other sampling settings (this one is unchanged)."""
+        return self._from_spec(replace(self.spec, settings=settings))
 
     def _rows(self, key: tuple[int, ...], depth: int) -> tuple[np.ndarray, np.ndarray]:
         s = self.spec
@@ -101,8 +124,7 @@ class DepthProfileWorld:
     def distributions(self, contexts):
         s = self.spec
         p_rows, q_rows = [], []
-        for ctx in contexts:
-            ctx = tuple(int(t) for t in ctx)
+        for ctx in check_contexts(contexts, s.vocab):
             key = tuple([-1] * max(s.order - len(ctx), 0)) + ctx[-s.order:] if ctx else tuple([-1] * s.order)
             depth = max(len(ctx) - s.root_length, 0)
             p, q = self._memo.get((key, depth), lambda kd: self._rows(*kd))

@@ -15,9 +15,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from backends.synthetic.base import BoundedMemo, memo_rows, SamplingSettings, random_row, seeded_rng
+import copy
+
+from backends.synthetic.base import BoundedMemo, check_vocab, memo_rows, random_row, register_world, seeded_rng
+from simlab.checks import check_int, check_seed
+from simlab.pairs import check_contexts, check_eos
+from simlab.sampling import SamplingSettings, check_settings
 
 
+@register_world("distilled")
 class DistilledWorld:
     """A model pair whose draft is a smoothed n-gram model distilled from target samples.
 
@@ -30,21 +36,25 @@ class DistilledWorld:
         spread: standard deviation of the per-context log-normal perturbation.
         train_tokens: length of the sampled training text.
         smoothing: pseudo-count mass of the uniform back-off (> 0).
+        eos_id: an end-of-sequence id, or None (the default: no EOS).
+
+    Raises:
+        ValueError: naming the argument (``vocab``, ``seed``, ``order``, ``train_tokens``,
+            ``smoothing``, ``eos_id``, ``settings``).
     """
 
     def __init__(self, vocab: int, seed: int = 0, settings: SamplingSettings | None = None, order: int = 2,
-                 concentration: float = 1.3, spread: float = 0.7, train_tokens: int = 50_000, smoothing: float = 8.0):
-        if isinstance(vocab, bool) or not isinstance(vocab, (int, np.integer)) or not 2 <= vocab <= 50_000:
-            raise ValueError(f"vocab: must be an integer in [2, 50000], got {vocab!r}")
-        if not isinstance(order, int) or order < 1:
-            raise ValueError(f"order: must be a positive integer, got {order!r}")
-        if not isinstance(train_tokens, int) or train_tokens < order + 1:
-            raise ValueError(f"train_tokens: must be an integer > order, got {train_tokens!r}")
+                 concentration: float = 1.3, spread: float = 0.7, train_tokens: int = 50_000, smoothing: float = 8.0,
+                 eos_id: int | None = None):
+        vocab = check_vocab(vocab)
+        order = check_int(order, "order", 1)
+        train_tokens = check_int(train_tokens, "train_tokens", order + 1)
         if not smoothing > 0:
             raise ValueError(f"smoothing: must be > 0, got {smoothing!r}")
-        self.vocab_size, self.seed, self.order = int(vocab), int(seed), order
+        self.vocab_size, self.seed, self.order = vocab, check_seed(seed), order
         self.spread, self.smoothing = float(spread), float(smoothing)
-        self.settings = settings or SamplingSettings()
+        self.settings = check_settings(settings or SamplingSettings())
+        self.eos_id = check_eos(eos_id, vocab)
         self.popularity = random_row(seeded_rng(self.seed, 3), self.vocab_size, "zipf", concentration)
         self._memo = BoundedMemo(memo_rows(int(vocab)))
         self._train(train_tokens)
@@ -88,10 +98,18 @@ class DistilledWorld:
         """How often the context's key occurred in the training text."""
         return sum(self.counts.get(self._key(tuple(int(t) for t in ctx)), {}).values())
 
+    def with_settings(self, settings: SamplingSettings) -> "DistilledWorld":
+        """The same world (same target, same trained draft) under other sampling settings; this
+        one is unchanged."""
+        other = copy.copy(self)
+        other.settings = check_settings(settings)
+        other._memo = BoundedMemo(self._memo.size)
+        return other
+
     def distributions(self, contexts):
         p_rows, q_rows = [], []
-        for ctx in contexts:
-            key = self._key(tuple(int(t) for t in ctx))
+        for ctx in check_contexts(contexts, self.vocab_size):
+            key = self._key(ctx)
             p, q = self._memo.get(key, lambda k: (self.settings.apply(self.target_row(k)), self.settings.apply(self.draft_row(k))))
             p_rows.append(p)
             q_rows.append(q)

@@ -18,6 +18,7 @@ import numpy as np
 
 from simlab.distributions import entropy, kl_divergence, l1_distance
 from simlab.latency import LatencyModel
+from simlab.pairs import HiddenStates, rooted
 
 SCALARS = ("H_p_prev", "H_q_prev", "H_q_root", "kl_pq_prev", "kl_qp_prev", "l1_prev", "context_length",
            "temperature", "top_p", "t_q", "t_p")
@@ -48,10 +49,10 @@ def root_features(pair, context, settings, latency: LatencyModel) -> tuple[dict[
     context = tuple(int(t) for t in context)
     if len(context) < 2:
         raise ValueError(f"context: the selector needs at least 2 tokens (a previous token and the root), got {len(context)}")
-    prev_pair = pair.rooted(len(context) - 1) if hasattr(pair, "rooted") else pair
+    prev_pair = rooted(pair, len(context) - 1)
     p_prev, q_prev = (row[0] for row in prev_pair.distributions([context[:-1]]))
     _, q_root = (row[0] for row in pair.distributions([context]))
-    if hasattr(pair, "hidden_states"):
+    if isinstance(pair, HiddenStates):
         h_p_prev, h_q_prev, h_q_root = pair.hidden_states(context)
     else:
         h_p_prev, h_q_prev, h_q_root = _log(p_prev), _log(q_prev), _log(q_root)

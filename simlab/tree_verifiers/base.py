@@ -11,6 +11,8 @@ Every tree verifier gives
   all entries sum to 1;
 * ``accepted_length_distribution(tree)``: P(tau = j | tree), float64 (depth + 1,);
 * ``expected_block_efficiency(tree)``: E[tau + 1 | tree] in tokens (DDTE Eq. 1-3, inner sum);
+  when the pair names an end-of-sequence id (``simlab.pairs.EndOfSequence``), the tokens an
+  engine keeps: none after an accepted or emitted EOS (``counted_tokens``);
 * ``verify(tree, rng)``: one run of the algorithm, returning (accepted path, next token).
 """
 
@@ -54,6 +56,30 @@ class TreeVerifier(abc.ABC):
         return np.array([self.expected_block_efficiency(tree.truncate(d)) for d in depths])
 
     def expected_block_efficiency(self, tree: DraftTree) -> float:
-        """E[tau + 1 | tree] in tokens (accepted drafts plus the correction or bonus token)."""
-        dist = self.accepted_length_distribution(tree)
-        return float(np.dot(np.arange(1, dist.size + 1), dist))
+        """E[tau + 1 | tree] in tokens (accepted drafts plus the correction or bonus token); with
+        an EOS id, E[tokens kept], none counted after the first EOS (``counted_tokens``)."""
+        eos = tree.table.eos_id
+        if eos is None:
+            dist = self.accepted_length_distribution(tree)
+            return float(np.dot(np.arange(1, dist.size + 1), dist))
+        return float(sum(float(vector.sum()) * counted_tokens(path, eos) for path, vector in self.outcome_law(tree).items()))
+
+
+def counted_tokens(path: Path, eos: int | None) -> int:
+    """Tokens one step keeps for an accepted ``path``: up to and including its first EOS, else the
+    path plus the correction or bonus token (an engine stops at EOS; an emitted EOS counts once)."""
+    if eos is not None and eos in path:
+        return path.index(eos) + 1
+    return len(path) + 1
+
+
+def drafted_q(tree: DraftTree, path: Path, token: int) -> float:
+    """q(token) at node ``path``, which must be positive for a drafted child.
+
+    Raises:
+        ValueError: ``tree: ...`` when q(token) = 0 (an impossible draw, not a verifier input).
+    """
+    value = float(tree.table.q(path)[token])
+    if value <= 0.0:
+        raise ValueError(f"tree: child {token} of node {path} has q = 0 and cannot have been drafted")
+    return value

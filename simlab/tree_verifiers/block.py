@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simlab.distributions import residual, sample_categorical
-from simlab.tree_verifiers.base import TreeVerifier
+from simlab.tree_verifiers.base import TreeVerifier, drafted_q
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class BlockVerification(TreeVerifier):
         w = np.ones(g + 1)
         for i in range(1, g + 1):
             node, x = path[: i - 1], path[i - 1]
-            w[i] = min(1.0, w[i - 1] * tree.table.p(node)[x] / tree.table.q(node)[x])
+            w[i] = min(1.0, w[i - 1] * tree.table.p(node)[x] / drafted_q(tree, node, x))
         h = np.ones(g + 1)
         laws = []
         for i in range(g + 1):

@@ -62,7 +62,9 @@ class TopDown(TreeVerifier):
 
     def block_efficiency_by_depth(self, tree, depths):
         """One pass: cutting the tree does not change P(reach v) above the cut, so
-        E[tau + 1 | cut at d] = 1 + sum of P(reach v) over nodes at depths 1..d."""
+        E[tau + 1 | cut at d] = 1 + sum of P(reach v) over nodes at depths 1..d.  With an EOS
+        id, nodes whose path holds an EOS add nothing (no token after an EOS is kept)."""
+        eos = tree.table.eos_id
         reach_at = np.zeros(tree.depth() + 1)
         stack = [((), 1.0)]
         while stack:
@@ -72,7 +74,7 @@ class TopDown(TreeVerifier):
             if not kids:
                 continue
             law = tree.table.plan(self.node, path, len(kids)).output_distribution(np.asarray(kids))
-            stack.extend((path + (t,), reach * law[t]) for t in dict.fromkeys(kids) if law[t] > 0.0)
+            stack.extend((path + (t,), reach * law[t]) for t in dict.fromkeys(kids) if law[t] > 0.0 and t != eos)
         cumulative = np.cumsum(reach_at)
         return np.array([cumulative[min(d, reach_at.size - 1)] for d in depths])
 

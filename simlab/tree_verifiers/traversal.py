@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simlab.distributions import sample_categorical
-from simlab.tree_verifiers.base import TreeVerifier
+from simlab.tree_verifiers.base import TreeVerifier, drafted_q
 
 
 class _State:
@@ -28,6 +28,9 @@ class _State:
         self.kids = {path: list(dict.fromkeys(tree.child_list(path))) for path in tree.nodes()}
         self.target = {path: tree.table.p(path) for path in self.kids}
         self.draft = {path: tree.table.q(path) for path in self.kids}
+        for path, kids in self.kids.items():
+            for t in kids:
+                drafted_q(tree, path, t)  # a child with q = 0 cannot have been drafted: ValueError
         self.weight = {(): 1.0}
         self._reweight(())
 

@@ -34,6 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
+from simlab.checks import check_int
 from simlab.distributions import sample_categorical
 from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw
 from simlab.verifiers.speculative import SingleDraft, accept_probabilities
@@ -212,8 +213,7 @@ class Khisti(NodeVerifier):
     def __post_init__(self):
         if self.mode not in ("auto", "lp", "truncated"):
             raise ValueError(f"mode: must be 'auto', 'lp' or 'truncated', got {self.mode!r}")
-        if isinstance(self.s, bool) or not isinstance(self.s, int) or not 2 <= self.s <= 15:
-            raise ValueError(f"s: must be an integer in [2, 15], got {self.s!r}")
+        object.__setattr__(self, "s", check_int(self.s, "s", 2, 15))
 
     def _plan(self, p, q, k):
         n = int(np.count_nonzero(q))

@@ -1,0 +1,251 @@
+"""The command-line kit of every tool (the studies under ``analyses/`` and the backend tools
+``backends.capture``, ``backends.latency_probe``, ``backends.reference_pair``).
+
+What makes a tool behave like one:
+
+* ``ToolParser``: ``--help`` shows every default; an argument error is one line on stderr and
+  exit status 2; abbreviations are off, and ``parser.given`` holds the flags (dests) written
+  on the command line, so a flag a source cannot honour is refused, never ignored;
+* ``fail_from(prog, exc, parser)``: a ``ValueError`` of the core (``"vocab: must be ..."``)
+  becomes the flag's error (``"--vocab: must be ..."``), so a range is checked once, where it
+  is defined;
+* ``prepare_out``: the output folder is created and proved writable up front, and the staging
+  files an interrupted (even SIGKILLed) run left there are removed;
+* ``OutputSet``: every file of a run is staged and published together (atomic renames);
+* ``progress`` / ``slow_step``: one line on stderr for a step that is (``progress``) or turns out
+  to be (``slow_step``: after 2 s) silent for longer than a few seconds, such as loading models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import polars as pl
+
+from simlab.files import atomic_write, remove_stale_staging, staging_file, umask
+
+SLOW_STEP_SECONDS = 2.0
+"""A step silent for longer than this announces itself on stderr (``slow_step``)."""
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults in the help of every flag; the description keeps its line breaks."""
+
+
+class ToolParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr and exit status 2.
+
+    After ``parse_args(argv)``, ``given`` is the set of dests of the flags written in ``argv``.
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Formatter)
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self.given: set[str] = set()
+
+    def error(self, message):  # noqa: D401 - argparse hook
+        self.exit(2, f"{self.prog}: error: {message.splitlines()[0] if message else 'bad arguments'}\n")
+
+    def parse_args(self, args=None, namespace=None):
+        argv = list(sys.argv[1:] if args is None else args)
+        parsed = super().parse_args(argv, namespace)
+        words = {a.split("=", 1)[0] for a in argv if a.startswith("-")}
+        self.given = {action.dest for action in self._actions if words & set(action.option_strings)}
+        return parsed
+
+    def flag(self, dest: str) -> str:
+        """The flag that sets ``dest`` (``"K_max"`` -> ``"--K-max"``), or ``dest`` itself."""
+        for action in self._actions:
+            if action.dest == dest and action.option_strings:
+                return max(action.option_strings, key=len)
+        return dest
+
+
+def fail(prog: str, message: str) -> None:
+    """Print ``prog: error: message`` (one line) to stderr and exit with status 2."""
+    sys.stderr.write(f"{prog}: error: {message.splitlines()[0] if message else 'failed'}\n")
+    raise SystemExit(2)
+
+
+def flag_message(message: str, parser: ToolParser | None, aliases: dict[str, str] | None = None) -> str:
+    """``"name: rest"`` -> ``"--flag: rest"`` when ``name`` is a dest of ``parser`` or a key of
+    ``aliases`` (a core argument name mapped onto a flag); other messages unchanged."""
+    first = message.splitlines()[0] if message else ""
+    name, sep, rest = first.partition(": ")
+    if not sep:
+        return first
+    if aliases and name in aliases:
+        return f"{aliases[name]}: {rest}"
+    if parser is not None and any(a.dest == name and a.option_strings for a in parser._actions):
+        return f"{parser.flag(name)}: {rest}"
+    return first
+
+
+def fail_from(prog: str, exc: Exception, parser: ToolParser | None = None, aliases: dict[str, str] | None = None) -> None:
+    """``fail`` with the first line of ``exc``, its argument name mapped onto the flag."""
+    fail(prog, flag_message(str(exc), parser, aliases))
+
+
+def check_flags(prog: str, checks) -> None:
+    """Exit 2 with the message of the first ``(ok, message)`` pair whose ``ok`` is false."""
+    for ok, message in checks:
+        if not ok:
+            fail(prog, message)
+
+
+def int_list(text: str, flag: str, minimum: int | None = None) -> tuple[int, ...]:
+    """Comma-separated integers (``"1,2,4"``) for ``flag``.
+
+    Raises:
+        ValueError: ``"<flag>: ..."`` for an empty list, a non-integer, or a value below ``minimum``.
+    """
+    parts = [x.strip() for x in str(text).split(",")]
+    if not any(parts):
+        raise ValueError(f"{flag}: expected comma-separated integers, got an empty list")
+    try:
+        values = tuple(int(x) for x in parts)
+    except ValueError:
+        raise ValueError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+    if minimum is not None and min(values) < minimum:
+        raise ValueError(f"{flag}: every value must be >= {minimum}, got {text!r}")
+    return values
+
+
+def name_list(text: str, flag: str, known) -> tuple[str, ...]:
+    """Comma-separated names, each one of ``known``.
+
+    Raises:
+        ValueError: ``"<flag>: ..."`` for an empty list, an unknown or a repeated name.
+    """
+    names = tuple(x.strip() for x in str(text).split(",") if x.strip())
+    known = list(known)
+    if not names:
+        raise ValueError(f"{flag}: name at least one of {', '.join(known)}")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"{flag}: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{flag}: a name appears twice in {text!r}")
+    return names
+
+
+def prepare_out(prog: str, out: str) -> Path:
+    """Create ``out`` if needed, prove it is writable, and remove the staging files that
+    interrupted runs left there; or exit 2 with one line."""
+    if not str(out).strip():
+        fail(prog, "--out: must name a folder, got an empty string")
+    path = Path(out)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+            pass
+        remove_stale_staging(path)
+    except OSError as exc:
+        fail(prog, f"--out: cannot write to {out!r} ({exc.strerror or exc})")
+    return path
+
+
+def progress(prog: str, message: str, quiet: bool = False) -> None:
+    """One progress line on stderr (``prog: message``), unless ``quiet``."""
+    if not quiet:
+        print(f"{prog}: {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def slow_step(prog: str, message: str, quiet: bool = False, after: float = SLOW_STEP_SECONDS):
+    """Run the ``with`` block; if it is still running after ``after`` seconds, print one progress
+    line (``prog: message...``) on stderr.  Fast steps stay silent, so an argument error that
+    surfaces inside a fast step is still the only line a tool prints."""
+    if quiet:
+        yield
+        return
+    timer = threading.Timer(after, progress, (prog, f"{message}..."))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+class OutputSet:
+    """Stage a study's files and publish them together: nothing is replaced until every file is
+    written, so an interrupted run leaves neither half-written files nor a mix of old and new.
+
+    Use ``stage(name, write)`` for each file, then ``publish()``; on an exception or interrupt
+    call ``discard()`` (``with OutputSet(out) as outputs:`` does that).  Staging files a SIGKILL
+    leaves behind are removed by the next ``prepare_out`` of that folder.
+    """
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.staged: list[tuple[str, Path]] = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        if kind is not None:
+            self.discard()
+        return False
+
+    def stage(self, name: str, write) -> None:
+        tmp = staging_file(self.folder, name)
+        self.staged.append((name, tmp))
+        write(str(tmp))
+        os.chmod(tmp, 0o666 & ~umask())
+
+    def publish(self) -> None:
+        for name, tmp in self.staged:
+            os.replace(tmp, self.folder / name)
+        self.staged = []
+
+    def discard(self) -> None:
+        for _, tmp in self.staged:
+            tmp.unlink(missing_ok=True)
+        self.staged = []
+
+
+def write_parquet(frame: pl.DataFrame, path: Path) -> None:
+    """Atomic parquet write (same data, same bytes)."""
+    atomic_write(path, parquet_writer(frame))
+
+
+def parquet_writer(frame: pl.DataFrame):
+    """A writer ``f(path)`` for ``OutputSet.stage`` (no statistics, so same data gives same bytes)."""
+    return lambda tmp: frame.write_parquet(tmp, statistics=False)
+
+
+def chart_writer(chart, fmt: str):
+    """A writer ``f(path)`` for ``OutputSet.stage``: ``"html"`` (self-contained, works offline) or ``"png"``."""
+    if fmt == "html":
+        return lambda tmp: chart.save(tmp, format="html", inline=True)
+    return lambda tmp: chart.save(tmp, format=fmt)
+
+
+def run_tool(prog: str, body) -> int:
+    """Run a tool's ``body()``: a KeyboardInterrupt becomes one line on stderr and status 130."""
+    try:
+        return body()
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted; no partial output was published\n")
+        return 130
+
+
+def print_table(frame: pl.DataFrame, title: str) -> None:
+    """Print an aligned table with a title line to stdout."""
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=250, float_precision=3,
+                   tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True, fmt_str_lengths=120):
+        print(title)
+        print(frame)
+
+
+__all__ = ["OutputSet", "ToolParser", "atomic_write", "chart_writer", "check_flags", "fail", "fail_from", "flag_message",
+           "int_list", "name_list", "parquet_writer", "prepare_out", "print_table", "progress", "run_tool", "slow_step", "write_parquet"]

@@ -1,0 +1,148 @@
+"""Where the roots sit: one placement rule for every source and the capture tool.
+
+A **root** is a context at which a speculative step starts.  Roots lie on **trajectories**: a
+trajectory is a prefix (a prompt's tokens for real models; for synthetic worlds the empty
+context or one start token) followed by target-sampled tokens, one uniform of the trajectory's
+generator per token.  With ``RootPlacement(roots_per_trajectory=R, spacing=s, first=f)``, the
+trajectory samples ``f + s R`` tokens and its roots are the contexts of length
+
+    len(prefix) + f + s j,   j = 0..R-1,
+
+so every root is followed by at least ``s`` target tokens of its own trajectory (its reference
+continuation).  Real prompts use ``f = 0`` (the prompt's end is the first root); synthetic
+worlds use ``f = s`` (a trajectory from the start needs context before its first root).
+Roots of one trajectory share a prefix, so splits by trajectory never share contexts.
+Root ids are ``trajectory * R + j``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simlab.checks import check_generator, check_int
+from simlab.pairs import ModelPair, check_context, target_trajectory
+
+
+@dataclass(frozen=True)
+class RootPlacement:
+    """How many roots per trajectory and how far apart (tokens).
+
+    Args:
+        roots_per_trajectory: R >= 1.
+        spacing: s >= 1 target tokens between consecutive roots.
+        first: f >= 0 target tokens between the prefix and the first root.
+
+    Raises:
+        ValueError: ``roots_per_trajectory: ...``, ``spacing: ...`` or ``first: ...``.
+    """
+
+    roots_per_trajectory: int = 2
+    spacing: int = 16
+    first: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "roots_per_trajectory", check_int(self.roots_per_trajectory, "roots_per_trajectory", 1))
+        object.__setattr__(self, "spacing", check_int(self.spacing, "spacing", 1))
+        object.__setattr__(self, "first", check_int(self.first, "first", 0))
+
+    @property
+    def sampled(self) -> int:
+        """Target tokens sampled after a trajectory's prefix: f + s R."""
+        return self.first + self.spacing * self.roots_per_trajectory
+
+    def offsets(self) -> list[int]:
+        """Root context lengths after the prefix: f + s j for j = 0..R-1."""
+        return [self.first + self.spacing * j for j in range(self.roots_per_trajectory)]
+
+    def tokens_needed(self, prefix_length: int, depth: int) -> int:
+        """The longest context a trajectory and a tree of ``depth`` below its last root need."""
+        return prefix_length + self.sampled + depth
+
+    def root_id(self, trajectory: int, j: int) -> int:
+        return trajectory * self.roots_per_trajectory + j
+
+
+def place_roots(pair: ModelPair, prefix, placement: RootPlacement, rng: np.random.Generator,
+                trajectory: int = 0) -> Iterator[tuple[int, tuple[int, ...]]]:
+    """Sample one trajectory after ``prefix`` and yield ``(root id, root context)`` for its roots.
+
+    The trajectory is sampled whole (``placement.sampled`` tokens, one uniform of ``rng`` each)
+    before the first root is yielded.
+
+    Raises:
+        ValueError: a bad prefix, placement or generator.
+    """
+    prefix = check_context(prefix, pair.vocab_size, "prefix")
+    check_generator(rng)
+    tokens = target_trajectory(pair, placement.sampled, rng, prefix=prefix)
+    for j, offset in enumerate(placement.offsets()):
+        yield placement.root_id(trajectory, j), tokens[: len(prefix) + offset]
+
+
+SHIPPED_PROMPTS = Path(__file__).resolve().parent / "prompts" / "reference_prompts.txt"
+"""The prompts shipped with the lab (the real-model sources' default trajectory prefixes)."""
+
+
+def read_prompts(path) -> list[str]:
+    """Prompts from a text file (one per non-empty line) or JSON lines (``prompt`` or ``text``).
+
+    Raises:
+        ValueError: ``prompts: ...`` for a missing or unreadable file, no prompt in it, or a
+            JSON line without text.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"prompts: no such file {str(path)!r}")
+    try:
+        lines = [line.strip() for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"prompts: cannot read {str(path)!r} ({exc})") from None
+    if file.suffix == ".jsonl":
+        prompts = []
+        for n, line in enumerate(lines, 1):
+            try:
+                record = json.loads(line)
+                text = record.get("prompt", record.get("text"))
+            except (json.JSONDecodeError, AttributeError):
+                text = None
+            if text is None:
+                raise ValueError(f"prompts: line {n} of {path} is not a JSON object with a 'prompt' or 'text' field")
+            prompts.append(str(text))
+        lines = prompts
+    if not lines:
+        raise ValueError(f"prompts: {path} holds no prompt")
+    return lines
+
+
+def prompt_roots(pair, prompts: list[str], placement: RootPlacement, seed: int, depth: int) -> Iterator[tuple[int, int, tuple[int, ...]]]:
+    """Yield ``(root id, prompt index, root context)`` for the roots along every prompt's continuation.
+
+    Prompt i is encoded with ``pair.encode`` and continued by the target with the generator
+    ``seeded_rng(seed, 0, i)``; roots as ``place_roots`` puts them (``placement.first = 0``:
+    the prompt's end is the first root).  Every prompt is checked against the model's context
+    (``pair.max_context``, with a tree of ``depth`` below the last root) before any is sampled.
+
+    Raises:
+        ValueError: ``prompts: ...`` for a prompt that encodes to nothing or is too long.
+    """
+    from backends.synthetic.base import seeded_rng
+
+    encoded = []
+    for i, text in enumerate(prompts):
+        prompt = pair.encode(text)
+        if not prompt:
+            raise ValueError(f"prompts: prompt {i + 1} encodes to no token")
+        need = placement.tokens_needed(len(prompt), depth)
+        limit = int(getattr(pair, "max_context", 0) or 0)
+        if limit and need > limit:
+            raise ValueError(f"prompts: prompt {i + 1} has {len(prompt)} tokens; with its roots and trees it needs {need}, "
+                             f"above the model's context of {limit}")
+        encoded.append(prompt)
+    for i, prompt in enumerate(encoded):
+        for root, context in place_roots(pair, prompt, placement, seeded_rng(seed, 0, i), trajectory=i):
+            yield root, i, context

@@ -1,0 +1,221 @@
+"""The one source config and flag group of every study, and the latency flags of the grid studies.
+
+``SourceConfig`` holds every source field once; a study's own config extends it (its defaults
+differ: ``divergence_by_depth`` walks one trajectory of 24 roots, the grid studies four of two).
+``add_source_flags`` adds the group to a ``backends.cli.ToolParser``; ``make_source`` builds
+the source the flags ask for:
+
+* ``--capture DIR...`` replays captures (``capture``); else ``--backend`` picks ``synthetic``
+  or ``hf``;
+* a source field given on the command line that the chosen source does not honour (its
+  ``honours``) is refused with one line, and so is any study flag the study lists as not
+  honoured by that source (for example ``--shape`` with a capture, whose trees are captured);
+* errors of the core and the backends (``"vocab: must be ..."``) come back as the flag's error
+  (``"--vocab: must be ..."``): ranges are checked once, where they are defined.
+
+Sampling settings: ``--settings`` takes ``ddte`` (DDTE's eight) or a comma list of entries
+``T``, ``T:top_p`` or ``T:top_p:top_k`` (an empty field means off, e.g. ``1::40``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backends.cli import ToolParser, fail, flag_message, slow_step
+from backends.sources import SOURCES
+from simlab.sampling import DDTE_SETTINGS, SamplingSettings
+
+SOURCE_FIELDS = ("backend", "world", "vocab", "target", "draft", "prompts", "capture", "trajectories",
+                 "roots_per_trajectory", "spacing", "settings", "seed", "device", "dtype")
+NOT_HONOURED = {
+    "synthetic": "it applies to --backend hf only",
+    "hf": "it applies to synthetic worlds only",
+    "capture": "a capture brings its own roots, trees and sampling settings",
+}
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """Where a study's roots come from (the shared flags; every field is one flag)."""
+
+    backend: str = "synthetic"
+    world: str = "depth_profile"
+    vocab: int = 32
+    target: str | None = None
+    draft: str | None = None
+    prompts: str | None = None
+    capture: tuple[str, ...] = ()
+    trajectories: int = 4
+    roots_per_trajectory: int = 2
+    spacing: int = 16
+    settings: str = "1"
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "float32"
+
+
+def parse_settings(text: str) -> tuple[SamplingSettings, ...]:
+    """``"ddte"`` (the eight) or a comma list of ``T``, ``T:top_p`` or ``T:top_p:top_k`` entries,
+    e.g. ``"0.6,1:0.9,1::40"``.
+
+    Raises:
+        ValueError: ``settings: ...`` for an entry that is not of that form, values out of
+            range (the message of ``SamplingSettings``), or a setting named twice.
+    """
+    if str(text).strip() == "ddte":
+        return DDTE_SETTINGS
+    out = []
+    for entry in (e.strip() for e in str(text).split(",")):
+        parts = entry.split(":")
+        if not entry or len(parts) > 3 or not parts[0]:
+            raise ValueError(f"settings: {entry!r} is not T, T:top_p or T:top_p:top_k")
+        try:
+            temperature = float(parts[0])
+            top_p = float(parts[1]) if len(parts) > 1 and parts[1] else None
+            top_k = int(parts[2]) if len(parts) > 2 and parts[2] else None
+        except ValueError:
+            raise ValueError(f"settings: {entry!r} is not T, T:top_p or T:top_p:top_k") from None
+        try:
+            out.append(SamplingSettings(temperature, top_k, top_p))
+        except ValueError as exc:
+            name, _, rest = str(exc).partition(": ")
+            raise ValueError(f"settings: {name.replace('_', '-')} {rest} (entry {entry!r})") from None
+    names = [s.name for s in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"settings: {text!r} names a setting twice")
+    return tuple(out)
+
+
+def add_source_flags(parser: ToolParser, d: SourceConfig, *, many_settings: bool = True) -> None:
+    """Add the source flags to ``parser`` with the defaults of ``d`` (a study's ``Config()``)."""
+    from backends.synthetic import WORLDS
+
+    group = parser.add_argument_group("source of roots")
+    group.add_argument("--backend", choices=[n for n in SOURCES if n != "capture"], default=d.backend,
+                       help="a synthetic world, or two live Hugging Face models (--target, --draft)")
+    group.add_argument("--world", default=d.world, help=f"synthetic world: {', '.join(WORLDS)}")
+    group.add_argument("--vocab", type=int, default=d.vocab, help="synthetic: vocabulary size V (2..50000)")
+    group.add_argument("--target", default=d.target, help="hf: target model folder or hub id")
+    group.add_argument("--draft", default=d.draft, help="hf: draft model folder or hub id")
+    group.add_argument("--prompts", default=d.prompts, help="hf: prompt file, text or .jsonl (default: the shipped reference prompts)")
+    group.add_argument("--capture", nargs="+", default=d.capture,
+                       help="replay captures (python -m backends.capture --full), one folder per sampling setting")
+    group.add_argument("--trajectories", type=int, default=d.trajectories,
+                       help="trajectories (hf: prompts used, from the top of the file)")
+    group.add_argument("--roots-per-trajectory", type=int, default=d.roots_per_trajectory, help="roots along each trajectory")
+    group.add_argument("--spacing", type=int, default=d.spacing, help="tokens between roots")
+    group.add_argument("--settings", default=d.settings,
+                       help=("'ddte' (DDTE's eight) or a comma list of " if many_settings else "one sampling setting: ")
+                       + "T, T:top_p or T:top_p:top_k (e.g. 0.6, 1:0.9, 1::40; T = 0 is greedy)")
+    group.add_argument("--seed", type=int, default=d.seed, help="seed of the world, trajectories and draws")
+    group.add_argument("--device", default=d.device, help="hf: device of the models (auto, cpu, cuda, cuda:N)")
+    group.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=d.dtype, help="hf: model weights")
+
+
+def source_kind(config: SourceConfig) -> str:
+    return "capture" if config.capture else config.backend
+
+
+def check_honoured(prog: str, parser: ToolParser, config: SourceConfig, study_refusals: dict | None = None,
+                   study_honours: dict | None = None) -> None:
+    """Exit 2 if a flag given on the command line cannot be honoured by the chosen source.
+
+    ``study_refusals``: ``{source name: {dest: reason}}`` for the study's own flags, or
+    ``{dest: (reason, values)}`` to refuse only values outside ``values`` (what the source does anyway);
+    ``study_honours``: ``{source name: {dest, ...}}`` source fields the study itself uses with
+    that source (for example ``--device`` for the live feature models of a capture).
+    """
+    kind = source_kind(config)
+    given = parser.given
+    if kind == "capture" and "backend" in given:
+        fail(prog, f"--backend: the capture source cannot honour it ({NOT_HONOURED['capture']}); drop --backend or --capture")
+    honoured = SOURCES[kind].honours | {"backend", "capture"} | set((study_honours or {}).get(kind, ()))
+    for dest in SOURCE_FIELDS:
+        if dest in given and dest not in honoured:
+            fail(prog, f"{parser.flag(dest)}: the {kind} source cannot honour it ({NOT_HONOURED[kind]})")
+    for dest, refusal in (study_refusals or {}).get(kind, {}).items():
+        reason, allowed = refusal if isinstance(refusal, tuple) else (refusal, ())
+        if dest in given and getattr(config, dest) not in allowed:
+            fail(prog, f"{parser.flag(dest)}: the {kind} source cannot honour it ({reason})")
+
+
+def make_source(prog: str, parser: ToolParser, config: SourceConfig, *, stream: str = "per_trajectory", grid: bool = True,
+                depth: int = 16, max_settings: int | None = None, study_refusals: dict | None = None,
+                study_honours: dict | None = None, quiet: bool = False):
+    """(source, settings) for a study's flags, or exit 2 with one line.
+
+    Args:
+        stream: the synthetic source's seeding convention (``backends.sources.synthetic``).
+        grid: captures must be grid captures (the action-grid studies).
+        depth: the deepest tree the study draws below a root (checked against real models' context).
+        max_settings: the most sampling settings the study takes at once (None: any).
+        study_refusals, study_honours: see ``check_honoured``.
+        quiet: no progress line even for a slow step (loading models).
+    """
+    from backends.sources import CaptureSource, HFSource, SyntheticSource
+
+    check_honoured(prog, parser, config, study_refusals, study_honours)
+    try:
+        if config.capture:
+            source = CaptureSource(tuple(config.capture), grid=grid)
+            settings = source.fixed_settings()
+        else:
+            settings = parse_settings(config.settings)
+            if config.backend == "hf":
+                with slow_step(prog, f"loading {config.target} and {config.draft}", quiet):
+                    source = HFSource(config.target, config.draft, config.prompts, config.trajectories, config.roots_per_trajectory,
+                                      config.spacing, depth=depth, seed=config.seed, device=config.device, dtype=config.dtype)
+            else:
+                source = SyntheticSource(config.world, config.vocab, config.trajectories, config.roots_per_trajectory,
+                                         config.spacing, config.seed, stream=stream)
+    except ValueError as exc:
+        fail(prog, flag_message(str(exc), parser, {"backend": "--backend"}))
+    if max_settings is not None and len(settings) > max_settings:
+        where = "--capture" if config.capture else "--settings"
+        fail(prog, f"{where}: this study takes {max_settings} sampling setting{'s' if max_settings > 1 else ''} at a time, got {len(settings)}")
+    return source, settings
+
+
+# -- latency flags (the action-grid studies) ------------------------------------------------------
+@dataclass(frozen=True)
+class LatencyConfig:
+    """How a study times a step: a profile file, a cost ratio, or the source's own latency."""
+
+    cost_ratio: float = 0.1
+    per_token: float = 0.01
+    latency: str | None = None
+
+
+def add_latency_flags(parser: ToolParser, d: LatencyConfig) -> None:
+    group = parser.add_argument_group("latency model")
+    group.add_argument("--latency", default=d.latency, help="latency profile file (.json or .toml; see simlab.latency)")
+    group.add_argument("--cost-ratio", type=float, default=d.cost_ratio,
+                       help="c = t_q / t_p of a synthetic latency model (the default for synthetic worlds and for captures without latency.json)")
+    group.add_argument("--per-token", type=float, default=d.per_token,
+                       help="extra time per extra token in a forward, as a fraction of the one-token time (cost-ratio model)")
+
+
+def make_latency(prog: str, parser: ToolParser, config, source, largest_tree: int):
+    """The latency model, in this order: ``--latency FILE``; an explicit ``--cost-ratio``; the
+    source's own (a capture's ``latency.json``, a warm-up benchmark of live models); else the
+    cost-ratio model with the defaults.  Exit 2 on conflicting or unusable flags."""
+    from simlab.latency import LatencyModel
+
+    given = parser.given
+    if config.latency and "cost_ratio" in given:
+        fail(prog, "--cost-ratio: a latency profile (--latency) was given; use one of the two")
+    try:
+        if config.latency:
+            if "per_token" in given:
+                fail(prog, "--per-token: a latency profile (--latency) was given; --per-token applies to the cost-ratio model")
+            return LatencyModel.load(config.latency)
+        if "cost_ratio" not in given:
+            own = source.latency(largest_tree)
+            if own is not None:
+                if "per_token" in given:
+                    fail(prog, f"--per-token: the {source.name} source brings its own latency ({own.source}); "
+                               "--per-token applies to the cost-ratio model")
+                return own
+        return LatencyModel.from_cost_ratio(config.cost_ratio, per_token=config.per_token)
+    except ValueError as exc:
+        fail(prog, flag_message(str(exc), parser, {"c": "--cost-ratio", "per_token": "--per-token"}))

@@ -1,0 +1,83 @@
+"""Roots along target continuations of prompts, with p and q from two live models (``backends.hf.HFPair``).
+
+Prompt i (the first ``trajectories`` of the prompt file; default the shipped reference prompts)
+is continued by the target with ``seeded_rng(seed, 0, i)``; roots sit at the prompt's end and
+every ``spacing`` tokens after it (``backends.roots.prompt_roots``), exactly as the capture tool
+places them, so a live run and a replayed capture of the same settings see the same roots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+from backends.roots import SHIPPED_PROMPTS, RootPlacement, prompt_roots, read_prompts
+from backends.sources import Root, register_source, slug
+from simlab.checks import check_int, check_seed
+from simlab.sampling import SamplingSettings
+
+
+@register_source("hf")
+class HFSource:
+    """Live Hugging Face models (see the module docstring).
+
+    Args:
+        target, draft: model folders or hub ids.
+        prompts: prompt file (text or .jsonl); None = the shipped reference prompts.
+        trajectories: how many prompts to use, from the top of the file (None: all).
+        roots_per_trajectory, spacing: root placement along each continuation.
+        depth: the deepest tree a study will draw below a root (checked against the context).
+        seed: seed of the continuations.
+        device, dtype: of the models.
+
+    Raises:
+        ValueError: ``target: ...``, ``draft: ...``, ``prompts: ...``, ``device: ...``,
+            ``dtype: ...``, or a bad placement or seed.
+    """
+
+    honours: ClassVar[frozenset[str]] = frozenset({"target", "draft", "prompts", "trajectories", "roots_per_trajectory",
+                                                   "spacing", "seed", "device", "dtype", "settings"})
+
+    def __init__(self, target: str, draft: str, prompts: str | None = None, trajectories: int | None = None,
+                 roots_per_trajectory: int = 2, spacing: int = 16, depth: int = 16, seed: int = 0,
+                 device: str = "auto", dtype: str = "float32"):
+        from backends.hf import HFPair
+
+        if not target or not draft:
+            raise ValueError("target: --backend hf needs --target and --draft")
+        self.target, self.draft = target, draft
+        self.placement = RootPlacement(roots_per_trajectory, spacing, first=0)
+        self.depth = check_int(depth, "depth", 0)
+        self.seed = check_seed(seed)
+        texts = read_prompts(prompts or SHIPPED_PROMPTS)
+        self.texts = texts[: check_int(trajectories, "trajectories", 1)] if trajectories is not None else texts
+        self.pair = HFPair(target, draft, device=device, dtype=dtype)
+
+    def describe(self) -> str:
+        return f"{self.target} / {self.draft}"
+
+    def slug(self) -> str:
+        return slug(f"hf-{Path(self.target).name}-{Path(self.draft).name}")
+
+    def fixed_settings(self) -> None:
+        return None
+
+    def latency(self, largest_tree: int):
+        """A warm-up benchmark of the two models on this machine (``backends.latency_probe``),
+        sized to trees of ``largest_tree`` tokens and the model's context."""
+        from backends.latency_probe import measure
+
+        largest = 1 + largest_tree  # the target's forward over the root and the biggest tree
+        tokens = tuple(sorted({n for n in (1, 4, 16, largest) if n <= largest}))
+        room = (self.pair.max_context or 10**9) - largest
+        contexts = tuple(c for c in (16, 64, 256) if c <= room) or (max(1, room),)
+        return measure(self.pair, contexts=contexts, tokens=tokens)
+
+    def count(self, settings: SamplingSettings) -> int:
+        return len(self.texts) * self.placement.roots_per_trajectory
+
+    def roots(self, settings: SamplingSettings) -> Iterator[Root]:
+        pair = self.pair.with_settings(settings)
+        for root, prompt, context in prompt_roots(pair, self.texts, self.placement, self.seed, self.depth):
+            yield Root(settings.name, prompt, root, context, pair)

@@ -1,0 +1,107 @@
+"""Roots replayed from captures (``backends.capture_store``): one capture folder per sampling setting.
+
+A capture brings its own roots, trees and sampling settings (and possibly a ``latency.json``).
+Grid captures (``--shape grid``) give each root its grid drafts (``Root.drafts``, the action-grid
+studies); tree captures give each root its captured tree (``Root.tree``, the node-level studies;
+grid captures give the union of their drafts there).  Settings, drafts and completeness are read
+up front; a capture's p and q (float64, from its logits) are loaded only while its setting's
+roots are in use, so memory holds one setting at a time.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+from backends import capture_store as store
+from backends.sources import Root, register_source, slug
+from simlab.sampling import SamplingSettings
+
+
+@register_source("capture")
+class CaptureSource:
+    """Captures replayed from disk.
+
+    Args:
+        folders: capture folders (``--full``), one per sampling setting.
+        grid: True: every capture must be a grid capture with at least 2 trees per L1 (half
+            choose, half report); False: any capture (its trees' nodes).
+
+    Raises:
+        ValueError: ``capture: ...`` for a folder that is not a capture, lacks logits, repeats a
+            setting, holds no completed root, has damaged files, or (``grid``) is not a grid.
+    """
+
+    honours: ClassVar[frozenset[str]] = frozenset({"capture", "seed"})
+
+    def __init__(self, folders, grid: bool = True):
+        folders = tuple(str(f) for f in folders)
+        if not folders:
+            raise ValueError("capture: name at least one capture folder")
+        self.folders, self.grid = folders, grid
+        self.captures: dict[str, tuple[str, store.CaptureSettings]] = {}
+        self.entries: dict[str, list] = {}
+        for folder in folders:
+            stored = store.load_settings(folder)
+            if not stored.full:
+                raise ValueError(f"capture: {folder!r} was captured without --full; recapture with --full to replay p and q")
+            if grid and stored.shape != "grid":
+                raise ValueError(f"capture: {folder!r} holds {stored.shape!r} trees; the grid studies need --shape grid")
+            if grid and stored.samples < 2:
+                raise ValueError(f"capture: {folder!r} has {stored.samples} tree per L1; the studies need >= 2 (half choose, half report)")
+            name = stored.sampling().name
+            if name in self.captures:
+                raise ValueError(f"capture: two captures with the setting {name}")
+            self.captures[name] = (folder, stored)
+            self.entries[name] = self._entries(folder, stored)
+            if not self.entries[name]:
+                raise ValueError(f"capture: {folder!r} holds no completed root")
+            started = len(list(Path(folder).glob("drafts-r*.parquet" if stored.shape == "grid" else "nodes-r*.parquet")))
+            skipped = started - len(self.entries[name])
+            if skipped > 0:
+                print(f"note: {folder}: {skipped} interrupted roots skipped (rerun the capture to finish them)", file=sys.stderr)
+
+    def _entries(self, folder: str, stored: store.CaptureSettings) -> list:
+        """(root, prompt, context, drafts or None, tree or None) for every completed root."""
+        if self.grid:
+            return [(r, p, c, d, None) for r, p, c, d in store.read_grid_drafts(folder)]
+        out = []
+        for root in store.completed_roots(folder):
+            nodes = store.read_nodes(folder, root)
+            out.append((root, int(nodes["prompt"][0]), tuple(nodes["root_context"][0].to_list()), None, store.captured_tree(nodes)))
+        return out
+
+    @property
+    def stored(self) -> store.CaptureSettings:
+        """The settings of the first capture (models, dtype, shape)."""
+        return next(iter(self.captures.values()))[1]
+
+    def describe(self) -> str:
+        return f"capture of {self.stored.target} / {self.stored.draft}"
+
+    def slug(self) -> str:
+        return slug(f"capture-{Path(self.folders[0]).resolve().name}")
+
+    def fixed_settings(self) -> tuple[SamplingSettings, ...]:
+        return tuple(stored.sampling() for _, stored in self.captures.values())
+
+    def latency(self, largest_tree: int):
+        """The ``latency.json`` stored in the first capture folder, or None."""
+        from simlab.latency import LatencyModel
+
+        path = Path(self.folders[0]) / "latency.json"
+        return LatencyModel.load(path) if path.is_file() else None
+
+    def count(self, settings: SamplingSettings) -> int:
+        return len(self.entries.get(settings.name, ()))
+
+    def roots(self, settings: SamplingSettings) -> Iterator[Root]:
+        name = settings.name
+        if name not in self.captures:
+            raise ValueError(f"settings: no capture holds the setting {name}")
+        folder, _ = self.captures[name]
+        pair = store.CapturedPair(folder, roots=[e[0] for e in self.entries[name]])
+        for root, prompt, context, drafts, tree in self.entries[name]:
+            yield Root(name, prompt, root, context, pair, drafts=drafts, tree=tree)

@@ -1,0 +1,81 @@
+"""Argument checks shared by the whole lab: one helper decides each kind of argument.
+
+Every check returns the value in its canonical type and raises ``ValueError`` whose message
+starts with the argument's name (``"k: ..."``), so tools can map it onto their flags.
+
+* ``check_int``: integers are Python ``int`` or NumPy integers (``np.int64(4)`` is 4);
+  ``bool``, floats (even ``4.0``) and strings are refused;
+* ``check_generator``: a ``numpy.random.Generator`` (never a seed, never ``None``);
+* ``check_seed``: an integer seed in [0, 2**63 - 1] (what NumPy and torch both accept);
+* ``check_token_ids``: a sequence of integer token ids in [0, V).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_SEED = 2**63 - 1
+
+
+def check_int(value, name: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` as an ``int``, within [minimum, maximum] where given.
+
+    Raises:
+        ValueError: ``"<name>: must be an integer ..."`` for a bool, float, string or other
+            non-integer, or a value outside the range.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name}: must be an integer{_range(minimum, maximum)}, got {value!r}")
+    value = int(value)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ValueError(f"{name}: must be an integer{_range(minimum, maximum)}, got {value}")
+    return value
+
+
+def _range(minimum, maximum) -> str:
+    if minimum is not None and maximum is not None:
+        return f" in [{minimum}, {maximum}]"
+    if minimum is not None:
+        return f" >= {minimum}"
+    if maximum is not None:
+        return f" <= {maximum}"
+    return ""
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """A seed: an integer in [0, 2**63 - 1].
+
+    Raises:
+        ValueError: not an integer, negative, or above 2**63 - 1.
+    """
+    return check_int(seed, name, 0, MAX_SEED)
+
+
+def check_generator(rng, name: str = "rng") -> np.random.Generator:
+    """``rng`` itself, if it is a ``numpy.random.Generator``.
+
+    Raises:
+        ValueError: anything else (an int seed, ``None``, a legacy ``RandomState``).
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"{name}: must be a numpy.random.Generator, got {type(rng).__name__}")
+    return rng
+
+
+def check_token_ids(ids, vocab_size: int, name: str = "context") -> tuple[int, ...]:
+    """A sequence of integer token ids in [0, V), returned as a tuple of ints.
+
+    Raises:
+        ValueError: not a sequence (or a string), a non-integer id (floats are not
+            truncated, bools are refused), or an id outside [0, V) (``-1`` included).
+    """
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise ValueError(f"{name}: must be a sequence of integer token ids, got {ids!r}")
+    out = tuple(ids)
+    if any(isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)) for t in out):
+        bad = next(t for t in out if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)))
+        raise ValueError(f"{name}: token ids must be integers, got {bad!r}")
+    if out and (min(out) < 0 or max(out) >= vocab_size):
+        bad = next(int(t) for t in out if not 0 <= t < vocab_size)
+        raise ValueError(f"{name}: token id {bad} is outside [0, {vocab_size})")
+    return tuple(int(t) for t in out)

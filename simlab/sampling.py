@@ -1,0 +1,178 @@
+"""Sampling settings and the one logits-to-p transform of the lab.
+
+Every source of p and q (synthetic worlds, ``backends.hf.HFPair``, the capture replay) turns
+next-token logits into the distribution actually sampled from with ``sampling_distribution``,
+applied identically to the target and the draft, in the Hugging Face order:
+
+1. **temperature** T: ``softmax((z - max z) / T)``; the maximum is subtracted *before* the
+   division, so a tiny T (1e-310) gives a finite law (one-hot on the maximum, split evenly
+   between tied maxima) instead of ``inf - inf = NaN``.  **T = 0 is greedy**, defined
+   explicitly, not as a limit: one-hot on the argmax, ties to the lowest token id (the
+   convention of ``simlab.decoding.greedy_decode`` and the ``greedy`` verifier);
+2. **top-k**: keep the k most probable tokens (ties: lowest id first), renormalise;
+3. **top-p** (nucleus): keep the smallest set of most probable tokens whose mass reaches
+   top_p (the token that crosses the threshold is kept), renormalise.
+
+A result that is not a finite probability vector raises ``ValueError``; nothing is patched.
+``DDTE_SETTINGS`` are the eight settings of DDTE's Tables 2-7.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from simlab.checks import check_int
+
+
+def _check_options(temperature, top_k, top_p) -> tuple[float, int | None, float | None]:
+    if isinstance(temperature, (bool, np.bool_)) or not isinstance(temperature, (int, float, np.integer, np.floating)):
+        raise ValueError(f"temperature: must be a finite number >= 0, got {temperature!r}")
+    if not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature: must be a finite number >= 0, got {temperature!r}")
+    if top_k is not None:
+        top_k = check_int(top_k, "top_k", 1)
+    if top_p is not None:
+        if isinstance(top_p, (bool, np.bool_)) or not isinstance(top_p, (int, float, np.integer, np.floating)) or not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p: must lie in (0, 1], got {top_p!r}")
+        top_p = float(top_p)
+    return float(temperature), top_k, top_p
+
+
+def sampling_distribution(logits, *, temperature: float = 1.0, top_k: int | None = None,
+                          top_p: float | None = None) -> np.ndarray:
+    """The distribution sampled from, for one row (V,) or a batch (n, V) of logits.
+
+    Args:
+        logits: array-like (V,) or (n, V), any float dtype (float32 model logits are converted
+            to float64 first); finite or ``-inf`` (masked) entries, at least one finite per row.
+        temperature: T >= 0 (0 = greedy, see the module docstring).
+        top_k: keep the k most probable tokens; None = all.
+        top_p: nucleus threshold in (0, 1]; None = 1.
+
+    Returns:
+        float64 array of the same shape, each row summing to 1.
+
+    Raises:
+        ValueError: ``logits: ...`` (not numeric, not 1-D or 2-D, empty, NaN or +inf, a row
+            of -inf only), ``temperature: ...``, ``top_k: ...``, ``top_p: ...``, or a result
+            that is not finite.
+    """
+    temperature, top_k, top_p = _check_options(temperature, top_k, top_p)
+    try:
+        z = np.array(logits, dtype=np.float64)  # a copy: the caller's logits are never touched
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"logits: not a numeric array ({exc})") from None
+    if z.ndim not in (1, 2) or z.shape[-1] == 0 or z.size == 0:
+        raise ValueError(f"logits: must be a non-empty (V,) or (n, V) array, got shape {z.shape}")
+    if np.isnan(z).any() or (z == np.inf).any():
+        raise ValueError("logits: contains NaN or +inf entries")
+    top = z.max(axis=-1, keepdims=True)
+    if not np.isfinite(top).all():
+        raise ValueError("logits: a row has every entry -inf")
+    if temperature == 0.0:
+        probs = np.zeros_like(z)
+        np.put_along_axis(probs, np.argmax(z, axis=-1)[..., None], 1.0, axis=-1)
+        return probs
+    with np.errstate(over="ignore", under="ignore"):  # overflow to -inf is the exact limit: weight 0
+        z -= top
+        if temperature != 1.0:
+            z /= temperature
+        np.exp(z, out=z)
+    z /= z.sum(axis=-1, keepdims=True)
+    vocab = z.shape[-1]
+    if top_k is not None and top_k < vocab:
+        order = np.argsort(-z, axis=-1, kind="stable")
+        z = _keep(z, order, np.full(z.shape[:-1], top_k))
+    if top_p is not None and top_p < 1.0:
+        order = np.argsort(-z, axis=-1, kind="stable")
+        cumulative = np.cumsum(np.take_along_axis(z, order, axis=-1), axis=-1)
+        n_keep = (cumulative < top_p * cumulative[..., -1:]).sum(axis=-1) + 1
+        z = _keep(z, order, np.minimum(n_keep, vocab))
+    if not np.isfinite(z).all():
+        raise ValueError(f"temperature: {temperature!r} gives a law that is not finite")
+    return z
+
+
+def _keep(probs: np.ndarray, order: np.ndarray, n_keep: np.ndarray) -> np.ndarray:
+    """Zero every token ranked at or below ``n_keep`` (per row) in ``order``; renormalise."""
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(order.shape[-1]), axis=-1)
+    out = np.where(ranks < n_keep[..., None], probs, 0.0)
+    return out / out.sum(axis=-1, keepdims=True)
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """Temperature, top-k and top-p, applied identically to the target and the draft.
+
+    Args:
+        temperature: T >= 0 (0 = greedy: argmax, lowest-id ties).
+        top_k: keep the k most probable tokens (None: all).
+        top_p: nucleus threshold in (0, 1] (None: 1).
+
+    Raises:
+        ValueError: ``temperature: ...``, ``top_k: ...`` or ``top_p: ...`` for values out of
+            range or of the wrong type.
+    """
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    def __post_init__(self):
+        temperature, top_k, top_p = _check_options(self.temperature, self.top_k, self.top_p)
+        object.__setattr__(self, "temperature", temperature)
+        object.__setattr__(self, "top_k", top_k)
+        object.__setattr__(self, "top_p", top_p)
+
+    @property
+    def identity(self) -> bool:
+        """True when the transform leaves a distribution unchanged (T = 1, no truncation)."""
+        return self.temperature == 1.0 and self.top_k is None and self.top_p in (None, 1.0)
+
+    @property
+    def greedy(self) -> bool:
+        """True at temperature 0."""
+        return self.temperature == 0.0
+
+    @property
+    def name(self) -> str:
+        """``"T=0.6"``, ``"T=1,p=0.9"``, ``"T=1,k=40"``: the settings' name in every table."""
+        name = f"T={self.temperature:g}"
+        if self.top_p not in (None, 1.0):
+            name += f",p={self.top_p:g}"
+        if self.top_k is not None:
+            name += f",k={self.top_k}"
+        return name
+
+    def probabilities(self, logits) -> np.ndarray:
+        """``sampling_distribution(logits)`` under these settings: float64, shape of ``logits``."""
+        return sampling_distribution(logits, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
+
+    def apply(self, probs: np.ndarray) -> np.ndarray:
+        """The transformed law of a base distribution (V,) or batch (n, V): its log-probabilities
+        are the logits (log 0 = -inf).  The identity returns ``probs`` itself, unchanged."""
+        if self.identity:
+            return probs
+        with np.errstate(divide="ignore"):
+            logits = np.log(probs)
+        return self.probabilities(logits)
+
+
+def check_settings(settings, name: str = "settings") -> SamplingSettings:
+    """``settings`` itself, if it is a ``SamplingSettings``.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if not isinstance(settings, SamplingSettings):
+        raise ValueError(f"{name}: must be a simlab.sampling.SamplingSettings, got {type(settings).__name__}")
+    return settings
+
+
+DDTE_SETTINGS = tuple(SamplingSettings(t) for t in (0.2, 0.4, 0.6, 0.8, 1.0, 1.2)) + (
+    SamplingSettings(1.0, top_p=0.9), SamplingSettings(1.0, top_p=0.99))
+"""DDTE's eight sampling settings (Tables 2-7): T in {0.2, ..., 1.2}, and T = 1 with top-p 0.9 and 0.99."""
