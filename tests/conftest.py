@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 
@@ -24,3 +25,31 @@ def micro_pair_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("micro_pair")
     build(out, seed=0, spec=PairSpec.micro(), log=lambda message: None)
     return out
+
+
+SHIPPED_PROMPTS = Path(__file__).resolve().parent.parent / "backends" / "prompts" / "reference_prompts.txt"
+
+
+def make_capture(micro_pair_dir, tmp_path_factory, prompts: int, *flags) -> Path:
+    """A ``--full`` capture of the micro pair on the first ``prompts`` shipped prompts (1 root each, spacing 4)."""
+    from backends.capture import main as capture_main
+
+    prompt_file = tmp_path_factory.mktemp("prompts") / "p.txt"
+    prompt_file.write_text("\n".join(SHIPPED_PROMPTS.read_text().splitlines()[:prompts]) + "\n")
+    out = tmp_path_factory.mktemp("capture")
+    assert capture_main(["--target", str(micro_pair_dir / "target"), "--draft", str(micro_pair_dir / "draft"), "--prompts",
+                         str(prompt_file), "--out", str(out), "--roots-per-prompt", "1", "--spacing", "4", "--full", "--quiet",
+                         *flags]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def grid_capture(micro_pair_dir, tmp_path_factory):
+    """A grid capture (``--shape grid``): 2 prompts, 1 root each, K <= 2, L1, L2 <= 2, 2 trees per L1."""
+    return make_capture(micro_pair_dir, tmp_path_factory, 2, "--shape", "grid", "--width", "2", "--depth", "2", "--samples", "2")
+
+
+@pytest.fixture(scope="session")
+def tree_capture(micro_pair_dir, tmp_path_factory):
+    """A capture of i.i.d. trees (width 2, depth 2): 2 prompts, 1 root each."""
+    return make_capture(micro_pair_dir, tmp_path_factory, 2, "--depth", "2", "--width", "2")

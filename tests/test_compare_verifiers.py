@@ -125,20 +125,6 @@ def test_table_printed(tmp_path, capsys):
     assert "cf. DDTE Table 3" in out and "SpecInfer" in out and "Traversal" in out and "delayed / iid" in out
 
 
-@pytest.fixture(scope="module")
-def grid_capture(micro_pair_dir, tmp_path_factory):
-    from backends.capture import main as capture_main
-    from tests.test_capture import SHIPPED
-
-    prompts = tmp_path_factory.mktemp("gp") / "p.txt"
-    prompts.write_text("\n".join(SHIPPED.read_text().splitlines()[:2]) + "\n")
-    out = tmp_path_factory.mktemp("gcap")
-    assert capture_main(["--target", str(micro_pair_dir / "target"), "--draft", str(micro_pair_dir / "draft"), "--prompts",
-                         str(prompts), "--out", str(out), "--shape", "grid", "--width", "2", "--depth", "2", "--samples", "2",
-                         "--roots-per-prompt", "1", "--spacing", "4", "--full", "--quiet"]) == 0
-    return out
-
-
 def test_capture_replay_equals_live_models_on_the_same_drafts(grid_capture, micro_pair_dir):
     from backends.sources import CaptureSource
     from backends.hf import HFPair

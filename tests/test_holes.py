@@ -79,33 +79,19 @@ def test_every_pair_refuses_bad_contexts(make, context):
 
 
 # -- damaged captures, huge seeds, empty lists -------------------------------------------------------------
-@pytest.fixture(scope="module")
-def small_capture(micro_pair_dir, tmp_path_factory):
-    from backends.capture import main as capture_main
-    from tests.test_capture import SHIPPED
-
-    prompts = tmp_path_factory.mktemp("hp") / "p.txt"
-    prompts.write_text("\n".join(SHIPPED.read_text().splitlines()[:2]) + "\n")
-    out = tmp_path_factory.mktemp("hcap")
-    assert capture_main(["--target", str(micro_pair_dir / "target"), "--draft", str(micro_pair_dir / "draft"), "--prompts",
-                         str(prompts), "--out", str(out), "--roots-per-prompt", "1", "--spacing", "4", "--depth", "2",
-                         "--width", "2", "--full", "--quiet"]) == 0
-    return out
-
-
-def test_divergence_study_replays_a_capture(small_capture, tmp_path):
-    assert divergence_by_depth.main(["--capture", str(small_capture), "--k", "2", "--quiet", "--out", str(tmp_path)]) == 0
+def test_divergence_study_replays_a_capture(tree_capture, tmp_path):
+    assert divergence_by_depth.main(["--capture", str(tree_capture), "--k", "2", "--quiet", "--out", str(tmp_path)]) == 0
     from backends.capture_store import read_capture
 
-    assert pl.read_parquet(tmp_path / "nodes.parquet").height == read_capture(small_capture).height
+    assert pl.read_parquet(tmp_path / "nodes.parquet").height == read_capture(tree_capture).height
 
 
 @pytest.mark.parametrize("damage", ["garbage shard", "wrong schema", "truncated logits", "missing logits", "garbage settings"])
-def test_damaged_capture_exits_2_with_one_line(small_capture, tmp_path, capsys, damage):
+def test_damaged_capture_exits_2_with_one_line(tree_capture, tmp_path, capsys, damage):
     import shutil
 
     broken = tmp_path / "broken"
-    shutil.copytree(small_capture, broken)
+    shutil.copytree(tree_capture, broken)
     shard, logits = sorted(broken.glob("nodes-r*.parquet"))[0], sorted(broken.glob("logits-r*.npz"))[0]
     if damage == "garbage shard":
         shard.write_bytes(b"PAR1 not really")
@@ -126,8 +112,8 @@ def test_damaged_capture_exits_2_with_one_line(small_capture, tmp_path, capsys, 
     (["--width", "3"], "--width"), (["--vocab", "8"], "--vocab"), (["--trajectories", "2"], "--trajectories"),
     (["--backend", "synthetic"], "--backend"), (["--device", "cpu"], "--device"),
 ])
-def test_flags_a_capture_cannot_honour_are_refused(small_capture, tmp_path, capsys, flags, flag):
-    err = one_line_exit_2(capsys, lambda: divergence_by_depth.main(["--capture", str(small_capture), *flags, "--out", str(tmp_path)]))
+def test_flags_a_capture_cannot_honour_are_refused(tree_capture, tmp_path, capsys, flags, flag):
+    err = one_line_exit_2(capsys, lambda: divergence_by_depth.main(["--capture", str(tree_capture), *flags, "--out", str(tmp_path)]))
     assert err.split("error: ")[1].startswith(flag) and "cannot honour" in err, err
 
 
@@ -139,25 +125,11 @@ def test_flags_the_synthetic_source_cannot_honour_are_refused(tmp_path, capsys):
     assert "--cost-ratio" in err
 
 
-def test_grid_flags_a_capture_cannot_honour(grid_capture_for_holes, tmp_path, capsys):
+def test_grid_flags_a_capture_cannot_honour(grid_capture, tmp_path, capsys):
     for flags, flag in ((["--samples", "3"], "--samples"), (["--jobs", "2"], "--jobs"), (["--method", "exact"], "--method")):
         err = one_line_exit_2(capsys, lambda: compare_verifiers.main(
-            ["--capture", str(grid_capture_for_holes), "--K-max", "2", "--L-max", "2", *flags, "--out", str(tmp_path), "--quiet"]))
+            ["--capture", str(grid_capture), "--K-max", "2", "--L-max", "2", *flags, "--out", str(tmp_path), "--quiet"]))
         assert f"error: {flag}: the capture source cannot honour it" in err, err
-
-
-@pytest.fixture(scope="module")
-def grid_capture_for_holes(micro_pair_dir, tmp_path_factory):
-    from backends.capture import main as capture_main
-    from tests.test_capture import SHIPPED
-
-    prompts = tmp_path_factory.mktemp("hgp") / "p.txt"
-    prompts.write_text(SHIPPED.read_text().splitlines()[0] + "\n")
-    out = tmp_path_factory.mktemp("hgcap")
-    assert capture_main(["--target", str(micro_pair_dir / "target"), "--draft", str(micro_pair_dir / "draft"), "--prompts",
-                         str(prompts), "--out", str(out), "--shape", "grid", "--width", "2", "--depth", "2", "--samples", "2",
-                         "--roots-per-prompt", "1", "--spacing", "4", "--full", "--quiet"]) == 0
-    return out
 
 
 @pytest.mark.parametrize("main", [divergence_by_depth.main, block_efficiency_grid.main, compare_verifiers.main])
