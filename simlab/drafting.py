@@ -1,15 +1,23 @@
 """Drafting laws for the k children of one draft-tree node.
 
-Two laws appear in the literature and each verifier assumes one of them:
+Four laws appear in the literature; every tree states, node by node, which one drew its
+children, and every verifier states for which laws it is lossless:
 
 * ``Drafting.IID`` - the children X_1..X_k are i.i.d. q (K independent rollouts; SpecInfer,
   SpecTr, Khisti, NSS, NaiveTree).  Q(x) = prod_i q(x_i).
 * ``Drafting.WITHOUT_REPLACEMENT`` - X_i ~ q^(i-1), where q^(0) = q and q^(i) is q^(i-1) with
   x_i removed and renormalised (RSD, EAGLE-1, Sequoia, Traversal siblings).
   Q(x) = prod_i q(x_i) / (1 - sum_{j<i} q(x_j)).
+* ``Drafting.DETERMINISTIC`` - the children are a function of the context, not a sample
+  (EAGLE-2/3's confidence-ranked top-k, static top-k trees, TreeGraft, SpecBlock).  At node
+  level: the k most probable tokens of q (ties: lowest id), Q = 1.
+* ``Drafting.MIXED`` - Hu et al.'s greedy draft: the first k-1 children D are deterministic
+  (node level: the k-1 most probable tokens of q) and the last one is drawn from
+  q~ = q restricted to V \\ D, renormalised.  Q(x) = q~(x_k).
 
-Children are ordered tuples of token ids; exact enumeration lists every tuple of positive
-probability together with Q(x).
+A single child drawn from q (k = 1) is both an i.i.d. and a without-replacement draw
+(``sampled_once``).  Children are ordered tuples of token ids; exact enumeration lists every
+tuple of positive probability together with Q(x).
 """
 
 from __future__ import annotations
@@ -27,15 +35,77 @@ MAX_ENUMERATED_TUPLES = 250_000
 
 
 class Drafting(str, enum.Enum):
-    """The joint law of a node's drafted children."""
+    """The joint law of a node's drafted children (see the module docstring)."""
 
     IID = "iid"
     WITHOUT_REPLACEMENT = "without_replacement"
+    DETERMINISTIC = "deterministic"
+    MIXED = "mixed"
+
+    @property
+    def description(self) -> str:
+        return {"iid": "i.i.d. from q", "without_replacement": "from q without replacement",
+                "deterministic": "deterministically (a function of the context)",
+                "mixed": "as a greedy draft (deterministic best children, one tail sampled from q on the rest)"}[self.value]
+
+
+SAMPLED = frozenset({Drafting.IID, Drafting.WITHOUT_REPLACEMENT})
+"""The laws of children sampled from q; with one child (k = 1) they coincide."""
+
+ONE_DRAW = SAMPLED | {Drafting.MIXED}
+"""Laws under which a single child drawn from q is a valid draw (a greedy draft without
+deterministic children is one draw from q)."""
+
+
+def sampled_once(law: Drafting, k: int) -> bool:
+    """True for a single child drawn from q (i.i.d. and without replacement alike)."""
+    return k == 1 and law in SAMPLED
+
+
+def lossless_pairing(lossless_for: frozenset, law: Drafting, k: int) -> bool:
+    """True when a verifier lossless for ``lossless_for`` is lossless at a node of ``law`` with k
+    children: ``law`` is one of them, or the node has a single child drawn from q and the
+    verifier is lossless for some law under which that is a valid draw."""
+    return law in lossless_for or (sampled_once(law, k) and bool(lossless_for & ONE_DRAW))
 
 
 def check_k(k, name: str = "k") -> int:
     """Validate a number of children (a positive integer); return it as ``int``."""
     return check_int(k, name, 1)
+
+
+def top_tokens(q: np.ndarray, n: int) -> np.ndarray:
+    """The n most probable tokens of q with q > 0, most probable first (ties: lowest id), int64.
+
+    Raises:
+        ValueError: ``k: ...`` when q has fewer than n tokens of positive probability.
+    """
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if n > q.size or np.count_nonzero(q) < n:
+        raise ValueError(f"k: {n} deterministic children need at least {n} tokens with q > 0, q has {int(np.count_nonzero(q))}")
+    if n < q.size // 8:
+        part = np.argpartition(-q, n - 1)[:n]
+        cutoff = q[part].min()
+        candidates = np.flatnonzero(q >= cutoff)  # every token tied with the n-th, so ties go to the lowest id
+        order = candidates[np.argsort(-q[candidates], kind="stable")][:n]
+    else:
+        order = np.argsort(-q, kind="stable")[:n]
+    return order.astype(np.int64)
+
+
+def tail_law(q: np.ndarray, deterministic) -> np.ndarray:
+    """q~ = q restricted to the tokens outside ``deterministic``, renormalised; float64 (V,).
+
+    Raises:
+        ValueError: ``k: ...`` when q has no mass outside them (no tail can be drawn).
+    """
+    rest = q.copy()
+    rest[np.asarray(deterministic, dtype=np.int64)] = 0.0
+    mass = rest.sum()
+    if not mass > 0.0:
+        raise ValueError("k: q has no mass outside the deterministic children, so no tail child can be drawn")
+    return rest / mass
 
 
 def child_tuples(q: np.ndarray, k: int, drafting: Drafting) -> tuple[np.ndarray, np.ndarray]:
@@ -50,12 +120,20 @@ def child_tuples(q: np.ndarray, k: int, drafting: Drafting) -> tuple[np.ndarray,
         ``(tuples, probs)``: int64 array (n, k) and float64 array (n,) with sum(probs) = 1.
 
     Raises:
-        ValueError: if more than ``MAX_ENUMERATED_TUPLES`` tuples would be listed, or if
-            drafting without replacement asks for more children than q has support.
+        ValueError: if more than ``MAX_ENUMERATED_TUPLES`` tuples would be listed, or if the
+            law asks for more distinct tokens than q has support.
     """
     k = check_k(k)
     support = np.flatnonzero(q > 0)
     n = support.size
+    if drafting is Drafting.DETERMINISTIC:
+        return top_tokens(q, k)[None, :], np.ones(1)
+    if drafting is Drafting.MIXED:
+        best = top_tokens(q, k - 1)
+        tail = tail_law(q, best)
+        tails = np.flatnonzero(tail > 0)
+        tuples = np.concatenate([np.tile(best, (tails.size, 1)), tails[:, None]], axis=1).astype(np.int64)
+        return tuples, tail[tails]
     if drafting is Drafting.IID:
         count = n**k
     else:
@@ -77,10 +155,13 @@ def child_tuples(q: np.ndarray, k: int, drafting: Drafting) -> tuple[np.ndarray,
 
 
 def tuple_probability(q: np.ndarray, tuples: np.ndarray, drafting: Drafting) -> np.ndarray:
-    """Q(x) for each row of ``tuples`` (shape (n, k)) under ``drafting``; float64 (n,)."""
+    """Q(x) for each row of ``tuples`` (shape (n, k)) under a sampled law (i.i.d. or without
+    replacement); float64 (n,)."""
     tuples = np.atleast_2d(np.asarray(tuples, dtype=np.int64))
     if drafting is Drafting.IID:
         return np.prod(q[tuples], axis=1)
+    if drafting is not Drafting.WITHOUT_REPLACEMENT:
+        raise ValueError(f"drafting: tuple probabilities are defined for sampled laws, got {drafting.value}")
     # Without replacement: the remaining mass is summed directly over the undrawn tokens
     # (not as 1 - drawn mass, which cancels badly when the drawn tokens hold most of q).
     rows = np.arange(tuples.shape[0])
@@ -98,10 +179,15 @@ def tuple_probability(q: np.ndarray, tuples: np.ndarray, drafting: Drafting) -> 
 def draw_children(q: np.ndarray, k: int, drafting: Drafting, rng: np.random.Generator) -> np.ndarray:
     """Draw k ordered children from ``q`` under ``drafting``; int64 array (k,).
 
-    Uses one uniform per child (inverse CDF), so the same generator state gives the same
-    children.
+    Uses one uniform per sampled child (inverse CDF), so the same generator state gives the
+    same children (the deterministic children of ``DETERMINISTIC`` and ``MIXED`` use none).
     """
     k = check_k(k)
+    if drafting is Drafting.DETERMINISTIC:
+        return top_tokens(q, k)
+    if drafting is Drafting.MIXED:
+        best = top_tokens(q, k - 1)
+        return np.append(best, sample_categorical(tail_law(q, best), rng)).astype(np.int64)
     out = np.empty(k, dtype=np.int64)
     current = q.copy()
     for i in range(k):

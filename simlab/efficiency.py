@@ -1,17 +1,26 @@
 """Expected block efficiency over the tree distribution, and the exact law of emitted tokens.
 
 E[tau + 1] = E_T[ E[tau + 1 | T] ] (DDTE Eq. 1-3): the outer expectation over the trees a
-shape draws, the inner one exact for each tree (``TreeVerifier.expected_block_efficiency``).
+builder draws (``simlab.builders``: the shapes, EAGLE-2, Sequoia, greedy draft), the inner one
+exact for each tree (``TreeVerifier.expected_block_efficiency``).
 
-* ``method="exact"``: enumerate every tree with its probability (``shape.enumerate``; small
-  vocabularies, at most ``simlab.shapes.MAX_TREES`` trees);
+* ``method="exact"``: enumerate every tree with its probability (``builder.enumerate``; one tree
+  for a deterministic builder, so its value at a root is exact; small vocabularies for sampled
+  ones, at most ``simlab.builders.MAX_TREES`` trees);
 * ``method="mc"``: average the exact inner expectation over ``samples`` sampled trees (DDTE
   uses 4): unbiased, with the standard error of that mean;
+* ``method="auto"``: exact where the enumeration fits, else mc;
 * ``simulate_block_efficiency``: the brute-force cross-check that runs ``verify``.
+
+A verifier paired with trees it is not lossless for raises ``ValueError`` unless the call asks
+for the biased value (``allow_lossy=True``); the result then has ``lossless=False`` and
+``pairing_bias`` gives its exact bias (the TV distance of the emitted n-token law from the
+target's).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simlab import tree_verifiers
+from simlab.builders.base import Builder
 from simlab.checks import check_generator, check_int
 from simlab.distributions import sample_categorical
 from simlab.pairs import ModelPair, eos_of
@@ -35,66 +45,98 @@ class Estimate:
         stderr: its standard error (0.0 for ``exact``; NaN for one Monte Carlo sample).
         method: ``"exact"``, ``"mc"`` or ``"simulation"``.
         samples: trees (mc) or verification steps (simulation) used; trees enumerated (exact).
+        lossless: False when the verifier is not lossless for the builder's trees (the value
+            was asked for with ``allow_lossy=True``; ``pairing_bias`` gives the bias).
     """
 
     mean: float
     stderr: float
     method: str
     samples: int
+    lossless: bool = True
 
 
-def _verifier(verifier):
+def _verifier(verifier, allow_lossy: bool = False):
     if isinstance(verifier, str):
-        return tree_verifiers.get(verifier)
+        return tree_verifiers.get(verifier, allow_lossy=allow_lossy)
     if not isinstance(verifier, tree_verifiers.TreeVerifier):
         raise ValueError(f"verifier: must be a tree-verifier name or object, got {verifier!r}")
+    if allow_lossy and not verifier.allow_lossy:
+        return dataclasses.replace(verifier, allow_lossy=True)
     return verifier
 
 
 def _check(pair, shape) -> None:
     if not isinstance(pair, ModelPair):
         raise ValueError(f"pair: must implement the ModelPair protocol (vocab_size, distributions), got {type(pair).__name__}")
-    if not (hasattr(shape, "sample") and hasattr(shape, "enumerate")):
-        raise ValueError(f"shape: must be a tree shape (simlab.Delayed, iid, chain, Static), got {shape!r}")
+    if not isinstance(shape, Builder):
+        raise ValueError(f"shape: must be a tree builder (simlab.builders.get(name): delayed, iid, chain, static, eagle2, "
+                         f"sequoia, greedy_draft), got {shape!r}")
 
 
 def expected_block_efficiency(pair: ModelPair, context: Sequence[int], shape, verifier, *, method: str = "exact",
-                              samples: int = 4, seed: int = 0) -> Estimate:
-    """E[tau + 1] for drafting with ``shape`` at ``context`` and verifying with ``verifier``.
+                              samples: int = 4, seed: int = 0, allow_lossy: bool = False) -> Estimate:
+    """E[tau + 1] for drafting with the builder ``shape`` at ``context`` and verifying with ``verifier``.
 
     Args:
         pair: the model pair giving p and q.
         context: the root context (token ids).
-        shape: a tree shape (``simlab.shapes.Delayed``, ``iid``, ``chain``, ``Static``).
+        shape: a tree builder (``simlab.builders``: ``Delayed``, ``iid``, ``chain``, ``Static``,
+            ``EAGLE2``, ``Sequoia``, ``GreedyDraftTree``).
         verifier: a tree-verifier name or object (``simlab.tree_verifiers.get``).
-        method: ``"exact"`` or ``"mc"``.
+        method: ``"exact"``, ``"mc"`` or ``"auto"`` (exact where the enumeration fits).
         samples: number of sampled trees for ``"mc"`` (>= 1).
         seed: seed of the ``numpy.random.Generator`` that draws the trees for ``"mc"``.
+        allow_lossy: compute the value of a pairing the verifier is not lossless for (biased;
+            the result has ``lossless=False``) instead of raising.
 
     Returns:
         ``Estimate`` (tokens per step).
 
     Raises:
-        ValueError: unknown method or verifier, samples < 1, a bad context, or too many
+        ValueError: unknown method or verifier, samples < 1, a bad context, a lossy pairing
+            (naming the verifier and the drafting law) without ``allow_lossy``, or too many
             trees to enumerate (with the limit in the message).
     """
-    verifier = _verifier(verifier)
+    verifier = _verifier(verifier, allow_lossy)
     _check(pair, shape)
     table = NodeTable(pair, context)
+    if method == "auto":
+        try:
+            return expected_block_efficiency(pair, context, shape, verifier, method="exact")
+        except ValueError as exc:
+            if "exact enumeration would list" not in str(exc) and "above the limit" not in str(exc):
+                raise
+            method = "mc"
     if method == "exact":
-        total, weight, count = 0.0, 0.0, 0
+        total, weight, count, lossless = 0.0, 0.0, 0, True
         for tree, prob in shape.enumerate(table):
             total += prob * verifier.expected_block_efficiency(tree)
             weight += prob
             count += 1
-        return Estimate(total / weight, 0.0, "exact", count)
+            lossless = lossless and verifier.lossless_on(tree)
+        return Estimate(total / weight, 0.0, "exact", count, lossless)
     if method == "mc":
         samples = check_int(samples, "samples", 1)
         rng = np.random.default_rng(seed)
-        values = np.array([verifier.expected_block_efficiency(shape.sample(table, rng)) for _ in range(samples)])
+        trees = [shape.sample(table, rng) for _ in range(samples)]
+        values = np.array([verifier.expected_block_efficiency(tree) for tree in trees])
         stderr = float(values.std(ddof=1) / math.sqrt(samples)) if samples > 1 else float("nan")
-        return Estimate(float(values.mean()), stderr, "mc", samples)
-    raise ValueError(f"method: must be 'exact' or 'mc', got {method!r}")
+        return Estimate(float(values.mean()), stderr, "mc", samples, all(verifier.lossless_on(t) for t in trees))
+    raise ValueError(f"method: must be 'exact', 'mc' or 'auto', got {method!r}")
+
+
+def pairing_bias(pair: ModelPair, context: Sequence[int], shape, verifier, n: int = 3) -> float:
+    """The exact bias of a pairing: TV between the law of the first ``n`` emitted tokens (repeated
+    steps of ``shape`` verified by ``verifier``, lossy pairings allowed) and the target's n-token
+    law; 0 (to rounding) for a lossless pairing.  Small vocabularies (every tree is enumerated).
+
+    Raises:
+        ValueError: as ``emitted_sequence_law``.
+    """
+    law = emitted_sequence_law(pair, context, shape, verifier, check_int(n, "n", 1), allow_lossy=True)
+    target = target_sequence_law(pair, context, n)
+    return 0.5 * sum(abs(law.get(s, 0.0) - target.get(s, 0.0)) for s in set(law) | set(target))
 
 
 @dataclass(frozen=True)
@@ -211,10 +253,10 @@ def action_grid_block_efficiency(pair: ModelPair, context: Sequence[int], verifi
 
 
 def simulate_block_efficiency(pair: ModelPair, context: Sequence[int], shape, verifier, *, steps: int,
-                              seed: int = 0) -> Estimate:
+                              seed: int = 0, allow_lossy: bool = False) -> Estimate:
     """Brute force: draw a tree and run ``verify`` ``steps`` times; mean and standard error of tau + 1
     (with an EOS id, of the tokens kept: ``simlab.tree_verifiers.base.counted_tokens``)."""
-    verifier = _verifier(verifier)
+    verifier = _verifier(verifier, allow_lossy)
     _check(pair, shape)
     steps = check_int(steps, "steps", 2)
     table = NodeTable(pair, context)
@@ -224,7 +266,8 @@ def simulate_block_efficiency(pair: ModelPair, context: Sequence[int], shape, ve
     return Estimate(float(lengths.mean()), float(lengths.std(ddof=1) / math.sqrt(steps)), "simulation", steps)
 
 
-def emitted_sequence_law(pair: ModelPair, context: Sequence[int], shape, verifier, n: int) -> dict[tuple[int, ...], float]:
+def emitted_sequence_law(pair: ModelPair, context: Sequence[int], shape, verifier, n: int,
+                         allow_lossy: bool = False) -> dict[tuple[int, ...], float]:
     """Exact law of the first ``n`` tokens emitted by repeated speculative steps from ``context``.
 
     Each step enumerates the trees of ``shape`` at the current context, takes the exact
@@ -232,9 +275,10 @@ def emitted_sequence_law(pair: ModelPair, context: Sequence[int], shape, verifie
     the extended context until n tokens are out.  Equal to ``target_sequence_law`` iff the
     scheme is lossless (over these n tokens).  With an EOS id (``simlab.pairs.EndOfSequence``) a
     sequence ends at its first EOS: the law is over sequences of n tokens or shorter ones
-    ending in EOS.
+    ending in EOS.  ``allow_lossy``: as in ``expected_block_efficiency``.
     """
-    verifier = _verifier(verifier)
+    verifier = _verifier(verifier, allow_lossy)
+    _check(pair, shape)
     eos = eos_of(pair)
     memo: dict[tuple[tuple[int, ...], int], dict[tuple[int, ...], float]] = {}
 

@@ -147,6 +147,63 @@ def delayed_levels(K: int, L1: int, L2: int) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
+class DraftForward:
+    """One draft forward while a tree is built: ``tokens`` new tokens, timed at context length
+    l + ``context`` (l = the root context; ``context`` = the drafted tokens already in the
+    draft's cache, by the convention of DDTE's T-hat)."""
+
+    tokens: int
+    context: int = 0
+    model: str = "draft"
+
+    def __post_init__(self):
+        object.__setattr__(self, "tokens", check_int(self.tokens, "tokens", 1))
+        object.__setattr__(self, "context", check_int(self.context, "context", 0))
+        if self.model != "draft":
+            raise ValueError(f"model: the latency model times the 'draft' model, got {self.model!r}")
+
+
+@dataclass(frozen=True)
+class DraftCost:
+    """What building one tree cost: its draft forwards in order, and the tree tokens the target
+    then verifies in one forward (root excluded).  Builders attach it to their trees
+    (``DraftTree.cost``); ``LatencyModel.step_time`` turns it into seconds."""
+
+    forwards: tuple[DraftForward, ...]
+    verified: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "forwards", tuple(self.forwards))
+        object.__setattr__(self, "verified", check_int(self.verified, "verified", 0))
+        if not all(isinstance(f, DraftForward) for f in self.forwards):
+            raise ValueError("forwards: must be DraftForward values")
+
+    @classmethod
+    def levels(cls, levels: Sequence[int]) -> "DraftCost":
+        """One draft forward per depth level d = 0..D-1 over m_d tokens (m_0 = 1, the root;
+        m_d = levels[d - 1]) at context sum(levels[:d]) (DDTE's T-hat; a static or sampled
+        tree drafted level by level).
+
+        Raises:
+            ValueError: a level with fewer than 1 token.
+        """
+        if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence):
+            raise ValueError(f"levels: must be a sequence of integers >= 1 (tokens per depth level), got {levels!r}")
+        levels = [check_int(m, "levels", 1) for m in levels]
+        widths = [1] + levels[:-1]
+        return cls(tuple(DraftForward(widths[d], sum(levels[:d])) for d in range(len(levels))), sum(levels))
+
+    @classmethod
+    def of_tree(cls, tree) -> "DraftCost":
+        """The level-by-level cost of a tree's shape (its tokens per depth)."""
+        counts: dict[int, int] = {}
+        for path in tree.nodes():
+            if path:
+                counts[len(path)] = counts.get(len(path), 0) + 1
+        return cls.levels([counts[d] for d in sorted(counts)])
+
+
+@dataclass(frozen=True)
 class LatencyModel:
     """Draft and target forward times, and the time of one speculative step (module docstring).
 
@@ -183,13 +240,25 @@ class LatencyModel:
         Raises:
             ValueError: a negative context or a level with fewer than 1 token.
         """
+        return self.step_time(check_int(context, "context", 0), DraftCost.levels(levels))
+
+    def step_time(self, context: int, cost: DraftCost) -> float:
+        """T-hat in seconds of one step: the draft forwards of ``cost`` (each t_q at context
+        ``context + forward.context``), then one target forward over the root and the
+        ``cost.verified`` tree tokens at context ``context + cost.verified``.
+
+        Raises:
+            ValueError: a negative context, or ``cost`` not a ``DraftCost``.
+        """
         context = check_int(context, "context", 0)
-        if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence):
-            raise ValueError(f"levels: must be a sequence of integers >= 1 (tokens per depth level), got {levels!r}")
-        levels = [check_int(m, "levels", 1) for m in levels]
-        widths = [1] + levels[:-1]
-        total = sum(self.draft(context + sum(levels[:d]), widths[d]) for d in range(len(levels)))
-        return total + self.target(context + sum(levels), 1 + sum(levels))
+        if not isinstance(cost, DraftCost):
+            raise ValueError(f"cost: must be a simlab.latency.DraftCost, got {type(cost).__name__}")
+        total = sum(self.draft(context + f.context, f.tokens) for f in cost.forwards)
+        return total + self.target(context + cost.verified, 1 + cost.verified)
+
+    def tree_step_time(self, context: int, tree) -> float:
+        """T-hat of verifying ``tree``: its builder's cost (``tree.cost``), else its level-by-level one."""
+        return self.step_time(context, tree.cost if tree.cost is not None else DraftCost.of_tree(tree))
 
     def delayed_time(self, K: int, L1: int, L2: int, context: int) -> float:
         """DDTE's T-hat(x, a) for a = (K, L1, L2) at context length ``context`` (seconds).

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simlab.distributions import check_distribution
+from simlab.drafting import Drafting
 from simlab.pairs import ModelPair, NodeBatch, check_context, eos_of
 
 Path = tuple[int, ...]
@@ -94,10 +95,23 @@ class DraftTree:
     Attributes:
         table: p and q for the nodes (and the root context).
         children: node path -> ordered child tokens (with multiplicity); leaves may be absent.
+        drafting: how the children were drawn (``simlab.drafting.Drafting``), the same at
+            every node unless ``node_laws`` says otherwise.
+        node_laws: node path -> the law of that node's children, where it differs from
+            ``drafting`` (a greedy-draft tree whose tail was pruned at some nodes).
+        cost: the drafting cost (``simlab.latency.DraftCost``: the draft forwards that built
+            the tree), or None when unknown.
+
+    Raises:
+        ValueError: ``tree: ...`` for a child that is not a token id in [0, V), or a law that
+            is not a ``Drafting``.
     """
 
     table: NodeTable
     children: dict[Path, tuple[int, ...]] = field(default_factory=dict)
+    drafting: Drafting = Drafting.IID
+    node_laws: dict[Path, Drafting] = field(default_factory=dict)
+    cost: object = None
 
     def __post_init__(self):
         vocab = self.table.vocab_size if self.table is not None else None
@@ -105,6 +119,20 @@ class DraftTree:
             for t in kids:
                 if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)) or (vocab is not None and not 0 <= t < vocab):
                     raise ValueError(f"tree: node {path} has child {t!r}, not a token id in [0, {vocab})")
+        if not isinstance(self.drafting, Drafting) or not all(isinstance(v, Drafting) for v in self.node_laws.values()):
+            raise ValueError(f"tree: drafting laws must be simlab.drafting.Drafting values, got {self.drafting!r}")
+
+    def law(self, path: Path) -> Drafting:
+        """How the children of ``path`` were drawn."""
+        return self.node_laws.get(path, self.drafting)
+
+    def laws(self) -> frozenset[Drafting]:
+        """The laws of every node that has children."""
+        return frozenset(self.law(path) for path, kids in self.children.items() if kids)
+
+    def tokens(self) -> int:
+        """Draft tokens in the tree (distinct non-root nodes): what a verify budget counts."""
+        return len(self.nodes()) - 1
 
     @property
     def context(self) -> tuple[int, ...]:
@@ -134,8 +162,9 @@ class DraftTree:
         return self
 
     def truncate(self, depth: int) -> "DraftTree":
-        """The same tree cut at ``depth`` tokens (nodes deeper than that dropped)."""
-        return DraftTree(self.table, {path: kids for path, kids in self.children.items() if len(path) < depth})
+        """The same tree cut at ``depth`` tokens (nodes deeper than that dropped; the cost is unknown)."""
+        return DraftTree(self.table, {path: kids for path, kids in self.children.items() if len(path) < depth}, self.drafting,
+                         {path: law for path, law in self.node_laws.items() if len(path) < depth})
 
     def first_path(self) -> Path:
         """The path that follows the first child at every node (the "first draft")."""

@@ -15,9 +15,16 @@ from stats import assert_sampler_matches
 EXACT = 1e-12
 
 
-def applicable(verifier: NodeVerifier, q: np.ndarray, k: int) -> bool:
-    """False where the verifier's drafting law cannot produce k children from q."""
-    return not (verifier.drafting is Drafting.WITHOUT_REPLACEMENT and k > np.count_nonzero(q))
+DISTINCT = (Drafting.WITHOUT_REPLACEMENT, Drafting.DETERMINISTIC, Drafting.MIXED)
+
+
+def applicable(verifier: NodeVerifier, q: np.ndarray, k: int, p: np.ndarray | None = None) -> bool:
+    """False where the verifier's drafting law cannot produce k children from q (its laws of
+    distinct children need k tokens with q > 0), or, for a verifier that needs a greedy target,
+    where ``p`` (when given) is not one-hot."""
+    if verifier.drafting in DISTINCT and k > np.count_nonzero(q):
+        return False
+    return not (p is not None and verifier.needs_greedy_target and np.max(p) < 1.0)
 
 
 def check_lossless(verifier: NodeVerifier, p, q, k: int) -> None:

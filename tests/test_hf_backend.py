@@ -61,6 +61,10 @@ def test_temperature_zero_equals_greedy_decoding(micro_pair_dir, prompt, verifie
     greedy = HFPair(str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu",
                     settings=SamplingSettings(temperature=0.0))
     shape = chain(3) if verifier == "rrs_wor" else iid(2, 2)
+    if verifier == "greedy_draft":
+        from simlab.builders import GreedyDraftTree
+
+        shape = GreedyDraftTree(budget=4, depth=1, top_k=2)
     tokens, _ = speculative_decode(greedy, prompt, shape, verifier, 12, np.random.default_rng(2))
     assert tokens == greedy_decode(greedy, prompt, 12)
 

@@ -10,6 +10,7 @@ from simlab.sampling import sampling_distribution
 from simlab.drafting import Drafting
 from simlab.efficiency import emitted_sequence_law, target_sequence_law
 from simlab.pairs import MarkovPair
+from simlab.builders import GreedyDraftTree
 from simlab.shapes import Delayed, Static, chain, iid
 from simlab.trees import NodeTable
 from stats import assert_sampler_matches
@@ -63,9 +64,11 @@ def greedy_pair():
 @pytest.mark.parametrize("verifier", tree_verifiers.names())
 def test_temperature_zero_every_verifier_is_greedy_decoding(verifier):
     pair = greedy_pair()
-    shape = iid(2, 2, Drafting.WITHOUT_REPLACEMENT) if verifier == "rrs_wor" else iid(2, 2)
+    shape = iid(2, 2)
     if verifier == "rrs_wor":  # one-hot q cannot draft 2 distinct children
         shape = chain(3)
+    if verifier == "greedy_draft":  # its own trees (one-hot q: no tail, deterministic children)
+        shape = GreedyDraftTree(budget=4, depth=2, top_k=2)
     law = emitted_sequence_law(pair, (0,), shape, verifier, 4)
     assert law == pytest.approx(target_sequence_law(pair, (0,), 4), abs=1e-12)
     assert len(law) == 1
@@ -77,14 +80,20 @@ def test_other_pairings_are_reported_not_hidden():
     distinct children of i.i.d. draws, in order of first appearance, follow the without-replacement law."""
     target = target_sequence_law(PAIR, CONTEXT, 2)
     shape = WOR_SHAPES["iid(2,2) w/o repl."]
-    biases = {v: total_variation(emitted_sequence_law(PAIR, CONTEXT, shape, v, 2), target) for v in ["spectr", "specinfer", "khisti", "optimal"]}
+    biases = {v: total_variation(emitted_sequence_law(PAIR, CONTEXT, shape, v, 2, allow_lossy=True), target)
+              for v in ["spectr", "specinfer", "khisti", "optimal"]}
     print("exact TV bias on siblings drafted without replacement:", {k: f"{b:.3g}" for k, b in biases.items()})
     assert all(b > 1e-3 for b in biases.values())
+    for v in biases:  # refused without allow_lossy, naming the verifier and the law
+        with pytest.raises(ValueError, match=f"^verifier: {v} is not lossless for children drafted from q without replacement"):
+            emitted_sequence_law(PAIR, CONTEXT, shape, v, 2)
     traversal_iid = total_variation(emitted_sequence_law(PAIR, CONTEXT, iid(3, 1), "traversal", 2), target)
     print(f"exact TV bias of traversal on i.i.d. rollouts: {traversal_iid:.3g}")
     assert traversal_iid <= 1e-10
-    with pytest.raises(ValueError, match="repeats a token"):  # rrs_wor refuses duplicate children
+    with pytest.raises(ValueError, match="^verifier: rrs_wor is not lossless for children drafted i.i.d."):
         emitted_sequence_law(PAIR, CONTEXT, iid(3, 1), "rrs_wor", 1)
+    with pytest.raises(ValueError, match="repeats a token"):  # and asked anyway, duplicate children are impossible for it
+        emitted_sequence_law(PAIR, CONTEXT, iid(3, 1), "rrs_wor", 1, allow_lossy=True)
 
 
 STATISTICAL = [(v, "iid(2,2)") for v in IID_VERIFIERS] + [("rrs_wor", "iid(2,2) w/o repl."), ("greedy", "iid(2,2)")]

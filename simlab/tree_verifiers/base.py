@@ -1,4 +1,4 @@
-"""The tree-verifier protocol.
+"""The tree-verifier protocol, and the check that a verifier is paired with trees it is lossless for.
 
 Vocabulary: verifying a draft tree emits the **accepted path** (the accepted draft tokens, a
 node of the tree; tau = its length) and then one more token: the **correction** token when
@@ -14,30 +14,98 @@ Every tree verifier gives
   when the pair names an end-of-sequence id (``simlab.pairs.EndOfSequence``), the tokens an
   engine keeps: none after an accepted or emitted EOS (``counted_tokens``);
 * ``verify(tree, rng)``: one run of the algorithm, returning (accepted path, next token).
+
+**Lossless pairings are enforced.**  A tree states, node by node, how its children were drawn
+(``DraftTree.law``); a verifier states the laws it is lossless for (``node_lossless``).  Every
+entry point above raises ``ValueError`` naming the verifier and the law when a node of the tree
+is outside them, unless the verifier was built with ``allow_lossy=True``
+(``simlab.tree_verifiers.get(name, allow_lossy=True)``); ``lossless_on(tree)`` says which case a
+result is, and ``simlab.efficiency.pairing_bias`` gives the exact bias of a lossy pairing.
 """
 
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 
+from simlab.drafting import SAMPLED, Drafting, lossless_pairing
 from simlab.trees import DraftTree, Path
 
 
+@dataclass(frozen=True)
 class TreeVerifier(abc.ABC):
-    """Base class of tree verifiers (see the module docstring for the vocabulary)."""
+    """Base class of tree verifiers (see the module docstring for the vocabulary).
+
+    Attributes:
+        allow_lossy: compute results for pairings outside the verifier's lossless laws (they
+            are biased; ``lossless_on`` reports it) instead of raising ``ValueError``.
+    """
 
     name: ClassVar[str]
+    lossless_for: ClassVar[frozenset[Drafting]] = SAMPLED
+    needs_greedy_target: ClassVar[bool] = False
+    allow_lossy: bool = field(default=False, kw_only=True)
+
+    # -- what the verifier is lossless for -------------------------------------------------
+    def node_lossless(self, tree: DraftTree, path: Path) -> bool:
+        """True when the children of ``path`` were drawn by a law this verifier is lossless for."""
+        return lossless_pairing(self.lossless_for, tree.law(path), len(tree.child_list(path)))
+
+    def _greedy_target(self, tree: DraftTree) -> Path | None:
+        """The first node whose target is not one-hot, for verifiers that need a greedy target."""
+        for path in tree.nodes():
+            if tree.table.p(path).max() < 1.0:
+                return path
+        return None
+
+    def mismatch(self, tree: DraftTree) -> str | None:
+        """Why this verifier is not lossless on ``tree`` (None when it is)."""
+        for path, kids in tree.children.items():
+            if kids and not self.node_lossless(tree, path):
+                return (f"verifier: {self.name} is not lossless for children drafted {tree.law(path).description} "
+                        f"(node {path}, {len(kids)} children); it is lossless for "
+                        f"{', '.join(sorted(law.value for law in self.lossless_for))}")
+        if self.needs_greedy_target:
+            where = self._greedy_target(tree)
+            if where is not None:
+                return (f"verifier: {self.name} is lossless only for a greedy (one-hot) target, and p at node {where} "
+                        "is not one-hot (temperature > 0)")
+        return None
+
+    def lossless_on(self, tree: DraftTree) -> bool:
+        """True when verifying ``tree`` with this verifier emits the target law."""
+        return self.mismatch(tree) is None
+
+    def check(self, tree: DraftTree) -> None:
+        """Raise ``ValueError`` for a lossy pairing, unless ``allow_lossy``."""
+        if not self.allow_lossy:
+            reason = self.mismatch(tree)
+            if reason is not None:
+                raise ValueError(f"{reason}; pass allow_lossy=True for its biased result "
+                                 "(simlab.efficiency.pairing_bias gives the exact bias)")
+
+    # -- to implement --------------------------------------------------------------------------
+    @abc.abstractmethod
+    def _outcome_law(self, tree: DraftTree) -> dict[Path, np.ndarray]:
+        """Exact P(accepted path, next token | tree) on a checked pairing."""
 
     @abc.abstractmethod
+    def _verify(self, tree: DraftTree, rng: np.random.Generator) -> tuple[Path, int]:
+        """One run on a checked pairing."""
+
+    # -- entry points ----------------------------------------------------------------------------
     def outcome_law(self, tree: DraftTree) -> dict[Path, np.ndarray]:
         """Exact P(accepted path, next token | tree): node path -> float64 (V,)."""
+        self.check(tree)
+        return self._outcome_law(tree)
 
-    @abc.abstractmethod
     def verify(self, tree: DraftTree, rng: np.random.Generator) -> tuple[Path, int]:
         """Run the algorithm once: (accepted path, correction or bonus token)."""
+        self.check(tree)
+        return self._verify(tree, rng)
 
     def accepted_length_distribution(self, tree: DraftTree) -> np.ndarray:
         """P(tau = j | tree) for j = 0..depth, float64 (depth + 1,)."""

@@ -55,12 +55,12 @@ class BlockVerification(TreeVerifier):
         later_rejected = np.concatenate((np.cumprod((1.0 - h)[::-1])[::-1][1:], [1.0]))
         return h * later_rejected
 
-    def outcome_law(self, tree):
+    def _outcome_law(self, tree):
         path, h, laws = self._block(tree)
         probs = self._tau_distribution(h)
         return {path[:i]: probs[i] * laws[i] for i in range(len(path) + 1) if probs[i] > 0.0}
 
-    def verify(self, tree, rng):
+    def _verify(self, tree, rng):
         path, h, laws = self._block(tree)
         tau = 0
         for i in range(1, len(path) + 1):

@@ -4,8 +4,10 @@ Start at the root.  At node u with children x = ch(u) run the node verifier f on
 if its output t is a child, move to u + (t,); otherwise stop, t being the correction token.  At
 a leaf draw the bonus token from p_u.  Reaching node v has probability prod of B(f, ch(c), t)
 along its path, so E[tau + 1 | tree] = 1 + sum_{v != root} P(reach v).  Lossless when, given
-its prefix, every node's children have the law f assumes (the next tokens of the m >= 1 drafts
-through a node are i.i.d. q_u for i.i.d. rollouts).
+its prefix, every node's children have a law f is lossless for (the next tokens of the m >= 1
+drafts through a node are i.i.d. q_u for i.i.d. rollouts); at each node the node verifier for
+that node's law runs (``NodeVerifier.for_law``: the greedy-draft verifier runs the one-hot rule
+where a tail was pruned).
 
 ``first_path_only=True`` gives the single-path methods run on the first draft of a tree: with
 ``naive`` this is standard speculative sampling on the first path ("naive_chain").
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simlab.distributions import sample_categorical
+from simlab.drafting import SAMPLED, Drafting
 from simlab.verifiers.base import NodeVerifier
 from simlab.tree_verifiers.base import TreeVerifier
 
@@ -29,6 +32,7 @@ class TopDown(TreeVerifier):
     Args:
         node: the node-level verifier (``simlab.verifiers.get(name)``).
         first_path_only: verify only the first child of every node (single-path methods).
+        allow_lossy: see ``TreeVerifier``.
     """
 
     node: NodeVerifier
@@ -38,11 +42,27 @@ class TopDown(TreeVerifier):
     def name(self) -> str:  # type: ignore[override]
         return f"{self.node.name}_chain" if self.first_path_only else self.node.name
 
+    @property
+    def lossless_for(self) -> frozenset[Drafting]:  # type: ignore[override]
+        # The first child of a node is a draw from q under either sampled law, and only it is used.
+        return self.node.lossless_for & SAMPLED if self.first_path_only else self.node.lossless_for
+
+    @property
+    def needs_greedy_target(self) -> bool:  # type: ignore[override]
+        return self.node.needs_greedy_target
+
+    def node_lossless(self, tree, path) -> bool:
+        kids = self._children(tree, path)
+        return self.node.for_law(tree.law(path)).is_lossless(tree.law(path), len(kids))
+
     def _children(self, tree, path):
         kids = tree.child_list(path)
         return kids[:1] if self.first_path_only else kids
 
-    def outcome_law(self, tree):
+    def _plan(self, tree, path, kids):
+        return tree.table.plan(self.node.for_law(tree.law(path)), path, len(kids))
+
+    def _outcome_law(self, tree):
         out = {}
         stack = [((), 1.0)]
         while stack:
@@ -51,7 +71,7 @@ class TopDown(TreeVerifier):
             if not kids:
                 out[path] = reach * tree.table.p(path)
                 continue
-            law = tree.table.plan(self.node, path, len(kids)).output_distribution(np.asarray(kids))
+            law = self._plan(tree, path, kids).output_distribution(np.asarray(kids))
             stop = reach * law
             for t in dict.fromkeys(kids):
                 stop[t] = 0.0
@@ -64,6 +84,7 @@ class TopDown(TreeVerifier):
         """One pass: cutting the tree does not change P(reach v) above the cut, so
         E[tau + 1 | cut at d] = 1 + sum of P(reach v) over nodes at depths 1..d.  With an EOS
         id, nodes whose path holds an EOS add nothing (no token after an EOS is kept)."""
+        self.check(tree)
         eos = tree.table.eos_id
         reach_at = np.zeros(tree.depth() + 1)
         stack = [((), 1.0)]
@@ -73,18 +94,18 @@ class TopDown(TreeVerifier):
             kids = self._children(tree, path)
             if not kids:
                 continue
-            law = tree.table.plan(self.node, path, len(kids)).output_distribution(np.asarray(kids))
+            law = self._plan(tree, path, kids).output_distribution(np.asarray(kids))
             stack.extend((path + (t,), reach * law[t]) for t in dict.fromkeys(kids) if law[t] > 0.0 and t != eos)
         cumulative = np.cumsum(reach_at)
         return np.array([cumulative[min(d, reach_at.size - 1)] for d in depths])
 
-    def verify(self, tree, rng):
+    def _verify(self, tree, rng):
         path = ()
         while True:
             kids = self._children(tree, path)
             if not kids:
                 return path, sample_categorical(tree.table.p(path), rng)
-            t = tree.table.plan(self.node, path, len(kids)).sample(np.asarray(kids), rng)
+            t = self._plan(tree, path, kids).sample(np.asarray(kids), rng)
             if t not in kids:
                 return path, t
             path = path + (t,)

@@ -73,7 +73,7 @@ class Traversal(TreeVerifier):
     name = "traversal"
     state_class = _State  # the per-node bookkeeping (a seam for the planted-fault tests)
 
-    def outcome_law(self, tree):
+    def _outcome_law(self, tree):
         state, out, reach = self.state_class(tree), {}, 1.0
         while reach > 0.0:
             v = state.first_leaf()
@@ -86,7 +86,7 @@ class Traversal(TreeVerifier):
             state.reject(v)
         return out
 
-    def verify(self, tree, rng):
+    def _verify(self, tree, rng):
         state = self.state_class(tree)
         while True:
             v = state.first_leaf()

@@ -2,32 +2,40 @@
 
 Use ``get(name, **options)``:
 
-=============  ========================================================  ====================
-name           algorithm                                                 drafting law assumed
-=============  ========================================================  ====================
-``nss``        sample from p, accept if it is a child                    any (i.i.d. for alpha)
-``naive``      NaiveTree: speculative sampling on the first child        i.i.d.
-``spectr``     SpecTr K-SEQ with rho* by bisection                       i.i.d.
-``specinfer``  recursive rejection sampling with replacement             i.i.d.
-``rrs_wor``    recursive rejection sampling without replacement          without replacement
-``khisti``     importance-weighted selection + speculative sampling      i.i.d.
-``optimal``    the OT-LP coupling (small vocabularies)                   i.i.d. or w/o repl.
-=============  ========================================================  ====================
+================  =====================================================  ==========================
+name              algorithm                                              lossless for
+================  =====================================================  ==========================
+``nss``           sample from p, accept if it is a child                 every law (i.i.d. for alpha)
+``naive``         NaiveTree: speculative sampling on the first child     i.i.d., w/o replacement
+``spectr``        SpecTr K-SEQ with rho* by bisection                    i.i.d.
+``specinfer``     recursive rejection sampling with replacement          i.i.d.
+``rrs_wor``       recursive rejection sampling without replacement       without replacement
+``khisti``        importance-weighted selection + speculative sampling   i.i.d.
+``optimal``       the OT-LP coupling (small vocabularies)                i.i.d. or w/o repl.
+``onehot``        EAGLE's T > 0 rule: accept a child w.p. p'(x), q = 1   every law (deterministic)
+``greedy``        the target's argmax, accepted iff a child              every law, one-hot p only
+``greedy_draft``  SD against q~ on the tail of a greedy draft            mixed (deterministic: one-hot)
+================  =====================================================  ==========================
+
+A tree verifier refuses a pairing outside ``lossless_for`` (``simlab.tree_verifiers``).
 """
 
 from __future__ import annotations
 
-from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw
+from simlab.verifiers.base import ALL_LAWS, NodePlan, NodeVerifier, accept_draw
+from simlab.verifiers.greedy import Greedy
+from simlab.verifiers.greedy_draft import GreedyDraft
 from simlab.verifiers.khisti import Khisti
 from simlab.verifiers.naive import Naive
 from simlab.verifiers.nss import NSS
+from simlab.verifiers.onehot import OneHot
 from simlab.verifiers.optimal import Optimal
 from simlab.verifiers.rrs_wor import RRSWithoutReplacement
 from simlab.verifiers.specinfer import SpecInfer
 from simlab.verifiers.spectr import SpecTr
 
 REGISTRY: dict[str, type[NodeVerifier]] = {
-    cls.name: cls for cls in (NSS, Naive, SpecTr, SpecInfer, RRSWithoutReplacement, Khisti, Optimal)
+    cls.name: cls for cls in (NSS, Naive, SpecTr, SpecInfer, RRSWithoutReplacement, Khisti, Optimal, OneHot, Greedy, GreedyDraft)
 }
 
 
@@ -52,4 +60,4 @@ def get(name: str, **options) -> NodeVerifier:
         raise ValueError(f"options: {name} does not accept {sorted(options)} ({exc})") from None
 
 
-__all__ = ["NodePlan", "NodeVerifier", "REGISTRY", "accept_draw", "get", "names"] + [c.__name__ for c in REGISTRY.values()]
+__all__ = ["ALL_LAWS", "NodePlan", "NodeVerifier", "REGISTRY", "accept_draw", "get", "names"] + [c.__name__ for c in REGISTRY.values()]

@@ -13,7 +13,9 @@ Vocabulary (fixed for the whole lab):
 * **branch probability** B(x, t) = P(output = t | x) (DDTE Def. 5.3), returned whole by
   ``output_distribution``;
 * **acceptance rate** alpha = P(output in set(x)) with x ~ Q (DDTE Def. 5.1);
-* **lossless**: sum_x Q(x) B(x, .) = p.
+* **lossless**: sum_x Q(x) B(x, .) = p.  Each verifier declares the drafting laws it is
+  lossless for (``lossless_for``); a tree verifier refuses any other pairing unless asked to
+  compute the biased result (``simlab.tree_verifiers``).
 
 A verifier is a small frozen dataclass (its options).  ``prepare(p, q, k)`` validates the
 inputs and does the per-node work once (residual chains, SpecTr's rho*, Khisti's weights,
@@ -31,6 +33,9 @@ import numpy as np
 
 from simlab.distributions import check_pair
 from simlab.drafting import Drafting, check_k, child_tuples
+
+ALL_LAWS = frozenset(Drafting)
+"""Every drafting law (verifiers whose branch law is p whatever the children: NSS, one-hot)."""
 
 
 def accept_draw(rng: np.random.Generator, numerator: float, denominator: float) -> bool:
@@ -97,8 +102,8 @@ class NodePlan(abc.ABC):
         impossible = self.q[x] == 0
         if np.any(impossible):
             raise ValueError(f"children: token {x[impossible][0]} has q = 0 and cannot have been drafted")
-        if self.verifier.drafting is Drafting.WITHOUT_REPLACEMENT and np.unique(x).size != x.size:
-            raise ValueError(f"children: {x.tolist()} repeats a token, impossible when drafting without replacement")
+        if self.verifier.drafting in (Drafting.WITHOUT_REPLACEMENT, Drafting.MIXED) and np.unique(x).size != x.size:
+            raise ValueError(f"children: {x.tolist()} repeats a token, impossible when drafting {self.verifier.drafting.description}")
         return x
 
     def output_distribution(self, children) -> np.ndarray:
@@ -125,12 +130,28 @@ class NodeVerifier(abc.ABC):
 
     Attributes:
         name: registry name (``simlab.verifiers.get(name)``).
-        drafting: the drafting law of the children that the verifier assumes
-            (``Drafting.IID`` or ``Drafting.WITHOUT_REPLACEMENT``).
+        drafting: the drafting law the node-level enumeration assumes (``acceptance_rate``,
+            ``marginal_output_distribution``): the law the verifier is designed for.
+        lossless_for: every drafting law for which sum_x Q(x) B(x, .) = p.
+        needs_greedy_target: True when the verifier is lossless only for a one-hot target
+            (temperature 0), whatever the drafting law.
     """
 
     name: ClassVar[str]
     drafting: Drafting = Drafting.IID
+    lossless_for: ClassVar[frozenset[Drafting]] = frozenset({Drafting.IID})
+    needs_greedy_target: ClassVar[bool] = False
+
+    def for_law(self, law: Drafting) -> "NodeVerifier":
+        """The verifier to run at a node whose children were drawn by ``law`` (itself by
+        default; a verifier for mixed nodes runs the one-hot rule on all-deterministic ones)."""
+        return self
+
+    def is_lossless(self, law: Drafting, k: int) -> bool:
+        """True when children of ``law`` (k of them) give the target law."""
+        from simlab.drafting import lossless_pairing
+
+        return lossless_pairing(self.lossless_for, law, k)
 
     @abc.abstractmethod
     def _plan(self, p: np.ndarray, q: np.ndarray, k: int) -> NodePlan:

@@ -14,6 +14,7 @@ import numpy as np
 
 from simlab.distributions import sample_categorical
 from simlab.drafting import hit_probability
+from simlab.verifiers.base import ALL_LAWS
 from simlab.verifiers.base import NodePlan, NodeVerifier
 
 
@@ -33,6 +34,7 @@ class NSS(NodeVerifier):
     """Naive speculative sampling: output ~ p, accepted iff it is a drafted child."""
 
     name = "nss"
+    lossless_for = ALL_LAWS
 
     def _plan(self, p, q, k):
         return _NSSPlan(self, p, q, k)

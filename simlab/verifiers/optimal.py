@@ -58,5 +58,9 @@ class Optimal(NodeVerifier):
     def drafting(self) -> Drafting:  # type: ignore[override]
         return Drafting.IID if self.replacement else Drafting.WITHOUT_REPLACEMENT
 
+    @property
+    def lossless_for(self) -> frozenset[Drafting]:  # type: ignore[override]
+        return frozenset({self.drafting})
+
     def _plan(self, p, q, k):
         return _OptimalPlan(self, p, q, k)
