@@ -10,9 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from simlab.distributions import sample_categorical
+from simlab.verifiers.greedy import Greedy, _GreedyPlan
+from simlab.verifiers.greedy_draft import GreedyDraft, _GreedyDraftPlan
 from simlab.verifiers.khisti import Khisti, _KhistiPlan
 from simlab.verifiers.naive import Naive, _NaivePlan
 from simlab.verifiers.nss import NSS, _NSSPlan
+from simlab.verifiers.onehot import OneHot, _OneHotPlan
 from simlab.verifiers.specinfer import SpecInfer, _SpecInferPlan
 from simlab.verifiers.speculative import SingleDraft
 from simlab.verifiers.spectr import SpecTr, _SpecTrPlan
@@ -189,6 +192,56 @@ class SpecInferFinalFromP(SpecInfer):
         return _FinalFromP(self, p, q, k)
 
 
+# 11. The one-hot rule without renormalising the target after a rejection.
+class _OneHotStale(_OneHotPlan):
+    def _law(self, children):
+        out, reach, target = np.zeros_like(self.p), 1.0, self.p.copy()
+        for x in dict.fromkeys(children.tolist()):
+            out[x] += reach * self.p[x]  # the bug: p(x), not p'(x) / (mass left)
+            reach *= 1.0 - self.p[x]
+            target[x] = 0.0
+        return out + reach * target / target.sum() if target.sum() > 0 else out
+
+    def _draw(self, children, rng):
+        target = self.p.copy()
+        for x in dict.fromkeys(children.tolist()):
+            if rng.random() < self.p[x]:
+                return int(x)
+            target[x] = 0.0
+        return sample_categorical(target, rng)
+
+
+@dataclass(frozen=True)
+class OneHotStale(OneHot):
+    def _plan(self, p, q, k):
+        return _OneHotStale(self, p, q, k)
+
+
+# 12. The greedy-draft verifier testing the tail against q instead of q~ (the tail's real law).
+class _TailAgainstQ(_GreedyDraftPlan):
+    def _single(self, children):
+        return SingleDraft(self.p, self.q)
+
+
+@dataclass(frozen=True)
+class GreedyDraftAgainstQ(GreedyDraft):
+    def _plan(self, p, q, k):
+        return _TailAgainstQ(self, p, q, k)
+
+
+# 13. The greedy rule following the draft's argmax instead of the target's.
+class _ArgmaxOfQ(_GreedyPlan):
+    def __init__(self, verifier, p, q, k):
+        super().__init__(verifier, p, q, k)
+        self.argmax = int(np.argmax(q))
+
+
+@dataclass(frozen=True)
+class GreedyArgmaxOfQ(Greedy):
+    def _plan(self, p, q, k):
+        return _ArgmaxOfQ(self, p, q, k)
+
+
 # fault -> (broken verifier, the first check in test_mutants.CHECKS expected to catch it)
 MUTANTS = {
     "residual = p": (ResidualIsP(), "lossless k=2"),
@@ -201,4 +254,7 @@ MUTANTS = {
     "specinfer target not updated": (SpecInferStaleTarget(), "lossless k=2"),
     "khisti p_I = q": (KhistiApproximateLaw(), "lossless k=2"),
     "specinfer final token from p (sampler only)": (SpecInferFinalFromP(), "sampler vs law"),
+    "one-hot target not renormalised": (OneHotStale(), "lossless k=3"),  # the top-2 of Q hold a p = 0 token
+    "greedy-draft tail tested against q": (GreedyDraftAgainstQ(), "lossless k=2"),
+    "greedy follows the draft's argmax": (GreedyArgmaxOfQ(), "lossless k=2"),
 }

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from checks import (
+    applicable,
     check_acceptance,
     check_lossless,
     check_sampler_end_to_end,
@@ -20,14 +21,25 @@ from mutants import MUTANTS
 
 P = np.array([0.05, 0.30, 0.15, 0.0, 0.25, 0.25])
 Q = np.array([0.30, 0.10, 0.15, 0.20, 0.05, 0.20])
+ONE_HOT_P = np.array([0.0, 0.0, 0.0, 0.0, 1.0, 0.0])
+
+
+def target(v):
+    """The target a check uses: P, or a one-hot one for a verifier lossless only for greedy targets."""
+    return ONE_HOT_P if v.needs_greedy_target else P
+
+
+def children(v):
+    return [0, 3, 0] if v.drafting.value == "iid" else [0, 3, 1]
+
 
 CHECKS = [
-    ("lossless k=2", lambda v: check_lossless(v, P, Q, 2)),
-    ("lossless k=3", lambda v: check_lossless(v, P, Q, 3)),
-    ("acceptance k=3", lambda v: check_acceptance(v, P, Q, 3)),
+    ("lossless k=2", lambda v: check_lossless(v, target(v), Q, 2)),
+    ("lossless k=3", lambda v: check_lossless(v, target(v), Q, 3)),
+    ("acceptance k=3", lambda v: check_acceptance(v, target(v), Q, 3)),
     ("u = 0 boundary", check_zero_target_never_accepted),
-    ("sampler vs law", lambda v: check_sampler_given_children(v, P, Q, [0, 3, 0], seed=21)),
-    ("sampler end to end", lambda v: check_sampler_end_to_end(v, P, Q, 3, seed=22)),
+    ("sampler vs law", lambda v: check_sampler_given_children(v, target(v), Q, children(v), seed=21)),
+    ("sampler end to end", lambda v: check_sampler_end_to_end(v, target(v), Q, 3, seed=22)),
 ]
 
 
@@ -38,6 +50,15 @@ def first_failing_check(verifier):
         except AssertionError:
             return name
     return None
+
+
+@pytest.mark.parametrize("fault", list(MUTANTS))
+def test_the_correct_verifier_passes_the_check_that_catches_its_mutant(fault):
+    """The check is a real test: the verifier the fault was planted in passes it."""
+    mutant, expected = MUTANTS[fault]
+    correct = type(mutant).__mro__[1](**{f: getattr(mutant, f) for f in mutant.__dataclass_fields__})
+    assert applicable(correct, Q, 3, target(correct))
+    dict(CHECKS)[expected](correct)
 
 
 @pytest.mark.parametrize("fault", list(MUTANTS))

@@ -9,6 +9,8 @@ import numpy as np
 from simlab.distributions import sample_categorical
 from simlab.tree_verifiers.topdown import TopDown
 from simlab.tree_verifiers.traversal import Traversal, _State
+from simlab.builders import GreedyDraftTree
+from simlab.drafting import top_tokens
 from simlab.verifiers import get
 
 
@@ -97,7 +99,49 @@ class PerPositionAcceptCount(TopDown):
         return path[:accepts], token
 
 
+@dataclass(frozen=True)
+class ClaimsEveryLaw(TopDown):
+    """A top-down verifier that claims to be lossless for every drafting law (the fault is the
+    pairing: min(1, p/q) with the softmax q, or SpecInfer, on deterministic top-k children)."""
+
+    def node_lossless(self, tree, path):
+        return True
+
+
+class TailRankedByItsOwnProbability(GreedyDraftTree):
+    """A greedy-draft builder that ranks the tail by its own q~ (so its survival depends on the token drawn)."""
+
+    def _proposer(self, draw):
+        def propose(q):
+            best = top_tokens(q, min(self.best, int(np.count_nonzero(q))))
+            out = [(t, np.log(q[t]), False) for t in best.tolist()]
+            tail = q.copy()
+            tail[best] = 0.0
+            if tail.sum() > 0.0:
+                t = draw(tail / tail.sum())
+                out.append((t, float(np.log(q[t] / tail.sum())), True))  # the bug: a token-dependent score
+            return out
+
+        return propose
+
+
+class SequoiaWeightsReversed:
+    """Sequoia's DP with the positional weights in reverse order (p_W given to the first sibling)."""
+
+    @staticmethod
+    def tree_dp(acceptance, nodes, levels):
+        from simlab.builders.sequoia import tree_dp
+
+        return tree_dp(list(acceptance)[::-1], nodes, levels)
+
+
+BUILDER_MUTANTS = {
+    "greedy-draft tail ranked by its own probability": (TailRankedByItsOwnProbability(budget=3, depth=2, top_k=1), "lossless"),
+}
+
 TREE_MUTANTS = {
+    "min(1, p/q) with softmax q on top-k trees": (ClaimsEveryLaw(get("naive")), "lossless on deterministic trees"),
+    "SpecInfer on EAGLE trees": (ClaimsEveryLaw(get("specinfer")), "lossless on deterministic trees"),
     "bonus from the wrong node": (BonusFromParent(get("specinfer")), "lossless"),
     "correction from p": (CorrectionFromP(get("spectr")), "lossless"),
     "duplicate children counted twice": (DuplicatesCountedTwice(get("specinfer")), "lossless"),
