@@ -14,7 +14,7 @@ name              algorithm                                              lossles
 ``optimal``       the OT-LP coupling (small vocabularies)                i.i.d. or w/o repl.
 ``onehot``        EAGLE's T > 0 rule: accept a child w.p. p'(x), q = 1   every law (deterministic)
 ``greedy``        the target's argmax, accepted iff a child              every law, one-hot p only
-``greedy_draft``  SD against q~ on the tail of a greedy draft            mixed (deterministic: one-hot)
+``greedy_draft``  SD against q~ on the tail of a greedy draft            mixed, w/o repl. (det.: one-hot)
 ================  =====================================================  ==========================
 
 A tree verifier refuses a pairing outside ``lossless_for`` (``simlab.tree_verifiers``).

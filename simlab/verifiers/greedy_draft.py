@@ -7,9 +7,12 @@ accept s with probability a(s) = min(1, p(s) / q~(s)), otherwise draw Y ~ norm((
 counts as accepted when it lies in D (q~ = 0 there, so the residual equals p on D up to its
 normalisation).  B(s, .) = a(s) delta_s + (1 - a(s)) norm((p - q~)_+) and sum_s q~(s) B(s, .) = p,
 so the rule is lossless for any deterministic D with a tail from q~; its acceptance is
-alpha = p(D) + sum_{t not in D} min(p(t), q~(t)), Hu et al.'s optimum for this draft.  At a node
-without a tail (every child deterministic, for example after the tail was pruned) it runs the
-one-hot rule (``for_law``).
+alpha = p(D) + sum_{t not in D} min(p(t), q~(t)), Hu et al.'s optimum for this draft.  The same
+argument holds given any first children whose last sibling is a draw from q restricted to the
+others, so the rule is also lossless for siblings drafted without replacement (there D is random,
+but the last draw is from q~ given it; a finding of the lab's exact tests).  At a node without a
+tail (every child deterministic, for example after the tail was pruned) it runs the one-hot rule
+(``for_law``).
 Sources: Hu et al. 2025 (arXiv 2502.18779, the greedy draft); ``../shared/reference/verifiers.md``
 Sec. 8, ``tree_builders.md`` Sec. 4.
 """
@@ -48,7 +51,7 @@ class GreedyDraft(NodeVerifier):
 
     name = "greedy_draft"
     drafting = Drafting.MIXED
-    lossless_for = frozenset({Drafting.MIXED, Drafting.DETERMINISTIC})
+    lossless_for = frozenset({Drafting.MIXED, Drafting.DETERMINISTIC, Drafting.WITHOUT_REPLACEMENT})
 
     def for_law(self, law: Drafting) -> NodeVerifier:
         if law is Drafting.DETERMINISTIC:
