@@ -3,7 +3,7 @@
 A warm-up microbenchmark (DDTE Sec. 6, App. E: the per-forward times t_p(l) and t_q(l) are
 measured in a warm-up run on the serving machine).  For each model and each grid point (l, n)
 it runs a prefix of l random token ids once (untimed, ``use_cache=True``), then times one
-forward of n new tokens on top of that KV cache (position ids l..l+n-1).  The cache is cut
+forward of n new tokens on top of that KV cache (position ids l..l+n-1, clipped to the model's last position: a tree forward's positions are depths).  The cache is cut
 back to l tokens between runs; ``warmup`` untimed runs come first and the stored time is the
 median of ``repeats`` timed runs.  The result is a ``simlab.latency.LatencyModel`` whose
 tables are indexed by context l and new tokens n, in seconds.
@@ -45,7 +45,7 @@ def forward_seconds(pair, model, context: int, tokens: int, *, repeats: int, war
 
     Token ids are drawn uniformly from the model's vocabulary with ``generator`` (a CPU
     ``torch.Generator``): a (1, context) prefix, run once untimed for its KV cache, and a
-    (1, tokens) block at position ids context..context+tokens-1, timed ``repeats`` times after
+    (1, tokens) block at position ids context..context+tokens-1 (clipped to the model's last position), timed ``repeats`` times after
     ``warmup`` untimed runs.  Only the block's forward is timed; on CUDA the device is
     synchronised before and after it.
     """
@@ -55,6 +55,9 @@ def forward_seconds(pair, model, context: int, tokens: int, *, repeats: int, war
     ids = torch.randint(vocab, (1, context + tokens), generator=generator).to(pair.device)
     prefix, block = ids[:, :context], ids[:, context:]
     positions = torch.arange(context, context + tokens, device=pair.device)[None]
+    limit = int(getattr(pair, "max_context", 0) or 0)
+    if limit:  # a tree forward's positions are depths: n tree tokens may exceed the positions left
+        positions = positions.clamp(max=limit - 1)
     cuda = torch.device(pair.device).type == "cuda"
     sync = (lambda: torch.cuda.synchronize(pair.device)) if cuda else (lambda: None)
     key = pair._cache_kwarg(model)
@@ -104,9 +107,9 @@ def measure(pair, *, contexts: Sequence[int] = (16, 64, 256), tokens: Sequence[i
     contexts, tokens = check_axis(contexts, "contexts", 1), check_axis(tokens, "tokens", 1)
     repeats, warmup = check_int(repeats, "repeats", 1), check_int(warmup, "warmup", 0)
     limit = int(getattr(pair, "max_context", 0) or 0)
-    if limit and contexts[-1] + tokens[-1] > limit:
-        raise ValueError(f"contexts: the largest context {contexts[-1]} plus {tokens[-1]} new tokens exceeds "
-                         f"the model's context of {limit} tokens")
+    if limit and contexts[-1] >= limit:
+        raise ValueError(f"contexts: the largest context {contexts[-1]} does not fit the model's context of {limit} tokens "
+                         "(with room for one new position)")
     tables = {}
     for name in ("draft", "target"):
         model = getattr(pair, name)

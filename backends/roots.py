@@ -119,8 +119,10 @@ def read_prompts(path) -> list[str]:
     return lines
 
 
-def prompt_roots(pair, prompts: list[str], placement: RootPlacement, seed: int, depth: int) -> Iterator[tuple[int, int, tuple[int, ...]]]:
-    """Yield ``(root id, prompt index, root context)`` for the roots along every prompt's continuation.
+def prompt_roots(pair, prompts: list[str], placement: RootPlacement, seed: int, depth: int,
+                 with_prompt_length: bool = False) -> Iterator[tuple]:
+    """Yield ``(root id, prompt index, root context)`` for the roots along every prompt's continuation
+    (``with_prompt_length``: and the prompt's length in tokens, a fourth entry).
 
     Prompt i is encoded with ``pair.encode`` and continued by the target with the generator
     ``seeded_rng(seed, 0, i)``; roots as ``place_roots`` puts them (``placement.first = 0``:
@@ -145,4 +147,4 @@ def prompt_roots(pair, prompts: list[str], placement: RootPlacement, seed: int, 
         encoded.append(prompt)
     for i, prompt in enumerate(encoded):
         for root, context in place_roots(pair, prompt, placement, seeded_rng(seed, 0, i), trajectory=i):
-            yield root, i, context
+            yield (root, i, context, len(prompt)) if with_prompt_length else (root, i, context)

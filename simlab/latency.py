@@ -159,8 +159,8 @@ class DraftForward:
     def __post_init__(self):
         object.__setattr__(self, "tokens", check_int(self.tokens, "tokens", 1))
         object.__setattr__(self, "context", check_int(self.context, "context", 0))
-        if self.model != "draft":
-            raise ValueError(f"model: the latency model times the 'draft' model, got {self.model!r}")
+        if not isinstance(self.model, str) or not self.model or self.model == "target":
+            raise ValueError(f"model: a drafter's name (default 'draft'), got {self.model!r}")
 
 
 @dataclass(frozen=True)
@@ -208,14 +208,47 @@ class LatencyModel:
     """Draft and target forward times, and the time of one speculative step (module docstring).
 
     Args:
-        draft: t_q.
+        draft: t_q (the drafter named ``"draft"``).
         target: t_p.
         source: where the times come from (free text, e.g. the machine and models measured).
+        drafters: further named drafters' forward times (a drafter set, e.g. TreeGraft's
+            ``"small"`` n-gram step beside the ``"draft"`` (mid) model), as (name, ForwardTime)
+            pairs; a ``DraftForward`` of model m is timed by m's table.
+
+    Raises:
+        ValueError: a drafter named ``draft`` or ``target`` in ``drafters``, or a repeated name.
     """
 
     draft: ForwardTime
     target: ForwardTime
     source: str = ""
+    drafters: tuple[tuple[str, ForwardTime], ...] = ()
+
+    def __post_init__(self):
+        names = [name for name, _ in self.drafters]
+        if len(set(names)) != len(names) or {"draft", "target"} & set(names):
+            raise ValueError(f"drafters: names must be distinct and not 'draft' or 'target', got {names}")
+
+    def forward(self, model: str) -> ForwardTime:
+        """The forward-time table of drafter ``model`` (``"draft"``, ``"target"`` or one of ``drafters``).
+
+        Raises:
+            ValueError: ``model: ...`` for a drafter the model has no times for.
+        """
+        if model == "draft":
+            return self.draft
+        if model == "target":
+            return self.target
+        for name, table in self.drafters:
+            if name == model:
+                return table
+        raise ValueError(f"model: the latency model has no times for drafter {model!r}; it has "
+                         f"{', '.join(['draft'] + [n for n, _ in self.drafters])}")
+
+    def with_drafter(self, name: str, table: ForwardTime) -> "LatencyModel":
+        """The same model with one more (or a replaced) named drafter."""
+        return LatencyModel(self.draft, self.target, self.source,
+                            tuple((n, t) for n, t in self.drafters if n != name) + ((name, table),))
 
     @classmethod
     def from_cost_ratio(cls, c: float, *, target_seconds: float = 1.0, per_token: float = 0.0) -> "LatencyModel":
@@ -253,7 +286,7 @@ class LatencyModel:
         context = check_int(context, "context", 0)
         if not isinstance(cost, DraftCost):
             raise ValueError(f"cost: must be a simlab.latency.DraftCost, got {type(cost).__name__}")
-        total = sum(self.draft(context + f.context, f.tokens) for f in cost.forwards)
+        total = sum(self.forward(f.model)(context + f.context, f.tokens) for f in cost.forwards)
         return total + self.target(context + cost.verified, 1 + cost.verified)
 
     def tree_step_time(self, context: int, tree) -> float:
@@ -272,7 +305,10 @@ class LatencyModel:
         return self.tree_time(context, delayed_levels(K, L1, L2))
 
     def to_dict(self) -> dict:
-        return {"unit": "seconds", "source": self.source, "draft": self.draft.to_dict(), "target": self.target.to_dict()}
+        out = {"unit": "seconds", "source": self.source, "draft": self.draft.to_dict(), "target": self.target.to_dict()}
+        if self.drafters:
+            out["drafters"] = {name: table.to_dict() for name, table in self.drafters}
+        return out
 
     def save(self, path) -> None:
         """Write the profile as JSON (atomically)."""
@@ -281,7 +317,8 @@ class LatencyModel:
     @classmethod
     def load(cls, path) -> "LatencyModel":
         """Read a profile file: JSON (``.json``) or TOML (``.toml``), keys ``draft``, ``target``
-        (each a ``ForwardTime`` table), optional ``unit`` (must be ``"seconds"``) and ``source``.
+        (each a ``ForwardTime`` table), optional ``unit`` (must be ``"seconds"``), ``source`` and
+        ``drafters`` (a table of further named drafters, each a ``ForwardTime`` table).
 
         Raises:
             ValueError: a missing or unreadable file, another format, missing keys, bad tables.
@@ -304,5 +341,8 @@ class LatencyModel:
             raise ValueError(f"latency: {str(path)!r} needs a 'draft' and a 'target' table")
         if data.get("unit", "seconds") != "seconds":
             raise ValueError(f"latency: unit must be 'seconds', got {data.get('unit')!r}")
+        extra = data.get("drafters", {})
+        if not isinstance(extra, dict):
+            raise ValueError(f"latency: 'drafters' must be a table of named drafters, got {extra!r:.100}")
         return cls(ForwardTime.from_dict(data["draft"], "draft"), ForwardTime.from_dict(data["target"], "target"),
-                   str(data.get("source", file.name)))
+                   str(data.get("source", file.name)), tuple((str(n), ForwardTime.from_dict(t, str(n))) for n, t in extra.items()))

@@ -80,11 +80,11 @@ class NodeTable:
             self.fetch([path])
         return self._q[path]
 
-    def plan(self, verifier, path: Path, k: int):
-        """``verifier.prepare(p, q, k)`` at ``path``, memoised by (verifier value, path, k)."""
-        key = (verifier, path, k)
+    def plan(self, verifier, path: Path, k: int, law: Drafting | None = None):
+        """``verifier.prepare(p, q, k, law)`` at ``path``, memoised by (verifier value, path, k, law)."""
+        key = (verifier, path, k, law)
         if key not in self._plans:
-            self._plans[key] = verifier.prepare(self.p(path), self.q(path), k)
+            self._plans[key] = verifier.prepare(self.p(path), self.q(path), k, law)
         return self._plans[key]
 
 

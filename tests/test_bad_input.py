@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from simlab import verifiers
+from simlab.drafting import Drafting
 from simlab.otlp import optimal_acceptance, solve_ot_lp
 
 P = np.array([0.2, 0.3, 0.5])
@@ -62,11 +63,21 @@ def test_bad_children(name, case):
         verifier.sample(P, Q, children, np.random.default_rng(0))
 
 
-@pytest.mark.parametrize("name", verifiers.names())
+@pytest.mark.parametrize("name", [n for n in verifiers.names() if verifiers.get(n).drafting.value != "deterministic"])
 def test_child_with_zero_draft_probability_is_an_impossible_draw(name):
     q = np.array([0.5, 0.5, 0.0])
     with pytest.raises(ValueError, match=r"^children: token 2 has q = 0"):
         verifiers.get(name).output_distribution(P, q, [0, 2])
+
+
+@pytest.mark.parametrize("name", ["onehot", "greedy", "nss"])
+def test_deterministic_children_need_not_come_from_q(name):
+    """A deterministic child (an n-gram match, say) can have q = 0: it was not drawn from q."""
+    q = np.array([0.5, 0.5, 0.0])
+    law = verifiers.get(name).prepare(P, q, 2, law=Drafting.DETERMINISTIC).output_distribution([0, 2])
+    assert law.sum() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match=r"^children: token 2 has q = 0"):  # claimed to be sampled: impossible
+        verifiers.get(name).prepare(P, q, 2, law=Drafting.IID).output_distribution([0, 2])
 
 
 @pytest.mark.parametrize("name", verifiers.names())

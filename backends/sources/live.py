@@ -70,7 +70,7 @@ class HFSource:
 
         largest = 1 + largest_tree  # the target's forward over the root and the biggest tree
         tokens = tuple(sorted({n for n in (1, 4, 16, largest) if n <= largest}))
-        room = (self.pair.max_context or 10**9) - largest
+        room = (self.pair.max_context or 10**9) - 1  # positions are depths: only the prefix must fit
         contexts = tuple(c for c in (16, 64, 256) if c <= room) or (max(1, room),)
         return measure(self.pair, contexts=contexts, tokens=tokens)
 
@@ -79,5 +79,5 @@ class HFSource:
 
     def roots(self, settings: SamplingSettings) -> Iterator[Root]:
         pair = self.pair.with_settings(settings)
-        for root, prompt, context in prompt_roots(pair, self.texts, self.placement, self.seed, self.depth):
-            yield Root(settings.name, prompt, root, context, pair)
+        for root, prompt, context, length in prompt_roots(pair, self.texts, self.placement, self.seed, self.depth, True):
+            yield Root(settings.name, prompt, root, context, pair, prompt_length=length)

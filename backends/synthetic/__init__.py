@@ -3,7 +3,9 @@
 * ``DepthProfileWorld`` (``"depth_profile"``): a context-dependent random target and a draft
   whose total-variation distance from it at draft-tree depth d follows a profile the user gives;
 * ``DistilledWorld`` (``"distilled"``): a draft estimated from a finite sample of target text
-  (smoothed n-gram counts), so divergence emerges from rare contexts.
+  (smoothed n-gram counts), so divergence emerges from rare contexts;
+* ``RepetitiveWorld`` (``"repetitive"``): a target that copies from its own context and a draft
+  that does not (a context n-gram drafter is strong exactly where the draft is weak: TreeGraft).
 
 ``make_world(name, ...)`` builds one by name (the studies' ``--world`` flag); ``WORLDS`` is the
 registry.  To add a world: write one module with a class decorated ``@register_world("name")``
@@ -14,5 +16,6 @@ it below; every study picks it up.
 from backends.synthetic.base import WORLDS, make_world, register_world
 from backends.synthetic.depth_profile import DepthProfileWorld, LinearProfile
 from backends.synthetic.distilled import DistilledWorld
+from backends.synthetic.repetitive import RepetitiveWorld
 
-__all__ = ["DepthProfileWorld", "DistilledWorld", "LinearProfile", "WORLDS", "make_world", "register_world"]
+__all__ = ["DepthProfileWorld", "DistilledWorld", "LinearProfile", "RepetitiveWorld", "WORLDS", "make_world", "register_world"]

@@ -15,6 +15,7 @@ name              builder                                              children 
 ``eagle2``        EAGLE-2's dynamic tree (``EAGLE2``)                  deterministic            onehot, nss, greedy
 ``sequoia``       Sequoia's DP tree (``Sequoia``)                      w/o repl. (or top-k)     rrs_wor, traversal, ...
 ``greedy_draft``  greedy draft with proxy scores (``GreedyDraftTree``)  mixed / deterministic    greedy_draft, onehot
+``treegraft``     TreeGraft: n-gram and mid drafters on one trie       deterministic            onehot, nss, greedy
 ================  ===================================================  =======================  ===================
 
 A builder's trees state their node laws; a verifier that is not lossless for them refuses them
@@ -32,6 +33,15 @@ from simlab.builders.static import Static
 
 REGISTRY = {"delayed": Delayed, "iid": iid, "chain": chain, "static": Static, "eagle2": EAGLE2, "sequoia": Sequoia,
             "greedy_draft": GreedyDraftTree}
+
+
+def _treegraft(**options):
+    from simlab.treegraft import TreeGraft
+
+    return TreeGraft(**options)
+
+
+REGISTRY["treegraft"] = _treegraft
 
 
 def names() -> list[str]:

@@ -60,7 +60,8 @@ class TopDown(TreeVerifier):
         return kids[:1] if self.first_path_only else kids
 
     def _plan(self, tree, path, kids):
-        return tree.table.plan(self.node.for_law(tree.law(path)), path, len(kids))
+        law = tree.law(path)
+        return tree.table.plan(self.node.for_law(law), path, len(kids), law)
 
     def _outcome_law(self, tree):
         out = {}

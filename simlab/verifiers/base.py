@@ -49,13 +49,15 @@ def accept_draw(rng: np.random.Generator, numerator: float, denominator: float) 
 
 
 class NodePlan(abc.ABC):
-    """A verifier prepared at one node: validated ``p``, ``q`` (V,) and the number of children ``k``."""
+    """A verifier prepared at one node: validated ``p``, ``q`` (V,), the number of children ``k``
+    and the drafting ``law`` of the children it will be given (default: the verifier's own)."""
 
     def __init__(self, verifier: "NodeVerifier", p: np.ndarray, q: np.ndarray, k: int):
         self.verifier = verifier
         self.p = p
         self.q = q
         self.k = k
+        self.law = verifier.drafting
 
     # -- to implement -------------------------------------------------------------------
     @abc.abstractmethod
@@ -85,8 +87,9 @@ class NodePlan(abc.ABC):
 
         Raises:
             ValueError: not a 1-D integer sequence of length k; ids negative or >= V; a
-                child with q(child) = 0 (an impossible draw); repeated children under
-                drafting without replacement.
+                sampled child with q(child) = 0 (an impossible draw: every child of an i.i.d.
+                or without-replacement law, the tail of a mixed one; deterministic children
+                need not come from q); repeated children for a verifier of distinct children.
         """
         x = np.asarray(children)
         if x.ndim != 1:
@@ -99,9 +102,10 @@ class NodePlan(abc.ABC):
         bad = (x < 0) | (x >= self.p.size)
         if np.any(bad):
             raise ValueError(f"children: token id {x[bad][0]} is outside [0, V) with V = {self.p.size}")
-        impossible = self.q[x] == 0
+        sampled = x if self.law in (Drafting.IID, Drafting.WITHOUT_REPLACEMENT) else x[-1:] if self.law is Drafting.MIXED else x[:0]
+        impossible = self.q[sampled] == 0
         if np.any(impossible):
-            raise ValueError(f"children: token {x[impossible][0]} has q = 0 and cannot have been drafted")
+            raise ValueError(f"children: token {sampled[impossible][0]} has q = 0 and cannot have been drafted")
         if self.verifier.drafting in (Drafting.WITHOUT_REPLACEMENT, Drafting.MIXED) and np.unique(x).size != x.size:
             raise ValueError(f"children: {x.tolist()} repeats a token, impossible when drafting {self.verifier.drafting.description}")
         return x
@@ -157,15 +161,21 @@ class NodeVerifier(abc.ABC):
     def _plan(self, p: np.ndarray, q: np.ndarray, k: int) -> NodePlan:
         """Per-node precomputation on validated inputs."""
 
-    def prepare(self, p, q, k: int) -> NodePlan:
-        """Validate ``p``, ``q`` (shape (V,)) and ``k`` and precompute the node's plan.
+    def prepare(self, p, q, k: int, law: Drafting | None = None) -> NodePlan:
+        """Validate ``p``, ``q`` (shape (V,)) and ``k`` and precompute the node's plan for children
+        drawn by ``law`` (default: the verifier's ``drafting``).
 
         Raises:
             ValueError: invalid probability vectors (see ``check_distribution``), lengths
-                that differ, or k not a positive integer.
+                that differ, k not a positive integer, or a law that is not a ``Drafting``.
         """
         p, q = check_pair(p, q)
-        return self._plan(p, q, check_k(k))
+        plan = self._plan(p, q, check_k(k))
+        if law is not None:
+            if not isinstance(law, Drafting):
+                raise ValueError(f"law: must be a simlab.drafting.Drafting, got {law!r}")
+            plan.law = law
+        return plan
 
     def output_distribution(self, p, q, children) -> np.ndarray:
         """Exact law B(children, .) of the output token; float64 (V,), sums to 1.

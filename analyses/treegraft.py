@@ -1,0 +1,301 @@
+"""TreeGraft measured exactly: ``python -m analyses.treegraft``.
+
+At every root of a source (default: the synthetic ``repetitive`` world, where a context n-gram
+drafter is strong exactly where the mid drafter is weak; ``--backend hf``: the reference pair's
+draft as the mid drafter, on the shipped repetitive prompts) and for each sampling setting
+(default T = 0, verified greedily, and T = 1, verified by every lab verifier lossless for
+deterministic children: one-hot, NSS), the study builds TreeGraft's tree (``simlab.treegraft``;
+budget 63, D = 5, top-k 10, lookback 5, N = 5) under
+
+* **all-small** (n-gram only), **all-mid**, **fixed** [1, 0, 1, 0, 1];
+* **best**: the exact best of the 2^D schedules at that root (each tree's exact E[tau + 1]
+  divided by its T-hat);
+* **learned**: TreeGraft's scheduler g_psi (17 features, MLP 17-64-32-1) trained on the margins
+  of the training roots (a split by trajectory), evaluated on the others;
+* the paper's ablations with the fixed schedule: **no expanded positions** (the graft pool is
+  the frontier), **destructive** grafting, **CSD-style** sequence-level drafting;
+
+and reports E[tau + 1], T-hat and throughput per policy (test roots), the ratios to all-small
+and all-mid, the share of graft positions taken from earlier depths and the mean graft pool, and
+the learned scheduler's agreement with the best schedule and its regret.  Latency: the mid
+drafter's and the target's forwards from ``--cost-ratio`` (or a profile, or measured for live
+models), the n-gram step a constant ``--small-ratio`` of a target forward.  Output under
+``--out`` (default ``out/treegraft/<source>/``): ``treegraft.parquet`` (summary),
+``per_root.parquet`` (every root, policy and verifier), ``schedules.parquet`` (every schedule of
+every root), ``throughput.{html,png}`` and ``schedules.{html,png}``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+
+import numpy as np
+import polars as pl
+from tqdm import tqdm
+
+from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, run_tool
+from backends.roots import SHIPPED_PROMPTS
+from backends.sources.flags import LatencyConfig, SourceConfig, add_latency_flags, add_source_flags, make_latency, make_source
+
+PROG = "python -m analyses.treegraft"
+REPETITIVE_PROMPTS = str(SHIPPED_PROMPTS.parent / "repetitive_prompts.txt")
+POLICIES = ("all_small", "all_mid", "fixed", "learned", "best", "no_expanded_positions", "destructive", "sequence_level")
+REFUSALS = {"capture": {"capture": "TreeGraft builds its own trees; use --backend hf or a synthetic world"}}
+HF_DEFAULTS = {"roots_per_trajectory": 2, "spacing": 8}
+"""Defaults that differ with --backend hf (the reference models see at most 64 tokens)."""
+
+
+@dataclass(frozen=True)
+class Config(SourceConfig, LatencyConfig):
+    """The study's settings (the command-line flags)."""
+
+    world: str = "repetitive"
+    vocab: int = 64
+    trajectories: int = 12
+    roots_per_trajectory: int = 3
+    spacing: int = 12
+    settings: str = "0,1"
+    prompts: str | None = None
+    cost_ratio: float = 0.3
+    per_token: float = 0.002
+    small_ratio: float = 0.011
+    budget: int = 63
+    depth: int = 5
+    top_k: int = 10
+    lookback: int = 5
+    ngram: int = 5
+    scoring: str = "code"
+    fixed: str = "1,0,1,0,1"
+    epochs: int = 300
+    test_share: float = 0.34
+    out: str | None = None
+    quiet: bool = False
+
+
+def parse_args(argv) -> tuple[Config, ToolParser]:
+    d = Config()
+    parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    add_source_flags(parser, d)
+    add_latency_flags(parser, d)
+    group = parser.add_argument_group("TreeGraft")
+    group.add_argument("--small-ratio", type=float, default=d.small_ratio, help="n-gram step time / one-token target forward")
+    group.add_argument("--budget", type=int, default=d.budget, help="draft tokens after pruning (B_ver)")
+    group.add_argument("--depth", type=int, default=d.depth, help="layers D (the learned scheduler needs D <= 5)")
+    group.add_argument("--top-k", type=int, default=d.top_k, help="frontier size and proposals per node")
+    group.add_argument("--lookback", type=int, default=d.lookback, help="depths below the frontier in the graft pool")
+    group.add_argument("--ngram", type=int, default=d.ngram, help="N, the longest suffix the n-gram drafter matches")
+    group.add_argument("--scoring", choices=["code", "clean"], default=d.scoring,
+                       help="n-gram scores: the official code's prompt cache, or the target's true probabilities")
+    group.add_argument("--fixed", default=d.fixed, help="the fixed schedule (and the ablations'), one 0/1 per layer")
+    group.add_argument("--epochs", type=int, default=d.epochs, help="training epochs of the learned scheduler")
+    group.add_argument("--test-share", type=float, default=d.test_share, help="share of trajectories held out for evaluation")
+    parser.add_argument("--out", default=None, help="output folder (default: out/treegraft/<source>)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    args = parser.parse_args(argv)
+    try:
+        fixed = int_list(args.fixed, "--fixed", minimum=0)
+    except ValueError as exc:
+        fail(PROG, str(exc))
+    config = Config(**{**vars(args), "fixed": ",".join(map(str, fixed)), "capture": tuple(args.capture)})
+    check_flags(PROG, [
+        (config.trajectories >= 2, f"--trajectories: need >= 2 (train and test), got {config.trajectories}"),
+        (0 < config.test_share < 1, f"--test-share: must lie in (0, 1), got {config.test_share}"),
+        (config.depth <= 5, f"--depth: the learned scheduler's features hold 5 layers; got {config.depth}"),
+        (0 < config.small_ratio < float("inf"), f"--small-ratio: must be a finite number > 0, got {config.small_ratio}"),
+        (len(fixed) == config.depth, f"--fixed: needs {config.depth} entries (one per layer), got {len(fixed)}"),
+    ])
+    return config, parser
+
+
+def builders_for(config: Config, prompt_length: int | None):
+    """The builder of every fixed policy (the schedule of ``best`` and ``learned`` is chosen per root)."""
+    from simlab.treegraft import NGramDrafter, TreeGraft
+
+    base = TreeGraft(schedule=tuple(int(c) for c in config.fixed.split(",")), budget=config.budget, depth=config.depth,
+                     top_k=config.top_k, lookback=config.lookback, ngram=NGramDrafter(config.ngram, config.scoring),
+                     cached=prompt_length)
+    return base, {
+        "all_small": replace(base, schedule=(0,) * config.depth), "all_mid": replace(base, schedule=(1,) * config.depth),
+        "fixed": base, "no_expanded_positions": replace(base, pool="frontier"),
+        "destructive": replace(base, grafting="destructive"), "sequence_level": replace(base, mode="sequence"),
+    }
+
+
+def verifiers_for(setting) -> list[str]:
+    """Every lab verifier lossless for deterministic children at this setting (greedy at T = 0)."""
+    return (["greedy"] if setting.greedy else []) + ["onehot", "nss"]
+
+
+def measure(config: Config, source, settings, latency):
+    """(per-root rows, schedule rows, margins by setting) over every root."""
+    from simlab.treegraft.schedules import best, evaluate_schedules, margins
+    from simlab.trees import NodeTable
+
+    rows, schedule_rows, training = [], [], {}
+    total = sum(source.count(s) for s in settings)
+    bar = tqdm(total=total, desc="roots", unit="root", file=sys.stderr, disable=config.quiet)
+    for setting in settings:
+        verifiers = verifiers_for(setting)
+        for root in source.roots(setting):
+            base, fixed = builders_for(config, root.prompt_length)
+            table = NodeTable(root.pair, root.context)
+            prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
+            key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
+            for v in verifiers:
+                values = evaluate_schedules(base, table, v, latency)
+                top = best(values)
+                for s, value in values.items():
+                    schedule_rows.append({**key, "verifier": v, "schedule": "".join(map(str, s)), "E": value["E"], "T": value["T"],
+                                          "TPS": value["TPS"], "tokens": value["tokens"], "best": s == top})
+                rows.append({**key, **_row("best", v, values[top], top)})
+                for name, builder in fixed.items():
+                    if builder.mode == "tree" and builder.pool == "window" and builder.grafting == "non_destructive":
+                        value = values[builder.schedule]
+                    else:
+                        value = _value(builder, table, v, latency)
+                    rows.append({**key, **_row(name, v, value, builder.schedule)})
+                if v == verifiers[0]:
+                    training.setdefault(setting.name, []).extend(
+                        {**key, "z": z, "y": y, "prefix": prefix} for z, y, prefix in margins(base, table, values, latency, prompt))
+            bar.update()
+    bar.close()
+    return rows, schedule_rows, training
+
+
+def _value(builder, table, verifier, latency) -> dict:
+    from simlab import tree_verifiers
+
+    state = builder.start(builder.prepare(table))
+    for call in builder.schedule:
+        state.step(bool(call))
+    tree = state.finish()
+    E = tree_verifiers.get(verifier).expected_block_efficiency(tree)
+    T = latency.tree_step_time(len(table.context), tree)
+    return {"E": E, "T": T, "TPS": E / T, "tokens": tree.tokens(), "state": state}
+
+
+def _row(policy: str, verifier: str, value: dict, schedule) -> dict:
+    state = value["state"]
+    return {"policy": policy, "verifier": verifier, "schedule": "".join(map(str, schedule)), "E": value["E"], "T": value["T"],
+            "TPS": value["TPS"], "tokens": value["tokens"], "graft_positions": state.graft_positions,
+            "graft_from_earlier": state.graft_from_earlier, "pool_size": float(np.mean(state.pool_sizes)) if state.pool_sizes else None}
+
+
+def split(trajectories: list[int], share: float, seed: int) -> set[int]:
+    """The held-out trajectories (a seeded permutation; at least one)."""
+    unique = sorted(set(trajectories))
+    order = np.random.default_rng(seed).permutation(len(unique))
+    held = max(1, int(round(share * len(unique))))
+    return {unique[i] for i in order[:held]}
+
+
+def learn(config: Config, source, settings, latency, training, test: set[int], rows: list[dict]) -> list[dict]:
+    """Train g_psi per setting on the training roots' margins; add its policy on the test roots."""
+    from simlab import tree_verifiers
+    from simlab.treegraft.schedules import train
+    from simlab.trees import NodeTable
+
+    out, facts = [], []
+    for setting in settings:
+        examples = [e for e in training.get(setting.name, []) if e["trajectory"] not in test]
+        if len(examples) < 2:
+            raise ValueError("trajectories: too few training roots for the scheduler; raise --trajectories")
+        scheduler, losses = train(np.array([e["z"] for e in examples]), np.array([e["y"] for e in examples]),
+                                  epochs=config.epochs, seed=config.seed)
+        for root in source.roots(setting):
+            if root.trajectory not in test:
+                continue
+            base, _ = builders_for(config, root.prompt_length)
+            table = NodeTable(root.pair, root.context)
+            prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
+            schedule = scheduler.schedule(base, table, latency, prompt)
+            key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
+            for v in verifiers_for(setting):
+                out.append({**key, **_row("learned", v, _value(replace(base, schedule=schedule), table, v, latency), schedule)})
+        facts.append({"setting": setting.name, "training examples": len(examples), "final training loss": losses[-1]})
+    return out, facts
+
+
+def summarise(per_root: pl.DataFrame) -> pl.DataFrame:
+    """Per setting, verifier and policy on the test roots: mean E, throughput (sum E / sum T), ratios,
+    graft statistics, and (learned) agreement with the best schedule and mean regret."""
+    test = per_root.filter(pl.col("test"))
+    table = test.group_by("setting", "verifier", "policy", maintain_order=True).agg(
+        pl.len().alias("roots"), pl.col("E").mean(), pl.col("T").mean(), (pl.col("E").sum() / pl.col("T").sum()).alias("TPS"),
+        pl.col("tokens").mean(), (pl.col("graft_from_earlier").sum() / pl.col("graft_positions").sum()).alias("graft_from_earlier_share"),
+        pl.col("pool_size").mean().alias("mean_pool"))
+    ref = table.filter(pl.col("policy").is_in(["all_small", "all_mid"])).pivot(on="policy", index=["setting", "verifier"], values="TPS")
+    table = table.join(ref, on=["setting", "verifier"]).with_columns(
+        (pl.col("TPS") / pl.col("all_small")).alias("vs_all_small"), (pl.col("TPS") / pl.col("all_mid")).alias("vs_all_mid")).drop("all_small", "all_mid")
+    key = ["setting", "verifier", "trajectory", "root"]
+    best = test.filter(pl.col("policy") == "best").select(*key, pl.col("schedule").alias("best_schedule"), pl.col("TPS").alias("best_TPS"))
+    learned = test.filter(pl.col("policy") == "learned").join(best, on=key).group_by("setting", "verifier").agg(
+        (pl.col("schedule") == pl.col("best_schedule")).mean().alias("agreement"),
+        ((pl.col("best_TPS") - pl.col("TPS")) / pl.col("best_TPS")).mean().alias("regret"))
+    return table.join(learned.with_columns(pl.lit("learned").alias("policy")), on=["setting", "verifier", "policy"], how="left")
+
+
+def charts(summary: pl.DataFrame, schedules: pl.DataFrame, subtitle: str):
+    import altair as alt
+
+    tps = alt.Chart(summary).mark_bar().encode(
+        x=alt.X("policy:N", sort=list(POLICIES), title=None), y=alt.Y("TPS:Q", title="throughput (tokens/s)"), color="policy:N",
+        column=alt.Column("setting:N", title=None), row=alt.Row("verifier:N", title=None),
+        tooltip=["policy", "E", "TPS", "vs_all_small", "vs_all_mid"]).properties(
+        width=260, height=160, title=alt.TitleParams("TreeGraft policies on the test roots (exact E / T-hat)", subtitle=subtitle))
+    best = schedules.filter(pl.col("best")).group_by("setting", "verifier", "schedule").len("roots")
+    sched = alt.Chart(best).mark_bar().encode(x=alt.X("schedule:N", sort="-y"), y="roots:Q", color="verifier:N",
+                                              column=alt.Column("setting:N", title=None)).properties(
+        width=300, height=160, title=alt.TitleParams("How often each schedule is the exact best (1 = call the mid drafter)", subtitle=subtitle))
+    return tps, sched
+
+
+def main(argv=None) -> int:
+    return run_tool(PROG, lambda: _main(argv))
+
+
+def _main(argv) -> int:
+    from simlab.latency import ForwardTime
+
+    config, parser = parse_args(sys.argv[1:] if argv is None else argv)
+    if config.backend == "hf" and not config.capture:
+        config = replace(config, **{k: v for k, v in HF_DEFAULTS.items() if k not in parser.given},
+                         prompts=config.prompts if "prompts" in parser.given else REPETITIVE_PROMPTS)
+    source, settings = make_source(PROG, parser, config, stream="per_trajectory", grid=False, depth=config.depth + config.ngram,
+                                   study_refusals=REFUSALS, quiet=config.quiet)
+    latency = make_latency(PROG, parser, config, source, config.budget)
+    latency = latency.with_drafter("small", ForwardTime.constant(config.small_ratio * latency.target(0, 1)))
+    out = prepare_out(PROG, config.out if config.out is not None else f"out/treegraft/{source.slug()}")
+    try:
+        rows, schedule_rows, training = measure(config, source, settings, latency)
+        trajectories = [r["trajectory"] for r in rows]
+        test = split(trajectories, config.test_share, config.seed)
+        learned, facts = learn(config, source, settings, latency, training, test, rows)
+    except ValueError as exc:
+        fail_from(PROG, exc, parser)
+    per_root = pl.DataFrame(rows + learned).with_columns(pl.col("trajectory").is_in(sorted(test)).alias("test"))
+    schedules = pl.DataFrame(schedule_rows)
+    summary = summarise(per_root)
+    subtitle = f"source: {source.describe()}; latency: {latency.source}; small step {config.small_ratio:g} t_p"
+    tps_chart, sched_chart = charts(summary, schedules, subtitle)
+    with OutputSet(out) as outputs:
+        outputs.stage("treegraft.parquet", parquet_writer(summary))
+        outputs.stage("per_root.parquet", parquet_writer(per_root))
+        outputs.stage("schedules.parquet", parquet_writer(schedules))
+        for name, chart in (("throughput", tps_chart), ("schedules", sched_chart)):
+            for fmt in ("html", "png"):
+                outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
+        outputs.publish()
+    if not config.quiet:
+        print(f"Source: {source.describe()}; {per_root.filter(pl.col('test'))['root'].n_unique()} test roots per setting; latency: {latency.source}")
+        print_table(summary.select("setting", "verifier", "policy", "roots", "E", "T", "TPS", "vs_all_small", "vs_all_mid", "tokens",
+                                   "graft_from_earlier_share", "mean_pool", "agreement", "regret"),
+                    "TreeGraft on the test roots: exact E[tau+1], T-hat, throughput (sum E / sum T) and ratios")
+        print_table(pl.DataFrame(facts), "Learned scheduler (g_psi, trained on the other trajectories' exact margins)")
+        print(f"wrote {out}/treegraft.parquet, per_root.parquet, schedules.parquet, throughput.html/.png, schedules.html/.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

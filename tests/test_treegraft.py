@@ -1,0 +1,223 @@
+"""TreeGraft (issue 13): the n-gram drafter, the builder on hand-built cases, losslessness, the exact
+best-schedule oracle, and the learned scheduler."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from backends.synthetic import RepetitiveWorld
+from simlab import tree_verifiers
+from simlab.decoding import greedy_decode, speculative_decode
+from simlab.efficiency import emitted_sequence_law, target_sequence_law
+from simlab.latency import ForwardTime, LatencyModel
+from simlab.pairs import ContextFreePair, target_trajectory
+from simlab.sampling import SamplingSettings
+from simlab.treegraft import NGramDrafter, NGramIndex, TreeGraft, prompt_cache
+from simlab.treegraft.builder import Node
+from simlab.treegraft.schedules import FEATURES, all_schedules, best, evaluate_schedules, features, margins, train
+from simlab.trees import NodeTable
+
+LATENCY = LatencyModel.from_cost_ratio(0.3, per_token=0.002).with_drafter("small", ForwardTime.constant(0.01))
+
+
+# -- the n-gram drafter ---------------------------------------------------------------------------------
+def test_index_and_longest_match_first():
+    index = NGramIndex((5, 6, 7, 5, 6, 8, 5, 6), 3)
+    assert index.matches((5, 6)) == [5, 2] and index.matches((6,)) == [5, 2] and index.matches((9,)) == []
+    drafter = NGramDrafter(max_n=3)
+    proposals = drafter.proposals(index, (5, 6, 7, 5, 6, 8, 5, 6), k=2, layer=1)
+    assert [(n, i, chain) for n, i, chain in proposals] == [(2, 5, (8, 5, 6)), (2, 2, (7, 5, 6))]  # recent first
+    assert drafter.chain_length(1) == 3 and drafter.chain_length(3) == 1 and drafter.chain_length(9) == 1
+
+
+def test_cache_scores_follow_the_code():
+    pair = ContextFreePair([0.5, 0.2, 0.1, 0.1, 0.05, 0.05] + [0.0] * 6, np.full(12, 1 / 12))
+    cache = prompt_cache(pair, (0, 1, 2, 3), length=3)
+    assert cache.score(1, 0) == pytest.approx(math.log(0.5)) and cache.score(2, 1) == pytest.approx(math.log(0.2))
+    tenth = sorted(np.log(np.array([0.5, 0.2, 0.1, 0.1, 0.05, 0.05, 1e-300])))  # top-10 holds zeros: log 0
+    assert cache.score(2, 11) == -math.inf  # outside the top-10 of a row with zeros: the 10th (-inf) minus 5
+    assert cache.score(3, 0) == 0.0 and cache.score(7, 4) == 0.0  # beyond the cached prompt: 0.0, the code's quirk
+
+
+# -- the builder on hand-built cases ----------------------------------------------------------------------
+def hand_pair():
+    """V = 6; q favours 3 then 4 everywhere; p uniform on 0..3."""
+    return ContextFreePair([0.25, 0.25, 0.25, 0.25, 0.0, 0.0], [0.05, 0.05, 0.1, 0.5, 0.3, 0.0])
+
+
+def test_trie_reuse_and_rescoring():
+    """Layer 1 (skip): the context's matches of the suffix (1,) attach the chains 2 -> 5 and 3 -> 4
+    below the root (most recent first; cache empty: first tokens score 0.0, deeper ones -inf).
+    Layer 2 (call): every node is rescored by the mid drafter's cumulative log q; the pool is every
+    node of depth <= 1, its best two (the root, then 3) take q's top-2 (3, 4): the root's 3 is
+    reused and rescored, 4 appended; below 3, 4 is reused and 3 appended; nothing is deleted."""
+    pair, context = hand_pair(), (1, 3, 4, 1, 2, 5, 1)
+    builder = TreeGraft(schedule=(0, 1), depth=2, top_k=2, lookback=5, budget=10, ngram=NGramDrafter(max_n=2), cached=0)
+    state = builder.start(builder.prepare(NodeTable(pair, context)))
+    state.step(False)
+    root = state.nodes[0]
+    two, three = root.children[2], root.children[3]
+    assert list(root.children) == [2, 3] and state.nodes[two].score == state.nodes[three].score == 0.0
+    assert state.nodes[state.nodes[three].children[4]].score == -math.inf
+    assert state.frontier == [two, three]
+    state.step(True)
+    log = math.log
+    assert list(root.children) == [2, 3, 4]
+    assert state.nodes[two].score == pytest.approx(log(0.1)) and state.nodes[state.nodes[two].children[5]].score == -math.inf
+    assert state.nodes[three].score == pytest.approx(log(0.5)) and state.nodes[root.children[4]].score == pytest.approx(log(0.3))
+    below = state.nodes[three].children
+    assert list(below) == [4, 3]
+    assert state.nodes[below[4]].score == pytest.approx(log(0.5) + log(0.3)) and state.nodes[below[3]].score == pytest.approx(2 * log(0.5))
+    assert sorted(state.frontier) == sorted([three, root.children[4], below[4], below[3]])[:2] or len(state.frontier) == 2
+    assert state.pool_sizes == [3] and state.graft_from_earlier == 1  # the root lies below the frontier's depth
+
+
+def make_state(builder, pair, context, nodes, frontier):
+    state = builder.start(builder.prepare(NodeTable(pair, context)))
+    state.nodes = []
+    for token, parent, score in nodes:
+        depth = 0 if parent < 0 else state.nodes[parent].depth + 1
+        path = () if parent < 0 else state.nodes[parent].path + (token,)
+        state.nodes.append(Node(token, parent, depth, score, 0, path))
+        if parent >= 0:
+            state.nodes[parent].children[token] = len(state.nodes) - 1
+    state.frontier = frontier
+    state.frontier_depths = {state.nodes[f].depth for f in frontier}
+    return state
+
+
+def test_pruning_skips_a_node_whose_ancestors_do_not_fit_and_continues():
+    nodes = [(None, -1, 0.0), (1, 0, -3.0), (2, 1, -3.1), (3, 2, -0.5), (4, 0, -1.0), (5, 0, -2.0), (0, 4, -0.8)]
+    # ranked: node 3 (-0.5) needs itself and 2 ancestors: 4 nodes > 1 + budget 2, skipped; node 6
+    # (-0.8) comes with its missing parent 4: 3 nodes, full
+    state = make_state(TreeGraft(schedule=(1,), depth=1, budget=2), hand_pair(), (1,), nodes, [3])
+    assert state.kept() == [0, 4, 6]
+    state = make_state(TreeGraft(schedule=(1,), depth=1, budget=3), hand_pair(), (1,), nodes, [3])
+    assert state.kept() == [0, 1, 2, 3]  # with room for the chain it goes first
+    tree = state.finish()
+    assert tree.children == {(): (1,), (1,): (2,), (1, 2): (3,)} and tree.tokens() == 3
+
+
+def test_pool_is_a_depth_window_around_the_frontier():
+    nodes = [(None, -1, 0.0), (1, 0, -1.0), (2, 1, -2.0), (3, 2, -3.0), (0, 0, -0.5), (4, 3, -4.0)]
+    for lookback, expected in ((0, [3]), (1, [2, 3]), (5, [0, 1, 2, 3, 4])):
+        state = make_state(TreeGraft(schedule=(1,), depth=1, lookback=lookback), hand_pair(), (1,), nodes, [3])
+        assert sorted(state.pool()) == expected, lookback
+    frontier_only = make_state(TreeGraft(schedule=(1,), depth=1, pool="frontier"), hand_pair(), (1,), nodes, [3, 4])
+    assert frontier_only.pool() == [3, 4]
+
+
+def test_destructive_grafting_deletes_and_non_destructive_keeps():
+    pair, context = hand_pair(), (1, 3, 1, 3, 1)
+    keep = TreeGraft(schedule=(0, 1), depth=2, top_k=1, budget=20, ngram=NGramDrafter(max_n=2))
+    drop = TreeGraft(schedule=(0, 1), depth=2, top_k=1, budget=20, ngram=NGramDrafter(max_n=2), grafting="destructive")
+    a, b = keep.sample(NodeTable(pair, context)), drop.sample(NodeTable(pair, context))
+    assert set(b.nodes()) <= set(a.nodes()) and b.tokens() <= a.tokens()
+
+
+# -- losslessness ---------------------------------------------------------------------------------------
+SMALL_TG = TreeGraft(schedule=(1, 0, 1), depth=3, top_k=2, budget=4, ngram=NGramDrafter(max_n=2))
+
+
+@pytest.mark.parametrize("schedule", [(0, 0, 0), (1, 1, 1), (1, 0, 1), (0, 1, 0)])
+@pytest.mark.parametrize("verifier", ["onehot", "nss"])
+def test_onehot_on_treegraft_trees_emits_the_target_law(schedule, verifier):
+    world = RepetitiveWorld(vocab=3, seed=1)
+    builder = TreeGraft(schedule=schedule, depth=3, top_k=2, budget=4, ngram=NGramDrafter(max_n=2))
+    context = (0, 1, 2, 0, 1)
+    law = emitted_sequence_law(world, context, builder, verifier, 3)
+    assert max(abs(law.get(s, 0) - v) for s, v in target_sequence_law(world, context, 3).items()) <= 1e-12
+    with pytest.raises(ValueError, match="specinfer is not lossless"):
+        emitted_sequence_law(world, context, builder, "specinfer", 1)
+
+
+def test_temperature_zero_treegraft_decoding_is_greedy_decoding():
+    world = RepetitiveWorld(vocab=16, seed=2, settings=SamplingSettings(0.0))
+    prompt = (3, 5, 7, 3, 5)
+    tokens, steps = speculative_decode(world, prompt, TreeGraft(schedule=(0, 1, 0, 1, 0)), "greedy", 40, np.random.default_rng(0))
+    assert tokens == greedy_decode(world, prompt, 40) and max(steps) > 1
+
+
+def test_treegraft_on_the_micro_pair_is_greedy_decoding(micro_pair_dir):
+    from backends.hf import HFPair
+
+    pair = HFPair(str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu", settings=SamplingSettings(0.0))
+    prompt = pair.encode("The for statement is used to iterate over the for statement is")
+    tokens, _ = speculative_decode(pair, prompt, TreeGraft(budget=15, top_k=3), "greedy", 10, np.random.default_rng(0))
+    assert tokens == greedy_decode(pair, prompt, 10)
+
+
+# -- the oracle and the scheduler ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def repetitive_root():
+    world = RepetitiveWorld(vocab=24, seed=3)
+    context = target_trajectory(world, 40, np.random.default_rng(5), prefix=(2,))
+    return world, context
+
+
+def test_best_schedule_equals_brute_force(repetitive_root):
+    world, context = repetitive_root
+    builder = TreeGraft(top_k=4, budget=20)
+    values = evaluate_schedules(builder, NodeTable(world, context), "onehot", LATENCY)
+    assert list(values) == all_schedules(5)
+    verifier = tree_verifiers.get("onehot")
+    root = builder.prepare(NodeTable(world, context))
+    for schedule, value in values.items():
+        tree = builder.build(root, schedule)  # from scratch, no shared prefix states
+        assert tree.children == value["tree"].children
+        E, T = verifier.expected_block_efficiency(tree), LATENCY.tree_step_time(len(context), tree)
+        assert value["E"] == pytest.approx(E, abs=1e-12) and value["TPS"] == pytest.approx(E / T, rel=1e-12)
+    top = best(values)
+    assert values[top]["TPS"] == max(v["TPS"] for v in values.values())
+
+
+def test_features_and_margins(repetitive_root):
+    world, context = repetitive_root
+    builder = TreeGraft(top_k=4, budget=20)
+    table = NodeTable(world, context)
+    values = evaluate_schedules(builder, table, "onehot", LATENCY)
+    rows = margins(builder, table, values, LATENCY, prompt_length=1)
+    assert len(rows) == 2**5 - 1 and len(FEATURES) == 17
+    z, y, prefix = rows[0]
+    assert z.shape == (17,) and np.isfinite(z).all() and prefix == ()
+    assert y == pytest.approx(max(v["TPS"] for s, v in values.items() if s[0] == 1) - max(v["TPS"] for s, v in values.items() if s[0] == 0))
+
+
+def test_scheduler_training_is_bit_for_bit_repeatable(repetitive_root):
+    import torch
+
+    world, context = repetitive_root
+    builder = TreeGraft(top_k=4, budget=20)
+    table = NodeTable(world, context)
+    rows = margins(builder, table, evaluate_schedules(builder, table, "onehot", LATENCY), LATENCY, 1)
+    X, y = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+    a, losses_a = train(X, y, epochs=20, seed=3)
+    b, losses_b = train(X, y, epochs=20, seed=3)
+    assert losses_a == losses_b
+    assert all(torch.equal(p, q) for p, q in zip(a.network.state_dict().values(), b.network.state_dict().values()))
+    assert sum(p.numel() for p in a.network.parameters()) == 3265
+    assert len(a.schedule(builder, table, LATENCY, 1)) == 5
+
+
+@pytest.mark.parametrize("options, name", [
+    (dict(budget=0), "budget"), (dict(depth=0), "depth"), (dict(depth=17), "depth"), (dict(top_k=0), "top_k"),
+    (dict(schedule=(1, 0)), "schedule"), (dict(schedule="sometimes"), "schedule"), (dict(pool="all"), "pool"),
+    (dict(grafting="maybe"), "grafting"), (dict(ngram=5), "ngram"),
+])
+def test_bad_options(options, name):
+    with pytest.raises(ValueError, match=f"^{name}: "):
+        TreeGraft(**options)
+
+
+def test_bad_vocabularies_and_inputs():
+    with pytest.raises(ValueError, match="^context: "):
+        TreeGraft().sample(NodeTable(RepetitiveWorld(vocab=4), (1, 9)))
+    with pytest.raises(ValueError, match="^scoring: "):
+        NGramDrafter(scoring="exact")
+    with pytest.raises(ValueError, match="^max_n: "):  # an n-gram size < 1
+        NGramDrafter(max_n=0)
+    with pytest.raises(ValueError, match="^X, y: "):
+        train(np.zeros((3, 4)), np.zeros(3))

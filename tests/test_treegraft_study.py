@@ -1,0 +1,50 @@
+"""The TreeGraft study as a tool: outputs, the exact oracle's dominance, one-line errors."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from analyses import treegraft
+
+SMALL = ["--vocab", "16", "--trajectories", "3", "--roots-per-trajectory", "1", "--spacing", "10", "--budget", "12",
+         "--top-k", "3", "--depth", "3", "--fixed", "1,0,1", "--epochs", "5", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tg")
+    assert treegraft.main(SMALL + ["--out", str(out)]) == 0
+    return out
+
+
+def test_outputs(run):
+    for name in ("treegraft.parquet", "per_root.parquet", "schedules.parquet", "throughput.html", "throughput.png",
+                 "schedules.html", "schedules.png"):
+        assert (run / name).stat().st_size > 0, name
+    summary = pl.read_parquet(run / "treegraft.parquet")
+    assert set(summary["policy"]) == set(treegraft.POLICIES) and set(summary["setting"]) == {"T=0", "T=1"}
+    assert set(summary.filter(pl.col("setting") == "T=0")["verifier"]) == {"greedy", "onehot", "nss"}
+
+
+def test_the_best_schedule_dominates_every_schedule_and_budgets_hold(run):
+    per_root = pl.read_parquet(run / "per_root.parquet")
+    schedules = pl.read_parquet(run / "schedules.parquet")
+    assert (per_root["tokens"] <= 12).all() and (schedules["tokens"] <= 12).all()
+    top = schedules.group_by("setting", "verifier", "root").agg(pl.col("TPS").max().alias("top"))
+    best = per_root.filter(pl.col("policy") == "best").join(top, on=["setting", "verifier", "root"])
+    assert (best["TPS"] == best["top"]).all()
+    fixed = per_root.filter(pl.col("policy").is_in(["all_small", "all_mid", "fixed", "learned"])).join(top, on=["setting", "verifier", "root"])
+    assert (fixed["TPS"] <= fixed["top"] + 1e-12).all()
+    for verifiers in per_root.group_by("setting", "root", "policy").agg(pl.col("E").n_unique()).iter_rows():
+        assert verifiers[-1] == 1  # every lossless verifier of deterministic trees gives the same exact value
+
+
+@pytest.mark.parametrize("flags, flag", [(["--fixed", "1,0"], "--fixed"), (["--depth", "6"], "--depth"),
+                                         (["--trajectories", "1"], "--trajectories"), (["--budget", "0"], "--budget"),
+                                         (["--capture", "x"], "--capture"), (["--small-ratio", "0"], "--small-ratio")])
+def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        treegraft.main(flags + ["--out", str(tmp_path), "--quiet"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and flag in err, err
