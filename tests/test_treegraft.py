@@ -118,6 +118,16 @@ def test_destructive_grafting_deletes_and_non_destructive_keeps():
     assert set(b.nodes()) <= set(a.nodes()) and b.tokens() <= a.tokens()
 
 
+def test_destructive_grafting_never_grafts_onto_a_deleted_position():
+    """A graft position deleted by an earlier position's destructive graft in the same layer is skipped."""
+    world = RepetitiveWorld(vocab=6, seed=0, copy=0.3)
+    for seed, k in ((0, 2), (1, 4), (3, 2), (5, 3)):  # cases where a deeper position is deleted first
+        context = target_trajectory(world, 30, np.random.default_rng(seed), prefix=(1,))
+        builder = TreeGraft(schedule=(0, 1, 1, 1, 1), top_k=k, budget=20, grafting="destructive")
+        tree = builder.sample(NodeTable(world, context))
+        assert all(path[:-1] in tree.children or len(path) == 1 for path in tree.nodes() if path)
+
+
 # -- losslessness ---------------------------------------------------------------------------------------
 SMALL_TG = TreeGraft(schedule=(1, 0, 1), depth=3, top_k=2, budget=4, ngram=NGramDrafter(max_n=2))
 

@@ -216,6 +216,8 @@ class GraftState:
         self.graft_from_earlier += sum(self.nodes[g].depth not in depths for g in positions)
         produced: list[int] = []
         for g in positions:
+            if self.nodes[g].parent == -2:  # deleted by an earlier destructive graft of this layer
+                continue
             q = table.q(self.nodes[g].path)
             top = top_tokens(q, min(b.top_k, int(np.count_nonzero(q))))
             if b.grafting == "destructive":
