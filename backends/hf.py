@@ -112,6 +112,13 @@ def check_tokenizers(target_tokenizer, draft_tokenizer) -> None:
             raise ValueError(f"draft: tokenizer disagrees with the target's at id {i}: {y!r} vs {x!r}")
 
 
+def feature_layers(config) -> tuple[int, int, int]:
+    """A model's low, middle and top layers: indices into its ``hidden_states`` (1 = after the first
+    block, n_layer = the last, after the final norm), from its config."""
+    n = int(getattr(config, "n_layer", None) or getattr(config, "num_hidden_layers"))
+    return 1, max(1, n // 2), n
+
+
 def oom_errors() -> tuple[type[BaseException], ...]:
     """The exception types of running out of accelerator or host memory."""
     torch = _torch()
@@ -225,6 +232,39 @@ class HFPair:
             target = self.target(ids, output_hidden_states=True).hidden_states[-1][0].float().cpu().numpy()
             draft = self.draft(ids, output_hidden_states=True).hidden_states[-1][0].float().cpu().numpy()
         return target[-2], draft[-2], draft[-1]
+
+    def feature_layers(self) -> tuple[int, int, int]:
+        """The target's layers ``target_features`` fuses (``feature_layers``)."""
+        return feature_layers(self.target.config)
+
+    def target_features(self, contexts: Sequence[Sequence[int]]) -> np.ndarray:
+        """The target's hidden states at the previous token (position len - 2) of each context,
+        at ``feature_layers()`` concatenated: float32 (n, 3 d_target).  Contexts of equal length
+        share a forward (``max_batch`` per forward).  The block drafter's input
+        (``backends.block_drafter``): in serving they come with the verification for free.
+
+        Raises:
+            ValueError: a context shorter than 2 tokens or longer than the model's, an id outside [0, V).
+        """
+        contexts = check_contexts(contexts, self.vocab_size)
+        torch = _torch()
+        layers = self.feature_layers()
+        width = int(self.target.config.hidden_size) * len(layers)
+        out = np.empty((len(contexts), width), dtype=np.float32)
+        by_length: dict[int, list[int]] = {}
+        for i, c in enumerate(contexts):
+            if len(c) < 2:
+                raise ValueError(f"context: needs at least 2 tokens, got {len(c)}")
+            self._check_length(len(c))
+            by_length.setdefault(len(c), []).append(i)
+        with torch.no_grad():
+            for indices in by_length.values():
+                for start in range(0, len(indices), self.max_batch):
+                    chunk = indices[start : start + self.max_batch]
+                    states = self.target(torch.tensor([contexts[i] for i in chunk], device=self.device),
+                                         output_hidden_states=True).hidden_states
+                    out[chunk] = torch.cat([states[l][:, -2] for l in layers], dim=-1).float().cpu().numpy()
+        return out
 
     # -- the ModelPair protocol and its capabilities -----------------------------------------
     def distributions(self, contexts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:

@@ -83,6 +83,26 @@ def corpus(stdlib_chars: int, pydoc_chars: int = 0) -> list[str]:
     return docs
 
 
+def split_corpus(spec: PairSpec, seed: int) -> tuple[list[str], list[str]]:
+    """(training, held-out) documents of the pair built from ``spec`` and ``seed``: a seeded
+    shuffle holds out one tenth (at least one) of ``corpus(spec.stdlib_chars, spec.pydoc_chars)``."""
+    docs = corpus(spec.stdlib_chars, spec.pydoc_chars)
+    order = list(range(len(docs)))
+    random.Random(seed).shuffle(order)
+    held = set(order[: max(1, len(docs) // 10)])
+    return [d for i, d in enumerate(docs) if i not in held], [d for i, d in enumerate(docs) if i in held]
+
+
+def encode_documents(tokenizer, texts: list[str]):
+    """One long int64 tensor: each text's ids followed by the EOS id."""
+    import torch
+
+    ids = []
+    for text in texts:
+        ids.extend(tokenizer(text)["input_ids"] + [tokenizer.eos_token_id])
+    return torch.tensor(ids, dtype=torch.long)
+
+
 def train_tokenizer(docs: list[str], vocab: int):
     """A byte-level BPE tokenizer wrapped as a ``transformers`` fast tokenizer."""
     from tokenizers import ByteLevelBPETokenizer
@@ -186,22 +206,9 @@ def _build(out: Path, seed: int, spec: PairSpec, log, started: float) -> dict:
     import torch
 
     torch.manual_seed(seed)
-    docs = corpus(spec.stdlib_chars, spec.pydoc_chars)
-    order = list(range(len(docs)))
-    random.Random(seed).shuffle(order)
-    held = set(order[: max(1, len(docs) // 10)])
-    train_docs = [d for i, d in enumerate(docs) if i not in held]
-    test_docs = [d for i, d in enumerate(docs) if i in held]
+    train_docs, test_docs = split_corpus(spec, seed)
     tokenizer = train_tokenizer(train_docs, spec.vocab)
-    eos = tokenizer.eos_token_id
-
-    def encode(texts):
-        ids = []
-        for text in texts:
-            ids.extend(tokenizer(text)["input_ids"] + [eos])
-        return torch.tensor(ids, dtype=torch.long)
-
-    train_ids, test_ids = encode(train_docs), encode(test_docs)
+    train_ids, test_ids = encode_documents(tokenizer, train_docs), encode_documents(tokenizer, test_docs)
     vocab = len(tokenizer)
     log(f"corpus: {len(train_docs)} training and {len(test_docs)} held-out documents, "
         f"{len(train_ids)} / {len(test_ids)} tokens, vocabulary {vocab}")

@@ -148,3 +148,27 @@ def prompt_roots(pair, prompts: list[str], placement: RootPlacement, seed: int, 
     for i, prompt in enumerate(encoded):
         for root, context in place_roots(pair, prompt, placement, seeded_rng(seed, 0, i), trajectory=i):
             yield (root, i, context, len(prompt)) if with_prompt_length else (root, i, context)
+
+
+def source_code_prompts(count: int, chars: int = 300) -> list[str]:
+    """``count`` prompts of standard-library source code (a shifted domain for drafters trained
+    on the documentation text): from each ``*.py`` file of the standard library, last file name
+    first (the reference pair's ``--stdlib-chars`` takes the first), the ``chars`` characters from
+    its first line that starts a ``def`` or ``class``.  Deterministic for one Python installation.
+
+    Raises:
+        ValueError: ``count: ...`` below 1, or more than the files that hold a definition.
+    """
+    import os
+
+    count = check_int(count, "count", 1)
+    out = []
+    for path in sorted(Path(os.__file__).parent.glob("*.py"), reverse=True):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        found = [m for m in (text.find("\ndef "), text.find("\nclass ")) if m >= 0]
+        if found:
+            start = min(found)
+            out.append(text[start + 1 : start + 1 + chars])
+        if len(out) == count:
+            return out
+    raise ValueError(f"count: only {len(out)} standard-library files hold a definition, asked for {count}")

@@ -21,7 +21,8 @@ import numpy as np
 
 from simlab.distributions import check_distribution
 from simlab.drafting import Drafting
-from simlab.pairs import ModelPair, NodeBatch, check_context, eos_of
+from simlab.pairs import ModelPair, NodeBatch, WithSettings, check_context, eos_of
+from simlab.sampling import SamplingSettings
 
 Path = tuple[int, ...]
 
@@ -61,6 +62,17 @@ class NodeTable:
         for i, pth in enumerate(missing):
             self._p[pth] = check_distribution(p[i], f"p at node {pth}", size=self.vocab_size)
             self._q[pth] = check_distribution(q[i], f"q at node {pth}", size=self.vocab_size)
+
+    def untempered(self) -> "NodeTable":
+        """A table of the same root under the untempered settings (T = 1, no top-p or top-k): what
+        a deterministic builder ranks by when the setting transforms q (EAGLE's and SpecBlock's
+        code rank by the drafter's raw log-softmax at every temperature; at T = 0 the tempered q is
+        one-hot and every tree a chain).  This table itself when the pair has no other settings
+        (``simlab.pairs.WithSettings``) or already uses those; read the tree back with ``DraftTree.on``."""
+        raw = SamplingSettings()
+        if not isinstance(self.pair, WithSettings) or self.pair.settings == raw:
+            return self
+        return NodeTable(self.pair.with_settings(raw), self.context)
 
     def without_plans(self) -> "NodeTable":
         """A table with the same p and q already fetched but no memoised plans (for timing)."""
@@ -129,6 +141,21 @@ class DraftTree:
     def laws(self) -> frozenset[Drafting]:
         """The laws of every node that has children."""
         return frozenset(self.law(path) for path, kids in self.children.items() if kids)
+
+    def on(self, table: NodeTable) -> "DraftTree":
+        """The same deterministic tree (children, cost) read against another table of the same
+        context: a tree ranked by the drafter's untempered law, verified under the setting's p.
+
+        Raises:
+            ValueError: ``table: ...`` for another context or vocabulary, or a tree whose children
+                were sampled (their law is the law of the table they were drawn from).
+        """
+        if table.context != self.table.context or table.vocab_size != self.table.vocab_size:
+            raise ValueError("table: must have the tree's root context and vocabulary")
+        sampled = sorted(law.value for law in self.laws() if law is not Drafting.DETERMINISTIC)
+        if sampled:
+            raise ValueError(f"table: children drawn {', '.join(sampled)} (partly from q) belong to the table they were drawn from")
+        return DraftTree(table, dict(self.children), self.drafting, dict(self.node_laws), self.cost)
 
     def tokens(self) -> int:
         """Draft tokens in the tree (distinct non-root nodes): what a verify budget counts."""

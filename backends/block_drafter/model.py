@@ -1,0 +1,177 @@
+"""The block drafter's network: K dependent slots in one forward, the layer-wise shift, the rank head.
+
+Vocabulary (SpecBlock, arXiv 2605.07243; official code ``specforge/core/specblock.py``):
+
+* a **seed** is where a block starts: the root (the target's hidden states at the previous
+  token, at its low, middle and top layers, concatenated: the **feature**, with the root's
+  last token), or a node of the tree (the drafter's own final hidden state of the slot that
+  drafted it, **inherited**, with the node's token);
+* a **block** is K **slots**: slot k drafts the token k + 1 positions after the seed token;
+* the **shift**: between consecutive layers, slot k's hidden state gets a projection of
+  [h_{k-1}; h_k] added, in slot order (h_{k-1} already shifted, so after one shift slot k has
+  seen every earlier slot; slot 0 sees zeros), the only path between slots: with
+  ``shift=False`` every slot is a function of the seed and its own slot embedding alone;
+* the **rank head**: Linear(W + 15 -> 256) -> SiLU -> Linear(256 -> 4) on the slot's detached
+  normed hidden state and the 15 statistics of its detached logits (``simlab.specblock.rank``),
+  predicting the class of the rank of the target's token among the slot's draft ranking.
+
+The lab's network at the reference pair's scale: no attention over the prefix (the target's
+fused features carry it), residual MLP layers (pre-norm, GELU, 2W hidden), an untied LM head
+over the target's vocabulary.  ``rank_statistics`` is the torch twin of
+``simlab.specblock.rank.statistics`` (tested equal); ``valid_prefix_mask`` and ``rank_labels``
+are the training's masks and labels (tested against plain loops).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from simlab.checks import check_int
+from simlab.specblock.rank import CLASSES, EDGES, STATISTICS
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """The block drafter's shape and training budget (one config; the CLI's flags).
+
+    K: slots per block; width W (None: the target's, whose token embedding and LM head then
+    initialise the drafter's, as EAGLE's drafters reuse them); layers (>= 1; ``layers - 1`` shifts); ``shift`` and
+    ``valid_prefix`` (False: the paper's ablations); steps, roots per step, windows per step and
+    the AdamW learning rate; ``rank_freeze``: first steps without the rank loss;
+    ``rank_smoothing``: ordinal label smoothing (mass moved to the neighbouring classes).
+    """
+
+    K: int = 4
+    width: int | None = 128
+    layers: int = 3
+    shift: bool = True
+    valid_prefix: bool = True
+    steps: int = 1200
+    roots_per_step: int = 192
+    windows: int = 8
+    learning_rate: float = 2e-3
+    rank_freeze: int = 200
+    rank_smoothing: float = 0.1
+
+    def __post_init__(self):
+        check_int(self.K, "K", 1, 16)
+        if self.width is not None:
+            check_int(self.width, "width", 4)
+        check_int(self.layers, "layers", 1, 16)
+        check_int(self.steps, "steps", 1)
+        check_int(self.roots_per_step, "roots_per_step", 1)
+        check_int(self.windows, "windows", 1)
+        check_int(self.rank_freeze, "rank_freeze", 0)
+        if not 0 < self.learning_rate < 1:
+            raise ValueError(f"learning_rate: must lie in (0, 1), got {self.learning_rate!r}")
+        if not 0 <= self.rank_smoothing < 0.5:
+            raise ValueError(f"rank_smoothing: must lie in [0, 0.5), got {self.rank_smoothing!r}")
+
+    @classmethod
+    def micro(cls, **changes) -> "DrafterSpec":
+        """The tiny drafter of the tests (seconds on the micro pair)."""
+        return cls(**{"width": None, "layers": 2, "steps": 40, "roots_per_step": 64, "windows": 4, "learning_rate": 5e-3,
+                      "rank_freeze": 10, **changes})
+
+
+class BlockDrafterModel(nn.Module):
+    """The network (module docstring).  Float32 parameters; inputs and outputs on one device.
+
+    Args:
+        spec: the ``DrafterSpec``.
+        feature_dim: width of the target's fused features (3 d_target).
+        vocab_size: V of the target (the LM head's width).
+        width: W when ``spec.width`` is None (the target's hidden size).
+    """
+
+    def __init__(self, spec: DrafterSpec, feature_dim: int, vocab_size: int, width: int | None = None):
+        super().__init__()
+        W, K = spec.width or check_int(width, "width", 4), spec.K
+        self.width = W
+        self.spec, self.feature_dim, self.vocab_size = spec, check_int(feature_dim, "feature_dim", 1), check_int(vocab_size, "vocab_size", 2)
+        self.fuse = nn.Linear(feature_dim, W)
+        self.inherit = nn.Linear(W, W)
+        self.embed = nn.Embedding(vocab_size, W)
+        self.slots = nn.Parameter(torch.randn(K, W) * 0.02)
+        self.norms = nn.ModuleList(nn.LayerNorm(W) for _ in range(spec.layers))
+        self.mlps = nn.ModuleList(nn.Sequential(nn.Linear(W, 2 * W), nn.GELU(), nn.Linear(2 * W, W)) for _ in range(spec.layers))
+        self.shifts = nn.ModuleList(nn.Linear(2 * W, W) for _ in range(spec.layers - 1)) if spec.shift else None
+        self.norm = nn.LayerNorm(W)
+        self.lm_head = nn.Linear(W, vocab_size, bias=False)
+        self.rank_head = nn.Sequential(nn.Linear(W + STATISTICS, 256), nn.SiLU(), nn.Linear(256, CLASSES))
+
+    def initialise_from(self, target) -> None:
+        """Copy the target's token embedding and LM head (a target of hidden size W, as ``width=None`` gives)."""
+        with torch.no_grad():
+            self.embed.weight.copy_(target.get_input_embeddings().weight[: self.vocab_size])
+            self.lm_head.weight.copy_(target.get_output_embeddings().weight[: self.vocab_size])
+
+    def heads(self) -> list[nn.Parameter]:
+        """The output heads' parameters (LM head and rank head): what the "heads" update trains."""
+        return list(self.lm_head.parameters()) + list(self.rank_head.parameters())
+
+    def forward(self, token: torch.Tensor, feature: torch.Tensor | None = None, inherited: torch.Tensor | None = None):
+        """One block per seed.
+
+        Args:
+            token: int64 (N,), the seed's token.
+            feature: float32 (N, feature_dim), the target's fused features (a root seed), or
+            inherited: float32 (N, W), the drafter's hidden state of the seed's slot (a node seed).
+
+        Returns:
+            (hidden (N, K, W) before the final norm: what later blocks inherit; logits
+            (N, K, V); rank logits (N, K, 4)).
+        """
+        if (feature is None) == (inherited is None):
+            raise ValueError("feature: give exactly one of feature (a root seed) and inherited (a node seed)")
+        seed = self.fuse(feature) if inherited is None else self.inherit(inherited)
+        h = (seed + self.embed(token))[:, None, :] + self.slots[None]
+        for i, (norm, mlp) in enumerate(zip(self.norms, self.mlps)):
+            if i and self.shifts is not None:
+                h = self._shift(self.shifts[i - 1], h)
+            h = h + mlp(norm(h))
+        normed = self.norm(h)
+        logits = self.lm_head(normed)
+        ranks = self.rank_head(torch.cat([normed.detach(), rank_statistics(logits.detach())], dim=-1))
+        return h, logits, ranks
+
+
+    @staticmethod
+    def _shift(shift: nn.Linear, h: torch.Tensor) -> torch.Tensor:
+        """h_k + shift([h'_{k-1}; h_k]) in slot order (h'_{-1} = 0, h'_{k-1} already shifted)."""
+        out, previous = [], torch.zeros_like(h[:, 0])
+        for k in range(h.shape[1]):
+            previous = h[:, k] + shift(torch.cat([previous, h[:, k]], dim=-1))
+            out.append(previous)
+        return torch.stack(out, dim=1)
+
+
+def rank_statistics(logits: torch.Tensor) -> torch.Tensor:
+    """The 15 rank-head statistics of (..., V) logits (V >= 20): torch twin of
+    ``simlab.specblock.rank.statistics`` in the logits' dtype."""
+    top = torch.topk(logits, 20, dim=-1).values
+    lse = torch.logsumexp(top, dim=-1, keepdim=True)
+    logp10 = top[..., :10] - lse
+    gaps = torch.stack([top[..., 0] - top[..., 1], top[..., 0] - top[..., 2], top[..., 0] - top[..., 4]], dim=-1)
+    top1 = torch.exp(top[..., :1] - torch.logsumexp(logits, dim=-1, keepdim=True))
+    p20 = torch.exp(top - lse)
+    entropy = -(p20 * torch.log(p20.clamp_min(torch.finfo(p20.dtype).tiny))).sum(-1, keepdim=True)
+    return torch.cat([logp10, gaps, top1, entropy], dim=-1)
+
+
+def valid_prefix_mask(correct: torch.Tensor) -> torch.Tensor:
+    """(N, K) float: slot k counts iff slots 0..k-1 are all correct (slot 0 always counts)."""
+    ones = torch.ones_like(correct[:, :1], dtype=torch.float32)
+    return torch.cat([ones, torch.cumprod(correct[:, :-1].float(), dim=1)], dim=1)
+
+
+def rank_labels(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """int64 (...): the rank class (``simlab.specblock.rank.bucket``) of ``tokens`` (...) in the
+    ranking of ``logits`` (..., V): 1-based rank = 1 + #higher logits + #equal logits at lower ids."""
+    value = logits.gather(-1, tokens[..., None])
+    ids = torch.arange(logits.shape[-1], device=logits.device)
+    rank = 1 + (logits > value).sum(-1) + ((logits == value) & (ids < tokens[..., None])).sum(-1)
+    return torch.bucketize(rank, torch.tensor(EDGES, device=logits.device), right=False)

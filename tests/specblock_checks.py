@@ -1,0 +1,168 @@
+"""Reusable checks of the SpecBlock pieces (used by test_specblock.py and its planted-fault suite).
+
+Each check compares an implementation with a plain reference (a loop, the rule written out, or
+a brute force over subsets) on fixed inputs, so it is deterministic: no false alarms, and every
+planted fault in specblock_mutants.py must make it fail.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import torch
+
+from simlab.pairs import ContextFreePair
+from simlab.specblock import CLASS_DEFAULT, SLIM_R2, Block, RankGuided
+from simlab.specblock.bandit import CostAwareBandit
+from simlab.specblock.rank import bucket, rank_of
+from simlab.trees import NodeTable
+
+V = 30
+
+
+class ScriptedDrafter:
+    """Blocks from a seeded generator keyed by the seed path: a deterministic drafter of any shape."""
+
+    def __init__(self, K: int, seed: int = 0, classes=None, peaked: float = 3.0):
+        self.K, self.vocab_size, self.seed, self.classes, self.peaked = K, V, seed, classes, peaked
+
+    def _block(self, path) -> Block:
+        rng = np.random.default_rng([self.seed, len(path), *path])
+        z = rng.normal(size=(self.K, V)) * self.peaked
+        logprobs = z - np.log(np.exp(z).sum(1, keepdims=True))
+        classes = np.array(self.classes if self.classes is not None else rng.integers(0, 4, self.K), dtype=np.int64)
+        return Block(logprobs, classes, tuple(path for _ in range(self.K)))
+
+    def first_block(self, table):
+        return self._block(())
+
+    def next_blocks(self, table, seeds):
+        return [self._block(path) for path, _ in seeds]
+
+
+def table():
+    return NodeTable(ContextFreePair(np.full(V, 1.0 / V), np.full(V, 1.0 / V)), ())
+
+
+def reference_width(builder: RankGuided, k: int, first: bool, p: float, cls: int) -> int:
+    """The width rule of SpecBlock's code, written out."""
+    if not builder.rank_head:
+        return builder.fixed_width
+    if k == 0 and first:
+        if builder.adaptive_slot0:
+            if p >= 0.9:
+                return 3
+            if p >= 0.8:
+                return 5
+            if p >= 0.6:
+                return 8
+        return builder.beam_width
+    width = builder.table[cls]
+    if builder.adaptive_all and width:
+        if p >= 0.95:
+            return min(2, width)
+        if p >= 0.85:
+            return min(3, width)
+    return width
+
+
+def check_widths(make=RankGuided) -> None:
+    """Widths per slot equal the written-out rule over every class and probability band, both tables."""
+    for table_, slot0, caps, head in itertools.product((SLIM_R2, CLASS_DEFAULT), (True, False), (True, False), (True, False)):
+        for cls in range(4):
+            for p in (0.5, 0.65, 0.82, 0.87, 0.93, 0.97):
+                builder = make(ScriptedDrafter(4), table=table_, adaptive_slot0=slot0, adaptive_all=caps, rank_head=head)
+                logprobs = np.full((4, V), np.log((1 - p) / (V - 1)))
+                logprobs[:, 0] = np.log(p)
+                block = Block(logprobs, np.full(4, cls, dtype=np.int64), (None,) * 4)
+                for first in (True, False):
+                    expected = []
+                    for k in range(4):
+                        expected.append(reference_width(builder, k, first, p, cls))
+                        if expected[-1] == 0:
+                            break
+                    got = builder.widths(block, first)
+                    assert got == expected, (table_, slot0, caps, head, cls, p, first, got, expected)
+
+
+def check_block_one(make=RankGuided) -> None:
+    """One block with classes (0, 0, 1, 0) and no caps: the chain of the greedy tokens, siblings by rank
+    where the table says, all within budget (hand-derived from the rule)."""
+    drafter = ScriptedDrafter(4, seed=3, classes=(0, 0, 1, 0))
+    builder = make(drafter, budget=1000, blocks=1, beam_width=2, adaptive_slot0=False, adaptive_all=False)
+    tree = builder.sample(table())
+    block = drafter.first_block(None)
+    order = [list(np.argsort(-block.logprobs[k], kind="stable")) for k in range(4)]
+    g = [int(o[0]) for o in order]
+    expected = {(): tuple(int(t) for t in order[0][:2]),          # slot 0: beam_width 2
+                (g[0],): tuple(int(t) for t in order[1][:2]),     # slot 1: class 0 -> table[0] = 2
+                (g[0], g[1]): tuple(int(t) for t in order[2][:4]),  # slot 2: class 1 -> 4
+                (g[0], g[1], g[2]): tuple(int(t) for t in order[3][:2])}  # slot 3: class 0 -> 2
+    got = {path: tuple(kids) for path, kids in tree.children.items() if kids}
+    assert got == expected, (got, expected)
+
+
+def scores(tree, drafter) -> dict:
+    """Each node's cumulative draft log-probability under a drafter whose blocks depend on the seed path
+    only through block 1 (``blocks=1``)."""
+    block = drafter.first_block(None)
+    out = {(): 0.0}
+    for path in sorted(tree.nodes(), key=len):
+        if path:
+            out[path] = out[path[:-1]] + block.logprobs[len(path) - 1][path[-1]]
+    return out
+
+
+def check_pruning(make=RankGuided) -> None:
+    """Pruned to budget B, the tree keeps exactly B nodes, is ancestor-closed, and its total score is
+    the largest over every ancestor-closed B-subset of the unpruned tree (brute force)."""
+    for seed, budget in itertools.product(range(4), (1, 3, 5)):
+        drafter = ScriptedDrafter(3, seed=seed, classes=(0, 1, 0), peaked=1.0)
+        full = make(drafter, budget=10_000, blocks=1, beam_width=3, adaptive_slot0=False, adaptive_all=False).sample(table())
+        pruned = make(drafter, budget=budget, blocks=1, beam_width=3, adaptive_slot0=False, adaptive_all=False).sample(table())
+        s = scores(full, drafter)
+        nodes = [p for p in full.nodes() if p]
+        kept = [p for p in pruned.nodes() if p]
+        assert len(kept) == min(budget, len(nodes)), (len(kept), budget)
+        assert all(p[:-1] in set(kept) | {()} for p in kept), "ancestor closure"
+        best = max(sum(s[p] for p in subset) for subset in itertools.combinations(nodes, min(budget, len(nodes)))
+                   if all(p[:-1] in set(subset) | {()} for p in subset))
+        assert abs(sum(s[p] for p in kept) - best) <= 1e-12, (seed, budget)
+        assert pruned.cost.verified == len(kept) and pruned.tokens() == len(kept)
+
+
+def check_valid_prefix(mask_fn) -> None:
+    """The valid-prefix mask equals a plain loop on a hand-built batch."""
+    correct = torch.tensor([[1, 1, 1, 1], [1, 0, 1, 1], [0, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=torch.bool)
+    expected = torch.zeros(correct.shape)
+    for i in range(correct.shape[0]):
+        ok = True
+        for k in range(correct.shape[1]):
+            expected[i, k] = 1.0 if ok else 0.0
+            ok = ok and bool(correct[i, k])
+    assert torch.equal(mask_fn(correct), expected), mask_fn(correct)
+
+
+def check_rank_labels(label_fn) -> None:
+    """Rank labels equal ``bucket(rank_of(...))`` on integer logits full of ties."""
+    rng = np.random.default_rng(5)
+    logits = rng.integers(0, 6, size=(200, 25)).astype(np.float32)
+    tokens = rng.integers(0, 25, size=200)
+    got = label_fn(torch.from_numpy(logits), torch.from_numpy(tokens)).numpy()
+    expected = np.array([bucket(rank_of(int(t), row)) for t, row in zip(tokens, logits)])
+    assert np.array_equal(got, expected)
+
+
+def check_bandit_costs(make=CostAwareBandit) -> None:
+    """In a drifting world (throughput falls by 1 per prompt without an update, an update restores 0.5 of
+    it): with free updates the bandit updates at least 80% of the time; with prohibitive update costs it
+    skips at least 80% of the time (200 prompts, fixed seed: a deterministic check)."""
+    for cost, want in ((0.0, ("heads", "full")), (1e9, ("skip",))):
+        bandit = make(np.random.default_rng(0), explore=0.1)
+        for _ in range(200):
+            arm = bandit.choose(throughput=10.0, seconds=1.0)
+            gain = -1.0 if arm == "skip" else 0.5
+            bandit.observe(arm, gain, 0.0 if arm == "skip" else cost)
+        share = np.mean([a in want for a in bandit.history])
+        assert share >= 0.8, (cost, share)

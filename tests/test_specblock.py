@@ -1,0 +1,241 @@
+"""SpecBlock (issue 14): the network's shapes and causality, the training's masks and labels, the
+rank-guided builder against references, losslessness of its trees, the bandit and the rollback,
+bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from backends.block_drafter.model import BlockDrafterModel, DrafterSpec, rank_labels, rank_statistics, valid_prefix_mask
+from simlab import tree_verifiers
+from simlab.decoding import greedy_decode, speculative_decode
+from simlab.efficiency import emitted_sequence_law, expected_block_efficiency, target_sequence_law
+from simlab.pairs import MarkovPair
+from simlab.specblock import Block, PairBlockDrafter, RankGuided
+from simlab.specblock.bandit import CostAwareBandit, Rollback, signal
+from simlab.specblock.rank import statistics
+from specblock_checks import (ScriptedDrafter, check_bandit_costs, check_block_one, check_pruning, check_rank_labels,
+                              check_valid_prefix, check_widths, table)
+
+FEATURES, VOCAB = 12, 40
+
+
+def model(**changes) -> BlockDrafterModel:
+    torch.manual_seed(0)
+    return BlockDrafterModel(DrafterSpec.micro(**changes), FEATURES, VOCAB, 16).eval()
+
+
+def run(m, slots=None, n=3):
+    torch.manual_seed(1)
+    feature, token = torch.randn(n, FEATURES), torch.randint(0, VOCAB, (n,))
+    if slots is not None:
+        with torch.no_grad():
+            m.slots.copy_(slots)
+    with torch.no_grad():
+        return m(token, feature=feature)
+
+
+# -- the network ------------------------------------------------------------------------------
+def test_shapes():
+    m = model()
+    hidden, logits, ranks = run(m)
+    K, W = m.spec.K, m.width
+    assert hidden.shape == (3, K, W) and logits.shape == (3, K, VOCAB) and ranks.shape == (3, K, 4)
+    with torch.no_grad():
+        again = m(torch.tensor([1, 2, 3]), inherited=hidden[:, 2])
+    assert again[1].shape == (3, K, VOCAB)
+
+
+@pytest.mark.parametrize("shift", [True, False])
+def test_slot_k_does_not_depend_on_later_slots(shift):
+    """Changing slot j's input changes no slot before j; with the shift it reaches the slots after j,
+    without it only slot j itself (the slots are independent)."""
+    m = model(shift=shift)
+    base = m.slots.detach().clone()
+    _, before, _ = run(m, base)
+    for j in range(m.spec.K):
+        changed = base.clone()
+        changed[j] += 1.0
+        _, after, _ = run(m, changed)
+        for k in range(m.spec.K):
+            same = torch.equal(before[:, k], after[:, k])
+            assert same == (k < j or (not shift and k > j)), (shift, j, k)
+
+
+def test_without_the_shift_each_slot_is_a_one_slot_model():
+    """With the shift off, slot k of a K-slot model equals the only slot of a K = 1 model with slot k's embedding."""
+    m = model(shift=False)
+    _, logits, _ = run(m)
+    for k in range(m.spec.K):
+        one = BlockDrafterModel(DrafterSpec.micro(K=1, shift=False), FEATURES, VOCAB, 16).eval()
+        state = {name: (value[k : k + 1] if name == "slots" else value) for name, value in m.state_dict().items()}
+        one.load_state_dict(state)
+        _, single, _ = run(one)
+        assert torch.allclose(single[:, 0], logits[:, k], atol=1e-6, rtol=0)
+
+
+def test_rank_statistics_equal_the_numpy_reference():
+    z = torch.randn(7, 3, 50, dtype=torch.float64) * 3
+    assert np.allclose(rank_statistics(z).numpy(), statistics(z.numpy()), atol=1e-12, rtol=0)
+
+
+def test_valid_prefix_mask_equals_a_loop():
+    check_valid_prefix(valid_prefix_mask)
+
+
+def test_rank_labels_equal_the_rank_buckets():
+    check_rank_labels(rank_labels)
+
+
+# -- the builder ------------------------------------------------------------------------------
+def test_widths_follow_the_table_caps_and_the_slot0_rule():
+    check_widths()
+
+
+def test_block_one_branch_points_and_sibling_counts():
+    check_block_one()
+
+
+def test_pruning_to_budget_is_the_best_ancestor_closed_subset():
+    check_pruning()
+
+
+def test_valid_length_and_later_blocks():
+    drafter = ScriptedDrafter(4, seed=1)
+    b = RankGuided(drafter)
+    block = lambda classes: Block(np.zeros((4, 3)), np.array(classes), (None,) * 4)
+    assert b.valid_length(block([0, 0, 0, 0])) == 4
+    assert b.valid_length(block([0, 1, 0, 0])) == 2
+    assert RankGuided(drafter, table=(2, 4, 10, 0)).valid_length(block([0, 0, 3, 0])) == 2  # gives up at slot 2
+    tree, origin = RankGuided(drafter, budget=200, blocks=3).build(table())
+    assert {b for b, _ in origin.values()} == {0, 1, 2} and set(origin) == set(tree.nodes()) - {()}
+    assert tree.cost.forwards[0].tokens == 4 and len(tree.cost.forwards) == 3 and tree.cost.verified == tree.tokens()
+    assert tree.depth() <= 12
+
+
+def test_the_tree_is_a_trie_and_deterministic():
+    tree = RankGuided(ScriptedDrafter(4, seed=2), budget=60).sample(table())
+    again = RankGuided(ScriptedDrafter(4, seed=2), budget=60).sample(table())
+    assert tree.children == again.children
+    assert all(len(set(kids)) == len(kids) for kids in tree.children.values())
+
+
+# -- losslessness ------------------------------------------------------------------------------
+WORLD = MarkovPair.random(4, np.random.default_rng(3), concentration=0.6, closeness=0.4)
+
+
+@pytest.mark.parametrize("verifier", ["onehot", "nss"])
+@pytest.mark.parametrize("noise", [0.0, 0.5])
+def test_one_hot_and_nss_emit_the_target_three_token_law(verifier, noise):
+    builder = RankGuided(PairBlockDrafter(4, K=2, noise=noise), budget=5, beam_width=2, blocks=2)
+    law = emitted_sequence_law(WORLD, (0,), builder, verifier, 3)
+    target = target_sequence_law(WORLD, (0,), 3)
+    assert 0.5 * sum(abs(law.get(k, 0.0) - target.get(k, 0.0)) for k in set(law) | set(target)) <= 1e-12
+
+
+@pytest.mark.parametrize("verifier", ["naive", "specinfer", "spectr"])
+def test_lossy_verifiers_are_refused(verifier):
+    builder = RankGuided(PairBlockDrafter(4, K=2), budget=5, beam_width=2)
+    with pytest.raises(ValueError, match="is not lossless for children drafted deterministically"):
+        expected_block_efficiency(WORLD, (0,), builder, verifier)
+
+
+def test_greedy_verification_equals_greedy_decoding():
+    from backends.synthetic import make_world
+    from simlab.sampling import SamplingSettings
+
+    pair = make_world("depth_profile", vocab=25, seed=4, settings=SamplingSettings(0.0))
+    builder = RankGuided(PairBlockDrafter(25, K=3, noise=0.3), budget=12, beam_width=3)
+    tokens, steps = speculative_decode(pair, (1,), builder, "greedy", 30, np.random.default_rng(0))
+    assert tokens == greedy_decode(pair, (1,), 30) and len(steps) < 30
+
+
+def test_trees_ranked_by_the_untempered_law_are_verified_under_the_setting():
+    """At T = 0 the tempered q is one-hot (a chain); the untempered table gives EAGLE-2 its tree, read
+    back on the T = 0 table and verified greedily; sampled trees cannot be moved."""
+    from backends.synthetic import make_world
+    from simlab.builders import EAGLE2
+    from simlab.sampling import SamplingSettings
+    from simlab.shapes import iid
+    from simlab.trees import NodeTable
+
+    pair = make_world("depth_profile", vocab=25, seed=4, settings=SamplingSettings(0.0))
+    greedy = NodeTable(pair, (1,))
+    raw = greedy.untempered()
+    assert raw is not greedy and raw.untempered() is raw and NodeTable(WORLD, (0,)).untempered().pair is WORLD
+    chain = EAGLE2(budget=10, depth=3, top_k=3).sample(greedy)
+    tree = EAGLE2(budget=10, depth=3, top_k=3).sample(raw).on(greedy)
+    assert chain.tokens() == 4 and tree.tokens() == 10 and tree.table is greedy
+    with pytest.raises(ValueError, match="^table: "):
+        iid(2, 1).sample(raw, np.random.default_rng(0)).on(greedy)
+    with pytest.raises(ValueError, match="^table: "):
+        tree.on(NodeTable(pair, (2,)))
+
+
+# -- the bandit ------------------------------------------------------------------------------
+def test_bandit_learns_to_update_when_free_and_to_skip_when_costly():
+    check_bandit_costs()
+
+
+def test_bandit_is_deterministic_under_a_seed():
+    histories = []
+    for _ in range(2):
+        bandit = CostAwareBandit(np.random.default_rng(7), explore=0.3)
+        for i in range(50):
+            arm = bandit.choose(5.0, 1.0)
+            bandit.observe(arm, np.sin(i) + (arm == "full"), 0.01)
+        histories.append(bandit.history)
+    assert histories[0] == histories[1]
+
+
+def test_rollback_windows_and_signal():
+    rollback = Rollback(window=3, drop=0.05)
+    assert [rollback.record(a) for a in (2, 2, 2, 2, 2, 2.0)] == [False] * 6
+    assert [rollback.record(a) for a in (1, 1, 1)] == [False, False, True]
+    assert signal([0.9, 0.5, 0.2], accepted=1) == pytest.approx(0.5 + 0.8)
+
+
+def test_adapter_restore_is_bit_for_bit():
+    from backends.block_drafter.adapt import Adapter
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    target = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=8, n_layer=2, n_head=2)).eval()
+    m = BlockDrafterModel(DrafterSpec.micro(), 24, VOCAB, 16)
+    adapter = Adapter(m, target, (1, 1, 2), steps=2, learning_rate=1e-2)
+    before = adapter.snapshot()
+    sequence = list(range(1, 20))
+    for arm, changed in (("heads", {"lm_head.weight"}), ("full", {"embed.weight", "lm_head.weight", "fuse.weight"})):
+        adapter.restore(before)
+        roots, _ = adapter.update(arm, [sequence])
+        assert roots > 0
+        after = m.state_dict()
+        moved = {k for k in after if not torch.equal(after[k], before[k])}
+        assert changed <= moved and (arm == "full" or "fuse.weight" not in moved), (arm, moved)
+        adapter.restore(before)
+        assert all(torch.equal(m.state_dict()[k], before[k]) for k in before)
+    assert adapter.cost("full", 10, lambda c, n: 1e-3 * n) > adapter.cost("heads", 10, lambda c, n: 1e-3 * n) > 0
+    assert adapter.update("skip", [sequence]) == (0, 0.0)
+
+
+# -- bad input ---------------------------------------------------------------------------------
+def test_bad_input_names_the_argument():
+    with pytest.raises(ValueError, match="^K: "):
+        PairBlockDrafter(4, K=0)
+    with pytest.raises(ValueError, match="^K: "):
+        DrafterSpec(K=0)
+    with pytest.raises(ValueError, match="^budget: "):
+        RankGuided(PairBlockDrafter(4), budget=0)
+    with pytest.raises(ValueError, match="^table: "):
+        RankGuided(PairBlockDrafter(4), table=(2, 4, 6))
+    with pytest.raises(ValueError, match="^drafter: "):
+        RankGuided(object())
+    with pytest.raises(ValueError, match="^vocab_size: "):
+        RankGuided(PairBlockDrafter(10), budget=3).sample(table())
+    with pytest.raises(ValueError, match="^arm: "):
+        CostAwareBandit(np.random.default_rng(0)).observe("half", 0.0, 0.0)
+    with pytest.raises(ValueError, match="^feature: "):
+        model()(torch.tensor([1]))
+    assert tree_verifiers.get("onehot").expected_block_efficiency(RankGuided(ScriptedDrafter(2), budget=3).sample(table())) >= 1
