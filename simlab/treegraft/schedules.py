@@ -43,10 +43,12 @@ def all_schedules(depth: int) -> list[tuple[int, ...]]:
     return [tuple(s) for s in itertools.product((0, 1), repeat=check_int(depth, "depth", 1, 16))]
 
 
-def evaluate_schedules(builder, table, verifier, latency) -> dict[tuple[int, ...], dict]:
+def evaluate_schedules(builder, table, verifier, latency, verify_table=None) -> dict[tuple[int, ...], dict]:
     """Every schedule's tree at one root: {schedule: {"E", "T", "TPS", "tokens", "tree"}}.
 
     The states are shared along common prefixes (one ``GraftState`` copy per prefix).
+    ``verify_table``: the table the trees are valued on when they are built on another one of
+    the same root (``NodeTable.untempered``: ranked by the drafters' untempered law).
     """
     from simlab import tree_verifiers
 
@@ -59,6 +61,8 @@ def evaluate_schedules(builder, table, verifier, latency) -> dict[tuple[int, ...
         state, prefix = stack.pop()
         if len(prefix) == builder.depth:
             tree = state.finish()
+            if verify_table is not None:
+                tree = tree.on(verify_table)
             E = verifier.expected_block_efficiency(tree)
             T = latency.tree_step_time(context, tree)
             out[prefix] = {"E": E, "T": T, "TPS": E / T, "tokens": tree.tokens(), "tree": tree, "state": state}

@@ -1,0 +1,185 @@
+"""The builders the matched-budget comparison runs, fitted on training roots (``analyses.compare_builders``).
+
+Every entry answers ``builder(name, root, setting, budget, verifier)``: the builder to value at
+that root under that verifier, or None where it has none.  What is fitted, on the training
+trajectories only (the comparison values the held-out ones):
+
+* ``iid`` / ``delayed``: the best **static** action of DDTE's grid (K <= 4, L1, L2 <= 8) within the
+  budget (L1 + K L2 draft tokens; ``iid``: L1 = 0, i.i.d. rollouts), per setting and verifier, by
+  sum E / sum T-hat over the training roots (``action_grid_block_efficiency``, ``grid_samples``
+  trees per L1);
+* ``nde``: DDTE's selector from a ``train_selector`` run (its checkpoint per verifier), its
+  argmax over the actions within the budget at each root;
+* ``sequoia``: Sequoia's DP tree (children without replacement, depth <= 8) for the acceptance
+  vector measured on the training roots (per setting);
+* ``eagle2``: EAGLE-2 (depth 7, top-k 10); ``greedy_draft``: Hu et al.'s greedy draft (same sizes);
+* ``treegraft_learned`` / ``treegraft_best``: TreeGraft (D = 5, top-k 10, lookback 5, N = 5) with
+  its scheduler trained on the training roots' exact margins, or the exact best of the 32
+  schedules at each root (an oracle);
+* ``specblock``: SpecBlock's rank-guided tree from the trained block drafter (real models) or
+  the synthetic stand-in.
+
+Deterministic trees are ranked by the drafters' untempered law and valued on the setting's
+table (``NodeTable.untempered``, ``DraftTree.on``); sampled children come from the setting's q.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simlab import tree_verifiers
+from simlab.drafting import Drafting
+
+NAMES = ("iid", "delayed", "nde", "sequoia", "eagle2", "greedy_draft", "treegraft_learned", "treegraft_best", "specblock")
+DETERMINISTIC = frozenset({"eagle2", "treegraft_learned", "treegraft_best", "specblock"})
+LAWS = {"iid": {Drafting.IID}, "delayed": {Drafting.IID}, "nde": {Drafting.IID}, "sequoia": {Drafting.WITHOUT_REPLACEMENT},
+        "greedy_draft": {Drafting.MIXED, Drafting.DETERMINISTIC}, **{n: {Drafting.DETERMINISTIC} for n in DETERMINISTIC}}
+"""The drafting laws of each builder's nodes (a greedy draft's pruned tails leave deterministic nodes)."""
+
+
+def verifiers_for(name: str, setting, allowed) -> list[str]:
+    """Every tree verifier declared lossless for the builder's drafting law (greedy only at T = 0)."""
+    out = []
+    for v in tree_verifiers.names():
+        verifier = tree_verifiers.get(v)
+        if verifier.needs_greedy_target and not setting.greedy:
+            continue
+        if LAWS[name] <= set(verifier.lossless_for) and v in allowed:
+            out.append(v)
+    return out
+
+
+def grid_actions(budget: int, rollouts: bool) -> list[tuple[int, int, int]]:
+    """DDTE's grid actions (K, L1, L2) of at most ``budget`` draft tokens (``rollouts``: L1 = 0)."""
+    return [(K, L1, L2) for K in range(1, 5) for L1 in range(9) for L2 in range(9)
+            if L1 + K * L2 <= budget and (L1 + L2 > 0) and not (rollouts and L1)]
+
+
+@dataclass
+class Roster:
+    """The fitted builders (module docstring); ``not_run`` lists (builder, reason) for those that cannot run."""
+
+    budgets: tuple[int, ...]
+    latency: object
+    static: dict = field(default_factory=dict)
+    sequoia: dict = field(default_factory=dict)
+    schedulers: dict = field(default_factory=dict)
+    selectors: dict = field(default_factory=dict)
+    block_drafter: object = None
+    treegraft: object = None
+    not_run: list = field(default_factory=list)
+
+    def builder(self, name: str, root, setting, budget: int, verifier: str, table=None):
+        from simlab.builders import EAGLE2, GreedyDraftTree
+        from simlab.shapes import Delayed
+        from simlab.specblock import RankGuided
+
+        if name in ("iid", "delayed"):
+            action = self.static.get((setting.name, verifier, budget, name))
+            return None if action is None else Delayed(*action)
+        if name == "nde":
+            return self.selectors.get(verifier) and self.selectors[verifier](root, setting, budget)
+        if name == "sequoia":
+            return self.sequoia.get((setting.name, budget))
+        if name == "eagle2":
+            return EAGLE2(budget=budget, depth=7, top_k=10)
+        if name == "greedy_draft":
+            return GreedyDraftTree(budget=budget, depth=7, top_k=10)
+        if name == "specblock":
+            return None if self.block_drafter is None else RankGuided(self.block_drafter(root.pair), budget=budget)
+        if name.startswith("treegraft"):
+            return None if self.treegraft is None else self.treegraft(name, root, setting, budget, verifier, table)
+        raise ValueError(f"builders: unknown builder {name!r}")
+
+
+def fit_static(roster: Roster, roots, setting, verifiers, samples: int, seed: int) -> None:
+    """The best static grid action per (verifier, budget) for ``iid`` and ``delayed`` on ``roots``."""
+    from simlab.efficiency import action_grid_block_efficiency
+
+    for v in verifiers:
+        totals: dict = {}
+        for root in roots:
+            grid = action_grid_block_efficiency(root.pair, root.context, v, samples=samples, seed=seed + root.root)
+            for action, estimate in grid.items():
+                E, T = totals.get(action, (0.0, 0.0))
+                totals[action] = (E + estimate.mean, T + roster.latency.delayed_time(*action, len(root.context)))
+        for budget in roster.budgets:
+            for kind in ("iid", "delayed"):
+                candidates = [a for a in grid_actions(budget, kind == "iid") if a in totals]
+                if candidates:
+                    best = max(candidates, key=lambda a: (totals[a][0] / totals[a][1], -sum(a)))
+                    roster.static[(setting.name, v, budget, kind)] = best
+
+
+def fit_sequoia(roster: Roster, roots, setting) -> None:
+    """Sequoia's tree per budget from the acceptance vector measured on ``roots`` (width 8)."""
+    from simlab.builders import Sequoia
+    from simlab.builders.sequoia import measure_acceptance
+
+    vector = np.mean([measure_acceptance(root.pair, [root.context], 8) for root in roots], axis=0)
+    for budget in roster.budgets:
+        try:
+            roster.sequoia[(setting.name, budget)] = Sequoia(tuple(vector.tolist()), budget=budget, depth=min(budget, 8))
+        except ValueError as exc:
+            roster.not_run.append({"builder": "sequoia", "setting": setting.name, "budget": budget, "reason": str(exc)})
+
+
+class TreeGraftEntry:
+    """TreeGraft's two policies: the exact best schedule per root, and the scheduler trained per
+    (setting, budget) on the training roots' margins (``simlab.treegraft.schedules``)."""
+
+    def __init__(self, roster: Roster, epochs: int, seed: int):
+        self.roster, self.epochs, self.seed, self.scheduler = roster, epochs, seed, {}
+
+    def base(self, root, budget: int):
+        from simlab.treegraft import NGramDrafter, TreeGraft
+
+        return TreeGraft(schedule=(1, 0, 1, 0, 1), budget=budget, depth=5, top_k=10, lookback=5, ngram=NGramDrafter(5, "code"),
+                         cached=root.prompt_length)
+
+    def values(self, root, budget: int, verifier: str, table):
+        from simlab.treegraft.schedules import evaluate_schedules
+
+        return evaluate_schedules(self.base(root, budget), table.untempered(), verifier, self.roster.latency, verify_table=table)
+
+    def fit(self, roots, setting, verifier: str) -> None:
+        from simlab.treegraft.schedules import margins, train
+        from simlab.trees import NodeTable
+
+        for budget in self.roster.budgets:
+            X, y = [], []
+            for root in roots:
+                table = NodeTable(root.pair, root.context)
+                prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
+                values = self.values(root, budget, verifier, table)
+                for z, margin, _ in margins(self.base(root, budget), table.untempered(), values, self.roster.latency, prompt):
+                    X.append(z)
+                    y.append(margin)
+            self.scheduler[(setting.name, budget)] = train(np.array(X), np.array(y), epochs=self.epochs, seed=self.seed)[0]
+
+    def __call__(self, name, root, setting, budget, verifier, table):
+        from dataclasses import replace
+
+        from simlab.treegraft.schedules import best
+
+        if name == "treegraft_best":
+            values = self.values(root, budget, verifier, table)
+            return _Fixed(values[best(values)]["tree"])
+        scheduler = self.scheduler[(setting.name, budget)]
+        prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
+        base = self.base(root, budget)
+        return replace(base, schedule=scheduler.schedule(base, table.untempered(), self.roster.latency, prompt))
+
+
+@dataclass(frozen=True)
+class _Fixed:
+    """A tree already built (the best schedule's), served as a deterministic builder."""
+
+    tree: object
+    deterministic = True
+    laws = frozenset({Drafting.DETERMINISTIC})
+
+    def sample(self, table, rng=None):
+        return self.tree

@@ -1,0 +1,393 @@
+"""Every tree builder with every lossless verifier at matched budgets: ``python -m analyses.compare_builders``.
+
+For each source (a synthetic world, or live models) and each sampling setting (default T = 0
+and DDTE's eight), the roots are split by trajectory: the builders that need fitting
+(``analyses.builder_roster``: the best static delayed tree and i.i.d. rollouts, Sequoia's
+acceptance vector, TreeGraft's learned scheduler) are fitted on the training trajectories and
+every builder is valued on the held-out ones, at each verify budget (default 16, 32, 63, 90
+draft tokens, root excluded, counted as distinct tree nodes for every builder), with every
+verifier declared lossless for its drafting law:
+
+* deterministic trees (EAGLE-2, TreeGraft, SpecBlock): one tree per root, exact E[tau + 1];
+* sampled trees (i.i.d., delayed, NDE, Sequoia, greedy draft): ``--samples`` trees per root drawn
+  from a seed shared by every verifier (paired), each valued exactly: the mean is an unbiased
+  estimate of E[tau + 1] with its standard error.
+
+Reported per setting, budget, builder and verifier: E[tau + 1] (and its standard error), T-hat,
+throughput (sum E / sum T over roots), the ratio to the baseline (``--baseline``, default EAGLE-2
+with one-hot at T > 0, greedy at T = 0) and the paired difference of E by root with its standard
+error; acceptance by depth (P(tau >= d)); and for the OT verifiers on i.i.d. trees the mean gap
+to the per-node optimum alpha*(p, q, k) by depth.  A builder that cannot run is listed with its
+reason.  Output under ``--out`` (default ``out/compare_builders/<source>/``): ``compare_builders.parquet``
+(summary), ``per_root.parquet``, ``by_depth.parquet``, ``node_gaps.parquet``, ``not_run.parquet``,
+``throughput.{html,png}``, ``acceptance_by_depth.{html,png}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from tqdm import tqdm
+
+from analyses import builder_roster as roster_module
+from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer, prepare_out, print_table, run_tool
+from backends.sources.flags import LatencyConfig, SourceConfig, add_latency_flags, add_source_flags, make_latency, make_source
+
+PROG = "python -m analyses.compare_builders"
+OT_VERIFIERS = ("nss", "naive", "spectr", "specinfer", "khisti")
+REFUSALS = {"capture": {"capture": "the builders build their own trees; use --backend hf or a synthetic world"}}
+HF_DEFAULTS = {"roots_per_trajectory": 2, "spacing": 8}
+
+
+@dataclass(frozen=True)
+class Config(SourceConfig, LatencyConfig):
+    """The study's settings (the command-line flags)."""
+
+    vocab: int = 32
+    trajectories: int = 4
+    roots_per_trajectory: int = 2
+    spacing: int = 12
+    settings: str = "0,ddte"
+    budgets: str = "16,32,63,90"
+    builders: str = ",".join(roster_module.NAMES)
+    verifiers: str = "all"
+    samples: int = 4
+    grid_samples: int = 2
+    test_share: float = 0.5
+    baseline: str = "eagle2"
+    selector: str | None = None
+    drafters: str | None = None
+    small_ratio: float = 0.011
+    block_ratio: float = 0.1
+    rank_noise: float = 0.2
+    epochs: int = 100
+    out: str | None = None
+    quiet: bool = False
+
+
+def parse_args(argv) -> tuple[Config, ToolParser]:
+    from simlab import tree_verifiers
+
+    d = Config()
+    parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    add_source_flags(parser, d)
+    add_latency_flags(parser, d)
+    g = parser.add_argument_group("comparison")
+    g.add_argument("--budgets", default=d.budgets, help="matched verify budgets (draft tokens, root excluded)")
+    g.add_argument("--builders", default=d.builders, help=f"comma list of {', '.join(roster_module.NAMES)}")
+    g.add_argument("--verifiers", default=d.verifiers, help="comma list of tree verifiers, or all (each builder gets those lossless for it)")
+    g.add_argument("--samples", type=int, default=d.samples, help="sampled trees per root for builders with sampled children")
+    g.add_argument("--grid-samples", type=int, default=d.grid_samples, help="trees per L1 for the static delayed choice")
+    g.add_argument("--test-share", type=float, default=d.test_share, help="share of trajectories held out for the comparison")
+    g.add_argument("--baseline", choices=roster_module.NAMES, default=d.baseline, help="the builder of the ratios and paired differences")
+    g.add_argument("--selector", default=d.selector, help="a train_selector run folder (the NDE builder)")
+    g.add_argument("--drafters", default=d.drafters, help="hf: trained block drafters (default <target>/../block_drafter)")
+    g.add_argument("--small-ratio", type=float, default=d.small_ratio, help="TreeGraft's n-gram step / one-token target forward")
+    g.add_argument("--block-ratio", type=float, default=d.block_ratio, help="synthetic: block-drafter forward / one-token target forward")
+    g.add_argument("--rank-noise", type=float, default=d.rank_noise, help="synthetic: the stand-in rank head's error probability")
+    g.add_argument("--epochs", type=int, default=d.epochs, help="TreeGraft scheduler's training epochs")
+    parser.add_argument("--out", default=None, help="output folder (default: out/compare_builders/<source>)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    args = parser.parse_args(argv)
+    try:
+        budgets = int_list(args.budgets, "--budgets", minimum=1)
+        builders = name_list(args.builders, "--builders", roster_module.NAMES)
+        verifiers = tree_verifiers.names() if args.verifiers == "all" else name_list(args.verifiers, "--verifiers", tree_verifiers.names())
+    except ValueError as exc:
+        fail(PROG, str(exc))
+    config = Config(**{**vars(args), "budgets": ",".join(map(str, budgets)), "builders": ",".join(builders),
+                       "verifiers": ",".join(verifiers), "capture": tuple(args.capture)})
+    check_flags(PROG, [
+        (config.trajectories >= 2, f"--trajectories: need >= 2 (fit and compare), got {config.trajectories}"),
+        (0 < config.test_share < 1, f"--test-share: must lie in (0, 1), got {config.test_share}"),
+        (config.samples >= 2, f"--samples: need >= 2 (a standard error), got {config.samples}"),
+        (config.grid_samples >= 1, f"--grid-samples: must be >= 1, got {config.grid_samples}"),
+        (config.epochs >= 1, f"--epochs: must be >= 1, got {config.epochs}"),
+        (0 < config.small_ratio < float("inf"), f"--small-ratio: must be a finite number > 0, got {config.small_ratio}"),
+        (0 < config.block_ratio < float("inf"), f"--block-ratio: must be a finite number > 0, got {config.block_ratio}"),
+        (0 <= config.rank_noise <= 1, f"--rank-noise: must lie in [0, 1], got {config.rank_noise}"),
+        (config.selector is None or (Path(config.selector) / "run.json").is_file(),
+         f"--selector: {config.selector!r} is not a train_selector run (no run.json)"),
+    ])
+    return config, parser
+
+
+def primary(setting) -> str:
+    """The baseline's verifier: greedy at T = 0, one-hot otherwise."""
+    return "greedy" if setting.greedy else "onehot"
+
+
+def split(trajectories, share: float, seed: int) -> set[int]:
+    """The held-out trajectories (a seeded permutation; at least one, never all)."""
+    unique = sorted(set(trajectories))
+    order = np.random.default_rng(seed).permutation(len(unique))
+    held = min(len(unique) - 1, max(1, int(round(share * len(unique)))))
+    return {unique[i] for i in order[:held]}
+
+
+def nde_entry(config: Config, roster):
+    """{verifier: choose(root, setting, budget) -> Delayed} from a train_selector run."""
+    import io
+
+    import torch
+
+    from simlab.latency import LatencyModel
+    from simlab.selector.features import SCALARS, root_features
+    from simlab.selector.model import Selector
+    from simlab.shapes import Delayed
+
+    run = Path(config.selector)
+    meta = json.loads((run / "run.json").read_text())
+    actions = [tuple(a) for a in meta["actions"]]
+    latency = LatencyModel.load(run / "latency.json")
+    out = {}
+    for v in meta["verifiers"]:
+        model = Selector.from_checkpoint(torch.load(io.BytesIO((run / f"selector-{v}.pt").read_bytes()), weights_only=False)).eval()
+
+        def choose(root, setting, budget, model=model):
+            h, scalars = root_features(root.pair, root.context, setting, latency)
+            with torch.no_grad():
+                logits = model(*(torch.from_numpy(h[k])[None] for k in ("h_p_prev", "h_q_prev", "h_q_root")),
+                               torch.tensor([[scalars[s] for s in SCALARS]], dtype=torch.float32))[0].numpy()
+            allowed = [i for i, (K, L1, L2) in enumerate(actions) if L1 + K * L2 <= budget]
+            return Delayed(*actions[max(allowed, key=lambda i: logits[i])]) if allowed else None
+
+        out[v] = choose
+    return out
+
+
+def fit(config: Config, roster, train_roots: dict, verifiers, builders, source, bar) -> None:
+    """Fit every builder that needs it on the training roots (per setting)."""
+    from simlab import tree_verifiers
+
+    iid_verifiers = [v for v in verifiers if roster_module.LAWS["delayed"] <= set(tree_verifiers.get(v).lossless_for)
+                     and not tree_verifiers.get(v).needs_greedy_target]
+    if builders & {"treegraft_learned", "treegraft_best"}:
+        roster.treegraft = roster_module.TreeGraftEntry(roster, config.epochs, config.seed)
+    for setting, roots in train_roots.items():
+        if builders & {"iid", "delayed"}:
+            roster_module.fit_static(roster, roots, setting, iid_verifiers, config.grid_samples, config.seed)
+        if "sequoia" in builders:
+            roster_module.fit_sequoia(roster, roots, setting)
+        if "treegraft_learned" in builders:
+            roster.treegraft.fit(roots, setting, primary(setting))
+        bar.update(len(roots))
+
+
+def value(builder, table, verifier: str, latency, samples: int, seed) -> dict:
+    """E (mean over sampled trees, each exact), its standard error, mean T-hat, tokens and the mean
+    reach P(tau >= d) by depth (index d - 1); plus the sampled trees for the node gaps.  None when
+    the verifier is not lossless on a tree drawn (never valued lossily)."""
+    from simlab import tree_verifiers
+
+    v = tree_verifiers.get(verifier)
+    if getattr(builder, "deterministic", False):
+        trees = [builder.sample(table.untempered()).on(table)]
+    else:
+        rng = np.random.default_rng(seed)
+        trees = [builder.sample(table, rng) for _ in range(samples)]
+    if not all(v.lossless_on(tree) for tree in trees):
+        return None
+    E, T, reach = [], [], []
+    for tree in trees:
+        E.append(v.expected_block_efficiency(tree))
+        T.append(latency.tree_step_time(len(table.context), tree))
+        lengths = v.accepted_length_distribution(tree)
+        reach.append(np.cumsum(lengths[::-1])[::-1][1:])
+    depth = max(len(r) for r in reach)
+    padded = np.array([np.pad(r, (0, depth - len(r))) for r in reach])
+    se = float(np.std(E, ddof=1) / np.sqrt(len(E))) if len(E) > 1 else 0.0
+    return {"E": float(np.mean(E)), "se": se, "T": float(np.mean(T)), "tokens": float(np.mean([t.tokens() for t in trees])),
+            "reach": padded.mean(0), "trees": trees}
+
+
+def node_gaps(trees, verifier: str) -> dict[int, list[float]]:
+    """alpha*(p, q, k) - alpha_verifier(p, q, k) at every node with children, by depth (i.i.d. trees)."""
+    from simlab import verifiers
+    from simlab.otlp import optimal_acceptance
+
+    node, out = verifiers.get(verifier), {}
+    for tree in trees:
+        for path, kids in tree.children.items():
+            if kids:
+                p, q = tree.table.p(path), tree.table.q(path)
+                out.setdefault(len(path), []).append(optimal_acceptance(p, q, len(kids)) - node.acceptance_rate(p, q, len(kids)))
+    return out
+
+
+def measure(config: Config, roster, test_roots: dict, verifiers, builders, bar):
+    from simlab.trees import NodeTable
+
+    budgets = [int(b) for b in config.budgets.split(",")]
+    rows, depth_rows, gap_rows, missing = [], [], [], set()
+    for setting, roots in test_roots.items():
+        for root in roots:
+            table = NodeTable(root.pair, root.context)
+            key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
+            for budget in budgets:
+                for name in builders:
+                    for v in roster_module.verifiers_for(name, setting, verifiers):
+                        builder = roster.builder(name, root, setting, budget, v, table)
+                        if builder is None:
+                            missing.add((name, setting.name, budget, v))
+                            continue
+                        seed = [config.seed, root.root, budget, roster_module.NAMES.index(name)]  # shared by the verifiers: paired
+                        out = value(builder, table, v, roster.latency, config.samples, seed)
+                        if out is None:
+                            missing.add((name, setting.name, budget, v))
+                            continue
+                        action = getattr(builder, "shape", None) or builder
+                        rows.append({**key, "budget": budget, "builder": name, "verifier": v, "E": out["E"], "se": out["se"],
+                                     "T": out["T"], "tokens": out["tokens"], "sampled": not getattr(builder, "deterministic", False),
+                                     "action": _describe(action)})
+                        depth_rows += [{**key, "budget": budget, "builder": name, "verifier": v, "depth": d + 1, "reach": float(r)}
+                                       for d, r in enumerate(out["reach"])]
+                        if name in ("iid", "delayed", "nde") and v in OT_VERIFIERS:
+                            gap_rows += [{**key, "budget": budget, "builder": name, "verifier": v, "depth": d, "gap": float(np.mean(g)),
+                                          "nodes": len(g)} for d, g in sorted(node_gaps(out["trees"], v).items())]
+            bar.update()
+    return rows, depth_rows, gap_rows, missing
+
+
+def _describe(builder) -> str:
+    for attrs in (("K", "L1", "L2"), ("budget", "depth", "top_k"), ("schedule",), ("budget",)):
+        if all(hasattr(builder, a) for a in attrs):
+            return type(builder).__name__ + "(" + ", ".join(f"{a}={getattr(builder, a)}" for a in attrs) + ")"
+    return type(builder).__name__
+
+
+def summarise(per_root: pl.DataFrame, baseline: str) -> pl.DataFrame:
+    """Per setting, budget, builder and verifier: roots, E, its standard error, T, throughput, the
+    ratio to the baseline's throughput and the paired mean difference of E by root (with its SE)."""
+    table = per_root.group_by("setting", "budget", "builder", "verifier", maintain_order=True).agg(
+        pl.len().alias("roots"), pl.col("E").mean(), (pl.col("se").pow(2).sum().sqrt() / pl.len()).alias("E_se"),
+        pl.col("T").mean(), (pl.col("E").sum() / pl.col("T").sum()).alias("TPS"), pl.col("tokens").mean(), pl.col("sampled").first())
+    base_rows = per_root.filter((pl.col("builder") == baseline) & (pl.col("verifier") == pl.when(pl.col("setting") == "T=0")
+                                                                   .then(pl.lit("greedy")).otherwise(pl.lit("onehot"))))
+    base = base_rows.select("setting", "budget", "root", pl.col("E").alias("E_base"), pl.col("se").alias("se_base"))
+    paired = per_root.join(base, on=["setting", "budget", "root"]).with_columns((pl.col("E") - pl.col("E_base")).alias("diff")).group_by(
+        "setting", "budget", "builder", "verifier").agg(pl.col("diff").mean().alias("paired_dE"),
+                                                        (pl.col("diff").std(ddof=1) / pl.len().sqrt()).alias("paired_dE_se"))
+    ref = table.join(base_rows.group_by("setting", "budget").agg((pl.col("E").sum() / pl.col("T").sum()).alias("TPS_base")),
+                     on=["setting", "budget"], how="left")
+    return ref.with_columns((pl.col("TPS") / pl.col("TPS_base")).alias("vs_baseline")).drop("TPS_base").join(
+        paired, on=["setting", "budget", "builder", "verifier"], how="left")
+
+
+def charts(summary: pl.DataFrame, by_depth: pl.DataFrame, subtitle: str):
+    import altair as alt
+
+    best = summary.sort("TPS", descending=True).group_by("setting", "budget", "builder", maintain_order=True).first()
+    tps = alt.Chart(best).mark_line(point=True).encode(
+        x=alt.X("budget:Q", title="verify budget (draft tokens)"), y=alt.Y("TPS:Q", title="throughput (tokens/s)"), color="builder:N",
+        facet=alt.Facet("setting:N", columns=3, title=None), tooltip=["builder", "verifier", "budget", "E", "TPS", "vs_baseline"]).properties(
+        width=220, height=150, title=alt.TitleParams("Throughput vs budget, each builder with its best lossless verifier", subtitle=subtitle))
+    top = int(by_depth["budget"].max())
+    reach = by_depth.filter(pl.col("budget") == top).group_by("setting", "builder", "verifier", "depth").agg(pl.col("reach").mean())
+    keep = best.filter(pl.col("budget") == top).select("setting", "builder", "verifier")
+    acc = alt.Chart(reach.join(keep, on=["setting", "builder", "verifier"])).mark_line(point=True).encode(
+        x=alt.X("depth:Q"), y=alt.Y("reach:Q", title="P(tau >= depth)"), color="builder:N",
+        facet=alt.Facet("setting:N", columns=3, title=None), tooltip=["builder", "verifier", "depth", "reach"]).properties(
+        width=220, height=150, title=alt.TitleParams(f"Acceptance by depth at budget {top} (best verifier per builder)", subtitle=subtitle))
+    return tps, acc
+
+
+def main(argv=None) -> int:
+    return run_tool(PROG, lambda: _main(argv))
+
+
+def _main(argv) -> int:
+    from analyses import specblock
+    from simlab.latency import ForwardTime
+
+    config, parser = parse_args(sys.argv[1:] if argv is None else argv)
+    if config.backend == "hf" and not config.capture:
+        config = replace(config, **{k: v for k, v in HF_DEFAULTS.items() if k not in parser.given})
+    builders = config.builders.split(",")
+    verifiers = config.verifiers.split(",")
+    source, settings = make_source(PROG, parser, config, stream="per_trajectory", grid=False, depth=9, study_refusals=REFUSALS,
+                                   quiet=config.quiet)
+    budgets = tuple(int(b) for b in config.budgets.split(","))
+    latency = make_latency(PROG, parser, config, source, max(budgets))
+    latency = latency.with_drafter("small", ForwardTime.constant(config.small_ratio * latency.target(0, 1)))
+    roster = roster_module.Roster(budgets, latency)
+    if "specblock" in builders:
+        sb = specblock.Config(backend=config.backend, target=config.target, K=4, rank_noise=config.rank_noise, seed=config.seed,
+                              drafters=config.drafters)
+        try:
+            drafter_of, missing = specblock.drafters_for(sb)
+            roster.block_drafter = drafter_of["full"]
+            if config.backend == "hf":
+                from backends.block_drafter.drafter import forward_seconds
+
+                roster.latency = latency = latency.with_drafter("block", forward_seconds(drafter_of["full"](source.pair).model))
+        except ValueError as exc:
+            roster.not_run.append({"builder": "specblock", "setting": "all", "budget": 0, "reason": str(exc)})
+        if config.backend != "hf":
+            roster.latency = latency = latency.with_drafter("block", ForwardTime.constant(config.block_ratio * latency.target(0, 1)))
+    if "nde" in builders:
+        if config.selector is None:
+            roster.not_run.append({"builder": "nde", "setting": "all", "budget": 0,
+                                   "reason": "needs --selector RUN (a folder of python -m analyses.train_selector on this source)"})
+        else:
+            roster.selectors = nde_entry(config, roster)
+    out = prepare_out(PROG, config.out if config.out is not None else f"out/compare_builders/{source.slug()}")
+    try:
+        roots = {s: list(source.roots(s)) for s in settings}
+        test = split([r.trajectory for rs in roots.values() for r in rs], config.test_share, config.seed)
+        train_roots = {s: [r for r in rs if r.trajectory not in test] for s, rs in roots.items()}
+        test_roots = {s: [r for r in rs if r.trajectory in test] for s, rs in roots.items()}
+        with tqdm(total=sum(len(r) for r in roots.values()), desc="roots (fit, then compare)", unit="root", file=sys.stderr,
+                  disable=config.quiet) as bar:
+            fit(config, roster, train_roots, verifiers, set(builders), source, bar)
+            rows, depth_rows, gap_rows, missing = measure(config, roster, test_roots, verifiers, builders, bar)
+    except ValueError as exc:
+        fail_from(PROG, exc, parser)
+    for name, setting, budget, v in sorted(missing):
+        if name not in {r["builder"] for r in roster.not_run}:
+            roster.not_run.append({"builder": name, "setting": setting, "budget": budget,
+                                   "reason": f"no {name} tree at this budget, or {v} is not lossless on its tree"})
+    if not rows:
+        fail(PROG, "--builders: no builder could run on this source (see the reasons with --builders eagle2)")
+    per_root = pl.DataFrame(rows)
+    summary = summarise(per_root, config.baseline)
+    by_depth, gaps = pl.DataFrame(depth_rows), pl.DataFrame(gap_rows, schema={"setting": pl.String, "trajectory": pl.Int64, "root": pl.Int64,
+                                                                              "context_length": pl.Int64, "budget": pl.Int64, "builder": pl.String,
+                                                                              "verifier": pl.String, "depth": pl.Int64, "gap": pl.Float64,
+                                                                              "nodes": pl.Int64})
+    not_run = pl.DataFrame(roster.not_run, schema={"builder": pl.String, "setting": pl.String, "budget": pl.Int64, "reason": pl.String})
+    subtitle = f"source: {source.describe()}; latency: {latency.source}; {len(test)} held-out trajectories"
+    tps_chart, acc_chart = charts(summary, by_depth, subtitle)
+    with OutputSet(out) as outputs:
+        for name, frame in (("compare_builders", summary), ("per_root", per_root), ("by_depth", by_depth), ("node_gaps", gaps),
+                            ("not_run", not_run)):
+            outputs.stage(f"{name}.parquet", parquet_writer(frame))
+        for name, chart in (("throughput", tps_chart), ("acceptance_by_depth", acc_chart)):
+            for fmt in ("html", "png"):
+                outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
+        outputs.publish()
+    if not config.quiet:
+        print(f"Source: {source.describe()}; {per_root['root'].n_unique()} held-out roots per setting; latency: {latency.source}")
+        best = summary.sort("TPS", descending=True).group_by("setting", "budget", "builder", maintain_order=True).first().sort(
+            "setting", "budget", "TPS", descending=[False, False, True])
+        print_table(best.select("setting", "budget", "builder", "verifier", "E", "E_se", pl.col("T").mul(1e3).alias("T (ms)"), "TPS",
+                                "vs_baseline", "paired_dE", "paired_dE_se", "tokens"),
+                    f"Each builder with its best lossless verifier (ratios and paired differences vs {config.baseline} with "
+                    "greedy at T = 0, one-hot at T > 0; every pairing: compare_builders.parquet)")
+        if gaps.height:
+            print_table(gaps.group_by("builder", "verifier", "depth").agg(pl.col("gap").mean(), pl.col("nodes").sum()).sort(
+                "builder", "verifier", "depth"), "Mean gap to the per-node optimum alpha* by depth (OT verifiers on i.i.d. trees)")
+        if not_run.height:
+            print_table(not_run.unique(subset=["builder", "reason"], maintain_order=True), "Not run")
+        print(f"wrote {out}/compare_builders.parquet, per_root, by_depth, node_gaps, not_run (.parquet), throughput.html/.png, "
+              "acceptance_by_depth.html/.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
