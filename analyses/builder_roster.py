@@ -11,7 +11,7 @@ trajectories only (the comparison values the held-out ones):
 * ``nde``: DDTE's selector from a ``train_selector`` run (its checkpoint per verifier), its
   argmax over the actions within the budget at each root;
 * ``sequoia``: Sequoia's DP tree (children without replacement, depth <= 8) for the acceptance
-  vector measured on the training roots (per setting);
+  vector measured on the training roots (per setting; Monte Carlo, 512 draws per root);
 * ``eagle2``: EAGLE-2 (depth 7, top-k 10); ``greedy_draft``: Hu et al.'s greedy draft (same sizes);
 * ``treegraft_learned`` / ``treegraft_best``: TreeGraft (D = 5, top-k 10, lookback 5, N = 5) with
   its scheduler trained on the training roots' exact margins, or the exact best of the 32
@@ -98,13 +98,16 @@ def fit_static(roster: Roster, roots, setting, verifiers, samples: int, seed: in
     """The best static grid action per (verifier, budget) for ``iid`` and ``delayed`` on ``roots``."""
     from simlab.efficiency import action_grid_block_efficiency
 
+    times: dict = {}
     for v in verifiers:
         totals: dict = {}
         for root in roots:
             grid = action_grid_block_efficiency(root.pair, root.context, v, samples=samples, seed=seed + root.root)
             for action, estimate in grid.items():
+                if (root.root, action) not in times:
+                    times[(root.root, action)] = roster.latency.delayed_time(*action, len(root.context))
                 E, T = totals.get(action, (0.0, 0.0))
-                totals[action] = (E + estimate.mean, T + roster.latency.delayed_time(*action, len(root.context)))
+                totals[action] = (E + estimate.mean, T + times[(root.root, action)])
         for budget in roster.budgets:
             for kind in ("iid", "delayed"):
                 candidates = [a for a in grid_actions(budget, kind == "iid") if a in totals]
@@ -113,12 +116,14 @@ def fit_static(roster: Roster, roots, setting, verifiers, samples: int, seed: in
                     roster.static[(setting.name, v, budget, kind)] = best
 
 
-def fit_sequoia(roster: Roster, roots, setting) -> None:
-    """Sequoia's tree per budget from the acceptance vector measured on ``roots`` (width 8)."""
+def fit_sequoia(roster: Roster, roots, setting, seed: int) -> None:
+    """Sequoia's tree per budget from the acceptance vector measured on ``roots`` (width 8; Monte
+    Carlo, 512 draws per root: the exact vector enumerates V^8 prefixes)."""
     from simlab.builders import Sequoia
     from simlab.builders.sequoia import measure_acceptance
 
-    vector = np.mean([measure_acceptance(root.pair, [root.context], 8) for root in roots], axis=0)
+    vector = np.mean([measure_acceptance(root.pair, [root.context], 8, method="mc", samples=512,
+                                         rng=np.random.default_rng([seed, root.root])) for root in roots], axis=0)
     for budget in roster.budgets:
         try:
             roster.sequoia[(setting.name, budget)] = Sequoia(tuple(vector.tolist()), budget=budget, depth=min(budget, 8))
@@ -131,7 +136,7 @@ class TreeGraftEntry:
     (setting, budget) on the training roots' margins (``simlab.treegraft.schedules``)."""
 
     def __init__(self, roster: Roster, epochs: int, seed: int):
-        self.roster, self.epochs, self.seed, self.scheduler = roster, epochs, seed, {}
+        self.roster, self.epochs, self.seed, self.scheduler, self.best = roster, epochs, seed, {}, {}
 
     def base(self, root, budget: int):
         from simlab.treegraft import NGramDrafter, TreeGraft
@@ -164,9 +169,12 @@ class TreeGraftEntry:
 
         from simlab.treegraft.schedules import best
 
-        if name == "treegraft_best":
-            values = self.values(root, budget, verifier, table)
-            return _Fixed(values[best(values)]["tree"])
+        if name == "treegraft_best":  # every lossless verifier values a deterministic tree alike: one search per root
+            key = (setting.name, root.root, budget)
+            if key not in self.best:
+                values = self.values(root, budget, verifier, table)
+                self.best[key] = values[best(values)]["tree"]
+            return _Fixed(self.best[key])
         scheduler = self.scheduler[(setting.name, budget)]
         prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
         base = self.base(root, budget)

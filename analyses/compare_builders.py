@@ -42,6 +42,13 @@ PROG = "python -m analyses.compare_builders"
 OT_VERIFIERS = ("nss", "naive", "spectr", "specinfer", "khisti")
 REFUSALS = {"capture": {"capture": "the builders build their own trees; use --backend hf or a synthetic world"}}
 HF_DEFAULTS = {"roots_per_trajectory": 2, "spacing": 8}
+NOT_IN_ALL = ("optimal",)
+"""Left out of ``--verifiers all``: the OT optimum as a tree verifier solves an LP over every child
+tuple (it exceeds the LP's size limit beyond a few children); its per-node value alpha* is the
+reference of the node-gap table instead."""
+NOT_BY_DEFAULT = ("khisti",)
+"""Left out of the default verifier list (``--verifiers all`` includes it): Khisti's LP per node
+takes a third of the default run's time; the node-gap table and ``--verifiers all`` measure it."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,7 @@ class Config(SourceConfig, LatencyConfig):
     settings: str = "0,ddte"
     budgets: str = "16,32,63,90"
     builders: str = ",".join(roster_module.NAMES)
-    verifiers: str = "all"
+    verifiers: str = "default"
     samples: int = 4
     grid_samples: int = 2
     test_share: float = 0.5
@@ -80,7 +87,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     g = parser.add_argument_group("comparison")
     g.add_argument("--budgets", default=d.budgets, help="matched verify budgets (draft tokens, root excluded)")
     g.add_argument("--builders", default=d.builders, help=f"comma list of {', '.join(roster_module.NAMES)}")
-    g.add_argument("--verifiers", default=d.verifiers, help="comma list of tree verifiers, or all (each builder gets those lossless for it)")
+    g.add_argument("--verifiers", default=d.verifiers, help="comma list of tree verifiers, default (all but optimal and khisti) or all (all but optimal); each builder gets those lossless for it")
     g.add_argument("--samples", type=int, default=d.samples, help="sampled trees per root for builders with sampled children")
     g.add_argument("--grid-samples", type=int, default=d.grid_samples, help="trees per L1 for the static delayed choice")
     g.add_argument("--test-share", type=float, default=d.test_share, help="share of trajectories held out for the comparison")
@@ -97,7 +104,11 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     try:
         budgets = int_list(args.budgets, "--budgets", minimum=1)
         builders = name_list(args.builders, "--builders", roster_module.NAMES)
-        verifiers = tree_verifiers.names() if args.verifiers == "all" else name_list(args.verifiers, "--verifiers", tree_verifiers.names())
+        if args.verifiers in ("all", "default"):
+            left_out = NOT_IN_ALL + (NOT_BY_DEFAULT if args.verifiers == "default" else ())
+            verifiers = [v for v in tree_verifiers.names() if v not in left_out]
+        else:
+            verifiers = list(name_list(args.verifiers, "--verifiers", tree_verifiers.names()))
     except ValueError as exc:
         fail(PROG, str(exc))
     config = Config(**{**vars(args), "budgets": ",".join(map(str, budgets)), "builders": ",".join(builders),
@@ -165,15 +176,15 @@ def fit(config: Config, roster, train_roots: dict, verifiers, builders, source, 
     """Fit every builder that needs it on the training roots (per setting)."""
     from simlab import tree_verifiers
 
-    iid_verifiers = [v for v in verifiers if roster_module.LAWS["delayed"] <= set(tree_verifiers.get(v).lossless_for)
-                     and not tree_verifiers.get(v).needs_greedy_target]
+    iid_verifiers = [v for v in verifiers if roster_module.LAWS["delayed"] <= set(tree_verifiers.get(v).lossless_for)]
     if builders & {"treegraft_learned", "treegraft_best"}:
         roster.treegraft = roster_module.TreeGraftEntry(roster, config.epochs, config.seed)
     for setting, roots in train_roots.items():
         if builders & {"iid", "delayed"}:
-            roster_module.fit_static(roster, roots, setting, iid_verifiers, config.grid_samples, config.seed)
+            usable = [v for v in iid_verifiers if setting.greedy or not tree_verifiers.get(v).needs_greedy_target]
+            roster_module.fit_static(roster, roots, setting, usable, config.grid_samples, config.seed)
         if "sequoia" in builders:
-            roster_module.fit_sequoia(roster, roots, setting)
+            roster_module.fit_sequoia(roster, roots, setting, config.seed)
         if "treegraft_learned" in builders:
             roster.treegraft.fit(roots, setting, primary(setting))
         bar.update(len(roots))
@@ -224,7 +235,7 @@ def measure(config: Config, roster, test_roots: dict, verifiers, builders, bar):
     from simlab.trees import NodeTable
 
     budgets = [int(b) for b in config.budgets.split(",")]
-    rows, depth_rows, gap_rows, missing = [], [], [], set()
+    rows, depth_rows, gap_rows, missing = [], [], [], {}
     for setting, roots in test_roots.items():
         for root in roots:
             table = NodeTable(root.pair, root.context)
@@ -234,15 +245,20 @@ def measure(config: Config, roster, test_roots: dict, verifiers, builders, bar):
                     for v in roster_module.verifiers_for(name, setting, verifiers):
                         builder = roster.builder(name, root, setting, budget, v, table)
                         if builder is None:
-                            missing.add((name, setting.name, budget, v))
+                            missing[(name, setting.name, budget, v)] = f"no {name} tree for {v} at this budget"
                             continue
                         seed = [config.seed, root.root, budget, roster_module.NAMES.index(name)]  # shared by the verifiers: paired
-                        out = value(builder, table, v, roster.latency, config.samples, seed)
+                        try:
+                            out = value(builder, table, v, roster.latency, config.samples, seed)
+                        except ValueError as exc:  # a builder that cannot draft here (e.g. k children w/o replacement from a one-hot q)
+                            missing[(name, setting.name, budget, v)] = str(exc)
+                            continue
                         if out is None:
-                            missing.add((name, setting.name, budget, v))
+                            missing[(name, setting.name, budget, v)] = f"{v} is not lossless on a {name} tree drawn here"
                             continue
                         action = getattr(builder, "shape", None) or builder
-                        rows.append({**key, "budget": budget, "builder": name, "verifier": v, "E": out["E"], "se": out["se"],
+                        rows.append({**key, "context": list(root.context), "budget": budget, "builder": name, "verifier": v,
+                                     "E": out["E"], "se": out["se"],
                                      "T": out["T"], "tokens": out["tokens"], "sampled": not getattr(builder, "deterministic", False),
                                      "action": _describe(action)})
                         depth_rows += [{**key, "budget": budget, "builder": name, "verifier": v, "depth": d + 1, "reach": float(r)}
@@ -348,10 +364,10 @@ def _main(argv) -> int:
             rows, depth_rows, gap_rows, missing = measure(config, roster, test_roots, verifiers, builders, bar)
     except ValueError as exc:
         fail_from(PROG, exc, parser)
-    for name, setting, budget, v in sorted(missing):
-        if name not in {r["builder"] for r in roster.not_run}:
-            roster.not_run.append({"builder": name, "setting": setting, "budget": budget,
-                                   "reason": f"no {name} tree at this budget, or {v} is not lossless on its tree"})
+    everywhere = {r["builder"] for r in roster.not_run if r["setting"] == "all"}
+    for (name, setting, budget, v), reason in sorted(missing.items()):
+        if name not in everywhere:
+            roster.not_run.append({"builder": name, "setting": setting, "budget": budget, "verifier": v, "reason": reason})
     if not rows:
         fail(PROG, "--builders: no builder could run on this source (see the reasons with --builders eagle2)")
     per_root = pl.DataFrame(rows)
@@ -360,7 +376,8 @@ def _main(argv) -> int:
                                                                               "context_length": pl.Int64, "budget": pl.Int64, "builder": pl.String,
                                                                               "verifier": pl.String, "depth": pl.Int64, "gap": pl.Float64,
                                                                               "nodes": pl.Int64})
-    not_run = pl.DataFrame(roster.not_run, schema={"builder": pl.String, "setting": pl.String, "budget": pl.Int64, "reason": pl.String})
+    not_run = pl.DataFrame([{"verifier": "all", **r} for r in roster.not_run],
+                           schema={"builder": pl.String, "setting": pl.String, "budget": pl.Int64, "verifier": pl.String, "reason": pl.String})
     subtitle = f"source: {source.describe()}; latency: {latency.source}; {len(test)} held-out trajectories"
     tps_chart, acc_chart = charts(summary, by_depth, subtitle)
     with OutputSet(out) as outputs:
@@ -380,10 +397,13 @@ def _main(argv) -> int:
                     f"Each builder with its best lossless verifier (ratios and paired differences vs {config.baseline} with "
                     "greedy at T = 0, one-hot at T > 0; every pairing: compare_builders.parquet)")
         if gaps.height:
-            print_table(gaps.group_by("builder", "verifier", "depth").agg(pl.col("gap").mean(), pl.col("nodes").sum()).sort(
-                "builder", "verifier", "depth"), "Mean gap to the per-node optimum alpha* by depth (OT verifiers on i.i.d. trees)")
+            print_table(gaps.group_by("builder", "verifier", "depth").agg(pl.col("gap").mean()).sort("depth").pivot(
+                on="depth", index=["builder", "verifier"], values="gap").sort("builder", "verifier"),
+                "Mean gap alpha* - alpha to the per-node optimum, by node depth (columns; OT verifiers on i.i.d. trees, all settings and budgets)")
         if not_run.height:
-            print_table(not_run.unique(subset=["builder", "reason"], maintain_order=True), "Not run")
+            print_table(not_run.group_by("builder", "reason", maintain_order=True).agg(
+                pl.col("setting").unique().sort().str.join(" ").alias("settings"), pl.col("budget").unique().sort().cast(pl.String)
+                .str.join(" ").alias("budgets"), pl.col("verifier").unique().sort().str.join(" ").alias("verifiers")), "Not run")
         print(f"wrote {out}/compare_builders.parquet, per_root, by_depth, node_gaps, not_run (.parquet), throughput.html/.png, "
               "acceptance_by_depth.html/.png")
     return 0

@@ -27,6 +27,15 @@ def micro_pair_dir(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def drafters(micro_pair_dir):
+    """Micro block drafters (the drafter and both ablations) for the micro pair, trained once per session."""
+    from backends.block_drafter.__main__ import main
+
+    assert main(["--pair", str(micro_pair_dir), "--micro", "--variant", "all", "--quiet"]) == 0
+    return micro_pair_dir / "block_drafter"
+
+
 SHIPPED_PROMPTS = Path(__file__).resolve().parent.parent / "backends" / "prompts" / "reference_prompts.txt"
 
 

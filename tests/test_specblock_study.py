@@ -21,14 +21,6 @@ def synthetic_run(tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="module")
-def drafters(micro_pair_dir):
-    from backends.block_drafter.__main__ import main
-
-    assert main(["--pair", str(micro_pair_dir), "--micro", "--variant", "all", "--quiet"]) == 0
-    return micro_pair_dir / "block_drafter"
-
-
 def test_synthetic_outputs_and_budgets(synthetic_run):
     for name in ("specblock.parquet", "per_root.parquet", "by_depth.parquet", "by_slot.parquet", "not_run.parquet",
                  "throughput.html", "throughput.png"):

@@ -55,17 +55,18 @@ class SourceConfig:
 
 
 def parse_settings(text: str) -> tuple[SamplingSettings, ...]:
-    """``"ddte"`` (the eight) or a comma list of ``T``, ``T:top_p`` or ``T:top_p:top_k`` entries,
-    e.g. ``"0.6,1:0.9,1::40"``.
+    """A comma list of ``T``, ``T:top_p`` or ``T:top_p:top_k`` entries, e.g. ``"0.6,1:0.9,1::40"``,
+    where the entry ``ddte`` stands for DDTE's eight settings (``"ddte"``, ``"0,ddte"``).
 
     Raises:
         ValueError: ``settings: ...`` for an entry that is not of that form, values out of
             range (the message of ``SamplingSettings``), or a setting named twice.
     """
-    if str(text).strip() == "ddte":
-        return DDTE_SETTINGS
     out = []
     for entry in (e.strip() for e in str(text).split(",")):
+        if entry == "ddte":
+            out.extend(DDTE_SETTINGS)
+            continue
         parts = entry.split(":")
         if not entry or len(parts) > 3 or not parts[0]:
             raise ValueError(f"settings: {entry!r} is not T, T:top_p or T:top_p:top_k")

@@ -1,0 +1,88 @@
+"""The matched-budget comparison of every builder (issue 15) as a tool: outputs, matched budgets,
+ratios, reasons for what cannot run, and its exact values against the core called directly."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from analyses import compare_builders
+
+SMALL = ["--vocab", "12", "--trajectories", "2", "--roots-per-trajectory", "1", "--spacing", "6", "--settings", "0,1",
+         "--budgets", "4,8", "--samples", "2", "--grid-samples", "1", "--epochs", "3", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cb")
+    assert compare_builders.main(SMALL + ["--out", str(out)]) == 0
+    return out
+
+
+def test_outputs_and_reasons(run):
+    for name in ("compare_builders.parquet", "per_root.parquet", "by_depth.parquet", "node_gaps.parquet", "not_run.parquet",
+                 "throughput.html", "throughput.png", "acceptance_by_depth.html", "acceptance_by_depth.png"):
+        assert (run / name).stat().st_size > 0, name
+    per_root = pl.read_parquet(run / "per_root.parquet")
+    not_run = pl.read_parquet(run / "not_run.parquet")
+    ran = set(per_root["builder"])
+    assert ran | set(not_run["builder"]) == set(compare_builders.roster_module.NAMES)  # never silently dropped
+    assert "nde" in set(not_run["builder"]) and (not_run["reason"].str.len_chars() > 0).all()
+    assert {"eagle2", "specblock", "treegraft_best", "delayed", "sequoia"} <= ran
+
+
+def test_budgets_are_matched_and_pairings_lossless(run):
+    from simlab import tree_verifiers
+    from simlab.drafting import Drafting
+
+    per_root = pl.read_parquet(run / "per_root.parquet")
+    assert (per_root["tokens"] <= per_root["budget"]).all()
+    for builder, verifier in per_root.select("builder", "verifier").unique().iter_rows():
+        assert compare_builders.roster_module.LAWS[builder] <= set(tree_verifiers.get(verifier).lossless_for), (builder, verifier)
+    assert Drafting.DETERMINISTIC in compare_builders.roster_module.LAWS["eagle2"]
+    best = per_root.filter(pl.col("builder") == "treegraft_best").join(
+        per_root.filter(pl.col("builder") == "treegraft_learned"), on=["setting", "root", "budget", "verifier"], suffix="_l")
+    assert (best["E"] / best["T"] >= best["E_l"] / best["T_l"] - 1e-12).all()  # the exact best schedule dominates
+
+
+def test_exact_values_equal_the_core(run):
+    from backends.synthetic import make_world
+    from simlab.builders import EAGLE2
+    from simlab.efficiency import expected_block_efficiency
+    from simlab.pairs import rooted
+    from simlab.sampling import SamplingSettings
+
+    per_root = pl.read_parquet(run / "per_root.parquet").filter((pl.col("builder") == "eagle2") & (pl.col("setting") == "T=1"))
+    world = make_world("depth_profile", vocab=12, seed=0, settings=SamplingSettings(1.0))
+    assert per_root.height
+    for row in per_root.iter_rows(named=True):
+        direct = expected_block_efficiency(rooted(world, len(row["context"])), row["context"], EAGLE2(budget=row["budget"], depth=7, top_k=10), row["verifier"])
+        assert abs(direct.mean - row["E"]) <= 1e-12
+
+
+def test_with_one_builder_the_ratios_are_one(tmp_path):
+    assert compare_builders.main(SMALL + ["--builders", "eagle2", "--baseline", "eagle2", "--out", str(tmp_path)]) == 0
+    summary = pl.read_parquet(tmp_path / "compare_builders.parquet")
+    primary = summary.filter(pl.col("verifier") == pl.when(pl.col("setting") == "T=0").then(pl.lit("greedy")).otherwise(pl.lit("onehot")))
+    assert primary.height and (primary["vs_baseline"] - 1).abs().max() <= 1e-12 and primary["paired_dE"].abs().max() <= 1e-12
+
+
+@pytest.mark.parametrize("flags, flag", [(["--budgets", "0"], "--budgets"), (["--builders", "medusa"], "--builders"),
+                                         (["--verifiers", "x"], "--verifiers"), (["--samples", "1"], "--samples"),
+                                         (["--capture", "x"], "--capture"), (["--selector", "nowhere"], "--selector"),
+                                         (["--trajectories", "1"], "--trajectories")])
+def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        compare_builders.main(flags + ["--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and flag in err, err
+
+
+def test_on_the_micro_pair_with_the_trained_block_drafter(micro_pair_dir, drafters, tmp_path):
+    flags = ["--backend", "hf", "--target", str(micro_pair_dir / "target"), "--draft", str(micro_pair_dir / "draft"),
+             "--trajectories", "2", "--roots-per-trajectory", "1", "--settings", "1", "--budgets", "6",
+             "--builders", "eagle2,specblock,iid", "--verifiers", "onehot,specinfer", "--samples", "2", "--grid-samples", "1",
+             "--out", str(tmp_path), "--quiet"]
+    assert compare_builders.main(flags) == 0
+    per_root = pl.read_parquet(tmp_path / "per_root.parquet")
+    assert set(per_root["builder"]) == {"eagle2", "specblock", "iid"} and (per_root["tokens"] <= 6).all()
