@@ -19,8 +19,9 @@ trajectories only (the comparison values the held-out ones):
 * ``specblock``: SpecBlock's rank-guided tree from the trained block drafter (real models) or
   the synthetic stand-in.
 
-Deterministic trees are ranked by the drafters' untempered law and valued on the setting's
-table (``NodeTable.untempered``, ``DraftTree.on``); sampled children come from the setting's q.
+Deterministic trees are ranked by the drafters' untempered law (``--draft-law raw``) and valued
+on the setting's table (``NodeTable.untempered``, ``DraftTree.on``); sampled children come from
+the setting's q.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from backends.sources.flags import drafting_table
 from simlab import tree_verifiers
 from simlab.drafting import Drafting
 
@@ -63,6 +65,7 @@ class Roster:
 
     budgets: tuple[int, ...]
     latency: object
+    draft_law: str = "raw"
     static: dict = field(default_factory=dict)
     sequoia: dict = field(default_factory=dict)
     schedulers: dict = field(default_factory=dict)
@@ -147,7 +150,7 @@ class TreeGraftEntry:
     def values(self, root, budget: int, verifier: str, table):
         from simlab.treegraft.schedules import evaluate_schedules
 
-        return evaluate_schedules(self.base(root, budget), table.untempered(), verifier, self.roster.latency, verify_table=table)
+        return evaluate_schedules(self.base(root, budget), drafting_table(table, self.roster.draft_law), verifier, self.roster.latency, verify_table=table)
 
     def fit(self, roots, setting, verifier: str) -> None:
         from simlab.treegraft.schedules import margins, train
@@ -159,7 +162,7 @@ class TreeGraftEntry:
                 table = NodeTable(root.pair, root.context)
                 prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
                 values = self.values(root, budget, verifier, table)
-                for z, margin, _ in margins(self.base(root, budget), table.untempered(), values, self.roster.latency, prompt):
+                for z, margin, _ in margins(self.base(root, budget), drafting_table(table, self.roster.draft_law), values, self.roster.latency, prompt):
                     X.append(z)
                     y.append(margin)
             self.scheduler[(setting.name, budget)] = train(np.array(X), np.array(y), epochs=self.epochs, seed=self.seed)[0]
@@ -178,7 +181,7 @@ class TreeGraftEntry:
         scheduler = self.scheduler[(setting.name, budget)]
         prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
         base = self.base(root, budget)
-        return replace(base, schedule=scheduler.schedule(base, table.untempered(), self.roster.latency, prompt))
+        return replace(base, schedule=scheduler.schedule(base, drafting_table(table, self.roster.draft_law), self.roster.latency, prompt))
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ from tqdm import tqdm
 
 from analyses import builder_roster as roster_module
 from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer, prepare_out, print_table, run_tool
-from backends.sources.flags import LatencyConfig, SourceConfig, add_latency_flags, add_source_flags, make_latency, make_source
+from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, add_latency_flags, add_source_flags, drafting_table,
+                                    make_latency, make_source)
 
 PROG = "python -m analyses.compare_builders"
 OT_VERIFIERS = ("nss", "naive", "spectr", "specinfer", "khisti")
@@ -73,6 +74,7 @@ class Config(SourceConfig, LatencyConfig):
     block_ratio: float = 0.1
     rank_noise: float = 0.2
     epochs: int = 100
+    draft_law: str = "raw"
     out: str | None = None
     quiet: bool = False
 
@@ -98,6 +100,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     g.add_argument("--block-ratio", type=float, default=d.block_ratio, help="synthetic: block-drafter forward / one-token target forward")
     g.add_argument("--rank-noise", type=float, default=d.rank_noise, help="synthetic: the stand-in rank head's error probability")
     g.add_argument("--epochs", type=int, default=d.epochs, help="TreeGraft scheduler's training epochs")
+    add_draft_law_flag(g, d.draft_law)
     parser.add_argument("--out", default=None, help="output folder (default: out/compare_builders/<source>)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
     args = parser.parse_args(argv)
@@ -190,7 +193,7 @@ def fit(config: Config, roster, train_roots: dict, verifiers, builders, source, 
         bar.update(len(roots))
 
 
-def value(builder, table, verifier: str, latency, samples: int, seed) -> dict:
+def value(builder, table, verifier: str, latency, samples: int, seed, draft_law: str = "raw") -> dict:
     """E (mean over sampled trees, each exact), its standard error, mean T-hat, tokens and the mean
     reach P(tau >= d) by depth (index d - 1); plus the sampled trees for the node gaps.  None when
     the verifier is not lossless on a tree drawn (never valued lossily)."""
@@ -198,7 +201,7 @@ def value(builder, table, verifier: str, latency, samples: int, seed) -> dict:
 
     v = tree_verifiers.get(verifier)
     if getattr(builder, "deterministic", False):
-        trees = [builder.sample(table.untempered()).on(table)]
+        trees = [builder.sample(drafting_table(table, draft_law)).on(table)]
     else:
         rng = np.random.default_rng(seed)
         trees = [builder.sample(table, rng) for _ in range(samples)]
@@ -249,7 +252,7 @@ def measure(config: Config, roster, test_roots: dict, verifiers, builders, bar):
                             continue
                         seed = [config.seed, root.root, budget, roster_module.NAMES.index(name)]  # shared by the verifiers: paired
                         try:
-                            out = value(builder, table, v, roster.latency, config.samples, seed)
+                            out = value(builder, table, v, roster.latency, config.samples, seed, config.draft_law)
                         except ValueError as exc:  # a builder that cannot draft here (e.g. k children w/o replacement from a one-hot q)
                             missing[(name, setting.name, budget, v)] = str(exc)
                             continue
@@ -331,7 +334,7 @@ def _main(argv) -> int:
     budgets = tuple(int(b) for b in config.budgets.split(","))
     latency = make_latency(PROG, parser, config, source, max(budgets))
     latency = latency.with_drafter("small", ForwardTime.constant(config.small_ratio * latency.target(0, 1)))
-    roster = roster_module.Roster(budgets, latency)
+    roster = roster_module.Roster(budgets, latency, config.draft_law)
     if "specblock" in builders:
         sb = specblock.Config(backend=config.backend, target=config.target, K=4, rank_noise=config.rank_noise, seed=config.seed,
                               drafters=config.drafters)

@@ -43,7 +43,8 @@ import polars as pl
 from tqdm import tqdm
 
 from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, run_tool
-from backends.sources.flags import LatencyConfig, SourceConfig, add_latency_flags, add_source_flags, make_latency, make_source
+from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, add_latency_flags, add_source_flags, drafting_table,
+                                    make_latency, make_source)
 
 PROG = "python -m analyses.specblock"
 BUILDERS = ("eagle2", "block_topk", "rank_guided", "no_shift", "no_valid_prefix")
@@ -102,9 +103,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     g.add_argument("--blocks", type=int, default=d.blocks, help="blocks per tree (the evaluation's 2)")
     g.add_argument("--beam-width", type=int, default=d.beam_width, help="slot-0 width of block 1 and seeds per depth")
     g.add_argument("--table", choices=["slim_r2", "class_default"], default=d.table, help="sibling widths per rank class")
-    g.add_argument("--draft-law", choices=["raw", "setting"], default=d.draft_law,
-                   help="what the trees rank by: the drafters' untempered (T = 1) law, as EAGLE's and SpecBlock's code do, "
-                        "or the setting's tempered q (at T = 0 one-hot: every tree a chain)")
+    add_draft_law_flag(g, d.draft_law)
     g.add_argument("--fixed-width", type=int, default=d.fixed_width, help="children per slot without the rank head")
     g.add_argument("--eagle-depth", type=int, default=d.eagle_depth, help="EAGLE-2's expansion rounds")
     g.add_argument("--eagle-top-k", type=int, default=d.eagle_top_k, help="EAGLE-2's top-k")
@@ -221,7 +220,7 @@ def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list
     for setting in settings:
         for root in source.roots(setting):
             table = NodeTable(root.pair, root.context)
-            drafting = table.untempered() if config.draft_law == "raw" else table
+            drafting = drafting_table(table, config.draft_law)
             key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
             for budget in budgets:
                 for name, builder in builders_for(config, budget, drafter_of, root.pair).items():

@@ -15,7 +15,8 @@ budget 63, D = 5, top-k 10, lookback 5, N = 5) under
 * the paper's ablations with the fixed schedule: **no expanded positions** (the graft pool is
   the frontier), **destructive** grafting, **CSD-style** sequence-level drafting;
 
-and reports E[tau + 1], T-hat and throughput per policy (test roots), the ratios to all-small
+(trees ranked by the drafters' untempered law, ``--draft-law raw``, as TreeGraft's code does, and
+valued under the setting) and reports E[tau + 1], T-hat and throughput per policy (test roots), the ratios to all-small
 and all-mid, the share of graft positions taken from earlier depths and the mean graft pool, and
 the learned scheduler's agreement with the best schedule and its regret.  Latency: the mid
 drafter's and the target's forwards from ``--cost-ratio`` (or a profile, or measured for live
@@ -36,7 +37,8 @@ from tqdm import tqdm
 
 from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, run_tool
 from backends.roots import SHIPPED_PROMPTS
-from backends.sources.flags import LatencyConfig, SourceConfig, add_latency_flags, add_source_flags, make_latency, make_source
+from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, add_latency_flags, add_source_flags, drafting_table,
+                                    make_latency, make_source)
 
 PROG = "python -m analyses.treegraft"
 REPETITIVE_PROMPTS = str(SHIPPED_PROMPTS.parent / "repetitive_prompts.txt")
@@ -67,6 +69,7 @@ class Config(SourceConfig, LatencyConfig):
     ngram: int = 5
     scoring: str = "code"
     fixed: str = "1,0,1,0,1"
+    draft_law: str = "raw"
     epochs: int = 300
     test_share: float = 0.34
     out: str | None = None
@@ -88,6 +91,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     group.add_argument("--scoring", choices=["code", "clean"], default=d.scoring,
                        help="n-gram scores: the official code's prompt cache, or the target's true probabilities")
     group.add_argument("--fixed", default=d.fixed, help="the fixed schedule (and the ablations'), one 0/1 per layer")
+    add_draft_law_flag(group, d.draft_law)
     group.add_argument("--epochs", type=int, default=d.epochs, help="training epochs of the learned scheduler")
     group.add_argument("--test-share", type=float, default=d.test_share, help="share of trajectories held out for evaluation")
     parser.add_argument("--out", default=None, help="output folder (default: out/treegraft/<source>)")
@@ -140,10 +144,11 @@ def measure(config: Config, source, settings, latency):
         for root in source.roots(setting):
             base, fixed = builders_for(config, root.prompt_length)
             table = NodeTable(root.pair, root.context)
+            drafting = drafting_table(table, config.draft_law)
             prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
             key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
             for v in verifiers:
-                values = evaluate_schedules(base, table, v, latency)
+                values = evaluate_schedules(base, drafting, v, latency, verify_table=table)
                 top = best(values)
                 for s, value in values.items():
                     schedule_rows.append({**key, "verifier": v, "schedule": "".join(map(str, s)), "E": value["E"], "T": value["T"],
@@ -153,23 +158,24 @@ def measure(config: Config, source, settings, latency):
                     if builder.mode == "tree" and builder.pool == "window" and builder.grafting == "non_destructive":
                         value = values[builder.schedule]
                     else:
-                        value = _value(builder, table, v, latency)
+                        value = _value(builder, drafting, table, v, latency)
                     rows.append({**key, **_row(name, v, value, builder.schedule)})
                 if v == verifiers[0]:
                     training.setdefault(setting.name, []).extend(
-                        {**key, "z": z, "y": y, "prefix": prefix} for z, y, prefix in margins(base, table, values, latency, prompt))
+                        {**key, "z": z, "y": y, "prefix": prefix} for z, y, prefix in margins(base, drafting, values, latency, prompt))
             bar.update()
     bar.close()
     return rows, schedule_rows, training
 
 
-def _value(builder, table, verifier, latency) -> dict:
+def _value(builder, drafting, table, verifier, latency) -> dict:
+    """The builder's tree built on ``drafting``, valued on ``table`` (``--draft-law``)."""
     from simlab import tree_verifiers
 
-    state = builder.start(builder.prepare(table))
+    state = builder.start(builder.prepare(drafting))
     for call in builder.schedule:
         state.step(bool(call))
-    tree = state.finish()
+    tree = state.finish().on(table)
     E = tree_verifiers.get(verifier).expected_block_efficiency(tree)
     T = latency.tree_step_time(len(table.context), tree)
     return {"E": E, "T": T, "TPS": E / T, "tokens": tree.tokens(), "state": state}
@@ -208,11 +214,12 @@ def learn(config: Config, source, settings, latency, training, test: set[int], r
                 continue
             base, _ = builders_for(config, root.prompt_length)
             table = NodeTable(root.pair, root.context)
+            drafting = drafting_table(table, config.draft_law)
             prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
-            schedule = scheduler.schedule(base, table, latency, prompt)
+            schedule = scheduler.schedule(base, drafting, latency, prompt)
             key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
             for v in verifiers_for(setting):
-                out.append({**key, **_row("learned", v, _value(replace(base, schedule=schedule), table, v, latency), schedule)})
+                out.append({**key, **_row("learned", v, _value(replace(base, schedule=schedule), drafting, table, v, latency), schedule)})
         facts.append({"setting": setting.name, "training examples": len(examples), "final training loss": losses[-1]})
     return out, facts
 

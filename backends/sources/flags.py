@@ -187,6 +187,24 @@ class LatencyConfig:
     latency: str | None = None
 
 
+DRAFT_LAWS = ("raw", "setting")
+
+
+def add_draft_law_flag(group, default: str = "raw") -> None:
+    """``--draft-law``: what deterministic trees are ranked by (``drafting_table``)."""
+    group.add_argument("--draft-law", choices=DRAFT_LAWS, default=default,
+                       help="what deterministic trees rank by: the drafters' untempered (T = 1) law, as EAGLE's, TreeGraft's "
+                            "and SpecBlock's code do, or the setting's tempered q (at T = 0 one-hot: every tree a chain)")
+
+
+def drafting_table(table, draft_law: str):
+    """The table a deterministic builder ranks by: ``table.untempered()`` for ``"raw"``, else ``table``
+    itself; the tree is read back on ``table`` (``DraftTree.on``) for its value."""
+    if draft_law not in DRAFT_LAWS:
+        raise ValueError(f"draft_law: must be one of {', '.join(DRAFT_LAWS)}, got {draft_law!r}")
+    return table.untempered() if draft_law == "raw" else table
+
+
 def add_latency_flags(parser: ToolParser, d: LatencyConfig) -> None:
     group = parser.add_argument_group("latency model")
     group.add_argument("--latency", default=d.latency, help="latency profile file (.json or .toml; see simlab.latency)")
