@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +36,8 @@ from tqdm import tqdm
 
 from analyses import builder_roster as roster_module
 from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer, prepare_out, print_table, run_tool
-from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, add_latency_flags, add_source_flags, drafting_table,
-                                    make_latency, make_source)
+from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
+                                    with_hf_defaults)
 
 PROG = "python -m analyses.compare_builders"
 OT_VERIFIERS = ("nss", "naive", "spectr", "specinfer", "khisti")
@@ -83,9 +83,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     from simlab import tree_verifiers
 
     d = Config()
-    parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    add_source_flags(parser, d)
-    add_latency_flags(parser, d)
+    parser = study_parser(PROG, __doc__, d)
     g = parser.add_argument_group("comparison")
     g.add_argument("--budgets", default=d.budgets, help="matched verify budgets (draft tokens, root excluded)")
     g.add_argument("--builders", default=d.builders, help=f"comma list of {', '.join(roster_module.NAMES)}")
@@ -325,8 +323,7 @@ def _main(argv) -> int:
     from simlab.latency import ForwardTime
 
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
-    if config.backend == "hf" and not config.capture:
-        config = replace(config, **{k: v for k, v in HF_DEFAULTS.items() if k not in parser.given})
+    config = with_hf_defaults(config, parser, HF_DEFAULTS)
     builders = config.builders.split(",")
     verifiers = config.verifiers.split(",")
     source, settings = make_source(PROG, parser, config, stream="per_trajectory", grid=False, depth=9, study_refusals=REFUSALS,

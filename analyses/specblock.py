@@ -43,8 +43,8 @@ import polars as pl
 from tqdm import tqdm
 
 from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, run_tool
-from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, add_latency_flags, add_source_flags, drafting_table,
-                                    make_latency, make_source)
+from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
+                                    with_hf_defaults)
 
 PROG = "python -m analyses.specblock"
 BUILDERS = ("eagle2", "block_topk", "rank_guided", "no_shift", "no_valid_prefix")
@@ -94,9 +94,7 @@ class Config(SourceConfig, LatencyConfig):
 
 def parse_args(argv) -> tuple[Config, ToolParser]:
     d = Config()
-    parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    add_source_flags(parser, d)
-    add_latency_flags(parser, d)
+    parser = study_parser(PROG, __doc__, d)
     g = parser.add_argument_group("SpecBlock trees")
     g.add_argument("--budgets", default=d.budgets, help="matched budgets (draft tokens after pruning), comma list")
     g.add_argument("--K", type=int, default=d.K, help="slots per block (synthetic; the trained drafter has its own)")
@@ -338,8 +336,7 @@ def _main(argv) -> int:
     from simlab.latency import ForwardTime
 
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
-    if config.backend == "hf" and not config.capture:
-        config = replace(config, **{k: v for k, v in HF_DEFAULTS.items() if k not in parser.given})
+    config = with_hf_defaults(config, parser, HF_DEFAULTS)
     depth = max(config.blocks * slots(config), config.eagle_depth + 1)
     source, settings = make_source(PROG, parser, config, stream="per_trajectory", grid=False, depth=depth,
                                    study_refusals=REFUSALS, quiet=config.quiet)

@@ -37,8 +37,8 @@ from tqdm import tqdm
 
 from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, run_tool
 from backends.roots import SHIPPED_PROMPTS
-from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, add_latency_flags, add_source_flags, drafting_table,
-                                    make_latency, make_source)
+from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
+                                    with_hf_defaults)
 
 PROG = "python -m analyses.treegraft"
 REPETITIVE_PROMPTS = str(SHIPPED_PROMPTS.parent / "repetitive_prompts.txt")
@@ -78,9 +78,7 @@ class Config(SourceConfig, LatencyConfig):
 
 def parse_args(argv) -> tuple[Config, ToolParser]:
     d = Config()
-    parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    add_source_flags(parser, d)
-    add_latency_flags(parser, d)
+    parser = study_parser(PROG, __doc__, d)
     group = parser.add_argument_group("TreeGraft")
     group.add_argument("--small-ratio", type=float, default=d.small_ratio, help="n-gram step time / one-token target forward")
     group.add_argument("--budget", type=int, default=d.budget, help="draft tokens after pruning (B_ver)")
@@ -198,7 +196,6 @@ def split(trajectories: list[int], share: float, seed: int) -> set[int]:
 
 def learn(config: Config, source, settings, latency, training, test: set[int], rows: list[dict]) -> list[dict]:
     """Train g_psi per setting on the training roots' margins; add its policy on the test roots."""
-    from simlab import tree_verifiers
     from simlab.treegraft.schedules import train
     from simlab.trees import NodeTable
 
@@ -266,9 +263,7 @@ def _main(argv) -> int:
     from simlab.latency import ForwardTime
 
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
-    if config.backend == "hf" and not config.capture:
-        config = replace(config, **{k: v for k, v in HF_DEFAULTS.items() if k not in parser.given},
-                         prompts=config.prompts if "prompts" in parser.given else REPETITIVE_PROMPTS)
+    config = with_hf_defaults(config, parser, HF_DEFAULTS, prompts=REPETITIVE_PROMPTS)
     source, settings = make_source(PROG, parser, config, stream="per_trajectory", grid=False, depth=config.depth + config.ngram,
                                    study_refusals=REFUSALS, quiet=config.quiet)
     latency = make_latency(PROG, parser, config, source, config.budget)

@@ -4,7 +4,6 @@ exact bias is positive."""
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pytest

@@ -17,7 +17,7 @@ from simlab.pairs import ContextFreePair, target_trajectory
 from simlab.sampling import SamplingSettings
 from simlab.treegraft import NGramDrafter, NGramIndex, TreeGraft, prompt_cache
 from simlab.treegraft.builder import Node
-from simlab.treegraft.schedules import FEATURES, all_schedules, best, evaluate_schedules, features, margins, train
+from simlab.treegraft.schedules import FEATURES, all_schedules, best, evaluate_schedules, margins, train
 from simlab.trees import NodeTable
 
 LATENCY = LatencyModel.from_cost_ratio(0.3, per_token=0.002).with_drafter("small", ForwardTime.constant(0.01))
@@ -37,7 +37,6 @@ def test_cache_scores_follow_the_code():
     pair = ContextFreePair([0.5, 0.2, 0.1, 0.1, 0.05, 0.05] + [0.0] * 6, np.full(12, 1 / 12))
     cache = prompt_cache(pair, (0, 1, 2, 3), length=3)
     assert cache.score(1, 0) == pytest.approx(math.log(0.5)) and cache.score(2, 1) == pytest.approx(math.log(0.2))
-    tenth = sorted(np.log(np.array([0.5, 0.2, 0.1, 0.1, 0.05, 0.05, 1e-300])))  # top-10 holds zeros: log 0
     assert cache.score(2, 11) == -math.inf  # outside the top-10 of a row with zeros: the 10th (-inf) minus 5
     assert cache.score(3, 0) == 0.0 and cache.score(7, 4) == 0.0  # beyond the cached prompt: 0.0, the code's quirk
 

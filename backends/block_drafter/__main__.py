@@ -48,7 +48,7 @@ def train_variant(pair_dir: Path, variant: str, spec, seed: int, log) -> tuple:
 
 
 def main(argv=None) -> int:
-    from backends.cli import ToolParser, check_flags, fail, fail_from, prepare_out, run_tool
+    from backends.cli import ToolParser, check_flags, fail_from, prepare_out, run_tool
     from backends.reference_pair import DEFAULT_CACHE
 
     def body() -> int:

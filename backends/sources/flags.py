@@ -187,6 +187,25 @@ class LatencyConfig:
     latency: str | None = None
 
 
+def study_parser(prog: str, doc: str, defaults) -> ToolParser:
+    """A study's parser with the source and latency flag groups (defaults from its ``Config()``);
+    the description is the first paragraph of ``doc``."""
+    parser = ToolParser(prog=prog, description=doc.split("\n\n")[0])
+    add_source_flags(parser, defaults)
+    add_latency_flags(parser, defaults)
+    return parser
+
+
+def with_hf_defaults(config, parser: ToolParser, defaults: dict, **also):
+    """``config`` with a study's live-model defaults (``defaults``, then ``also``) for every field
+    not given on the command line, when it runs on ``--backend hf`` (else unchanged)."""
+    from dataclasses import replace
+
+    if config.backend != "hf" or config.capture:
+        return config
+    return replace(config, **{k: v for k, v in {**defaults, **also}.items() if k not in parser.given})
+
+
 DRAFT_LAWS = ("raw", "setting")
 
 
