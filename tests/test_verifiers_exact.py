@@ -15,6 +15,8 @@ ALL = [verifiers.get(n) for n in verifiers.names()] + [
     verifiers.get("specinfer", order="fixed"),
     verifiers.get("khisti", mode="truncated", s=2),
     verifiers.get("khisti", mode="truncated", s=3),
+    verifiers.get("khisti", mode="truncated", s=2, tail="champion"),
+    verifiers.get("khisti", mode="truncated", s=2, tail="rank"),
     verifiers.get("optimal", replacement=False),
 ]
 IDS = [f"{v.name}-{'-'.join(f'{f}={getattr(v, f)}' for f in v.__dataclass_fields__)}".rstrip("-") for v in ALL]
@@ -124,6 +126,28 @@ def test_khisti_lp_weights_reach_the_optimum(pq, k):
     p, q = pq
     alpha = verifiers.get("khisti", mode="lp").acceptance_rate(p, q, k)
     assert abs(alpha - optimal_acceptance(p, q, k)) <= 1e-7
+
+
+@given(pq=pairs(max_vocab=7), k=st.integers(2, 4), s=st.integers(2, 4))
+def test_guarded_khisti_truncation_never_loses_to_one_draft(pq, k, s):
+    """The default truncated tournament accepts at least 1 - TV(p, q) = sum min(p, q), one draft's
+    speculative sampling (exact acceptance by enumeration)."""
+    p, q = pq
+    one = float(np.minimum(p, q).sum())
+    assert verifiers.get("khisti", mode="truncated", s=s).acceptance_rate(p, q, k) >= one - 1e-12
+
+
+def test_the_unguarded_tail_rules_can_lose_to_one_draft():
+    """The previous rule (champion wins, every round played) and the DDTE authors' rank rule fall below
+    one draft on a fixed instance; the guarded rule does not, and at k = 2 with s covering the
+    support the truncated round is the full LP (alpha*)."""
+    p = np.array([0.13, 0.36, 0.09, 0.03, 0.39])
+    q = np.array([0.14, 0.47, 0.17, 0.22, 0.0])
+    one = float(np.minimum(p, q).sum())
+    for tail in ("champion", "rank"):
+        assert verifiers.get("khisti", mode="truncated", s=2, tail=tail).acceptance_rate(p, q, 4) < one - 0.01, tail
+    assert verifiers.get("khisti", mode="truncated", s=2).acceptance_rate(p, q, 4) >= one - 1e-12
+    assert abs(verifiers.get("khisti", mode="truncated", s=5).acceptance_rate(p, q, 2) - optimal_acceptance(p, q, 2)) <= 1e-9
 
 
 def test_published_closed_forms():

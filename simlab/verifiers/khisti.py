@@ -17,7 +17,11 @@ computed here exactly in both modes:
   selection) get pairwise preferences w[i, j] = P(champion i beats challenger j) from a small
   LP (maximise sum_{t in top} min(p(t), c'(t))); a top token always beats a token outside the
   top; between two tokens outside the top the champion wins (linear time; the DDTE code ranks
-  the tail with full sorts instead).  The champion's next law c' is exact, so p_I = the final c.
+  the tail with full sorts instead: ``tail="rank"``).  The champion's next law c' is exact, so
+  p_I = the final c.  By default (``tail="guarded"``) the tournament that skips every round that
+  would lower sum min(p, c) is used when it ends higher than the one that plays every round: the
+  acceptance, at least sum min(p, p_I), never falls below one draft's sum min(p, q) = 1 - TV(p, q);
+  with s covering the support at k = 2 the round is the full LP.
 * ``mode="auto"`` (default): ``lp`` when the multisets fit, else ``truncated``.
 
 ``acceptance_rate`` enumerates the children (limit ``simlab.drafting.MAX_ENUMERATED_TUPLES``).
@@ -39,6 +43,7 @@ from simlab.distributions import sample_categorical
 from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw
 from simlab.verifiers.speculative import SingleDraft, accept_probabilities
 
+TAILS = ("guarded", "champion", "rank")
 KHISTI_LP_MAX_MULTISETS = 2_000
 """Largest number of child multisets for which ``mode="lp"`` solves the full LP."""
 
@@ -103,10 +108,18 @@ def _top_s(p: np.ndarray, c: np.ndarray, q: np.ndarray, s: int) -> np.ndarray:
 
 
 class _Round:
-    """One tournament round: champion (law c) against a challenger (law q)."""
+    """One tournament round: champion (law c) against a challenger (law q).
 
-    def __init__(self, p: np.ndarray, c: np.ndarray, q: np.ndarray, s: int):
+    ``tail``: who wins between two tokens outside the top s: ``"champion"``, or ``"rank"`` (the
+    higher key p - c q, ties: the lower id; the DDTE authors' rule).  ``keep``: the round is
+    skipped (the champion always wins, c' = c)."""
+
+    def __init__(self, p: np.ndarray, c: np.ndarray, q: np.ndarray, s: int, tail: str = "champion", keep: bool = False):
         vocab = p.size
+        self.tail, self.keep = tail, keep
+        if keep:
+            self.top, self.w, self.law = {}, np.zeros((0, 0)), c
+            return
         top = np.arange(vocab) if s >= vocab else _top_s(p, c, q, s)
         self.top = {int(t): i for i, t in enumerate(top)}
         n = top.size
@@ -130,27 +143,67 @@ class _Round:
         for v, (i, j) in enumerate(pairs):
             self.w[i, j] = w[v]
         # The champion's next law, exact for the clipped weights.
-        law = c * q_out
+        if tail == "rank":
+            law = self._rank_tail(p, c, q, top)
+        else:
+            law = c * q_out
         law[top] = const + lin @ w
         self.law = law
 
+    def _rank_tail(self, p, c, q, top) -> np.ndarray:
+        """c'(t) off the top: t wins as champion against the challengers ranked below it (or equal
+        to t) and as challenger against the champions ranked below it; the top beats the tail."""
+        tail = np.setdiff1d(np.arange(p.size), top)
+        key = p[tail] - c[tail] * q[tail]
+        order = tail[np.lexsort((tail, -key))]  # best first; ties: lower id first
+        self.rank = {int(t): r for r, t in enumerate(order)}
+        below_q = np.concatenate([np.cumsum(q[order][::-1])[::-1][1:], [0.0]])
+        below_c = np.concatenate([np.cumsum(c[order][::-1])[::-1][1:], [0.0]])
+        law = np.zeros(p.size)
+        law[order] = c[order] * (q[order] + below_q) + q[order] * below_c
+        return law
+
     def champion_wins(self, champion: int, challenger: int) -> float:
+        if self.keep:
+            return 1.0
         i, j = self.top.get(champion), self.top.get(challenger)
         if i is not None and j is not None:
             return self.w[i, j]
         if i is None and j is not None:
             return 0.0
+        if i is not None:
+            return 1.0
+        if self.tail == "rank":
+            return 1.0 if self.rank[champion] < self.rank[challenger] else 0.0
         return 1.0
 
 
 class _TournamentSelection:
-    def __init__(self, p: np.ndarray, q: np.ndarray, k: int, s: int):
-        self.rounds = []
-        law = q
-        for _ in range(k - 1):
-            self.rounds.append(_Round(p, law, q, s))
-            law = self.rounds[-1].law
-        self.law = law
+    """k - 1 rounds.  ``tail="guarded"``: the champion wins in the tail; of two tournaments, every
+    round played, or a round played only if it raises sum min(p, c) (else skipped: the champion
+    keeps its law), the one with the larger sum min(p, p_I) is used, so that sum never falls below
+    sum min(p, q) = 1 - TV(p, q), one draft's acceptance, nor below the unguarded tournament's
+    (the exact acceptance, which also counts corrections that land on another child, can)."""
+
+    def __init__(self, p: np.ndarray, q: np.ndarray, k: int, s: int, tail: str = "guarded"):
+        played = self._rounds(p, q, k, s, "rank" if tail == "rank" else "champion", guard=False)
+        if tail == "guarded" and k > 1:
+            guarded = self._rounds(p, q, k, s, "champion", guard=True, played=played)
+            if np.minimum(p, guarded[-1].law).sum() > np.minimum(p, played[-1].law).sum():
+                played = guarded
+        self.rounds = played
+        self.law = played[-1].law if played else q
+
+    @staticmethod
+    def _rounds(p, q, k, s, tail, guard, played=None) -> list:
+        rounds, law, skipped = [], q, False
+        for r in range(k - 1):
+            rnd = played[r] if played is not None and not skipped else _Round(p, law, q, s, tail)
+            if guard and np.minimum(p, rnd.law).sum() < np.minimum(p, law).sum():
+                rnd, skipped = _Round(p, law, q, s, keep=True), True
+            rounds.append(rnd)
+            law = rnd.law
+        return rounds
 
     def distribution(self, children: np.ndarray):
         dist = {int(children[0]): 1.0}
@@ -204,15 +257,24 @@ class Khisti(NodeVerifier):
         mode: ``"auto"`` (default), ``"lp"`` (optimal weights, small vocabularies) or
             ``"truncated"`` (s-truncated pairwise LP and tournament).
         s: the truncation size of ``"truncated"`` mode (2 <= s <= 15; DDTE default 5).
+        tail: the truncated tournament's rule off the top s: ``"guarded"`` (default: the
+            champion wins, and a round that would lower sum min(p, c) is skipped, so the
+            acceptance is never below one draft's 1 - TV), ``"champion"`` (the champion wins,
+            every round played: the lab's rule before the guard) or ``"rank"`` (the higher key
+            p - c q wins: the DDTE authors' rule, an audit option).  All three are lossless
+            (p_I is exact); they differ in acceptance.
     """
 
     name = "khisti"
     mode: Literal["auto", "lp", "truncated"] = "auto"
     s: int = 5
+    tail: Literal["guarded", "champion", "rank"] = "guarded"
 
     def __post_init__(self):
         if self.mode not in ("auto", "lp", "truncated"):
             raise ValueError(f"mode: must be 'auto', 'lp' or 'truncated', got {self.mode!r}")
+        if self.tail not in TAILS:
+            raise ValueError(f"tail: must be one of {', '.join(TAILS)}, got {self.tail!r}")
         object.__setattr__(self, "s", check_int(self.s, "s", 2, 15))
 
     def _plan(self, p, q, k):
@@ -229,5 +291,5 @@ class Khisti(NodeVerifier):
                 )
             selection = _FullLPSelection(p, q, k)
         else:
-            selection = _TournamentSelection(p, q, k, self.s)
+            selection = _TournamentSelection(p, q, k, self.s, self.tail)
         return _KhistiPlan(self, p, q, k, selection)
