@@ -131,7 +131,8 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         (1 <= config.blocks <= 16, f"--blocks: must lie in 1..16, got {config.blocks}"),
         (config.beam_width >= 1, f"--beam-width: must be >= 1, got {config.beam_width}"),
         (config.fixed_width >= 1, f"--fixed-width: must be >= 1, got {config.fixed_width}"),
-        (config.eagle_top_k >= 1 and config.eagle_depth >= 0, "--eagle-top-k: must be >= 1 (and --eagle-depth >= 0)"),
+        (config.eagle_top_k >= 1, f"--eagle-top-k: must be >= 1, got {config.eagle_top_k}"),
+        (config.eagle_depth >= 0, f"--eagle-depth: must be >= 0, got {config.eagle_depth}"),
         (0 < config.block_ratio < float("inf"), f"--block-ratio: must be a finite number > 0, got {config.block_ratio}"),
         (0 <= config.rank_noise <= 1, f"--rank-noise: must lie in [0, 1], got {config.rank_noise}"),
         (config.stream_prompts >= 2, f"--stream-prompts: need >= 2, got {config.stream_prompts}"),
@@ -181,8 +182,10 @@ def drafters_for(config: Config) -> tuple[dict, list[dict]]:
     out, missing = {}, []
     for variant in VARIANTS:
         if not (folder / variant / "manifest.json").is_file():
+            pair = Path(config.target or ".").expanduser().parent
             missing.append({"builder": next(b for b, v in TRAINED.items() if v == variant) if variant != "full" else "rank_guided",
-                            "reason": f"no drafter at {folder / variant}: python -m backends.block_drafter --pair {folder.parent} --variant {variant}"})
+                            "reason": f"no drafter at {folder / variant}: python -m backends.block_drafter --pair {pair} "
+                                      f"--variant {variant} --out {folder / variant}"})
             continue
         model, _ = load(folder / variant, "drafters")
         out[variant] = (lambda m: (lambda pair: TorchBlockDrafter(m, pair)))(model)
@@ -272,7 +275,10 @@ def run_stream(config: Config, source, latency, drafter_of) -> list[dict]:
     from backends.sources.flags import parse_settings
     from simlab.specblock import CLASS_DEFAULT, SLIM_R2, RankGuided
 
-    (setting,) = parse_settings(config.stream_setting)
+    try:
+        (setting,) = parse_settings(config.stream_setting)
+    except ValueError as exc:
+        raise ValueError(f"stream_setting: {str(exc).partition(': ')[2]}") from None
     pair = source.pair.with_settings(setting)
     drafter = drafter_of["full"](pair)
     room = pair.max_context or 10**9
@@ -280,7 +286,11 @@ def run_stream(config: Config, source, latency, drafter_of) -> list[dict]:
     if length < 2:
         raise ValueError(f"stream_tokens: {config.stream_tokens} tokens and trees of depth {config.blocks * drafter.K} leave "
                          f"no room for a prompt in the model's context of {room}")
-    prompts = [pair.encode(t)[:length] for t in source_code_prompts(config.stream_prompts)]
+    try:
+        texts = source_code_prompts(config.stream_prompts)
+    except ValueError as exc:
+        raise ValueError(f"stream_prompts: {str(exc).partition(': ')[2]}") from None
+    prompts = [pair.encode(t)[:length] for t in texts]
     budget = max(int(b) for b in config.budgets.split(","))
     table = SLIM_R2 if config.table == "slim_r2" else CLASS_DEFAULT
     builder_for = lambda model: RankGuided(TorchBlockDrafter(model, pair), budget=budget, blocks=config.blocks,
@@ -311,11 +321,11 @@ def stream_summary(trace: pl.DataFrame) -> pl.DataFrame:
 def charts(summary: pl.DataFrame, trace: pl.DataFrame | None, subtitle: str):
     import altair as alt
 
-    tps = alt.Chart(summary).mark_bar().encode(
+    primary = summary.filter(pl.col("verifier") == pl.when(pl.col("setting") == "T=0").then(pl.lit("greedy")).otherwise(pl.lit("onehot")))
+    tps = alt.Chart(primary).mark_bar().encode(
         x=alt.X("builder:N", sort=list(BUILDERS), title=None), y=alt.Y("TPS:Q", title="throughput (tokens/s)"), color="builder:N",
         column=alt.Column("budget:O", title="budget"), row=alt.Row("setting:N", title=None),
-        tooltip=["builder", "verifier", "E", "TPS", "vs_eagle2", "draft_share"]).transform_filter(
-        alt.FieldOneOfPredicate("verifier", ["greedy", "onehot"])).properties(
+        tooltip=["builder", "verifier", "E", "TPS", "vs_eagle2", "draft_share"]).properties(
         width=220, height=150, title=alt.TitleParams("SpecBlock vs EAGLE-2 at matched budgets (exact E / T-hat; greedy at T = 0, one-hot at T > 0)",
                                                      subtitle=subtitle))
     if trace is None:
@@ -389,7 +399,7 @@ def _main(argv) -> int:
                     "of these deterministic trees give the same exact values: specblock.parquet)")
         if trace is not None:
             print_table(stream_summary(trace), f"Shifted stream ({config.stream_prompts} standard-library source prompts, "
-                                               f"{config.stream_setting}): acceptance (mean exact E[tau+1]) and throughput by policy")
+                                               f"{trace['setting'][0]}): acceptance (mean exact E[tau+1]) and throughput by policy")
         if len(not_run_frame):
             print_table(not_run_frame, "Not run")
         print(f"wrote {out}/specblock.parquet, per_root, by_depth, by_slot, not_run" + (", stream" if trace is not None else "")

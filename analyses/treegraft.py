@@ -101,6 +101,9 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         fail(PROG, str(exc))
     config = Config(**{**vars(args), "fixed": ",".join(map(str, fixed)), "capture": tuple(args.capture)})
     check_flags(PROG, [
+        (config.depth >= 1, f"--depth: must be >= 1, got {config.depth}"),
+        (config.ngram >= 1, f"--ngram: must be >= 1, got {config.ngram}"),
+        (set(fixed) <= {0, 1}, f"--fixed: one 0 or 1 per layer, got {config.fixed}"),
         (config.trajectories >= 2, f"--trajectories: need >= 2 (train and test), got {config.trajectories}"),
         (0 < config.test_share < 1, f"--test-share: must lie in (0, 1), got {config.test_share}"),
         (config.depth <= 5, f"--depth: the learned scheduler's features hold 5 layers; got {config.depth}"),
@@ -248,10 +251,12 @@ def charts(summary: pl.DataFrame, schedules: pl.DataFrame, subtitle: str):
         column=alt.Column("setting:N", title=None), row=alt.Row("verifier:N", title=None),
         tooltip=["policy", "E", "TPS", "vs_all_small", "vs_all_mid"]).properties(
         width=260, height=160, title=alt.TitleParams("TreeGraft policies on the test roots (exact E / T-hat)", subtitle=subtitle))
-    best = schedules.filter(pl.col("best")).group_by("setting", "verifier", "schedule").len("roots")
-    sched = alt.Chart(best).mark_bar().encode(x=alt.X("schedule:N", sort="-y"), y="roots:Q", color="verifier:N",
+    primary = pl.when(pl.col("setting") == "T=0").then(pl.lit("greedy")).otherwise(pl.lit("onehot"))
+    best = schedules.filter(pl.col("best") & (pl.col("verifier") == primary)).group_by("setting", "schedule").len("roots")
+    sched = alt.Chart(best).mark_bar().encode(x=alt.X("schedule:N", sort="-y"), y=alt.Y("roots:Q", title="roots (all, training and test)"),
                                               column=alt.Column("setting:N", title=None)).properties(
-        width=300, height=160, title=alt.TitleParams("How often each schedule is the exact best (1 = call the mid drafter)", subtitle=subtitle))
+        width=300, height=160, title=alt.TitleParams("How often each schedule is the exact best (1 = call the mid drafter; "
+                                                     "greedy at T = 0, one-hot at T > 0)", subtitle=subtitle))
     return tps, sched
 
 

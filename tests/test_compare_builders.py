@@ -70,7 +70,8 @@ def test_with_one_builder_the_ratios_are_one(tmp_path):
 @pytest.mark.parametrize("flags, flag", [(["--budgets", "0"], "--budgets"), (["--builders", "medusa"], "--builders"),
                                          (["--verifiers", "x"], "--verifiers"), (["--samples", "1"], "--samples"),
                                          (["--capture", "x"], "--capture"), (["--selector", "nowhere"], "--selector"),
-                                         (["--trajectories", "1"], "--trajectories")])
+                                         (["--trajectories", "1"], "--trajectories"), (["--drafters", "x"], "--drafters"),
+                                         (["--builders", "iid"], "--baseline")])
 def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         compare_builders.main(flags + ["--out", str(tmp_path / "o"), "--quiet"])

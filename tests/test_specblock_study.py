@@ -86,7 +86,8 @@ def test_the_study_on_the_micro_pair_with_the_stream(micro_pair_dir, drafters, t
 @pytest.mark.parametrize("flags, flag", [(["--budgets", "0"], "--budgets"), (["--K", "0"], "--K"),
                                          (["--rank-noise", "2"], "--rank-noise"), (["--capture", "x"], "--capture"),
                                          (["--drafters", "x"], "--drafters"), (["--stream-prompts", "5"], "--stream-prompts"),
-                                         (["--blocks", "0"], "--blocks"), (["--block-ratio", "0"], "--block-ratio")])
+                                         (["--blocks", "0"], "--blocks"), (["--block-ratio", "0"], "--block-ratio"),
+                                         (["--eagle-depth", "-1"], "--eagle-depth")])
 def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         specblock.main(flags + ["--out", str(tmp_path / "o"), "--quiet"])

@@ -42,7 +42,8 @@ def test_the_best_schedule_dominates_every_schedule_and_budgets_hold(run):
 
 @pytest.mark.parametrize("flags, flag", [(["--fixed", "1,0"], "--fixed"), (["--depth", "6"], "--depth"),
                                          (["--trajectories", "1"], "--trajectories"), (["--budget", "0"], "--budget"),
-                                         (["--capture", "x"], "--capture"), (["--small-ratio", "0"], "--small-ratio")])
+                                         (["--capture", "x"], "--capture"), (["--small-ratio", "0"], "--small-ratio"),
+                                         (["--depth", "0"], "--depth"), (["--fixed", "1,0,2,0,1"], "--fixed"), (["--ngram", "0"], "--ngram")])
 def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         treegraft.main(flags + ["--out", str(tmp_path), "--quiet"])

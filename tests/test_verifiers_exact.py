@@ -18,6 +18,7 @@ ALL = [verifiers.get(n) for n in verifiers.names()] + [
     verifiers.get("khisti", mode="truncated", s=2, tail="champion"),
     verifiers.get("khisti", mode="truncated", s=2, tail="rank"),
     verifiers.get("optimal", replacement=False),
+    verifiers.get("spectr", rho="four_step"),
 ]
 IDS = [f"{v.name}-{'-'.join(f'{f}={getattr(v, f)}' for f in v.__dataclass_fields__)}".rstrip("-") for v in ALL]
 
@@ -148,6 +149,29 @@ def test_the_unguarded_tail_rules_can_lose_to_one_draft():
         assert verifiers.get("khisti", mode="truncated", s=2, tail=tail).acceptance_rate(p, q, 4) < one - 0.01, tail
     assert verifiers.get("khisti", mode="truncated", s=2).acceptance_rate(p, q, 4) >= one - 1e-12
     assert abs(verifiers.get("khisti", mode="truncated", s=5).acceptance_rate(p, q, 2) - optimal_acceptance(p, q, 2)) <= 1e-9
+
+
+def test_spectr_four_step_rho_is_valid_and_below_the_optimum():
+    """The audit convention's rho equals a direct four-halving search, lies in [rho*, k], and never
+    raises the probability that a child passes its test (p_acc); the acceptance alpha, which also
+    counts corrections that land on a rejected child, can move either way (a finding)."""
+    from simlab.verifiers.spectr import optimal_rho
+
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        V, k = int(rng.integers(3, 9)), int(rng.integers(2, 5))
+        p, q = rng.dirichlet(np.ones(V) * 0.5), rng.dirichlet(np.ones(V) * 0.5)
+        beta = lambda r: float(np.minimum(q, p / r).sum())
+        g = lambda r: 1 - (1 - beta(r)) ** k - r * beta(r)
+        lo, hi = 1.0, float(k)
+        if g(1.0) > 1e-15:
+            for _ in range(4):
+                lo, hi = (lo, (lo + hi) / 2) if g((lo + hi) / 2) <= 0 else ((lo + hi) / 2, hi)
+        else:
+            hi = 1.0
+        plan = verifiers.get("spectr", rho="four_step").prepare(p, q, k)
+        assert abs(plan.rho - hi) <= 1e-12 and optimal_rho(p, q, k) <= plan.rho + 1e-12
+        assert plan.p_acc <= verifiers.get("spectr").prepare(p, q, k).p_acc + 1e-12
 
 
 def test_published_closed_forms():

@@ -80,6 +80,23 @@ def optimal_rho(p: np.ndarray, q: np.ndarray, k: int, tol: float = RHO_TOLERANCE
     return hi
 
 
+def four_step_rho(p: np.ndarray, q: np.ndarray, k: int, steps: int = 4) -> float:
+    """A valid rho by ``steps`` halvings of [1, k] (the audit convention ``rho="four_step"``): the
+    upper end of the final bracket of g(rho) = p_acc(rho) - rho beta(rho) <= 0, so the residual
+    is a valid law and the scheme lossless, with rho >= rho* (less branch mass).  The lab's
+    reading of the 4-step search in the DDTE authors' public code (DDTE audit, issue 17)."""
+    if k == 1:
+        return 1.0
+    g = lambda rho: _p_acc(float(np.minimum(q, p / rho).sum()), k) - rho * float(np.minimum(q, p / rho).sum())
+    if g(1.0) <= 8 * np.finfo(np.float64).eps:
+        return 1.0
+    lo, hi = 1.0, float(k)
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if g(mid) <= 0.0 else (mid, hi)
+    return hi
+
+
 def _p_acc_vec(beta: np.ndarray, k: int) -> np.ndarray:
     return 1.0 - np.power(np.maximum(1.0 - beta, 0.0), k)
 
@@ -95,6 +112,8 @@ class _SpecTrPlan(NodePlan):
         self.correction = residual(p, c * self.matched)
 
     def _choose_rho(self) -> float:
+        if self.verifier.rho == "four_step":
+            return four_step_rho(self.p, self.q, self.k)
         return optimal_rho(self.p, self.q, self.k)
 
     def _accept_probabilities(self, children):
@@ -126,9 +145,19 @@ class _SpecTrPlan(NodePlan):
 
 @dataclass(frozen=True)
 class SpecTr(NodeVerifier):
-    """K-SEQ (SpecTr) with rho* from bisection; lossless for i.i.d. children."""
+    """K-SEQ (SpecTr); lossless for i.i.d. children.
+
+    Args:
+        rho: ``"optimal"`` (default: rho* by bisection to 1e-12) or ``"four_step"`` (the audit
+            convention: four halvings of [1, k], a valid rho >= rho*, ``four_step_rho``).
+    """
 
     name = "spectr"
+    rho: str = "optimal"
+
+    def __post_init__(self):
+        if self.rho not in ("optimal", "four_step"):
+            raise ValueError(f"rho: must be 'optimal' or 'four_step', got {self.rho!r}")
 
     def _plan(self, p, q, k):
         return _SpecTrPlan(self, p, q, k)
