@@ -15,6 +15,11 @@ children, and every verifier states for which laws it is lossless:
   (node level: the k-1 most probable tokens of q) and the last one is drawn from
   q~ = q restricted to V \\ D, renormalised.  Q(x) = q~(x_k).
 
+* ``Drafting.REPEATED`` - one draw x ~ q, listed k times (x, ..., x): what the DDTE authors'
+  public tree code gives a trunk node shared by K paths (one edge per path).  An audit
+  convention (``Delayed(..., trunk_children="per_path")``): verifiers that treat the copies as k
+  i.i.d. draws are lossy there.  Q((x, .., x)) = q(x).
+
 A single child drawn from q (k = 1) is both an i.i.d. and a without-replacement draw
 (``sampled_once``).  Children are ordered tuples of token ids; exact enumeration lists every
 tuple of positive probability together with Q(x).
@@ -41,12 +46,14 @@ class Drafting(str, enum.Enum):
     WITHOUT_REPLACEMENT = "without_replacement"
     DETERMINISTIC = "deterministic"
     MIXED = "mixed"
+    REPEATED = "repeated"
 
     @property
     def description(self) -> str:
         return {"iid": "i.i.d. from q", "without_replacement": "from q without replacement",
                 "deterministic": "deterministically (a function of the context)",
-                "mixed": "as a greedy draft (deterministic best children, one tail sampled from q on the rest)"}[self.value]
+                "mixed": "as a greedy draft (deterministic best children, one tail sampled from q on the rest)",
+                "repeated": "as one draw from q repeated k times (the DDTE public code's trunk children)"}[self.value]
 
 
 SAMPLED = frozenset({Drafting.IID, Drafting.WITHOUT_REPLACEMENT})
@@ -128,6 +135,8 @@ def child_tuples(q: np.ndarray, k: int, drafting: Drafting) -> tuple[np.ndarray,
     n = support.size
     if drafting is Drafting.DETERMINISTIC:
         return top_tokens(q, k)[None, :], np.ones(1)
+    if drafting is Drafting.REPEATED:
+        return np.repeat(support[:, None], k, axis=1).astype(np.int64), q[support]
     if drafting is Drafting.MIXED:
         best = top_tokens(q, k - 1)
         tail = tail_law(q, best)
@@ -188,6 +197,8 @@ def draw_children(q: np.ndarray, k: int, drafting: Drafting, rng: np.random.Gene
     if drafting is Drafting.MIXED:
         best = top_tokens(q, k - 1)
         return np.append(best, sample_categorical(tail_law(q, best), rng)).astype(np.int64)
+    if drafting is Drafting.REPEATED:
+        return np.full(k, sample_categorical(q, rng), dtype=np.int64)
     out = np.empty(k, dtype=np.int64)
     current = q.copy()
     for i in range(k):

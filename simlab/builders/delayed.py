@@ -39,12 +39,17 @@ class Delayed:
         L1: trunk length in tokens (>= 0).
         L2: branch length in tokens (>= 0).
         siblings: law of the K first branch tokens (i.i.d. or without replacement).
+        trunk_children: ``"shared"`` (default: a trunk node has its one drafted child) or
+            ``"per_path"`` (the audit convention of the DDTE authors' public code, one edge per
+            path: each trunk node lists its child K times, law ``Drafting.REPEATED``; verifiers
+            that treat the copies as K i.i.d. draws are refused there unless ``allow_lossy``).
     """
 
     K: int
     L1: int
     L2: int
     siblings: Drafting = Drafting.IID
+    trunk_children: str = "shared"
 
     deterministic: ClassVar[bool] = False
 
@@ -54,9 +59,18 @@ class Delayed:
         check_int(self.L2, "L2", 0)
         if self.siblings not in SAMPLED:
             raise ValueError(f"siblings: must be Drafting.IID or Drafting.WITHOUT_REPLACEMENT, got {self.siblings!r}")
+        if self.trunk_children not in ("shared", "per_path"):
+            raise ValueError(f"trunk_children: must be 'shared' or 'per_path', got {self.trunk_children!r}")
+
+    @property
+    def repeats(self) -> int:
+        """How many times a trunk node lists its child: K with ``per_path`` and branches, else 1."""
+        return self.K if self.trunk_children == "per_path" and self.L2 > 0 else 1
 
     @property
     def laws(self) -> frozenset[Drafting]:
+        if self.repeats > 1 and self.L1 > 0:
+            return frozenset({self.siblings, Drafting.REPEATED})
         return frozenset({self.siblings})
 
     @property
@@ -77,16 +91,18 @@ class Delayed:
 
     @staticmethod
     def build(table: NodeTable, trunk: Path, branches: Sequence[Path], siblings: Drafting = Drafting.IID,
-              cost: DraftCost | None = None) -> DraftTree:
-        """The tree with a trunk and branches from its end (child lists in branch order)."""
+              cost: DraftCost | None = None, repeats: int = 1) -> DraftTree:
+        """The tree with a trunk and branches from its end (child lists in branch order); a trunk
+        node lists its child ``repeats`` times (``Drafting.REPEATED`` when > 1)."""
         children: dict[Path, tuple[int, ...]] = {}
         for j, t in enumerate(trunk):
-            children[trunk[:j]] = (t,)
+            children[trunk[:j]] = (t,) * repeats
         for branch in branches:
             for j, t in enumerate(branch):
                 node = trunk + branch[:j]
                 children[node] = children.get(node, ()) + (t,)
-        return DraftTree(table, children, siblings, cost=cost)
+        laws = {trunk[:j]: Drafting.REPEATED for j in range(len(trunk))} if repeats > 1 else {}
+        return DraftTree(table, children, siblings, laws, cost=cost)
 
     def sample(self, table: NodeTable, rng: np.random.Generator | None = None) -> DraftTree:
         """Draw one tree from the draft model (p and q are fetched level by level, batched).
@@ -97,7 +113,7 @@ class Delayed:
         if self.tokens:
             check_generator(rng)
         trunk, branches = self.sample_paths(table, rng)
-        return self.build(table, trunk, branches, self.siblings, self.cost()).fill()
+        return self.build(table, trunk, branches, self.siblings, self.cost(), self.repeats).fill()
 
     def sample_paths(self, table: NodeTable, rng: np.random.Generator) -> tuple[Path, list[Path]]:
         """Draw one tree as (trunk, branches): the trunk's L1 tokens and K branches of L2 tokens
@@ -127,14 +143,14 @@ class Delayed:
         n = self._branches()
         for trunk, trunk_prob in trunks:
             if n == 0:
-                yield self.build(table, trunk, [], self.siblings, self.cost()).fill(), trunk_prob
+                yield self.build(table, trunk, [], self.siblings, self.cost(), self.repeats).fill(), trunk_prob
                 continue
             if self.siblings is Drafting.IID:
                 seqs = _sequences(table, trunk, self.L2)
                 too_many(len(trunks) * len(seqs) ** n)
                 for combo in itertools.product(seqs, repeat=n):
                     prob = trunk_prob * float(np.prod([pr for _, pr in combo]))
-                    yield self.build(table, trunk, [s for s, _ in combo], self.siblings, self.cost()).fill(), prob
+                    yield self.build(table, trunk, [s for s, _ in combo], self.siblings, self.cost(), self.repeats).fill(), prob
             else:
                 firsts, first_probs = child_tuples(table.q(trunk), n, Drafting.WITHOUT_REPLACEMENT)
                 tails = {int(t): _sequences(table, trunk + (int(t),), self.L2 - 1) for t in np.unique(firsts)}
@@ -143,7 +159,7 @@ class Delayed:
                     for combo in itertools.product(*(tails[t] for t in first)):
                         prob = trunk_prob * first_prob * float(np.prod([pr for _, pr in combo]))
                         branches = [(t,) + s for t, (s, _) in zip(first, combo)]
-                        yield self.build(table, trunk, branches, self.siblings, self.cost()).fill(), prob
+                        yield self.build(table, trunk, branches, self.siblings, self.cost(), self.repeats).fill(), prob
 
 
 def iid(K: int, L: int, siblings: Drafting = Drafting.IID) -> Delayed:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simlab.distributions import residual, sample_categorical
+from simlab.drafting import SAMPLED, Drafting
 from simlab.tree_verifiers.base import TreeVerifier, drafted_q
 
 
@@ -24,6 +25,7 @@ class BlockVerification(TreeVerifier):
     """Block Verification of the first drafted path."""
 
     name = "bv"
+    lossless_for = SAMPLED | {Drafting.REPEATED}  # repeated copies of one draw act as one child (exact: tests/test_audit.py)
 
     def _block(self, tree):
         """(path, h (g+1,), next-token laws [g+1 vectors]) for the first path."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simlab.distributions import sample_categorical
+from simlab.drafting import SAMPLED, Drafting
 from simlab.tree_verifiers.base import TreeVerifier, drafted_q
 
 
@@ -71,6 +72,7 @@ class Traversal(TreeVerifier):
     """Traversal Verification (sequence-level acceptance, leaf to root)."""
 
     name = "traversal"
+    lossless_for = SAMPLED | {Drafting.REPEATED}  # repeated copies of one draw act as one child (exact: tests/test_audit.py)
     state_class = _State  # the per-node bookkeeping (a seam for the planted-fault tests)
 
     def _outcome_law(self, tree):

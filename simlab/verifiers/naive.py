@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simlab.drafting import SAMPLED, hit_probability
+from simlab.drafting import SAMPLED, Drafting, hit_probability
 from simlab.verifiers.base import NodePlan, NodeVerifier
 from simlab.verifiers.speculative import SingleDraft
 
@@ -40,7 +40,7 @@ class Naive(NodeVerifier):
     """NaiveTree: speculative sampling on the first child; the residual may land on another child."""
 
     name = "naive"
-    lossless_for = SAMPLED  # only the first child is used, and it is a draw from q under both laws
+    lossless_for = SAMPLED | {Drafting.REPEATED}  # only the first child is used, a draw from q under these laws
 
     def _plan(self, p, q, k):
         return _NaivePlan(self, p, q, k)
