@@ -194,20 +194,25 @@ def draw_grid(table: NodeTable, *, K_max: int = 4, L1_values=tuple(range(9)), L2
 
 
 def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifier, *, K_values=(1, 2, 3, 4),
-                          L2_values=tuple(range(9))) -> dict[tuple[int, int, int], Estimate]:
+                          L2_values=tuple(range(9)), trunk_children: str = "shared") -> dict[tuple[int, int, int], Estimate]:
     """E[tau + 1] of every action (K, L1, L2) from sampled grid drafts (DDTE's unbiased estimator).
 
     For each draft and each K, the tree of its first K branches is built once and cut at every
     L2 (``block_efficiency_by_depth``); the estimate of an action is the mean over the drafts
     with its L1, with the standard error of that mean (NaN for a single draft).  The same
-    drafts serve every verifier (common random numbers).
+    drafts serve every verifier (common random numbers).  ``trunk_children="per_path"``: the
+    DDTE audit convention (each trunk node lists its child K times, ``Drafting.REPEATED``; a
+    verifier refused there must be given with ``allow_lossy=True``).
 
     Returns:
         (K, L1, L2) -> ``Estimate`` (method ``"mc"``, tokens per step).
 
     Raises:
-        ValueError: a K above the drafts' number of branches, an L2 above their length.
+        ValueError: a K above the drafts' number of branches, an L2 above their length, an
+            unknown ``trunk_children``, or a pairing the verifier refuses.
     """
+    if trunk_children not in ("shared", "per_path"):
+        raise ValueError(f"trunk_children: must be 'shared' or 'per_path', got {trunk_children!r}")
     from simlab.shapes import Delayed
 
     verifier = _verifier(verifier)
@@ -222,7 +227,9 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
             raise ValueError(f"K_values, L2_values: the drafts at L1 = {L1} have {widest} branches of {longest} tokens")
         for K in K_values:
             values = np.array([
-                verifier.block_efficiency_by_depth(Delayed.build(table, d.trunk, d.branches[:K]).fill(), [L1 + L2 for L2 in L2_values])
+                verifier.block_efficiency_by_depth(
+                    Delayed.build(table, d.trunk, d.branches[:K], repeats=K if trunk_children == "per_path" else 1).fill(),
+                    [L1 + L2 for L2 in L2_values])
                 for d in group
             ])
             means = values.mean(axis=0)
