@@ -34,6 +34,9 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
+from simlab import tree_verifiers
+from simlab.tree_verifiers.base import reach_probabilities
+
 from analyses import builder_roster as roster_module
 from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer, prepare_out, print_table, run_tool
 from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
@@ -82,7 +85,6 @@ class Config(SourceConfig, LatencyConfig):
 
 
 def parse_args(argv) -> tuple[Config, ToolParser]:
-    from simlab import tree_verifiers
 
     d = Config()
     parser = study_parser(PROG, __doc__, d)
@@ -132,11 +134,6 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     return config, parser
 
 
-def primary(setting) -> str:
-    """The baseline's verifier: greedy at T = 0, one-hot otherwise."""
-    return "greedy" if setting.greedy else "onehot"
-
-
 def split(trajectories, share: float, seed: int) -> set[int]:
     """The held-out trajectories (a seeded permutation; at least one, never all)."""
     unique = sorted(set(trajectories))
@@ -178,7 +175,6 @@ def nde_entry(config: Config, roster):
 
 def fit(config: Config, roster, train_roots: dict, verifiers, builders, source, bar) -> None:
     """Fit every builder that needs it on the training roots (per setting)."""
-    from simlab import tree_verifiers
 
     iid_verifiers = [v for v in verifiers if roster_module.LAWS["delayed"] <= set(tree_verifiers.get(v).lossless_for)]
     if builders & {"treegraft_learned", "treegraft_best"}:
@@ -190,7 +186,7 @@ def fit(config: Config, roster, train_roots: dict, verifiers, builders, source, 
         if "sequoia" in builders:
             roster_module.fit_sequoia(roster, roots, setting, config.seed)
         if "treegraft_learned" in builders:
-            roster.treegraft.fit(roots, setting, primary(setting))
+            roster.treegraft.fit(roots, setting, tree_verifiers.deterministic_rule(setting))
         bar.update(len(roots))
 
 
@@ -198,7 +194,6 @@ def value(builder, table, verifier: str, latency, samples: int, seed, draft_law:
     """E (mean over sampled trees, each exact), its standard error, mean T-hat, tokens and the mean
     reach P(tau >= d) by depth (index d - 1); plus the sampled trees for the node gaps.  None when
     the verifier is not lossless on a tree drawn (never valued lossily)."""
-    from simlab import tree_verifiers
 
     v = tree_verifiers.get(verifier)
     if getattr(builder, "deterministic", False):
@@ -212,8 +207,7 @@ def value(builder, table, verifier: str, latency, samples: int, seed, draft_law:
     for tree in trees:
         E.append(v.expected_block_efficiency(tree))
         T.append(latency.tree_step_time(len(table.context), tree))
-        lengths = v.accepted_length_distribution(tree)
-        reach.append(np.cumsum(lengths[::-1])[::-1][1:])
+        reach.append(reach_probabilities(v.accepted_length_distribution(tree)))
     depth = max(len(r) for r in reach)
     padded = np.array([np.pad(r, (0, depth - len(r))) for r in reach])
     se = float(np.std(E, ddof=1) / np.sqrt(len(E))) if len(E) > 1 else 0.0

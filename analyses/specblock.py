@@ -36,11 +36,14 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 from tqdm import tqdm
+
+from simlab import tree_verifiers
+from simlab.tree_verifiers.base import accepted_lengths, reach_probabilities
 
 from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, run_tool
 from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
@@ -147,11 +150,6 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     return config, parser
 
 
-def verifiers_for(setting) -> list[str]:
-    """Every lab verifier lossless for deterministic children at this setting (greedy at T = 0)."""
-    return (["greedy"] if setting.greedy else []) + ["onehot", "nss"]
-
-
 def drafter_folder(config: Config) -> Path:
     """Where the trained drafters are (``--drafters``, default beside the target's folder)."""
     return Path(config.drafters).expanduser() if config.drafters else Path(config.target or ".").expanduser().parent / "block_drafter"
@@ -188,7 +186,7 @@ def drafters_for(config: Config) -> tuple[dict, list[dict]]:
                                       f"--variant {variant} --out {folder / variant}"})
             continue
         model, _ = load(folder / variant, "drafters")
-        out[variant] = (lambda m: (lambda pair: TorchBlockDrafter(m, pair)))(model)
+        out[variant] = partial(TorchBlockDrafter, model)
     if "full" not in out:
         raise ValueError(f"drafters: {missing[0]['reason']}")
     return out, missing
@@ -230,18 +228,15 @@ def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list
                     cost = tree.cost if tree.cost is not None else DraftCost.of_tree(tree)
                     T = latency.step_time(len(root.context), cost)
                     draft = T - latency.target(len(root.context) + cost.verified, 1 + cost.verified)
-                    for v in verifiers_for(setting):
+                    for v in tree_verifiers.deterministic_verifiers(setting):
                         verifier = tree_verifiers.get(v)
                         law = verifier.outcome_law(tree)
                         E = verifier.expected_block_efficiency(tree)
-                        lengths = np.zeros(tree.depth() + 1)
-                        for path, vector in law.items():
-                            lengths[len(path)] += vector.sum()
+                        reach = reach_probabilities(accepted_lengths(law, tree.depth()))
                         rows.append({**key, "budget": budget, "builder": name, "verifier": v, "E": E, "T": T, "TPS": E / T,
                                      "draft_share": draft / T, "tokens": tree.tokens(), "depth": tree.depth()})
-                        tail = np.cumsum(lengths[::-1])[::-1]
-                        depth_rows += [{**key, "budget": budget, "builder": name, "verifier": v, "depth": d, "reach": float(tail[d])}
-                                       for d in range(1, len(tail))]
+                        depth_rows += [{**key, "budget": budget, "builder": name, "verifier": v, "depth": d, "reach": float(r)}
+                                       for d, r in enumerate(reach, start=1)]
                         if origin is not None:
                             counts: dict[tuple[int, int], float] = {}
                             for path, vector in law.items():
@@ -391,7 +386,7 @@ def _main(argv) -> int:
         outputs.publish()
     if not config.quiet:
         print(f"Source: {source.describe()}; {per_root['root'].n_unique()} roots per setting; latency: {latency.source}")
-        primary = [verifiers_for(s)[0] for s in settings]
+        primary = [tree_verifiers.deterministic_rule(s) for s in settings]
         shown = pl.concat([summary.filter((pl.col("setting") == s.name) & (pl.col("verifier") == v)) for s, v in zip(settings, primary)])
         print_table(shown.select("setting", "verifier", "budget", "builder", "roots", "E", pl.col("T").mul(1e3).alias("T (ms)"), "TPS",
                                  "vs_eagle2", "draft_share", "tokens", "depth"),

@@ -12,7 +12,7 @@ acceptance is its mean exact E[tau + 1], its throughput sum E / sum T.
 ``stream`` serves the prompts in order under a policy: ``none`` (never update), ``heads`` and
 ``full`` (always that update after each prompt) or ``bandit`` (``simlab.specblock.bandit``: the
 arm from the EWMA gains net of the modelled update cost; forced ``skip`` when the prompt's s is
-0).  The gain observed for the arm chosen after prompt i is throughput(i + 1) - throughput(i).
+0 or nothing was served).  The gain observed for the arm chosen after prompt i is throughput(i + 1) - throughput(i).
 Every adapting policy keeps a snapshot each window and rolls back to the one three windows
 earlier when ``Rollback`` says acceptance dropped.  Net throughput counts the modelled update
 seconds (the paper runs them on a side stream; the lab charges them in full).
@@ -26,23 +26,23 @@ import numpy as np
 
 from simlab import tree_verifiers
 from simlab.specblock import RankGuided
-from simlab.specblock.bandit import CostAwareBandit, Rollback
+from simlab.specblock.bandit import CostAwareBandit, Rollback, signal
 from simlab.trees import NodeTable
 
 POLICIES = ("none", "heads", "full", "bandit")
 
 
 def chain_signal(table: NodeTable, tree, accepted: tuple[int, ...]) -> float:
-    """s of one step (module docstring): the first-child chain's positions past the accepted prefix."""
-    path, s = (), 0.0
-    matched = True
+    """s of one step (module docstring): ``simlab.specblock.bandit.signal`` over the first-child chain,
+    r_k = p(chain token | chain before it), the accepted part being the chain's prefix that was accepted."""
+    path, r, matched = (), [], 0
     while tree.child_list(path):
         token = tree.child_list(path)[0]
-        matched = matched and len(accepted) > len(path) and accepted[len(path)] == token
-        if not matched:
-            s += 1.0 - float(table.p(path)[token])
+        if matched == len(path) and len(accepted) > len(path) and accepted[len(path)] == token:
+            matched += 1
+        r.append(float(table.p(path)[token]))
         path = path + (token,)
-    return s
+    return signal(r, matched)
 
 
 def serve(pair, prompt: tuple[int, ...], builder: RankGuided, latency, new_tokens: int, rng: np.random.Generator,
@@ -85,7 +85,7 @@ def stream(policy: str, model, pair, prompts, make_adapter, builder_for, latency
             bandit.observe(pending[0], tps - rows[-1]["throughput"], pending[1])
         arm = {"none": "skip", "heads": "heads", "full": "full"}.get(policy)
         if policy == "bandit":
-            arm = "skip" if served["signal"] == 0 else bandit.choose(tps, served["T"])
+            arm = "skip" if served["signal"] == 0 or served["steps"] == 0 else bandit.choose(tps, served["T"])
         roots, wall = adapter.update(arm, [served["sequence"]])
         cost = adapter.cost(arm, roots, block)
         rolled = False

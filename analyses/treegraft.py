@@ -35,6 +35,8 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
+from simlab import tree_verifiers
+
 from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, run_tool
 from backends.roots import SHIPPED_PROMPTS
 from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
@@ -127,11 +129,6 @@ def builders_for(config: Config, prompt_length: int | None):
     }
 
 
-def verifiers_for(setting) -> list[str]:
-    """Every lab verifier lossless for deterministic children at this setting (greedy at T = 0)."""
-    return (["greedy"] if setting.greedy else []) + ["onehot", "nss"]
-
-
 def measure(config: Config, source, settings, latency):
     """(per-root rows, schedule rows, margins by setting) over every root."""
     from simlab.treegraft.schedules import best, evaluate_schedules, margins
@@ -141,7 +138,7 @@ def measure(config: Config, source, settings, latency):
     total = sum(source.count(s) for s in settings)
     bar = tqdm(total=total, desc="roots", unit="root", file=sys.stderr, disable=config.quiet)
     for setting in settings:
-        verifiers = verifiers_for(setting)
+        verifiers = tree_verifiers.deterministic_verifiers(setting)
         for root in source.roots(setting):
             base, fixed = builders_for(config, root.prompt_length)
             table = NodeTable(root.pair, root.context)
@@ -218,7 +215,7 @@ def learn(config: Config, source, settings, latency, training, test: set[int], r
             prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
             schedule = scheduler.schedule(base, drafting, latency, prompt)
             key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
-            for v in verifiers_for(setting):
+            for v in tree_verifiers.deterministic_verifiers(setting):
                 out.append({**key, **_row("learned", v, _value(replace(base, schedule=schedule), drafting, table, v, latency), schedule)})
         facts.append({"setting": setting.name, "training examples": len(examples), "final training loss": losses[-1]})
     return out, facts
@@ -296,7 +293,7 @@ def _main(argv) -> int:
         outputs.publish()
     if not config.quiet:
         print(f"Source: {source.describe()}; {per_root.filter(pl.col('test'))['root'].n_unique()} test roots per setting; latency: {latency.source}")
-        primary = [verifiers_for(s)[0] for s in settings]
+        primary = [tree_verifiers.deterministic_rule(s) for s in settings]
         shown = pl.concat([summary.filter((pl.col("setting") == s.name) & (pl.col("verifier") == v)) for s, v in zip(settings, primary)])
         print_table(shown.select("setting", "verifier", "policy", "roots", "E", pl.col("T").mul(1e3).alias("T (ms)"), "TPS",
                                  "vs_all_small", "vs_all_mid", "tokens", "graft_from_earlier_share", "mean_pool", "agreement", "regret"),

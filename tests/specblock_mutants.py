@@ -44,7 +44,7 @@ class PrunedByNodeLogProb(RankGuided):
 class _SiblingsBelow(specblock_builder._Growth):
     def _add(self, parent, token, logprob):
         """Alternatives hang below the previous greedy node's greedy child (one level too deep)."""
-        kids = self.children.get(parent, [])
+        kids = [node[-1] for node in sorted(self.order, key=self.order.get) if node and node[:-1] == parent]
         if kids and int(token) != kids[0]:
             parent = parent + (kids[0],)
         return super()._add(parent, token, logprob)

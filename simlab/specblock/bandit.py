@@ -58,8 +58,15 @@ class CostAwareBandit:
             raise ValueError(f"explore: must lie in [0, 1], got {self.explore!r}")
 
     def value(self, arm: str, throughput: float, seconds: float) -> float:
-        """Net value of ``arm``: its estimated gain minus its cost spread over ``seconds`` of serving."""
-        return self.gains.get(arm, 0.0) - self.costs.get(arm, 0.0) * throughput / max(seconds, 1e-12)
+        """Net value of ``arm`` (tokens/s): its estimated gain minus its cost (s) spread over ``seconds``
+        of serving at ``throughput`` tokens/s.
+
+        Raises:
+            ValueError: ``seconds: ...`` unless > 0.
+        """
+        if not seconds > 0:
+            raise ValueError(f"seconds: the serving time an update is spread over must be > 0, got {seconds!r}")
+        return self.gains.get(arm, 0.0) - self.costs.get(arm, 0.0) * throughput / seconds
 
     def choose(self, throughput: float, seconds: float) -> str:
         """The arm for the next update (untried arms first; then epsilon-greedy on the net value)."""

@@ -176,6 +176,7 @@ class RankGuided:
         return tree, {path: growth.origin[path] for path in tree.nodes() if path}
 
     def enumerate(self, table: NodeTable) -> Iterator[tuple[DraftTree, float]]:
+        """The one tree, with probability 1 (the builder protocol's exact enumeration)."""
         yield self.sample(table), 1.0
 
 
@@ -185,8 +186,7 @@ class _Growth:
         self.score: dict[Path, float] = {(): 0.0}
         self.order: dict[Path, int] = {(): 0}
         self.origin: dict[Path, tuple[int, int]] = {}
-        self.block = 0
-        self.children: dict[Path, list[int]] = {}
+        self.block, self.slot = 0, 0  # where the next node comes from (block, slot)
         self.forwards: list[DraftForward] = []
 
     def _add(self, parent: Path, token: int, logprob: float) -> Path:
@@ -195,7 +195,6 @@ class _Growth:
             self.score[node] = self.score[parent] + float(logprob)
             self.order[node] = len(self.order)
             self.origin[node] = (self.block, self.slot)
-            self.children.setdefault(parent, []).append(int(token))
         return node
 
     def _expand(self, seed: Path, block: Block, first: bool) -> list[tuple[Path, object]]:
@@ -228,7 +227,8 @@ class _Growth:
         block = b.drafter.first_block(self.table)
         self.forwards.append(DraftForward(K, 0, "block"))
         pending = self._expand((), block, first=True)
-        for self.block in range(1, b.blocks):
+        for block_index in range(1, b.blocks):
+            self.block = block_index
             seeds = self._seeds(pending)
             if not seeds:
                 break

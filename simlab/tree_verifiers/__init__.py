@@ -24,6 +24,18 @@ from simlab.tree_verifiers.traversal import Traversal
 WHOLE_TREE = {"naive_chain": None, "bv": BlockVerification, "traversal": Traversal}
 
 
+def deterministic_rule(settings) -> str:
+    """The verifier EAGLE's code pairs with deterministic trees: ``"greedy"`` at T = 0
+    (``settings.greedy``), else ``"onehot"`` (EAGLE-2 ``evaluate_posterior``; the studies' baseline)."""
+    return "greedy" if settings.greedy else "onehot"
+
+
+def deterministic_verifiers(settings) -> list[str]:
+    """Every lab verifier lossless for deterministic children at ``settings``: greedy (T = 0 only),
+    one-hot, NSS."""
+    return (["greedy"] if settings.greedy else []) + ["onehot", "nss"]
+
+
 def names() -> list[str]:
     """Every tree-verifier name."""
     return node_verifiers.names() + list(WHOLE_TREE)
@@ -54,4 +66,4 @@ def get(name: str, allow_lossy: bool = False, **options) -> TreeVerifier:
     raise ValueError(f"name: unknown tree verifier {name!r}; choose one of {', '.join(names())}")
 
 
-__all__ = ["BlockVerification", "TopDown", "Traversal", "TreeVerifier", "get", "names"]
+__all__ = ["BlockVerification", "TopDown", "Traversal", "TreeVerifier", "deterministic_rule", "deterministic_verifiers", "get", "names"]

@@ -109,11 +109,7 @@ class TreeVerifier(abc.ABC):
 
     def accepted_length_distribution(self, tree: DraftTree) -> np.ndarray:
         """P(tau = j | tree) for j = 0..depth, float64 (depth + 1,)."""
-        law = self.outcome_law(tree)
-        out = np.zeros(tree.depth() + 1)
-        for path, vector in law.items():
-            out[len(path)] += vector.sum()
-        return out
+        return accepted_lengths(self.outcome_law(tree), tree.depth())
 
     def block_efficiency_by_depth(self, tree: DraftTree, depths) -> np.ndarray:
         """E[tau + 1 | tree cut at depth d] for each d in ``depths``, float64 (len(depths),).
@@ -151,3 +147,18 @@ def drafted_q(tree: DraftTree, path: Path, token: int) -> float:
     if value <= 0.0:
         raise ValueError(f"tree: child {token} of node {path} has q = 0 and cannot have been drafted")
     return value
+
+
+def accepted_lengths(law: dict[Path, np.ndarray], depth: int) -> np.ndarray:
+    """P(tau = j) for j = 0..depth from an outcome law (``TreeVerifier.outcome_law``); float64 (depth + 1,)."""
+    out = np.zeros(depth + 1)
+    for path, vector in law.items():
+        out[len(path)] += vector.sum()
+    return out
+
+
+def reach_probabilities(lengths) -> np.ndarray:
+    """P(tau >= d) for d = 1..depth from P(tau = j), j = 0..depth (``accepted_lengths``): the
+    acceptance by depth; float64 (depth,)."""
+    lengths = np.asarray(lengths, dtype=np.float64)
+    return np.cumsum(lengths[::-1])[::-1][1:]

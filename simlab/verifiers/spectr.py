@@ -87,7 +87,10 @@ def four_step_rho(p: np.ndarray, q: np.ndarray, k: int, steps: int = 4) -> float
     reading of the 4-step search in the DDTE authors' public code (DDTE audit, issue 17)."""
     if k == 1:
         return 1.0
-    g = lambda rho: _p_acc(float(np.minimum(q, p / rho).sum()), k) - rho * float(np.minimum(q, p / rho).sum())
+    def g(rho: float) -> float:
+        beta = float(np.minimum(q, p / rho).sum())
+        return _p_acc(beta, k) - rho * beta
+
     if g(1.0) <= 8 * np.finfo(np.float64).eps:
         return 1.0
     lo, hi = 1.0, float(k)
