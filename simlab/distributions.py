@@ -89,6 +89,12 @@ def residual(p: np.ndarray, subtract: np.ndarray) -> np.ndarray:
     return p / p.sum()
 
 
+def inner(a: np.ndarray, b: np.ndarray) -> float:
+    """sum_t a(t) b(t) for float64 (V,) arrays, by numpy's own loop (``einsum``), never threaded BLAS
+    (``np.dot`` over V hands the sum to BLAS threads, which stall on a shared machine)."""
+    return float(np.einsum("i,i->", a, b))
+
+
 def total_variation(p, q) -> float:
     """TV(p, q) = sum (p - q)_+ = 1 - sum min(p, q), in [0, 1]."""
     p, q = check_pair(p, q)

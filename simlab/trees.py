@@ -23,6 +23,10 @@ from simlab.distributions import check_distribution
 from simlab.drafting import Drafting
 from simlab.pairs import ModelPair, NodeBatch, WithSettings, check_context, eos_of
 from simlab.sampling import SamplingSettings
+from simlab.verifiers.naive import Naive
+
+SPECULATIVE = Naive()
+"""Speculative sampling (NaiveTree with one child): the plan shared by single-child nodes."""
 
 Path = tuple[int, ...]
 
@@ -93,10 +97,16 @@ class NodeTable:
         return self._q[path]
 
     def plan(self, verifier, path: Path, k: int, law: Drafting | None = None):
-        """``verifier.prepare(p, q, k, law)`` at ``path``, memoised by (verifier value, path, k, law)."""
+        """``verifier.prepare(p, q, k, law)`` at ``path``, memoised by (verifier value, path, k, law).
+
+        p and q were validated when fetched, so the plan skips their validation; with one child a
+        verifier that declares ``speculative_at_one`` gets the node's shared speculative-sampling
+        plan (NaiveTree's), whichever verifier asks."""
+        if k == 1 and getattr(verifier, "speculative_at_one", False):
+            verifier = SPECULATIVE
         key = (verifier, path, k, law)
         if key not in self._plans:
-            self._plans[key] = verifier.prepare(self.p(path), self.q(path), k, law)
+            self._plans[key] = verifier.prepare(self.p(path), self.q(path), k, law, checked=True)
         return self._plans[key]
 
 

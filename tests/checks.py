@@ -51,6 +51,21 @@ def check_acceptance(verifier: NodeVerifier, p, q, k: int) -> None:
     assert abs(got - enumerated) <= EXACT, f"{verifier.name}: acceptance_rate {got} != enumerated {enumerated}"
 
 
+def check_children_mass(verifier: NodeVerifier, p, q, k: int) -> None:
+    """children_mass(x) equals output_distribution(x)[x] to 1e-12 for every enumerated x (the
+    children-only fast path against the full law), and a prepared plan given checked=True
+    answers as the validating one."""
+    p, q = np.asarray(p, float), np.asarray(q, float)
+    plan = verifier.prepare(p, q, k)
+    trusted = verifier.prepare(p, q, k, checked=True)
+    tuples, _ = child_tuples(q, k, verifier.drafting)
+    for x in tuples:
+        fast, full = plan.children_mass(x), plan.output_distribution(x)[x]
+        err = np.abs(fast - full).max()
+        assert err <= EXACT, f"{verifier.name}: children_mass differs from the full law by {err:.3g} at x={x.tolist()}"
+        assert np.array_equal(trusted.children_mass(x), fast), f"{verifier.name}: checked=True plan differs at x={x.tolist()}"
+
+
 def check_sampler_given_children(verifier: NodeVerifier, p, q, children, seed: int) -> None:
     """sample(children) agrees with output_distribution(children) (designed G-test, stats.py)."""
     plan = verifier.prepare(p, q, len(children))

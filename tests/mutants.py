@@ -242,6 +242,46 @@ class GreedyArgmaxOfQ(Greedy):
         return _ArgmaxOfQ(self, p, q, k)
 
 
+# 14. NaiveTree's children-only mass without the residual landing on the other children.
+class _MassWithoutResidual(_NaivePlan):
+    def _children_mass(self, children):
+        a = self.single.accept_probability(children[0])
+        return a * (children == children[0])
+
+
+@dataclass(frozen=True)
+class NaiveMassWithoutResidual(Naive):
+    def _plan(self, p, q, k):
+        return _MassWithoutResidual(self, p, q, k)
+
+
+# 15. SpecInfer's children-only mass giving each copy of a repeated child only its own share.
+class _MassPerCopy(_SpecInferPlan):
+    def _children_mass(self, children):
+        mass, reach = self._trials(children)
+        return mass + reach * self.target_at(self.k, children)
+
+
+@dataclass(frozen=True)
+class SpecInferMassPerCopy(SpecInfer):
+    def _plan(self, p, q, k):
+        return _MassPerCopy(self, p, q, k)
+
+
+# 16. SpecTr's children-only mass without the correction landing on a rejected child's token
+#     (zero at rho*, where the residual vanishes on every rejectable child; not at four_step's rho).
+class _MassWithoutCorrection(_SpecTrPlan):
+    def _children_mass(self, children):
+        mass, _ = self._trials(children)
+        return ((children[:, None] == children[None, :]) * mass).sum(axis=1)
+
+
+@dataclass(frozen=True)
+class SpecTrMassWithoutCorrection(SpecTr):
+    def _plan(self, p, q, k):
+        return _MassWithoutCorrection(self, p, q, k)
+
+
 # fault -> (broken verifier, the first check in test_mutants.CHECKS expected to catch it)
 MUTANTS = {
     "residual = p": (ResidualIsP(), "lossless k=2"),
@@ -257,4 +297,7 @@ MUTANTS = {
     "one-hot target not renormalised": (OneHotStale(), "lossless k=3"),  # the top-2 of Q hold a p = 0 token
     "greedy-draft tail tested against q": (GreedyDraftAgainstQ(), "lossless k=2"),
     "greedy follows the draft's argmax": (GreedyArgmaxOfQ(), "lossless k=2"),
+    "naive children mass without the residual": (NaiveMassWithoutResidual(), "children mass"),
+    "specinfer children mass per copy": (SpecInferMassPerCopy(), "children mass"),
+    "spectr children mass without the correction": (SpecTrMassWithoutCorrection(rho="four_step"), "children mass"),
 }

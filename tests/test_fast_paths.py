@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from simlab.distributions import residual
+from checks import applicable, check_children_mass
+from simlab import tree_verifiers, verifiers
+from simlab.distributions import inner, residual
 from simlab.drafting import hit_probability
+from simlab.pairs import MarkovPair
+from simlab.shapes import Delayed, chain, iid
+from simlab.tree_verifiers.base import TreeVerifier
+from simlab.trees import SPECULATIVE, NodeTable
 from simlab.verifiers import get
 from simlab.verifiers.khisti import _top_s
 from simlab.verifiers.spectr import _p_acc, optimal_rho
@@ -79,3 +87,107 @@ def test_top_s_matches_a_stable_sort():
         key = p - c * q
         expected = np.argsort(-key, kind="stable")[:5]
         assert _top_s(p, c, q, 5).tolist() == expected.tolist()
+
+
+# -- children-only branch mass, the shared single-child plan, prepared-once inputs (issue 16) -----
+
+
+
+NODE_VERIFIERS = [verifiers.get(n) for n in verifiers.names()] + [
+    verifiers.get("specinfer", order="fixed"), verifiers.get("spectr", rho="four_step"),
+    verifiers.get("khisti", mode="truncated", s=2)]
+EDGES = [
+    ([0.2, 0.3, 0.5], [0.2, 0.3, 0.5]), ([0.0, 1.0, 0.0, 0.0], [0.4, 0.3, 0.2, 0.1]),
+    ([0.4, 0.3, 0.2, 0.1], [0.0, 0.0, 1.0, 0.0]), ([0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.3, 0.7]),
+    ([0.3, 0.3, 0.4], [0.0, 0.5, 0.5]), ([1.0, 1e-300, 1e-300, 0.0], [0.5, 0.5, 1e-300, 1e-300]),
+    ([0.25, 0.25, 0.25, 0.25], [1.0, 1e-300, 1e-300, 1e-300]), ([0.4, 0.4, 0.2], [0.4, 0.2, 0.4]),  # ties
+]
+
+
+@st.composite
+def small_pairs(draw):
+    vocab = draw(st.integers(2, 6))
+    weight = st.one_of(st.just(0.0), st.floats(1e-3, 1.0))
+
+    def dist():
+        w = np.array(draw(st.lists(weight, min_size=vocab, max_size=vocab)))
+        if w.sum() == 0:
+            w[draw(st.integers(0, vocab - 1))] = 1.0
+        return w / w.sum()
+
+    return dist(), dist()
+
+
+@pytest.mark.parametrize("verifier", NODE_VERIFIERS, ids=lambda v: repr(v))
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_children_mass_equals_the_full_law_on_edge_cases(verifier, k):
+    for p, q in EDGES:
+        p, q = np.array(p), np.array(q)
+        if applicable(verifier, q, k, p):
+            check_children_mass(verifier, p, q, k)
+
+
+@pytest.mark.parametrize("verifier", NODE_VERIFIERS, ids=lambda v: repr(v))
+@settings(max_examples=40, deadline=None)
+@given(pq=small_pairs(), k=st.integers(1, 3))
+def test_children_mass_equals_the_full_law(verifier, pq, k):
+    p, q = pq
+    if applicable(verifier, q, k, p):
+        check_children_mass(verifier, p, q, k)
+
+
+def test_children_mass_at_a_large_vocabulary():
+    rng = np.random.default_rng(11)
+    p, q = rng.dirichlet(np.full(5000, 0.1)), rng.dirichlet(np.full(5000, 0.1))
+    for name in ("nss", "naive", "spectr", "specinfer"):
+        for k in (1, 2, 4):
+            plan = verifiers.get(name).prepare(p, q, k)
+            for _ in range(5):
+                x = rng.choice(p.size, size=k, p=q)
+                np.testing.assert_allclose(plan.children_mass(x), plan.output_distribution(x)[x], rtol=0, atol=1e-12)
+
+
+SPECULATIVE_AT_ONE = [v for v in NODE_VERIFIERS if v.speculative_at_one]
+
+
+def test_the_declared_speculative_verifiers():
+    assert {v.name for v in SPECULATIVE_AT_ONE} == {"naive", "spectr", "specinfer", "rrs_wor"}
+
+
+@pytest.mark.parametrize("verifier", SPECULATIVE_AT_ONE, ids=lambda v: repr(v))
+@settings(max_examples=40, deadline=None)
+@given(pq=small_pairs())
+def test_speculative_at_one_is_speculative_sampling(verifier, pq):
+    """What ``speculative_at_one`` declares: with one child the law is NaiveTree's, to 1e-12."""
+    p, q = pq
+    own, shared = verifier.prepare(p, q, 1), SPECULATIVE.prepare(p, q, 1)
+    for x in np.flatnonzero(q > 0):
+        np.testing.assert_allclose(own.output_distribution([x]), shared.output_distribution([x]), rtol=0, atol=1e-12)
+
+
+def test_single_child_nodes_share_one_plan():
+    table = NodeTable(MarkovPair.random(4, np.random.default_rng(2)), (0,))
+    plans = {table.plan(verifiers.get(n), (), 1) for n in ("naive", "spectr", "specinfer", "rrs_wor")}
+    assert len(plans) == 1 and table.plan(verifiers.get("nss"), (), 1) not in plans
+    assert table.plan(verifiers.get("spectr"), (), 2) is not table.plan(verifiers.get("specinfer"), (), 2)
+
+
+@pytest.mark.parametrize("name", ["nss", "naive", "spectr", "specinfer", "khisti", "naive_chain", "optimal"])
+@pytest.mark.parametrize("eos", [None, 1])
+def test_topdown_block_efficiency_from_children_mass_equals_the_outcome_law(name, eos):
+    """The fast E[tau + 1 | tree] (children masses only) against the outcome-law reference."""
+    base = MarkovPair.random(4, np.random.default_rng(5), concentration=0.6, closeness=0.4)
+    pair = MarkovPair(base.target, base.draft, eos_id=eos)
+    verifier = tree_verifiers.get(name)
+    rng = np.random.default_rng(6)
+    for shape in (chain(3), iid(3, 2), Delayed(3, 1, 2), Delayed(2, 2, 1)):
+        for _ in range(4):
+            tree = shape.sample(NodeTable(pair, (0,)), rng)
+            fast = verifier.expected_block_efficiency(tree)
+            reference = TreeVerifier.expected_block_efficiency(verifier, tree)
+            assert abs(fast - reference) <= 1e-12, (name, shape, fast, reference)
+
+
+def test_inner_equals_the_dot_product():
+    a, b = np.random.default_rng(3).random((2, 1000))
+    assert inner(a, b) == pytest.approx(float(np.dot(a, b)), rel=1e-14)

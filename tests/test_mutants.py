@@ -12,6 +12,7 @@ import pytest
 from checks import (
     applicable,
     check_acceptance,
+    check_children_mass,
     check_lossless,
     check_sampler_end_to_end,
     check_sampler_given_children,
@@ -40,6 +41,7 @@ CHECKS = [
     ("u = 0 boundary", check_zero_target_never_accepted),
     ("sampler vs law", lambda v: check_sampler_given_children(v, target(v), Q, children(v), seed=21)),
     ("sampler end to end", lambda v: check_sampler_end_to_end(v, target(v), Q, 3, seed=22)),
+    ("children mass", lambda v: check_children_mass(v, target(v), Q, 3)),
 ]
 
 

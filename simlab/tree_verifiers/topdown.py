@@ -84,7 +84,8 @@ class TopDown(TreeVerifier):
     def block_efficiency_by_depth(self, tree, depths):
         """One pass: cutting the tree does not change P(reach v) above the cut, so
         E[tau + 1 | cut at d] = 1 + sum of P(reach v) over nodes at depths 1..d.  With an EOS
-        id, nodes whose path holds an EOS add nothing (no token after an EOS is kept)."""
+        id, nodes whose path holds an EOS add nothing (no token after an EOS is kept).  Reads
+        only the children's branch masses (``NodePlan.children_mass``), never a V-vector per node."""
         self.check(tree)
         eos = tree.table.eos_id
         reach_at = np.zeros(tree.depth() + 1)
@@ -95,10 +96,18 @@ class TopDown(TreeVerifier):
             kids = self._children(tree, path)
             if not kids:
                 continue
-            law = self._plan(tree, path, kids).output_distribution(np.asarray(kids))
-            stack.extend((path + (t,), reach * law[t]) for t in dict.fromkeys(kids) if law[t] > 0.0 and t != eos)
+            mass = self._plan(tree, path, kids).children_mass(np.asarray(kids))
+            for t, j in _first_copies(kids):
+                if mass[j] > 0.0 and t != eos:
+                    stack.append((path + (t,), reach * mass[j]))
         cumulative = np.cumsum(reach_at)
         return np.array([cumulative[min(d, reach_at.size - 1)] for d in depths])
+
+    def expected_block_efficiency(self, tree):
+        """E[tau + 1 | tree] from the children's branch masses only (``block_efficiency_by_depth``
+        at the tree's depth; the outcome-law route of ``TreeVerifier`` is the reference, and
+        tests assert the two agree)."""
+        return float(self.block_efficiency_by_depth(tree, [tree.depth()])[0])
 
     def _verify(self, tree, rng):
         path = ()
@@ -110,3 +119,11 @@ class TopDown(TreeVerifier):
             if t not in kids:
                 return path, t
             path = path + (t,)
+
+
+def _first_copies(kids):
+    """(token, index of its first copy) for each distinct child, in order of first appearance."""
+    first: dict[int, int] = {}
+    for j, t in enumerate(kids):
+        first.setdefault(t, j)
+    return first.items()

@@ -21,7 +21,16 @@ A verifier is a small frozen dataclass (its options).  ``prepare(p, q, k)`` vali
 inputs and does the per-node work once (residual chains, SpecTr's rho*, Khisti's weights,
 the OT coupling), returning a ``NodePlan`` that answers for any children at that node.  The
 convenience methods ``output_distribution`` / ``acceptance_rate`` / ``sample`` prepare a
-plan and use it once.
+plan and use it once.  ``NodePlan.children_mass`` gives only the children's entries of B: O(k)
+after ``prepare`` for NSS, NaiveTree, SpecTr and SpecInfer (what block efficiency and labels
+read), the full law's entries for the others.
+
+Optional capabilities (class attributes, default off):
+
+* ``speculative_at_one``: with k = 1 the verifier's law is speculative sampling's (NaiveTree's),
+  so a tree computation shares one speculative-sampling plan across such verifiers
+  (``simlab.trees.NodeTable.plan``); declared by NaiveTree, SpecTr, SpecInfer, RRS without
+  replacement and checked by enumeration in the tests.
 """
 
 from __future__ import annotations
@@ -81,6 +90,11 @@ class NodePlan(abc.ABC):
             total += prob * law[np.unique(x)].sum()
         return float(total)
 
+    def _children_mass(self, children: np.ndarray) -> np.ndarray:
+        """B(children, children[j]) for validated children; float64 (k,).  Default: read from the
+        full law (plans with a closed form override it without building the V-vector)."""
+        return self._law(children)[children]
+
     # -- validated entry points ------------------------------------------------------------
     def check_children(self, children) -> np.ndarray:
         """Validate children against this node; return them as int64 (k,).
@@ -114,6 +128,17 @@ class NodePlan(abc.ABC):
         """Exact law of the output token given the ordered children; float64 (V,)."""
         return self._law(self.check_children(children))
 
+    def children_mass(self, children) -> np.ndarray:
+        """B(children, children[j]) = P(output = children[j] | children) for j = 1..k; float64 (k,)
+        (a repeated child gets its token's whole mass at every copy).  Equal to
+        ``output_distribution(children)[children]``; O(k) after ``prepare`` for NSS, NaiveTree,
+        SpecTr, SpecInfer.
+
+        Raises:
+            ValueError: as ``check_children``.
+        """
+        return self._children_mass(self.check_children(children))
+
     def sample(self, children, rng: np.random.Generator) -> int:
         """Run the verification algorithm once; returns the output token id."""
         if not isinstance(rng, np.random.Generator):
@@ -139,12 +164,15 @@ class NodeVerifier(abc.ABC):
         lossless_for: every drafting law for which sum_x Q(x) B(x, .) = p.
         needs_greedy_target: True when the verifier is lossless only for a one-hot target
             (temperature 0), whatever the drafting law.
+        speculative_at_one: optional capability: True when, with one child, the law is
+            speculative sampling's (the module docstring).
     """
 
     name: ClassVar[str]
     drafting: Drafting = Drafting.IID
     lossless_for: ClassVar[frozenset[Drafting]] = frozenset({Drafting.IID})
     needs_greedy_target: ClassVar[bool] = False
+    speculative_at_one: ClassVar[bool] = False
 
     def for_law(self, law: Drafting) -> "NodeVerifier":
         """The verifier to run at a node whose children were drawn by ``law`` (itself by
@@ -161,15 +189,20 @@ class NodeVerifier(abc.ABC):
     def _plan(self, p: np.ndarray, q: np.ndarray, k: int) -> NodePlan:
         """Per-node precomputation on validated inputs."""
 
-    def prepare(self, p, q, k: int, law: Drafting | None = None) -> NodePlan:
+    def prepare(self, p, q, k: int, law: Drafting | None = None, *, checked: bool = False) -> NodePlan:
         """Validate ``p``, ``q`` (shape (V,)) and ``k`` and precompute the node's plan for children
         drawn by ``law`` (default: the verifier's ``drafting``).
+
+        ``checked=True`` skips the validation of p and q for callers that already validated
+        them (``simlab.trees.NodeTable`` checks each node's p and q once when it fetches them):
+        they must be float64 (V,) arrays of one length that passed ``check_distribution``.
 
         Raises:
             ValueError: invalid probability vectors (see ``check_distribution``), lengths
                 that differ, k not a positive integer, or a law that is not a ``Drafting``.
         """
-        p, q = check_pair(p, q)
+        if not checked:
+            p, q = check_pair(p, q)
         plan = self._plan(p, q, check_k(k))
         if law is not None:
             if not isinstance(law, Drafting):

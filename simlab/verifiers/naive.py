@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simlab.distributions import inner
 from simlab.drafting import SAMPLED, Drafting, hit_probability
 from simlab.verifiers.base import NodePlan, NodeVerifier
 from simlab.verifiers.speculative import SingleDraft
@@ -26,13 +27,16 @@ class _NaivePlan(NodePlan):
     def _law(self, children):
         return self.single.law(children[0])
 
+    def _children_mass(self, children):
+        return self.single.mass_at(children[0], children)
+
     def _draw(self, children, rng):
         return self.single.draw(children[0], rng)
 
     def acceptance_rate(self) -> float:
         excess = np.maximum(self.p - self.q, 0.0)
         hit_others = hit_probability(self.q, self.k - 1)
-        return float(np.minimum(self.p, self.q).sum() + np.dot(excess, hit_others))
+        return float(np.minimum(self.p, self.q).sum() + inner(excess, hit_others))
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class Naive(NodeVerifier):
     """NaiveTree: speculative sampling on the first child; the residual may land on another child."""
 
     name = "naive"
+    speculative_at_one = True
     lossless_for = SAMPLED | {Drafting.REPEATED}  # only the first child is used, a draw from q under these laws
 
     def _plan(self, p, q, k):

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from simlab.distributions import sample_categorical
+from simlab.distributions import inner, sample_categorical
 from simlab.drafting import hit_probability
 from simlab.verifiers.base import ALL_LAWS
 from simlab.verifiers.base import NodePlan, NodeVerifier
@@ -22,11 +20,14 @@ class _NSSPlan(NodePlan):
     def _law(self, children):
         return self.p.copy()
 
+    def _children_mass(self, children):
+        return self.p[children]
+
     def _draw(self, children, rng):
         return sample_categorical(self.p, rng)
 
     def acceptance_rate(self) -> float:
-        return float(np.dot(self.p, hit_probability(self.q, self.k)))
+        return inner(self.p, hit_probability(self.q, self.k))
 
 
 @dataclass(frozen=True)

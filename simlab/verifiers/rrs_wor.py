@@ -60,6 +60,7 @@ class RRSWithoutReplacement(NodeVerifier):
 
     name = "rrs_wor"
     drafting = Drafting.WITHOUT_REPLACEMENT
+    speculative_at_one = True
     lossless_for = frozenset({Drafting.WITHOUT_REPLACEMENT})
 
     def _plan(self, p, q, k):

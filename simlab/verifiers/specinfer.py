@@ -13,6 +13,7 @@ never lands on a child); p_i is kept in closed form as norm((p - c_i q)_+).  Sou
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
@@ -34,7 +35,8 @@ class _SpecInferPlan(NodePlan):
 
     With Z_i = sum (p - c_i q)_+ (Z_0 = 1), induction gives norm((p_i - q)_+) =
     norm((p - (c_i + Z_i) q)_+) and TV(p_i, q) = Z_{i+1} / Z_i, so P(all k rejected) = Z_k.
-    Only k reductions and one final vector touch the whole vocabulary.
+    ``prepare`` makes k reductions over the vocabulary; the final vector is built only for a
+    full law or a draw (``children_mass`` reads p_k at the children in closed form).
     """
 
     def __init__(self, verifier, p, q, k):
@@ -54,9 +56,15 @@ class _SpecInferPlan(NodePlan):
             self.mass.append(z)
         if self.reject_all:
             self.reject_all = self.mass[-1]
-        self.final = buffer  # p_k, (V,)
-        _excess(p, q, self.scale[-1], buffer)
+
+    @cached_property
+    def final(self) -> np.ndarray:
+        """p_k = norm((p - c_k q)_+), float64 (V,): the law of the output when every child is
+        rejected; built on first use (``children_mass`` reads it at the children only)."""
+        buffer = np.empty_like(self.p)
+        _excess(self.p, self.q, self.scale[-1], buffer)
         buffer /= self.mass[-1]
+        return buffer
 
     def target_at(self, trial: int, tokens) -> np.ndarray:
         """p_trial(tokens) without materialising p_trial."""
@@ -68,33 +76,48 @@ class _SpecInferPlan(NodePlan):
         qx = self.q[children]
         return np.minimum(1.0, np.stack([self.target_at(i, children) for i in range(self.k)]) / qx)
 
-    def _law(self, children):
+    def _trials(self, children):
+        """(mass, reach): mass[j] = P(child j is the one accepted), float64 (k,) (a repeated token
+        shares its mass among its copies), and reach = P(every child rejected)."""
         accept = self._accept_matrix(children)
         k = self.k
-        out = np.zeros_like(self.p)
+        mass = np.zeros(k)
         if self.verifier.order == "fixed":
             reach = 1.0
-            for i, x in enumerate(children):
-                out[x] += reach * accept[i, i]
+            for i in range(k):
+                mass[i] = reach * accept[i, i]
                 reach *= 1.0 - accept[i, i]
-        else:
-            # reach[mask] = P(the children in `mask` remain, all others rejected).
-            reach_by_mask = np.zeros(1 << k)
-            reach_by_mask[(1 << k) - 1] = 1.0
-            for mask in sorted(range(1, 1 << k), key=lambda m: -m.bit_count()):
-                weight = reach_by_mask[mask]
-                if weight == 0.0:
-                    continue
-                remaining = mask.bit_count()
-                trial = k - remaining
-                for j in range(k):
-                    if mask >> j & 1:
-                        a = accept[trial, j]
-                        out[children[j]] += weight * a / remaining
-                        reach_by_mask[mask ^ (1 << j)] += weight * (1.0 - a) / remaining
-            reach = reach_by_mask[0]
+            return mass, reach
+        # reach[mask] = P(the children in `mask` remain, all others rejected).
+        reach_by_mask = np.zeros(1 << k)
+        reach_by_mask[(1 << k) - 1] = 1.0
+        for mask in sorted(range(1, 1 << k), key=lambda m: -m.bit_count()):
+            weight = reach_by_mask[mask]
+            if weight == 0.0:
+                continue
+            remaining = mask.bit_count()
+            trial = k - remaining
+            for j in range(k):
+                if mask >> j & 1:
+                    a = accept[trial, j]
+                    mass[j] += weight * a / remaining
+                    reach_by_mask[mask ^ (1 << j)] += weight * (1.0 - a) / remaining
+        return mass, reach_by_mask[0]
+
+    def _law(self, children):
+        mass, reach = self._trials(children)
+        out = np.zeros_like(self.p)
+        np.add.at(out, children, mass)
         if reach > 0.0:
             out += reach * self.final
+        return out
+
+    def _children_mass(self, children):
+        mass, reach = self._trials(children)
+        same = children[:, None] == children[None, :]
+        out = (same * mass).sum(axis=1)  # each token's mass summed over its copies
+        if reach > 0.0:
+            out += reach * self.target_at(self.k, children)
         return out
 
     def _draw(self, children, rng):
@@ -119,6 +142,7 @@ class SpecInfer(NodeVerifier):
     """
 
     name = "specinfer"
+    speculative_at_one = True
     order: Literal["random", "fixed"] = "random"
 
     def __post_init__(self):

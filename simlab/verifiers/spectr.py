@@ -12,10 +12,11 @@ alpha = p_acc + (1 - p_acc) sum_t res(t) (1 - (1 - r(t))^k), r = (q - p / rho*)_
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
-from simlab.distributions import residual, sample_categorical
+from simlab.distributions import inner, residual, sample_categorical
 from simlab.drafting import hit_probability
 from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw
 
@@ -105,32 +106,69 @@ def _p_acc_vec(beta: np.ndarray, k: int) -> np.ndarray:
 
 
 class _SpecTrPlan(NodePlan):
+    """rho, beta = sum min(q, p / rho), p_acc, c = p_acc / beta and the correction's mass
+    Z = sum (p - c min(q, p / rho))_+; the correction law norm((p - c min(q, p / rho))_+) is built
+    only for a full law or a draw (``children_mass`` reads it at the children in closed form)."""
+
     def __init__(self, verifier, p, q, k):
         super().__init__(verifier, p, q, k)
         self.rho = self._choose_rho()
-        self.matched = np.minimum(q, p / self.rho)  # min(q, p / rho)
-        self.beta = float(self.matched.sum())
+        buffer = self._matched()
+        self.beta = float(buffer.sum())
         self.p_acc = _p_acc(self.beta, k)
-        c = self.p_acc / self.beta if self.beta > 0 else float(k)
-        self.correction = residual(p, c * self.matched)
+        self.c = self.p_acc / self.beta if self.beta > 0 else float(k)
+        buffer *= self.c
+        np.subtract(p, buffer, out=buffer)
+        np.maximum(buffer, 0.0, out=buffer)
+        self.excess = float(buffer.sum())  # Z (0: a rejection of every child has probability 0)
 
     def _choose_rho(self) -> float:
         if self.verifier.rho == "four_step":
             return four_step_rho(self.p, self.q, self.k)
         return optimal_rho(self.p, self.q, self.k)
 
+    def _matched(self) -> np.ndarray:
+        """min(q, p / rho), float64 (V,), a new array."""
+        return np.minimum(self.q, self.p / self.rho)
+
+    @cached_property
+    def correction(self) -> np.ndarray:
+        """norm((p - c min(q, p / rho))_+), float64 (V,) (``simlab.distributions.residual``)."""
+        return residual(self.p, self.c * self._matched())
+
+    def _correction_at(self, tokens):
+        if self.excess > 0.0:
+            p = self.p[tokens]
+            return np.maximum(p - self.c * np.minimum(self.q[tokens], p / self.rho), 0.0) / self.excess
+        return self.p[tokens] / self.p.sum()
+
     def _accept_probabilities(self, children):
         return np.minimum(1.0, self.p[children] / (self.rho * self.q[children]))
 
-    def _law(self, children):
+    def _trials(self, children):
+        """(mass, reach): mass[j] = P(child j accepted, the first j rejected), float64 (k,), and
+        reach = P(every child rejected)."""
         b = self._accept_probabilities(children)
-        out = np.zeros_like(self.p)
+        mass = np.empty(self.k)
         reach = 1.0
-        for x, b_i in zip(children, b):
-            out[x] += reach * b_i
-            reach *= 1.0 - b_i
+        for j, b_j in enumerate(b):
+            mass[j] = reach * b_j
+            reach *= 1.0 - b_j
+        return mass, reach
+
+    def _law(self, children):
+        mass, reach = self._trials(children)
+        out = np.zeros_like(self.p)
+        np.add.at(out, children, mass)
         if reach > 0.0:
             out += reach * self.correction
+        return out
+
+    def _children_mass(self, children):
+        mass, reach = self._trials(children)
+        out = ((children[:, None] == children[None, :]) * mass).sum(axis=1)
+        if reach > 0.0:
+            out += reach * self._correction_at(children)
         return out
 
     def _draw(self, children, rng):
@@ -142,8 +180,8 @@ class _SpecTrPlan(NodePlan):
     def acceptance_rate(self) -> float:
         if self.beta >= 1.0:
             return 1.0
-        r = (self.q - self.matched) / (1.0 - self.beta)
-        return float(self.p_acc + (1.0 - self.p_acc) * np.dot(self.correction, hit_probability(r, self.k)))
+        r = (self.q - self._matched()) / (1.0 - self.beta)
+        return float(self.p_acc + (1.0 - self.p_acc) * inner(self.correction, hit_probability(r, self.k)))
 
 
 @dataclass(frozen=True)
@@ -156,6 +194,7 @@ class SpecTr(NodeVerifier):
     """
 
     name = "spectr"
+    speculative_at_one = True
     rho: str = "optimal"
 
     def __post_init__(self):

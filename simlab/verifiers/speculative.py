@@ -8,6 +8,8 @@ sum_x r(x) B(x, .) = p.  Source: Leviathan et al. 2023, Alg. 1; Chen et al. 2023
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 from simlab.distributions import residual, sample_categorical
@@ -23,12 +25,30 @@ def accept_probabilities(p_values, r_values) -> np.ndarray:
 
 
 class SingleDraft:
-    """Speculative sampling of target ``p`` against proposal ``r`` (both float64 (V,))."""
+    """Speculative sampling of target ``p`` against proposal ``r`` (both float64 (V,)).
+
+    Construction costs one reduction, the residual mass Z = sum (p - r)_+; the correction law
+    ``correction`` = norm((p - r)_+) is built on first use (``simlab.distributions.residual``),
+    and ``mass_at`` reads B(x, .) at a few tokens without it.
+    """
 
     def __init__(self, p: np.ndarray, r: np.ndarray):
         self.p = p
         self.r = r
-        self.correction = residual(p, r)
+        buffer = np.subtract(p, r)
+        np.maximum(buffer, 0.0, out=buffer)
+        self.excess = float(buffer.sum())  # Z; 0 when p <= r everywhere (then the correction is p)
+
+    @cached_property
+    def correction(self) -> np.ndarray:
+        """norm((p - r)_+), float64 (V,) (p itself when Z = 0, as ``residual``)."""
+        return residual(self.p, self.r)
+
+    def correction_at(self, tokens: np.ndarray) -> np.ndarray:
+        """correction[tokens] without building the correction law; float64 (len(tokens),)."""
+        if self.excess > 0.0:
+            return np.maximum(self.p[tokens] - self.r[tokens], 0.0) / self.excess
+        return self.p[tokens] / self.p.sum()
 
     def accept_probability(self, x: int) -> float:
         """a(x) = min(1, p(x) / r(x)); see ``accept_probabilities``."""
@@ -40,6 +60,11 @@ class SingleDraft:
         out = (1.0 - a) * self.correction
         out[x] += a
         return out
+
+    def mass_at(self, x: int, tokens: np.ndarray) -> np.ndarray:
+        """B(x, tokens) = law(x)[tokens] in O(len(tokens)); float64 (len(tokens),)."""
+        a = self.accept_probability(x)
+        return (1.0 - a) * self.correction_at(tokens) + a * (tokens == x)
 
     def draw(self, x: int, rng: np.random.Generator) -> int:
         """One run: accept x, or draw the correction token."""
