@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from simlab import tree_verifiers
-from simlab.efficiency import action_grid_block_efficiency
+from simlab.efficiency import action_grid_block_efficiency, draw_grid, grid_block_efficiency
 from simlab.shapes import Delayed
 from simlab.trees import DraftTree, NodeTable
 
@@ -81,4 +81,21 @@ def test_action_grid_labels_one_root(benchmark, name):
     pair = PrefetchedPair()
     action_grid_block_efficiency(pair, [5], name, samples=4, seed=0)  # warm-up: fetch every node once
     grid = benchmark.pedantic(action_grid_block_efficiency, args=(pair, [5], name), kwargs=dict(samples=4, seed=0), rounds=1, iterations=1)
+    assert len(grid) == 4 * 9 * 9
+
+
+@pytest.fixture(scope="module")
+def grid_drafts():
+    """One root's grid drafts (s = 4 per L1, K_max = 4, L2_max = 8) with every node's p, q fetched."""
+    table = NodeTable(PrefetchedPair(), [5])
+    return table, draw_grid(table, K_max=4, L1_values=range(9), L2_max=8, samples=4, rng=np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("name", ["specinfer", "spectr", "naive", "nss", "traversal"])
+def test_grid_labels_given_drafts(benchmark, grid_drafts, name):
+    """The 324 labels of one root from its drafts: drafting and model calls excluded (issue 16 target:
+    <= 0.15 s for SpecInfer and SpecTr, <= 0.5 s for Traversal, with 1 BLAS thread and by default)."""
+    table, drafts = grid_drafts
+    verifier = tree_verifiers.get(name)
+    grid = benchmark.pedantic(lambda: grid_block_efficiency(table.without_plans(), drafts, verifier), rounds=3, iterations=1)
     assert len(grid) == 4 * 9 * 9

@@ -31,24 +31,31 @@ def optimal_rho(p: np.ndarray, q: np.ndarray, k: int, tol: float = RHO_TOLERANCE
     """rho* = the smallest rho in [1, k] with p_acc(rho) <= rho beta(rho), by bisection to ``tol``.
 
     beta(rho) = (1/rho) sum_{p/q < rho} p + sum_{p/q >= rho} q is known exactly at the edges of
-    ``buckets`` equal buckets of [1, k] from two weighted bincounts of the ratios p/q; the
-    bracket edge found there is refined by bisection over the tokens of one bucket only, so
-    the vocabulary is scanned a fixed number of times.  Returns the upper end of the final
-    bracket, so the residual is always a valid law.
+    ``buckets`` equal buckets of [1, k] from two weighted bincounts of the ratios p/q in (1, k)
+    (the others add the same on all of [1, k]); the bracket edge found there is refined by
+    bisection over the tokens of one bucket only, so the vocabulary is scanned a fixed number
+    of times.  Returns the upper end of the final bracket, so the residual is always a valid law.
     """
     if k == 1:
         return 1.0
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = p / q  # inf where q = 0 < p, nan where p = q = 0: such tokens add 0 to beta
+    # Tokens with p/q <= 1 add p / rho to beta on all of [1, k], those with p/q >= k add q: two
+    # masked sums (products with the masks, no boolean indexing); only the tokens in between
+    # (usually a minority) are bucketed.
+    low_sum = inner(p, np.less_equal(ratio, 1.0).astype(np.float64))
+    high_sum = inner(q, np.greater_equal(ratio, float(k)).astype(np.float64))
+    between = np.flatnonzero((ratio > 1.0) & (ratio < k))
+    ratio, p, q = ratio[between], p[between], q[between]
     position = np.subtract(ratio, 1.0)
     position *= buckets / (k - 1.0)
-    np.fmax(position, -1.0, out=position)  # nan -> -1
-    np.minimum(position, float(buckets), out=position)
+    np.minimum(position, buckets - 1.0, out=position)
     np.floor(position, out=position)
     position += 1.0
-    index = position.astype(np.intp)  # 0: ratio < 1; b: ratio in [e_{b-1}, e_b); buckets+1: ratio >= k
-    p_by = np.bincount(index, weights=p, minlength=buckets + 2)
-    q_by = np.bincount(index, weights=q, minlength=buckets + 2)
+    index = position.astype(np.intp)  # b in 1..buckets: ratio in [e_{b-1}, e_b)
+    p_by = np.bincount(index, weights=p, minlength=buckets + 2).astype(np.float64, copy=False)  # int when empty
+    q_by = np.bincount(index, weights=q, minlength=buckets + 2).astype(np.float64, copy=False)
+    p_by[0], q_by[buckets + 1] = low_sum, high_sum  # bucket 0: ratio <= 1; bucket buckets + 1: ratio >= k
     edges = 1.0 + np.arange(buckets + 1) * ((k - 1.0) / buckets)  # e_0 = 1 .. e_B = k
     low_p = np.cumsum(p_by)[: buckets + 1]  # ratio < e_b
     high_q = q_by.sum() - np.cumsum(q_by)[: buckets + 1]  # ratio >= e_b
