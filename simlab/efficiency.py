@@ -194,7 +194,8 @@ def draw_grid(table: NodeTable, *, K_max: int = 4, L1_values=tuple(range(9)), L2
 
 
 def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifier, *, K_values=(1, 2, 3, 4),
-                          L2_values=tuple(range(9)), trunk_children: str = "shared") -> dict[tuple[int, int, int], Estimate]:
+                          L2_values=tuple(range(9)), trunk_children: str = "shared", engine: str = "numpy",
+                          device=None) -> dict[tuple[int, int, int], Estimate]:
     """E[tau + 1] of every action (K, L1, L2) from sampled grid drafts (DDTE's unbiased estimator).
 
     For each draft and each K, the tree of its first K branches is built once and cut at every
@@ -204,39 +205,62 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
     DDTE audit convention (each trunk node lists its child K times, ``Drafting.REPEATED``; a
     verifier refused there must be given with ``allow_lossy=True``).
 
+    ``engine="torch"``: every tree's children masses come from the batched torch engine
+    (``simlab.batched``, float64, on ``device``) in one pass per (node verifier, k) group
+    instead of node by node; for top-down verifiers whose node verifiers it implements (NSS,
+    NaiveTree, SpecInfer, SpecTr).  Equal to the numpy path to 1e-12 (tests).
+
     Returns:
         (K, L1, L2) -> ``Estimate`` (method ``"mc"``, tokens per step).
 
     Raises:
         ValueError: a K above the drafts' number of branches, an L2 above their length, an
-            unknown ``trunk_children``, or a pairing the verifier refuses.
+            unknown ``trunk_children`` or ``engine``, a verifier the torch engine does not
+            implement, or a pairing the verifier refuses.
     """
     if trunk_children not in ("shared", "per_path"):
         raise ValueError(f"trunk_children: must be 'shared' or 'per_path', got {trunk_children!r}")
+    if engine not in ("numpy", "torch"):
+        raise ValueError(f"engine: must be 'numpy' or 'torch', got {engine!r}")
     from simlab.shapes import Delayed
 
     verifier = _verifier(verifier)
+    if engine == "torch" and not isinstance(verifier, tree_verifiers.TopDown):
+        raise ValueError(f"engine: the torch engine serves top-down verifiers (nss, naive, spectr, specinfer), not {verifier.name}")
     by_L1: dict[int, list[GridDraft]] = {}
     for draft in drafts:
         by_L1.setdefault(draft.L1, []).append(draft)
-    out: dict[tuple[int, int, int], Estimate] = {}
+    trees: dict[tuple[int, int], list] = {}
     for L1, group in by_L1.items():
         widest = min(len(d.branches) for d in group)
         longest = min((len(b) for d in group for b in d.branches), default=0)
         if any(L2 > 0 and (K > widest or L2 > longest) for K in K_values for L2 in L2_values):
             raise ValueError(f"K_values, L2_values: the drafts at L1 = {L1} have {widest} branches of {longest} tokens")
         for K in K_values:
-            values = np.array([
-                verifier.block_efficiency_by_depth(
-                    Delayed.build(table, d.trunk, d.branches[:K], repeats=K if trunk_children == "per_path" else 1).fill(),
-                    [L1 + L2 for L2 in L2_values])
-                for d in group
-            ])
-            means = values.mean(axis=0)
-            n = len(group)
-            errors = values.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.full(len(L2_values), np.nan)
-            for j, L2 in enumerate(L2_values):
-                out[(K, L1, L2)] = Estimate(float(means[j]), float(errors[j]), "mc", n)
+            trees[(L1, K)] = [Delayed.build(table, d.trunk, d.branches[:K], repeats=K if trunk_children == "per_path" else 1).fill()
+                              for d in group]
+    if engine == "torch":
+        from simlab.batched import table_masses
+
+        for group in trees.values():
+            for tree in group:
+                verifier.check(tree)
+        masses = table_masses(table, [r for group in trees.values() for tree in group for r in verifier.mass_requests(tree)],
+                              device=device)
+
+        def by_depth(tree, depths):
+            requests = {path: node for path, node, _ in verifier.mass_requests(tree)}
+            return verifier.by_depth_from_masses(tree, depths, lambda path, kids: masses[(requests[path], path, tuple(kids))])
+    else:
+        by_depth = verifier.block_efficiency_by_depth
+    out: dict[tuple[int, int, int], Estimate] = {}
+    for (L1, K), group in trees.items():
+        values = np.array([by_depth(tree, [L1 + L2 for L2 in L2_values]) for tree in group])
+        means = values.mean(axis=0)
+        n = len(group)
+        errors = values.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.full(len(L2_values), np.nan)
+        for j, L2 in enumerate(L2_values):
+            out[(K, L1, L2)] = Estimate(float(means[j]), float(errors[j]), "mc", n)
     return out
 
 

@@ -87,6 +87,26 @@ class TopDown(TreeVerifier):
         id, nodes whose path holds an EOS add nothing (no token after an EOS is kept).  Reads
         only the children's branch masses (``NodePlan.children_mass``), never a V-vector per node."""
         self.check(tree)
+        return self.by_depth_from_masses(tree, depths, lambda path, kids: self._plan(tree, path, kids).children_mass(np.asarray(kids)))
+
+    def mass_requests(self, tree):
+        """What ``block_efficiency_by_depth`` asks of the node plans: (path, node verifier, children)
+        for every node with children, the node verifier being the one ``simlab.trees.NodeTable.plan``
+        prepares there (``for_law``, and the shared speculative-sampling plan for one child).  A
+        batched engine answers them all at once (``simlab.efficiency.grid_block_efficiency``)."""
+        from simlab.trees import SPECULATIVE
+
+        out = []
+        for path in tree.nodes():
+            kids = self._children(tree, path)
+            if kids:
+                node = self.node.for_law(tree.law(path))
+                out.append((path, SPECULATIVE if len(kids) == 1 and node.speculative_at_one else node, kids))
+        return out
+
+    def by_depth_from_masses(self, tree, depths, mass_of):
+        """``block_efficiency_by_depth`` with the children's masses given by ``mass_of(path, kids)``
+        (float64 (k,)); the caller has checked the pairing."""
         eos = tree.table.eos_id
         reach_at = np.zeros(tree.depth() + 1)
         stack = [((), 1.0)]
@@ -96,7 +116,7 @@ class TopDown(TreeVerifier):
             kids = self._children(tree, path)
             if not kids:
                 continue
-            mass = self._plan(tree, path, kids).children_mass(np.asarray(kids))
+            mass = mass_of(path, kids)
             for t, j in _first_copies(kids):
                 if mass[j] > 0.0 and t != eos:
                     stack.append((path + (t,), reach * mass[j]))

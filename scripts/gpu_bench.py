@@ -1,0 +1,164 @@
+"""Throughput of the exact core on a CUDA device beside the CPU (issue 16): node, tree and grid labels.
+
+    python scripts/gpu_bench.py                     # V = 32,000 and 128,000 on cuda (under 5 minutes on one H200)
+    python scripts/gpu_bench.py --dry-run           # tiny sizes on the CPU: checks the script runs (tests/test_gpu_bench.py)
+
+For each vocabulary size it prints, with the torch and CUDA versions and the thread count:
+
+* **node**: children's branch masses of k = 4 i.i.d. children per node, nodes per second, for
+  the numpy plans on the CPU (``prepare`` + ``children_mass``, one node at a time) and for the
+  batched engine (``simlab.batched.children_mass``) on the device, float64, p and q resident there;
+* **tree**: exact E[tau + 1 | tree] of delayed trees (4, 4, 4), trees per second, numpy on the CPU
+  and the engine's batched masses (every node of ``--trees`` trees in one call per k) on the device;
+* **grid**: one root's DDTE label grid (324 actions, s = 4 trees per L1), roots per second:
+  ``grid_block_efficiency`` on the CPU, and on the device the engine over the same requests
+  with rows resident there (the issue's target: >= 100 roots/s at V = 128,000 for SpecInfer).
+
+Labelled captures (``backends.capture --labels``) are not built yet, so their throughput is not
+measured here.  p and q are softmaxes of N(0, 3^2) logits (the draft's perturbed by N(0, 1.5^2)),
+drawn from a seeded torch Generator on the device.  Writes the table as JSON to ``--out`` when given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+VERIFIERS = ("nss", "naive", "specinfer", "spectr")
+
+
+def _rows(n, vocab, device, generator, dtype):
+    import torch
+
+    z = 3.0 * torch.randn(n, vocab, generator=generator, device=device, dtype=dtype)
+    P = torch.softmax(z, dim=1)
+    Q = torch.softmax(z + 1.5 * torch.randn(n, vocab, generator=generator, device=device, dtype=dtype), dim=1)
+    return P, Q
+
+
+def _children(Q, k, generator):
+    import torch
+
+    return torch.multinomial(Q.float(), k, replacement=True, generator=generator)
+
+
+def _timed(fn, sync, repeat):
+    fn()
+    sync()
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    sync()
+    return (time.perf_counter() - start) / repeat
+
+
+def bench(vocab: int, device: str, *, nodes: int, trees: int, repeat: int, cpu_nodes: int) -> list[dict]:
+    import torch
+
+    from simlab import batched, tree_verifiers, verifiers
+    from simlab.efficiency import draw_grid, grid_block_efficiency
+    from simlab.pairs import ContextFreePair
+    from simlab.shapes import Delayed
+    from simlab.trees import DraftTree, NodeTable
+
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    gen = torch.Generator(device=device).manual_seed(0)
+    rows = []
+    P, Q = _rows(nodes, vocab, device, gen, torch.float64)
+    X = _children(Q, 4, gen)
+    P_cpu, Q_cpu, X_cpu = P[:cpu_nodes].cpu().numpy(), Q[:cpu_nodes].cpu().numpy(), X[:cpu_nodes].cpu().numpy()
+    for name in VERIFIERS:
+        v = verifiers.get(name)
+        cpu = _timed(lambda: [v.prepare(p, q, 4, checked=True).children_mass(x) for p, q, x in zip(P_cpu, Q_cpu, X_cpu)], lambda: None, 1)
+        dev = _timed(lambda: batched.children_mass(v, P, Q, X), sync, repeat)
+        rows.append({"V": vocab, "level": "node", "verifier": name, "cpu_per_s": cpu_nodes / cpu, "device_per_s": nodes / dev})
+    # Trees and the grid: structures drawn on the CPU from a context-free pair at this V (its p, q
+    # rows are the device rows' first two), masses on the device from rows resident there.
+    pair = ContextFreePair(P[0].cpu().numpy(), Q[0].cpu().numpy())
+    tree_list = [Delayed(4, 4, 4).sample(NodeTable(pair, (0,)), np.random.default_rng(i)) for i in range(trees)]
+    grid_table = NodeTable(pair, (0,))
+    drafts = draw_grid(grid_table, K_max=4, L1_values=range(9), L2_max=8, samples=4, rng=np.random.default_rng(0))
+    for name in ("specinfer", "spectr"):
+        tv = tree_verifiers.get(name)
+        cpu_tree = _timed(lambda: [tv.expected_block_efficiency(DraftTree(t.table.without_plans(), t.children)) for t in tree_list],
+                          lambda: None, 1)  # every round without memoised plans
+        requests = [r for t in tree_list for r in tv.mass_requests(t)]
+        cpu_grid = _timed(lambda: grid_block_efficiency(grid_table.without_plans(), drafts, tv), lambda: None, 1)
+        grid_requests = [r for d in drafts for K in (1, 2, 3, 4)
+                         for r in tv.mass_requests(Delayed.build(grid_table, d.trunk, d.branches[:K]))]
+        rows.append({"V": vocab, "level": "tree", "verifier": name, "cpu_per_s": trees / cpu_tree,
+                     "device_per_s": 1.0 / _engine_time(requests, vocab, device, gen, sync, repeat) * trees})
+        rows.append({"V": vocab, "level": "grid", "verifier": name, "cpu_per_s": 1.0 / cpu_grid,
+                     "device_per_s": 1.0 / _engine_time(grid_requests, vocab, device, gen, sync, repeat)})
+    return rows
+
+
+def _engine_time(requests, vocab, device, gen, sync, repeat) -> float:
+    """Seconds for the engine to answer ``requests`` (grouped by (verifier, k)) with rows on the device."""
+    import torch
+
+    from simlab import batched
+
+    groups: dict = {}
+    for _, node, kids in requests:
+        groups.setdefault((node, len(kids)), []).append(kids)
+    batches = []
+    for (node, k), kids in groups.items():
+        P, Q = _rows(len(kids), vocab, device, gen, torch.float64)
+        batches.append((node, P, Q, _children(Q, k, gen)))
+
+    def run():
+        for node, P, Q, X in batches:
+            batched.children_mass(node, P, Q, X)
+
+    return _timed(run, sync, repeat)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/gpu_bench.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", help="torch device for the engine (default cuda)")
+    parser.add_argument("--vocab", type=int, nargs="+", default=[32_000, 128_000])
+    parser.add_argument("--nodes", type=int, default=2048, help="nodes per batched node call")
+    parser.add_argument("--trees", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU (V = 512, 16 nodes, 2 trees)")
+    parser.add_argument("--out", type=Path, help="write the rows as JSON here")
+    args = parser.parse_args(argv)
+    import torch
+
+    if args.dry_run:
+        args.device, args.vocab, args.nodes, args.trees, args.repeat = "cpu", [512], 16, 2, 1
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("scripts/gpu_bench.py: --device cuda but no CUDA device here (use --dry-run on a CPU)", file=sys.stderr)
+        return 2
+    if min(args.vocab) < 2 or args.nodes < 1 or args.trees < 1 or args.repeat < 1:
+        print("scripts/gpu_bench.py: --vocab, --nodes, --trees, --repeat must be positive (vocab >= 2)", file=sys.stderr)
+        return 2
+    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": args.device,
+           "device_name": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu",
+           "threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
+    print(" ".join(f"{k}={v}" for k, v in env.items()), flush=True)
+    rows = []
+    for vocab in args.vocab:
+        start = time.perf_counter()
+        rows += bench(vocab, args.device, nodes=args.nodes, trees=args.trees, repeat=args.repeat, cpu_nodes=min(args.nodes, 64))
+        print(f"V = {vocab}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    print(f"{'V':>7} {'level':<5} {'verifier':<10} {'cpu /s':>12} {'device /s':>12}")
+    for r in rows:
+        print(f"{r['V']:>7} {r['level']:<5} {r['verifier']:<10} {r['cpu_per_s']:>12.1f} {r['device_per_s']:>12.1f}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
+        tmp.replace(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

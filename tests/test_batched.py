@@ -1,0 +1,122 @@
+"""The batched torch engine equals the numpy plans (the reference) to 1e-12, float64, on CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simlab import batched, verifiers
+from simlab.drafting import child_tuples
+
+VARIANTS = [verifiers.get("nss"), verifiers.get("naive"), verifiers.get("specinfer"), verifiers.get("specinfer", order="fixed"),
+            verifiers.get("spectr"), verifiers.get("spectr", rho="four_step")]
+EDGES = [
+    ([0.2, 0.3, 0.5], [0.2, 0.3, 0.5]), ([0.0, 1.0, 0.0], [0.4, 0.3, 0.3]), ([0.4, 0.3, 0.3], [0.0, 0.0, 1.0]),
+    ([0.5, 0.5, 0.0], [0.0, 0.3, 0.7]), ([0.3, 0.3, 0.4], [0.0, 0.5, 0.5]), ([1.0, 1e-300, 0.0], [0.5, 0.5 - 1e-300, 1e-300]),
+    ([0.4, 0.4, 0.2], [0.4, 0.2, 0.4]),
+]
+
+
+def reference(verifier, rows_p, rows_q, rows_x):
+    return np.array([verifier.prepare(p, q, len(x)).children_mass(x) for p, q, x in zip(rows_p, rows_q, rows_x)])
+
+
+def engine(verifier, rows_p, rows_q, rows_x):
+    P, Q, X = torch.tensor(np.array(rows_p)), torch.tensor(np.array(rows_q)), torch.tensor(np.array(rows_x))
+    return batched.children_mass(verifier, P, Q, X).numpy()
+
+
+@pytest.mark.parametrize("verifier", VARIANTS, ids=repr)
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_edge_cases_every_child_tuple(verifier, k):
+    rows_p, rows_q, rows_x = [], [], []
+    for p, q in EDGES:
+        p, q = np.array(p), np.array(q)
+        for x in child_tuples(q, k, verifier.drafting)[0]:
+            rows_p.append(p), rows_q.append(q), rows_x.append(x)
+    np.testing.assert_allclose(engine(verifier, rows_p, rows_q, rows_x), reference(verifier, rows_p, rows_q, rows_x), rtol=0, atol=1e-12)
+
+
+@st.composite
+def batches(draw):
+    vocab, k, n = draw(st.integers(2, 7)), draw(st.integers(1, 4)), draw(st.integers(1, 6))
+    weight = st.one_of(st.just(0.0), st.floats(1e-4, 1.0))
+    rows = []
+    for _ in range(n):
+        w = [np.array(draw(st.lists(weight, min_size=vocab, max_size=vocab))) for _ in range(2)]
+        for v in w:
+            if v.sum() == 0:
+                v[draw(st.integers(0, vocab - 1))] = 1.0
+        p, q = w[0] / w[0].sum(), w[1] / w[1].sum()
+        support = np.flatnonzero(q > 0)
+        x = np.array([support[draw(st.integers(0, support.size - 1))] for _ in range(k)])
+        rows.append((p, q, x))
+    return [list(c) for c in zip(*rows)]
+
+
+@pytest.mark.parametrize("verifier", VARIANTS, ids=repr)
+@settings(max_examples=60, deadline=None)
+@given(batch=batches())
+def test_random_batches(verifier, batch):
+    np.testing.assert_allclose(engine(verifier, *batch), reference(verifier, *batch), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("verifier", VARIANTS, ids=repr)
+def test_a_large_vocabulary(verifier):
+    rng = np.random.default_rng(3)
+    rows = [[], [], []]
+    for _ in range(6):
+        p, q = rng.dirichlet(np.full(20_000, 0.05)), rng.dirichlet(np.full(20_000, 0.05))
+        rows[0].append(p), rows[1].append(q), rows[2].append(rng.choice(p.size, size=4, p=q))
+    np.testing.assert_allclose(engine(verifier, *rows), reference(verifier, *rows), rtol=0, atol=1e-12)
+
+
+def test_bad_input_names_the_argument():
+    P = torch.full((2, 3), 1 / 3, dtype=torch.float64)
+    X = torch.zeros((2, 2), dtype=torch.int64)
+    with pytest.raises(ValueError, match="verifier"):
+        batched.children_mass(verifiers.get("khisti"), P, P, X)
+    with pytest.raises(ValueError, match="X"):
+        batched.children_mass(verifiers.get("nss"), P, P, X + 3)
+    with pytest.raises(ValueError, match="P, Q"):
+        batched.children_mass(verifiers.get("nss"), P, P.float(), X)
+    with pytest.raises(ValueError, match="X"):
+        batched.children_mass(verifiers.get("nss"), P, P, X[:1])
+
+
+@pytest.mark.parametrize("name", ["nss", "naive", "spectr", "specinfer", "naive_chain"])
+@pytest.mark.parametrize("trunk_children", ["shared", "per_path"])
+def test_grid_labels_from_the_torch_engine_equal_the_numpy_path(name, trunk_children):
+    from simlab import tree_verifiers
+    from simlab.efficiency import draw_grid, grid_block_efficiency
+    from simlab.pairs import MarkovPair
+    from simlab.trees import NodeTable
+
+    pair = MarkovPair.random(12, np.random.default_rng(4), concentration=0.5, closeness=0.5)
+    table = NodeTable(pair, (1, 2))
+    drafts = draw_grid(table, K_max=3, L1_values=(0, 1, 3), L2_max=3, samples=3, rng=np.random.default_rng(5))
+    verifier = tree_verifiers.get(name, allow_lossy=trunk_children == "per_path")
+    kwargs = dict(K_values=(1, 2, 3), L2_values=(0, 1, 2, 3), trunk_children=trunk_children)
+    fast = grid_block_efficiency(table, drafts, verifier, engine="torch", **kwargs)
+    plain = grid_block_efficiency(table, drafts, verifier, **kwargs)
+    assert fast.keys() == plain.keys()
+    for key in plain:
+        assert abs(fast[key].mean - plain[key].mean) <= 1e-12, key
+        assert fast[key].stderr == pytest.approx(plain[key].stderr, abs=1e-12, nan_ok=True)
+
+
+def test_the_torch_grid_refuses_what_it_cannot_compute():
+    from simlab.efficiency import draw_grid, grid_block_efficiency
+    from simlab.pairs import MarkovPair
+    from simlab.trees import NodeTable
+
+    table = NodeTable(MarkovPair.random(5, np.random.default_rng(1)), (0,))
+    drafts = draw_grid(table, K_max=2, L1_values=(1,), L2_max=1, samples=1, rng=np.random.default_rng(0))
+    for name in ("traversal", "khisti"):
+        with pytest.raises(ValueError, match="verifier|engine"):
+            grid_block_efficiency(table, drafts, name, K_values=(1, 2), L2_values=(0, 1), engine="torch")
+    with pytest.raises(ValueError, match="engine"):
+        grid_block_efficiency(table, drafts, "nss", K_values=(1, 2), L2_values=(0, 1), engine="cupy")

@@ -1,0 +1,37 @@
+"""scripts/gpu_bench.py runs end to end in its CPU dry run and refuses a missing CUDA device."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_bench.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("gpu_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dry_run_writes_every_level(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert load().main(["--dry-run", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["environment"]["torch"] == torch.__version__
+    levels = {(r["level"], r["verifier"]) for r in data["rows"]}
+    assert {("node", v) for v in ("nss", "naive", "specinfer", "spectr")} <= levels
+    assert {("tree", "specinfer"), ("grid", "specinfer"), ("grid", "spectr")} <= levels
+    assert all(r["cpu_per_s"] > 0 and r["device_per_s"] > 0 for r in data["rows"])
+    assert "device /s" in capsys.readouterr().out
+
+
+def test_cuda_missing_exits_2(tmp_path):
+    if torch.cuda.is_available():
+        return
+    assert load().main(["--device", "cuda", "--out", str(tmp_path / "x.json")]) == 2
+    assert not (tmp_path / "x.json").exists()
