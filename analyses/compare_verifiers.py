@@ -34,7 +34,8 @@ import numpy as np
 import polars as pl
 
 from analyses.grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
-from analyses.labels import CHAIN_VERIFIERS, DDTE_VERIFIERS, PAPER_NAMES, grid_of, label_all
+from analyses.labels import DDTE_VERIFIERS, PAPER_NAMES, grid_of, label_all
+from simlab.labels import CHAIN_VERIFIERS
 from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, name_list, parquet_writer, prepare_out, print_table, run_tool
 from simlab import tree_verifiers
 from simlab.latency import LatencyModel

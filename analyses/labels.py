@@ -12,17 +12,14 @@ length (``simlab.latency``).  These rows are the labels of the neural selector (
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from backends.synthetic.base import seeded_rng
 from simlab import tree_verifiers
-from simlab.efficiency import draw_grid, grid_block_efficiency
+from simlab.efficiency import draw_grid
+from simlab.labels import grid_labels, verifier_Ks
 from simlab.latency import LatencyModel
 from simlab.trees import NodeTable
-
-CHAIN_VERIFIERS = ("naive_chain", "bv")
-"""Verifiers of one path: for them only K = 1 is valued (wider trees cost more, gain nothing)."""
 
 DDTE_VERIFIERS = ("nss", "naive_chain", "khisti", "naive", "spectr", "bv", "specinfer", "traversal")
 """DDTE Tables 2-3 in order: NSS, Naive, Khisti, NaiveTree, SpecTr, BV, SpecInfer, Traversal."""
@@ -71,17 +68,6 @@ def root_drafts(root, grid: Grid, seed: int, key: int):
                             samples=grid.samples, rng=rng)
 
 
-def _halves(drafts):
-    """Split drafts by their sample index within each L1 (first half, second half)."""
-    seen: dict[int, int] = {}
-    first, second = [], []
-    for d in drafts:
-        n = seen.get(d.L1, 0)
-        seen[d.L1] = n + 1
-        (first if n % 2 == 0 else second).append(d)
-    return first, second or first
-
-
 def label_root(root, verifiers, grid: Grid, latency: LatencyModel, *, seed: int = 0, key: int = 0) -> list[dict]:
     """One row per (verifier, action) at ``root``: E, its standard error, E_select, E_holdout, T-hat.
 
@@ -98,22 +84,20 @@ def label_root(root, verifiers, grid: Grid, latency: LatencyModel, *, seed: int 
             for name, (K, L1, L2), E, se, E_select, E_holdout in values]
 
 
-def _verifier_Ks(name: str, grid: Grid) -> tuple[int, ...]:
-    return (1,) if name in CHAIN_VERIFIERS else grid.K_values
-
-
 def _estimated_values(root, verifiers, grid: Grid, seed: int, key: int):
-    """Yield (verifier, action, E, se, E_select, E_holdout) from the two halves of the drafts."""
+    """Yield (verifier, action, E, se, E_select, E_holdout) from the two halves of the drafts
+    (``simlab.labels.grid_labels``), or the labels a ``--labels`` capture stored for this root
+    when they cover every verifier and action asked for (the same function computed them)."""
+    if root.labels is not None:
+        wanted = [(name, (K, L1, L2)) for name in verifiers for L1 in grid.L1_values for K in verifier_Ks(name, grid.K_values)
+                  for L2 in grid.L2_values]  # grid_labels' order
+        if all((name, *a) in root.labels for name, a in wanted):
+            for name, a in wanted:
+                yield (name, a, *root.labels[(name, *a)])
+            return
     table, drafts = root_drafts(root, grid, seed, key)
-    first, second = _halves(drafts)
-    for name in verifiers:
-        verifier, Ks = tree_verifiers.get(name), _verifier_Ks(name, grid)
-        a = grid_block_efficiency(table, first, verifier, K_values=Ks, L2_values=grid.L2_values)
-        b = grid_block_efficiency(table, second, verifier, K_values=Ks, L2_values=grid.L2_values) if second is not first else a
-        for action, est in a.items():
-            other = b[action]
-            se = math.sqrt(est.stderr ** 2 + other.stderr ** 2) / 2 if second is not first else est.stderr
-            yield name, action, (est.mean + other.mean) / 2, se, est.mean, other.mean
+    for row in grid_labels(table, drafts, verifiers, K_values=grid.K_values, L2_values=grid.L2_values):
+        yield row["verifier"], (row["K"], row["L1"], row["L2"]), row["E"], row["E_se"], row["E_select"], row["E_holdout"]
 
 
 def _exact_values(root, verifiers, grid: Grid):
@@ -124,7 +108,7 @@ def _exact_values(root, verifiers, grid: Grid):
 
     for name in verifiers:
         verifier = tree_verifiers.get(name)
-        for K in _verifier_Ks(name, grid):
+        for K in verifier_Ks(name, grid.K_values):
             for L1 in grid.L1_values:
                 for L2 in grid.L2_values:
                     E = expected_block_efficiency(root.pair, root.context, Delayed(K, L1, L2), verifier, method="exact").mean

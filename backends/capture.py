@@ -10,7 +10,11 @@ both models' logits are kept and ``CapturedPair`` replays p and q bit for bit.
 ``--shape grid`` captures the trees behind the action-grid studies (``compare_verifiers``,
 ``train_selector``): at each root, ``--samples`` trees ``Delayed(width, L1, depth)`` for every
 L1 in 0..depth (``simlab.efficiency.draw_grid``); the node rows then cover the union of their
-nodes, once each.
+nodes, once each.  ``--labels specinfer,spectr,...`` also values every action of the grid
+{1..width} x {0..depth}^2 for those verifiers while p and q are in memory
+(``simlab.labels.grid_labels``, the studies' own label function) and stores the labels
+(``labels-r*.parquet``) beside the per-node summaries, so a capture without ``--full`` (no
+logits: about 1 GB per root at V = 128,000) still carries everything the selector needs.
 
 Resumable: a killed run (even SIGKILL) rerun with the same command skips the roots whose shard
 exists and produces no duplicate and no missing rows, because every root is seeded by
@@ -31,10 +35,12 @@ import numpy as np
 from tqdm import tqdm
 
 from backends import capture_store as store
-from backends.cli import ToolParser, check_flags, fail_from, prepare_out, slow_step
+from backends.cli import ToolParser, check_flags, fail_from, name_list, prepare_out, slow_step
 from backends.roots import prompt_roots, read_prompts
 from backends.synthetic.base import seeded_rng
+from simlab import tree_verifiers
 from simlab.efficiency import draw_grid
+from simlab.labels import grid_labels
 from simlab.measures import node_divergences
 from simlab.shapes import Delayed
 from simlab.trees import DraftTree, NodeTable
@@ -50,8 +56,8 @@ def multiplicity(tree, path) -> int:
 
 def capture_root(pair, settings: store.CaptureSettings, root_id: int, prompt_index: int, context: tuple[int, ...],
                  max_batch: int):
-    """(rows, logits or None, drafts or None) for one root: draw its tree, evaluate every node once
-    (``max_batch`` tree tokens per forward)."""
+    """(rows, logits or None, drafts or None, labels or None) for one root: draw its tree, evaluate
+    every node once (``max_batch`` tree tokens per forward), and with ``--labels`` value the grid."""
     rng = seeded_rng(settings.seed, 1, root_id)
     drafts = None
     if settings.shape == "grid":
@@ -63,6 +69,13 @@ def capture_root(pair, settings: store.CaptureSettings, root_id: int, prompt_ind
     nodes = tree.nodes()
     logits_p, logits_q = pair.node_logits(context, nodes, max_batch=max_batch)
     p_rows, q_rows = pair.settings.probabilities(logits_p), pair.settings.probabilities(logits_q)
+    labels = None
+    if settings.labels:
+        table = NodeTable(pair, context)
+        table.add(nodes, p_rows, q_rows)  # the rows --full stores, so labels replay equal
+        labels = [{"root": root_id, "prompt": prompt_index, **row}
+                  for row in grid_labels(table, drafts, settings.labels.split(","), K_values=range(1, settings.width + 1),
+                                         L2_values=range(settings.depth + 1))]
     top = settings.store_top
     rows = []
     for i, path in enumerate(nodes):
@@ -77,7 +90,7 @@ def capture_root(pair, settings: store.CaptureSettings, root_id: int, prompt_ind
             "p_top_ids": order_p.tolist(), "p_top_probs": p[order_p].tolist(),
             "q_top_ids": order_q.tolist(), "q_top_probs": q[order_q].tolist(),
         })
-    return rows, ((logits_p, logits_q) if settings.full else None), drafts
+    return rows, ((logits_p, logits_q) if settings.full else None), drafts, labels
 
 
 def union_tree(drafts) -> DraftTree:
@@ -119,7 +132,7 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
     for root_id, prompt_index, context in tqdm(todo, desc="roots", unit="root", file=sys.stderr, disable=quiet):
         while True:
             try:
-                rows, logits, drafts = capture_root(pair, settings, root_id, prompt_index, context, max_batch)
+                rows, logits, drafts, labels = capture_root(pair, settings, root_id, prompt_index, context, max_batch)
                 break
             except oom_errors():
                 if max_batch == 1:
@@ -131,6 +144,8 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
             store.save_logits(store.logits_path(out, root_id), *logits)
         if drafts is not None:
             store.save_drafts(out, root_id, prompt_index, context, drafts)
+        if labels is not None:
+            store.save_labels(out, root_id, labels)
         store.save_nodes(out, root_id, rows)
         done += 1
     return done
@@ -164,6 +179,8 @@ def parse_args(argv) -> tuple[store.CaptureSettings, str, str, bool]:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     parser.add_argument("--store-top", type=int, default=8, help="top ids and probabilities stored per node")
     parser.add_argument("--full", action="store_true", help="also store float32 logits of every node (replayable)")
+    parser.add_argument("--labels", default="", help="--shape grid: label every root's grid at capture time for these "
+                        "verifiers (comma-separated; simlab.labels.grid_labels), stored beside the node summaries")
     parser.add_argument("--seed", type=int, default=0, help="seed of the continuations and the trees")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no progress lines")
     args = parser.parse_args(argv)
@@ -173,10 +190,15 @@ def parse_args(argv) -> tuple[store.CaptureSettings, str, str, bool]:
         (args.store_top >= 1, "--store-top: must be >= 1"), (args.samples >= 1, "--samples: must be >= 1"),
         (not {"samples"} & parser.given or args.shape == "grid", "--samples: only --shape grid draws several trees per root"),
         (not {"trunk"} & parser.given or args.shape == "delayed", "--trunk: only --shape delayed has a trunk"),
+        (not args.labels or args.shape == "grid", "--labels: only --shape grid has a label grid"),
     ])
+    try:
+        args.labels = ",".join(name_list(args.labels, "--labels", tree_verifiers.names())) if args.labels else ""
+    except ValueError as exc:
+        fail_from(PROG, exc, parser)
     settings = store.CaptureSettings(args.target, args.draft, args.prompts, args.roots_per_prompt, args.spacing, args.shape,
                                      args.width, args.depth, args.trunk, args.temperature, args.top_p, args.top_k, args.dtype,
-                                     args.store_top, args.full, args.seed, samples=args.samples)
+                                     args.store_top, args.full, args.seed, samples=args.samples, labels=args.labels)
     try:
         settings.sampling()
         settings.placement()

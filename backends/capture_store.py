@@ -64,6 +64,7 @@ class CaptureSettings:
     seed: int = 0
     prompts_sha256: str = ""  # of the prompt texts; the prompts path itself may differ on resume
     samples: int = 4  # --shape grid: draws per L1
+    labels: str = ""  # --shape grid --labels: comma-separated verifiers labelled at capture time
 
     def tree_shape(self) -> Delayed:
         return named_shape(self.shape, self.width, self.depth, self.trunk)
@@ -104,6 +105,10 @@ def drafts_path(out: Path, root: int) -> Path:
     return Path(out) / f"drafts-r{root:06d}.parquet"
 
 
+def labels_path(out: Path, root: int) -> Path:
+    return Path(out) / f"labels-r{root:06d}.parquet"
+
+
 def logits_path(out: Path, root: int) -> Path:
     return Path(out) / f"logits-r{root:06d}.npz"
 
@@ -116,6 +121,11 @@ def save_settings(out: Path, settings: CaptureSettings) -> None:
 def save_nodes(out: Path, root: int, rows: list[dict]) -> None:
     """The node shard of one root (written last: it marks the root as done)."""
     write_parquet(pl.DataFrame(rows), shard_path(out, root))
+
+
+def save_labels(out: Path, root: int, rows: list[dict]) -> None:
+    """The grid labels of one root (``simlab.labels.grid_labels`` rows with root and prompt)."""
+    write_parquet(pl.DataFrame(rows), labels_path(out, root))
 
 
 def save_drafts(out: Path, root: int, prompt: int, context, drafts) -> None:
@@ -217,6 +227,26 @@ def read_grid_drafts(folder):
         drafts = tuple(GridDraft(int(L1), tuple(trunk), tuple(tuple(b) for b in branches))
                        for L1, trunk, branches in table.select("L1", "trunk", "branches").iter_rows())
         yield int(table["root"][0]), int(table["prompt"][0]), tuple(table["root_context"][0].to_list()), drafts
+
+
+def read_labels(folder) -> pl.LazyFrame:
+    """The grid labels of every completed root of a ``--labels`` capture, scanned lazily from the
+    per-root shards (columns root, prompt and ``simlab.labels.LABEL_COLUMNS``).
+
+    Raises:
+        ValueError: ``capture: ...`` for a capture made without ``--labels``, or a completed root
+            without its labels file.
+    """
+    stored = load_settings(folder)
+    if not stored.labels:
+        raise ValueError(f"capture: {str(folder)!r} was captured without --labels")
+    files = [labels_path(folder, r) for r in completed_roots(folder)]
+    missing = [f for f in files if not f.exists()]
+    if missing:
+        raise ValueError(f"capture: {str(folder)!r} is damaged ({missing[0].name} is missing)")
+    if not files:
+        raise ValueError(f"capture: no capture shards in {str(folder)!r}")
+    return pl.scan_parquet([str(f) for f in files])
 
 
 def read_logits(folder, root: int) -> tuple[np.ndarray, np.ndarray]:

@@ -63,9 +63,23 @@ class NodeTable:
             p, q = self.pair.node_distributions(self.context, missing)
         else:
             p, q = self.pair.distributions([self.context + pth for pth in missing])
-        for i, pth in enumerate(missing):
-            self._p[pth] = check_distribution(p[i], f"p at node {pth}", size=self.vocab_size)
-            self._q[pth] = check_distribution(q[i], f"q at node {pth}", size=self.vocab_size)
+        self.add(missing, p, q)
+
+    def add(self, paths: Sequence[Path], p, q) -> None:
+        """Record p and q rows (shape (len(paths), V)) that the caller evaluated itself, for example a
+        capture's one tree-attention forward over every node; each row is validated once here.
+
+        Raises:
+            ValueError: a row that is not a distribution over V tokens, or a path already known
+                with other values.
+        """
+        for i, pth in enumerate(paths):
+            pth = tuple(pth)
+            row_p = check_distribution(p[i], f"p at node {pth}", size=self.vocab_size)
+            row_q = check_distribution(q[i], f"q at node {pth}", size=self.vocab_size)
+            if pth in self._p and not (np.array_equal(self._p[pth], row_p) and np.array_equal(self._q[pth], row_q)):
+                raise ValueError(f"paths: node {pth} is already known with other p, q")
+            self._p[pth], self._q[pth] = row_p, row_q
 
     def untempered(self) -> "NodeTable":
         """A table of the same root under the untempered settings (T = 1, no top-p or top-k): what

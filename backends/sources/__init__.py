@@ -48,6 +48,8 @@ class Root:
             draws per root).
         drafts: grid drafts replayed from a grid capture, else None.
         tree: the child lists of a captured tree (``backends.capture_store.captured_tree``), else None.
+        labels: grid labels computed at capture time (``backends.capture --labels``):
+            (verifier, K, L1, L2) -> (E, E_se, E_select, E_holdout), else None.
         prompt_length: tokens of the trajectory's prompt (real models: the encoded prompt), or
             None where the whole root context counts as the prompt (synthetic worlds).
     """
@@ -60,6 +62,7 @@ class Root:
     rng: np.random.Generator | None = None
     drafts: tuple[GridDraft, ...] | None = None
     tree: dict | None = None
+    labels: dict | None = None
     prompt_length: int | None = None
 
 

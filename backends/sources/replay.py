@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from backends import capture_store as store
 from backends.sources import Root, register_source, slug
+from simlab.labels import LABEL_COLUMNS
 from simlab.sampling import SamplingSettings
 
 
@@ -101,7 +102,12 @@ class CaptureSource:
         name = settings.name
         if name not in self.captures:
             raise ValueError(f"settings: no capture holds the setting {name}")
-        folder, _ = self.captures[name]
+        folder, stored = self.captures[name]
         pair = store.CapturedPair(folder, roots=[e[0] for e in self.entries[name]])
+        labels: dict[int, dict] = {}
+        if self.grid and stored.labels:
+            table = store.read_labels(folder).select("root", *LABEL_COLUMNS).collect()
+            for root, verifier, K, L1, L2, *values in table.iter_rows():
+                labels.setdefault(root, {})[(verifier, K, L1, L2)] = tuple(values)
         for root, prompt, context, drafts, tree in self.entries[name]:
-            yield Root(name, prompt, root, context, pair, drafts=drafts, tree=tree)
+            yield Root(name, prompt, root, context, pair, drafts=drafts, tree=tree, labels=labels.get(root))

@@ -1,0 +1,72 @@
+"""Grid labels at one root: E[tau + 1] of every delayed-tree action from sampled grid drafts.
+
+The values behind DDTE's selector labels (DDTE Sec. 6): for each verifier and action a = (K, L1,
+L2), DDTE's unbiased estimator over the ``samples`` drafts of its L1
+(``simlab.efficiency.grid_block_efficiency``).  The drafts are split in two halves by sample
+index, so a study can choose an action on one half (``E_select``) and report it on the other
+(``E_holdout``) without the winner's curse; ``E`` is the mean of both and ``E_se`` its standard
+error.  Computed by the studies (``analyses.labels``) and at capture time
+(``backends.capture --labels``) with this one function, so both give the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+
+from simlab import tree_verifiers
+from simlab.batched import SUPPORTED
+from simlab.efficiency import GridDraft, grid_block_efficiency
+from simlab.trees import NodeTable
+
+CHAIN_VERIFIERS = ("naive_chain", "bv")
+"""Verifiers of one path: for them only K = 1 is valued (wider trees cost more, gain nothing)."""
+
+LABEL_COLUMNS = ("verifier", "K", "L1", "L2", "E", "E_se", "E_select", "E_holdout")
+"""The columns of a label row (``grid_labels``)."""
+
+
+def verifier_Ks(name: str, K_values: Sequence[int]) -> tuple[int, ...]:
+    """The K values a verifier is labelled at: (1,) for the single-path verifiers, else ``K_values``."""
+    return (1,) if name in CHAIN_VERIFIERS else tuple(K_values)
+
+
+def halves(drafts: Sequence[GridDraft]) -> tuple[list[GridDraft], list[GridDraft]]:
+    """Split drafts by their sample index within each L1: (even indices, odd indices); with one
+    draft per L1 the second half is the first."""
+    seen: dict[int, int] = {}
+    first, second = [], []
+    for d in drafts:
+        n = seen.get(d.L1, 0)
+        seen[d.L1] = n + 1
+        (first if n % 2 == 0 else second).append(d)
+    return first, second or first
+
+
+def grid_labels(table: NodeTable, drafts: Sequence[GridDraft], verifiers: Sequence[str], *, K_values=(1, 2, 3, 4),
+                L2_values=tuple(range(9)), engine: str = "numpy", device=None) -> Iterator[dict]:
+    """One row per (verifier, action): verifier, K, L1, L2, E, E_se, E_select, E_holdout (tokens per step).
+
+    Args:
+        table: p and q at the drafts' nodes (the root's ``NodeTable``).
+        drafts: the root's grid drafts (``simlab.efficiency.draw_grid``), ``samples`` per L1.
+        verifiers: tree-verifier names; single-path ones get K = 1 only (``CHAIN_VERIFIERS``).
+        K_values, L2_values: the grid's K and L2 axes (its L1 axis is the drafts' L1 values).
+        engine, device: as ``grid_block_efficiency``; with ``"torch"`` the verifiers the batched
+            engine implements use it (``simlab.batched.SUPPORTED``), the others the numpy path.
+
+    Raises:
+        ValueError: as ``grid_block_efficiency``.
+    """
+    first, second = halves(drafts)
+    for name in verifiers:
+        verifier, Ks = tree_verifiers.get(name), verifier_Ks(name, K_values)
+        served = isinstance(verifier, tree_verifiers.TopDown) and verifier.node.name in SUPPORTED
+        options = dict(K_values=Ks, L2_values=L2_values, engine=engine if served else "numpy", device=device)
+        a = grid_block_efficiency(table, first, verifier, **options)
+        b = grid_block_efficiency(table, second, verifier, **options) if second is not first else a
+        for (K, L1, L2), est in a.items():
+            other = b[(K, L1, L2)]
+            se = math.sqrt(est.stderr ** 2 + other.stderr ** 2) / 2 if second is not first else est.stderr
+            yield {"verifier": name, "K": K, "L1": L1, "L2": L2, "E": (est.mean + other.mean) / 2, "E_se": se,
+                   "E_select": est.mean, "E_holdout": other.mean}

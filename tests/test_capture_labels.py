@@ -1,0 +1,119 @@
+"""Labelled grid captures (``backends.capture --labels``): labels equal those replayed from the
+same capture's full logits, resume after SIGKILL to identical bytes, shard over ranks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from backends.capture import main
+from backends.capture_store import read_capture, read_labels
+from backends.sources.replay import CaptureSource
+from simlab.labels import grid_labels
+from simlab.trees import NodeTable
+
+SHIPPED = Path(__file__).resolve().parent.parent / "backends" / "prompts" / "reference_prompts.txt"
+VERIFIERS = "specinfer,spectr,traversal,naive_chain"
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "prompts.txt"
+    path.write_text("\n".join(SHIPPED.read_text().splitlines()[:4]) + "\n")
+    return str(path)
+
+
+def flags(pair_dir, prompts, out, *extra):
+    return ["--target", str(pair_dir / "target"), "--draft", str(pair_dir / "draft"), "--prompts", prompts, "--out", str(out),
+            "--roots-per-prompt", "1", "--spacing", "4", "--shape", "grid", "--width", "2", "--depth", "2", "--samples", "2",
+            "--labels", VERIFIERS, "--quiet", *extra]
+
+
+@pytest.fixture(scope="module")
+def labelled(micro_pair_dir, prompts, tmp_path_factory):
+    out = tmp_path_factory.mktemp("labelled")
+    assert main(flags(micro_pair_dir, prompts, out, "--full")) == 0
+    return out
+
+
+def test_labels_equal_the_labels_of_the_replayed_logits(labelled):
+    stored = read_labels(labelled).collect().sort("root", "verifier", "K", "L1", "L2")
+    source = CaptureSource([str(labelled)])
+    (setting,) = source.fixed_settings()
+    rows = []
+    for root in source.roots(setting):
+        table = NodeTable(root.pair, root.context)
+        rows += [{"root": root.root, **r} for r in grid_labels(table, root.drafts, VERIFIERS.split(","), K_values=(1, 2),
+                                                               L2_values=(0, 1, 2))]
+    replayed = pl.DataFrame(rows).sort("root", "verifier", "K", "L1", "L2")
+    assert stored.height == replayed.height == 4 * (2 * 3 * 3 * 3 + 3 * 3)  # 4 roots; naive_chain has K = 1 only
+    assert stored.drop("prompt").equals(replayed)
+
+
+def test_without_full_the_capture_keeps_labels_and_summaries_only(micro_pair_dir, prompts, labelled, tmp_path):
+    out = tmp_path / "light"
+    assert main(flags(micro_pair_dir, prompts, out)) == 0
+    assert not list(out.glob("logits-r*"))
+    assert read_labels(out).collect().equals(read_labels(labelled).collect())
+    assert read_capture(str(out)).equals(read_capture(str(labelled)))
+
+
+def test_sigkill_then_rerun_gives_identical_label_bytes(micro_pair_dir, prompts, labelled, tmp_path):
+    command = [sys.executable, "-m", "backends.capture", *flags(micro_pair_dir, prompts, tmp_path / "killed", "--full")]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and len(list((tmp_path / "killed").glob("nodes-r*.parquet"))) < 1:
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert len(list((tmp_path / "killed").glob("nodes-r*.parquet"))) < 4
+    assert subprocess.run(command, capture_output=True).returncode == 0
+    for file in sorted(labelled.glob("labels-r*.parquet")):
+        assert (tmp_path / "killed" / file.name).read_bytes() == file.read_bytes(), file.name
+
+
+def test_two_ranks_merge_to_the_unsharded_capture(micro_pair_dir, prompts, labelled, tmp_path, monkeypatch):
+    out = tmp_path / "sharded"
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        assert main(flags(micro_pair_dir, prompts, out, "--full")) == 0
+    assert read_labels(out).collect().equals(read_labels(labelled).collect())
+
+
+def test_bad_labels_flags_exit_2(micro_pair_dir, prompts, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(flags(micro_pair_dir, prompts, tmp_path / "a")[:-3] + ["--labels", "nope", "--quiet"])
+    assert exc.value.code == 2 and "--labels" in capsys.readouterr().err
+    iid = flags(micro_pair_dir, prompts, tmp_path / "b")
+    iid[iid.index("grid")] = "iid"
+    del iid[iid.index("--samples"):iid.index("--samples") + 2]
+    with pytest.raises(SystemExit) as exc:
+        main(iid)
+    assert exc.value.code == 2 and "--labels" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_the_studies_use_stored_labels_with_unchanged_results(labelled):
+    """analyses.labels reads a labelled capture's labels instead of recomputing them: same rows."""
+    import dataclasses
+
+    from analyses.labels import Grid, label_root
+    from simlab.latency import LatencyModel
+
+    source = CaptureSource([str(labelled)])
+    (setting,) = source.fixed_settings()
+    grid = Grid((1, 2), (0, 1, 2), (0, 1, 2), samples=2)
+    latency = LatencyModel.from_cost_ratio(0.1)
+    for root in source.roots(setting):
+        assert root.labels is not None
+        stored = label_root(root, ["specinfer", "traversal"], grid, latency)
+        computed = label_root(dataclasses.replace(root, labels=None), ["specinfer", "traversal"], grid, latency)
+        assert pl.DataFrame(stored).equals(pl.DataFrame(computed))  # NaN standard errors (one draft per half) compare equal
