@@ -7,12 +7,26 @@ Each check raises AssertionError on failure.
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import strategies as st
 
 from simlab.drafting import Drafting, child_tuples, draw_children
 from simlab.verifiers.base import NodeVerifier
 from stats import assert_sampler_matches
 
 EXACT = 1e-12
+
+
+@st.composite
+def pairs(draw, max_vocab=6):
+    """(p, q): two distributions over V in [2, max_vocab], with exact zeros allowed."""
+    vocab = draw(st.integers(2, max_vocab))
+    weight = st.one_of(st.just(0.0), st.floats(1e-3, 1.0))
+    def dist():
+        w = np.array(draw(st.lists(weight, min_size=vocab, max_size=vocab)))
+        if w.sum() == 0:
+            w[draw(st.integers(0, vocab - 1))] = 1.0
+        return w / w.sum()
+    return dist(), dist()
 
 
 DISTINCT = (Drafting.WITHOUT_REPLACEMENT, Drafting.DETERMINISTIC, Drafting.MIXED)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checks import applicable, check_children_mass
+from checks import applicable, check_children_mass, pairs
 from simlab import tree_verifiers, verifiers
 from simlab.distributions import inner, residual
 from simlab.drafting import hit_probability
@@ -104,20 +104,6 @@ EDGES = [
 ]
 
 
-@st.composite
-def small_pairs(draw):
-    vocab = draw(st.integers(2, 6))
-    weight = st.one_of(st.just(0.0), st.floats(1e-3, 1.0))
-
-    def dist():
-        w = np.array(draw(st.lists(weight, min_size=vocab, max_size=vocab)))
-        if w.sum() == 0:
-            w[draw(st.integers(0, vocab - 1))] = 1.0
-        return w / w.sum()
-
-    return dist(), dist()
-
-
 @pytest.mark.parametrize("verifier", NODE_VERIFIERS, ids=lambda v: repr(v))
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_children_mass_equals_the_full_law_on_edge_cases(verifier, k):
@@ -129,7 +115,7 @@ def test_children_mass_equals_the_full_law_on_edge_cases(verifier, k):
 
 @pytest.mark.parametrize("verifier", NODE_VERIFIERS, ids=lambda v: repr(v))
 @settings(max_examples=40, deadline=None)
-@given(pq=small_pairs(), k=st.integers(1, 3))
+@given(pq=pairs(), k=st.integers(1, 3))
 def test_children_mass_equals_the_full_law(verifier, pq, k):
     p, q = pq
     if applicable(verifier, q, k, p):
@@ -156,7 +142,7 @@ def test_the_declared_speculative_verifiers():
 
 @pytest.mark.parametrize("verifier", SPECULATIVE_AT_ONE, ids=lambda v: repr(v))
 @settings(max_examples=40, deadline=None)
-@given(pq=small_pairs())
+@given(pq=pairs())
 def test_speculative_at_one_is_speculative_sampling(verifier, pq):
     """What ``speculative_at_one`` declares: with one child the law is NaiveTree's, to 1e-12."""
     p, q = pq

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from checks import applicable, check_acceptance, check_lossless
+from checks import applicable, check_acceptance, check_lossless, pairs
 from simlab import verifiers
 from simlab.otlp import optimal_acceptance
 
@@ -21,19 +21,6 @@ ALL = [verifiers.get(n) for n in verifiers.names()] + [
     verifiers.get("spectr", rho="four_step"),
 ]
 IDS = [f"{v.name}-{'-'.join(f'{f}={getattr(v, f)}' for f in v.__dataclass_fields__)}".rstrip("-") for v in ALL]
-
-
-@st.composite
-def pairs(draw, max_vocab=6):
-    """(p, q): two distributions over V in [2, max_vocab], with exact zeros allowed."""
-    vocab = draw(st.integers(2, max_vocab))
-    weight = st.one_of(st.just(0.0), st.floats(1e-3, 1.0))
-    def dist():
-        w = np.array(draw(st.lists(weight, min_size=vocab, max_size=vocab)))
-        if w.sum() == 0:
-            w[draw(st.integers(0, vocab - 1))] = 1.0
-        return w / w.sum()
-    return dist(), dist()
 
 
 EDGE_CASES = {
