@@ -5,7 +5,10 @@ quantity, ``NodePlan.children_mass``, for N nodes in one pass over [N, V] tensor
 device they are on (CPU or CUDA), float64 by default.  Only the [N, k] masses leave the
 device.  Supported: NSS, NaiveTree, SpecInfer (random and fixed order), SpecTr (rho* by
 bisection to 1e-14 over the batch, or the four-step audit rho); the tests assert agreement
-with the numpy plans to 1e-12 on random and edge-case inputs.
+with the numpy plans to 1e-12 on random and edge-case inputs.  Exception: SpecTr at nodes where
+rho* is ill-conditioned (p and q nearly equal or nearly disjoint, ``simlab.verifiers.spectr.
+optimal_rho``), where the two searches may find different valid roots; the masses then differ
+by up to about 1e-10 (found by review; both laws are lossless to rounding).
 
 Vocabulary as in ``simlab.verifiers.base``: target P, draft Q ([N, V], rows are
 distributions), children X ([N, k] token ids, every node of a batch has k children).
@@ -25,7 +28,8 @@ SUPPORTED = ("nss", "naive", "specinfer", "spectr")
 """Node verifiers with a batched implementation (by ``NodeVerifier.name``)."""
 
 RHO_TOLERANCE = 1e-14
-"""Width of the final bisection bracket of SpecTr's rho* (below the numpy plan's 1e-12)."""
+"""Width of the final bisection bracket of SpecTr's rho* in float64 (below the numpy plan's 1e-12);
+in another dtype, 64 machine epsilons times k (float32 cannot resolve 1e-14)."""
 
 
 def supports(verifier) -> bool:
@@ -163,9 +167,10 @@ def _rho(verifier, P, Q, k):
 
     done = g(one) <= 8 * torch.finfo(P.dtype).eps
     lo, hi = one.clone(), torch.full((N,), float(k), dtype=P.dtype, device=P.device)
+    tol = RHO_TOLERANCE if P.dtype == torch.float64 else 64 * torch.finfo(P.dtype).eps * k
     steps = 4 if verifier.rho == "four_step" else None
     count = 0
-    while (steps is not None and count < steps) or (steps is None and bool(((hi - lo) > RHO_TOLERANCE).any())):
+    while (steps is not None and count < steps) or (steps is None and bool(((hi - lo) > tol).any()) and count < 200):
         mid = 0.5 * (lo + hi)
         below = g(mid) <= 0.0
         hi, lo = torch.where(below, mid, hi), torch.where(below, lo, mid)

@@ -33,13 +33,19 @@ def verifier_Ks(name: str, K_values: Sequence[int]) -> tuple[int, ...]:
 
 def halves(drafts: Sequence[GridDraft]) -> tuple[list[GridDraft], list[GridDraft]]:
     """Split drafts by their sample index within each L1: (even indices, odd indices); with one
-    draft per L1 the second half is the first."""
+    draft per L1 the second half is the first.
+
+    Raises:
+        ValueError: ``drafts: ...`` when the L1 values have different numbers of drafts.
+    """
     seen: dict[int, int] = {}
     first, second = [], []
     for d in drafts:
         n = seen.get(d.L1, 0)
         seen[d.L1] = n + 1
         (first if n % 2 == 0 else second).append(d)
+    if len(set(seen.values())) > 1:
+        raise ValueError(f"drafts: every L1 needs the same number of drafts, got {dict(sorted(seen.items()))}")
     return first, second or first
 
 
@@ -58,6 +64,8 @@ def grid_labels(table: NodeTable, drafts: Sequence[GridDraft], verifiers: Sequen
     Raises:
         ValueError: as ``grid_block_efficiency``.
     """
+    if engine not in ("numpy", "torch"):
+        raise ValueError(f"engine: must be 'numpy' or 'torch', got {engine!r}")
     first, second = halves(drafts)
     for name in verifiers:
         verifier, Ks = tree_verifiers.get(name), verifier_Ks(name, K_values)

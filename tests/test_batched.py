@@ -120,3 +120,26 @@ def test_the_torch_grid_refuses_what_it_cannot_compute():
             grid_block_efficiency(table, drafts, name, K_values=(1, 2), L2_values=(0, 1), engine="torch")
     with pytest.raises(ValueError, match="engine"):
         grid_block_efficiency(table, drafts, "nss", K_values=(1, 2), L2_values=(0, 1), engine="cupy")
+
+
+def test_float32_terminates_and_stays_close():
+    rng = np.random.default_rng(8)
+    p, q = rng.dirichlet(np.ones(50), size=3), rng.dirichlet(np.ones(50), size=3)
+    X = torch.tensor(np.array([rng.choice(50, size=3, p=row) for row in q]))
+    fast = batched.children_mass(verifiers.get("spectr"), torch.tensor(p).float(), torch.tensor(q).float(), X).double().numpy()
+    plain = reference(verifiers.get("spectr"), p, q, X.numpy())
+    np.testing.assert_allclose(fast, plain, atol=1e-5)
+
+
+def test_grid_labels_refuse_a_bad_engine_and_uneven_drafts():
+    from simlab.efficiency import draw_grid
+    from simlab.labels import grid_labels
+    from simlab.pairs import MarkovPair
+    from simlab.trees import NodeTable
+
+    table = NodeTable(MarkovPair.random(5, np.random.default_rng(1)), (0,))
+    drafts = draw_grid(table, K_max=2, L1_values=(0, 1), L2_max=1, samples=2, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="engine"):
+        list(grid_labels(table, drafts, ["traversal"], K_values=(1, 2), L2_values=(0, 1), engine="cupy"))
+    with pytest.raises(ValueError, match="drafts"):
+        list(grid_labels(table, drafts[:3], ["nss"], K_values=(1, 2), L2_values=(0, 1)))

@@ -177,3 +177,32 @@ def test_topdown_block_efficiency_from_children_mass_equals_the_outcome_law(name
 def test_inner_equals_the_dot_product():
     a, b = np.random.default_rng(3).random((2, 1000))
     assert inner(a, b) == pytest.approx(float(np.dot(a, b)), rel=1e-14)
+
+
+def test_spectr_rho_is_one_for_equal_distributions_at_large_vocabularies():
+    """p == q: beta(1) = sum p exactly (pairwise sums), so rho* = 1 and every child is accepted."""
+    for vocab in (5000, 128_000):
+        p = np.full(vocab, 1 / vocab)
+        for k in (2, 5):
+            assert optimal_rho(p, p.copy(), k) == 1.0
+    mass = verifiers.get("spectr").prepare(np.full(5000, 1 / 5000), np.full(5000, 1 / 5000), 5).children_mass([0, 1, 2, 3, 4])
+    np.testing.assert_array_equal(mass, [1.0, 0, 0, 0, 0])
+
+
+def test_spectr_rho_shortcut_agrees_with_plain_bisection_near_its_threshold():
+    """The rho = 1 shortcut uses the same p_acc as the plain bisection (review: b near 1.75e-15 flipped).
+    Overlaps of 1e-14 and below leave g flat at rounding level (rho* ill-conditioned; both paths
+    give valid laws there, differing on masses of that size), so they are not compared."""
+    for b in (1.70e-15, 1.72e-15, 1.75e-15, 1e-12, 1e-9, 1e-6):
+        p, q = np.array([b, 1 - b, 0.0]), np.array([b, 0.0, 1 - b])
+        assert optimal_rho(p, q, 2) == pytest.approx(plain_bisection_rho(p, q, 2), abs=1e-9), b
+
+
+@pytest.mark.parametrize("name", ["spectr", "specinfer"])
+def test_a_child_with_zero_draft_mass_is_refused_not_nan(name):
+    """A deterministic child with q = 0 (a lossy pairing asked for explicitly) cannot be tested by p / q."""
+    plan = verifiers.get(name).prepare([0.5, 0.5, 0.0], [0.5, 0.5, 0.0], 2, law=verifiers.base.Drafting.DETERMINISTIC)
+    with pytest.raises(ValueError, match="children"):
+        plan.output_distribution([0, 2])
+    with pytest.raises(ValueError, match="children"):
+        plan.children_mass([0, 2])

@@ -101,9 +101,9 @@ class NodePlan(abc.ABC):
 
         Raises:
             ValueError: not a 1-D integer sequence of length k; ids negative or >= V; a
-                sampled child with q(child) = 0 (an impossible draw: every child of an i.i.d.
-                or without-replacement law, the tail of a mixed one; deterministic children
-                need not come from q); repeated children for a verifier of distinct children.
+                sampled child with q(child) = 0 (an impossible draw: every child of an i.i.d.,
+                without-replacement or repeated law, the tail of a mixed one; deterministic
+                children need not come from q); repeated children for a verifier of distinct children.
         """
         x = np.asarray(children)
         if x.ndim != 1:
@@ -116,7 +116,8 @@ class NodePlan(abc.ABC):
         bad = (x < 0) | (x >= self.p.size)
         if np.any(bad):
             raise ValueError(f"children: token id {x[bad][0]} is outside [0, V) with V = {self.p.size}")
-        sampled = x if self.law in (Drafting.IID, Drafting.WITHOUT_REPLACEMENT) else x[-1:] if self.law is Drafting.MIXED else x[:0]
+        drawn = (Drafting.IID, Drafting.WITHOUT_REPLACEMENT, Drafting.REPEATED)  # repeated copies are copies of a draw
+        sampled = x if self.law in drawn else x[-1:] if self.law is Drafting.MIXED else x[:0]
         impossible = self.q[sampled] == 0
         if np.any(impossible):
             raise ValueError(f"children: token {sampled[impossible][0]} has q = 0 and cannot have been drafted")

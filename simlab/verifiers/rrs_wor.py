@@ -40,6 +40,8 @@ class _RRSWithoutReplacementPlan(NodePlan):
             if x is None:
                 out += reach * p_cur
                 break
+            if q_cur[x] == 0:
+                raise ValueError(f"children: token {x} has q = 0 where it is tested; RRS's test p / q is undefined there")
             a = min(1.0, p_cur[x] / q_cur[x])
             out[x] += reach * a
             reach *= 1.0 - a

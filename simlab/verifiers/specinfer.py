@@ -74,6 +74,8 @@ class _SpecInferPlan(NodePlan):
     def _accept_matrix(self, children):
         """A[i, j] = min(1, p_i(x_j) / q(x_j)): accepting child j as the (i+1)-th trial."""
         qx = self.q[children]
+        if np.any(qx == 0):
+            raise ValueError(f"children: token {children[qx == 0][0]} has q = 0; SpecInfer's test p_i / q is undefined there")
         return np.minimum(1.0, np.stack([self.target_at(i, children) for i in range(self.k)]) / qx)
 
     def _trials(self, children):

@@ -35,6 +35,12 @@ def optimal_rho(p: np.ndarray, q: np.ndarray, k: int, tol: float = RHO_TOLERANCE
     (the others add the same on all of [1, k]); the bracket edge found there is refined by
     bisection over the tokens of one bucket only, so the vocabulary is scanned a fixed number
     of times.  Returns the upper end of the final bracket, so the residual is always a valid law.
+
+    Conditioning: when the overlap beta(1) or 1 - beta(1) is below about 1e-13 (nearly disjoint or
+    nearly equal p and q, including p = q up to the 1e-9 normalisation tolerance), g is flat at
+    rounding level over much of [1, k]; rho* is then ill-conditioned, and this bucketed search, a
+    plain bisection and the batched engine may return different roots (each a valid law to
+    rounding, differing on masses of the overlap's size).
     """
     if k == 1:
         return 1.0
@@ -43,8 +49,8 @@ def optimal_rho(p: np.ndarray, q: np.ndarray, k: int, tol: float = RHO_TOLERANCE
     # Tokens with p/q <= 1 add p / rho to beta on all of [1, k], those with p/q >= k add q: two
     # masked sums (products with the masks, no boolean indexing); only the tokens in between
     # (usually a minority) are bucketed.
-    low_sum = inner(p, np.less_equal(ratio, 1.0).astype(np.float64))
-    high_sum = inner(q, np.greater_equal(ratio, float(k)).astype(np.float64))
+    low_sum = float(np.multiply(p, np.less_equal(ratio, 1.0)).sum())  # pairwise sums, as np.sum: p == q gives beta(1) = sum p
+    high_sum = float(np.multiply(q, np.greater_equal(ratio, float(k))).sum())
     between = np.flatnonzero((ratio > 1.0) & (ratio < k))
     ratio, p, q = ratio[between], p[between], q[between]
     position = np.subtract(ratio, 1.0)
@@ -61,7 +67,8 @@ def optimal_rho(p: np.ndarray, q: np.ndarray, k: int, tol: float = RHO_TOLERANCE
     high_q = q_by.sum() - np.cumsum(q_by)[: buckets + 1]  # ratio >= e_b
     beta = low_p / edges + high_q
     g = _p_acc_vec(beta, k) - edges * beta
-    if g[0] <= 8 * np.finfo(np.float64).eps:  # g(1) >= 0, = 0 iff beta(1) in {0, 1}; allow rounding
+    if _p_acc(float(beta[0]), k) - beta[0] <= 8 * np.finfo(np.float64).eps:  # g(1) >= 0, = 0 iff beta(1) in {0, 1}: allow
+        # rounding; the scalar p_acc, as four_step_rho and the batched engine use
         return 1.0
     hits = np.flatnonzero(g <= 0.0)
     b = int(hits[0]) if hits.size else buckets
@@ -150,7 +157,10 @@ class _SpecTrPlan(NodePlan):
         return self.p[tokens] / self.p.sum()
 
     def _accept_probabilities(self, children):
-        return np.minimum(1.0, self.p[children] / (self.rho * self.q[children]))
+        qx = self.q[children]
+        if np.any(qx == 0):
+            raise ValueError(f"children: token {children[qx == 0][0]} has q = 0; SpecTr's test p / (rho q) is undefined there")
+        return np.minimum(1.0, self.p[children] / (self.rho * qx))
 
     def _trials(self, children):
         """(mass, reach): mass[j] = P(child j accepted, the first j rejected), float64 (k,), and
