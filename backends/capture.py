@@ -179,7 +179,7 @@ def parse_args(argv) -> tuple[store.CaptureSettings, str, str, bool]:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     parser.add_argument("--store-top", type=int, default=8, help="top ids and probabilities stored per node")
     parser.add_argument("--full", action="store_true", help="also store float32 logits of every node (replayable)")
-    parser.add_argument("--labels", default="", help="--shape grid: label every root's grid at capture time for these "
+    parser.add_argument("--labels", default=None, help="--shape grid: label every root's grid at capture time for these "
                         "verifiers (comma-separated; simlab.labels.grid_labels), stored beside the node summaries")
     parser.add_argument("--seed", type=int, default=0, help="seed of the continuations and the trees")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no progress lines")

@@ -227,6 +227,12 @@ def table_masses(table, requests, *, device=None, dtype=None, chunk: int = 256) 
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk: must be an integer >= 1, got {chunk!r}")
     dtype = torch.float64 if dtype is None else dtype
+    try:
+        device = torch.device("cpu" if device is None else device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device: not a torch device ({exc})") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device: {device} asked for, but this torch has no CUDA device")
     groups: dict = {}
     for path, node, kids in requests:
         if not supports(node):

@@ -143,3 +143,15 @@ def test_grid_labels_refuse_a_bad_engine_and_uneven_drafts():
         list(grid_labels(table, drafts, ["traversal"], K_values=(1, 2), L2_values=(0, 1), engine="cupy"))
     with pytest.raises(ValueError, match="drafts"):
         list(grid_labels(table, drafts[:3], ["nss"], K_values=(1, 2), L2_values=(0, 1)))
+
+
+def test_a_missing_cuda_device_is_a_value_error():
+    if torch.cuda.is_available():
+        return
+    from simlab.batched import table_masses
+    from simlab.pairs import MarkovPair
+    from simlab.trees import NodeTable
+
+    table = NodeTable(MarkovPair.random(5, np.random.default_rng(1)), (0,))
+    with pytest.raises(ValueError, match="device"):
+        table_masses(table, [((), verifiers.get("nss"), (1, 2))], device="cuda")
