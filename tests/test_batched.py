@@ -58,7 +58,7 @@ def batches(draw):
 
 
 @pytest.mark.parametrize("verifier", VARIANTS, ids=repr)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(batch=batches())
 def test_random_batches(verifier, batch):
     np.testing.assert_allclose(engine(verifier, *batch), reference(verifier, *batch), rtol=0, atol=1e-12)

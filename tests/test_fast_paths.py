@@ -114,7 +114,7 @@ def test_children_mass_equals_the_full_law_on_edge_cases(verifier, k):
 
 
 @pytest.mark.parametrize("verifier", NODE_VERIFIERS, ids=lambda v: repr(v))
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(pq=pairs(), k=st.integers(1, 3))
 def test_children_mass_equals_the_full_law(verifier, pq, k):
     p, q = pq
@@ -141,7 +141,7 @@ def test_the_declared_speculative_verifiers():
 
 
 @pytest.mark.parametrize("verifier", SPECULATIVE_AT_ONE, ids=lambda v: repr(v))
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(pq=pairs())
 def test_speculative_at_one_is_speculative_sampling(verifier, pq):
     """What ``speculative_at_one`` declares: with one child the law is NaiveTree's, to 1e-12."""
