@@ -28,6 +28,8 @@ class GridStudyConfig(SourceConfig, LatencyConfig):
     L_max: int = 8
     samples: int = 4
     method: str = "mc"
+    engine: str = "numpy"
+    engine_device: str = "cpu"
     jobs: int = 2
     quiet: bool = False
 
@@ -43,6 +45,9 @@ def add_grid_study_flags(parser: ToolParser, d: GridStudyConfig) -> None:
                        help="trees drawn per L1 and root (DDTE: s = 4; >= 2: half choose, half report)")
     group.add_argument("--method", choices=["mc", "exact"], default=d.method,
                        help="exact: enumerate every tree of every action (tiny synthetic worlds only)")
+    group.add_argument("--engine", choices=["numpy", "torch"], default=d.engine,
+                       help="labels from the numpy plans, or from the batched torch engine (simlab.batched) for the verifiers it implements")
+    group.add_argument("--engine-device", default=d.engine_device, help="--engine torch: its device (cpu, cuda, cuda:N)")
     group.add_argument("--jobs", type=int, default=min(d.jobs, os.cpu_count() or 1), help="worker processes over settings (synthetic worlds)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
 
@@ -57,7 +62,22 @@ def check_grid_study_flags(prog: str, args, checks, *, min_trajectories: int = 1
         (0 <= args.L_max <= 16, f"--L-max: must lie in [0, 16], got {args.L_max}"),
         (args.samples >= 2, f"--samples: must be >= 2 (half the draws choose, half report), got {args.samples}"),
         (args.jobs >= 1, f"--jobs: must be >= 1, got {args.jobs}"),
+        (args.engine == "numpy" or args.method == "mc", "--engine: --method exact enumerates trees; only --method mc uses an engine"),
+        (args.engine_device == "cpu" or args.engine == "torch", "--engine-device: only with --engine torch"),
+        (args.engine == "numpy" or _device_ok(args.engine_device), f"--engine-device: {args.engine_device!r} is not a usable torch device here"),
+        (args.engine == "numpy" or not args.engine_device.startswith("cuda") or args.jobs == 1,
+         "--jobs: must be 1 with a CUDA --engine-device (worker processes are forked)"),
     ])
+
+
+def _device_ok(name: str) -> bool:
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        return False
+    return device.type == "cpu" or (device.type == "cuda" and torch.cuda.is_available())
 
 
 def grid_source(prog: str, parser: ToolParser, config: GridStudyConfig, study_honours: dict | None = None):

@@ -41,10 +41,14 @@ class Grid:
     L2_values: tuple[int, ...] = tuple(range(9))
     samples: int = 4
     method: str = "mc"
+    engine: str = "numpy"
+    device: str = "cpu"
 
     def __post_init__(self):
         if self.method not in ("mc", "exact"):
             raise ValueError(f"method: must be 'mc' or 'exact', got {self.method!r}")
+        if self.engine not in ("numpy", "torch"):
+            raise ValueError(f"engine: must be 'numpy' or 'torch', got {self.engine!r}")
         for name in ("K_values", "L1_values", "L2_values"):
             values = getattr(self, name)
             if not values or min(values) < (1 if name == "K_values" else 0) or len(set(values)) != len(values):
@@ -96,7 +100,8 @@ def _estimated_values(root, verifiers, grid: Grid, seed: int, key: int):
                 yield (name, a, *root.labels[(name, *a)])
             return
     table, drafts = root_drafts(root, grid, seed, key)
-    for row in grid_labels(table, drafts, verifiers, K_values=grid.K_values, L2_values=grid.L2_values):
+    for row in grid_labels(table, drafts, verifiers, K_values=grid.K_values, L2_values=grid.L2_values, engine=grid.engine,
+                           device=grid.device):
         yield row["verifier"], (row["K"], row["L1"], row["L2"]), row["E"], row["E_se"], row["E_select"], row["E_holdout"]
 
 
@@ -116,9 +121,10 @@ def _exact_values(root, verifiers, grid: Grid):
 
 
 def grid_of(config) -> Grid:
-    """The grid {1..K_max} x {0..L_max}^2 with ``samples`` draws (and ``method``), from a study's flags."""
+    """The grid {1..K_max} x {0..L_max}^2 with ``samples`` draws (and ``method``, ``engine``), from a study's flags."""
     Ls = tuple(range(config.L_max + 1))
-    return Grid(tuple(range(1, config.K_max + 1)), Ls, Ls, config.samples, config.method)
+    return Grid(tuple(range(1, config.K_max + 1)), Ls, Ls, config.samples, config.method,
+                getattr(config, "engine", "numpy"), getattr(config, "engine_device", "cpu"))
 
 
 def _label_setting(task):

@@ -72,6 +72,15 @@ def test_same_seed_same_labels(small, tmp_path):
     assert pl.read_parquet(tmp_path / "labels.parquet").equals(pl.read_parquet(small / "labels.parquet"))
 
 
+def test_the_torch_engine_gives_the_same_labels(small, tmp_path):
+    """--engine torch (simlab.batched for SpecInfer; BV and Traversal stay on numpy): same labels."""
+    assert cv.main(SMALL + ["--out", str(tmp_path), "--engine", "torch"]) == 0
+    fast, plain = pl.read_parquet(tmp_path / "labels.parquet"), pl.read_parquet(small / "labels.parquet")
+    assert fast.drop("E", "E_se", "E_select", "E_holdout").equals(plain.drop("E", "E_se", "E_select", "E_holdout"))
+    for column in ("E", "E_select", "E_holdout"):
+        assert (fast[column] - plain[column]).abs().max() <= 1e-12
+
+
 def test_grid_estimates_agree_with_exact_expectations():
     """Each (K, L1, L2) estimate from shared K-prefix drafts is unbiased: within 5 standard errors."""
     source = SyntheticSource(vocab=3, trajectories=1, roots_per_trajectory=1)
@@ -104,6 +113,9 @@ def test_holdout_half_is_independent_of_the_choice_half():
     (["--backend", "hf"], "--backend hf"),
     (["--capture", "/nonexistent"], "--capture"),
     (["--latency", "/nonexistent.json"], "latency: no such profile"),
+    (["--engine", "torch", "--method", "exact"], "--engine"),
+    (["--engine-device", "cuda"], "--engine-device: only with --engine torch"),
+    (["--engine", "torch", "--engine-device", "nonsense"], "--engine-device"),
 ])
 def test_bad_arguments_exit_2_with_one_line(flags, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
