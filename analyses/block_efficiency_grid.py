@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import polars as pl
 from tqdm import tqdm
 
-from backends.cli import (OutputSet, ToolParser, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer,
+from backends.cli import (OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer,
                           prepare_out, print_table, run_tool)
 from backends.sources.flags import SourceConfig, add_source_flags, make_source
 from simlab import tree_verifiers
@@ -62,8 +62,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     parser.add_argument("--L2-max", type=int, default=d.L2_max, help="largest branch length")
     parser.add_argument("--method", choices=METHODS, default=d.method, help="outer expectation over trees")
     parser.add_argument("--samples", type=int, default=d.samples, help="sampled trees per action (mc)")
-    parser.add_argument("--out", default=None, help="output folder (default: out/block_efficiency_grid/<source>)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    add_output_flags(parser, PROG)
     args = parser.parse_args(argv)
     try:
         ks = int_list(args.K, "--K", minimum=1)

@@ -38,7 +38,7 @@ from simlab import tree_verifiers
 from simlab.tree_verifiers.base import reach_probabilities
 
 from analyses import builder_roster as roster_module
-from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer, prepare_out, print_table, run_tool
+from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer, prepare_out, print_table, run_tool
 from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
                                     with_hf_defaults)
 
@@ -85,7 +85,6 @@ class Config(SourceConfig, LatencyConfig):
 
 
 def parse_args(argv) -> tuple[Config, ToolParser]:
-
     d = Config()
     parser = study_parser(PROG, __doc__, d)
     g = parser.add_argument_group("comparison")
@@ -103,8 +102,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     g.add_argument("--rank-noise", type=float, default=d.rank_noise, help="synthetic: the stand-in rank head's error probability")
     g.add_argument("--epochs", type=int, default=d.epochs, help="TreeGraft scheduler's training epochs")
     add_draft_law_flag(g, d.draft_law)
-    parser.add_argument("--out", default=None, help="output folder (default: out/compare_builders/<source>)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    add_output_flags(parser, PROG)
     args = parser.parse_args(argv)
     try:
         budgets = int_list(args.budgets, "--budgets", minimum=1)

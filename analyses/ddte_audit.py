@@ -32,7 +32,7 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from backends.cli import OutputSet, chart_writer, check_flags, fail_from, parquet_writer, prepare_out, print_table, run_tool
+from backends.cli import OutputSet, add_output_flags, chart_writer, check_flags, fail_from, parquet_writer, prepare_out, print_table, run_tool
 from backends.sources.flags import LatencyConfig, SourceConfig, make_latency, make_source, study_parser, with_hf_defaults
 
 PROG = "python -m analyses.ddte_audit"
@@ -58,8 +58,7 @@ def parse_args(argv) -> tuple[Config, object]:
     d = Config()
     parser = study_parser(PROG, __doc__, d)
     parser.add_argument("--samples", type=int, default=d.samples, help="grid trees per L1 (shared by verifiers and conventions)")
-    parser.add_argument("--out", default=None, help="output folder (default: out/ddte_audit/<source>)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    add_output_flags(parser, PROG)
     args = parser.parse_args(argv)
     config = Config(**{**vars(args), "capture": tuple(args.capture)})
     check_flags(PROG, [(config.samples >= 1, f"--samples: must be >= 1, got {config.samples}")])

@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail_from, parquet_writer, prepare_out, print_table, progress, run_tool
+from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail_from, parquet_writer, prepare_out, print_table, progress, run_tool
 from backends.sources.flags import SourceConfig, add_source_flags, make_source
 from backends.synthetic.base import seeded_rng
 from simlab.measures import ACCEPTANCE_METHODS, node_acceptance, node_divergences
@@ -70,8 +70,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     parser.add_argument("--k", type=int, default=d.k, help="acceptance is reported for k = 1..K children (1..8)")
     parser.add_argument("--child-samples", type=int, default=d.child_samples,
                         help="sampled child tuples per node for verifiers without a closed form (khisti, rrs_wor)")
-    parser.add_argument("--out", default=None, help="output folder (default: out/divergence_by_depth/<source>)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    add_output_flags(parser, PROG)
     args = parser.parse_args(argv)
     config = Config(**{**vars(args), "capture": tuple(args.capture)})
     check_flags(PROG, [

@@ -121,10 +121,10 @@ def _exact_values(root, verifiers, grid: Grid):
 
 
 def grid_of(config) -> Grid:
-    """The grid {1..K_max} x {0..L_max}^2 with ``samples`` draws (and ``method``, ``engine``), from a study's flags."""
+    """The grid {1..K_max} x {0..L_max}^2 with ``samples`` draws (and ``method``, ``engine``), from a study's
+    flags (``analyses.grid_study.GridStudyConfig``)."""
     Ls = tuple(range(config.L_max + 1))
-    return Grid(tuple(range(1, config.K_max + 1)), Ls, Ls, config.samples, config.method,
-                getattr(config, "engine", "numpy"), getattr(config, "engine_device", "cpu"))
+    return Grid(tuple(range(1, config.K_max + 1)), Ls, Ls, config.samples, config.method, config.engine, config.engine_device)
 
 
 def _label_setting(task):

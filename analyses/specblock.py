@@ -45,7 +45,7 @@ from tqdm import tqdm
 from simlab import tree_verifiers
 from simlab.tree_verifiers.base import accepted_lengths, reach_probabilities
 
-from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, run_tool
+from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, run_tool
 from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
                                     with_hf_defaults)
 
@@ -121,8 +121,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     s.add_argument("--explore", type=float, default=d.explore, help="the bandit's exploration probability")
     s.add_argument("--ewma", type=float, default=d.ewma, help="weight of the newest gain in the bandit's estimates")
     s.add_argument("--window", type=int, default=d.window, help="prompts per rollback window")
-    parser.add_argument("--out", default=None, help="output folder (default: out/specblock/<source>)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    add_output_flags(parser, PROG)
     args = parser.parse_args(argv)
     try:
         budgets = int_list(args.budgets, "--budgets", minimum=1)

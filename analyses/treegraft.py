@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from simlab import tree_verifiers
 
-from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, run_tool
+from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, run_tool
 from backends.roots import SHIPPED_PROMPTS
 from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
                                     with_hf_defaults)
@@ -94,8 +94,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     add_draft_law_flag(group, d.draft_law)
     group.add_argument("--epochs", type=int, default=d.epochs, help="training epochs of the learned scheduler")
     group.add_argument("--test-share", type=float, default=d.test_share, help="share of trajectories held out for evaluation")
-    parser.add_argument("--out", default=None, help="output folder (default: out/treegraft/<source>)")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    add_output_flags(parser, PROG)
     args = parser.parse_args(argv)
     try:
         fixed = int_list(args.fixed, "--fixed", minimum=0)

@@ -68,6 +68,14 @@ class ToolParser(argparse.ArgumentParser):
         return dest
 
 
+def add_output_flags(parser: "ToolParser", prog: str) -> None:
+    """``--out`` (default ``out/<study>/<source>``, the study named by ``prog``'s module) and
+    ``--quiet``: the flags every study ends with."""
+    study = prog.rsplit(".", 1)[-1]
+    parser.add_argument("--out", default=None, help=f"output folder (default: out/{study}/<source>)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+
+
 def fail(prog: str, message: str) -> None:
     """Print ``prog: error: message`` (one line) to stderr and exit with status 2."""
     sys.stderr.write(f"{prog}: error: {message.splitlines()[0] if message else 'failed'}\n")

@@ -45,6 +45,13 @@ DTYPES = ("float32", "bfloat16", "float16")
 PROBE_TOLERANCE = 1e-3
 """Largest |p_tree - p_path| the tree-attention probe accepts (float32 or lower-precision weights)."""
 
+MASK_REJECTIONS = (RuntimeError, TypeError, ValueError, IndexError, NotImplementedError)
+"""What a Hugging Face model raises when it rejects a 4-D tree mask (shape checks, unsupported
+attention implementations, SDPA/flash kernels that take no custom mask).  The tree-attention
+probe catches exactly these, after re-raising out-of-memory errors, and falls back to batching
+root-to-node paths with one warning (tested in tests/test_hf_backend.py); it is deliberately
+broad because transformers' attention back ends raise different types for the same refusal."""
+
 
 def _torch():
     import torch
@@ -199,7 +206,7 @@ class HFPair:
             tree = [self._logits(self._tree_rows(m, root, nodes, self.max_batch)) for m in (self.target, self.draft)]
         except oom_errors():
             raise
-        except (RuntimeError, TypeError, ValueError, IndexError, NotImplementedError) as exc:
+        except MASK_REJECTIONS as exc:
             warnings.warn(f"tree attention: {type(self.target).__name__} rejects a 4-D tree mask ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0] if str(exc) else ''}); evaluating trees by batching their paths",
                           RuntimeWarning, stacklevel=3)

@@ -242,20 +242,22 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
     if engine == "torch":
         from simlab.batched import table_masses
 
-        for group in trees.values():
-            for tree in group:
+        requests = {}  # (L1, K, index) -> the tree's requests, asked once
+        for key, group in trees.items():
+            for i, tree in enumerate(group):
                 verifier.check(tree)
-        masses = table_masses(table, [r for group in trees.values() for tree in group for r in verifier.mass_requests(tree)],
-                              device=device)
+                requests[(*key, i)] = verifier.mass_requests(tree)
+        masses = table_masses(table, [r for rs in requests.values() for r in rs], device=device)
 
-        def by_depth(tree, depths):
-            requests = {path: node for path, node, _ in verifier.mass_requests(tree)}
-            return verifier.by_depth_from_masses(tree, depths, lambda path, kids: masses[(requests[path], path, tuple(kids))])
+        def by_depth(key, i, tree, depths):
+            node_at = {path: node for path, node, _ in requests[(*key, i)]}
+            return verifier.by_depth_from_masses(tree, depths, lambda path, kids: masses[(node_at[path], path, tuple(kids))])
     else:
-        by_depth = verifier.block_efficiency_by_depth
+        def by_depth(key, i, tree, depths):
+            return verifier.block_efficiency_by_depth(tree, depths)
     out: dict[tuple[int, int, int], Estimate] = {}
     for (L1, K), group in trees.items():
-        values = np.array([by_depth(tree, [L1 + L2 for L2 in L2_values]) for tree in group])
+        values = np.array([by_depth((L1, K), i, tree, [L1 + L2 for L2 in L2_values]) for i, tree in enumerate(group)])
         means = values.mean(axis=0)
         n = len(group)
         errors = values.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.full(len(L2_values), np.nan)

@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterator, Sequence
 
 from simlab import tree_verifiers
-from simlab.batched import SUPPORTED
+from simlab.batched import supports
 from simlab.efficiency import GridDraft, grid_block_efficiency
 from simlab.trees import NodeTable
 
@@ -69,7 +69,7 @@ def grid_labels(table: NodeTable, drafts: Sequence[GridDraft], verifiers: Sequen
     first, second = halves(drafts)
     for name in verifiers:
         verifier, Ks = tree_verifiers.get(name), verifier_Ks(name, K_values)
-        served = isinstance(verifier, tree_verifiers.TopDown) and verifier.node.name in SUPPORTED
+        served = isinstance(verifier, tree_verifiers.TopDown) and supports(verifier.node)
         options = dict(K_values=Ks, L2_values=L2_values, engine=engine if served else "numpy", device=device)
         a = grid_block_efficiency(table, first, verifier, **options)
         b = grid_block_efficiency(table, second, verifier, **options) if second is not first else a

@@ -28,6 +28,12 @@ from simlab.verifiers.naive import Naive
 SPECULATIVE = Naive()
 """Speculative sampling (NaiveTree with one child): the plan shared by single-child nodes."""
 
+
+def planning_verifier(verifier, k: int):
+    """The node verifier whose plan serves ``verifier`` with k children: the shared
+    ``SPECULATIVE`` when k = 1 and the verifier declares ``speculative_at_one``, else itself."""
+    return SPECULATIVE if k == 1 and getattr(verifier, "speculative_at_one", False) else verifier
+
 Path = tuple[int, ...]
 
 
@@ -116,8 +122,7 @@ class NodeTable:
         p and q were validated when fetched, so the plan skips their validation; with one child a
         verifier that declares ``speculative_at_one`` gets the node's shared speculative-sampling
         plan (NaiveTree's), whichever verifier asks."""
-        if k == 1 and getattr(verifier, "speculative_at_one", False):
-            verifier = SPECULATIVE
+        verifier = planning_verifier(verifier, k)
         key = (verifier, path, k, law)
         if key not in self._plans:
             self._plans[key] = verifier.prepare(self.p(path), self.q(path), k, law, checked=True)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simlab.distributions import sample_categorical
+from simlab.verifiers.base import summed_over_copies
 from simlab.verifiers.greedy import Greedy, _GreedyPlan
 from simlab.verifiers.greedy_draft import GreedyDraft, _GreedyDraftPlan
 from simlab.verifiers.khisti import Khisti, _KhistiPlan
@@ -273,7 +274,7 @@ class SpecInferMassPerCopy(SpecInfer):
 class _MassWithoutCorrection(_SpecTrPlan):
     def _children_mass(self, children):
         mass, _ = self._trials(children)
-        return ((children[:, None] == children[None, :]) * mass).sum(axis=1)
+        return summed_over_copies(children, mass)
 
 
 @dataclass(frozen=True)

@@ -94,14 +94,13 @@ class TopDown(TreeVerifier):
         for every node with children, the node verifier being the one ``simlab.trees.NodeTable.plan``
         prepares there (``for_law``, and the shared speculative-sampling plan for one child).  A
         batched engine answers them all at once (``simlab.efficiency.grid_block_efficiency``)."""
-        from simlab.trees import SPECULATIVE
+        from simlab.trees import planning_verifier
 
         out = []
         for path in tree.nodes():
             kids = self._children(tree, path)
             if kids:
-                node = self.node.for_law(tree.law(path))
-                out.append((path, SPECULATIVE if len(kids) == 1 and node.speculative_at_one else node, kids))
+                out.append((path, planning_verifier(self.node.for_law(tree.law(path)), len(kids)), kids))
         return out
 
     def by_depth_from_masses(self, tree, depths, mass_of):

@@ -57,6 +57,13 @@ def accept_draw(rng: np.random.Generator, numerator: float, denominator: float) 
     return rng.random() * denominator < numerator
 
 
+def summed_over_copies(children: np.ndarray, mass: np.ndarray) -> np.ndarray:
+    """Each child's mass summed over every copy of its token: out[j] = sum_{i: x_i = x_j} mass[i];
+    float64 (k,) from int (k,) children and float64 (k,) per-copy masses (what ``children_mass``
+    reports for repeated children)."""
+    return ((children[:, None] == children[None, :]) * mass).sum(axis=1)
+
+
 class NodePlan(abc.ABC):
     """A verifier prepared at one node: validated ``p``, ``q`` (V,), the number of children ``k``
     and the drafting ``law`` of the children it will be given (default: the verifier's own)."""

@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 
 from simlab.distributions import sample_categorical
-from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw
+from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw, summed_over_copies
 
 
 def _excess(p: np.ndarray, q: np.ndarray, c: float, buffer: np.ndarray) -> float:
@@ -116,8 +116,7 @@ class _SpecInferPlan(NodePlan):
 
     def _children_mass(self, children):
         mass, reach = self._trials(children)
-        same = children[:, None] == children[None, :]
-        out = (same * mass).sum(axis=1)  # each token's mass summed over its copies
+        out = summed_over_copies(children, mass)
         if reach > 0.0:
             out += reach * self.target_at(self.k, children)
         return out

@@ -18,7 +18,7 @@ import numpy as np
 
 from simlab.distributions import inner, residual, sample_categorical
 from simlab.drafting import hit_probability
-from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw
+from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw, summed_over_copies
 
 RHO_TOLERANCE = 1e-12
 
@@ -183,7 +183,7 @@ class _SpecTrPlan(NodePlan):
 
     def _children_mass(self, children):
         mass, reach = self._trials(children)
-        out = ((children[:, None] == children[None, :]) * mass).sum(axis=1)
+        out = summed_over_copies(children, mass)
         if reach > 0.0:
             out += reach * self._correction_at(children)
         return out

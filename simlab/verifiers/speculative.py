@@ -27,17 +27,22 @@ def accept_probabilities(p_values, r_values) -> np.ndarray:
 class SingleDraft:
     """Speculative sampling of target ``p`` against proposal ``r`` (both float64 (V,)).
 
-    Construction costs one reduction, the residual mass Z = sum (p - r)_+; the correction law
-    ``correction`` = norm((p - r)_+) is built on first use (``simlab.distributions.residual``),
-    and ``mass_at`` reads B(x, .) at a few tokens without it.
+    Nothing over V is computed at construction: the correction law ``correction`` =
+    norm((p - r)_+) is built on first use (``simlab.distributions.residual``), and ``mass_at``
+    reads B(x, .) at a few tokens from the residual mass ``excess`` alone (one reduction), so a
+    caller pays for the full law or the children's entries, not both.
     """
 
     def __init__(self, p: np.ndarray, r: np.ndarray):
         self.p = p
         self.r = r
-        buffer = np.subtract(p, r)
+
+    @cached_property
+    def excess(self) -> float:
+        """Z = sum (p - r)_+, the residual mass; 0 when p <= r everywhere (the correction is then p)."""
+        buffer = np.subtract(self.p, self.r)
         np.maximum(buffer, 0.0, out=buffer)
-        self.excess = float(buffer.sum())  # Z; 0 when p <= r everywhere (then the correction is p)
+        return float(buffer.sum())
 
     @cached_property
     def correction(self) -> np.ndarray:
