@@ -18,9 +18,20 @@ Reported per setting, verifier and convention: the mean label inflation over the
 the convention minus exact E, per action, paired by tree), the best static action chosen on the
 convention's labels with its claimed throughput and its exact one (the value of that choice
 under the lab's exact conventions), and the gap to Traversal's exact best static throughput.
+
+**The selector's policy under each convention** (unless ``--no-selector``): the roots are split
+by trajectory (60/20/20, ``simlab.selector.train.split_by_trajectory``); for each OT-based
+verifier and convention one neural selector (DDTE Sec. 6, ``simlab.selector``) is trained on
+the convention's labels of the training roots (validated on the validation roots, its loss's
+baseline the convention's static choice on the training roots), and on the held-out test roots
+both policies, ``static`` (chosen on the training roots) and ``selector`` (argmax per root from
+its features), are valued twice: by the convention's labels (``claimed``) and by the exact ones
+(``exact``), beside Traversal's exact static policy chosen on the same training roots.
+
 Output under ``--out`` (default ``out/ddte_audit/<source>/``): ``ddte_audit.parquet`` (summary),
-``labels.parquet`` (every root, action, verifier and convention), ``inflation.{html,png}``.
-The selector trained on each convention's labels is not part of this study (issue 17, open).
+``labels.parquet`` (every root, action, verifier and convention), ``inflation.{html,png}``, and
+with the selector ``selector.parquet`` (per verifier, convention, policy and setting, "all" for
+the ratio of totals) and ``selector_roots.parquet`` (each test root's chosen action and values) and ``selector.{html,png}``.
 """
 
 from __future__ import annotations
@@ -38,6 +49,8 @@ from backends.sources.flags import LatencyConfig, SourceConfig, make_latency, ma
 PROG = "python -m analyses.ddte_audit"
 CONVENTIONS = ("exact", "per_path", "four_step", "rank", "public")
 VERIFIERS = ("specinfer", "spectr", "khisti", "traversal")
+SELECTOR_VERIFIERS = ("specinfer", "spectr", "khisti")
+POLICIES = ("static", "selector")
 REFUSALS = {"capture": {"capture": "the audit draws its own grid trees; use --backend hf or a synthetic world"}}
 HF_DEFAULTS = {"roots_per_trajectory": 2, "spacing": 8}
 
@@ -50,6 +63,8 @@ class Config(SourceConfig, LatencyConfig):
     roots_per_trajectory: int = 1
     settings: str = "ddte"
     samples: int = 2
+    selector: bool = True
+    epochs: int = 200
     out: str | None = None
     quiet: bool = False
 
@@ -58,10 +73,17 @@ def parse_args(argv) -> tuple[Config, object]:
     d = Config()
     parser = study_parser(PROG, __doc__, d)
     parser.add_argument("--samples", type=int, default=d.samples, help="grid trees per L1 (shared by verifiers and conventions)")
+    parser.add_argument("--no-selector", dest="selector", action="store_false",
+                        help="skip the selector's policies (they need >= 3 trajectories)")
+    parser.add_argument("--epochs", type=int, default=d.epochs, help="selector training epochs (per verifier and convention)")
     add_output_flags(parser, PROG)
     args = parser.parse_args(argv)
     config = Config(**{**vars(args), "capture": tuple(args.capture)})
-    check_flags(PROG, [(config.samples >= 1, f"--samples: must be >= 1, got {config.samples}")])
+    check_flags(PROG, [(config.samples >= 1, f"--samples: must be >= 1, got {config.samples}"),
+                       (config.epochs >= 1, f"--epochs: must be >= 1, got {config.epochs}"),
+                       (not config.selector or config.trajectories >= 3,
+                        f"--trajectories: the selector's train/validation/test split needs >= 3, got {config.trajectories} "
+                        "(or pass --no-selector)")])
     return config, parser
 
 
@@ -81,12 +103,14 @@ def convention(verifier: str, name: str):
     return tree_verifiers.get(verifier, allow_lossy=trunk == "per_path", **options), trunk
 
 
-def label(config: Config, source, settings, latency) -> list[dict]:
-    """One row per root, setting, verifier, convention and grid action."""
+def label(config: Config, source, settings, latency) -> tuple[list[dict], list[dict]]:
+    """(one row per root, setting, verifier, convention and grid action; with ``config.selector``
+    one feature record per root, ``simlab.selector.features.root_features``, else [])."""
     from simlab.efficiency import draw_grid, grid_block_efficiency
+    from simlab.selector.features import root_features
     from simlab.trees import NodeTable
 
-    rows = []
+    rows, records = [], []
     bar = tqdm(total=sum(source.count(s) for s in settings), desc="roots", unit="root", file=sys.stderr, disable=config.quiet)
     for setting in settings:
         for root in source.roots(setting):
@@ -104,24 +128,34 @@ def label(config: Config, source, settings, latency) -> list[dict]:
                     for action, estimate in grid.items():
                         if action not in times:
                             times[action] = latency.delayed_time(*action, len(root.context))
-                        rows.append({"setting": setting.name, "root": root.root, "verifier": v, "convention": name,
-                                     "K": action[0], "L1": action[1], "L2": action[2], "E": estimate.mean, "T": times[action]})
+                        rows.append({"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "verifier": v,
+                                     "convention": name, "K": action[0], "L1": action[1], "L2": action[2], "E": estimate.mean,
+                                     "T": times[action]})
+            if config.selector:
+                embeddings, scalars = root_features(root.pair, root.context, setting, latency)
+                records.append({"setting": setting.name, "trajectory": root.trajectory, "root": root.root, **scalars, **embeddings})
             bar.update()
     bar.close()
-    return rows
+    return rows, records
+
+
+def with_exact(labels: pl.DataFrame) -> pl.DataFrame:
+    """Every (convention, verifier, root, action) with its label ``E`` under the convention (the
+    exact one where the convention does not touch the verifier) and ``E_exact``."""
+    key = ["setting", "trajectory", "root", "verifier", "K", "L1", "L2"]
+    exact = labels.filter(pl.col("convention") == "exact")
+    filled = []
+    for name in CONVENTIONS:
+        own = labels.filter(pl.col("convention") == name).drop("convention")
+        missing = exact.drop("convention").join(own.select(key), on=key, how="anti")
+        filled.append(pl.concat([own, missing]).with_columns(pl.lit(name).alias("convention")))
+    return pl.concat(filled).join(exact.select(*key, pl.col("E").alias("E_exact")), on=key)
 
 
 def summarise(labels: pl.DataFrame) -> pl.DataFrame:
     """Per setting, verifier and convention: mean inflation, the best static action on the convention's
     labels, its claimed and exact throughput, and the gap to Traversal's exact best."""
-    key = ["setting", "root", "verifier", "K", "L1", "L2"]
-    exact = labels.filter(pl.col("convention") == "exact").select(*key, pl.col("E").alias("E_exact"))
-    filled = []
-    for name in CONVENTIONS:  # a convention that does not touch a verifier keeps its exact labels
-        own = labels.filter(pl.col("convention") == name).drop("convention")
-        missing = labels.filter(pl.col("convention") == "exact").drop("convention").join(own.select(key), on=key, how="anti")
-        filled.append(pl.concat([own, missing]).with_columns(pl.lit(name).alias("convention")))
-    full = pl.concat(filled).join(exact, on=key)
+    full = with_exact(labels)
     inflation = full.group_by("setting", "verifier", "convention").agg((pl.col("E") - pl.col("E_exact")).mean().alias("inflation"),
                                                                       (pl.col("E") - pl.col("E_exact")).max().alias("max_inflation"))
     per_action = full.group_by("setting", "verifier", "convention", "K", "L1", "L2").agg(
@@ -134,6 +168,99 @@ def summarise(labels: pl.DataFrame) -> pl.DataFrame:
         (pl.col("exact_TPS") / pl.col("traversal_TPS") - 1).alias("exact_vs_traversal"))
     return out.select("setting", "verifier", "convention", "inflation", "max_inflation", "K", "L1", "L2", "claimed_TPS", "exact_TPS",
                       "claimed_vs_traversal", "exact_vs_traversal").sort("setting", "verifier", "convention")
+
+
+def select(config: Config, labels: pl.DataFrame, records: list[dict]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The static and selector policies of each OT-based verifier under each convention that
+    touches it (and ``exact``), on the test roots: (summary per verifier, convention, policy and
+    setting, with ``all`` for the ratio of totals; per test root and policy).
+
+    The selector is trained on the convention's labels (``analyses.selector_data.fit_selector``,
+    ``config.epochs``, seeded by ``config.seed``); ``claimed`` values a policy's choices by the
+    convention's labels, ``exact`` by the exact labels of the same trees.  Traversal's exact
+    static policy (chosen on the training roots) is the reference of both ratios.
+
+    Raises:
+        ValueError: fewer than 3 trajectories (no test or validation roots).
+    """
+    from analyses.selector_data import choose, feature_arrays, fit_selector, static_choice, value_matrices
+    from simlab.selector.train import TrainConfig, split_by_trajectory
+
+    roots, arrays = feature_arrays(records)
+    if roots["trajectory"].n_unique() < 3:
+        raise ValueError(f"trajectories: the selector's split needs >= 3 trajectories, the source has {roots['trajectory'].n_unique()}")
+    split = split_by_trajectory(roots["trajectory"].to_list(), config.seed)
+    settings, test = roots["setting"].to_numpy(), np.flatnonzero(split == "test")
+    full = with_exact(labels)
+    actions = sorted(set(zip(labels["K"].to_list(), labels["L1"].to_list(), labels["L2"].to_list())))
+    trav = value_matrices(full.filter(pl.col("convention") == "exact"), "traversal", roots, actions, ("E", "T"))
+    trav_static = static_choice(trav, settings, split == "train")
+    per_root = []
+
+    def record(verifier, name, policy, picks, claimed, exact, T):
+        for i, r in enumerate(test):
+            K, L1, L2 = actions[picks[i]]
+            per_root.append({"verifier": verifier, "convention": name, "policy": policy, "setting": settings[r],
+                             "trajectory": int(roots["trajectory"][int(r)]), "root": int(roots["root"][int(r)]), "K": K, "L1": L1,
+                             "L2": L2, "E_claimed": float(claimed[i]), "E_exact": float(exact[i]), "T": float(T[i])})
+
+    picks = np.array([trav_static[str(settings[r])] for r in test])
+    record("traversal", "exact", "static", picks, trav["E"][test, picks], trav["E"][test, picks], trav["T"][test, picks])
+    bar = tqdm(total=sum(name == "exact" or convention(v, name) is not None for v in SELECTOR_VERIFIERS for name in CONVENTIONS),
+               desc="selectors", unit="selector", file=sys.stderr, disable=config.quiet)
+    for v in SELECTOR_VERIFIERS:
+        for name in CONVENTIONS:
+            if name != "exact" and convention(v, name) is None:
+                continue  # its labels are the exact ones: the same selector
+            values = value_matrices(full.filter(pl.col("convention") == name), v, roots, actions, ("E", "E_exact", "T"))
+            model, _, static = fit_selector(roots, arrays, values, split, TrainConfig(config.epochs, seed=config.seed))
+            for policy, picks in (("static", np.array([static[str(settings[r])] for r in test])),
+                                  ("selector", choose(model, roots, arrays, test))):
+                record(v, name, policy, picks, *(values[c][test, picks] for c in ("E", "E_exact", "T")))
+            bar.update()
+    bar.close()
+    per_root = pl.DataFrame(per_root)
+    groups = ["verifier", "convention", "policy"]
+    totals = [pl.len().alias("roots"), pl.col("E_claimed").mean(), pl.col("E_exact").mean(),
+              (pl.col("E_claimed").sum() / pl.col("T").sum()).alias("claimed_TPS"), (pl.col("E_exact").sum() / pl.col("T").sum()).alias("exact_TPS")]
+    table = pl.concat([per_root.group_by(*groups, "setting").agg(*totals),
+                       per_root.group_by(*groups).agg(*totals).with_columns(pl.lit("all").alias("setting"))], how="diagonal")
+    reference = table.filter(pl.col("verifier") == "traversal").select("setting", pl.col("exact_TPS").alias("traversal_TPS"))
+    table = table.join(reference, on="setting").with_columns(
+        (pl.col("claimed_TPS") / pl.col("traversal_TPS") - 1).alias("claimed_vs_traversal"),
+        (pl.col("exact_TPS") / pl.col("traversal_TPS") - 1).alias("exact_vs_traversal")).drop("traversal_TPS")
+    return table.sort("setting", "verifier", "convention", "policy"), per_root
+
+
+def selector_chart(table: pl.DataFrame, subtitle: str):
+    """Held-out throughput vs Traversal's exact static policy, claimed and exact, per verifier,
+    convention and policy (all settings)."""
+    import altair as alt
+
+    data = table.filter((pl.col("setting") == "all") & (pl.col("verifier") != "traversal")).unpivot(
+        index=["verifier", "convention", "policy"], on=["claimed_vs_traversal", "exact_vs_traversal"], variable_name="valued",
+        value_name="vs_traversal").with_columns(pl.col("valued").str.replace("_vs_traversal", ""))
+    return alt.Chart(data).mark_bar().encode(
+        x=alt.X("convention:N", sort=list(CONVENTIONS), title=None), xOffset="valued:N",
+        y=alt.Y("vs_traversal:Q", title="vs Traversal", axis=alt.Axis(format="%")),
+        color=alt.Color("valued:N", title="valued"), row=alt.Row("policy:N", title=None), column=alt.Column("verifier:N", title=None),
+        tooltip=list(data.columns)).properties(width=160, height=150, title=alt.TitleParams(
+            "Static and selector policies on held-out roots, as each convention claims them and exactly", subtitle=subtitle))
+
+
+def selector_view(table: pl.DataFrame) -> pl.DataFrame:
+    """The printed form of ``select``'s summary: one row per verifier and convention (setting "all")."""
+    rows = []
+    for (verifier, name), group in table.filter(pl.col("setting") == "all").group_by("verifier", "convention", maintain_order=True):
+        by = {r["policy"]: r for r in group.iter_rows(named=True)}
+        row = {"verifier": verifier, "convention": name}
+        for policy in POLICIES if verifier != "traversal" else ("static",):
+            r = by[policy]
+            row |= {f"{policy} E": r["E_exact"], f"{policy} claimed": f"{r['claimed_vs_traversal']:+.1%}",
+                    f"{policy} exact": f"{r['exact_vs_traversal']:+.1%}"}
+        rows.append(row)
+    order = {name: i for i, name in enumerate(CONVENTIONS)}
+    return pl.DataFrame(rows).sort(pl.col("verifier"), pl.col("convention").replace_strict(order, return_dtype=pl.Int64))
 
 
 def main(argv=None) -> int:
@@ -150,7 +277,9 @@ def _main(argv) -> int:
     latency = make_latency(PROG, parser, config, source, 40)
     out = prepare_out(PROG, config.out if config.out is not None else f"out/ddte_audit/{source.slug()}")
     try:
-        labels = pl.DataFrame(label(config, source, settings, latency))
+        rows, records = label(config, source, settings, latency)
+        labels = pl.DataFrame(rows)
+        selected = select(config, labels, records) if config.selector else None
     except ValueError as exc:
         fail_from(PROG, exc, parser)
     summary = summarise(labels)
@@ -164,6 +293,12 @@ def _main(argv) -> int:
         outputs.stage("labels.parquet", parquet_writer(labels))
         for fmt in ("html", "png"):
             outputs.stage(f"inflation.{fmt}", chart_writer(chart, fmt))
+        if selected is not None:
+            outputs.stage("selector.parquet", parquet_writer(selected[0]))
+            outputs.stage("selector_roots.parquet", parquet_writer(selected[1]))
+            policy_chart = selector_chart(selected[0], f"source: {source.describe()}; latency: {latency.source}")
+            for fmt in ("html", "png"):
+                outputs.stage(f"selector.{fmt}", chart_writer(policy_chart, fmt))
         outputs.publish()
     if not config.quiet:
         print(f"Source: {source.describe()}; {labels['root'].n_unique()} roots per setting; latency: {latency.source}")
@@ -172,7 +307,12 @@ def _main(argv) -> int:
             pl.col("exact_vs_traversal").mean()).sort("verifier", "convention")
         print_table(overall, "Mean over settings: label inflation, and the best static action's throughput vs Traversal's "
                              "(claimed under the convention, exact for the same action)")
-        print(f"wrote {out}/ddte_audit.parquet, labels.parquet, inflation.html/.png")
+        if selected is not None:
+            print_table(selector_view(selected[0]), f"Held-out roots ({selected[1].filter(pl.col('verifier') == 'traversal').height}, "
+                        "all settings): E[tau+1] (exact) and throughput vs Traversal's exact static policy, as the convention "
+                        "claims it and exactly")
+        print(f"wrote {out}/ddte_audit.parquet, labels.parquet, inflation.html/.png"
+              + (", selector.parquet, selector_roots.parquet, selector.html/.png" if selected is not None else ""))
     return 0
 
 

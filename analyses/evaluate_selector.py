@@ -32,7 +32,7 @@ import numpy as np
 import polars as pl
 
 from analyses.labels import PAPER_NAMES
-from analyses.selector_data import static_choice, value_matrices
+from analyses.selector_data import choose, static_choice, value_matrices
 from analyses.train_selector import DEFAULT_RUN
 from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, parquet_writer, prepare_out, print_table, run_tool
 
@@ -72,15 +72,9 @@ def load_run(run: Path):
 
 def selector_actions(checkpoint, roots: pl.DataFrame, arrays, rows: np.ndarray) -> np.ndarray:
     """The selector's argmax action index for each root in ``rows`` (eval mode, CPU)."""
-    import torch
-
-    from simlab.selector.features import SCALARS
     from simlab.selector.model import Selector
 
-    model = Selector.from_checkpoint(checkpoint)
-    h = [torch.from_numpy(arrays[n][rows]) for n in ("h_p_prev", "h_q_prev", "h_q_root")]
-    scalars = torch.from_numpy(roots.select(*SCALARS).to_numpy().astype(np.float32)[rows])
-    return model.choose(*h, scalars).numpy()
+    return choose(Selector.from_checkpoint(checkpoint), roots, arrays, rows)
 
 
 def evaluate(meta, labels, roots, arrays, checkpoints, split: str) -> tuple[pl.DataFrame, pl.DataFrame]:

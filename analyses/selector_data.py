@@ -11,9 +11,12 @@ from simlab.selector.features import SCALARS
 KEYS = ("setting", "trajectory", "root")
 
 
-def value_matrices(labels: pl.DataFrame, verifier: str, roots: pl.DataFrame, actions) -> dict[str, np.ndarray]:
-    """E, E_select, E_holdout (tokens per step) and T (seconds) as float64 (N roots, |A|), roots in
-    the order of ``roots`` and actions in the order of ``actions``.
+VALUES = ("E", "E_select", "E_holdout", "T")
+
+
+def value_matrices(labels: pl.DataFrame, verifier: str, roots: pl.DataFrame, actions, columns=VALUES) -> dict[str, np.ndarray]:
+    """The label ``columns`` (default E, E_select, E_holdout in tokens per step, T in seconds) as
+    float64 (N roots, |A|), roots in the order of ``roots`` and actions in the order of ``actions``.
 
     Raises:
         ValueError: a root or an action without a label for this verifier.
@@ -27,7 +30,7 @@ def value_matrices(labels: pl.DataFrame, verifier: str, roots: pl.DataFrame, act
     rows = part["row"].to_numpy()
     cols = np.array([index[a] for a in zip(part["K"].to_list(), part["L1"].to_list(), part["L2"].to_list())])
     out = {}
-    for name in ("E", "E_select", "E_holdout", "T"):
+    for name in columns:
         m = np.full((roots.height, len(actions)), np.nan)
         m[rows, cols] = part[name].to_numpy()
         out[name] = m
@@ -65,3 +68,31 @@ def tensors(roots: pl.DataFrame, arrays: dict[str, np.ndarray], values: dict[str
     return SelectorData(tuple(torch.from_numpy(arrays[n]) for n in ("h_p_prev", "h_q_prev", "h_q_root")),
                         torch.from_numpy(roots.select(*SCALARS).to_numpy().astype(np.float32)),
                         torch.from_numpy(values["E"]), torch.from_numpy(values["T"]), torch.from_numpy(base_tps))
+
+
+def fit_selector(roots: pl.DataFrame, arrays: dict[str, np.ndarray], values: dict[str, np.ndarray], split: np.ndarray, config):
+    """Train one selector on the labels ``values`` (``value_matrices``: E and T) of the roots whose
+    ``split`` is ``"train"``, validated on ``"validation"``; the baseline of DDTE's loss is each
+    setting's static choice on the training roots.
+
+    Returns:
+        (model in eval mode on the CPU, history, static choice {setting: action index}).
+
+    Raises:
+        ValueError: no training or validation roots, or training diverged (``simlab.selector.train``).
+    """
+    from simlab.selector.train import train
+
+    base = static_choice(values, roots["setting"].to_numpy(), split == "train")
+    data = tensors(roots, arrays, values, base)
+    model, history = train(data.subset(np.flatnonzero(split == "train")), data.subset(np.flatnonzero(split == "validation")), config)
+    return model, history, base
+
+
+def choose(model, roots: pl.DataFrame, arrays: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """The selector's argmax action index (int64) for each root in ``rows`` (eval mode, CPU)."""
+    import torch
+
+    h = [torch.from_numpy(arrays[n][rows]) for n in ("h_p_prev", "h_q_prev", "h_q_root")]
+    scalars = torch.from_numpy(roots.select(*SCALARS).to_numpy().astype(np.float32)[rows])
+    return model.choose(*h, scalars).numpy()

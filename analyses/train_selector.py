@@ -27,7 +27,7 @@ import polars as pl
 
 from analyses.grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
 from analyses.labels import PAPER_NAMES, grid_of, label_all
-from analyses.selector_data import feature_arrays, static_choice, tensors, value_matrices
+from analyses.selector_data import feature_arrays, fit_selector, value_matrices
 from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, parquet_writer, prepare_out, print_table, run_tool, slow_step
 
 PROG = "python -m analyses.train_selector"
@@ -119,7 +119,7 @@ def capture_models(source, device: str):
 
 
 def _main(argv) -> int:
-    from simlab.selector.train import TrainConfig, split_by_trajectory, train
+    from simlab.selector.train import TrainConfig, split_by_trajectory
 
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
     grid = grid_of(config)
@@ -144,13 +144,11 @@ def _main(argv) -> int:
     checkpoints, histories, summary = {}, [], []
     for verifier in config.verifiers:
         values = value_matrices(labels, verifier, roots, grid.actions())
-        base = static_choice(values, roots["setting"].to_numpy(), split == "train")
-        data = tensors(roots, arrays, values, base)
         train_config = TrainConfig(config.epochs, config.batch, config.lr, lam=config.lam, alpha=config.alpha,
                                    dropout=config.dropout, seed=config.seed, device=config.train_device)
         t0 = time.perf_counter()
         try:
-            model, history = train(data.subset(np.flatnonzero(split == "train")), data.subset(np.flatnonzero(split == "validation")), train_config)
+            model, history, base = fit_selector(roots, arrays, values, split, train_config)
         except ValueError as exc:
             fail(PROG, str(exc))
         checkpoints[verifier] = {**model.checkpoint(), "verifier": verifier, "actions": grid.actions(), "static": base,

@@ -1,14 +1,18 @@
 """The DDTE audit study as a tool: outputs, the exact convention inflating nothing, the lossy trunk
-convention inflating Khisti and SpecTr but not SpecInfer's value nor Traversal, one-line errors."""
+convention inflating Khisti and SpecTr but not SpecInfer's value nor Traversal, the selector's
+policies valued by the convention's labels and by the exact ones (recomputed here from the
+label table), one-line errors."""
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 import pytest
 
 from analyses import ddte_audit
+from simlab.selector.train import split_by_trajectory
 
-SMALL = ["--vocab", "8", "--trajectories", "2", "--settings", "1", "--samples", "1", "--quiet"]
+SMALL = ["--vocab", "8", "--trajectories", "3", "--settings", "1,0.6", "--samples", "1", "--epochs", "3", "--quiet"]
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +23,8 @@ def run(tmp_path_factory):
 
 
 def test_outputs_and_inflation(run):
-    for name in ("ddte_audit.parquet", "labels.parquet", "inflation.html", "inflation.png"):
+    for name in ("ddte_audit.parquet", "labels.parquet", "inflation.html", "inflation.png", "selector.parquet", "selector_roots.parquet",
+                 "selector.html", "selector.png"):
         assert (run / name).stat().st_size > 0, name
     summary = pl.read_parquet(run / "ddte_audit.parquet")
     assert set(summary["convention"]) == set(ddte_audit.CONVENTIONS) and set(summary["verifier"]) == set(ddte_audit.VERIFIERS)
@@ -30,8 +35,49 @@ def test_outputs_and_inflation(run):
     assert by[("specinfer", "four_step")]["inflation"] == 0  # four_step touches SpecTr only
 
 
+def test_selector_policies_are_valued_by_the_labels(run):
+    labels, roots = pl.read_parquet(run / "labels.parquet"), pl.read_parquet(run / "selector_roots.parquet")
+    table = pl.read_parquet(run / "selector.parquet")
+    touched = {("specinfer", c) for c in ("exact", "per_path", "public")} | {("spectr", c) for c in ("exact", "per_path", "four_step", "public")} \
+        | {("khisti", c) for c in ("exact", "per_path", "rank", "public")} | {("traversal", "exact")}
+    assert set(zip(table["verifier"], table["convention"])) == touched
+    key = ["setting", "trajectory", "root", "verifier", "K", "L1", "L2"]
+    label_of = {(r["convention"], *(r[k] for k in key)): r["E"] for r in labels.iter_rows(named=True)}
+    test_trajectories = {t for t, part in zip(labels["trajectory"], split_by_trajectory(labels["trajectory"].to_list(), 0)) if part == "test"}
+    assert set(roots["trajectory"]) == test_trajectories
+    for r in roots.iter_rows(named=True):
+        own = r["convention"] if (r["convention"], *(r[k] for k in key)) in label_of else "exact"
+        assert r["E_claimed"] == label_of[(own, *(r[k] for k in key))] and r["E_exact"] == label_of[("exact", *(r[k] for k in key))]
+    for _, group in roots.filter(pl.col("policy") == "static").group_by("verifier", "convention", "setting"):
+        assert group.select("K", "L1", "L2").unique().height == 1  # one static action per setting
+    for (verifier, convention, policy), group in roots.group_by("verifier", "convention", "policy"):
+        row = table.filter((pl.col("verifier") == verifier) & (pl.col("convention") == convention) & (pl.col("policy") == policy)
+                           & (pl.col("setting") == "all")).row(0, named=True)
+        assert row["claimed_TPS"] == pytest.approx(group["E_claimed"].sum() / group["T"].sum(), rel=1e-12)
+        assert row["exact_TPS"] == pytest.approx(group["E_exact"].sum() / group["T"].sum(), rel=1e-12)
+    exact = table.filter(pl.col("convention") == "exact")
+    assert np.array_equal(exact["claimed_TPS"], exact["exact_TPS"])
+    # SpecInfer's per-path labels equal its exact ones: the same selector, the same choices
+    pick = lambda c: roots.filter((pl.col("verifier") == "specinfer") & (pl.col("convention") == c)).drop("convention")
+    assert pick("per_path").equals(pick("exact"))
+
+
+def test_static_choice_is_the_training_roots_argmax(run):
+    labels, roots = pl.read_parquet(run / "labels.parquet"), pl.read_parquet(run / "selector_roots.parquet")
+    ids = labels.select("trajectory").unique().sort("trajectory")["trajectory"].to_list()
+    part = dict(zip(ids, split_by_trajectory(ids, 0)))
+    train = labels.filter(pl.col("trajectory").replace_strict(part) == "train")
+    for (verifier, convention, setting), group in roots.filter(pl.col("policy") == "static").group_by("verifier", "convention", "setting"):
+        own = train.filter((pl.col("verifier") == verifier) & (pl.col("setting") == setting))
+        own = own.filter(pl.col("convention") == (convention if convention in own["convention"].to_list() else "exact"))
+        totals = own.group_by("K", "L1", "L2").agg(pl.col("E").sum() / pl.col("T").sum()).sort("K", "L1", "L2")
+        best = totals.filter(pl.col("E") == totals["E"].max()).row(0)[:3]  # ties go to the first action (L2 = 0 makes K moot)
+        assert tuple(group.row(0, named=True)[k] for k in ("K", "L1", "L2")) == best
+
+
 @pytest.mark.parametrize("flags, flag", [(["--samples", "0"], "--samples"), (["--capture", "x"], "--capture"),
-                                         (["--settings", "x"], "--settings")])
+                                         (["--settings", "x"], "--settings"), (["--trajectories", "2"], "--trajectories"),
+                                         (["--epochs", "0"], "--epochs")])
 def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         ddte_audit.main(flags + ["--out", str(tmp_path / "o"), "--quiet"])
