@@ -15,12 +15,23 @@ nodes, once each.  ``--labels specinfer,spectr,...`` also values every action of
 (``simlab.labels.grid_labels``, the studies' own label function) and stores the labels
 (``labels-r*.parquet``) beside the per-node summaries, so a capture without ``--full`` (no
 logits: about 1 GB per root at V = 128,000) still carries everything the selector needs.
+Memory: the drafting and the labelling tables keep float32 logits, not float64 rows
+(``NodeTable(rows="logits")``: the same bits), and the labels are computed node by node with no
+plan kept (``stream=True``), so one root's grid at V = 128,000 adds about 1.3 GB (its two models'
+logits) to the process (``scripts/capture_memory.py``).
 
 Resumable: a killed run (even SIGKILL) rerun with the same command skips the roots whose shard
 exists and produces no duplicate and no missing rows, because every root is seeded by
-(seed, root id) alone; staging files the killed run left are removed.  Under ``torchrun`` each
-process captures the roots with ``root % WORLD_SIZE == RANK`` on ``cuda:LOCAL_RANK``.  After an
-out-of-memory error a root is retried with half as many tokens per forward.
+(seed, root id) alone; staging files the killed run left are removed.
+
+``--roots-per-forward G`` (default 8) evaluates the trees of G consecutive roots in one masked
+forward per model (``HFPair.forest_logits``; 1: one tree forward per root, as captures made
+before this flag).  Groups are fixed by root order (group j = roots jG .. jG + G - 1), so a
+resumed or sharded run computes exactly the same packs; a group with a missing shard is
+evaluated whole again and only its missing shards are written.  Under ``torchrun`` each process
+captures the groups with ``j % WORLD_SIZE == RANK`` on ``cuda:LOCAL_RANK`` (with G = 1: the roots
+with ``root % WORLD_SIZE == RANK``).  After an out-of-memory error a group is retried with half
+as many tokens per forward.
 """
 
 from __future__ import annotations
@@ -54,32 +65,58 @@ def multiplicity(tree, path) -> int:
     return tree.child_list(path[:-1]).count(path[-1]) if path else 1
 
 
-def capture_root(pair, settings: store.CaptureSettings, root_id: int, prompt_index: int, context: tuple[int, ...],
-                 max_batch: int):
-    """(rows, logits or None, drafts or None, labels or None) for one root: draw its tree, evaluate
-    every node once (``max_batch`` tree tokens per forward), and with ``--labels`` value the grid."""
+def draft_root(pair, settings: store.CaptureSettings, root_id: int, context: tuple[int, ...]):
+    """(tree, grid drafts or None) at one root, seeded by (seed, root id) alone."""
     rng = seeded_rng(settings.seed, 1, root_id)
-    drafts = None
+    table = NodeTable(pair, context, rows="logits")  # float32 logits, not float64 rows: the same draws in half the memory
     if settings.shape == "grid":
-        drafts = draw_grid(NodeTable(pair, context), K_max=settings.width, L1_values=range(settings.depth + 1),
+        drafts = draw_grid(table, K_max=settings.width, L1_values=range(settings.depth + 1),
                            L2_max=settings.depth, samples=settings.samples, rng=rng)
-        tree = union_tree(drafts)
+        return union_tree(drafts), drafts
+    return settings.tree_shape().sample(table, rng), None
+
+
+def label_engine(pair, choice: str) -> str:
+    """``--labels-engine``: ``numpy``, ``torch``, or ``auto`` (the batched torch engine where the
+    models run on CUDA, the numpy reference on a CPU)."""
+    if choice != "auto":
+        return choice
+    return "torch" if str(pair.device).startswith("cuda") else "numpy"
+
+
+def capture_group(pair, settings: store.CaptureSettings, group, max_batch: int, max_tokens: int, engine: str = "numpy"):
+    """One (rows, logits or None, drafts or None, labels or None) per root of ``group`` (a list of
+    (root id, prompt index, context)): draw each root's tree, evaluate every node of every tree
+    once (``roots_per_forward`` > 1: the group's trees together, ``HFPair.forest_logits`` with
+    ``max_tokens`` per forward; 1: one tree forward per root, ``max_batch`` tree tokens per
+    forward), and with ``--labels`` value each root's grid (``engine``: ``simlab.labels.grid_labels``
+    on the models' device; the verifiers the torch engine does not serve use numpy)."""
+    drafted = [draft_root(pair, settings, root_id, context) for root_id, _, context in group]
+    trees = [(context, tree.nodes()) for (_, _, context), (tree, _) in zip(group, drafted)]
+    if settings.roots_per_forward > 1:
+        logits = pair.forest_logits(trees, max_tokens=max_tokens, max_batch=max_batch)
     else:
-        tree = settings.tree_shape().sample(NodeTable(pair, context), rng)
+        logits = [pair.node_logits(context, nodes, max_batch=max_batch) for context, nodes in trees]
+    return [finish_root(pair, settings, *root, tree, drafts, both, engine)
+            for root, (tree, drafts), both in zip(group, drafted, logits)]
+
+
+def finish_root(pair, settings: store.CaptureSettings, root_id: int, prompt_index: int, context: tuple[int, ...], tree, drafts,
+                logits, engine: str = "numpy"):
+    """(rows, logits or None, drafts, labels or None) of one root from its tree's node logits."""
     nodes = tree.nodes()
-    logits_p, logits_q = pair.node_logits(context, nodes, max_batch=max_batch)
-    p_rows, q_rows = pair.settings.probabilities(logits_p), pair.settings.probabilities(logits_q)
+    logits_p, logits_q = logits
+    table = NodeTable(pair, context, rows="logits")  # p and q computed per node from the logits, never all at once
+    table.add_logits(nodes, logits_p, logits_q)  # the logits --full stores, so labels replay equal
     labels = None
     if settings.labels:
-        table = NodeTable(pair, context)
-        table.add(nodes, p_rows, q_rows)  # the rows --full stores, so labels replay equal
         labels = [{"root": root_id, "prompt": prompt_index, **row}
                   for row in grid_labels(table, drafts, settings.labels.split(","), K_values=range(1, settings.width + 1),
-                                         L2_values=range(settings.depth + 1))]
+                                         L2_values=range(settings.depth + 1), engine=engine, device=pair.device, stream=True)]
     top = settings.store_top
     rows = []
-    for i, path in enumerate(nodes):
-        p, q = p_rows[i], q_rows[i]
+    for path in nodes:
+        p, q = table.p(path), table.q(path)
         order_p = np.argsort(-p, kind="stable")[:top]
         order_q = np.argsort(-q, kind="stable")[:top]
         rows.append({
@@ -106,7 +143,7 @@ def union_tree(drafts) -> DraftTree:
 
 
 def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", quiet: bool = False, rank: int = 0,
-        world: int = 1) -> int:
+        world: int = 1, labels_engine: str = "auto") -> int:
     """Capture every root of this process's share not already in ``out``; returns roots captured.
 
     Raises:
@@ -127,27 +164,36 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
         roots = list(prompt_roots(pair, prompts, settings.placement(), settings.seed, settings.tree_depth()))
     if rank == 0 and not stored.exists():
         store.save_settings(out, settings)
-    todo = [r for r in roots if r[0] % world == rank and not store.shard_path(out, r[0]).exists()]
-    done, max_batch = 0, pair.max_batch
-    for root_id, prompt_index, context in tqdm(todo, desc="roots", unit="root", file=sys.stderr, disable=quiet):
+    G = settings.roots_per_forward
+    groups = [roots[i : i + G] for i in range(0, len(roots), G)]  # fixed by root order: a resumed run forms the same groups
+    todo = [g for j, g in enumerate(groups) if j % world == rank and not all(store.shard_path(out, r[0]).exists() for r in g)]
+    done, max_batch, max_tokens = 0, pair.max_batch, pair.forest_tokens
+    bar = tqdm(total=sum(len(g) for g in todo), desc="roots", unit="root", file=sys.stderr, disable=quiet)
+    for group in todo:
         while True:
             try:
-                rows, logits, drafts, labels = capture_root(pair, settings, root_id, prompt_index, context, max_batch)
+                results = capture_group(pair, settings, group, max_batch, max_tokens, label_engine(pair, labels_engine))
                 break
             except oom_errors():
-                if max_batch == 1:
+                if max_batch == 1 and max_tokens == 1:
                     raise
-                max_batch = max(1, max_batch // 2)
+                max_batch, max_tokens = max(1, max_batch // 2), max(1, max_tokens // 2)
                 _empty_cuda_cache()
-                print(f"{PROG}: out of GPU memory at root {root_id}; retrying with batch {max_batch} (tokens per forward)", file=sys.stderr)
-        if logits is not None:
-            store.save_logits(store.logits_path(out, root_id), *logits)
-        if drafts is not None:
-            store.save_drafts(out, root_id, prompt_index, context, drafts)
-        if labels is not None:
-            store.save_labels(out, root_id, labels)
-        store.save_nodes(out, root_id, rows)
-        done += 1
+                print(f"{PROG}: out of GPU memory at root {group[0][0]}; retrying with {max_batch} tree tokens per forward "
+                      f"({max_tokens} per multi-root forward)", file=sys.stderr)
+        for (root_id, prompt_index, context), (rows, logits, drafts, labels) in zip(group, results):
+            if store.shard_path(out, root_id).exists():  # captured before a kill; its group is evaluated whole again
+                continue
+            if logits is not None:
+                store.save_logits(store.logits_path(out, root_id), *logits)
+            if drafts is not None:
+                store.save_drafts(out, root_id, prompt_index, context, drafts)
+            if labels is not None:
+                store.save_labels(out, root_id, labels)
+            store.save_nodes(out, root_id, rows)
+            done += 1
+        bar.update(len(group))
+    bar.close()
     return done
 
 
@@ -158,7 +204,7 @@ def _empty_cuda_cache():
         torch.cuda.empty_cache()
 
 
-def parse_args(argv) -> tuple[store.CaptureSettings, str, str, bool]:
+def parse_args(argv):
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", required=True, help="target model: local folder or hub id")
     parser.add_argument("--draft", required=True, help="draft model: local folder or hub id")
@@ -181,6 +227,11 @@ def parse_args(argv) -> tuple[store.CaptureSettings, str, str, bool]:
     parser.add_argument("--full", action="store_true", help="also store float32 logits of every node (replayable)")
     parser.add_argument("--labels", default=None, help="--shape grid: label every root's grid at capture time for these "
                         "verifiers (comma-separated; simlab.labels.grid_labels), stored beside the node summaries")
+    parser.add_argument("--labels-engine", choices=["auto", "numpy", "torch"], default="auto",
+                        help="--labels: the label computation (auto: the batched torch engine on CUDA, numpy on a CPU; "
+                             "equal to 1e-12, not bit for bit)")
+    parser.add_argument("--roots-per-forward", type=int, default=8,
+                        help="roots whose trees share one masked forward per model (1: one tree forward per root)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the continuations and the trees")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no progress lines")
     args = parser.parse_args(argv)
@@ -188,9 +239,11 @@ def parse_args(argv) -> tuple[store.CaptureSettings, str, str, bool]:
         (args.width >= 1, "--width: must be >= 1"), (args.depth >= 1, "--depth: must be >= 1"),
         (args.shape != "delayed" or 0 <= args.trunk < args.depth, "--trunk: must lie in [0, depth)"),
         (args.store_top >= 1, "--store-top: must be >= 1"), (args.samples >= 1, "--samples: must be >= 1"),
+        (args.roots_per_forward >= 1, f"--roots-per-forward: must be >= 1, got {args.roots_per_forward}"),
         (not {"samples"} & parser.given or args.shape == "grid", "--samples: only --shape grid draws several trees per root"),
         (not {"trunk"} & parser.given or args.shape == "delayed", "--trunk: only --shape delayed has a trunk"),
         (not args.labels or args.shape == "grid", "--labels: only --shape grid has a label grid"),
+        (not {"labels_engine"} & parser.given or args.labels, "--labels-engine: only with --labels"),
     ])
     try:
         args.labels = ",".join(name_list(args.labels, "--labels", tree_verifiers.names())) if args.labels else ""
@@ -198,18 +251,19 @@ def parse_args(argv) -> tuple[store.CaptureSettings, str, str, bool]:
         fail_from(PROG, exc, parser)
     settings = store.CaptureSettings(args.target, args.draft, args.prompts, args.roots_per_prompt, args.spacing, args.shape,
                                      args.width, args.depth, args.trunk, args.temperature, args.top_p, args.top_k, args.dtype,
-                                     args.store_top, args.full, args.seed, samples=args.samples, labels=args.labels)
+                                     args.store_top, args.full, args.seed, samples=args.samples, labels=args.labels,
+                                     roots_per_forward=args.roots_per_forward)
     try:
         settings.sampling()
         settings.placement()
         seeded_rng(args.seed)
     except ValueError as exc:
         fail_from(PROG, exc, parser, {"roots_per_trajectory": "--roots-per-prompt", "top_k": "--top-k", "top_p": "--top-p"})
-    return settings, args.out, args.device, args.quiet, parser
+    return settings, args.out, args.device, args.quiet, args.labels_engine, parser
 
 
 def main(argv=None) -> int:
-    settings, out_arg, device, quiet, parser = parse_args(sys.argv[1:] if argv is None else argv)
+    settings, out_arg, device, quiet, labels_engine, parser = parse_args(sys.argv[1:] if argv is None else argv)
     out = prepare_out(PROG, out_arg)
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world > 1 and device == "auto":
@@ -217,7 +271,7 @@ def main(argv=None) -> int:
 
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if pick_device() == "cuda" else "cpu"
     try:
-        captured = run(settings, out, device=device, quiet=quiet, rank=rank, world=world)
+        captured = run(settings, out, device=device, quiet=quiet, rank=rank, world=world, labels_engine=labels_engine)
     except ValueError as exc:
         fail_from(PROG, exc, parser)
     if not quiet:

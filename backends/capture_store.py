@@ -65,6 +65,7 @@ class CaptureSettings:
     prompts_sha256: str = ""  # of the prompt texts; the prompts path itself may differ on resume
     samples: int = 4  # --shape grid: draws per L1
     labels: str = ""  # --shape grid --labels: comma-separated verifiers labelled at capture time
+    roots_per_forward: int = 8  # roots whose trees share one forward (settings.json without it: 1, the earlier captures)
 
     def tree_shape(self) -> Delayed:
         return named_shape(self.shape, self.width, self.depth, self.trunk)
@@ -179,7 +180,7 @@ def load_settings(folder) -> CaptureSettings:
         known = {f.name for f in fields(CaptureSettings)}
         if not isinstance(data, dict) or not set(data) <= known:
             raise TypeError
-        settings = CaptureSettings(**data)
+        settings = CaptureSettings(**{"roots_per_forward": 1, **data})  # captures made before the flag: one root per forward
         settings.sampling()
         settings.placement()
         return settings

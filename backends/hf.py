@@ -14,6 +14,13 @@ for example the reference pair of ``python -m backends.reference_pair``).  It im
   prefix, its ancestors and itself, never a sibling) and position ids = prefix length +
   depth - 1; ``max_batch`` splits the tree tokens into several forwards on the same cache
   (the capture tool halves it after an out-of-memory error);
+* ``forest_logits([(root, paths), ...])``: several roots' trees in **one** forward per model
+  and no cache: each root is a row of the batch (its context left-padded so that every row's
+  context ends in the same column, then its tree's nodes, then padding), under one 4-D mask
+  (a context token sees the context before it, a node the context, its ancestors and itself);
+  rows are packed while batch x row length stays within ``forest_tokens``, and only the
+  positions from the last context column on go through the LM head.  The capture tool's
+  ``--roots-per-forward`` uses it;
 * tree attention is **probed once**, when the pair is built: a small tree evaluated with the
   mask must match plain forwards of its paths.  A model that rejects custom masks (raises
   anything but out-of-memory) or ignores them (different distributions) is evaluated by
@@ -142,21 +149,23 @@ class HFPair:
         dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"`` (weights); softmax is float64.
         settings: the sampling transform applied to both models.
         max_batch: the most sequences (path batching) or tree tokens (tree attention) in one forward.
+        forest_tokens: the most tokens (rows x padded row length) in one ``forest_logits`` forward.
         tree_attention: allow the one-forward tree evaluation (it is still probed).
         eos_id: the end-of-sequence id block efficiency and decoding stop at (None: none;
             ``"tokenizer"``: the target tokenizer's EOS token).
 
     Raises:
         ValueError: missing folder, unloadable model, disagreeing tokenizers, bad dtype,
-            device, settings, max_batch or eos_id.
+            device, settings, max_batch, forest_tokens or eos_id.
     """
 
     def __init__(self, target: str, draft: str, *, device: str = "auto", dtype: str = "float32",
                  settings: SamplingSettings | None = None, max_batch: int = 64, tree_attention: bool = True,
-                 eos_id: int | str | None = None):
+                 eos_id: int | str | None = None, forest_tokens: int = 8192):
         self.device = pick_device(device)
         self.settings = check_settings(settings or SamplingSettings())
         self.max_batch = check_int(max_batch, "max_batch", 1)
+        self.forest_tokens = check_int(forest_tokens, "forest_tokens", 1)
         self.target, self.target_tokenizer = load_model(target, self.device, dtype, "target")
         self.draft, self.draft_tokenizer = load_model(draft, self.device, dtype, "draft")
         check_tokenizers(self.target_tokenizer, self.draft_tokenizer)
@@ -201,9 +210,11 @@ class HFPair:
         """True if a two-branch tree evaluated with the tree mask matches plain path forwards."""
         root = tuple(range(min(3, self.vocab_size)))
         paths = [(), (1 % self.vocab_size,), (2 % self.vocab_size,), (1 % self.vocab_size, 0)]
+        other = root[1:]  # a second, shorter root: the forest pads it
         try:
             nodes = [pth for pth in paths if pth]
             tree = [self._logits(self._tree_rows(m, root, nodes, self.max_batch)) for m in (self.target, self.draft)]
+            forest = [[self._logits(r) for r in self._forest_rows(m, [(root, nodes), (other, nodes)])] for m in (self.target, self.draft)]
         except oom_errors():
             raise
         except MASK_REJECTIONS as exc:
@@ -212,8 +223,10 @@ class HFPair:
                           RuntimeWarning, stacklevel=3)
             return False
         plain = self._path_logits([root + pth for pth in paths], self.max_batch)
+        plain_other = self._path_logits([other + pth for pth in paths], self.max_batch)
         soft = SamplingSettings().probabilities
-        worst = max(float(np.abs(soft(t) - soft(p)).max()) for t, p in zip(tree, plain))
+        pairs = [*zip(tree, plain), *zip((f[0] for f in forest), plain), *zip((f[1] for f in forest), plain_other)]
+        worst = max(float(np.abs(soft(t) - soft(p)).max()) for t, p in pairs)
         if worst > PROBE_TOLERANCE:
             warnings.warn(f"tree attention: {type(self.target).__name__} does not honour a 4-D tree mask (probe differs "
                           f"by {worst:.2g}); evaluating trees by batching their paths", RuntimeWarning, stacklevel=3)
@@ -310,11 +323,99 @@ class HFPair:
             return self._path_logits([root + pth for pth in paths], chunk)
         nodes = sorted({pth[:d] for pth in paths for d in range(1, len(pth) + 1)}, key=lambda x: (len(x), x))
         self._check_length(len(root) + max((len(n) for n in nodes), default=0))
-        rows_p = self._logits(self._tree_rows(self.target, root, nodes, chunk))
-        rows_q = self._logits(self._tree_rows(self.draft, root, nodes, chunk))
         index = {(): 0, **{n: i + 1 for i, n in enumerate(nodes)}}
-        take = [index[pth] for pth in paths]
-        return rows_p[take], rows_q[take]
+        take = [index[pth] for pth in paths]  # only these rows are kept (the ancestors' logits are dropped per chunk)
+        return (self._logits(self._tree_rows(self.target, root, nodes, chunk, take)),
+                self._logits(self._tree_rows(self.draft, root, nodes, chunk, take)))
+
+    def forest_logits(self, trees: Sequence[tuple[Sequence[int], Sequence[tuple[int, ...]]]],
+                      max_tokens: int | None = None, max_batch: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Logits of target and draft at ``root + path`` for every path of every ``(root, paths)``,
+        several roots' trees in one masked forward per model: one pair of float32 (len(paths), V)
+        arrays per tree, in order.
+
+        Trees are packed in order while rows x longest row (context + nodes, the ancestors of
+        every path included) stays within ``max_tokens`` (default ``forest_tokens``); a tree
+        longer than that alone goes through ``node_logits`` (``max_batch`` tree tokens per
+        forward), and so does every tree when tree attention is off.  The rows of one pack are
+        computed together, so a tree's logits can differ in the last float32 bits from a pack of
+        other trees (the capture tool's groups are fixed by root id for that reason).
+
+        Raises:
+            ValueError: an empty root, ids outside [0, V), a tree deeper than the context, a bad
+                max_tokens or max_batch.
+        """
+        budget = self.forest_tokens if max_tokens is None else check_int(max_tokens, "max_tokens", 1)
+        prepared = []
+        for root, paths in trees:
+            (root,) = check_contexts([root], self.vocab_size)
+            paths = check_contexts(paths, self.vocab_size)
+            if not root:
+                raise ValueError("context: empty; a real model needs at least one token (for example a BOS token)")
+            nodes = sorted({pth[:d] for pth in paths for d in range(1, len(pth) + 1)}, key=lambda x: (len(x), x))
+            self._check_length(len(root) + max((len(n) for n in nodes), default=0))
+            prepared.append((root, paths, nodes))
+        out: list = [None] * len(prepared)
+        pack: list[int] = []
+
+        def flush():
+            if pack:
+                items = [(prepared[i][0], prepared[i][2]) for i in pack]
+                rows = [[self._logits(r) for r in self._forest_rows(m, items)] for m in (self.target, self.draft)]
+                for j, i in enumerate(pack):
+                    index = {(): 0, **{n: k + 1 for k, n in enumerate(prepared[i][2])}}
+                    take = [index[pth] for pth in prepared[i][1]]
+                    out[i] = (rows[0][j][take], rows[1][j][take])
+                pack.clear()
+
+        def width(i):  # padded row length with tree i in the pack
+            indices = [*pack, i]
+            return max(len(prepared[j][0]) for j in indices) + max(len(prepared[j][2]) for j in indices)
+
+        for i, (root, paths, nodes) in enumerate(prepared):
+            if not self.tree_attention or len(root) + len(nodes) > budget:
+                out[i] = self.node_logits(root, paths, max_batch)
+                continue
+            if pack and (len(pack) + 1) * width(i) > budget:
+                flush()
+            pack.append(i)
+        flush()
+        return out
+
+    def _forest_rows(self, model, items: list[tuple[tuple[int, ...], list[tuple[int, ...]]]]):
+        """Per item (root, nodes ancestor-closed and sorted by depth), the logits (1 + len(nodes),
+        V_model) on the device of its root and nodes, all items in one forward of ``model``."""
+        torch = _torch()
+        C = max(len(root) for root, _ in items)  # every context ends at column C - 1
+        S = C + max(len(nodes) for _, nodes in items)
+        ids = np.zeros((len(items), S), dtype=np.int64)
+        positions = np.zeros((len(items), S), dtype=np.int64)
+        allowed = np.zeros((len(items), S, S), dtype=bool)
+        allowed[:, np.arange(S), np.arange(S)] = True  # padding sees itself (no empty softmax row)
+        for b, (root, nodes) in enumerate(items):
+            L, n, start = len(root), len(nodes), C - len(root)
+            ids[b, start:C] = root
+            positions[b, start:C] = np.arange(L)
+            allowed[b, start:C, start:C] = np.tril(np.ones((L, L), dtype=bool))
+            index = {node: k for k, node in enumerate(nodes)}
+            ancestry = np.zeros((n, n), dtype=bool)
+            for k, node in enumerate(nodes):  # sorted by depth: a parent's row is complete before its children's
+                if len(node) > 1:
+                    ancestry[k] = ancestry[index[node[:-1]]]
+                ancestry[k, k] = True
+            ids[b, C : C + n] = [node[-1] for node in nodes]
+            positions[b, C : C + n] = [L + len(node) - 1 for node in nodes]
+            allowed[b, C : C + n, start:C] = True
+            allowed[b, C : C + n, C : C + n] = ancestry
+        dtype = next(model.parameters()).dtype
+        with torch.no_grad():
+            mask = torch.zeros((len(items), 1, S, S), dtype=dtype, device=self.device)
+            mask.masked_fill_(~torch.from_numpy(allowed).to(self.device)[:, None], torch.finfo(dtype).min)
+            keep = {"logits_to_keep": S - C + 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+            logits = model(torch.from_numpy(ids).to(self.device), attention_mask=mask,
+                           position_ids=torch.from_numpy(positions).to(self.device), use_cache=False, **keep).logits
+            logits = logits[:, -(S - C + 1):]  # the last context column, then the node columns
+            return [logits[b, : 1 + len(nodes)] for b, (_, nodes) in enumerate(items)]
 
     def _path_logits(self, contexts, max_batch: int):
         torch = _torch()
@@ -333,14 +434,24 @@ class HFPair:
                     out_q[chunk] = self._logits(self.draft(ids).logits[:, -1])
         return out_p, out_q
 
-    def _tree_rows(self, model, root: tuple[int, ...], nodes: list[tuple[int, ...]], chunk: int):
-        """Logits (1 + len(nodes), V_model) on the device: the root's, then each node's, by tree
-        attention; ``nodes`` are ancestor-closed and sorted by depth, ``chunk`` tokens per forward."""
+    def _tree_rows(self, model, root: tuple[int, ...], nodes: list[tuple[int, ...]], chunk: int, take=None):
+        """Logits (len(take), V_model) on the device of rows ``take`` of [root, *nodes] (default:
+        all 1 + len(nodes)), by tree attention; ``nodes`` are ancestor-closed and sorted by depth,
+        ``chunk`` tokens per forward.  Each chunk's rows go straight into the output, so no more
+        than the requested rows and one chunk's logits are alive at once."""
         torch = _torch()
+        take = list(range(1 + len(nodes))) if take is None else list(take)
+        wanted: dict[int, list[int]] = {}
+        for out_row, row in enumerate(take):
+            wanted.setdefault(row, []).append(out_row)
         with torch.no_grad():
             prefix = model(torch.tensor([root], device=self.device), use_cache=True)
-            rows = [prefix.logits[0, -1:].clone()]
+            first = prefix.logits[0, -1]
+            out = torch.empty((len(take), first.shape[-1]), dtype=first.dtype, device=self.device)
+            if 0 in wanted:
+                out[wanted[0]] = first
             cache = self._cache_of(prefix)
+            del prefix, first
             length, position = len(root), {node: i for i, node in enumerate(nodes)}
             dtype = next(model.parameters()).dtype
             for start in range(0, len(nodes), chunk):
@@ -355,8 +466,11 @@ class HFPair:
                 mask[0, 0][~allowed] = torch.finfo(dtype).min
                 tokens = torch.tensor([[node[-1] for node in block]], device=self.device)
                 positions = torch.tensor([[length + len(node) - 1 for node in block]], device=self.device)
-                out = model(tokens, attention_mask=mask, position_ids=positions, use_cache=True,
-                            **{self._cache_kwarg(model): cache})
-                cache = self._cache_of(out)
-                rows.append(out.logits[0])
-            return torch.cat(rows, dim=0)
+                output = model(tokens, attention_mask=mask, position_ids=positions, use_cache=True,
+                               **{self._cache_kwarg(model): cache})
+                cache = self._cache_of(output)
+                rows = [(1 + start + i, out_rows) for i in range(len(block)) for out_rows in [wanted.get(1 + start + i)] if out_rows]
+                for row, out_rows in rows:
+                    out[out_rows] = output.logits[0, row - 1 - start]
+                del output
+            return out

@@ -235,6 +235,26 @@ def _build(out: Path, seed: int, spec: PairSpec, log, started: float) -> dict:
     return manifest
 
 
+def random_pair(folder: Path, vocab: int) -> None:
+    """Two randomly initialised GPT-2 models sharing a word-level tokenizer of ``vocab`` ids, saved
+    under ``folder/target`` (4 layers x 256) and ``folder/draft`` (1 x 128), seeded, nothing
+    downloaded: for throughput and memory measurements at vocabularies no trained pair here has
+    (``scripts/gpu_bench.py``, ``scripts/capture_memory.py``); their distributions mean nothing."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    words = {f"t{i}": i for i in range(vocab)}
+    core = Tokenizer(models.WordLevel(words, unk_token="t0"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="t0", eos_token="t0", bos_token="t0")
+    torch.manual_seed(0)
+    for name, layers, width in (("target", 4, 256), ("draft", 1, 128)):
+        config = GPT2Config(vocab_size=vocab, n_positions=256, n_embd=width, n_layer=layers, n_head=4)
+        GPT2LMHeadModel(config).save_pretrained(folder / name)
+        tokenizer.save_pretrained(folder / name)
+
+
 def main(argv=None) -> int:
     from backends.cli import ToolParser, fail, prepare_out
 

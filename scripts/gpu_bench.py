@@ -1,4 +1,4 @@
-"""Throughput of the exact core on a CUDA device beside the CPU (issue 16): node, tree and grid labels.
+"""Throughput of the exact core on a CUDA device beside the CPU (issue 16): node, tree, grid labels, capture.
 
     python scripts/gpu_bench.py                     # V = 32,000 and 128,000 on cuda (under 5 minutes on one H200)
     python scripts/gpu_bench.py --dry-run           # tiny sizes on the CPU: checks the script runs (tests/test_gpu_bench.py)
@@ -14,8 +14,14 @@ For each vocabulary size it prints, with the torch and CUDA versions and the thr
   ``grid_block_efficiency`` on the CPU, and on the device the engine over the same requests
   with rows resident there (the issue's target: >= 100 roots/s at V = 128,000 for SpecInfer).
 
-Labelled captures (``backends.capture --labels``) are not built yet, so their throughput is not
-measured here.  p and q are softmaxes of N(0, 3^2) logits (the draft's perturbed by N(0, 1.5^2)),
+* **capture**: a labelled grid capture's work per root (``backends.capture.capture_group``:
+  drafting the grid's trees, one masked forward per model over 8 roots' trees, per-node
+  summaries, labels for SpecInfer: numpy on the CPU, the batched engine on CUDA), roots per second, on two randomly initialised GPT-2 models
+  at this vocabulary (target 4 layers x 256, draft 1 x 128; built from configs, nothing
+  downloaded), grid width 4, depth ``--capture-depth`` (4), 2 trees per L1, on the CPU and on
+  the device.
+
+p and q of the first three levels are softmaxes of N(0, 3^2) logits (the draft's perturbed by N(0, 1.5^2)),
 drawn from a seeded torch Generator on the device.  Writes the table as JSON to ``--out`` when given.
 """
 
@@ -120,6 +126,29 @@ def _engine_time(requests, vocab, device, gen, sync, repeat) -> float:
     return _timed(run, sync, repeat)
 
 
+def bench_capture(vocab: int, device: str, *, depth: int, roots: int) -> dict:
+    """Roots per second of ``capture_group`` (labels for SpecInfer) on the CPU and on ``device``."""
+    import tempfile
+
+    from backends import capture_store
+    from backends.capture import capture_group, label_engine
+    from backends.hf import HFPair
+    from backends.reference_pair import random_pair
+
+    with tempfile.TemporaryDirectory() as tmp:
+        random_pair(Path(tmp), vocab)
+        settings = capture_store.CaptureSettings(f"{tmp}/target", f"{tmp}/draft", "", shape="grid", width=4, depth=depth, samples=2,
+                                                 labels="specinfer", roots_per_forward=roots)
+        group = [(r, 0, tuple(int(t) for t in np.random.default_rng(r).integers(0, vocab, 16))) for r in range(roots)]
+        rates = {}
+        for where in ("cpu", device):
+            pair = HFPair(f"{tmp}/target", f"{tmp}/draft", device=where)
+            engine = label_engine(pair, "auto")  # the torch engine on CUDA
+            seconds = _timed(lambda: capture_group(pair, settings, group, pair.max_batch, pair.forest_tokens, engine), lambda: None, 1)
+            rates[where] = roots / seconds
+    return {"V": vocab, "level": "capture", "verifier": "specinfer", "cpu_per_s": rates["cpu"], "device_per_s": rates[device]}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/gpu_bench.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", help="torch device for the engine (default cuda)")
@@ -127,18 +156,20 @@ def main(argv=None) -> int:
     parser.add_argument("--nodes", type=int, default=2048, help="nodes per batched node call")
     parser.add_argument("--trees", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--capture-depth", type=int, default=4, help="grid depth of the capture level (largest L1 and L2)")
+    parser.add_argument("--capture-roots", type=int, default=8, help="roots of the capture level (one multi-root forward)")
     parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU (V = 512, 16 nodes, 2 trees)")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here")
     args = parser.parse_args(argv)
     import torch
 
     if args.dry_run:
-        args.device, args.vocab, args.nodes, args.trees, args.repeat = "cpu", [512], 16, 2, 1
+        args.device, args.vocab, args.nodes, args.trees, args.repeat, args.capture_depth, args.capture_roots = "cpu", [512], 16, 2, 1, 1, 2
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("scripts/gpu_bench.py: --device cuda but no CUDA device here (use --dry-run on a CPU)", file=sys.stderr)
         return 2
-    if min(args.vocab) < 2 or args.nodes < 1 or args.trees < 1 or args.repeat < 1:
-        print("scripts/gpu_bench.py: --vocab, --nodes, --trees, --repeat must be positive (vocab >= 2)", file=sys.stderr)
+    if min(args.vocab) < 2 or min(args.nodes, args.trees, args.repeat, args.capture_depth, args.capture_roots) < 1:
+        print("scripts/gpu_bench.py: --vocab, --nodes, --trees, --repeat, --capture-* must be positive (vocab >= 2)", file=sys.stderr)
         return 2
     env = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": args.device,
            "device_name": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu",
@@ -148,6 +179,7 @@ def main(argv=None) -> int:
     for vocab in args.vocab:
         start = time.perf_counter()
         rows += bench(vocab, args.device, nodes=args.nodes, trees=args.trees, repeat=args.repeat, cpu_nodes=min(args.nodes, 64))
+        rows.append(bench_capture(vocab, args.device, depth=args.capture_depth, roots=args.capture_roots))
         print(f"V = {vocab}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     print(f"{'V':>7} {'level':<5} {'verifier':<10} {'cpu /s':>12} {'device /s':>12}")
     for r in rows:

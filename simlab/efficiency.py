@@ -193,9 +193,32 @@ def draw_grid(table: NodeTable, *, K_max: int = 4, L1_values=tuple(range(9)), L2
     return [GridDraft(L1, trunk, tuple(branches)) for L1, trunk, branches in drafts]
 
 
+def streamed_masses(table: NodeTable, requests) -> dict:
+    """Answer mass requests (``TopDown.mass_requests``: (path, node verifier, children)) node by
+    node with the numpy plans, reading each node's p and q once and keeping no plan: memory
+    bounded by one node's rows and plans, whatever the number of nodes (the plans memoised in
+    the table keep every node's rows alive).  The same plans and masses as ``NodeTable.plan``
+    (bit for bit: the same ``prepare`` and ``children_mass`` calls).
+
+    Returns:
+        (node verifier, path, children) -> float64 (k,).
+    """
+    by_path: dict = {}
+    for path, node, kids in requests:
+        by_path.setdefault(path, {}).setdefault((node, len(kids)), set()).add(tuple(kids))
+    out = {}
+    for path, groups in by_path.items():
+        p, q = table.p(path), table.q(path)
+        for (node, k), children in groups.items():
+            plan = node.prepare(p, q, k, checked=True)
+            for kids in children:
+                out[(node, path, kids)] = plan.children_mass(np.asarray(kids))
+    return out
+
+
 def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifier, *, K_values=(1, 2, 3, 4),
                           L2_values=tuple(range(9)), trunk_children: str = "shared", engine: str = "numpy",
-                          device=None) -> dict[tuple[int, int, int], Estimate]:
+                          device=None, stream: bool = False) -> dict[tuple[int, int, int], Estimate]:
     """E[tau + 1] of every action (K, L1, L2) from sampled grid drafts (DDTE's unbiased estimator).
 
     For each draft and each K, the tree of its first K branches is built once and cut at every
@@ -209,6 +232,11 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
     (``simlab.batched``, float64, on ``device``) in one pass per (node verifier, k) group
     instead of node by node; for top-down verifiers whose node verifiers it implements (NSS,
     NaiveTree, SpecInfer, SpecTr).  Equal to the numpy path to 1e-12 (tests).
+
+    ``stream=True`` (numpy, top-down verifiers; others ignore it): the masses come from
+    ``streamed_masses``, node by node with no plan kept, so memory stays at one node's rows
+    (with a ``NodeTable(rows="logits")``, what a vocabulary of 128,000 needs); the same numbers
+    bit for bit, without the table's plan sharing across calls.
 
     Returns:
         (K, L1, L2) -> ``Estimate`` (method ``"mc"``, tokens per step).
@@ -239,15 +267,19 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
         for K in K_values:
             trees[(L1, K)] = [Delayed.build(table, d.trunk, d.branches[:K], repeats=K if trunk_children == "per_path" else 1).fill()
                               for d in group]
-    if engine == "torch":
-        from simlab.batched import table_masses
-
+    if engine == "torch" or (stream and isinstance(verifier, tree_verifiers.TopDown)):
         requests = {}  # (L1, K, index) -> the tree's requests, asked once
         for key, group in trees.items():
             for i, tree in enumerate(group):
                 verifier.check(tree)
                 requests[(*key, i)] = verifier.mass_requests(tree)
-        masses = table_masses(table, [r for rs in requests.values() for r in rs], device=device)
+        flat = [r for rs in requests.values() for r in rs]
+        if engine == "torch":
+            from simlab.batched import table_masses
+
+            masses = table_masses(table, flat, device=device)
+        else:
+            masses = streamed_masses(table, flat)
 
         def by_depth(key, i, tree, depths):
             node_at = {path: node for path, node, _ in requests[(*key, i)]}

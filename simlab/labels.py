@@ -50,7 +50,7 @@ def halves(drafts: Sequence[GridDraft]) -> tuple[list[GridDraft], list[GridDraft
 
 
 def grid_labels(table: NodeTable, drafts: Sequence[GridDraft], verifiers: Sequence[str], *, K_values=(1, 2, 3, 4),
-                L2_values=tuple(range(9)), engine: str = "numpy", device=None) -> Iterator[dict]:
+                L2_values=tuple(range(9)), engine: str = "numpy", device=None, stream: bool = False) -> Iterator[dict]:
     """One row per (verifier, action): verifier, K, L1, L2, E, E_se, E_select, E_holdout (tokens per step).
 
     Args:
@@ -60,6 +60,7 @@ def grid_labels(table: NodeTable, drafts: Sequence[GridDraft], verifiers: Sequen
         K_values, L2_values: the grid's K and L2 axes (its L1 axis is the drafts' L1 values).
         engine, device: as ``grid_block_efficiency``; with ``"torch"`` the verifiers the batched
             engine implements use it (``simlab.batched.SUPPORTED``), the others the numpy path.
+        stream: as ``grid_block_efficiency`` (node by node, no plan kept: bounded memory).
 
     Raises:
         ValueError: as ``grid_block_efficiency``.
@@ -70,7 +71,7 @@ def grid_labels(table: NodeTable, drafts: Sequence[GridDraft], verifiers: Sequen
     for name in verifiers:
         verifier, Ks = tree_verifiers.get(name), verifier_Ks(name, K_values)
         served = isinstance(verifier, tree_verifiers.TopDown) and supports(verifier.node)
-        options = dict(K_values=Ks, L2_values=L2_values, engine=engine if served else "numpy", device=device)
+        options = dict(K_values=Ks, L2_values=L2_values, engine=engine if served else "numpy", device=device, stream=stream)
         a = grid_block_efficiency(table, first, verifier, **options)
         b = grid_block_efficiency(table, second, verifier, **options) if second is not first else a
         for (K, L1, L2), est in a.items():

@@ -21,7 +21,7 @@ import numpy as np
 
 from simlab.distributions import check_distribution
 from simlab.drafting import Drafting
-from simlab.pairs import ModelPair, NodeBatch, WithSettings, check_context, eos_of
+from simlab.pairs import ModelPair, NodeBatch, NodeLogits, WithSettings, check_context, eos_of
 from simlab.sampling import SamplingSettings
 from simlab.verifiers.naive import Naive
 
@@ -46,24 +46,49 @@ class NodeTable:
 
     Local to one computation (a tree, or every tree of one expectation); never global.
 
+    ``rows="logits"`` (pairs with ``node_logits`` and ``settings``: ``simlab.pairs.NodeLogits``,
+    e.g. ``backends.hf.HFPair``) keeps each node's float32 logits instead of its float64 p and q
+    rows, and computes p and q from them on every access (``settings.probabilities``, the same
+    bits as the batched transform), validated once: half the memory of one model's rows, none
+    kept for the float64 rows themselves, at the cost of a softmax per access.  What a
+    vocabulary of 128,000 needs (the capture tool uses it); plans are memoised in both modes.
+
     Args:
         pair: a ``ModelPair``.
         context: the root context (token ids).
+        rows: ``"float64"`` (default) or ``"logits"``.
+
+    Raises:
+        ValueError: a bad ``rows``, or ``"logits"`` for a pair without ``node_logits`` and ``settings``.
     """
 
-    def __init__(self, pair: ModelPair, context: Sequence[int]):
+    def __init__(self, pair: ModelPair, context: Sequence[int], *, rows: str = "float64"):
+        if rows not in ("float64", "logits"):
+            raise ValueError(f"rows: must be 'float64' or 'logits', got {rows!r}")
+        if rows == "logits" and not isinstance(pair, NodeLogits):
+            raise ValueError(f"rows: 'logits' needs a pair with node_logits and settings, got {type(pair).__name__}")
         self.pair = pair
+        self.rows = rows
         self.vocab_size = int(pair.vocab_size)
         self.context = check_context(context, self.vocab_size)
         self.eos_id = eos_of(pair)
         self._p: dict[Path, np.ndarray] = {}
         self._q: dict[Path, np.ndarray] = {}
+        self._logits: dict[Path, tuple[np.ndarray, np.ndarray]] = {}
+        self._checked: set[Path] = set()
         self._plans: dict[tuple, object] = {}
+
+    def known(self, path: Path) -> bool:
+        """True if p and q at ``path`` are in the table (as rows or as logits)."""
+        return path in self._p or path in self._logits
 
     def fetch(self, paths: Iterable[Path]) -> None:
         """Load p and q for every path not yet known, in one call to the pair."""
-        missing = list(dict.fromkeys(tuple(pth) for pth in paths if tuple(pth) not in self._p))
+        missing = list(dict.fromkeys(tuple(pth) for pth in paths if not self.known(tuple(pth))))
         if not missing:
+            return
+        if self.rows == "logits":
+            self.add_logits(missing, *self.pair.node_logits(self.context, missing))
             return
         if isinstance(self.pair, NodeBatch):  # e.g. one tree-attention forward per model
             p, q = self.pair.node_distributions(self.context, missing)
@@ -87,6 +112,45 @@ class NodeTable:
                 raise ValueError(f"paths: node {pth} is already known with other p, q")
             self._p[pth], self._q[pth] = row_p, row_q
 
+    def add_logits(self, paths: Sequence[Path], logits_p, logits_q) -> None:
+        """Record target and draft logits (shape (len(paths), V), the pair's ``settings`` turn them
+        into p and q) that the caller evaluated itself, for example a capture's tree forward.  With
+        ``rows="float64"`` they become rows at once (``add``); with ``"logits"`` the arrays are kept
+        (rows of the caller's arrays, which must not change afterwards).
+
+        Raises:
+            ValueError: a pair without ``settings``, shapes that do not match, a path already known
+                with other values, and (on access, or at once with float64 rows) logits that give
+                no distribution.
+        """
+        settings = getattr(self.pair, "settings", None)
+        if settings is None:
+            raise ValueError(f"pair: {type(self.pair).__name__} has no sampling settings to turn logits into p and q")
+        logits_p, logits_q = np.asarray(logits_p), np.asarray(logits_q)
+        if logits_p.shape != (len(paths), self.vocab_size) or logits_q.shape != logits_p.shape:
+            raise ValueError(f"logits: must be ({len(paths)}, {self.vocab_size}) arrays, got {logits_p.shape} and {logits_q.shape}")
+        if self.rows == "float64":
+            self.add(paths, settings.probabilities(logits_p), settings.probabilities(logits_q))
+            return
+        for i, pth in enumerate(paths):
+            pth = tuple(pth)
+            if pth in self._logits and not (np.array_equal(self._logits[pth][0], logits_p[i])
+                                            and np.array_equal(self._logits[pth][1], logits_q[i])):
+                raise ValueError(f"paths: node {pth} is already known with other logits")
+            self._logits[pth] = (logits_p[i], logits_q[i])
+
+    def _from_logits(self, path: Path, which: int) -> np.ndarray:
+        """p (which = 0) or q (1) at ``path`` from its kept logits; both validated at the first access."""
+        probabilities = self.pair.settings.probabilities
+        row = probabilities(self._logits[path][which])
+        if path not in self._checked:
+            other = probabilities(self._logits[path][1 - which])
+            p, q = (row, other) if which == 0 else (other, row)
+            check_distribution(p, f"p at node {path}", size=self.vocab_size)
+            check_distribution(q, f"q at node {path}", size=self.vocab_size)
+            self._checked.add(path)
+        return row
+
     def untempered(self) -> "NodeTable":
         """A table of the same root under the untempered settings (T = 1, no top-p or top-k): what
         a deterministic builder ranks by when the setting transforms q (EAGLE's and SpecBlock's
@@ -96,25 +160,33 @@ class NodeTable:
         raw = SamplingSettings()
         if not isinstance(self.pair, WithSettings) or self.pair.settings == raw:
             return self
-        return NodeTable(self.pair.with_settings(raw), self.context)
+        return NodeTable(self.pair.with_settings(raw), self.context, rows=self.rows)
 
     def without_plans(self) -> "NodeTable":
         """A table with the same p and q already fetched but no memoised plans (for timing)."""
-        other = NodeTable(self.pair, self.context)
-        other._p, other._q = dict(self._p), dict(self._q)
+        other = NodeTable(self.pair, self.context, rows=self.rows)
+        other._p, other._q, other._logits, other._checked = dict(self._p), dict(self._q), dict(self._logits), set(self._checked)
         return other
 
     def p(self, path: Path) -> np.ndarray:
-        """The target distribution at ``path``, float64 (V,)."""
-        if path not in self._p:
+        """The target distribution at ``path``, float64 (V,) (with ``rows="logits"``: a new array each call)."""
+        if not self.known(path):
             self.fetch([path])
-        return self._p[path]
+        return self._p[path] if path in self._p else self._from_logits(path, 0)
 
     def q(self, path: Path) -> np.ndarray:
-        """The draft distribution at ``path``, float64 (V,)."""
-        if path not in self._q:
+        """The draft distribution at ``path``, float64 (V,) (with ``rows="logits"``: a new array each call)."""
+        if not self.known(path):
             self.fetch([path])
-        return self._q[path]
+        return self._q[path] if path in self._q else self._from_logits(path, 1)
+
+    def memo(self, key: tuple, compute):
+        """``compute()``, evaluated once per ``key`` and kept with the plans (``without_plans`` drops
+        both): for values a verifier derives from this table's rows alone, keyed by value, e.g.
+        ``("traversal excess", path, w)`` (Traversal's first rejection at a node)."""
+        if key not in self._plans:
+            self._plans[key] = compute()
+        return self._plans[key]
 
     def plan(self, verifier, path: Path, k: int, law: Drafting | None = None):
         """``verifier.prepare(p, q, k, law)`` at ``path``, memoised by (verifier value, path, k, law).

@@ -88,7 +88,7 @@ def test_missing_model_and_long_prompt(micro_pair_dir, tmp_path, capsys, prompts
 def test_sigkill_then_rerun_gives_every_row_once(micro_pair_dir, tmp_path, prompts):
     """Kill the capture with SIGKILL after its first shards, rerun the same command: the result
     equals an uninterrupted capture (no duplicate, no missing row)."""
-    command = [sys.executable, "-m", "backends.capture", *flags(micro_pair_dir, prompts, tmp_path / "killed")]
+    command = [sys.executable, "-m", "backends.capture", *flags(micro_pair_dir, prompts, tmp_path / "killed", "--roots-per-forward", "2")]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     while time.time() < deadline and len(list((tmp_path / "killed").glob("nodes-r*.parquet"))) < 2:
@@ -98,7 +98,7 @@ def test_sigkill_then_rerun_gives_every_row_once(micro_pair_dir, tmp_path, promp
     partial = len(list((tmp_path / "killed").glob("nodes-r*.parquet")))
     assert 2 <= partial < N_PROMPTS
     assert subprocess.run(command, capture_output=True).returncode == 0
-    assert main(flags(micro_pair_dir, prompts, tmp_path / "clean")) == 0
+    assert main(flags(micro_pair_dir, prompts, tmp_path / "clean", "--roots-per-forward", "2")) == 0
     resumed, clean = read_capture(str(tmp_path / "killed")), read_capture(str(tmp_path / "clean"))
     assert resumed.height == clean.height
     assert resumed.equals(clean)
@@ -120,7 +120,7 @@ def test_out_of_memory_retries_with_a_smaller_batch(micro_pair_dir, tmp_path, mo
 
     import backends.capture as capture_module
 
-    original, calls = capture_module.capture_root, {"n": 0}
+    original, calls = capture_module.capture_group, {"n": 0}
 
     def flaky(pair, *args):
         calls["n"] += 1
@@ -128,9 +128,10 @@ def test_out_of_memory_retries_with_a_smaller_batch(micro_pair_dir, tmp_path, mo
             raise torch.cuda.OutOfMemoryError("simulated")
         return original(pair, *args)
 
-    monkeypatch.setattr(capture_module, "capture_root", flaky)
-    assert main(flags(micro_pair_dir, prompts, tmp_path / "oom")[:-1]) == 0
-    assert "out of GPU memory at root 1; retrying with batch 32" in capsys.readouterr().err
+    monkeypatch.setattr(capture_module, "capture_group", flaky)
+    loud = [f for f in flags(micro_pair_dir, prompts, tmp_path / "oom", "--roots-per-forward", "2") if f != "--quiet"]
+    assert main(loud) == 0
+    assert "out of GPU memory at root 2; retrying with 32 tree tokens per forward (4096 per multi-root forward)" in capsys.readouterr().err
     assert read_capture(str(tmp_path / "oom"))["root"].n_unique() == N_PROMPTS
 
 
@@ -168,3 +169,30 @@ def test_folder_that_is_not_a_model(micro_pair_dir, prompts, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(flags(micro_pair_dir, prompts, tmp_path / "o") + ["--draft", str(tmp_path)])
     assert exc.value.code == 2 and "is not a model folder" in capsys.readouterr().err
+
+
+def test_roots_per_forward_changes_no_tree_and_no_distribution(micro_pair_dir, capture, prompts, tmp_path):
+    """One tree forward per root (the captures made before --roots-per-forward) and the default
+    multi-root forwards give the same trees and the same per-node statistics (float32 1e-5)."""
+    assert main(flags(micro_pair_dir, prompts, tmp_path / "one", "--full", "--roots-per-forward", "1")) == 0
+    one, many = read_capture(str(tmp_path / "one")), read_capture(str(capture))
+    assert one.select("root", "path").equals(many.select("root", "path"))
+    for column in ("tv", "kl_pq", "h_p", "h_q"):
+        assert (one[column] - many[column]).abs().max() < 1e-5, column
+
+
+def test_settings_without_roots_per_forward_resume_as_one_root_per_forward(micro_pair_dir, prompts, tmp_path, capsys):
+    import json
+
+    from backends.capture_store import load_settings
+
+    out = tmp_path / "old"
+    assert main(flags(micro_pair_dir, prompts, out, "--roots-per-forward", "1")) == 0
+    data = json.loads((out / "settings.json").read_text())
+    del data["roots_per_forward"]
+    (out / "settings.json").write_text(json.dumps(data))
+    assert load_settings(out).roots_per_forward == 1
+    assert main(flags(micro_pair_dir, prompts, out, "--roots-per-forward", "1")) == 0
+    with pytest.raises(SystemExit) as exc:
+        main(flags(micro_pair_dir, prompts, out))  # the default, 8, is another capture
+    assert exc.value.code == 2 and "roots_per_forward" in capsys.readouterr().err

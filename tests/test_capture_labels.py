@@ -33,7 +33,7 @@ def prompts(tmp_path_factory):
 def flags(pair_dir, prompts, out, *extra):
     return ["--target", str(pair_dir / "target"), "--draft", str(pair_dir / "draft"), "--prompts", prompts, "--out", str(out),
             "--roots-per-prompt", "1", "--spacing", "4", "--shape", "grid", "--width", "2", "--depth", "2", "--samples", "2",
-            "--labels", VERIFIERS, "--quiet", *extra]
+            "--labels", VERIFIERS, "--roots-per-forward", "2", "--quiet", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +88,17 @@ def test_two_ranks_merge_to_the_unsharded_capture(micro_pair_dir, prompts, label
     assert read_labels(out).collect().equals(read_labels(labelled).collect())
 
 
+def test_the_torch_label_engine_gives_the_same_labels(micro_pair_dir, prompts, labelled, tmp_path):
+    """--labels-engine torch (the batched engine; what auto picks on CUDA) against the numpy labels: 1e-12."""
+    out = tmp_path / "torch"
+    assert main(flags(micro_pair_dir, prompts, out, "--labels-engine", "torch")) == 0
+    a = read_labels(out).collect().sort("root", "verifier", "K", "L1", "L2")
+    b = read_labels(labelled).collect().sort("root", "verifier", "K", "L1", "L2")
+    assert a.select("root", "verifier", "K", "L1", "L2").equals(b.select("root", "verifier", "K", "L1", "L2"))
+    for column in ("E", "E_select", "E_holdout"):
+        assert (a[column] - b[column]).abs().max() <= 1e-12, column
+
+
 def test_bad_labels_flags_exit_2(micro_pair_dir, prompts, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(flags(micro_pair_dir, prompts, tmp_path / "a")[:-3] + ["--labels", "nope", "--quiet"])
@@ -99,6 +110,10 @@ def test_bad_labels_flags_exit_2(micro_pair_dir, prompts, tmp_path, capsys):
         main(iid)
     assert exc.value.code == 2 and "--labels" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    no_labels = [f for f in flags(micro_pair_dir, prompts, tmp_path / "c") if f not in ("--labels", VERIFIERS)]
+    with pytest.raises(SystemExit) as exc:
+        main(no_labels + ["--labels-engine", "torch"])
+    assert exc.value.code == 2 and "--labels-engine" in capsys.readouterr().err
 
 
 def test_the_studies_use_stored_labels_with_unchanged_results(labelled):

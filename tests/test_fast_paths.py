@@ -8,12 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from checks import applicable, check_children_mass, pairs
+from tree_checks import law_block_efficiency
 from simlab import tree_verifiers, verifiers
 from simlab.distributions import inner, residual
 from simlab.drafting import hit_probability
 from simlab.pairs import MarkovPair
 from simlab.shapes import Delayed, chain, iid
-from simlab.tree_verifiers.base import TreeVerifier
 from simlab.trees import SPECULATIVE, NodeTable
 from simlab.verifiers import get
 from simlab.verifiers.khisti import _top_s
@@ -158,10 +158,11 @@ def test_single_child_nodes_share_one_plan():
     assert table.plan(verifiers.get("spectr"), (), 2) is not table.plan(verifiers.get("specinfer"), (), 2)
 
 
-@pytest.mark.parametrize("name", ["nss", "naive", "spectr", "specinfer", "khisti", "naive_chain", "optimal"])
+@pytest.mark.parametrize("name", ["nss", "naive", "spectr", "specinfer", "khisti", "naive_chain", "optimal", "traversal"])
 @pytest.mark.parametrize("eos", [None, 1])
 def test_topdown_block_efficiency_from_children_mass_equals_the_outcome_law(name, eos):
-    """The fast E[tau + 1 | tree] (children masses only) against the outcome-law reference."""
+    """The fast E[tau + 1 | tree] (children masses only; Traversal's mass recursion) against the
+    outcome-law reference."""
     base = MarkovPair.random(4, np.random.default_rng(5), concentration=0.6, closeness=0.4)
     pair = MarkovPair(base.target, base.draft, eos_id=eos)
     verifier = tree_verifiers.get(name)
@@ -170,7 +171,7 @@ def test_topdown_block_efficiency_from_children_mass_equals_the_outcome_law(name
         for _ in range(4):
             tree = shape.sample(NodeTable(pair, (0,)), rng)
             fast = verifier.expected_block_efficiency(tree)
-            reference = TreeVerifier.expected_block_efficiency(verifier, tree)
+            reference = law_block_efficiency(verifier, tree)
             assert abs(fast - reference) <= 1e-12, (name, shape, fast, reference)
 
 
@@ -206,3 +207,75 @@ def test_a_child_with_zero_draft_mass_is_refused_not_nan(name):
         plan.output_distribution([0, 2])
     with pytest.raises(ValueError, match="children"):
         plan.children_mass([0, 2])
+
+
+def _check_traversal_masses(tree):
+    """Traversal's mass recursion against its outcome law: per accepted path, P(tau = j), E."""
+    from simlab.tree_verifiers.base import accepted_lengths
+
+    verifier = tree_verifiers.get("traversal")
+    law, masses = verifier.outcome_law(tree), verifier.accept_masses(tree)
+    assert set(masses) <= set(law)
+    for path, vector in law.items():
+        assert abs(masses.get(path, 0.0) - float(vector.sum())) <= 1e-12, (path, masses.get(path), vector.sum())
+    np.testing.assert_allclose(verifier.accepted_length_distribution(tree), accepted_lengths(law, tree.depth()), rtol=0, atol=1e-12)
+    assert abs(verifier.expected_block_efficiency(tree) - law_block_efficiency(verifier, tree)) <= 1e-12
+
+
+def _distinct_tree(pair, kids_of, drafting):
+    from simlab.trees import DraftTree
+
+    return DraftTree(NodeTable(pair, (0,)), {path: tuple(kids) for path, kids in kids_of.items() if kids}, drafting=drafting)
+
+
+@given(pq=pairs(max_vocab=5), data=st.data())
+@settings(max_examples=80, deadline=None)
+def test_traversal_masses_equal_the_outcome_law(pq, data):
+    """Trees of distinct children up to depth 3 (often every token with q > 0 at a node, so the
+    draft's mass runs out), on pairs with exact zeros, ties and small masses."""
+    from simlab.drafting import Drafting
+    from simlab.pairs import ContextFreePair
+
+    p, q = pq
+    support = [int(t) for t in np.flatnonzero(q > 0)]
+    kids_of, frontier = {}, [()]
+    for _ in range(data.draw(st.integers(1, 3))):
+        nxt = []
+        for path in frontier:
+            kids = data.draw(st.permutations(support))[: data.draw(st.integers(0, len(support)))]
+            kids_of[path] = kids
+            nxt += [path + (t,) for t in kids]
+        frontier = nxt[:4]
+    _check_traversal_masses(_distinct_tree(ContextFreePair(p, q), kids_of, Drafting.WITHOUT_REPLACEMENT))
+
+
+@pytest.mark.parametrize("case", ["p == q", "one-hot p", "one-hot q", "disjoint", "tiny masses", "ties"])
+def test_traversal_masses_on_edge_cases(case):
+    from simlab.drafting import Drafting
+    from simlab.pairs import ContextFreePair
+
+    base = np.array([0.4, 0.3, 0.2, 0.1])
+    p, q = {"p == q": (base, base), "one-hot p": (np.array([0, 1.0, 0, 0]), base), "one-hot q": (base, np.array([0, 0, 1.0, 0])),
+            "disjoint": (np.array([0.5, 0.5, 0, 0]), np.array([0, 0, 0.5, 0.5])),
+            "tiny masses": (np.array([1 - 3e-15, 1e-15, 1e-15, 1e-15]), np.array([1e-15, 1 - 3e-15, 1e-15, 1e-15])),
+            "ties": (np.full(4, 0.25), np.array([0.25, 0.25, 0.25, 0.25]))}[case]
+    support = [int(t) for t in np.flatnonzero(q > 0)]
+    kids_of = {(): support, **{(t,): support[::-1] for t in support}}  # every drafted token, twice deep
+    _check_traversal_masses(_distinct_tree(ContextFreePair(p, q), kids_of, Drafting.WITHOUT_REPLACEMENT))
+    _check_traversal_masses(_distinct_tree(ContextFreePair(p, q), {(): support[:1], (support[0],): support[:1]}, Drafting.IID))
+
+
+@pytest.mark.parametrize("name", ["nss", "naive", "spectr", "specinfer", "khisti", "optimal", "traversal"])
+def test_streamed_grid_equals_the_memoised_grid_bit_for_bit(name):
+    """grid_block_efficiency(stream=True): node by node, no plan kept; the same numbers exactly
+    (Traversal, not top-down, ignores the flag)."""
+    from simlab.efficiency import draw_grid, grid_block_efficiency
+
+    pair = MarkovPair.random(6, np.random.default_rng(8), concentration=0.6, closeness=0.4)
+    drafts = draw_grid(NodeTable(pair, (0,)), K_max=3, L1_values=(0, 1, 2), L2_max=3, samples=2, rng=np.random.default_rng(9))
+    verifier = tree_verifiers.get(name)
+    options = dict(K_values=(1, 2, 3), L2_values=(0, 1, 2, 3))
+    memoised = grid_block_efficiency(NodeTable(pair, (0,)), drafts, verifier, **options)
+    streamed = grid_block_efficiency(NodeTable(pair, (0,)), drafts, verifier, stream=True, **options)
+    assert memoised.keys() == streamed.keys()
+    assert all(memoised[a].mean == streamed[a].mean for a in memoised)

@@ -25,7 +25,7 @@ def test_dry_run_writes_every_level(tmp_path, capsys):
     assert data["environment"]["torch"] == torch.__version__
     levels = {(r["level"], r["verifier"]) for r in data["rows"]}
     assert {("node", v) for v in ("nss", "naive", "specinfer", "spectr")} <= levels
-    assert {("tree", "specinfer"), ("grid", "specinfer"), ("grid", "spectr")} <= levels
+    assert {("tree", "specinfer"), ("grid", "specinfer"), ("grid", "spectr"), ("capture", "specinfer")} <= levels
     assert all(r["cpu_per_s"] > 0 and r["device_per_s"] > 0 for r in data["rows"])
     assert "device /s" in capsys.readouterr().out
 
@@ -35,3 +35,12 @@ def test_cuda_missing_exits_2(tmp_path):
         return
     assert load().main(["--device", "cuda", "--out", str(tmp_path / "x.json")]) == 2
     assert not (tmp_path / "x.json").exists()
+
+
+def test_capture_memory_script_runs_at_a_tiny_size(capsys):
+    spec = importlib.util.spec_from_file_location("capture_memory", SCRIPT.parent / "capture_memory.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--vocab", "300", "--depth", "1", "--samples", "1"]) == 0
+    assert "peak RSS" in capsys.readouterr().out
+    assert module.main(["--vocab", "1"]) == 2

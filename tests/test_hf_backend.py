@@ -197,3 +197,96 @@ def test_the_reference_pair_manifest_records_its_machine(micro_pair_dir):
     manifest = json.loads((micro_pair_dir / "manifest.json").read_text())
     assert manifest["torch"] == torch.__version__ and manifest["threads"] == 1 and manifest["device"] == "cpu"
     assert manifest["cpu"] and manifest["seed"] == 0
+
+
+def _forest(pair, prompt):
+    """Three roots of different lengths with their own sampled trees (one of them a chain)."""
+    roots = [prompt, prompt[:-3], prompt + (7, 11)]
+    shapes = [Delayed(3, 1, 3), chain(4), Delayed(2, 2, 2)]
+    return [(r, s.sample(NodeTable(pair, r), np.random.default_rng(i)).nodes()) for i, (r, s) in enumerate(zip(roots, shapes))]
+
+
+@pytest.mark.parametrize("budget, packs", [("default", 1), ("one row", 3), ("below a row", 0)])
+def test_forest_forward_equals_one_tree_forward_per_root(pair, prompt, monkeypatch, budget, packs):
+    """Several roots' trees in one masked forward (or one pack per tree, or each through its own
+    tree forward when the budget is below one row) give every node the logits of its own tree
+    forward (1e-4)."""
+    trees = _forest(pair, prompt)
+    longest = max(len(r) + len({p[:d] for p in n for d in range(1, len(p) + 1)}) for r, n in trees)
+    max_tokens = {"default": None, "one row": longest + 1, "below a row": 1}[budget]
+    calls, real = [], HFPair._forest_rows
+    monkeypatch.setattr(HFPair, "_forest_rows", lambda self, model, items: calls.append(len(items)) or real(self, model, items))
+    got = pair.forest_logits(trees, max_tokens=max_tokens)
+    assert len(calls) == 2 * packs  # one forward per model and pack
+    for (root, paths), (got_p, got_q) in zip(trees, got):
+        want_p, want_q = pair.node_logits(root, paths)
+        assert got_p.shape == want_p.shape == (len(paths), pair.vocab_size) and got_p.dtype == np.float32
+        np.testing.assert_allclose(got_p, want_p, atol=1e-4)
+        np.testing.assert_allclose(got_q, want_q, atol=1e-4)
+
+
+def test_forest_rows_do_not_see_each_other(pair, prompt):
+    """A root's logits do not change when another root's tree joins its forward, and paths may be
+    asked in any order, repeated, or without the root."""
+    trees = _forest(pair, prompt)
+    alone = pair.forest_logits(trees[:1])[0]
+    shuffled = list(reversed(trees[0][1])) + [trees[0][1][1]]
+    together = pair.forest_logits([(trees[0][0], shuffled), *trees[1:]])[0]
+    index = {pth: i for i, pth in enumerate(trees[0][1])}
+    np.testing.assert_allclose(together[0], alone[0][[index[pth] for pth in shuffled]], atol=1e-5)
+
+
+def test_forest_without_tree_attention_batches_paths(micro_pair_dir, pair, prompt):
+    fallback = HFPair(str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu", tree_attention=False)
+    trees = _forest(pair, prompt)
+    for got, want in zip(fallback.forest_logits(trees), pair.forest_logits(trees)):
+        np.testing.assert_allclose(got[0], want[0], atol=1e-4)
+
+
+def test_forest_bad_input_is_a_value_error(pair, prompt):
+    with pytest.raises(ValueError, match="^max_tokens"):
+        pair.forest_logits([(prompt, [(1,)])], max_tokens=0)
+    with pytest.raises(ValueError, match="^context: empty"):
+        pair.forest_logits([(prompt, [(1,)]), ((), [(1,)])])
+    with pytest.raises(ValueError, match="^context: "):
+        pair.forest_logits([(prompt, [(pair.vocab_size,)])])
+
+
+def test_a_logits_table_gives_the_same_bits_as_a_rows_table(pair, prompt):
+    """NodeTable(rows="logits") keeps float32 logits and computes p, q on access: the same bits as
+    the float64 rows, the same draws, the same labels."""
+    from simlab.efficiency import draw_grid
+    from simlab.labels import grid_labels
+
+    tables = {mode: NodeTable(pair, prompt, rows=mode) for mode in ("float64", "logits")}
+    drafts = {mode: draw_grid(t, K_max=2, L1_values=(0, 1, 2), L2_max=2, samples=2, rng=np.random.default_rng(3))
+              for mode, t in tables.items()}
+    assert drafts["float64"] == drafts["logits"]
+    rows, logits = tables["float64"], tables["logits"]
+    assert not logits._p and logits._logits  # nothing float64 kept
+    for path in rows._p:
+        assert np.array_equal(rows.p(path), logits.p(path)) and np.array_equal(rows.q(path), logits.q(path))
+    labels = {mode: list(grid_labels(t, drafts[mode], ["specinfer", "traversal"], K_values=(1, 2), L2_values=(0, 1, 2)))
+              for mode, t in tables.items()}
+    import polars as pl
+
+    assert pl.DataFrame(labels["float64"]).equals(pl.DataFrame(labels["logits"]))  # NaN standard errors compare equal
+
+
+def test_logits_table_bad_input(pair, prompt):
+    from simlab.pairs import MarkovPair
+
+    with pytest.raises(ValueError, match="^rows"):
+        NodeTable(pair, prompt, rows="float32")
+    with pytest.raises(ValueError, match="^rows: 'logits' needs"):
+        NodeTable(MarkovPair.random(3, np.random.default_rng(0)), (0,), rows="logits")
+    table = NodeTable(pair, prompt, rows="logits")
+    z = np.zeros((1, pair.vocab_size), dtype=np.float32)
+    with pytest.raises(ValueError, match="^logits"):
+        table.add_logits([(1,)], z, z[:, :-1])
+    table.add_logits([(1,)], z, z)
+    with pytest.raises(ValueError, match="already known"):
+        table.add_logits([(1,)], z + 1, z)
+    table.add_logits([(2,)], np.full_like(z, -np.inf), z)
+    with pytest.raises(ValueError, match="^logits"):
+        table.p((2,))

@@ -38,6 +38,37 @@ def check_simulation_matches_exact(pair, context, shape, verifier, steps=2000, s
     check_estimates_agree(exact, simulate_block_efficiency(pair, context, shape, verifier, steps=steps, seed=seed))
 
 
+def law_block_efficiency(verifier, tree) -> float:
+    """E[tau + 1 | tree] straight from the outcome law (the reference of every fast path): the
+    sum over accepted paths of their mass times the tokens they keep."""
+    from simlab.tree_verifiers.base import counted_tokens
+
+    eos = tree.table.eos_id
+    return float(sum(float(v.sum()) * counted_tokens(path, eos) for path, v in verifier.outcome_law(tree).items()))
+
+
+def check_fast_efficiency(verifier, pairs=200, vocab=6, seed=0):
+    """The verifier's own E[tau + 1 | tree] (its fast path: children masses, Traversal's mass
+    recursion) equals the outcome-law reference to 1e-12, on a wide tree at the root of each of
+    ``pairs`` random pairs: up to four distinct children in a random order (E given the tree is
+    exact whatever drew it), drawn without replacement where the verifier takes that law, else
+    i.i.d.  A node's later rejections matter only where its children's weights do not saturate,
+    which a few percent of such roots give."""
+    from simlab.drafting import Drafting
+    from simlab.pairs import MarkovPair
+    from simlab.trees import DraftTree, NodeTable
+
+    law = Drafting.WITHOUT_REPLACEMENT if Drafting.WITHOUT_REPLACEMENT in verifier.lossless_for else Drafting.IID
+    rng = np.random.default_rng(seed)
+    for _ in range(pairs):
+        pair = MarkovPair.random(vocab, rng, concentration=float(rng.choice([0.2, 1.0, 5.0])), closeness=float(rng.random()))
+        table = NodeTable(pair, (0,))
+        support = np.flatnonzero(table.q(()) > 0)
+        tree = DraftTree(table, {(): tuple(int(t) for t in rng.permutation(support)[:4])}, drafting=law)
+        fast, reference = verifier.expected_block_efficiency(tree), law_block_efficiency(verifier, tree)
+        assert abs(fast - reference) <= 1e-12, f"fast E {fast:.15f} vs the outcome law's {reference:.15f}"
+
+
 def check_outcome_law_is_a_law(tree, verifier):
     law = verifier.outcome_law(tree)
     total = sum(float(v.sum()) for v in law.values())

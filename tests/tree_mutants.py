@@ -8,7 +8,7 @@ import numpy as np
 
 from simlab.distributions import sample_categorical
 from simlab.tree_verifiers.topdown import TopDown
-from simlab.tree_verifiers.traversal import Traversal, _State
+from simlab.tree_verifiers.traversal import Traversal, _Masses, _State
 from simlab.builders import GreedyDraftTree
 from simlab.drafting import top_tokens
 from simlab.verifiers import get
@@ -81,6 +81,19 @@ class TraversalUnnormalised(Traversal):
     state_class = _UnnormalisedUpdate
 
 
+class _MassesNotRenormalised(_Masses):
+    def reject(self, v):
+        super().reject(v)
+        self.b[v[:-1]] = 1.0  # the bug: Ms_u keeps its old scale after a child is removed
+
+
+@dataclass(frozen=True)
+class TraversalMassesNotRenormalised(Traversal):
+    """Traversal's mass recursion (block efficiency) without renormalising the draft after a removal."""
+
+    masses_class = _MassesNotRenormalised
+
+
 @dataclass(frozen=True)
 class PerPositionAcceptCount(TopDown):
     """naive_chain whose accepted count is the number of per-position accepts, not the prefix."""
@@ -146,5 +159,6 @@ TREE_MUTANTS = {
     "correction from p": (CorrectionFromP(get("spectr")), "lossless"),
     "duplicate children counted twice": (DuplicatesCountedTwice(get("specinfer")), "lossless"),
     "traversal update not renormalised": (TraversalUnnormalised(), "lossless"),
+    "traversal masses: draft not renormalised": (TraversalMassesNotRenormalised(), "fast E"),
     "accepted count = per-position accepts": (PerPositionAcceptCount(get("naive"), first_path_only=True), "simulation"),
 }

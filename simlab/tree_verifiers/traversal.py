@@ -10,6 +10,11 @@ root), delete v and recompute the weights below u.  Lossless when siblings are d
 replacement, in sibling order; on a chain it equals Block Verification.
 
 The event sequence is one chain of rejections, so the exact law is accumulated along it.
+Block efficiency and the accepted-length law need only the mass of each accepted path, so they
+run the same recursion on ``_Masses`` (no law vectors; target and draft kept with a scale and the draft
+row never copied, so a rejection costs four passes over V and no allocation where the reference
+makes eight passes and four arrays); ``outcome_law`` is its reference (tests:
+equal to 1e-12, and a planted fault in the mass recursion is caught).
 Source: ``../shared/reference/verifiers.md`` Sec. 10 (reconstructed, checked lossless here).
 """
 
@@ -21,19 +26,26 @@ import numpy as np
 
 from simlab.distributions import sample_categorical
 from simlab.drafting import SAMPLED, Drafting
-from simlab.tree_verifiers.base import TreeVerifier, drafted_q
+from simlab.tree_verifiers.base import TreeVerifier, counted_tokens, drafted_q
 
 
 class _State:
     def __init__(self, tree):
         self.kids = {path: list(dict.fromkeys(tree.child_list(path))) for path in tree.nodes()}
-        self.target = {path: tree.table.p(path) for path in self.kids}
-        self.draft = {path: tree.table.q(path) for path in self.kids}
+        self._load(tree)
         for path, kids in self.kids.items():
             for t in kids:
                 drafted_q(tree, path, t)  # a child with q = 0 cannot have been drafted: ValueError
         self.weight = {(): 1.0}
         self._reweight(())
+
+    def _load(self, tree):
+        self.target = {path: tree.table.p(path) for path in self.kids}
+        self.draft = {path: tree.table.q(path) for path in self.kids}
+
+    def _ratio(self, u, t) -> float:
+        """Mb_u(t) / Ms_u(t) for a child t still listed at u."""
+        return self.target[u][t] / self.draft[u][t]
 
     def _reweight(self, path):
         stack = [path]
@@ -41,7 +53,7 @@ class _State:
             u = stack.pop()
             for t in self.kids[u]:
                 c = u + (t,)
-                self.weight[c] = min(1.0, self.weight[u] * self.target[u][t] / self.draft[u][t])
+                self.weight[c] = min(1.0, self.weight[u] * self._ratio(u, t))
                 stack.append(c)
 
     def first_leaf(self):
@@ -67,6 +79,67 @@ class _State:
         self._reweight(u)
 
 
+class _Masses(_State):
+    """``_State``'s recursion for the acceptance masses only.  Mb_u = a_u T_u and Ms_u = b_u D_u,
+    where D_u is q_u with the removed children's entries read as zero (the table's row is never
+    copied or written) and a_u, b_u are scalars: a rejection costs (w a / b) T - q, its positive
+    part and its sum, into a scratch buffer unless u keeps children (then it is u's new T_u); a
+    removal updates b_u = 1 / (mass left) in O(1).  A node's only rejection (its last child, none
+    removed before) reads p_u and q_u alone, so its excess mass sum (w p_u - q_u)_+ is memoised in
+    the table by (node, w): the cut-offs and K variants of one sampled tree meet the same nodes
+    with the same initial weights (``NodeTable.memo``)."""
+
+    def _load(self, tree):
+        self.table = tree.table
+        self.T = {path: tree.table.p(path) for path in self.kids}  # table rows: read, never written
+        self.q = {path: tree.table.q(path) for path in self.kids}
+        self.a, self.b, self.left, self.removed = {}, {}, {}, {}
+        self.scratch = np.empty(tree.table.vocab_size)
+
+    def _ratio(self, u, t) -> float:  # b_u > 0 while u lists a child; a listed child was never removed: D_u[t] = q_u[t]
+        return self.a.get(u, 1.0) / self.b.get(u, 1.0) * self.T[u][t] / self.q[u][t]
+
+    def _excess_mass(self, u, w) -> float:
+        """sum (w p_u - q_u)_+, through the scratch buffer."""
+        buf = np.multiply(self.T[u], w, out=self.scratch)
+        buf -= self.q[u]
+        np.maximum(buf, 0.0, out=buf)
+        return float(buf.sum())
+
+    def reject(self, v):
+        u, t = v[:-1], v[-1]
+        w, a, b = self.weight[u], self.a.get(u, 1.0), self.b.get(u, 1.0)
+        self.kids[u].remove(t)
+        keep = bool(self.kids[u])  # only then is u's target read again
+        removed = self.removed.setdefault(u, [])
+        if not keep and not removed:  # u's first and last rejection: Mb_u = p_u, Ms_u = q_u, only the mass is read
+            s = self.table.memo(("traversal excess", u, w), lambda: self._excess_mass(u, w))  # the same in every cut and K
+        else:
+            scale = w * a / b  # b_u > 0: u still had child t, and q_u(t) > 0
+            buf = np.multiply(self.T[u], scale, out=None if keep else self.scratch)
+            buf -= self.q[u]
+            if removed:  # D_u is zero there
+                buf[removed] = self.T[u][removed] * scale
+            np.maximum(buf, 0.0, out=buf)
+            raw = float(buf.sum())
+            s = b * raw
+            if raw > 0.0 and keep:
+                self.T[u], self.a[u] = buf, 1.0 / raw
+        if u not in self.left:
+            self.left[u] = self.table.memo(("q mass", u), lambda: float(self.q[u].sum()))
+        removed.append(t)
+        left = self.left[u] - float(self.q[u][t])
+        if left < 1e-6 * self.left[u]:  # cancellation: sum what is left
+            kept = self.q[u].copy()
+            kept[removed] = 0.0
+            left = float(kept.sum())
+        self.left[u] = left
+        self.b[u] = 1.0 / left if left > 0.0 else 0.0
+        if u != () and s + 1.0 - w > 0.0:
+            self.weight[u] = s / (s + 1.0 - w)
+        self._reweight(u)
+
+
 @dataclass(frozen=True)
 class Traversal(TreeVerifier):
     """Traversal Verification (sequence-level acceptance, leaf to root)."""
@@ -74,6 +147,39 @@ class Traversal(TreeVerifier):
     name = "traversal"
     lossless_for = SAMPLED | {Drafting.REPEATED}  # repeated copies of one draw act as one child (exact: tests/test_audit.py)
     state_class = _State  # the per-node bookkeeping (a seam for the planted-fault tests)
+    masses_class = _Masses  # the same recursion for the masses only (E[tau + 1], P(tau = j))
+
+    def accept_masses(self, tree) -> dict:
+        """P(accepted path = v | tree) for every path v the algorithm can accept (float; sums to
+        1), by ``_Masses``; equal to the sums of ``outcome_law``'s vectors to 1e-12 (tests).
+
+        Raises:
+            ValueError: a pairing the verifier refuses, a drafted child with q = 0.
+        """
+        self.check(tree)
+        state, out, reach = self.masses_class(tree), {}, 1.0
+        while reach > 0.0:
+            v = state.first_leaf()
+            accept = 1.0 if v == () else state.weight[v]
+            if accept > 0.0:
+                out[v] = out.get(v, 0.0) + reach * accept
+            if v == ():
+                break
+            reach *= 1.0 - accept
+            state.reject(v)
+        return out
+
+    def accepted_length_distribution(self, tree) -> np.ndarray:
+        """P(tau = j | tree) for j = 0..depth, float64 (depth + 1,), from ``accept_masses``."""
+        out = np.zeros(tree.depth() + 1)
+        for path, mass in self.accept_masses(tree).items():
+            out[len(path)] += mass
+        return out
+
+    def expected_block_efficiency(self, tree) -> float:
+        """E[tau + 1 | tree] (tokens; with an EOS id, tokens kept: ``counted_tokens``), from ``accept_masses``."""
+        eos = tree.table.eos_id
+        return float(sum(mass * counted_tokens(path, eos) for path, mass in self.accept_masses(tree).items()))
 
     def _outcome_law(self, tree):
         state, out, reach = self.state_class(tree), {}, 1.0

@@ -1,0 +1,60 @@
+"""Peak memory and time of one labelled grid-capture root (issue 16's memory target): ``python scripts/capture_memory.py``.
+
+    OMP_NUM_THREADS=1 python scripts/capture_memory.py --vocab 128000    # the issue's V; about a minute on this CPU
+
+Builds two randomly initialised GPT-2 models at ``--vocab`` (``backends.reference_pair.random_pair``,
+into ``--models``, reused when present), then runs ``backends.capture.capture_group`` for one root
+of DDTE's grid (width 4, depth 8, 4 trees per L1, labels for SpecInfer, one root per forward) and
+prints the nodes, the seconds and the process's peak resident memory (``resource.getrusage``),
+beside the peak after loading the models.  The models' distributions mean nothing; the sizes do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def peak_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # kilobytes on Linux
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/capture_memory.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vocab", type=int, default=128_000)
+    parser.add_argument("--depth", type=int, default=8, help="the grid's largest L1 and L2")
+    parser.add_argument("--samples", type=int, default=4, help="trees per L1")
+    parser.add_argument("--models", type=Path, default=None, help="folder for the random pair (default: a temporary one)")
+    args = parser.parse_args(argv)
+    if args.vocab < 2 or args.depth < 1 or args.samples < 1:
+        print("scripts/capture_memory.py: --vocab >= 2, --depth and --samples >= 1", file=sys.stderr)
+        return 2
+    from backends import capture_store
+    from backends.capture import capture_group
+    from backends.hf import HFPair
+    from backends.reference_pair import random_pair
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.models or Path(tmp)
+        if not (folder / "target").is_dir():
+            random_pair(folder, args.vocab)
+        settings = capture_store.CaptureSettings(f"{folder}/target", f"{folder}/draft", "", shape="grid", width=4, depth=args.depth,
+                                                 samples=args.samples, labels="specinfer", roots_per_forward=1)
+        pair = HFPair(settings.target, settings.draft, device="cpu")
+        loaded = peak_gb()
+        root = (0, 0, tuple(int(t) for t in np.random.default_rng(0).integers(0, args.vocab, 16)))
+        start = time.perf_counter()
+        ((rows, _, _, labels),) = capture_group(pair, settings, [root], pair.max_batch, pair.forest_tokens)
+        print(f"V = {args.vocab}: {len(rows)} nodes, {len(labels)} labels in {time.perf_counter() - start:.1f} s; "
+              f"peak RSS {peak_gb():.2f} GB (after loading the models {loaded:.2f} GB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
