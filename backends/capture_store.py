@@ -273,6 +273,31 @@ def captured_tree(nodes: pl.DataFrame) -> dict[tuple[int, ...], tuple[int, ...]]
     return {k: tuple(v) for k, v in children.items()}
 
 
+class LabelsOnlyPair:
+    """The stand-in pair of a grid capture made with ``--labels`` and without ``--full``: it holds
+    no p or q, so the studies can replay its stored labels (``Root.labels``: the verifiers and
+    grid it was labelled for) and nothing else; any use of p or q (another verifier, another
+    grid, a node-level study) raises a ``ValueError`` that says so.
+
+    Args:
+        folder: the capture folder; labels: the comma-separated verifiers it was labelled for.
+    """
+
+    def __init__(self, folder, labels: str):
+        self.folder, self.labels = str(folder), labels
+
+    def _refuse(self):
+        raise ValueError(f"capture: {self.folder!r} was captured without --full and holds labels for {self.labels} only "
+                         "(with its grid); for other verifiers, grids or p and q, recapture with --full")
+
+    @property
+    def vocab_size(self) -> int:
+        self._refuse()
+
+    def distributions(self, contexts):
+        self._refuse()
+
+
 class CapturedPair:
     """Replays a ``full`` capture: p and q at captured nodes, recomputed from the stored logits
     with the capture's sampling settings (``SamplingSettings.probabilities``, the transform every

@@ -14,6 +14,9 @@ Conventions (shared with the rest of the lab):
 
 from __future__ import annotations
 
+import functools
+import threading
+
 import numpy as np
 
 SUM_TOLERANCE = 1e-9
@@ -72,6 +75,49 @@ def sample_categorical(probs: np.ndarray, rng: np.random.Generator) -> int:
     return int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
 
 
+@functools.lru_cache(maxsize=4)
+def _zeros(size: int) -> np.ndarray:
+    zeros = np.zeros(size)
+    zeros.flags.writeable = False  # shared: nobody writes it
+    return zeros
+
+
+_SCRATCH = threading.local()
+
+
+def scratch(size: int) -> np.ndarray:
+    """A float64 work vector (size,) of this thread, reused from call to call (contents undefined).
+
+    For reductions over V that need one temporary and return scalars (a plan's residual masses,
+    SpecTr's ratios): a fresh V-sized array is a new mapping whose pages fault in on first touch
+    (at V = 128,000 that cost more than the arithmetic: benchmarks/RESULTS.md).  The caller
+    must not keep it past its own computation, nor call another user of ``scratch`` while it
+    holds it; per thread, so threads never share one.
+    """
+    buffers = getattr(_SCRATCH, "buffers", None)
+    if buffers is None:
+        buffers = _SCRATCH.buffers = {}
+    if size not in buffers:
+        if len(buffers) >= 4:
+            buffers.clear()
+        buffers[size] = np.empty(size)
+    return buffers[size]
+
+
+def positive_part(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """max(x, 0) elementwise for a float64 array (into ``out`` when given; ``out`` may be ``x``).
+
+    The same values as ``np.maximum(x, 0.0)``, through numpy's array-array loop against a shared
+    read-only zero vector: against the scalar 0 numpy 2.4 takes a loop about four times slower
+    (55 us against 15 us at V = 128,000 on these machines: benchmarks/RESULTS.md), and every
+    residual of every verifier goes through this.
+    """
+    x = np.asarray(x)
+    if x.ndim != 1 or x.dtype != np.float64:
+        return np.maximum(x, 0.0, out=out)
+    return np.maximum(x, _zeros(x.shape[0]), out=out)
+
+
 def residual(p: np.ndarray, subtract: np.ndarray) -> np.ndarray:
     """The correction (residual) law ``norm((p - subtract)_+)``, shape (V,), float64.
 
@@ -82,7 +128,7 @@ def residual(p: np.ndarray, subtract: np.ndarray) -> np.ndarray:
     token and ``p`` itself is returned; never a constant floor.
     Source: Leviathan et al. 2023, Alg. 1.
     """
-    diff = np.maximum(p - subtract, 0.0)
+    diff = positive_part(p - subtract)
     mass = diff.sum()
     if mass > 0.0:
         return diff / mass
@@ -98,7 +144,7 @@ def inner(a: np.ndarray, b: np.ndarray) -> float:
 def total_variation(p, q) -> float:
     """TV(p, q) = sum (p - q)_+ = 1 - sum min(p, q), in [0, 1]."""
     p, q = check_pair(p, q)
-    return float(np.maximum(p - q, 0.0).sum())
+    return float(positive_part(p - q).sum())
 
 
 def l1_distance(p, q) -> float:

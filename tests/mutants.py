@@ -81,7 +81,7 @@ class SpecInferNoRemoval(SpecInfer):
 
 # 4. SpecTr with rho = 1 (the residual is then clipped and invalid for k > 1).
 class _RhoOne(_SpecTrPlan):
-    def _choose_rho(self):
+    def _choose_rho(self, buffer):
         return 1.0
 
 

@@ -132,3 +132,45 @@ def test_the_studies_use_stored_labels_with_unchanged_results(labelled):
         stored = label_root(root, ["specinfer", "traversal"], grid, latency)
         computed = label_root(dataclasses.replace(root, labels=None), ["specinfer", "traversal"], grid, latency)
         assert pl.DataFrame(stored).equals(pl.DataFrame(computed))  # NaN standard errors (one draft per half) compare equal
+
+
+@pytest.fixture(scope="module")
+def light(micro_pair_dir, prompts, tmp_path_factory):
+    """The same labelled capture without --full: labels and per-node summaries, no logits."""
+    out = tmp_path_factory.mktemp("light")
+    assert main(flags(micro_pair_dir, prompts, out)) == 0
+    return out
+
+
+def test_a_label_only_capture_replays_its_labels_in_the_grid_studies(light, labelled, tmp_path):
+    from analyses import compare_verifiers
+
+    study = ["--K-max", "2", "--L-max", "2", "--samples", "2", "--verifiers", "specinfer,traversal", "--quiet"]
+    assert compare_verifiers.main(["--capture", str(light), "--out", str(tmp_path / "a"), *study]) == 0
+    assert compare_verifiers.main(["--capture", str(labelled), "--out", str(tmp_path / "b"), *study]) == 0
+    a, b = (pl.read_parquet(tmp_path / d / "labels.parquet").sort("root", "verifier", "K", "L1", "L2") for d in "ab")
+    assert a.height == b.height > 0 and a.equals(b)
+
+
+def test_a_label_only_capture_refuses_what_it_cannot_replay(light, tmp_path, capsys):
+    from analyses import compare_verifiers
+
+    with pytest.raises(SystemExit) as exc:  # a verifier it was not labelled for
+        compare_verifiers.main(["--capture", str(light), "--K-max", "2", "--L-max", "2", "--samples", "2", "--verifiers",
+                                "nss,traversal", "--out", str(tmp_path / "c"), "--quiet"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "--full" in err, err
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())  # nothing written
+    with pytest.raises(ValueError, match="without --full"):
+        CaptureSource([str(light)], grid=False)
+
+
+def test_the_selector_trains_on_a_label_only_capture(light, tmp_path):
+    """train_selector reads the stored labels and takes the features from the live models the
+    capture names (hidden states are never stored)."""
+    from analyses import train_selector
+
+    assert train_selector.main(["--capture", str(light), "--K-max", "2", "--L-max", "2", "--samples", "2", "--verifiers",
+                                "specinfer", "--epochs", "2", "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    labels = pl.read_parquet(tmp_path / "run" / "labels.parquet")
+    assert set(labels["verifier"]) == {"specinfer", "traversal"} and labels["root"].n_unique() == 4

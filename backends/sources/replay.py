@@ -26,7 +26,10 @@ class CaptureSource:
     """Captures replayed from disk.
 
     Args:
-        folders: capture folders (``--full``), one per sampling setting.
+        folders: capture folders, one per sampling setting: ``--full`` (p and q replayed), or,
+            for the grid studies, ``--labels`` grid captures without logits, whose stored
+            labels are replayed (``Root.labels``; ``Root.pair`` is a
+            ``backends.capture_store.LabelsOnlyPair`` that refuses any other use).
         grid: True: every capture must be a grid capture with at least 2 trees per L1 (half
             choose, half report); False: any capture (its trees' nodes).
 
@@ -46,8 +49,9 @@ class CaptureSource:
         self.entries: dict[str, list] = {}
         for folder in folders:
             stored = store.load_settings(folder)
-            if not stored.full:
-                raise ValueError(f"capture: {folder!r} was captured without --full; recapture with --full to replay p and q")
+            if not stored.full and not (grid and stored.labels):
+                raise ValueError(f"capture: {folder!r} was captured without --full; recapture with --full to replay p and q "
+                                 "(a --labels grid capture replays its stored labels in the grid studies)")
             if grid and stored.shape != "grid":
                 raise ValueError(f"capture: {folder!r} holds {stored.shape!r} trees; the grid studies need --shape grid")
             if grid and stored.samples < 2:
@@ -103,7 +107,8 @@ class CaptureSource:
         if name not in self.captures:
             raise ValueError(f"settings: no capture holds the setting {name}")
         folder, stored = self.captures[name]
-        pair = store.CapturedPair(folder, roots=[e[0] for e in self.entries[name]])
+        pair = store.CapturedPair(folder, roots=[e[0] for e in self.entries[name]]) if stored.full else \
+            store.LabelsOnlyPair(folder, stored.labels)
         labels: dict[int, dict] = {}
         if self.grid and stored.labels:
             table = store.read_labels(folder).select("root", *LABEL_COLUMNS).collect()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simlab.distributions import residual, sample_categorical
+from simlab.distributions import positive_part, residual, sample_categorical
 from simlab.drafting import SAMPLED, Drafting
 from simlab.tree_verifiers.base import TreeVerifier, drafted_q
 
@@ -44,7 +44,7 @@ class BlockVerification(TreeVerifier):
                 laws.append(p_i)
                 continue
             q_i = tree.table.q(path[:i])
-            s = float(np.maximum(w[i] * p_i - q_i, 0.0).sum())
+            s = float(positive_part(w[i] * p_i - q_i).sum())
             if i > 0:
                 h[i] = 1.0 if w[i] >= 1.0 else s / (s + 1.0 - w[i])
             # With w_i = 0 the block cannot stop here (h_i = 0), so any law serves; use p_i.

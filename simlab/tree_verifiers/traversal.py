@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simlab.distributions import sample_categorical
+from simlab.distributions import positive_part, sample_categorical, scratch
 from simlab.drafting import SAMPLED, Drafting
 from simlab.tree_verifiers.base import TreeVerifier, counted_tokens, drafted_q
 
@@ -94,7 +94,7 @@ class _Masses(_State):
         self.T = {path: tree.table.p(path) for path in self.kids}  # table rows: read, never written
         self.q = {path: tree.table.q(path) for path in self.kids}
         self.a, self.b, self.left, self.removed = {}, {}, {}, {}
-        self.scratch = np.empty(tree.table.vocab_size)
+        self.scratch = scratch(tree.table.vocab_size)  # this thread's work vector: one mass recursion at a time
 
     def _ratio(self, u, t) -> float:  # b_u > 0 while u lists a child; a listed child was never removed: D_u[t] = q_u[t]
         return self.a.get(u, 1.0) / self.b.get(u, 1.0) * self.T[u][t] / self.q[u][t]
@@ -103,7 +103,7 @@ class _Masses(_State):
         """sum (w p_u - q_u)_+, through the scratch buffer."""
         buf = np.multiply(self.T[u], w, out=self.scratch)
         buf -= self.q[u]
-        np.maximum(buf, 0.0, out=buf)
+        positive_part(buf, out=buf)
         return float(buf.sum())
 
     def reject(self, v):
@@ -120,7 +120,7 @@ class _Masses(_State):
             buf -= self.q[u]
             if removed:  # D_u is zero there
                 buf[removed] = self.T[u][removed] * scale
-            np.maximum(buf, 0.0, out=buf)
+            positive_part(buf, out=buf)
             raw = float(buf.sum())
             s = b * raw
             if raw > 0.0 and keep:

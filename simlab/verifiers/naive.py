@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simlab.distributions import inner
+from simlab.distributions import inner, positive_part
 from simlab.drafting import SAMPLED, Drafting, hit_probability
 from simlab.verifiers.base import NodePlan, NodeVerifier
 from simlab.verifiers.speculative import SingleDraft
@@ -34,7 +34,7 @@ class _NaivePlan(NodePlan):
         return self.single.draw(children[0], rng)
 
     def acceptance_rate(self) -> float:
-        excess = np.maximum(self.p - self.q, 0.0)
+        excess = positive_part(self.p - self.q)
         hit_others = hit_probability(self.q, self.k - 1)
         return float(np.minimum(self.p, self.q).sum() + inner(excess, hit_others))
 

@@ -18,7 +18,7 @@ from typing import Literal
 
 import numpy as np
 
-from simlab.distributions import sample_categorical
+from simlab.distributions import positive_part, sample_categorical, scratch
 from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw, summed_over_copies
 
 
@@ -26,7 +26,7 @@ def _excess(p: np.ndarray, q: np.ndarray, c: float, buffer: np.ndarray) -> float
     """sum_t (p(t) - c q(t))_+, computed in ``buffer`` (V,) without allocating."""
     np.multiply(q, c, out=buffer)
     np.subtract(p, buffer, out=buffer)
-    np.maximum(buffer, 0.0, out=buffer)
+    positive_part(buffer, out=buffer)
     return float(buffer.sum())
 
 
@@ -41,7 +41,7 @@ class _SpecInferPlan(NodePlan):
 
     def __init__(self, verifier, p, q, k):
         super().__init__(verifier, p, q, k)
-        buffer = np.empty_like(p)
+        buffer = scratch(p.size)
         self.scale = [0.0]  # c_i
         self.mass = [1.0]  # Z_i
         self.reject_all = 1.0  # P(all k children rejected) = Z_k, or 0 after a stall

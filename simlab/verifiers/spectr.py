@@ -16,7 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
-from simlab.distributions import inner, residual, sample_categorical
+from simlab.distributions import inner, positive_part, residual, sample_categorical, scratch
 from simlab.drafting import hit_probability
 from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw, summed_over_copies
 
@@ -27,7 +27,7 @@ def _p_acc(beta: float, k: int) -> float:
     return float(-np.expm1(k * np.log1p(-beta))) if beta < 1.0 else 1.0
 
 
-def optimal_rho(p: np.ndarray, q: np.ndarray, k: int, tol: float = RHO_TOLERANCE, buckets: int = 256) -> float:
+def optimal_rho(p: np.ndarray, q: np.ndarray, k: int, tol: float = RHO_TOLERANCE, buckets: int = 256, out: np.ndarray | None = None) -> float:
     """rho* = the smallest rho in [1, k] with p_acc(rho) <= rho beta(rho), by bisection to ``tol``.
 
     beta(rho) = (1/rho) sum_{p/q < rho} p + sum_{p/q >= rho} q is known exactly at the edges of
@@ -40,12 +40,13 @@ def optimal_rho(p: np.ndarray, q: np.ndarray, k: int, tol: float = RHO_TOLERANCE
     nearly equal p and q, including p = q up to the 1e-9 normalisation tolerance), g is flat at
     rounding level over much of [1, k]; rho* is then ill-conditioned, and this bucketed search, a
     plain bisection and the batched engine may return different roots (each a valid law to
-    rounding, differing on masses of the overlap's size).
+    rounding, differing on masses of the overlap's size).  ``out``: a float64 (V,) work vector
+    for the ratios (its contents are overwritten).
     """
     if k == 1:
         return 1.0
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = p / q  # inf where q = 0 < p, nan where p = q = 0: such tokens add 0 to beta
+        ratio = np.divide(p, q, out=out)  # inf where q = 0 < p, nan where p = q = 0: such tokens add 0 to beta
     # Tokens with p/q <= 1 add p / rho to beta on all of [1, k], those with p/q >= k add q: two
     # masked sums (products with the masks, no boolean indexing); only the tokens in between
     # (usually a minority) are bucketed.
@@ -126,24 +127,26 @@ class _SpecTrPlan(NodePlan):
 
     def __init__(self, verifier, p, q, k):
         super().__init__(verifier, p, q, k)
-        self.rho = self._choose_rho()
-        buffer = self._matched()
+        buffer = scratch(p.size)
+        self.rho = self._choose_rho(buffer)
+        buffer = self._matched(out=buffer)
         self.beta = float(buffer.sum())
         self.p_acc = _p_acc(self.beta, k)
         self.c = self.p_acc / self.beta if self.beta > 0 else float(k)
         buffer *= self.c
         np.subtract(p, buffer, out=buffer)
-        np.maximum(buffer, 0.0, out=buffer)
+        positive_part(buffer, out=buffer)
         self.excess = float(buffer.sum())  # Z (0: a rejection of every child has probability 0)
 
-    def _choose_rho(self) -> float:
+    def _choose_rho(self, buffer) -> float:
         if self.verifier.rho == "four_step":
             return four_step_rho(self.p, self.q, self.k)
-        return optimal_rho(self.p, self.q, self.k)
+        return optimal_rho(self.p, self.q, self.k, out=buffer)
 
-    def _matched(self) -> np.ndarray:
-        """min(q, p / rho), float64 (V,), a new array."""
-        return np.minimum(self.q, self.p / self.rho)
+    def _matched(self, out: np.ndarray | None = None) -> np.ndarray:
+        """min(q, p / rho), float64 (V,), into ``out`` (default: a new array)."""
+        matched = np.divide(self.p, self.rho, out=out)
+        return np.minimum(self.q, matched, out=matched)
 
     @cached_property
     def correction(self) -> np.ndarray:

@@ -12,7 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
-from simlab.distributions import residual, sample_categorical
+from simlab.distributions import positive_part, residual, sample_categorical, scratch
 from simlab.verifiers.base import accept_draw
 
 
@@ -40,8 +40,8 @@ class SingleDraft:
     @cached_property
     def excess(self) -> float:
         """Z = sum (p - r)_+, the residual mass; 0 when p <= r everywhere (the correction is then p)."""
-        buffer = np.subtract(self.p, self.r)
-        np.maximum(buffer, 0.0, out=buffer)
+        buffer = np.subtract(self.p, self.r, out=scratch(self.p.size))
+        positive_part(buffer, out=buffer)
         return float(buffer.sum())
 
     @cached_property
