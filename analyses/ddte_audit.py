@@ -72,6 +72,9 @@ class Config(SourceConfig, LatencyConfig):
 def parse_args(argv) -> tuple[Config, object]:
     d = Config()
     parser = study_parser(PROG, __doc__, d)
+    for action in parser._actions:  # the shared source flags: say what this study does with --capture
+        if action.dest == "capture":
+            action.help = f"refused here: {REFUSALS['capture']['capture']}"
     parser.add_argument("--samples", type=int, default=d.samples, help="grid trees per L1 (shared by verifiers and conventions)")
     parser.add_argument("--no-selector", dest="selector", action="store_false",
                         help="skip the selector's policies (they need >= 3 trajectories)")
@@ -81,6 +84,7 @@ def parse_args(argv) -> tuple[Config, object]:
     config = Config(**{**vars(args), "capture": tuple(args.capture)})
     check_flags(PROG, [(config.samples >= 1, f"--samples: must be >= 1, got {config.samples}"),
                        (config.epochs >= 1, f"--epochs: must be >= 1, got {config.epochs}"),
+                       (config.selector or "epochs" not in parser.given, "--epochs: trains the selector, which --no-selector skips"),
                        (not config.selector or config.trajectories >= 3,
                         f"--trajectories: the selector's train/validation/test split needs >= 3, got {config.trajectories} "
                         "(or pass --no-selector)")])
@@ -256,8 +260,8 @@ def selector_view(table: pl.DataFrame) -> pl.DataFrame:
         row = {"verifier": verifier, "convention": name}
         for policy in POLICIES if verifier != "traversal" else ("static",):
             r = by[policy]
-            row |= {f"{policy} E": r["E_exact"], f"{policy} claimed": f"{r['claimed_vs_traversal']:+.1%}",
-                    f"{policy} exact": f"{r['exact_vs_traversal']:+.1%}"}
+            row |= {f"{policy} E": r["E_exact"], f"{policy} claimed": f"{r['claimed_vs_traversal'] + 0.0:+.1%}",
+                    f"{policy} exact": f"{r['exact_vs_traversal'] + 0.0:+.1%}"}  # + 0.0: no "-0.0%"
         rows.append(row)
     order = {name: i for i, name in enumerate(CONVENTIONS)}
     return pl.DataFrame(rows).sort(pl.col("verifier"), pl.col("convention").replace_strict(order, return_dtype=pl.Int64))
@@ -283,10 +287,13 @@ def _main(argv) -> int:
     except ValueError as exc:
         fail_from(PROG, exc, parser)
     summary = summarise(labels)
-    chart = alt.Chart(summary).mark_bar().encode(
+    overall = summary.group_by("verifier", "convention", maintain_order=True).agg(
+        pl.col("inflation").mean(), pl.col("max_inflation").max(), pl.col("claimed_vs_traversal").mean(),
+        pl.col("exact_vs_traversal").mean()).sort("verifier", "convention")
+    chart = alt.Chart(overall).mark_bar().encode(
         x=alt.X("convention:N", sort=list(CONVENTIONS), title=None), y=alt.Y("inflation:Q", title="mean label inflation (tokens)"),
-        color="convention:N", column=alt.Column("verifier:N", title=None), tooltip=list(summary.columns)).properties(
-        width=140, height=180, title=alt.TitleParams("Label inflation of the public-code conventions over DDTE's grid (all settings)",
+        color="convention:N", column=alt.Column("verifier:N", title=None), tooltip=list(overall.columns)).properties(
+        width=140, height=180, title=alt.TitleParams("Label inflation of the public-code conventions over DDTE's grid (mean over settings)",
                                                      subtitle=f"source: {source.describe()}; latency: {latency.source}"))
     with OutputSet(out) as outputs:
         outputs.stage("ddte_audit.parquet", parquet_writer(summary))
@@ -302,9 +309,6 @@ def _main(argv) -> int:
         outputs.publish()
     if not config.quiet:
         print(f"Source: {source.describe()}; {labels['root'].n_unique()} roots per setting; latency: {latency.source}")
-        overall = summary.group_by("verifier", "convention", maintain_order=True).agg(
-            pl.col("inflation").mean(), pl.col("max_inflation").max(), pl.col("claimed_vs_traversal").mean(),
-            pl.col("exact_vs_traversal").mean()).sort("verifier", "convention")
         print_table(overall, "Mean over settings: label inflation, and the best static action's throughput vs Traversal's "
                              "(claimed under the convention, exact for the same action)")
         if selected is not None:

@@ -31,7 +31,11 @@ resumed or sharded run computes exactly the same packs; a group with a missing s
 evaluated whole again and only its missing shards are written.  Under ``torchrun`` each process
 captures the groups with ``j % WORLD_SIZE == RANK`` on ``cuda:LOCAL_RANK`` (with G = 1: the roots
 with ``root % WORLD_SIZE == RANK``).  After an out-of-memory error a group is retried with half
-as many tokens per forward.
+as many tokens per forward, and the later groups of the run keep the smaller budget (their packs,
+and so the last float32 bits of their logits, then differ from an uninterrupted run's; a rerun
+starts again at the full budget).  The logits of every node a child was drafted from come from
+the drafting forwards (so the stored q is the q the children were drawn from); the final
+forward evaluates the leaves.
 """
 
 from __future__ import annotations
@@ -66,14 +70,15 @@ def multiplicity(tree, path) -> int:
 
 
 def draft_root(pair, settings: store.CaptureSettings, root_id: int, context: tuple[int, ...]):
-    """(tree, grid drafts or None) at one root, seeded by (seed, root id) alone."""
+    """(tree, grid drafts or None, table) at one root, seeded by (seed, root id) alone; the table
+    holds the logits of every node a child was drafted from (float32, ``rows="logits"``)."""
     rng = seeded_rng(settings.seed, 1, root_id)
     table = NodeTable(pair, context, rows="logits")  # float32 logits, not float64 rows: the same draws in half the memory
     if settings.shape == "grid":
         drafts = draw_grid(table, K_max=settings.width, L1_values=range(settings.depth + 1),
                            L2_max=settings.depth, samples=settings.samples, rng=rng)
-        return union_tree(drafts), drafts
-    return settings.tree_shape().sample(table, rng), None
+        return union_tree(drafts), drafts, table
+    return settings.tree_shape().sample(table, rng), None, table
 
 
 def label_engine(pair, choice: str) -> str:
@@ -86,28 +91,30 @@ def label_engine(pair, choice: str) -> str:
 
 def capture_group(pair, settings: store.CaptureSettings, group, max_batch: int, max_tokens: int, engine: str = "numpy"):
     """One (rows, logits or None, drafts or None, labels or None) per root of ``group`` (a list of
-    (root id, prompt index, context)): draw each root's tree, evaluate every node of every tree
-    once (``roots_per_forward`` > 1: the group's trees together, ``HFPair.forest_logits`` with
-    ``max_tokens`` per forward; 1: one tree forward per root, ``max_batch`` tree tokens per
-    forward), and with ``--labels`` value each root's grid (``engine``: ``simlab.labels.grid_labels``
-    on the models' device; the verifiers the torch engine does not serve use numpy)."""
+    (root id, prompt index, context)): draw each root's tree (its drafting table keeps the logits
+    of every node a child was drawn from, so the stored q is the q the children were drawn
+    from), evaluate the nodes it lacks, the leaves (``roots_per_forward`` > 1: the group's trees
+    together, ``HFPair.forest_logits`` with ``max_tokens`` per forward; 1: one tree forward per
+    root, ``max_batch`` tree tokens per forward), and with ``--labels`` value each root's grid
+    (``engine``: ``simlab.labels.grid_labels`` on the models' device; the verifiers the torch
+    engine does not serve use numpy)."""
     drafted = [draft_root(pair, settings, root_id, context) for root_id, _, context in group]
-    trees = [(context, tree.nodes()) for (_, _, context), (tree, _) in zip(group, drafted)]
+    leaves = [(context, [n for n in tree.nodes() if not table.known(n)]) for (_, _, context), (tree, _, table) in zip(group, drafted)]
     if settings.roots_per_forward > 1:
-        logits = pair.forest_logits(trees, max_tokens=max_tokens, max_batch=max_batch)
+        logits = pair.forest_logits(leaves, max_tokens=max_tokens, max_batch=max_batch)
     else:
-        logits = [pair.node_logits(context, nodes, max_batch=max_batch) for context, nodes in trees]
-    return [finish_root(pair, settings, *root, tree, drafts, both, engine)
-            for root, (tree, drafts), both in zip(group, drafted, logits)]
+        logits = [pair.node_logits(context, paths, max_batch=max_batch) for context, paths in leaves]
+    for (_, paths), (_, _, table), both in zip(leaves, drafted, logits):
+        table.add_logits(paths, *both)
+    return [finish_root(pair, settings, *root, tree, drafts, table, engine) for root, (tree, drafts, table) in zip(group, drafted)]
 
 
 def finish_root(pair, settings: store.CaptureSettings, root_id: int, prompt_index: int, context: tuple[int, ...], tree, drafts,
-                logits, engine: str = "numpy"):
-    """(rows, logits or None, drafts, labels or None) of one root from its tree's node logits."""
+                table: NodeTable, engine: str = "numpy"):
+    """(rows, logits or None, drafts, labels or None) of one root from the logits of every node of
+    its tree in ``table`` (p and q computed per node, never all at once; the logits ``--full``
+    stores, so labels replay equal)."""
     nodes = tree.nodes()
-    logits_p, logits_q = logits
-    table = NodeTable(pair, context, rows="logits")  # p and q computed per node from the logits, never all at once
-    table.add_logits(nodes, logits_p, logits_q)  # the logits --full stores, so labels replay equal
     labels = None
     if settings.labels:
         labels = [{"root": root_id, "prompt": prompt_index, **row}
@@ -127,7 +134,7 @@ def finish_root(pair, settings: store.CaptureSettings, root_id: int, prompt_inde
             "p_top_ids": order_p.tolist(), "p_top_probs": p[order_p].tolist(),
             "q_top_ids": order_q.tolist(), "q_top_probs": q[order_q].tolist(),
         })
-    return rows, ((logits_p, logits_q) if settings.full else None), drafts, labels
+    return rows, (table.logits(nodes) if settings.full else None), drafts, labels
 
 
 def union_tree(drafts) -> DraftTree:

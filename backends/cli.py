@@ -35,7 +35,14 @@ SLOW_STEP_SECONDS = 2.0
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults in the help of every flag; the description keeps its line breaks."""
+    """Defaults in the help of every flag that has one to show (not where the help already says
+    its default, not None or empty, not a switch's own True/False); the description keeps its line breaks."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, (), []) or isinstance(action.default, bool) or action.nargs == 0:
+            return text
+        return super()._get_help_string(action)
 
 
 class ToolParser(argparse.ArgumentParser):

@@ -102,10 +102,12 @@ class NodeTable:
 
         Raises:
             ValueError: a row that is not a distribution over V tokens, or a path already known
-                with other values.
+                with other values (or known as logits: add a node's rows or its logits, not both).
         """
         for i, pth in enumerate(paths):
             pth = tuple(pth)
+            if pth in self._logits:
+                raise ValueError(f"paths: node {pth} is already known as logits (add_logits); add its rows or its logits, not both")
             row_p = check_distribution(p[i], f"p at node {pth}", size=self.vocab_size)
             row_q = check_distribution(q[i], f"q at node {pth}", size=self.vocab_size)
             if pth in self._p and not (np.array_equal(self._p[pth], row_p) and np.array_equal(self._q[pth], row_q)):
@@ -134,10 +136,25 @@ class NodeTable:
             return
         for i, pth in enumerate(paths):
             pth = tuple(pth)
+            if pth in self._p:
+                raise ValueError(f"paths: node {pth} is already known as rows (add); add its rows or its logits, not both")
             if pth in self._logits and not (np.array_equal(self._logits[pth][0], logits_p[i])
                                             and np.array_equal(self._logits[pth][1], logits_q[i])):
                 raise ValueError(f"paths: node {pth} is already known with other logits")
             self._logits[pth] = (logits_p[i], logits_q[i])
+
+    def logits(self, paths: Sequence[Path]) -> tuple[np.ndarray, np.ndarray]:
+        """The kept target and draft logits at ``paths``, stacked: two arrays (len(paths), V) (with
+        ``rows="logits"``; what a capture stores with ``--full``).
+
+        Raises:
+            ValueError: a path whose logits the table does not keep.
+        """
+        missing = [tuple(pth) for pth in paths if tuple(pth) not in self._logits]
+        if missing:
+            raise ValueError(f"paths: no logits kept for node {missing[0]} (rows={self.rows!r})")
+        rows = [self._logits[tuple(pth)] for pth in paths]
+        return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
 
     def _from_logits(self, path: Path, which: int) -> np.ndarray:
         """p (which = 0) or q (1) at ``path`` from its kept logits; both validated at the first access."""

@@ -174,3 +174,20 @@ def test_the_selector_trains_on_a_label_only_capture(light, tmp_path):
                                 "specinfer", "--epochs", "2", "--out", str(tmp_path / "run"), "--quiet"]) == 0
     labels = pl.read_parquet(tmp_path / "run" / "labels.parquet")
     assert set(labels["verifier"]) == {"specinfer", "traversal"} and labels["root"].n_unique() == 4
+
+
+def test_under_top_k_every_drafted_child_keeps_its_q_in_the_stored_rows(micro_pair_dir, prompts, tmp_path):
+    """The stored q of a node is the q its children were drawn from (the drafting table's logits),
+    so a child at the top-k boundary never turns up with q = 0 in the labels' rows."""
+    from backends.capture_store import CapturedPair
+
+    out = tmp_path / "topk"
+    assert main(flags(micro_pair_dir, prompts, out, "--full", "--top-k", "3")) == 0
+    pair = CapturedPair(str(out))
+    for root in CaptureSource([str(out)]).roots(CaptureSource([str(out)]).fixed_settings()[0]):
+        for draft in root.drafts:
+            for branch in (draft.branches or ((),)):
+                path = draft.trunk + branch
+                for d in range(len(path)):
+                    q = pair.distributions([root.context + path[:d]])[1][0]
+                    assert q[path[d]] > 0.0

@@ -35,6 +35,13 @@ def test_outputs_and_inflation(run):
     assert by[("specinfer", "four_step")]["inflation"] == 0  # four_step touches SpecTr only
 
 
+def test_the_inflation_chart_shows_the_mean_over_settings(run):
+    """One bar per verifier and convention (the mean over the two settings), not one per setting."""
+    summary = pl.read_parquet(run / "ddte_audit.parquet")
+    assert summary["setting"].n_unique() == 2
+    assert (run / "inflation.html").read_text().count('"max_inflation":') == len(ddte_audit.VERIFIERS) * len(ddte_audit.CONVENTIONS)
+
+
 def test_selector_policies_are_valued_by_the_labels(run):
     labels, roots = pl.read_parquet(run / "labels.parquet"), pl.read_parquet(run / "selector_roots.parquet")
     table = pl.read_parquet(run / "selector.parquet")
@@ -77,7 +84,7 @@ def test_static_choice_is_the_training_roots_argmax(run):
 
 @pytest.mark.parametrize("flags, flag", [(["--samples", "0"], "--samples"), (["--capture", "x"], "--capture"),
                                          (["--settings", "x"], "--settings"), (["--trajectories", "2"], "--trajectories"),
-                                         (["--epochs", "0"], "--epochs")])
+                                         (["--epochs", "0"], "--epochs"), (["--no-selector", "--epochs", "5"], "--epochs")])
 def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         ddte_audit.main(flags + ["--out", str(tmp_path / "o"), "--quiet"])

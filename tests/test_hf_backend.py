@@ -290,3 +290,12 @@ def test_logits_table_bad_input(pair, prompt):
     table.add_logits([(2,)], np.full_like(z, -np.inf), z)
     with pytest.raises(ValueError, match="^logits"):
         table.p((2,))
+    row = np.full((1, pair.vocab_size), 1.0 / pair.vocab_size)
+    with pytest.raises(ValueError, match="already known as logits"):
+        table.add([(1,)], row, row)
+    table.add([(3,)], row, row)
+    with pytest.raises(ValueError, match="already known as rows"):
+        table.add_logits([(3,)], z, z)
+    with pytest.raises(ValueError, match="no logits kept"):
+        table.logits([(1,), (3,)])
+    assert table.logits([(1,)])[0].shape == (1, pair.vocab_size)

@@ -84,7 +84,7 @@ class TraversalUnnormalised(Traversal):
 class _MassesNotRenormalised(_Masses):
     def reject(self, v):
         super().reject(v)
-        self.b[v[:-1]] = 1.0  # the bug: Ms_u keeps its old scale after a child is removed
+        self.left[v[:-1]] = 1.0  # the bug: Ms_u = D_u, not renormalised after a child is removed
 
 
 @dataclass(frozen=True)

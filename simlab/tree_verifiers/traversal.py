@@ -73,8 +73,8 @@ class _State:
         draft[t] = 0.0
         total = draft.sum()
         self.draft[u] = draft / total if total > 0 else draft
-        if u != () and s + 1.0 - w > 0.0:
-            self.weight[u] = s / (s + 1.0 - w)
+        if u != () and s + (1.0 - w) > 0.0:  # 1 - w first: s + 1 would round a small s away
+            self.weight[u] = s / (s + (1.0 - w))
         self.kids[u].remove(t)
         self._reweight(u)
 
@@ -84,7 +84,8 @@ class _Masses(_State):
     where D_u is q_u with the removed children's entries read as zero (the table's row is never
     copied or written) and a_u, b_u are scalars: a rejection costs (w a / b) T - q, its positive
     part and its sum, into a scratch buffer unless u keeps children (then it is u's new T_u); a
-    removal updates b_u = 1 / (mass left) in O(1).  A node's only rejection (its last child, none
+    removal updates the draft's mass left in O(1) (summed afresh once it falls below a thousandth
+    of the row's mass, where the running difference would lose digits).  A node's only rejection (its last child, none
     removed before) reads p_u and q_u alone, so its excess mass sum (w p_u - q_u)_+ is memoised in
     the table by (node, w): the cut-offs and K variants of one sampled tree meet the same nodes
     with the same initial weights (``NodeTable.memo``)."""
@@ -93,11 +94,16 @@ class _Masses(_State):
         self.table = tree.table
         self.T = {path: tree.table.p(path) for path in self.kids}  # table rows: read, never written
         self.q = {path: tree.table.q(path) for path in self.kids}
-        self.a, self.b, self.left, self.removed = {}, {}, {}, {}
+        self.raw, self.left, self.total, self.removed = {}, {}, {}, {}  # Mb_u = T_u / raw_u, Ms_u = D_u / left_u
         self.scratch = scratch(tree.table.vocab_size)  # this thread's work vector: one mass recursion at a time
 
-    def _ratio(self, u, t) -> float:  # b_u > 0 while u lists a child; a listed child was never removed: D_u[t] = q_u[t]
-        return self.a.get(u, 1.0) / self.b.get(u, 1.0) * self.T[u][t] / self.q[u][t]
+    def _ratio(self, u, t) -> float:
+        # as the reference's Mb_u(t) / Ms_u(t): the same divisions, so an exact 1 stays 1 where the
+        # scale would round it (the weight update s / (s + 1 - w) is ill-conditioned near w = 1);
+        # a listed child was never removed (D_u[t] = q_u[t]) and left_u > 0 while u lists one
+        target = self.T[u][t] / self.raw[u] if u in self.raw else self.T[u][t]
+        draft = self.q[u][t] / self.left[u] if u in self.left else self.q[u][t]
+        return target / draft
 
     def _excess_mass(self, u, w) -> float:
         """sum (w p_u - q_u)_+, through the scratch buffer."""
@@ -108,35 +114,35 @@ class _Masses(_State):
 
     def reject(self, v):
         u, t = v[:-1], v[-1]
-        w, a, b = self.weight[u], self.a.get(u, 1.0), self.b.get(u, 1.0)
+        w, raw_u, left_u = self.weight[u], self.raw.get(u, 1.0), self.left.get(u, 1.0)
         self.kids[u].remove(t)
         keep = bool(self.kids[u])  # only then is u's target read again
         removed = self.removed.setdefault(u, [])
         if not keep and not removed:  # u's first and last rejection: Mb_u = p_u, Ms_u = q_u, only the mass is read
             s = self.table.memo(("traversal excess", u, w), lambda: self._excess_mass(u, w))  # the same in every cut and K
-        else:
-            scale = w * a / b  # b_u > 0: u still had child t, and q_u(t) > 0
+        else:  # (w T / raw - D / left)_+ = (scale T - D)_+ / left
+            scale = w * left_u / raw_u
             buf = np.multiply(self.T[u], scale, out=None if keep else self.scratch)
             buf -= self.q[u]
             if removed:  # D_u is zero there
                 buf[removed] = self.T[u][removed] * scale
             positive_part(buf, out=buf)
             raw = float(buf.sum())
-            s = b * raw
+            s = raw / left_u
             if raw > 0.0 and keep:
-                self.T[u], self.a[u] = buf, 1.0 / raw
-        if u not in self.left:
-            self.left[u] = self.table.memo(("q mass", u), lambda: float(self.q[u].sum()))
+                self.T[u], self.raw[u] = buf, raw
+        if u not in self.total:
+            self.total[u] = self.left[u] = self.table.memo(("q mass", u), lambda: float(self.q[u].sum()))
         removed.append(t)
         left = self.left[u] - float(self.q[u][t])
-        if left < 1e-6 * self.left[u]:  # cancellation: sum what is left
-            kept = self.q[u].copy()
+        if left < 1e-3 * self.total[u]:  # the running difference would lose digits: sum what is left
+            kept = self.scratch
+            np.copyto(kept, self.q[u])
             kept[removed] = 0.0
             left = float(kept.sum())
-        self.left[u] = left
-        self.b[u] = 1.0 / left if left > 0.0 else 0.0
-        if u != () and s + 1.0 - w > 0.0:
-            self.weight[u] = s / (s + 1.0 - w)
+        self.left[u] = left  # > 0 while u lists a child (a listed child has q > 0)
+        if u != () and s + (1.0 - w) > 0.0:  # 1 - w first, as the reference
+            self.weight[u] = s / (s + (1.0 - w))
         self._reweight(u)
 
 
