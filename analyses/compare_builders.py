@@ -40,7 +40,7 @@ from simlab.tree_verifiers.base import reach_probabilities
 from analyses import builder_roster as roster_module
 from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer, prepare_out, print_table, run_tool
 from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
-                                    with_hf_defaults)
+                                    note_hf_defaults, with_hf_defaults)
 
 PROG = "python -m analyses.compare_builders"
 OT_VERIFIERS = ("nss", "naive", "spectr", "specinfer", "khisti")
@@ -103,6 +103,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     g.add_argument("--epochs", type=int, default=d.epochs, help="TreeGraft scheduler's training epochs")
     add_draft_law_flag(g, d.draft_law)
     add_output_flags(parser, PROG)
+    note_hf_defaults(parser, HF_DEFAULTS)
     args = parser.parse_args(argv)
     try:
         budgets = int_list(args.budgets, "--budgets", minimum=1)

@@ -44,7 +44,7 @@ import polars as pl
 from tqdm import tqdm
 
 from backends.cli import OutputSet, add_output_flags, chart_writer, check_flags, fail_from, parquet_writer, prepare_out, print_table, run_tool
-from backends.sources.flags import LatencyConfig, SourceConfig, make_latency, make_source, study_parser, with_hf_defaults
+from backends.sources.flags import LatencyConfig, SourceConfig, make_latency, make_source, note_hf_defaults, study_parser, with_hf_defaults
 
 PROG = "python -m analyses.ddte_audit"
 CONVENTIONS = ("exact", "per_path", "four_step", "rank", "public")
@@ -80,6 +80,7 @@ def parse_args(argv) -> tuple[Config, object]:
                         help="skip the selector's policies (they need >= 3 trajectories)")
     parser.add_argument("--epochs", type=int, default=d.epochs, help="selector training epochs (per verifier and convention)")
     add_output_flags(parser, PROG)
+    note_hf_defaults(parser, HF_DEFAULTS)
     args = parser.parse_args(argv)
     config = Config(**{**vars(args), "capture": tuple(args.capture)})
     check_flags(PROG, [(config.samples >= 1, f"--samples: must be >= 1, got {config.samples}"),

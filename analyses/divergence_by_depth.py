@@ -26,7 +26,7 @@ import polars as pl
 from tqdm import tqdm
 
 from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail_from, parquet_writer, prepare_out, print_table, progress, run_tool
-from backends.sources.flags import SourceConfig, add_source_flags, make_source
+from backends.sources.flags import SourceConfig, add_source_flags, make_source, note_hf_defaults
 from backends.synthetic.base import seeded_rng
 from simlab.measures import ACCEPTANCE_METHODS, node_acceptance, node_divergences
 from simlab.shapes import named_shape
@@ -71,6 +71,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     parser.add_argument("--child-samples", type=int, default=d.child_samples,
                         help="sampled child tuples per node for verifiers without a closed form (khisti, rrs_wor)")
     add_output_flags(parser, PROG)
+    note_hf_defaults(parser, HF_DEFAULTS)
     args = parser.parse_args(argv)
     config = Config(**{**vars(args), "capture": tuple(args.capture)})
     check_flags(PROG, [

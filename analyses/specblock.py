@@ -47,7 +47,7 @@ from simlab.tree_verifiers.base import accepted_lengths, reach_probabilities
 
 from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, run_tool
 from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
-                                    with_hf_defaults)
+                                    note_hf_defaults, with_hf_defaults)
 
 PROG = "python -m analyses.specblock"
 BUILDERS = ("eagle2", "block_topk", "rank_guided", "no_shift", "no_valid_prefix")
@@ -122,6 +122,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     s.add_argument("--ewma", type=float, default=d.ewma, help="weight of the newest gain in the bandit's estimates")
     s.add_argument("--window", type=int, default=d.window, help="prompts per rollback window")
     add_output_flags(parser, PROG)
+    note_hf_defaults(parser, HF_DEFAULTS)
     args = parser.parse_args(argv)
     try:
         budgets = int_list(args.budgets, "--budgets", minimum=1)

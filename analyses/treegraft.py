@@ -40,7 +40,7 @@ from simlab import tree_verifiers
 from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, run_tool
 from backends.roots import SHIPPED_PROMPTS
 from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
-                                    with_hf_defaults)
+                                    note_hf_defaults, with_hf_defaults)
 
 PROG = "python -m analyses.treegraft"
 REPETITIVE_PROMPTS = str(SHIPPED_PROMPTS.parent / "repetitive_prompts.txt")
@@ -95,6 +95,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     group.add_argument("--epochs", type=int, default=d.epochs, help="training epochs of the learned scheduler")
     group.add_argument("--test-share", type=float, default=d.test_share, help="share of trajectories held out for evaluation")
     add_output_flags(parser, PROG)
+    note_hf_defaults(parser, HF_DEFAULTS)
     args = parser.parse_args(argv)
     try:
         fixed = int_list(args.fixed, "--fixed", minimum=0)

@@ -40,7 +40,7 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if "default" in text or action.default in (None, (), []) or isinstance(action.default, bool) or action.nargs == 0:
+        if "(default" in text or action.default in (None, (), []) or isinstance(action.default, bool) or action.nargs == 0:
             return text
         return super()._get_help_string(action)
 
@@ -52,6 +52,8 @@ class ToolParser(argparse.ArgumentParser):
     """
 
     def __init__(self, *args, **kwargs):
+        if kwargs.get("description"):
+            kwargs["description"] = kwargs["description"].replace("``", "")  # docstrings' literals, as plain text
         kwargs.setdefault("formatter_class", _Formatter)
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -171,6 +173,7 @@ def test_models_without_tree_masks_fall_back_once_with_a_warning(micro_pair_dir,
 
     real = GPT2LMHeadModel.forward
 
+    @functools.wraps(real)  # keeps the signature HFPair reads (the cache keyword)
     def forward(self, *args, **kwargs):
         mask = kwargs.get("attention_mask")
         if mask is not None and mask.dim() == 4:

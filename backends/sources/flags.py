@@ -196,6 +196,15 @@ def study_parser(prog: str, doc: str, defaults) -> ToolParser:
     return parser
 
 
+def note_hf_defaults(parser: ToolParser, defaults: dict) -> None:
+    """Say in ``--help`` which flags take another default with ``--backend hf`` (``defaults``:
+    field -> value, as ``with_hf_defaults`` applies them); call before ``parse_args``."""
+    for action in parser._actions:
+        if action.dest in defaults and action.help:
+            shown = f"{action.default}" if action.default not in (None, ()) else "none"
+            action.help = f"{action.help} (default: {shown}; with --backend hf: {defaults[action.dest]})"
+
+
 def with_hf_defaults(config, parser: ToolParser, defaults: dict, **also):
     """``config`` with a study's live-model defaults (``defaults``, then ``also``) for every field
     not given on the command line, when it runs on ``--backend hf`` (else unchanged)."""
