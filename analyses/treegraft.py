@@ -95,7 +95,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     group.add_argument("--epochs", type=int, default=d.epochs, help="training epochs of the learned scheduler")
     group.add_argument("--test-share", type=float, default=d.test_share, help="share of trajectories held out for evaluation")
     add_output_flags(parser, PROG)
-    note_hf_defaults(parser, HF_DEFAULTS)
+    note_hf_defaults(parser, {**HF_DEFAULTS, "prompts": "backends/prompts/repetitive_prompts.txt"})
     args = parser.parse_args(argv)
     try:
         fixed = int_list(args.fixed, "--fixed", minimum=0)

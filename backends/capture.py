@@ -98,7 +98,8 @@ def capture_group(pair, settings: store.CaptureSettings, group, max_batch: int, 
     root, ``max_batch`` tree tokens per forward), and with ``--labels`` value each root's grid
     (``engine``: ``simlab.labels.grid_labels`` on the models' device; the verifiers the torch
     engine does not serve use numpy)."""
-    drafted = [draft_root(pair, settings, root_id, context) for root_id, _, context in group]
+    drafting = pair if max_batch == pair.max_batch else pair.with_max_batch(max_batch)  # an OOM retry drafts smaller too
+    drafted = [draft_root(drafting, settings, root_id, context) for root_id, _, context in group]
     leaves = [(context, [n for n in tree.nodes() if not table.known(n)]) for (_, _, context), (tree, _, table) in zip(group, drafted)]
     if settings.roots_per_forward > 1:
         logits = pair.forest_logits(leaves, max_tokens=max_tokens, max_batch=max_batch)

@@ -182,6 +182,13 @@ class HFPair:
         other.settings = check_settings(settings)
         return other
 
+    def with_max_batch(self, max_batch: int) -> "HFPair":
+        """The same models with another ``max_batch`` (a new pair; this one is unchanged): what a
+        retry after an out-of-memory error drafts with."""
+        other = copy.copy(self)
+        other.max_batch = check_int(max_batch, "max_batch", 1)
+        return other
+
     # -- helpers ---------------------------------------------------------------------------
     def encode(self, text: str) -> tuple[int, ...]:
         """Token ids of ``text`` under the shared tokenizer."""

@@ -200,9 +200,11 @@ def note_hf_defaults(parser: ToolParser, defaults: dict) -> None:
     """Say in ``--help`` which flags take another default with ``--backend hf`` (``defaults``:
     field -> value, as ``with_hf_defaults`` applies them); call before ``parse_args``."""
     for action in parser._actions:
-        if action.dest in defaults and action.help:
-            shown = f"{action.default}" if action.default not in (None, ()) else "none"
-            action.help = f"{action.help} (default: {shown}; with --backend hf: {defaults[action.dest]})"
+        if action.dest in defaults and action.help and defaults[action.dest] != action.default:
+            if "(default" in action.help:
+                action.help = f"{action.help} (with --backend hf: {defaults[action.dest]})"
+            else:
+                action.help = f"{action.help} (default: {action.default}; with --backend hf: {defaults[action.dest]})"
 
 
 def with_hf_defaults(config, parser: ToolParser, defaults: dict, **also):
