@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import traceback
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,7 +58,15 @@ MASK_REJECTIONS = (RuntimeError, TypeError, ValueError, IndexError, NotImplement
 attention implementations, SDPA/flash kernels that take no custom mask).  The tree-attention
 probe catches exactly these, after re-raising out-of-memory errors, and falls back to batching
 root-to-node paths with one warning (tested in tests/test_hf_backend.py); it is deliberately
-broad because transformers' attention back ends raise different types for the same refusal."""
+broad because transformers' attention back ends raise different types for the same refusal.
+Only errors raised inside the model count: one whose innermost frame is in this module (a bug
+of ours in building the mask, not the model's refusal) is re-raised (``_raised_here``)."""
+
+
+def _raised_here(exc: BaseException) -> bool:
+    """True if ``exc`` was raised by code of this module itself (its innermost traceback frame)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and Path(frames[-1].filename).resolve() == Path(__file__).resolve()
 
 
 def _torch():
@@ -225,6 +234,8 @@ class HFPair:
         except oom_errors():
             raise
         except MASK_REJECTIONS as exc:
+            if _raised_here(exc):
+                raise
             warnings.warn(f"tree attention: {type(self.target).__name__} rejects a 4-D tree mask ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0] if str(exc) else ''}); evaluating trees by batching their paths",
                           RuntimeWarning, stacklevel=3)

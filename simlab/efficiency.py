@@ -202,6 +202,9 @@ def streamed_masses(table: NodeTable, requests) -> dict:
 
     Returns:
         (node verifier, path, children) -> float64 (k,).
+
+    Raises:
+        ValueError: as ``prepare`` and ``children_mass`` (e.g. a child with q = 0).
     """
     by_path: dict = {}
     for path, node, kids in requests:

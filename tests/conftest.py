@@ -39,16 +39,26 @@ def drafters(micro_pair_dir):
 SHIPPED_PROMPTS = Path(__file__).resolve().parent.parent / "backends" / "prompts" / "reference_prompts.txt"
 
 
+def write_prompts(folder: Path, count: int) -> str:
+    """The first ``count`` shipped prompts as a prompt file in ``folder``; its path."""
+    path = Path(folder) / "prompts.txt"
+    path.write_text("\n".join(SHIPPED_PROMPTS.read_text().splitlines()[:count]) + "\n")
+    return str(path)
+
+
+def capture_flags(pair_dir, prompts, out, *extra) -> list[str]:
+    """``backends.capture`` flags for the micro pair: one root per prompt, spacing 4, quiet, then ``extra``."""
+    return ["--target", str(Path(pair_dir) / "target"), "--draft", str(Path(pair_dir) / "draft"), "--prompts", str(prompts),
+            "--out", str(out), "--roots-per-prompt", "1", "--spacing", "4", "--quiet", *extra]
+
+
 def make_capture(micro_pair_dir, tmp_path_factory, prompts: int, *flags) -> Path:
     """A ``--full`` capture of the micro pair on the first ``prompts`` shipped prompts (1 root each, spacing 4)."""
     from backends.capture import main as capture_main
 
-    prompt_file = tmp_path_factory.mktemp("prompts") / "p.txt"
-    prompt_file.write_text("\n".join(SHIPPED_PROMPTS.read_text().splitlines()[:prompts]) + "\n")
     out = tmp_path_factory.mktemp("capture")
-    assert capture_main(["--target", str(micro_pair_dir / "target"), "--draft", str(micro_pair_dir / "draft"), "--prompts",
-                         str(prompt_file), "--out", str(out), "--roots-per-prompt", "1", "--spacing", "4", "--full", "--quiet",
-                         *flags]) == 0
+    prompt_file = write_prompts(tmp_path_factory.mktemp("prompts"), prompts)
+    assert capture_main(capture_flags(micro_pair_dir, prompt_file, out, "--full", *flags)) == 0
     return out
 
 

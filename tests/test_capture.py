@@ -15,22 +15,20 @@ import pytest
 from backends.capture import main
 from backends.capture_store import CapturedPair, read_capture
 from backends.roots import read_prompts
+from conftest import SHIPPED_PROMPTS, capture_flags, write_prompts
 
-SHIPPED = Path(__file__).resolve().parent.parent / "backends" / "prompts" / "reference_prompts.txt"
+SHIPPED = SHIPPED_PROMPTS  # other tests import it from here
 N_PROMPTS = 8
 
 
 @pytest.fixture(scope="module")
 def prompts(tmp_path_factory):
     """The first 8 shipped prompts (keeps the capture tests short)."""
-    path = tmp_path_factory.mktemp("prompts") / "prompts.txt"
-    path.write_text("\n".join(SHIPPED.read_text().splitlines()[:N_PROMPTS]) + "\n")
-    return str(path)
+    return write_prompts(tmp_path_factory.mktemp("prompts"), N_PROMPTS)
 
 
 def flags(pair_dir, prompts, out, *extra):
-    return ["--target", str(pair_dir / "target"), "--draft", str(pair_dir / "draft"), "--prompts", prompts,
-            "--out", str(out), "--roots-per-prompt", "1", "--spacing", "4", "--depth", "2", "--width", "2", "--quiet", *extra]
+    return capture_flags(pair_dir, prompts, out, "--depth", "2", "--width", "2", *extra)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -16,24 +15,21 @@ import pytest
 from backends.capture import main
 from backends.capture_store import read_capture, read_labels
 from backends.sources.replay import CaptureSource
+from conftest import capture_flags, write_prompts
 from simlab.labels import grid_labels
 from simlab.trees import NodeTable
 
-SHIPPED = Path(__file__).resolve().parent.parent / "backends" / "prompts" / "reference_prompts.txt"
 VERIFIERS = "specinfer,spectr,traversal,naive_chain"
 
 
 @pytest.fixture(scope="module")
 def prompts(tmp_path_factory):
-    path = tmp_path_factory.mktemp("prompts") / "prompts.txt"
-    path.write_text("\n".join(SHIPPED.read_text().splitlines()[:4]) + "\n")
-    return str(path)
+    return write_prompts(tmp_path_factory.mktemp("prompts"), 4)
 
 
 def flags(pair_dir, prompts, out, *extra):
-    return ["--target", str(pair_dir / "target"), "--draft", str(pair_dir / "draft"), "--prompts", prompts, "--out", str(out),
-            "--roots-per-prompt", "1", "--spacing", "4", "--shape", "grid", "--width", "2", "--depth", "2", "--samples", "2",
-            "--labels", VERIFIERS, "--roots-per-forward", "2", "--quiet", *extra]
+    return capture_flags(pair_dir, prompts, out, "--shape", "grid", "--width", "2", "--depth", "2", "--samples", "2",
+                         "--labels", VERIFIERS, "--roots-per-forward", "2", *extra)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +97,7 @@ def test_the_torch_label_engine_gives_the_same_labels(micro_pair_dir, prompts, l
 
 def test_bad_labels_flags_exit_2(micro_pair_dir, prompts, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        main(flags(micro_pair_dir, prompts, tmp_path / "a")[:-3] + ["--labels", "nope", "--quiet"])
+        main(flags(micro_pair_dir, prompts, tmp_path / "a", "--labels", "nope"))  # the later --labels wins
     assert exc.value.code == 2 and "--labels" in capsys.readouterr().err
     iid = flags(micro_pair_dir, prompts, tmp_path / "b")
     iid[iid.index("grid")] = "iid"

@@ -302,3 +302,15 @@ def test_logits_table_bad_input(pair, prompt):
     with pytest.raises(ValueError, match="no logits kept"):
         table.logits([(1,), (3,)])
     assert table.logits([(1,)])[0].shape == (1, pair.vocab_size)
+
+
+def test_an_error_of_our_own_in_the_probe_is_raised_not_taken_for_a_mask_refusal(micro_pair_dir, monkeypatch):
+    """MASK_REJECTIONS covers the model's refusals only: a TypeError raised by backends/hf.py's own
+    code (here a stand-in compiled under that file name) reaches the caller."""
+    import backends.hf as hf
+
+    namespace = {}
+    exec(compile("def broken(self, model, items):\n    raise TypeError('a bug in the forest mask')\n", hf.__file__, "exec"), namespace)
+    monkeypatch.setattr(HFPair, "_forest_rows", namespace["broken"])
+    with pytest.raises(TypeError, match="a bug in the forest mask"):
+        HFPair(str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu")

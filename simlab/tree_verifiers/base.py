@@ -9,6 +9,8 @@ Every tree verifier gives
 * ``outcome_law(tree)``: the exact joint law of (accepted path, next token), as a dict
   node path -> float64 (V,) vector whose entry t is P(accepted path = path, next token = t);
   all entries sum to 1;
+* ``accept_masses(tree)``: P(accepted path = v | tree) per path (floats), the law's mass per path
+  (overridable where it is cheaper than the law: ``Traversal``);
 * ``accepted_length_distribution(tree)``: P(tau = j | tree), float64 (depth + 1,);
 * ``expected_block_efficiency(tree)``: E[tau + 1 | tree] in tokens (DDTE Eq. 1-3, inner sum);
   when the pair names an end-of-sequence id (``simlab.pairs.EndOfSequence``), the tokens an
@@ -107,9 +109,19 @@ class TreeVerifier(abc.ABC):
         self.check(tree)
         return self._verify(tree, rng)
 
+    def accept_masses(self, tree: DraftTree) -> dict[Path, float]:
+        """P(accepted path = v | tree) for each path v the verifier can accept (floats summing to 1):
+        the outcome law's mass per path.  A verifier that can compute it without the law's
+        V-vectors overrides it (``Traversal``); ``outcome_law`` stays its reference (tests).
+
+        Raises:
+            ValueError: a pairing the verifier refuses (``check``).
+        """
+        return {path: float(vector.sum()) for path, vector in self.outcome_law(tree).items()}
+
     def accepted_length_distribution(self, tree: DraftTree) -> np.ndarray:
-        """P(tau = j | tree) for j = 0..depth, float64 (depth + 1,)."""
-        return accepted_lengths(self.outcome_law(tree), tree.depth())
+        """P(tau = j | tree) for j = 0..depth, float64 (depth + 1,), from ``accept_masses``."""
+        return accepted_lengths(self.accept_masses(tree), tree.depth())
 
     def block_efficiency_by_depth(self, tree: DraftTree, depths) -> np.ndarray:
         """E[tau + 1 | tree cut at depth d] for each d in ``depths``, float64 (len(depths),).
@@ -126,7 +138,7 @@ class TreeVerifier(abc.ABC):
         if eos is None:
             dist = self.accepted_length_distribution(tree)
             return float(np.dot(np.arange(1, dist.size + 1), dist))
-        return float(sum(float(vector.sum()) * counted_tokens(path, eos) for path, vector in self.outcome_law(tree).items()))
+        return float(sum(mass * counted_tokens(path, eos) for path, mass in self.accept_masses(tree).items()))
 
 
 def counted_tokens(path: Path, eos: int | None) -> int:
@@ -149,11 +161,12 @@ def drafted_q(tree: DraftTree, path: Path, token: int) -> float:
     return value
 
 
-def accepted_lengths(law: dict[Path, np.ndarray], depth: int) -> np.ndarray:
-    """P(tau = j) for j = 0..depth from an outcome law (``TreeVerifier.outcome_law``); float64 (depth + 1,)."""
+def accepted_lengths(law: dict, depth: int) -> np.ndarray:
+    """P(tau = j) for j = 0..depth, float64 (depth + 1,), from an outcome law (path -> float64 (V,),
+    ``TreeVerifier.outcome_law``) or from path masses (path -> float, ``accept_masses``)."""
     out = np.zeros(depth + 1)
-    for path, vector in law.items():
-        out[len(path)] += vector.sum()
+    for path, value in law.items():
+        out[len(path)] += np.sum(value)
     return out
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from simlab.distributions import positive_part, sample_categorical, scratch
 from simlab.drafting import SAMPLED, Drafting
-from simlab.tree_verifiers.base import TreeVerifier, counted_tokens, drafted_q
+from simlab.tree_verifiers.base import TreeVerifier, drafted_q
 
 
 class _State:
@@ -80,12 +80,13 @@ class _State:
 
 
 class _Masses(_State):
-    """``_State``'s recursion for the acceptance masses only.  Mb_u = a_u T_u and Ms_u = b_u D_u,
-    where D_u is q_u with the removed children's entries read as zero (the table's row is never
-    copied or written) and a_u, b_u are scalars: a rejection costs (w a / b) T - q, its positive
-    part and its sum, into a scratch buffer unless u keeps children (then it is u's new T_u); a
-    removal updates the draft's mass left in O(1) (summed afresh once it falls below a thousandth
-    of the row's mass, where the running difference would lose digits).  A node's only rejection (its last child, none
+    """``_State``'s recursion for the acceptance masses only.  Mb_u = T_u / raw_u and Ms_u = D_u /
+    left_u, where D_u is q_u with the removed children's entries read as zero (the table's row is
+    never copied or written) and raw_u, left_u are scalars: a rejection costs (w left / raw) T - q,
+    its positive part and its sum, into a scratch buffer unless u keeps children (then it is u's
+    new T_u); a removal updates left_u, the draft's mass left, in O(1) (summed afresh once it
+    falls below a thousandth of the row's mass, where the running difference would lose digits);
+    a child's ratio Mb_u(t) / Ms_u(t) divides as the reference does.  A node's only rejection (its last child, none
     removed before) reads p_u and q_u alone, so its excess mass sum (w p_u - q_u)_+ is memoised in
     the table by (node, w): the cut-offs and K variants of one sampled tree meet the same nodes
     with the same initial weights (``NodeTable.memo``)."""
@@ -146,6 +147,21 @@ class _Masses(_State):
         self._reweight(u)
 
 
+def _acceptances(state):
+    """Walk the chain of rejections: yield (v, P(accept v), state) for each leaf v accepted with
+    positive probability, the state as it stands before v is rejected (the consumer reads it then)."""
+    reach = 1.0
+    while reach > 0.0:
+        v = state.first_leaf()
+        accept = 1.0 if v == () else state.weight[v]
+        if accept > 0.0:
+            yield v, reach * accept, state
+        if v == ():
+            return
+        reach *= 1.0 - accept
+        state.reject(v)
+
+
 @dataclass(frozen=True)
 class Traversal(TreeVerifier):
     """Traversal Verification (sequence-level acceptance, leaf to root)."""
@@ -156,48 +172,22 @@ class Traversal(TreeVerifier):
     masses_class = _Masses  # the same recursion for the masses only (E[tau + 1], P(tau = j))
 
     def accept_masses(self, tree) -> dict:
-        """P(accepted path = v | tree) for every path v the algorithm can accept (float; sums to
-        1), by ``_Masses``; equal to the sums of ``outcome_law``'s vectors to 1e-12 (tests).
+        """P(accepted path = v | tree) (floats summing to 1) by ``_Masses``, without the law's
+        V-vectors; equal to the sums of ``outcome_law``'s vectors to 1e-12 (tests).
 
         Raises:
             ValueError: a pairing the verifier refuses, a drafted child with q = 0.
         """
         self.check(tree)
-        state, out, reach = self.masses_class(tree), {}, 1.0
-        while reach > 0.0:
-            v = state.first_leaf()
-            accept = 1.0 if v == () else state.weight[v]
-            if accept > 0.0:
-                out[v] = out.get(v, 0.0) + reach * accept
-            if v == ():
-                break
-            reach *= 1.0 - accept
-            state.reject(v)
+        out: dict = {}
+        for v, mass, _ in _acceptances(self.masses_class(tree)):
+            out[v] = out.get(v, 0.0) + mass
         return out
-
-    def accepted_length_distribution(self, tree) -> np.ndarray:
-        """P(tau = j | tree) for j = 0..depth, float64 (depth + 1,), from ``accept_masses``."""
-        out = np.zeros(tree.depth() + 1)
-        for path, mass in self.accept_masses(tree).items():
-            out[len(path)] += mass
-        return out
-
-    def expected_block_efficiency(self, tree) -> float:
-        """E[tau + 1 | tree] (tokens; with an EOS id, tokens kept: ``counted_tokens``), from ``accept_masses``."""
-        eos = tree.table.eos_id
-        return float(sum(mass * counted_tokens(path, eos) for path, mass in self.accept_masses(tree).items()))
 
     def _outcome_law(self, tree):
-        state, out, reach = self.state_class(tree), {}, 1.0
-        while reach > 0.0:
-            v = state.first_leaf()
-            accept = 1.0 if v == () else state.weight[v]
-            if accept > 0.0:
-                out[v] = out.get(v, 0.0) + reach * accept * state.target[v]
-            if v == ():
-                break
-            reach *= 1.0 - accept
-            state.reject(v)
+        out = {}
+        for v, mass, state in _acceptances(self.state_class(tree)):
+            out[v] = out.get(v, 0.0) + mass * state.target[v]
         return out
 
     def _verify(self, tree, rng):
