@@ -58,6 +58,27 @@ def test_spectr_rho_makes_the_residual_valid():
         assert c <= rho * (1 + 1e-12)
 
 
+def test_spectr_residual_needs_no_clipping_at_a_valid_rho():
+    """The plan subtracts (c / rho) min(rho q, p): at c <= rho that is <= p in floating point, so
+    the residual is nonnegative unclipped; its mass, its law and its entries at the children are
+    one expression, so the law sums to 1 and agrees with the children's entries bit for bit."""
+    clipped = 0
+    for p, q, k in random_pairs(200, seed=4):
+        for rho in ("optimal", "four_step"):
+            plan = get("spectr", rho=rho).prepare(p, q, k)
+            clipped += plan.c > plan.rho
+            assert plan.c <= plan.rho * (1 + 4 * np.finfo(float).eps)
+            unclipped = p - (plan.c / plan.rho) * np.minimum(plan.rho * q, p)
+            if plan.c <= plan.rho:
+                assert unclipped.min() >= 0.0
+            if plan.excess > 0.0:
+                tokens = np.arange(p.size)
+                np.testing.assert_array_equal(plan._correction_at(tokens), plan.correction)
+                assert plan.correction.sum() == pytest.approx(1.0, abs=1e-12)
+                assert plan.excess == pytest.approx(np.maximum(unclipped, 0.0).sum(), abs=1e-15)
+    assert clipped <= 20  # rounding only (an ulp of c); the planted rho = 1 fault clips at will
+
+
 def test_specinfer_closed_form_chain_matches_iterated_residuals():
     for p, q, k in random_pairs(100, seed=3):
         plan = get("specinfer").prepare(p, q, k)

@@ -11,12 +11,13 @@ alpha = p_acc + (1 - p_acc) sum_t res(t) (1 - (1 - r(t))^k), r = (q - p / rho*)_
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from simlab.distributions import inner, positive_part, residual, sample_categorical, scratch
+from simlab.distributions import inner, positive_part, sample_categorical, scratch
 from simlab.drafting import hit_probability
 from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw, summed_over_copies
 
@@ -24,55 +25,58 @@ RHO_TOLERANCE = 1e-12
 
 
 def _p_acc(beta: float, k: int) -> float:
-    return float(-np.expm1(k * np.log1p(-beta))) if beta < 1.0 else 1.0
+    """1 - (1 - beta)^k for a Python float, accurate for small beta (``math``: no numpy scalar overhead)."""
+    return -math.expm1(k * math.log1p(-beta)) if beta < 1.0 else 1.0
 
 
 def optimal_rho(p: np.ndarray, q: np.ndarray, k: int, tol: float = RHO_TOLERANCE, buckets: int = 256, out: np.ndarray | None = None) -> float:
     """rho* = the smallest rho in [1, k] with p_acc(rho) <= rho beta(rho), by bisection to ``tol``.
 
-    beta(rho) = (1/rho) sum_{p/q < rho} p + sum_{p/q >= rho} q is known exactly at the edges of
-    ``buckets`` equal buckets of [1, k] from two weighted bincounts of the ratios p/q in (1, k)
-    (the others add the same on all of [1, k]); the bracket edge found there is refined by
-    bisection over the tokens of one bucket only, so the vocabulary is scanned a fixed number
-    of times.  Returns the upper end of the final bracket, so the residual is always a valid law.
+    Tokens with p <= q add p / rho to beta(rho) = sum min(q, p / rho) on all of [1, k], tokens
+    with p >= k q add q, and only those in between (q < p < k q, usually a minority) depend on
+    where rho lies.  Their masses below and above the edges of ``buckets`` equal buckets of
+    [1, k] come from two weighted bincounts of their ratios p / q; the two outer classes' sums
+    L and H follow from beta(1) = sum min(p, q) and beta(k) = sum min(k q, p) / k, two linear
+    equations (no masked sums over V).  The bracket edge found there is refined over the tokens
+    of one bucket only, so the vocabulary is scanned a fixed number of times.  Returns the upper
+    end of the final bracket, so the residual is always a valid law.
 
     Conditioning: when the overlap beta(1) or 1 - beta(1) is below about 1e-13 (nearly disjoint or
     nearly equal p and q, including p = q up to the 1e-9 normalisation tolerance), g is flat at
     rounding level over much of [1, k]; rho* is then ill-conditioned, and this bucketed search, a
     plain bisection and the batched engine may return different roots (each a valid law to
     rounding, differing on masses of the overlap's size).  ``out``: a float64 (V,) work vector
-    for the ratios (its contents are overwritten).
+    (its contents are overwritten).
     """
     if k == 1:
         return 1.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.divide(p, q, out=out)  # inf where q = 0 < p, nan where p = q = 0: such tokens add 0 to beta
-    # Tokens with p/q <= 1 add p / rho to beta on all of [1, k], those with p/q >= k add q: two
-    # masked sums (products with the masks, no boolean indexing); only the tokens in between
-    # (usually a minority) are bucketed.
-    low_sum = float(np.multiply(p, np.less_equal(ratio, 1.0)).sum())  # pairwise sums, as np.sum: p == q gives beta(1) = sum p
-    high_sum = float(np.multiply(q, np.greater_equal(ratio, float(k))).sum())
-    between = np.flatnonzero((ratio > 1.0) & (ratio < k))
-    ratio, p, q = ratio[between], p[between], q[between]
-    position = np.subtract(ratio, 1.0)
-    position *= buckets / (k - 1.0)
-    np.minimum(position, buckets - 1.0, out=position)
-    np.floor(position, out=position)
-    position += 1.0
-    index = position.astype(np.intp)  # b in 1..buckets: ratio in [e_{b-1}, e_b)
+    work = np.minimum(p, q, out=out)
+    beta_one = float(work.sum())  # beta(1), pairwise as np.sum: p == q gives sum p
+    if _p_acc(beta_one, k) - beta_one <= 8 * np.finfo(np.float64).eps:  # g(1) >= 0, = 0 iff beta(1) in {0, 1}: allow
+        # rounding; the scalar p_acc, as four_step_rho and the batched engine use
+        return 1.0
+    np.multiply(q, float(k), out=work)
+    between = np.flatnonzero(np.greater(p, q) & np.less(p, work))  # 1 < p / q < k; q = 0 < p is never in
+    beta_k = float(np.minimum(work, p, out=work).sum()) / k  # beta(k)
+    p, q = p[between], q[between]
+    ratio = p / q
+    scale = buckets / (k - 1.0)
+    position = np.multiply(ratio, scale)
+    position -= scale - 1.0  # (ratio - 1) * scale + 1 >= 1: truncation is the floor
+    index = np.minimum(position.astype(np.intp), buckets)  # b in 1..buckets: ratio in [e_{b-1}, e_b)
     p_by = np.bincount(index, weights=p, minlength=buckets + 2).astype(np.float64, copy=False)  # int when empty
     q_by = np.bincount(index, weights=q, minlength=buckets + 2).astype(np.float64, copy=False)
-    p_by[0], q_by[buckets + 1] = low_sum, high_sum  # bucket 0: ratio <= 1; bucket buckets + 1: ratio >= k
+    p_mid, q_mid = float(p_by.sum()), float(q_by.sum())
+    # beta(1) = L + q_mid + H and beta(k) = (L + p_mid) / k + H, with L = sum_{p <= q} p, H = sum_{p >= k q} q
+    low = max((beta_one - beta_k - q_mid + p_mid / k) / (1.0 - 1.0 / k), 0.0)
+    p_by[0], q_by[buckets + 1] = low, max(beta_one - low - q_mid, 0.0)  # bucket 0: p <= q; bucket buckets + 1: p >= k q
     edges = 1.0 + np.arange(buckets + 1) * ((k - 1.0) / buckets)  # e_0 = 1 .. e_B = k
     low_p = np.cumsum(p_by)[: buckets + 1]  # ratio < e_b
     high_q = q_by.sum() - np.cumsum(q_by)[: buckets + 1]  # ratio >= e_b
     beta = low_p / edges + high_q
     g = _p_acc_vec(beta, k) - edges * beta
-    if _p_acc(float(beta[0]), k) - beta[0] <= 8 * np.finfo(np.float64).eps:  # g(1) >= 0, = 0 iff beta(1) in {0, 1}: allow
-        # rounding; the scalar p_acc, as four_step_rho and the batched engine use
-        return 1.0
-    hits = np.flatnonzero(g <= 0.0)
-    b = int(hits[0]) if hits.size else buckets
+    hits = np.flatnonzero(g[1:] <= 0.0)  # g(e_0) = g(1) > 0 was decided above on beta(1) itself
+    b = int(hits[0]) + 1 if hits.size else buckets
     # Inside bucket b, beta(rho) = a / rho + c between consecutive sorted ratios: evaluate g
     # at those breakpoints, then bisect the closed form on the one interval left.
     inside = np.flatnonzero(index == b)
@@ -123,40 +127,54 @@ def _p_acc_vec(beta: np.ndarray, k: int) -> np.ndarray:
 class _SpecTrPlan(NodePlan):
     """rho, beta = sum min(q, p / rho), p_acc, c = p_acc / beta and the correction's mass
     Z = sum (p - c min(q, p / rho))_+; the correction law norm((p - c min(q, p / rho))_+) is built
-    only for a full law or a draw (``children_mass`` reads it at the children in closed form)."""
+    only for a full law or a draw (``children_mass`` reads it at the children in closed form).
+
+    Written c min(q, p / rho) = (c / rho) min(rho q, p): at a valid rho, c <= rho, so the
+    subtracted mass is at most p in floating point too (a product with a factor <= 1 never rounds
+    above its other factor) and the residual needs no clipping pass; the residual, its mass and
+    its entries at the children use that one expression, so they agree to the last bit.
+    """
 
     def __init__(self, verifier, p, q, k):
         super().__init__(verifier, p, q, k)
         buffer = scratch(p.size)
         self.rho = self._choose_rho(buffer)
         buffer = self._matched(out=buffer)
-        self.beta = float(buffer.sum())
+        self.beta = float(buffer.sum()) / self.rho
         self.p_acc = _p_acc(self.beta, k)
         self.c = self.p_acc / self.beta if self.beta > 0 else float(k)
-        buffer *= self.c
-        np.subtract(p, buffer, out=buffer)
-        positive_part(buffer, out=buffer)
-        self.excess = float(buffer.sum())  # Z (0: a rejection of every child has probability 0)
+        self.excess = float(self._residual_mass(buffer).sum())  # Z (0: a rejection of every child has probability 0)
 
     def _choose_rho(self, buffer) -> float:
         if self.verifier.rho == "four_step":
             return four_step_rho(self.p, self.q, self.k)
         return optimal_rho(self.p, self.q, self.k, out=buffer)
 
-    def _matched(self, out: np.ndarray | None = None) -> np.ndarray:
-        """min(q, p / rho), float64 (V,), into ``out`` (default: a new array)."""
-        matched = np.divide(self.p, self.rho, out=out)
-        return np.minimum(self.q, matched, out=matched)
+    def _matched(self, out: np.ndarray | None = None, tokens=slice(None)) -> np.ndarray:
+        """min(rho q, p) = rho min(q, p / rho) at ``tokens`` (default all), float64, into ``out``."""
+        scaled = np.multiply(self.q[tokens], self.rho, out=out)
+        return np.minimum(scaled, self.p[tokens], out=scaled)
+
+    def _residual_mass(self, matched: np.ndarray, tokens=slice(None)) -> np.ndarray:
+        """(p - c min(q, p / rho))_+ at ``tokens`` from ``matched = _matched(tokens=tokens)``, in
+        place of ``matched``; clipped only when c > rho (an invalid rho: a planted fault)."""
+        matched *= self.c / self.rho
+        np.subtract(self.p[tokens], matched, out=matched)
+        if self.c > self.rho:
+            positive_part(matched, out=matched)
+        return matched
 
     @cached_property
     def correction(self) -> np.ndarray:
-        """norm((p - c min(q, p / rho))_+), float64 (V,) (``simlab.distributions.residual``)."""
-        return residual(self.p, self.c * self._matched())
+        """norm((p - c min(q, p / rho))_+), float64 (V,); p itself when that mass is 0
+        (a rejection then has probability 0: ``simlab.distributions.residual``)."""
+        if self.excess > 0.0:
+            return self._residual_mass(self._matched()) / self.excess
+        return self.p / self.p.sum()
 
     def _correction_at(self, tokens):
         if self.excess > 0.0:
-            p = self.p[tokens]
-            return np.maximum(p - self.c * np.minimum(self.q[tokens], p / self.rho), 0.0) / self.excess
+            return self._residual_mass(self._matched(tokens=tokens), tokens) / self.excess
         return self.p[tokens] / self.p.sum()
 
     def _accept_probabilities(self, children):
@@ -200,7 +218,7 @@ class _SpecTrPlan(NodePlan):
     def acceptance_rate(self) -> float:
         if self.beta >= 1.0:
             return 1.0
-        r = (self.q - self._matched()) / (1.0 - self.beta)
+        r = (self.q - np.minimum(self.q, self.p / self.rho)) / (1.0 - self.beta)
         return float(self.p_acc + (1.0 - self.p_acc) * inner(self.correction, hit_probability(r, self.k)))
 
 
