@@ -36,6 +36,14 @@ and so the last float32 bits of their logits, then differ from an uninterrupted 
 starts again at the full budget).  The logits of every node a child was drafted from come from
 the drafting forwards (so the stored q is the q the children were drawn from); the final
 forward evaluates the leaves.
+
+With ``--labels-engine torch`` (the default on CUDA) the logits stay on the models' device
+(``HFPair.with_resident_logits``): the labels' p and q and the node summaries are computed there
+(``simlab.batched``, ``simlab.device_rows``) and only masses, summaries and top tokens reach the
+host; drafting copies the q rows of the nodes it draws from to the host for the seeded numpy
+draw, and ``--full`` copies the logits it stores.  Top-p settings keep the logits on the host
+(their nucleus is cut there).  Summaries computed on the device equal the host's to rounding
+(1e-12), not to the bit.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ from backends.synthetic.base import seeded_rng
 from simlab import tree_verifiers
 from simlab.efficiency import draw_grid
 from simlab.labels import grid_labels
+from simlab.device_rows import SUMMARY_COLUMNS, summaries
 from simlab.measures import node_divergences
 from simlab.shapes import Delayed
 from simlab.trees import DraftTree, NodeTable
@@ -89,6 +98,39 @@ def label_engine(pair, choice: str) -> str:
     return "torch" if str(pair.device).startswith("cuda") else "numpy"
 
 
+def resident_logits(pair, engine: str) -> bool:
+    """Whether the capture keeps the logits on the models' device: with the torch label engine, a
+    pair that offers it (``with_resident_logits``) and settings without top-p."""
+    top_p = getattr(getattr(pair, "settings", None), "top_p", None)
+    return engine == "torch" and hasattr(pair, "with_resident_logits") and (top_p is None or top_p >= 1.0)
+
+
+SUMMARY_CHUNK = 64
+"""Nodes per batch of device-side summaries (2 x 64 x V float64: 131 MB at V = 128,000)."""
+
+
+def node_rows(table: NodeTable, nodes, top: int) -> list[dict]:
+    """Per node: ``simlab.measures.node_divergences`` and the ``top`` most probable tokens of p and
+    q (stable order: lowest ids first among ties); on the device, in chunks, when every node's
+    logits are resident there (``simlab.device_rows.summaries``), else node by node on the host."""
+    if not (nodes and all(table.resident(path) for path in nodes)):
+        out = []
+        for path in nodes:
+            p, q = table.p(path), table.q(path)
+            order_p = np.argsort(-p, kind="stable")[:top]
+            order_q = np.argsort(-q, kind="stable")[:top]
+            out.append({**node_divergences(p, q), "p_top_ids": order_p.tolist(), "p_top_probs": p[order_p].tolist(),
+                        "q_top_ids": order_q.tolist(), "q_top_probs": q[order_q].tolist()})
+        return out
+    out = []
+    for start in range(0, len(nodes), SUMMARY_CHUNK):
+        part = summaries(*table.torch_rows(nodes[start:start + SUMMARY_CHUNK]), top)
+        for j in range(len(part["l1"])):
+            out.append({**{name: float(part[name][j]) for name in SUMMARY_COLUMNS},
+                        **{name: part[name][j].tolist() for name in ("p_top_ids", "p_top_probs", "q_top_ids", "q_top_probs")}})
+    return out
+
+
 def capture_group(pair, settings: store.CaptureSettings, group, max_batch: int, max_tokens: int, engine: str = "numpy"):
     """One (rows, logits or None, drafts or None, labels or None) per root of ``group`` (a list of
     (root id, prompt index, context)): draw each root's tree (its drafting table keeps the logits
@@ -98,6 +140,8 @@ def capture_group(pair, settings: store.CaptureSettings, group, max_batch: int, 
     root, ``max_batch`` tree tokens per forward), and with ``--labels`` value each root's grid
     (``engine``: ``simlab.labels.grid_labels`` on the models' device; the verifiers the torch
     engine does not serve use numpy)."""
+    if resident_logits(pair, engine):
+        pair = pair.with_resident_logits()
     drafting = pair if max_batch == pair.max_batch else pair.with_max_batch(max_batch)  # an OOM retry drafts smaller too
     drafted = [draft_root(drafting, settings, root_id, context) for root_id, _, context in group]
     leaves = [(context, [n for n in tree.nodes() if not table.known(n)]) for (_, _, context), (tree, _, table) in zip(group, drafted)]
@@ -121,19 +165,13 @@ def finish_root(pair, settings: store.CaptureSettings, root_id: int, prompt_inde
         labels = [{"root": root_id, "prompt": prompt_index, **row}
                   for row in grid_labels(table, drafts, settings.labels.split(","), K_values=range(1, settings.width + 1),
                                          L2_values=range(settings.depth + 1), engine=engine, device=pair.device, stream=True)]
-    top = settings.store_top
     rows = []
-    for path in nodes:
-        p, q = table.p(path), table.q(path)
-        order_p = np.argsort(-p, kind="stable")[:top]
-        order_q = np.argsort(-q, kind="stable")[:top]
+    for path, summary in zip(nodes, node_rows(table, nodes, settings.store_top)):
         rows.append({
             "root": root_id, "prompt": prompt_index, "position": len(context), "root_context": list(context),
             "path": list(path), "depth": len(path),
             "token": path[-1] if path else -1, "multiplicity": multiplicity(tree, path) if drafts is None else 1,
-            "children": len(tree.child_list(path)), **node_divergences(p, q),
-            "p_top_ids": order_p.tolist(), "p_top_probs": p[order_p].tolist(),
-            "q_top_ids": order_q.tolist(), "q_top_probs": q[order_q].tolist(),
+            "children": len(tree.child_list(path)), **summary,
         })
     return rows, (table.logits(nodes) if settings.full else None), drafts, labels
 

@@ -32,6 +32,12 @@ transform, ``SamplingSettings.probabilities`` (``simlab.sampling``), the same as
 worlds and the capture replay.  The tokenizers must agree on every shared id; a smaller draft
 vocabulary is aligned by id (q = 0 beyond it).  Device: ``"auto"`` picks CUDA when available,
 else the CPU.  ``with_settings`` returns a new pair sharing the loaded models.
+
+``with_resident_logits()`` returns a pair whose ``node_logits`` and ``forest_logits`` give the
+float32 logits as torch tensors on the models' device instead of host arrays: a
+``simlab.trees.NodeTable`` keeps them there, and the batched engine and the node summaries read
+p and q on the device (``simlab.device_rows``; the capture's ``--labels-engine torch``).  Top-p
+settings are refused there (their nucleus is cut on the host: ``simlab.device_rows``).
 """
 
 from __future__ import annotations
@@ -67,6 +73,11 @@ def _raised_here(exc: BaseException) -> bool:
     """True if ``exc`` was raised by code of this module itself (its innermost traceback frame)."""
     frames = traceback.extract_tb(exc.__traceback__)
     return bool(frames) and Path(frames[-1].filename).resolve() == Path(__file__).resolve()
+
+
+def _host(logits) -> np.ndarray:
+    """Logits as a host array (a device tensor is copied to the host; an array is itself)."""
+    return logits if isinstance(logits, np.ndarray) else logits.cpu().numpy()
 
 
 def _torch():
@@ -183,13 +194,31 @@ class HFPair:
             eos_id = self.target_tokenizer.eos_token_id
         self.eos_id = check_eos(eos_id, self.vocab_size)
         self.max_context = int(getattr(self.target.config, "n_positions", None) or getattr(self.target.config, "max_position_embeddings", 0) or 0)
+        self.resident = False
         self.tree_attention = bool(tree_attention) and self._probe_tree_attention()
 
     def with_settings(self, settings: SamplingSettings) -> "HFPair":
         """The same models under other sampling settings (a new pair; this one is unchanged)."""
         other = copy.copy(self)
         other.settings = check_settings(settings)
+        other._check_resident()
         return other
+
+    def with_resident_logits(self, resident: bool = True) -> "HFPair":
+        """The same models with ``node_logits`` / ``forest_logits`` answering torch tensors on the
+        device (``resident=True``) or host arrays (a new pair; this one is unchanged).
+
+        Raises:
+            ValueError: resident logits under top-p settings (``simlab.device_rows``).
+        """
+        other = copy.copy(self)
+        other.resident = bool(resident)
+        other._check_resident()
+        return other
+
+    def _check_resident(self) -> None:
+        if self.resident and self.settings.top_p is not None and self.settings.top_p < 1.0:
+            raise ValueError(f"settings: top-p ({self.settings.name}) is computed on the host; resident logits need settings without it")
 
     def with_max_batch(self, max_batch: int) -> "HFPair":
         """The same models with another ``max_batch`` (a new pair; this one is unchanged): what a
@@ -207,12 +236,21 @@ class HFPair:
         if self.max_context and length > self.max_context:
             raise ValueError(f"context: {length} tokens exceed the model's context of {self.max_context}")
 
-    def _logits(self, logits) -> np.ndarray:
-        """float32 (n, V) logits of one model, aligned to the target vocabulary by id."""
-        z = logits.float().cpu().numpy()
+    def _logits(self, logits):
+        """float32 (n, V) logits of one model, aligned to the target vocabulary by id: a host array,
+        or with ``resident`` a tensor on the device."""
+        z = logits.float()
         if z.shape[1] < self.vocab_size:  # a smaller draft vocabulary: q = 0 beyond it
-            z = np.concatenate([z, np.full((z.shape[0], self.vocab_size - z.shape[1]), -np.inf, dtype=np.float32)], axis=1)
-        return z[:, : self.vocab_size]
+            pad = z.new_full((z.shape[0], self.vocab_size - z.shape[1]), float("-inf"))
+            z = _torch().cat([z, pad], dim=1)
+        z = z[:, : self.vocab_size]
+        return z if self.resident else z.cpu().numpy()
+
+    def _empty_logits(self, n: int):
+        """An uninitialised float32 (n, V) output: a host array, or with ``resident`` a device tensor."""
+        if self.resident:
+            return _torch().empty((n, self.vocab_size), dtype=_torch().float32, device=self.device)
+        return np.empty((n, self.vocab_size), dtype=np.float32)
 
     @staticmethod
     def _cache_kwarg(model) -> str:
@@ -315,16 +353,17 @@ class HFPair:
         if any(not c for c in contexts):
             raise ValueError("context: empty; a real model needs at least one token (for example a BOS token)")
         logits_p, logits_q = self._path_logits(contexts, self.max_batch)
-        return self.settings.probabilities(logits_p), self.settings.probabilities(logits_q)
+        return self.settings.probabilities(_host(logits_p)), self.settings.probabilities(_host(logits_q))
 
     def node_distributions(self, root: Sequence[int], paths: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
         """p and q at ``root + path`` for each path, with one tree forward per model (float64 (n, V))."""
         logits_p, logits_q = self.node_logits(root, paths)
-        return self.settings.probabilities(logits_p), self.settings.probabilities(logits_q)
+        return self.settings.probabilities(_host(logits_p)), self.settings.probabilities(_host(logits_q))
 
     def node_logits(self, root: Sequence[int], paths: Sequence[tuple[int, ...]],
                     max_batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """float32 (n, V) logits of target and draft at ``root + path`` for each path.
+        """float32 (n, V) logits of target and draft at ``root + path`` for each path (host arrays;
+        device tensors for a ``with_resident_logits`` pair).
 
         Tree attention evaluates the ancestors of every path too, ``max_batch`` (default: the
         pair's) tree tokens per forward; without it the paths are batched.
@@ -350,7 +389,7 @@ class HFPair:
                       max_tokens: int | None = None, max_batch: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """Logits of target and draft at ``root + path`` for every path of every ``(root, paths)``,
         several roots' trees in one masked forward per model: one pair of float32 (len(paths), V)
-        arrays per tree, in order.
+        arrays per tree, in order (device tensors for a ``with_resident_logits`` pair).
 
         Trees are packed in order while rows x longest row (context + nodes, the ancestors of
         every path included) stays within ``max_tokens`` (default ``forest_tokens``); a tree
@@ -437,8 +476,7 @@ class HFPair:
 
     def _path_logits(self, contexts, max_batch: int):
         torch = _torch()
-        out_p = np.empty((len(contexts), self.vocab_size), dtype=np.float32)
-        out_q = np.empty_like(out_p)
+        out_p, out_q = self._empty_logits(len(contexts)), self._empty_logits(len(contexts))
         by_length: dict[int, list[int]] = {}
         for i, c in enumerate(contexts):
             self._check_length(len(c))

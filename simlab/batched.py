@@ -208,12 +208,15 @@ def table_masses(table, requests, *, device=None, dtype=None, chunk: int = 256) 
 
     Requests are de-duplicated and grouped by (node verifier, k); each group goes through
     ``children_mass`` in chunks of ``chunk`` nodes (so at V = 128,000 a chunk's P and Q take
-    2 * chunk MB in float64), its rows moved to ``device`` once per chunk.
+    2 * chunk MB in float64), its rows from ``NodeTable.torch_rows``: computed on the device
+    from resident logits (they never leave it; only the [chunk, k] masses do), or the table's
+    host rows moved there once per chunk.
 
     Args:
         table: the NodeTable holding every requested node's p and q.
         requests: iterable of (path, node verifier, children) triples.
-        device: a torch device (default CPU); dtype: default torch.float64.
+        device: a torch device (default: where the table's resident logits are, else the CPU);
+            dtype: default torch.float64.
 
     Returns:
         (node verifier, path, children) -> float64 numpy (k,).
@@ -221,17 +224,16 @@ def table_masses(table, requests, *, device=None, dtype=None, chunk: int = 256) 
     Raises:
         ValueError: a node verifier the engine does not implement, or chunk < 1.
     """
-    import numpy as np
     import torch
 
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk: must be an integer >= 1, got {chunk!r}")
     dtype = torch.float64 if dtype is None else dtype
     try:
-        device = torch.device("cpu" if device is None else device)
+        device = None if device is None else torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise ValueError(f"device: not a torch device ({exc})") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
+    if device is not None and device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device: {device} asked for, but this torch has no CUDA device")
     groups: dict = {}
     for path, node, kids in requests:
@@ -243,8 +245,7 @@ def table_masses(table, requests, *, device=None, dtype=None, chunk: int = 256) 
         keys = list(keys)
         for start in range(0, len(keys), chunk):
             part = keys[start:start + chunk]
-            P = torch.from_numpy(np.stack([table.p(path) for path, _ in part])).to(device=device, dtype=dtype)
-            Q = torch.from_numpy(np.stack([table.q(path) for path, _ in part])).to(device=device, dtype=dtype)
+            P, Q = table.torch_rows([path for path, _ in part], device=device, dtype=dtype)
             X = torch.tensor([kids for _, kids in part], dtype=torch.int64, device=P.device)
             mass = children_mass(node, P, Q, X).to("cpu", torch.float64).numpy()
             for (path, kids), row in zip(part, mass):

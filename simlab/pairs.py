@@ -103,7 +103,8 @@ class NodeLogits(Protocol):
     settings: object
 
     def node_logits(self, root: Sequence[int], paths: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
-        """float32 (n, V) target and draft logits at ``root + path`` for each path."""
+        """float32 (n, V) target and draft logits at ``root + path`` for each path (host arrays, or
+        torch tensors on the device that made them: ``NodeTable`` keeps those there)."""
         ...
 
 

@@ -14,6 +14,7 @@ path, e.g. ``[(0,), (1,), (0, 0)]`` = two children of the root, and one child be
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -37,6 +38,23 @@ def planning_verifier(verifier, k: int):
 Path = tuple[int, ...]
 
 
+def _is_tensor(x) -> bool:
+    """True for a torch tensor (torch is never imported here: a tensor exists only if it was)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _same(a, b) -> bool:
+    """Equal shape and values, for host arrays and torch tensors alike."""
+    if _is_tensor(a) and _is_tensor(b):
+        return a.shape == b.shape and a.device == b.device and bool((a == b).all())
+    return np.array_equal(_host(a), _host(b))
+
+
+def _host(x) -> np.ndarray:
+    return x.detach().cpu().numpy() if _is_tensor(x) else np.asarray(x)
+
+
 class NodeTable:
     """p and q at node paths below one root context, fetched from ``pair`` in batches and memoised.
 
@@ -52,6 +70,10 @@ class NodeTable:
     bits as the batched transform), validated once: half the memory of one model's rows, none
     kept for the float64 rows themselves, at the cost of a softmax per access.  What a
     vocabulary of 128,000 needs (the capture tool uses it); plans are memoised in both modes.
+    Logits given as torch tensors (``backends.hf.HFPair.with_resident_logits``) stay on their
+    device: ``torch_rows`` turns them into p and q there (``simlab.device_rows``) for the batched
+    engine, and ``p``, ``q`` and ``logits`` copy a row to the host only when a numpy consumer asks
+    (the same float32 bits, so the same p and q as logits kept on the host).
 
     Args:
         pair: a ``ModelPair``.
@@ -74,7 +96,7 @@ class NodeTable:
         self.eos_id = eos_of(pair)
         self._p: dict[Path, np.ndarray] = {}
         self._q: dict[Path, np.ndarray] = {}
-        self._logits: dict[Path, tuple[np.ndarray, np.ndarray]] = {}
+        self._logits: dict[Path, tuple] = {}  # host arrays or device tensors (float32 rows)
         self._checked: set[Path] = set()
         self._plans: dict[tuple, object] = {}
 
@@ -128,9 +150,13 @@ class NodeTable:
         settings = getattr(self.pair, "settings", None)
         if settings is None:
             raise ValueError(f"pair: {type(self.pair).__name__} has no sampling settings to turn logits into p and q")
-        logits_p, logits_q = np.asarray(logits_p), np.asarray(logits_q)
-        if logits_p.shape != (len(paths), self.vocab_size) or logits_q.shape != logits_p.shape:
-            raise ValueError(f"logits: must be ({len(paths)}, {self.vocab_size}) arrays, got {logits_p.shape} and {logits_q.shape}")
+        if _is_tensor(logits_p) != _is_tensor(logits_q):
+            raise ValueError("logits: give target and draft logits both as torch tensors or both as arrays")
+        if not _is_tensor(logits_p) or self.rows == "float64":
+            logits_p, logits_q = _host(logits_p), _host(logits_q)
+        shape_p, shape_q = tuple(logits_p.shape), tuple(logits_q.shape)
+        if shape_p != (len(paths), self.vocab_size) or shape_q != shape_p:
+            raise ValueError(f"logits: must be ({len(paths)}, {self.vocab_size}) arrays, got {shape_p} and {shape_q}")
         if self.rows == "float64":
             self.add(paths, settings.probabilities(logits_p), settings.probabilities(logits_q))
             return
@@ -138,8 +164,7 @@ class NodeTable:
             pth = tuple(pth)
             if pth in self._p:
                 raise ValueError(f"paths: node {pth} is already known as rows (add); add its rows or its logits, not both")
-            if pth in self._logits and not (np.array_equal(self._logits[pth][0], logits_p[i])
-                                            and np.array_equal(self._logits[pth][1], logits_q[i])):
+            if pth in self._logits and not (_same(self._logits[pth][0], logits_p[i]) and _same(self._logits[pth][1], logits_q[i])):
                 raise ValueError(f"paths: node {pth} is already known with other logits")
             self._logits[pth] = (logits_p[i], logits_q[i])
 
@@ -154,14 +179,60 @@ class NodeTable:
         if missing:
             raise ValueError(f"paths: no logits kept for node {missing[0]} (rows={self.rows!r})")
         rows = [self._logits[tuple(pth)] for pth in paths]
-        return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
+        return np.stack([_host(r[0]) for r in rows]), np.stack([_host(r[1]) for r in rows])
+
+    def resident(self, path: Path) -> bool:
+        """True if the logits at ``path`` are kept as a torch tensor (on the device that made them)."""
+        return path in self._logits and _is_tensor(self._logits[path][0])
+
+    def torch_rows(self, paths: Sequence[Path], *, device=None, dtype=None):
+        """p and q at ``paths`` as two [n, V] torch tensors of ``dtype`` (default float64) on ``device``.
+
+        Rows whose logits are resident tensors are transformed where they are
+        (``simlab.device_rows.probabilities``) and validated there at their first access; the
+        others are this table's float64 rows, moved to the device.  ``device`` None: the device
+        of the resident logits (the CPU when there are none).
+
+        Raises:
+            ValueError: rows that are not distributions, resident logits on several devices, or
+                what ``simlab.device_rows.probabilities`` refuses (top-p settings).
+        """
+        import torch
+
+        from simlab.device_rows import check_rows, probabilities
+
+        paths = [tuple(pth) for pth in paths]
+        self.fetch(paths)
+        dtype = torch.float64 if dtype is None else dtype
+        kept = [i for i, pth in enumerate(paths) if self.resident(pth)]
+        devices = {self._logits[paths[i]][0].device for i in kept}
+        if len(devices) > 1:
+            raise ValueError(f"paths: resident logits on several devices ({', '.join(map(str, sorted(devices, key=str)))})")
+        device = torch.device(device) if device is not None else (devices.pop() if devices else torch.device("cpu"))
+        P = torch.empty((len(paths), self.vocab_size), dtype=dtype, device=device)
+        Q = torch.empty_like(P)
+        if kept:
+            names = [paths[i] for i in kept]
+            rows = [probabilities(self.pair.settings, torch.stack([self._logits[pth][w] for pth in names]), dtype) for w in (0, 1)]
+            fresh = [j for j, pth in enumerate(names) if pth not in self._checked]
+            if fresh:
+                check_rows(rows[0][fresh], rows[1][fresh], [names[j] for j in fresh])
+                self._checked.update(names[j] for j in fresh)
+            index = torch.tensor(kept, device=device)
+            P[index], Q[index] = rows[0].to(device), rows[1].to(device)
+        other = sorted(set(range(len(paths))) - set(kept))
+        if other:
+            index = torch.tensor(other, device=device)
+            P[index] = torch.from_numpy(np.stack([self.p(paths[i]) for i in other])).to(device=device, dtype=dtype)
+            Q[index] = torch.from_numpy(np.stack([self.q(paths[i]) for i in other])).to(device=device, dtype=dtype)
+        return P, Q
 
     def _from_logits(self, path: Path, which: int) -> np.ndarray:
         """p (which = 0) or q (1) at ``path`` from its kept logits; both validated at the first access."""
         probabilities = self.pair.settings.probabilities
-        row = probabilities(self._logits[path][which])
+        row = probabilities(_host(self._logits[path][which]))  # a resident row: one transient host copy
         if path not in self._checked:
-            other = probabilities(self._logits[path][1 - which])
+            other = probabilities(_host(self._logits[path][1 - which]))
             p, q = (row, other) if which == 0 else (other, row)
             check_distribution(p, f"p at node {path}", size=self.vocab_size)
             check_distribution(q, f"q at node {path}", size=self.vocab_size)

@@ -93,6 +93,15 @@ def test_the_torch_label_engine_gives_the_same_labels(micro_pair_dir, prompts, l
     assert a.select("root", "verifier", "K", "L1", "L2").equals(b.select("root", "verifier", "K", "L1", "L2"))
     for column in ("E", "E_select", "E_holdout"):
         assert (a[column] - b[column]).abs().max() <= 1e-12, column
+    # The logits stayed on the models' device (here the CPU, as tensors): the node summaries were
+    # computed there (simlab.device_rows), equal to the host's to rounding, top tokens exactly.
+    nodes, reference = read_capture(str(out)), read_capture(str(labelled))
+    exact = [c for c in reference.columns if c not in ("l1", "tv", "kl_pq", "kl_qp", "h_p", "h_q", "p_top_probs", "q_top_probs")]
+    assert nodes.select(exact).equals(reference.select(exact))
+    for column in ("l1", "tv", "kl_pq", "kl_qp", "h_p", "h_q"):
+        assert (nodes[column] - reference[column]).abs().max() <= 1e-12, column
+    for column in ("p_top_probs", "q_top_probs"):
+        assert (nodes[column].explode() - reference[column].explode()).abs().max() <= 1e-15, column
 
 
 def test_bad_labels_flags_exit_2(micro_pair_dir, prompts, tmp_path, capsys):
