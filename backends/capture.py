@@ -24,9 +24,15 @@ Resumable: a killed run (even SIGKILL) rerun with the same command skips the roo
 exists and produces no duplicate and no missing rows, because every root is seeded by
 (seed, root id) alone; staging files the killed run left are removed.
 
-``--roots-per-forward G`` (default 8) evaluates the trees of G consecutive roots in one masked
-forward per model (``HFPair.forest_logits``; 1: one tree forward per root, as captures made
-before this flag).  Groups are fixed by root order (group j = roots jG .. jG + G - 1), so a
+``--evaluation cached`` (the default) evaluates every node once: the G = ``--roots-per-forward``
+(default 8) consecutive roots of a group share one ``backends.tree_cache.TreeSession`` (one
+batch row each, both models' KV caches kept from level to level), grid trees are drawn in
+lockstep (``simlab.efficiency.draw_grids``: one forward per model and level for the group, only
+the new nodes), and the leaves come from the same caches.  ``--evaluation forward`` (captures
+made before the flag) drafts each root alone, every level a tree forward that evaluates the
+ancestors again, then evaluates the leaves of the G roots' trees in one masked forward per model
+(``HFPair.forest_logits``; G = 1: one tree forward per root, as captures made before
+``--roots-per-forward``).  Groups are fixed by root order (group j = roots jG .. jG + G - 1), so a
 resumed or sharded run computes exactly the same packs; a group with a missing shard is
 evaluated whole again and only its missing shards are written.  Under ``torchrun`` each process
 captures the groups with ``j % WORLD_SIZE == RANK`` on ``cuda:LOCAL_RANK`` (with G = 1: the roots
@@ -54,7 +60,6 @@ import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
 from backends import capture_store as store
@@ -62,9 +67,10 @@ from backends.cli import ToolParser, check_flags, fail_from, name_list, prepare_
 from backends.roots import prompt_roots, read_prompts
 from backends.synthetic.base import seeded_rng
 from simlab import tree_verifiers
-from simlab.efficiency import draw_grid
+from simlab.efficiency import draw_grid, draw_grids
 from simlab.labels import grid_labels
 from simlab.device_rows import SUMMARY_COLUMNS, summaries
+from simlab.distributions import top_ranked
 from simlab.measures import node_divergences
 from simlab.shapes import Delayed
 from simlab.trees import DraftTree, NodeTable
@@ -117,8 +123,7 @@ def node_rows(table: NodeTable, nodes, top: int) -> list[dict]:
         out = []
         for path in nodes:
             p, q = table.p(path), table.q(path)
-            order_p = np.argsort(-p, kind="stable")[:top]
-            order_q = np.argsort(-q, kind="stable")[:top]
+            order_p, order_q = top_ranked(p, top), top_ranked(q, top)  # np.argsort(-p, kind="stable")[:top]
             out.append({**node_divergences(p, q), "p_top_ids": order_p.tolist(), "p_top_probs": p[order_p].tolist(),
                         "q_top_ids": order_q.tolist(), "q_top_probs": q[order_q].tolist()})
         return out
@@ -135,23 +140,67 @@ def capture_group(pair, settings: store.CaptureSettings, group, max_batch: int, 
     """One (rows, logits or None, drafts or None, labels or None) per root of ``group`` (a list of
     (root id, prompt index, context)): draw each root's tree (its drafting table keeps the logits
     of every node a child was drawn from, so the stored q is the q the children were drawn
-    from), evaluate the nodes it lacks, the leaves (``roots_per_forward`` > 1: the group's trees
-    together, ``HFPair.forest_logits`` with ``max_tokens`` per forward; 1: one tree forward per
-    root, ``max_batch`` tree tokens per forward), and with ``--labels`` value each root's grid
+    from), evaluate the nodes it lacks, the leaves, and with ``--labels`` value each root's grid
     (``engine``: ``simlab.labels.grid_labels`` on the models' device; the verifiers the torch
-    engine does not serve use numpy)."""
+    engine does not serve use numpy).
+
+    ``settings.evaluation``: ``"cached"``: the group's roots share a ``backends.tree_cache.
+    TreeSession`` (one batch row each, KV caches kept), grid trees are drawn in lockstep
+    (``simlab.efficiency.draw_grids``: one forward per model and level for the whole group) and
+    the leaves come from the same caches, so every node is evaluated once; other shapes use one
+    session per root.  ``"forward"``: each root's levels are tree forwards that evaluate the
+    ancestors again, and the leaves are evaluated by ``HFPair.forest_logits`` (``max_tokens``
+    per forward; ``roots_per_forward`` 1: one tree forward per root).  ``max_batch``: tree tokens
+    per root and forward."""
     if resident_logits(pair, engine):
         pair = pair.with_resident_logits()
     drafting = pair if max_batch == pair.max_batch else pair.with_max_batch(max_batch)  # an OOM retry drafts smaller too
-    drafted = [draft_root(drafting, settings, root_id, context) for root_id, _, context in group]
+    if settings.evaluation == "cached":
+        drafted = draft_cached(drafting, settings, group)
+    else:
+        drafted = draft_forward(drafting, settings, group, max_tokens)
+    return [finish_root(pair, settings, *root, tree, drafts, table, engine) for root, (tree, drafts, table) in zip(group, drafted)]
+
+
+def draft_forward(pair, settings: store.CaptureSettings, group, max_tokens: int):
+    """(tree, grid drafts or None, table) per root by ``--evaluation forward`` (``capture_group``):
+    each root drafted alone, then the leaves of the group's trees in ``forest_logits`` packs."""
+    drafted = [draft_root(pair, settings, root_id, context) for root_id, _, context in group]
     leaves = [(context, [n for n in tree.nodes() if not table.known(n)]) for (_, _, context), (tree, _, table) in zip(group, drafted)]
     if settings.roots_per_forward > 1:
-        logits = pair.forest_logits(leaves, max_tokens=max_tokens, max_batch=max_batch)
+        logits = pair.forest_logits(leaves, max_tokens=max_tokens, max_batch=pair.max_batch)
     else:
-        logits = [pair.node_logits(context, paths, max_batch=max_batch) for context, paths in leaves]
+        logits = [pair.node_logits(context, paths) for context, paths in leaves]
     for (_, paths), (_, _, table), both in zip(leaves, drafted, logits):
         table.add_logits(paths, *both)
-    return [finish_root(pair, settings, *root, tree, drafts, table, engine) for root, (tree, drafts, table) in zip(group, drafted)]
+    return drafted
+
+
+def draft_cached(pair, settings: store.CaptureSettings, group):
+    """(tree, grid drafts or None, table) per root by ``--evaluation cached``, every node evaluated once
+    (``capture_group``)."""
+    contexts = [context for _, _, context in group]
+    rngs = [seeded_rng(settings.seed, 1, root_id) for root_id, _, _ in group]
+    if settings.shape != "grid":  # one session per root: its shape draws level by level on its own
+        drafted = []
+        for context, rng in zip(contexts, rngs):
+            table = NodeTable(pair.session([context]).member(0), context, rows="logits")
+            tree = settings.tree_shape().sample(table, rng)
+            table.fetch(tree.nodes())
+            drafted.append((tree, None, table))
+        return drafted
+    session = pair.session(contexts)
+    tables = [NodeTable(session.member(b), context, rows="logits") for b, context in enumerate(contexts)]
+
+    def fetch(frontiers):  # every root's next nodes in one forward per model
+        for table, paths, both in zip(tables, frontiers, session.logits(frontiers)):
+            table.add_logits(paths, *both)
+
+    every = draw_grids(tables, rngs, fetch=fetch, K_max=settings.width, L1_values=range(settings.depth + 1),
+                       L2_max=settings.depth, samples=settings.samples)
+    drafted = [(union_tree(drafts), drafts, table) for drafts, table in zip(every, tables)]
+    fetch([[n for n in tree.nodes() if not table.known(n)] for tree, _, table in drafted])  # the leaves
+    return drafted
 
 
 def finish_root(pair, settings: store.CaptureSettings, root_id: int, prompt_index: int, context: tuple[int, ...], tree, drafts,
@@ -277,7 +326,12 @@ def parse_args(argv):
                         help="--labels: the label computation (auto: the batched torch engine on CUDA, numpy on a CPU; "
                              "equal to 1e-12, not bit for bit)")
     parser.add_argument("--roots-per-forward", type=int, default=8,
-                        help="roots whose trees share one masked forward per model (1: one tree forward per root)")
+                        help="roots whose trees share each forward per model (cached: one batch row each, at every "
+                             "drafting level and for the leaves; forward: the leaves' masked forward; 1: one root per forward)")
+    parser.add_argument("--evaluation", choices=["cached", "forward"], default="cached",
+                        help="cached: KV caches kept from level to level, every node evaluated once; forward: each "
+                             "drafting level a tree forward that evaluates the ancestors again (captures made before "
+                             "this flag; resume them with --evaluation forward)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the continuations and the trees")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no progress lines")
     args = parser.parse_args(argv)
@@ -298,7 +352,7 @@ def parse_args(argv):
     settings = store.CaptureSettings(args.target, args.draft, args.prompts, args.roots_per_prompt, args.spacing, args.shape,
                                      args.width, args.depth, args.trunk, args.temperature, args.top_p, args.top_k, args.dtype,
                                      args.store_top, args.full, args.seed, samples=args.samples, labels=args.labels,
-                                     roots_per_forward=args.roots_per_forward)
+                                     roots_per_forward=args.roots_per_forward, evaluation=args.evaluation)
     try:
         settings.sampling()
         settings.placement()

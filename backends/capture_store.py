@@ -66,6 +66,7 @@ class CaptureSettings:
     samples: int = 4  # --shape grid: draws per L1
     labels: str = ""  # --shape grid --labels: comma-separated verifiers labelled at capture time
     roots_per_forward: int = 8  # roots whose trees share one forward (settings.json without it: 1, the earlier captures)
+    evaluation: str = "cached"  # "cached": kept KV caches, each node once; "forward" (settings.json without it): levels re-run ancestors
 
     def tree_shape(self) -> Delayed:
         return named_shape(self.shape, self.width, self.depth, self.trunk)
@@ -180,9 +181,11 @@ def load_settings(folder) -> CaptureSettings:
         known = {f.name for f in fields(CaptureSettings)}
         if not isinstance(data, dict) or not set(data) <= known:
             raise TypeError
-        settings = CaptureSettings(**{"roots_per_forward": 1, **data})  # captures made before the flag: one root per forward
+        settings = CaptureSettings(**{"roots_per_forward": 1, "evaluation": "forward", **data})  # captures made before the flags
         settings.sampling()
         settings.placement()
+        if settings.evaluation not in ("cached", "forward"):
+            raise ValueError
         return settings
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError):
         raise ValueError(f"capture: {str(folder)!r} has a damaged settings.json") from None

@@ -53,6 +53,7 @@ import numpy as np
 
 from simlab.checks import check_int
 from simlab.pairs import check_contexts, check_eos
+from backends.tree_cache import CachedTree, TreeSession
 from simlab.sampling import SamplingSettings, check_settings
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -70,9 +71,11 @@ of ours in building the mask, not the model's refusal) is re-raised (``_raised_h
 
 
 def _raised_here(exc: BaseException) -> bool:
-    """True if ``exc`` was raised by code of this module itself (its innermost traceback frame)."""
+    """True if ``exc`` was raised by code of this module or of ``backends.tree_cache`` (its
+    innermost traceback frame): the lab's own code, not the model."""
     frames = traceback.extract_tb(exc.__traceback__)
-    return bool(frames) and Path(frames[-1].filename).resolve() == Path(__file__).resolve()
+    ours = {Path(__file__).resolve(), Path(__file__).with_name("tree_cache.py").resolve()}
+    return bool(frames) and Path(frames[-1].filename).resolve() in ours
 
 
 def _host(logits) -> np.ndarray:
@@ -251,14 +254,6 @@ class HFPair:
         if self.resident:
             return _torch().empty((n, self.vocab_size), dtype=_torch().float32, device=self.device)
         return np.empty((n, self.vocab_size), dtype=np.float32)
-
-    @staticmethod
-    def _cache_kwarg(model) -> str:
-        return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-    @staticmethod
-    def _cache_of(output):
-        return getattr(output, "cache", None) or getattr(output, "past_key_values", None)
 
     def _probe_tree_attention(self) -> bool:
         """True if a two-branch tree evaluated with the tree mask matches plain path forwards."""
@@ -493,40 +488,13 @@ class HFPair:
     def _tree_rows(self, model, root: tuple[int, ...], nodes: list[tuple[int, ...]], chunk: int, take=None):
         """Logits (len(take), V_model) on the device of rows ``take`` of [root, *nodes] (default:
         all 1 + len(nodes)), by tree attention; ``nodes`` are ancestor-closed and sorted by depth,
-        ``chunk`` tokens per forward.  Each chunk's rows go straight into the output, so no more
-        than the requested rows and one chunk's logits are alive at once."""
-        torch = _torch()
-        take = list(range(1 + len(nodes))) if take is None else list(take)
-        wanted: dict[int, list[int]] = {}
-        for out_row, row in enumerate(take):
-            wanted.setdefault(row, []).append(out_row)
-        with torch.no_grad():
-            prefix = model(torch.tensor([root], device=self.device), use_cache=True)
-            first = prefix.logits[0, -1]
-            out = torch.empty((len(take), first.shape[-1]), dtype=first.dtype, device=self.device)
-            if 0 in wanted:
-                out[wanted[0]] = first
-            cache = self._cache_of(prefix)
-            del prefix, first
-            length, position = len(root), {node: i for i, node in enumerate(nodes)}
-            dtype = next(model.parameters()).dtype
-            for start in range(0, len(nodes), chunk):
-                block = nodes[start : start + chunk]
-                width = length + start + len(block)  # prefix, earlier chunks, this chunk
-                allowed = torch.zeros((len(block), width), dtype=torch.bool, device=self.device)
-                allowed[:, :length] = True
-                for i, node in enumerate(block):
-                    for d in range(1, len(node) + 1):
-                        allowed[i, length + position[node[:d]]] = True
-                mask = torch.zeros((1, 1, len(block), width), dtype=dtype, device=self.device)
-                mask[0, 0][~allowed] = torch.finfo(dtype).min
-                tokens = torch.tensor([[node[-1] for node in block]], device=self.device)
-                positions = torch.tensor([[length + len(node) - 1 for node in block]], device=self.device)
-                output = model(tokens, attention_mask=mask, position_ids=positions, use_cache=True,
-                               **{self._cache_kwarg(model): cache})
-                cache = self._cache_of(output)
-                rows = [(1 + start + i, out_rows) for i in range(len(block)) for out_rows in [wanted.get(1 + start + i)] if out_rows]
-                for row, out_rows in rows:
-                    out[out_rows] = output.logits[0, row - 1 - start]
-                del output
-            return out
+        ``chunk`` tokens per forward (``backends.tree_cache.CachedTree``: one ``feed`` of every
+        node), so no more than the requested rows and one chunk's logits are alive at once."""
+        rows = [(), *nodes]
+        take = rows if take is None else [rows[i] for i in take]
+        return CachedTree(self, model, [root]).feed([nodes], chunk, [take])[0]
+
+    def session(self, roots: Sequence[Sequence[int]], max_batch: int | None = None) -> TreeSession:
+        """A ``backends.tree_cache.TreeSession`` over ``roots``: their trees' nodes evaluated on both
+        models' kept KV caches, all roots in one forward per model and level, each node once."""
+        return TreeSession(self, roots, max_batch)

@@ -26,6 +26,7 @@ from pathlib import Path
 import polars as pl
 
 from backends.cli import ToolParser, check_flags, fail, fail_from, int_list, print_table, progress, slow_step
+from backends.tree_cache import cache_kwarg, cache_of
 from simlab.checks import check_int, check_seed
 from simlab.latency import ForwardTime, LatencyModel, check_axis
 
@@ -60,13 +61,13 @@ def forward_seconds(pair, model, context: int, tokens: int, *, repeats: int, war
         positions = positions.clamp(max=limit - 1)
     cuda = torch.device(pair.device).type == "cuda"
     sync = (lambda: torch.cuda.synchronize(pair.device)) if cuda else (lambda: None)
-    key = pair._cache_kwarg(model)
+    key = cache_kwarg(model)
     times = []
     with torch.no_grad():
         cache = None
         for run in range(warmup + repeats):
             if cache is None:  # first run, or a cache that could not be cut back: rebuild the prefix
-                cache = pair._cache_of(model(prefix, use_cache=True))
+                cache = cache_of(model(prefix, use_cache=True))
             sync()
             start = time.perf_counter()
             model(block, position_ids=positions, use_cache=True, **{key: cache})

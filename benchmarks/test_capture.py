@@ -64,3 +64,45 @@ def test_plain_batched_forward(benchmark, setup):
 
     benchmark(forward)
     benchmark.extra_info["tokens"] = int(tokens.numel())
+
+
+@pytest.fixture(scope="module")
+def group(setup):
+    from backends import capture_store
+
+    pair, _, _ = setup
+    texts = ["The for statement is used to iterate over the elements of a sequence", "A class definition defines a class object",
+             "Exceptions are raised by the raise statement", "The import statement finds a module"]
+    return [(i, i % 4, pair.encode(texts[i % 4])) for i in range(8)], capture_store
+
+
+@pytest.mark.parametrize("evaluation", ["cached", "forward"])
+@pytest.mark.parametrize("labels", ["", "specinfer"])
+def test_grid_capture_group(benchmark, setup, group, evaluation, labels):
+    """A whole grid-capture group (``backends.capture.capture_group``): 8 roots, width 4, depth 4,
+    2 trees per L1 (about 1,400 nodes), drafting and leaves (and with ``labels`` the SpecInfer
+    labels and the node summaries); ``cached`` evaluates every node once on kept KV caches, all 8
+    roots in one forward per model and level, ``forward`` re-runs the ancestors at every level."""
+    from backends.capture import capture_group
+
+    pair, _, _ = setup
+    roots, store = group
+    settings = store.CaptureSettings(str(PAIR / "target"), str(PAIR / "draft"), "", shape="grid", width=4, depth=4, samples=2,
+                                     labels=labels, roots_per_forward=8, evaluation=evaluation)
+    results = benchmark.pedantic(lambda: capture_group(pair, settings, roots, pair.max_batch, pair.forest_tokens), rounds=3)
+    benchmark.extra_info["nodes"] = sum(len(rows) for rows, *_ in results)
+
+
+@pytest.mark.parametrize("evaluation", ["cached", "forward"])
+def test_grid_drafting_and_leaves(benchmark, setup, group, evaluation):
+    """The model work of the same group alone (drafting every level, then the leaves; no summaries,
+    no labels): nodes per second against the plain batched forward's tokens per second."""
+    from backends.capture import draft_cached, draft_forward
+
+    pair, _, _ = setup
+    roots, store = group
+    settings = store.CaptureSettings(str(PAIR / "target"), str(PAIR / "draft"), "", shape="grid", width=4, depth=4, samples=2,
+                                     roots_per_forward=8, evaluation=evaluation)
+    run = (lambda: draft_cached(pair, settings, roots)) if evaluation == "cached" else (lambda: draft_forward(pair, settings, roots, pair.forest_tokens))
+    drafted = benchmark.pedantic(run, rounds=3)
+    benchmark.extra_info["nodes"] = sum(len(tree.nodes()) for tree, _, _ in drafted)

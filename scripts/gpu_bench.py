@@ -15,8 +15,8 @@ For each vocabulary size it prints, with the torch and CUDA versions and the thr
   with rows resident there (the issue's target: >= 100 roots/s at V = 128,000 for SpecInfer).
 
 * **capture**: a labelled grid capture's work per root (``backends.capture.capture_group``:
-  drafting the grid's trees, one masked forward per model over 8 roots' trees, per-node
-  summaries, labels for SpecInfer: numpy on the CPU; on CUDA the batched engine, with the
+  the grid's trees of 8 roots drawn in lockstep on kept KV caches, ``--evaluation cached``, one
+  forward per model and level, then the leaves; per-node summaries, labels for SpecInfer: numpy on the CPU; on CUDA the batched engine, with the
   logits resident on the device, summaries computed there), roots per second, on two randomly initialised GPT-2 models
   at this vocabulary (target 4 layers x 256, draft 1 x 128; built from configs, nothing
   downloaded), grid width 4, depth ``--capture-depth`` (4), 2 trees per L1, on the CPU and on

@@ -141,24 +141,47 @@ def inner(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.einsum("i,i->", a, b))
 
 
+def top_ranked(x: np.ndarray, n: int) -> np.ndarray:
+    """The first n entries of ``np.argsort(-x, kind="stable")`` (largest first, ties: lowest id),
+    int64 (min(n, V),), for a 1-D float array without NaN.
+
+    A fast path for n much smaller than V: a partition finds the n-th largest value, and only the
+    tokens at or above it (every token tied with the n-th included, so ties still go to the lowest
+    id) are sorted; the full stable sort is the reference (tests/test_distributions.py checks
+    that they agree, ties and zeros included).
+    """
+    x = np.asarray(x)
+    n = min(int(n), x.size)
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    if n < x.size // 8:
+        cutoff = -np.partition(-x, n - 1)[n - 1]  # the n-th largest value
+        candidates = np.flatnonzero(x >= cutoff)
+        return candidates[np.argsort(-x[candidates], kind="stable")][:n].astype(np.int64)
+    return np.argsort(-x, kind="stable")[:n].astype(np.int64)
+
+
 def total_variation(p, q) -> float:
     """TV(p, q) = sum (p - q)_+ = 1 - sum min(p, q), in [0, 1]."""
     p, q = check_pair(p, q)
     return float(positive_part(p - q).sum())
 
 
-def l1_distance(p, q) -> float:
-    """||p - q||_1 = 2 TV(p, q), in [0, 2]."""
-    p, q = check_pair(p, q)
+def l1_distance(p, q, *, checked: bool = False) -> float:
+    """||p - q||_1 = 2 TV(p, q), in [0, 2] (``checked=True``: p and q are validated float64 arrays)."""
+    if not checked:
+        p, q = check_pair(p, q)
     return float(np.abs(p - q).sum())
 
 
-def kl_divergence(p, q) -> float:
+def kl_divergence(p, q, *, checked: bool = False) -> float:
     """KL(p || q) = sum_t p(t) log(p(t) / q(t)) in nats; ``inf`` if some q(t) = 0 < p(t).
 
-    For the reverse direction KL(q || p) call ``kl_divergence(q, p)``.
+    For the reverse direction KL(q || p) call ``kl_divergence(q, p)``.  ``checked=True``: p and q
+    are validated float64 arrays already (``check_pair``), so they are not validated again.
     """
-    p, q = check_pair(p, q)
+    if not checked:
+        p, q = check_pair(p, q)
     support = p > 0
     if np.any(q[support] == 0):
         return float("inf")
@@ -166,8 +189,9 @@ def kl_divergence(p, q) -> float:
     return float(max(np.sum(ps * (np.log(ps) - np.log(qs))), 0.0))
 
 
-def entropy(p) -> float:
-    """Shannon entropy H(p) = -sum p log p in nats (0 log 0 = 0)."""
-    p = check_distribution(p, "p")
+def entropy(p, *, checked: bool = False) -> float:
+    """Shannon entropy H(p) = -sum p log p in nats (0 log 0 = 0) (``checked=True``: p is validated)."""
+    if not checked:
+        p = check_distribution(p, "p")
     ps = p[p > 0]
     return float(-np.sum(ps * np.log(ps)))

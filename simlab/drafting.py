@@ -33,7 +33,7 @@ import itertools
 import numpy as np
 
 from simlab.checks import check_int
-from simlab.distributions import sample_categorical
+from simlab.distributions import sample_categorical, top_ranked
 
 MAX_ENUMERATED_TUPLES = 250_000
 """Largest number of ordered child tuples that exact enumeration will list."""
@@ -91,14 +91,7 @@ def top_tokens(q: np.ndarray, n: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     if n > q.size or np.count_nonzero(q) < n:
         raise ValueError(f"k: {n} deterministic children need at least {n} tokens with q > 0, q has {int(np.count_nonzero(q))}")
-    if n < q.size // 8:
-        part = np.argpartition(-q, n - 1)[:n]
-        cutoff = q[part].min()
-        candidates = np.flatnonzero(q >= cutoff)  # every token tied with the n-th, so ties go to the lowest id
-        order = candidates[np.argsort(-q[candidates], kind="stable")][:n]
-    else:
-        order = np.argsort(-q, kind="stable")[:n]
-    return order.astype(np.int64)
+    return top_ranked(q, n)
 
 
 def tail_law(q: np.ndarray, deterministic) -> np.ndarray:

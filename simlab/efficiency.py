@@ -164,12 +164,39 @@ def draw_grid(table: NodeTable, *, K_max: int = 4, L1_values=tuple(range(9)), L2
     Raises:
         ValueError: samples < 1, K_max < 1, or negative lengths.
     """
+    return draw_grids([table], [rng], K_max=K_max, L1_values=L1_values, L2_max=L2_max, samples=samples)[0]
+
+
+def draw_grids(tables: Sequence[NodeTable], rngs: Sequence[np.random.Generator], *, fetch=None, K_max: int = 4,
+               L1_values=tuple(range(9)), L2_max: int = 8, samples: int = 4) -> list[list[GridDraft]]:
+    """``draw_grid`` at several roots in lockstep: at each depth level, ``fetch`` is called once
+    with every root's frontier, then each root draws its tokens from its own table and ``rng``
+    (the same draws as ``draw_grid`` one root at a time, given the same p and q).
+
+    Args:
+        tables, rngs: one NodeTable and one Generator per root.
+        fetch: called as ``fetch([paths of root 0, paths of root 1, ...])`` once per level, with the
+            nodes each root reads next and its table lacks; it must add them to the tables (e.g.
+            one forward per model for all roots: ``backends.tree_cache.TreeSession``).  Default:
+            each table fetches its own.
+        K_max, L1_values, L2_max, samples: as ``draw_grid``.
+
+    Returns:
+        per root, its draws as ``draw_grid`` returns them.
+
+    Raises:
+        ValueError: as ``draw_grid``; tables and rngs of different lengths.
+    """
     from simlab.shapes import Delayed
 
     samples = check_int(samples, "samples", 1)
-    if not isinstance(table, NodeTable):
-        raise ValueError(f"table: must be a simlab.trees.NodeTable, got {type(table).__name__}")
-    check_generator(rng)
+    if len(tables) != len(rngs):
+        raise ValueError(f"rngs: one per table ({len(tables)}), got {len(rngs)}")
+    for table in tables:
+        if not isinstance(table, NodeTable):
+            raise ValueError(f"table: must be a simlab.trees.NodeTable, got {type(table).__name__}")
+    for rng in rngs:
+        check_generator(rng)
     try:
         L1_values = [int(v) for v in L1_values]
     except TypeError:
@@ -179,18 +206,26 @@ def draw_grid(table: NodeTable, *, K_max: int = 4, L1_values=tuple(range(9)), L2
     for L1 in L1_values:
         Delayed(K_max, L1, L2_max)  # validates the sizes
     width = K_max if L2_max > 0 else 0
-    drafts = [[L1, (), [() for _ in range(width)]] for L1 in L1_values for _ in range(int(samples))]
+    every = [[[L1, (), [() for _ in range(width)]] for L1 in L1_values for _ in range(int(samples))] for _ in tables]
     depth = max(L1_values) + L2_max
     for level in range(depth):
-        frontier = [d[1] for d in drafts if level < d[0]]
-        frontier += [d[1] + b for d in drafts if d[0] <= level < d[0] + L2_max for b in d[2]]
-        table.fetch(frontier)
-        for d in drafts:
-            if level < d[0]:
-                d[1] = d[1] + (sample_categorical(table.q(d[1]), rng),)
-            elif level < d[0] + L2_max:
-                d[2] = [b + (sample_categorical(table.q(d[1] + b), rng),) for b in d[2]]
-    return [GridDraft(L1, trunk, tuple(branches)) for L1, trunk, branches in drafts]
+        frontiers = []
+        for table, drafts in zip(tables, every):
+            frontier = [d[1] for d in drafts if level < d[0]]
+            frontier += [d[1] + b for d in drafts if d[0] <= level < d[0] + L2_max for b in d[2]]
+            frontiers.append(list(dict.fromkeys(p for p in frontier if not table.known(p))))
+        if fetch is None:
+            for table, frontier in zip(tables, frontiers):
+                table.fetch(frontier)
+        else:
+            fetch(frontiers)
+        for table, rng, drafts in zip(tables, rngs, every):
+            for d in drafts:
+                if level < d[0]:
+                    d[1] = d[1] + (sample_categorical(table.q(d[1]), rng),)
+                elif level < d[0] + L2_max:
+                    d[2] = [b + (sample_categorical(table.q(d[1] + b), rng),) for b in d[2]]
+    return [[GridDraft(L1, trunk, tuple(branches)) for L1, trunk, branches in drafts] for drafts in every]
 
 
 def streamed_masses(table: NodeTable, requests) -> dict:

@@ -35,9 +35,10 @@ def node_divergences(p, q) -> dict[str, float]:
     Raises:
         ValueError: invalid p or q (see ``simlab.distributions.check_distribution``).
     """
-    l1 = l1_distance(p, q)
-    return {"l1": l1, "tv": 0.5 * l1, "kl_pq": kl_divergence(p, q), "kl_qp": kl_divergence(q, p),
-            "h_p": entropy(p), "h_q": entropy(q)}
+    p, q = check_pair(p, q)  # once, not in every measure
+    l1 = l1_distance(p, q, checked=True)
+    return {"l1": l1, "tv": 0.5 * l1, "kl_pq": kl_divergence(p, q, checked=True), "kl_qp": kl_divergence(q, p, checked=True),
+            "h_p": entropy(p, checked=True), "h_q": entropy(q, checked=True)}
 
 
 def node_acceptance(p, q, k_values: Iterable[int], rng: np.random.Generator, samples: int = 32,

@@ -12,6 +12,7 @@ from simlab.distributions import (
     l1_distance,
     residual,
     sample_categorical,
+    top_ranked,
     total_variation,
 )
 from simlab.sampling import sampling_distribution
@@ -108,3 +109,17 @@ def test_sample_categorical_uses_one_uniform_and_skips_zero_mass():
 
     assert sample_categorical(probs, ConstantGenerator(0.0)) == 1
     assert sample_categorical(probs, ConstantGenerator(0.5)) == 3
+
+
+@given(st.integers(1, 400), st.integers(0, 12), st.integers(0, 2**31 - 1), st.sampled_from(["ties", "zeros", "smooth"]))
+def test_top_ranked_equals_the_stable_argsort(vocab, n, seed, kind):
+    """The partition fast path against the full stable sort: ties to the lowest id, zeros included."""
+    rng = np.random.default_rng(seed)
+    if kind == "ties":
+        x = rng.integers(0, 4, vocab).astype(float) / 4
+    elif kind == "zeros":
+        x = rng.dirichlet(np.full(vocab, 0.05))
+        x[rng.random(vocab) < 0.7] = 0.0
+    else:
+        x = rng.dirichlet(np.ones(vocab))
+    np.testing.assert_array_equal(top_ranked(x, n), np.argsort(-x, kind="stable")[:n])

@@ -1,0 +1,217 @@
+"""Draft trees evaluated incrementally on kept KV caches: every node goes through a model once.
+
+``CachedTree(pair, model, roots)`` runs one or several root contexts once for their KV cache
+(one row of the batch each; contexts of different lengths are left-padded under a 4-D mask so
+that every context ends in the same column), then takes tree nodes in calls to ``feed``: each
+call appends every root's new nodes to the cache, in chunks, under a 4-D tree mask (a node sees
+its context, its ancestors, wherever in the cache they are, and itself; a padding token sees
+itself only) with position ids = context length + depth - 1, and returns the logits of the rows
+asked for.  One call with every node of one root's tree is ``HFPair.node_logits``'s tree
+forward (the same chunks, the same bits); several calls are what a drafting loop needs, level
+after level, without running the ancestors again.
+
+``TreeSession(pair, roots)`` holds both models' ``CachedTree`` over the roots.  ``logits`` takes
+each root's nodes and evaluates, in one forward per model and chunk for all roots, only those
+(and missing ancestors) it has not evaluated yet; ``member(b)`` is root b's view as a
+``simlab.pairs.NodeLogits`` pair for a ``simlab.trees.NodeTable`` (its own calls pad the other
+rows).  A node asked for again is evaluated again, as a copy its descendants do not see (a
+table asks for each node once).  The logits of a node depend in their last float32 bits on the
+rows and chunks it was evaluated with (the capture's groups are fixed by root id for that
+reason).  Without tree attention (the pair's probe failed) the session is the pair's path
+batching.  Used by the capture's ``--evaluation cached``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+
+import numpy as np
+
+from simlab.pairs import check_contexts
+
+Node = tuple[int, ...]
+
+
+def cache_kwarg(model) -> str:
+    """The keyword a model's forward takes its KV cache by (``cache`` or ``past_key_values``)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def cache_of(output):
+    """The KV cache a model's output carries."""
+    return getattr(output, "cache", None) or getattr(output, "past_key_values", None)
+
+
+class CachedTree:
+    """One model's KV cache over root contexts (one batch row each) and the nodes fed so far.
+
+    Args:
+        pair: the ``backends.hf.HFPair`` (device).
+        model: its target or draft model.
+        roots: the root contexts (non-empty token ids, checked by the caller).
+    """
+
+    def __init__(self, pair, model, roots: Sequence[tuple[int, ...]]):
+        import torch
+
+        self.device, self.model = pair.device, model
+        self.dtype = next(model.parameters()).dtype
+        self.lengths = [len(r) for r in roots]
+        self.length = max(self.lengths)  # every context ends at column length - 1
+        ids = torch.zeros((len(roots), self.length), dtype=torch.long)
+        for b, root in enumerate(roots):
+            ids[b, self.length - len(root):] = torch.tensor(root)
+        options = {}
+        if len(set(self.lengths)) > 1:  # left padding: a context token sees its context before it, padding itself
+            allowed = torch.zeros((len(roots), self.length, self.length), dtype=torch.bool)
+            positions = torch.zeros((len(roots), self.length), dtype=torch.long)
+            for b, L in enumerate(self.lengths):
+                start = self.length - L
+                allowed[b, start:, start:] = torch.tril(torch.ones((L, L), dtype=torch.bool))
+                allowed[b, range(start), range(start)] = True
+                positions[b, start:] = torch.arange(L)
+            options = {"attention_mask": self._mask(allowed), "position_ids": positions.to(self.device)}
+        with torch.no_grad():
+            prefix = model(ids.to(self.device), use_cache=True, **options)
+        self.root_logits = prefix.logits[:, -1]  # (rows, V_model) on the device
+        self.cache = cache_of(prefix)
+        self.width = self.length  # columns in the cache: the contexts, then every chunk fed
+        self.column: list[dict[Node, int]] = [{} for _ in roots]
+
+    def _mask(self, allowed):
+        import torch
+
+        mask = torch.zeros((allowed.shape[0], 1, *allowed.shape[1:]), dtype=self.dtype, device=self.device)
+        mask[:, 0][~allowed.to(self.device)] = torch.finfo(self.dtype).min
+        return mask
+
+    def feed(self, blocks: Sequence[Sequence[Node]], chunk: int, takes: Sequence[Sequence[Node]]):
+        """Append each root's nodes (``blocks[b]``, sorted by depth; a node's ancestors fed before or
+        earlier in its list), at most ``chunk`` per root and forward, and return per root the logits
+        (len(takes[b]), V_model) on the device at the nodes of ``takes[b]`` (``()``: the root; each
+        must be the root or in ``blocks[b]``).  Only the requested rows and one chunk's logits are
+        alive at once.
+
+        Raises:
+            ValueError: a taken node that is not in its block.
+        """
+        import torch
+
+        rows = len(self.column)
+        wanted = [{} for _ in range(rows)]
+        outs = []
+        for b, take in enumerate(takes):
+            for out_row, node in enumerate(take):
+                wanted[b].setdefault(tuple(node), []).append(out_row)
+            outs.append(torch.empty((len(take), self.root_logits.shape[-1]), dtype=self.root_logits.dtype, device=self.device))
+            if () in wanted[b]:
+                outs[b][wanted[b].pop(())] = self.root_logits[b]
+        steps = max((-(-len(block) // chunk) for block in blocks), default=0)
+        with torch.no_grad():
+            for step in range(steps):
+                parts = [list(block[step * chunk : (step + 1) * chunk]) for block in blocks]
+                n = max(len(part) for part in parts)
+                width = self.width + n
+                allowed = np.zeros((rows, n, width), dtype=bool)  # numpy: per-element writes cost ns, not us
+                tokens = np.zeros((rows, n), dtype=np.int64)
+                positions = np.zeros((rows, n), dtype=np.int64)
+                for b, part in enumerate(parts):
+                    allowed[b, range(n), range(self.width, width)] = True  # itself (padding: itself only)
+                    allowed[b, : len(part), self.length - self.lengths[b] : self.length] = True  # its context
+                    for i, node in enumerate(part):
+                        for d in range(1, len(node)):
+                            allowed[b, i, self.column[b][node[:d]]] = True  # its ancestors, wherever they are
+                        self.column[b].setdefault(node, self.width + i)  # a node fed again: a copy nobody sees
+                        tokens[b, i] = node[-1]
+                        positions[b, i] = self.lengths[b] + len(node) - 1
+                output = self.model(torch.from_numpy(tokens).to(self.device), attention_mask=self._mask(torch.from_numpy(allowed)),
+                                    position_ids=torch.from_numpy(positions).to(self.device), use_cache=True,
+                                    **{cache_kwarg(self.model): self.cache})
+                self.cache = cache_of(output)
+                for b, part in enumerate(parts):
+                    for i, node in enumerate(part):
+                        if node in wanted[b]:
+                            outs[b][wanted[b].pop(node)] = output.logits[b, i]
+                self.width = width
+                del output
+        for b, left in enumerate(wanted):
+            if left:
+                raise ValueError(f"takes: node {next(iter(left))} of root {b} was not fed in this call")
+        return outs
+
+
+class TreeSession:
+    """Both models' KV caches over ``roots``, kept from call to call (see the module docstring).
+
+    Args:
+        pair: a ``backends.hf.HFPair`` (its models, settings, vocabulary, EOS, device, residency).
+        roots: the root contexts, one batch row each.
+        max_batch: tree tokens per root and forward (default: the pair's).
+
+    Raises:
+        ValueError: no roots, an empty root, ids outside [0, V), a bad max_batch.
+    """
+
+    def __init__(self, pair, roots: Sequence[Sequence[int]], max_batch: int | None = None):
+        from simlab.checks import check_int
+
+        self.roots = check_contexts(roots, pair.vocab_size)
+        if not self.roots or any(not r for r in self.roots):
+            raise ValueError("roots: at least one, each non-empty (a real model needs at least one token, for example a BOS token)")
+        self.pair = pair
+        self.max_batch = pair.max_batch if max_batch is None else check_int(max_batch, "max_batch", 1)
+        self._trees: tuple[CachedTree, CachedTree] | None = None
+
+    def logits(self, requests: Sequence[Sequence[Node]]) -> list[tuple]:
+        """Per root b, the float32 (len(requests[b]), V) target and draft logits at
+        ``roots[b] + path`` for each path of ``requests[b]`` (host arrays, or device tensors for a
+        resident pair), evaluating only the nodes not evaluated yet, all roots together.
+
+        Raises:
+            ValueError: one request per root is needed; ids outside [0, V); a tree deeper than the context.
+        """
+        if len(requests) != len(self.roots):
+            raise ValueError(f"requests: one list of paths per root ({len(self.roots)}), got {len(requests)}")
+        requests = [check_contexts(paths, self.pair.vocab_size) for paths in requests]
+        if not self.pair.tree_attention:
+            return [self.pair.node_logits(root, paths, self.max_batch) for root, paths in zip(self.roots, requests)]
+        if self._trees is None:
+            self._trees = tuple(CachedTree(self.pair, model, self.roots) for model in (self.pair.target, self.pair.draft))
+        blocks = []
+        for b, (root, paths) in enumerate(zip(self.roots, requests)):
+            seen = self._trees[0].column[b]
+            new = {pth[:d] for pth in paths for d in range(1, len(pth)) if pth[:d] not in seen} | {pth for pth in paths if pth}
+            blocks.append(sorted(new, key=lambda x: (len(x), x)))
+            self.pair._check_length(len(root) + max((len(n) for n in blocks[-1]), default=0))
+        rows = [tree.feed(blocks, self.max_batch, requests) for tree in self._trees]
+        return [(self.pair._logits(p), self.pair._logits(q)) for p, q in zip(*rows)]
+
+    def member(self, b: int) -> "SessionMember":
+        """Root b's view: ``node_logits(roots[b], paths)`` for a ``simlab.trees.NodeTable``."""
+        return SessionMember(self, b)
+
+
+class SessionMember:
+    """One root of a ``TreeSession`` as a ``simlab.pairs.NodeLogits`` pair (its settings,
+    vocabulary and EOS are the pair's); ``distributions`` is the pair's plain forward."""
+
+    def __init__(self, session: TreeSession, b: int):
+        self.session, self.b = session, int(b)
+        pair = session.pair
+        self.settings, self.vocab_size, self.eos_id = pair.settings, pair.vocab_size, pair.eos_id
+
+    def distributions(self, contexts):
+        return self.session.pair.distributions(contexts)
+
+    def node_logits(self, root: Sequence[int], paths: Sequence[Node]):
+        """As ``HFPair.node_logits`` at this root, on the session's caches (the other roots' rows padded).
+
+        Raises:
+            ValueError: another root context, or what ``TreeSession.logits`` raises.
+        """
+        if tuple(root) != self.session.roots[self.b]:
+            raise ValueError("root: this session member evaluates the tree of another root context")
+        requests = [[] for _ in self.session.roots]
+        requests[self.b] = list(paths)
+        return self.session.logits(requests)[self.b]
