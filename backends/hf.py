@@ -256,7 +256,9 @@ class HFPair:
         return np.empty((n, self.vocab_size), dtype=np.float32)
 
     def _probe_tree_attention(self) -> bool:
-        """True if a two-branch tree evaluated with the tree mask matches plain path forwards."""
+        """True if a two-branch tree evaluated with the tree mask matches plain path forwards: one
+        tree forward, a forest of two roots, and two roots of different lengths fed level by level
+        on kept caches (``backends.tree_cache``), with rows of unequal sizes (padding)."""
         root = tuple(range(min(3, self.vocab_size)))
         paths = [(), (1 % self.vocab_size,), (2 % self.vocab_size,), (1 % self.vocab_size, 0)]
         other = root[1:]  # a second, shorter root: the forest pads it
@@ -264,6 +266,12 @@ class HFPair:
             nodes = [pth for pth in paths if pth]
             tree = [self._logits(self._tree_rows(m, root, nodes, self.max_batch)) for m in (self.target, self.draft)]
             forest = [[self._logits(r) for r in self._forest_rows(m, [(root, nodes), (other, nodes)])] for m in (self.target, self.draft)]
+            levels = [[paths[:3], paths[:2]], [paths[3:], [paths[2], paths[3]]]]  # per level: (root, other)
+            cached = []
+            for m in (self.target, self.draft):
+                session = CachedTree(self, m, [root, other])
+                rows = [session.feed([[n for n in level[b] if n] for b in (0, 1)], self.max_batch, level) for level in levels]
+                cached.append([self._logits(r) for level in rows for r in level])
         except oom_errors():
             raise
         except MASK_REJECTIONS as exc:
@@ -277,6 +285,8 @@ class HFPair:
         plain_other = self._path_logits([other + pth for pth in paths], self.max_batch)
         soft = SamplingSettings().probabilities
         pairs = [*zip(tree, plain), *zip((f[0] for f in forest), plain), *zip((f[1] for f in forest), plain_other)]
+        for rows, mine, theirs in zip(cached, plain, plain_other):  # per model: level 1 root's (), (1,), (2,), other's (), (1,);
+            pairs += [(rows[0], mine[:3]), (rows[1], theirs[:2]), (rows[2], mine[3:]), (rows[3], theirs[2:])]  # level 2: (1, 0); (2,), (1, 0)
         worst = max(float(np.abs(soft(t) - soft(p)).max()) for t, p in pairs)
         if worst > PROBE_TOLERANCE:
             warnings.warn(f"tree attention: {type(self.target).__name__} does not honour a 4-D tree mask (probe differs "

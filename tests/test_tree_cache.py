@@ -123,3 +123,13 @@ def test_cached_and_forward_evaluation_capture_the_same_trees_and_statistics(mic
     with pytest.raises(SystemExit) as exc:
         main(capture_flags(micro_pair_dir, prompts, out, *grid))
     assert exc.value.code == 2 and "evaluation" in capsys.readouterr().err
+
+
+def test_without_tree_attention_a_session_batches_paths(micro_pair_dir, roots, fed):
+    plain = HFPair(str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu", tree_attention=False)
+    session = plain.session(roots)
+    got = session.logits([LEVELS[1], LEVELS[0]])
+    for b, paths in enumerate([LEVELS[1], LEVELS[0]]):
+        for a, want in zip(got[b], plain.node_logits(roots[b], paths)):
+            np.testing.assert_array_equal(a, want)
+    assert fed["tokens"] == 0  # no cache was built
