@@ -250,9 +250,12 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
     settings = replace(settings, prompts_sha256=hashlib.sha256("\n".join(prompts).encode()).hexdigest())
     stored = out / "settings.json"
     if stored.exists():
-        differ = store.differing_settings(store.load_settings(out).__dict__, asdict(settings))
+        held = store.load_settings(out).__dict__
+        differ = store.differing_settings(held, asdict(settings))
         if differ:
-            raise ValueError(f"out: {str(out)!r} holds a capture with other settings ({', '.join(differ)}); use a new folder")
+            detail = ", ".join(f"{key} {held[key]!r}, not {getattr(settings, key)!r}" for key in differ)
+            raise ValueError(f"out: {str(out)!r} holds a capture with other settings ({detail}); resume it with its own "
+                             "flags, or use a new folder")
     with slow_step(PROG, f"loading {settings.target} and {settings.draft}", quiet):
         pair = HFPair(settings.target, settings.draft, device=device, dtype=settings.dtype, settings=settings.sampling())
     with slow_step(PROG, f"sampling the continuations of {len(prompts)} prompts", quiet):

@@ -74,8 +74,9 @@ class CachedTree:
             options = {"attention_mask": self._mask(allowed), "position_ids": positions.to(self.device)}
         with torch.no_grad():
             prefix = model(ids.to(self.device), use_cache=True, **options)
-        self.root_logits = prefix.logits[:, -1]  # (rows, V_model) on the device
-        self.cache = cache_of(prefix)
+        self.root_logits = prefix.logits[:, -1].clone()  # (rows, V_model) on the device; not a view that keeps
+        self.cache = cache_of(prefix)  # the whole (rows, context, V_model) prefix logits alive
+        del prefix
         self.width = self.length  # columns in the cache: the contexts, then every chunk fed
         self.column: list[dict[Node, int]] = [{} for _ in roots]
 
@@ -150,7 +151,8 @@ class TreeSession:
         max_batch: tree tokens per root and forward (default: the pair's).
 
     Raises:
-        ValueError: no roots, an empty root, ids outside [0, V), a bad max_batch.
+        ValueError: no roots, an empty root, a root longer than the model's context, ids outside
+            [0, V), a bad max_batch.
     """
 
     def __init__(self, pair, roots: Sequence[Sequence[int]], max_batch: int | None = None):
@@ -159,6 +161,8 @@ class TreeSession:
         self.roots = check_contexts(roots, pair.vocab_size)
         if not self.roots or any(not r for r in self.roots):
             raise ValueError("roots: at least one, each non-empty (a real model needs at least one token, for example a BOS token)")
+        for root in self.roots:
+            pair._check_length(len(root))
         self.pair = pair
         self.max_batch = pair.max_batch if max_batch is None else check_int(max_batch, "max_batch", 1)
         self._trees: tuple[CachedTree, CachedTree] | None = None

@@ -189,7 +189,8 @@ class NodeTable:
         """p and q at ``paths`` as two [n, V] torch tensors of ``dtype`` (default float64) on ``device``.
 
         Rows whose logits are resident tensors are transformed where they are
-        (``simlab.device_rows.probabilities``) and validated there at their first access; the
+        (``simlab.device_rows.probabilities``, in float64, then cast to ``dtype`` as the host rows
+        are) and validated there at their first access; the
         others are this table's float64 rows, moved to the device.  ``device`` None: the device
         of the resident logits (the CPU when there are none).
 
@@ -213,13 +214,14 @@ class NodeTable:
         Q = torch.empty_like(P)
         if kept:
             names = [paths[i] for i in kept]
-            rows = [probabilities(self.pair.settings, torch.stack([self._logits[pth][w] for pth in names]), dtype) for w in (0, 1)]
+            # float64 first, as the host rows (validated there at the float64 tolerance), then ``dtype``
+            rows = [probabilities(self.pair.settings, torch.stack([self._logits[pth][w] for pth in names])) for w in (0, 1)]
             fresh = [j for j, pth in enumerate(names) if pth not in self._checked]
             if fresh:
                 check_rows(rows[0][fresh], rows[1][fresh], [names[j] for j in fresh])
                 self._checked.update(names[j] for j in fresh)
             index = torch.tensor(kept, device=device)
-            P[index], Q[index] = rows[0].to(device), rows[1].to(device)
+            P[index], Q[index] = rows[0].to(device=device, dtype=dtype), rows[1].to(device=device, dtype=dtype)
         other = sorted(set(range(len(paths))) - set(kept))
         if other:
             index = torch.tensor(other, device=device)

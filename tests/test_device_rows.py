@@ -174,3 +174,15 @@ def test_bad_resident_input_raises(pair, tables):
         table.add_logits([(1,)], z, z)
     with pytest.raises(ValueError, match="verifier: the batched engine"):
         batched.table_masses(device, [((), verifiers.get("khisti"), (1, 2))])
+
+
+def test_float32_masses_of_a_resident_table_equal_the_host_tables(tables):
+    """Review: resident rows were built and validated in float32 (a sum off 1 by 1e-7 refused);
+    now float64 first, validated, then cast, as the host rows."""
+    (host, _), (device, _) = tables
+    requests = [((), verifiers.get("spectr"), (5, 9)), ((), verifiers.get("naive"), (5,))]
+    a = batched.table_masses(device, requests, dtype=torch.float32)
+    b = batched.table_masses(host, requests, dtype=torch.float32)
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])

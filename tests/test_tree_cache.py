@@ -133,3 +133,12 @@ def test_without_tree_attention_a_session_batches_paths(micro_pair_dir, roots, f
         for a, want in zip(got[b], plain.node_logits(roots[b], paths)):
             np.testing.assert_array_equal(a, want)
     assert fed["tokens"] == 0  # no cache was built
+
+
+def test_a_session_keeps_only_the_root_logits_and_refuses_too_long_roots(pair, roots):
+    session = pair.session(roots)
+    session.logits([[(1,)], [(2,)]])
+    kept = session._trees[0].root_logits  # review: a view kept the (rows, context, V) prefix logits alive
+    assert kept.untyped_storage().nbytes() == kept.numel() * kept.element_size()
+    with pytest.raises(ValueError, match="exceed the model's context"):
+        pair.session([roots[0], (1,) * (pair.max_context + 2)])
