@@ -68,7 +68,8 @@ from backends.roots import prompt_roots, read_prompts
 from backends.synthetic.base import seeded_rng
 from simlab import tree_verifiers
 from simlab.efficiency import draw_grid, draw_grids
-from simlab.labels import grid_labels
+from simlab.drafting import Drafting, lossless_pairing
+from simlab.labels import grid_labels, verifier_Ks
 from simlab.device_rows import SUMMARY_COLUMNS, summaries
 from simlab.distributions import top_ranked
 from simlab.measures import node_divergences
@@ -96,12 +97,26 @@ def draft_root(pair, settings: store.CaptureSettings, root_id: int, context: tup
     return settings.tree_shape().sample(table, rng), None, table
 
 
-def label_engine(pair, choice: str) -> str:
+def label_engine(device, choice: str) -> str:
     """``--labels-engine``: ``numpy``, ``torch``, or ``auto`` (the batched torch engine where the
-    models run on CUDA, the numpy reference on a CPU)."""
+    models run on CUDA, the numpy reference on a CPU), for models on ``device``."""
     if choice != "auto":
         return choice
-    return "torch" if str(pair.device).startswith("cuda") else "numpy"
+    return "torch" if str(device).startswith("cuda") else "numpy"
+
+
+def label_refusal(name: str, width: int, temperature: float, top_k: int | None) -> str | None:
+    """Why ``--labels`` cannot label the grid with verifier ``name`` (its trees' children are i.i.d.
+    draws from q: one per trunk and branch node, K at the branch point), or None: refused before
+    any model is loaded, as ``grid_labels`` would refuse at the first root."""
+    verifier = tree_verifiers.get(name)
+    for K in {1, *verifier_Ks(name, range(1, width + 1))}:
+        if not lossless_pairing(verifier.lossless_for, Drafting.IID, K):
+            return (f"--labels: {name} is not lossless for the grid's i.i.d. children (K = {K}); it is lossless for "
+                    f"{', '.join(sorted(law.value for law in verifier.lossless_for))}")
+    if verifier.needs_greedy_target and temperature > 0 and top_k != 1:
+        return f"--labels: {name} is lossless only for a greedy target (--temperature 0 or --top-k 1)"
+    return None
 
 
 def resident_logits(pair, engine: str) -> bool:
@@ -246,8 +261,11 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
     """
     from backends.hf import HFPair, oom_errors
 
+    from backends.hf import pick_device
+
     prompts = read_prompts(settings.prompts)
-    settings = replace(settings, prompts_sha256=hashlib.sha256("\n".join(prompts).encode()).hexdigest())
+    engine = label_engine(pick_device(device), labels_engine) if settings.labels else ""
+    settings = replace(settings, prompts_sha256=hashlib.sha256("\n".join(prompts).encode()).hexdigest(), labels_engine=engine)
     stored = out / "settings.json"
     if stored.exists():
         held = store.load_settings(out).__dict__
@@ -267,31 +285,33 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
     todo = [g for j, g in enumerate(groups) if j % world == rank and not all(store.shard_path(out, r[0]).exists() for r in g)]
     done, max_batch, max_tokens = 0, pair.max_batch, pair.forest_tokens
     bar = tqdm(total=sum(len(g) for g in todo), desc="roots", unit="root", file=sys.stderr, disable=quiet)
-    for group in todo:
-        while True:
-            try:
-                results = capture_group(pair, settings, group, max_batch, max_tokens, label_engine(pair, labels_engine))
-                break
-            except oom_errors():
-                if max_batch == 1 and max_tokens == 1:
-                    raise
-                max_batch, max_tokens = max(1, max_batch // 2), max(1, max_tokens // 2)
-                _empty_cuda_cache()
-                print(f"{PROG}: out of GPU memory at root {group[0][0]}; retrying with {max_batch} tree tokens per forward "
-                      f"({max_tokens} per multi-root forward)", file=sys.stderr)
-        for (root_id, prompt_index, context), (rows, logits, drafts, labels) in zip(group, results):
-            if store.shard_path(out, root_id).exists():  # captured before a kill; its group is evaluated whole again
-                continue
-            if logits is not None:
-                store.save_logits(store.logits_path(out, root_id), *logits)
-            if drafts is not None:
-                store.save_drafts(out, root_id, prompt_index, context, drafts)
-            if labels is not None:
-                store.save_labels(out, root_id, labels)
-            store.save_nodes(out, root_id, rows)
-            done += 1
-        bar.update(len(group))
-    bar.close()
+    try:  # closed on every exit, so an error's line never shares the bar's
+        for group in todo:
+            while True:
+                try:
+                    results = capture_group(pair, settings, group, max_batch, max_tokens, settings.labels_engine or "numpy")
+                    break
+                except oom_errors():
+                    if max_batch == 1 and max_tokens == 1:
+                        raise
+                    max_batch, max_tokens = max(1, max_batch // 2), max(1, max_tokens // 2)
+                    _empty_cuda_cache()
+                    print(f"{PROG}: out of GPU memory at root {group[0][0]}; retrying with {max_batch} tree tokens per forward "
+                          f"({max_tokens} per multi-root forward)", file=sys.stderr)
+            for (root_id, prompt_index, context), (rows, logits, drafts, labels) in zip(group, results):
+                if store.shard_path(out, root_id).exists():  # captured before a kill; its group is evaluated whole again
+                    continue
+                if logits is not None:
+                    store.save_logits(store.logits_path(out, root_id), *logits)
+                if drafts is not None:
+                    store.save_drafts(out, root_id, prompt_index, context, drafts)
+                if labels is not None:
+                    store.save_labels(out, root_id, labels)
+                store.save_nodes(out, root_id, rows)
+                done += 1
+            bar.update(len(group))
+    finally:
+        bar.close()
     return done
 
 
@@ -314,7 +334,7 @@ def parse_args(argv):
                         help="draft trees: iid, chain, delayed; grid: --samples trees Delayed(width, L1, depth) for every L1 in 0..depth")
     parser.add_argument("--width", type=int, default=4, help="K (grid: the largest K)")
     parser.add_argument("--depth", type=int, default=4, help="tree depth in tokens (grid: the largest L1 and L2)")
-    parser.add_argument("--samples", type=int, default=4, help="grid: trees per L1 and root")
+    parser.add_argument("--samples", type=int, default=4, help="grid: trees per L1 and root (labels: E_se needs 4 or more)")
     parser.add_argument("--trunk", type=int, default=1, help="L1 of a delayed tree")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0 = greedy)")
     parser.add_argument("--top-p", type=float, default=None, help="nucleus threshold in (0, 1]")
@@ -347,11 +367,14 @@ def parse_args(argv):
         (not {"trunk"} & parser.given or args.shape == "delayed", "--trunk: only --shape delayed has a trunk"),
         (not args.labels or args.shape == "grid", "--labels: only --shape grid has a label grid"),
         (not {"labels_engine"} & parser.given or args.labels, "--labels-engine: only with --labels"),
+        (args.labels is None or args.labels.strip(), "--labels: give at least one verifier"),
     ])
     try:
         args.labels = ",".join(name_list(args.labels, "--labels", tree_verifiers.names())) if args.labels else ""
     except ValueError as exc:
         fail_from(PROG, exc, parser)
+    check_flags(PROG, [(reason is None, reason) for reason in
+                       [label_refusal(name, args.width, args.temperature, args.top_k) for name in args.labels.split(",") if name]])
     settings = store.CaptureSettings(args.target, args.draft, args.prompts, args.roots_per_prompt, args.spacing, args.shape,
                                      args.width, args.depth, args.trunk, args.temperature, args.top_p, args.top_k, args.dtype,
                                      args.store_top, args.full, args.seed, samples=args.samples, labels=args.labels,
@@ -378,7 +401,7 @@ def main(argv=None) -> int:
     except ValueError as exc:
         fail_from(PROG, exc, parser)
     if not quiet:
-        print(f"captured {captured} roots into {out} (rank {rank} of {world})")
+        print(f"captured {captured} root{'' if captured == 1 else 's'} into {out} (rank {rank} of {world})")
     return 0
 
 

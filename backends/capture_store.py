@@ -67,6 +67,7 @@ class CaptureSettings:
     labels: str = ""  # --shape grid --labels: comma-separated verifiers labelled at capture time
     roots_per_forward: int = 8  # roots whose trees share one forward (settings.json without it: 1, the earlier captures)
     evaluation: str = "cached"  # "cached": kept KV caches, each node once; "forward" (settings.json without it): levels re-run ancestors
+    labels_engine: str = ""  # --labels: the engine the labels were computed with (numpy or torch; "unrecorded" before the field)
 
     def tree_shape(self) -> Delayed:
         return named_shape(self.shape, self.width, self.depth, self.trunk)
@@ -90,6 +91,8 @@ def differing_settings(stored: dict, mine: dict) -> list[str]:
 
     def same(key):
         a, b = stored.get(key, defaults.get(key)), mine.get(key)
+        if key == "labels_engine" and a == "unrecorded":  # a capture from before the field: either engine resumes it
+            return True
         if key in ("target", "draft") and a and b and Path(a).expanduser().exists() and Path(b).expanduser().exists():
             return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
         return a == b
@@ -181,7 +184,8 @@ def load_settings(folder) -> CaptureSettings:
         known = {f.name for f in fields(CaptureSettings)}
         if not isinstance(data, dict) or not set(data) <= known:
             raise TypeError
-        settings = CaptureSettings(**{"roots_per_forward": 1, "evaluation": "forward", **data})  # captures made before the flags
+        defaults = {"roots_per_forward": 1, "evaluation": "forward", "labels_engine": "unrecorded" if data.get("labels") else ""}
+        settings = CaptureSettings(**{**defaults, **data})  # captures made before the flags
         settings.sampling()
         settings.placement()
         if settings.evaluation not in ("cached", "forward"):

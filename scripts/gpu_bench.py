@@ -144,7 +144,7 @@ def bench_capture(vocab: int, device: str, *, depth: int, roots: int) -> dict:
         rates = {}
         for where in ("cpu", device):
             pair = HFPair(f"{tmp}/target", f"{tmp}/draft", device=where)
-            engine = label_engine(pair, "auto")  # the torch engine on CUDA
+            engine = label_engine(pair.device, "auto")  # the torch engine on CUDA
             seconds = _timed(lambda: capture_group(pair, settings, group, pair.max_batch, pair.forest_tokens, engine), lambda: None, 1)
             rates[where] = roots / seconds
     return {"V": vocab, "level": "capture", "verifier": "specinfer", "cpu_per_s": rates["cpu"], "device_per_s": rates[device]}

@@ -52,6 +52,29 @@ def capture_flags(pair_dir, prompts, out, *extra) -> list[str]:
             "--out", str(out), "--roots-per-prompt", "1", "--spacing", "4", "--quiet", *extra]
 
 
+KILLED_CAPTURE = """
+import os, signal, sys
+from backends import capture, capture_store
+saved, original = [0], capture_store.save_nodes
+def save_nodes(*args, **kwargs):  # SIGKILL right after the n-th root's last shard: a deterministic kill point
+    original(*args, **kwargs)
+    saved[0] += 1
+    if saved[0] == int(sys.argv[1]):
+        os.kill(os.getpid(), signal.SIGKILL)
+capture_store.save_nodes = save_nodes
+sys.exit(capture.main(sys.argv[2:]))
+"""
+
+
+def killed_capture(argv, after: int) -> int:
+    """Run ``python -m backends.capture argv`` in a subprocess that SIGKILLs itself right after
+    writing its ``after``-th root (mid-group when groups hold more roots); its return code (-9)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", KILLED_CAPTURE, str(after), *argv], capture_output=True).returncode
+
+
 def make_capture(micro_pair_dir, tmp_path_factory, prompts: int, *flags) -> Path:
     """A ``--full`` capture of the micro pair on the first ``prompts`` shipped prompts (1 root each, spacing 4)."""
     from backends.capture import main as capture_main

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import polars as pl
@@ -15,7 +13,7 @@ import pytest
 from backends.capture import main
 from backends.capture_store import CapturedPair, read_capture
 from backends.roots import read_prompts
-from conftest import SHIPPED_PROMPTS, capture_flags, write_prompts
+from conftest import SHIPPED_PROMPTS, capture_flags, killed_capture, write_prompts
 
 SHIPPED = SHIPPED_PROMPTS  # other tests import it from here
 N_PROMPTS = 8
@@ -84,17 +82,13 @@ def test_missing_model_and_long_prompt(micro_pair_dir, tmp_path, capsys, prompts
 
 
 def test_sigkill_then_rerun_gives_every_row_once(micro_pair_dir, tmp_path, prompts):
-    """Kill the capture with SIGKILL after its first shards, rerun the same command: the result
-    equals an uninterrupted capture (no duplicate, no missing row)."""
-    command = [sys.executable, "-m", "backends.capture", *flags(micro_pair_dir, prompts, tmp_path / "killed", "--roots-per-forward", "2")]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while time.time() < deadline and len(list((tmp_path / "killed").glob("nodes-r*.parquet"))) < 2:
-        time.sleep(0.05)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    partial = len(list((tmp_path / "killed").glob("nodes-r*.parquet")))
-    assert 2 <= partial < N_PROMPTS
+    """SIGKILL the capture right after its third root (the middle of its second group of two),
+    rerun the same command: the result equals an uninterrupted capture (no duplicate, no missing
+    row).  The kill point is fixed (``killed_capture``), not a race with a polling loop."""
+    argv = flags(micro_pair_dir, prompts, tmp_path / "killed", "--roots-per-forward", "2")
+    assert killed_capture(argv, after=3) == -signal.SIGKILL
+    assert len(list((tmp_path / "killed").glob("nodes-r*.parquet"))) == 3
+    command = [sys.executable, "-m", "backends.capture", *argv]
     assert subprocess.run(command, capture_output=True).returncode == 0
     assert main(flags(micro_pair_dir, prompts, tmp_path / "clean", "--roots-per-forward", "2")) == 0
     resumed, clean = read_capture(str(tmp_path / "killed")), read_capture(str(tmp_path / "clean"))

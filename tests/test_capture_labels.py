@@ -3,11 +3,9 @@ same capture's full logits, resume after SIGKILL to identical bytes, shard over 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import time
 
 import polars as pl
 import pytest
@@ -15,7 +13,7 @@ import pytest
 from backends.capture import main
 from backends.capture_store import read_capture, read_labels
 from backends.sources.replay import CaptureSource
-from conftest import capture_flags, write_prompts
+from conftest import capture_flags, killed_capture, write_prompts
 from simlab.labels import grid_labels
 from simlab.trees import NodeTable
 
@@ -62,14 +60,10 @@ def test_without_full_the_capture_keeps_labels_and_summaries_only(micro_pair_dir
 
 
 def test_sigkill_then_rerun_gives_identical_label_bytes(micro_pair_dir, prompts, labelled, tmp_path):
-    command = [sys.executable, "-m", "backends.capture", *flags(micro_pair_dir, prompts, tmp_path / "killed", "--full")]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while time.time() < deadline and len(list((tmp_path / "killed").glob("nodes-r*.parquet"))) < 1:
-        time.sleep(0.05)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    assert len(list((tmp_path / "killed").glob("nodes-r*.parquet"))) < 4
+    argv = flags(micro_pair_dir, prompts, tmp_path / "killed", "--full")
+    assert killed_capture(argv, after=1) == -signal.SIGKILL  # mid-group: roots 0 and 1 share a group
+    assert len(list((tmp_path / "killed").glob("nodes-r*.parquet"))) == 1
+    command = [sys.executable, "-m", "backends.capture", *argv]
     assert subprocess.run(command, capture_output=True).returncode == 0
     for file in sorted(labelled.glob("labels-r*.parquet")):
         assert (tmp_path / "killed" / file.name).read_bytes() == file.read_bytes(), file.name
@@ -119,6 +113,30 @@ def test_bad_labels_flags_exit_2(micro_pair_dir, prompts, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(no_labels + ["--labels-engine", "torch"])
     assert exc.value.code == 2 and "--labels-engine" in capsys.readouterr().err
+    for labels, says in (("", "at least one verifier"), ("specinfer,greedy", "greedy target"), ("rrs_wor", "not lossless for the grid")):
+        with pytest.raises(SystemExit) as exc:  # refused before any model is loaded: no folder is left behind
+            main(flags(micro_pair_dir, prompts, tmp_path / "d", "--labels", labels))
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "d").exists()
+    assert main(flags(micro_pair_dir, prompts, tmp_path / "e", "--labels", "greedy", "--temperature", "0")) == 0
+
+
+def test_the_label_engine_is_part_of_the_settings(micro_pair_dir, prompts, labelled, tmp_path, capsys):
+    """A resume with another engine would mix labels equal only to 1e-12 in one folder: refused;
+    a capture from before the field (engine unrecorded) resumes with either."""
+    import json
+
+    assert json.loads((labelled / "settings.json").read_text())["labels_engine"] == "numpy"  # auto on a CPU
+    out = tmp_path / "mixed"
+    assert main(flags(micro_pair_dir, prompts, out)) == 0
+    with pytest.raises(SystemExit) as exc:
+        main(flags(micro_pair_dir, prompts, out, "--labels-engine", "torch"))
+    assert exc.value.code == 2 and "labels_engine 'numpy', not 'torch'" in capsys.readouterr().err
+    data = json.loads((out / "settings.json").read_text())
+    del data["labels_engine"]
+    (out / "settings.json").write_text(json.dumps(data))
+    assert main(flags(micro_pair_dir, prompts, out, "--labels-engine", "torch")) == 0
 
 
 def test_the_studies_use_stored_labels_with_unchanged_results(labelled):
