@@ -121,9 +121,8 @@ def label_refusal(name: str, width: int, temperature: float, top_k: int | None) 
 
 def resident_logits(pair, engine: str) -> bool:
     """Whether the capture keeps the logits on the models' device: with the torch label engine, a
-    pair that offers it (``with_resident_logits``) and settings without top-p."""
-    top_p = getattr(getattr(pair, "settings", None), "top_p", None)
-    return engine == "torch" and hasattr(pair, "with_resident_logits") and (top_p is None or top_p >= 1.0)
+    pair that offers it and settings that allow it (``HFPair.resident_possible``: no top-p)."""
+    return engine == "torch" and hasattr(pair, "resident_possible") and pair.resident_possible()
 
 
 SUMMARY_CHUNK = 64
@@ -195,14 +194,10 @@ def draft_cached(pair, settings: store.CaptureSettings, group):
     """(tree, grid drafts or None, table) per root by ``--evaluation cached``, every node evaluated once
     (``capture_group``)."""
     contexts = [context for _, _, context in group]
-    rngs = [seeded_rng(settings.seed, 1, root_id) for root_id, _, _ in group]
     if settings.shape != "grid":  # one session per root: its shape draws level by level on its own
-        drafted = []
-        for context, rng in zip(contexts, rngs):
-            table = NodeTable(pair.session([context]).member(0), context, rows="logits")
-            tree = settings.tree_shape().sample(table, rng)
-            table.fetch(tree.nodes())
-            drafted.append((tree, None, table))
+        drafted = [draft_root(pair.session([context]).member(0), settings, root_id, context) for root_id, _, context in group]
+        for tree, _, table in drafted:
+            table.fetch(tree.nodes())  # the leaves, from the same caches
         return drafted
     session = pair.session(contexts)
     tables = [NodeTable(session.member(b), context, rows="logits") for b, context in enumerate(contexts)]
@@ -211,6 +206,7 @@ def draft_cached(pair, settings: store.CaptureSettings, group):
         for table, paths, both in zip(tables, frontiers, session.logits(frontiers)):
             table.add_logits(paths, *both)
 
+    rngs = [seeded_rng(settings.seed, 1, root_id) for root_id, _, _ in group]  # as draft_root's: (seed, root id) alone
     every = draw_grids(tables, rngs, fetch=fetch, K_max=settings.width, L1_values=range(settings.depth + 1),
                        L2_max=settings.depth, samples=settings.samples)
     drafted = [(union_tree(drafts), drafts, table) for drafts, table in zip(every, tables)]

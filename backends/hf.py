@@ -53,7 +53,8 @@ import numpy as np
 
 from simlab.checks import check_int
 from simlab.pairs import check_contexts, check_eos
-from backends.tree_cache import CachedTree, TreeSession
+from backends.tree_cache import CachedTree, TreeSession, additive_mask, closed_nodes, left_padded
+from simlab.device_rows import to_host
 from simlab.sampling import SamplingSettings, check_settings
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -76,11 +77,6 @@ def _raised_here(exc: BaseException) -> bool:
     frames = traceback.extract_tb(exc.__traceback__)
     ours = {Path(__file__).resolve(), Path(__file__).with_name("tree_cache.py").resolve()}
     return bool(frames) and Path(frames[-1].filename).resolve() in ours
-
-
-def _host(logits) -> np.ndarray:
-    """Logits as a host array (a device tensor is copied to the host; an array is itself)."""
-    return logits if isinstance(logits, np.ndarray) else logits.cpu().numpy()
 
 
 def _torch():
@@ -219,8 +215,13 @@ class HFPair:
         other._check_resident()
         return other
 
+    def resident_possible(self) -> bool:
+        """Whether this pair's settings allow resident logits (none with top-p: its nucleus is cut
+        on the host, ``simlab.device_rows``)."""
+        return self.settings.top_p is None or self.settings.top_p >= 1.0
+
     def _check_resident(self) -> None:
-        if self.resident and self.settings.top_p is not None and self.settings.top_p < 1.0:
+        if self.resident and not self.resident_possible():
             raise ValueError(f"settings: top-p ({self.settings.name}) is computed on the host; resident logits need settings without it")
 
     def with_max_batch(self, max_batch: int) -> "HFPair":
@@ -358,12 +359,12 @@ class HFPair:
         if any(not c for c in contexts):
             raise ValueError("context: empty; a real model needs at least one token (for example a BOS token)")
         logits_p, logits_q = self._path_logits(contexts, self.max_batch)
-        return self.settings.probabilities(_host(logits_p)), self.settings.probabilities(_host(logits_q))
+        return self.settings.probabilities(to_host(logits_p)), self.settings.probabilities(to_host(logits_q))
 
     def node_distributions(self, root: Sequence[int], paths: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
         """p and q at ``root + path`` for each path, with one tree forward per model (float64 (n, V))."""
         logits_p, logits_q = self.node_logits(root, paths)
-        return self.settings.probabilities(_host(logits_p)), self.settings.probabilities(_host(logits_q))
+        return self.settings.probabilities(to_host(logits_p)), self.settings.probabilities(to_host(logits_q))
 
     def node_logits(self, root: Sequence[int], paths: Sequence[tuple[int, ...]],
                     max_batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -383,7 +384,7 @@ class HFPair:
             raise ValueError("context: empty; a real model needs at least one token (for example a BOS token)")
         if not self.tree_attention:
             return self._path_logits([root + pth for pth in paths], chunk)
-        nodes = sorted({pth[:d] for pth in paths for d in range(1, len(pth) + 1)}, key=lambda x: (len(x), x))
+        nodes = closed_nodes(paths)
         self._check_length(len(root) + max((len(n) for n in nodes), default=0))
         index = {(): 0, **{n: i + 1 for i, n in enumerate(nodes)}}
         take = [index[pth] for pth in paths]  # only these rows are kept (the ancestors' logits are dropped per chunk)
@@ -414,7 +415,7 @@ class HFPair:
             paths = check_contexts(paths, self.vocab_size)
             if not root:
                 raise ValueError("context: empty; a real model needs at least one token (for example a BOS token)")
-            nodes = sorted({pth[:d] for pth in paths for d in range(1, len(pth) + 1)}, key=lambda x: (len(x), x))
+            nodes = closed_nodes(paths)
             self._check_length(len(root) + max((len(n) for n in nodes), default=0))
             prepared.append((root, paths, nodes))
         out: list = [None] * len(prepared)
@@ -450,15 +451,9 @@ class HFPair:
         torch = _torch()
         C = max(len(root) for root, _ in items)  # every context ends at column C - 1
         S = C + max(len(nodes) for _, nodes in items)
-        ids = np.zeros((len(items), S), dtype=np.int64)
-        positions = np.zeros((len(items), S), dtype=np.int64)
-        allowed = np.zeros((len(items), S, S), dtype=bool)
-        allowed[:, np.arange(S), np.arange(S)] = True  # padding sees itself (no empty softmax row)
+        ids, positions, allowed = left_padded([root for root, _ in items], S)
         for b, (root, nodes) in enumerate(items):
             L, n, start = len(root), len(nodes), C - len(root)
-            ids[b, start:C] = root
-            positions[b, start:C] = np.arange(L)
-            allowed[b, start:C, start:C] = np.tril(np.ones((L, L), dtype=bool))
             index = {node: k for k, node in enumerate(nodes)}
             ancestry = np.zeros((n, n), dtype=bool)
             for k, node in enumerate(nodes):  # sorted by depth: a parent's row is complete before its children's
@@ -471,8 +466,7 @@ class HFPair:
             allowed[b, C : C + n, C : C + n] = ancestry
         dtype = next(model.parameters()).dtype
         with torch.no_grad():
-            mask = torch.zeros((len(items), 1, S, S), dtype=dtype, device=self.device)
-            mask.masked_fill_(~torch.from_numpy(allowed).to(self.device)[:, None], torch.finfo(dtype).min)
+            mask = additive_mask(allowed, dtype, self.device)
             keep = {"logits_to_keep": S - C + 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
             logits = model(torch.from_numpy(ids).to(self.device), attention_mask=mask,
                            position_ids=torch.from_numpy(positions).to(self.device), use_cache=False, **keep).logits

@@ -43,6 +43,42 @@ def cache_of(output):
     return getattr(output, "cache", None) or getattr(output, "past_key_values", None)
 
 
+def closed_nodes(paths: Sequence[Node], seen=()) -> list[Node]:
+    """The non-root nodes of ``paths`` and their ancestors, less the ancestors in ``seen`` (a
+    container of nodes already evaluated; a requested path is kept even when seen), sorted by
+    depth, then by tokens: the order a tree forward feeds them in (a parent before its children)."""
+    nodes = {path[:d] for path in paths for d in range(1, len(path)) if path[:d] not in seen}
+    return sorted(nodes | {path for path in paths if path}, key=lambda node: (len(node), node))
+
+
+def left_padded(roots: Sequence[tuple[int, ...]], width: int):
+    """Root contexts as the rows of one batch, left-padded so that every context ends at column
+    C - 1 (C = the longest): numpy ids (rows, width) int64, positions (rows, width) int64 and
+    ``allowed`` (rows, width, width) bool, with the context block causal (a context token sees its
+    context before it and itself) and every padding column seeing itself only (no empty softmax
+    row).  Columns C .. width - 1 are left for the caller (tree nodes, or nothing: width = C)."""
+    C = max(len(root) for root in roots)
+    ids = np.zeros((len(roots), width), dtype=np.int64)
+    positions = np.zeros((len(roots), width), dtype=np.int64)
+    allowed = np.zeros((len(roots), width, width), dtype=bool)
+    allowed[:, np.arange(width), np.arange(width)] = True
+    for b, root in enumerate(roots):
+        L, start = len(root), C - len(root)
+        ids[b, start:C] = root
+        positions[b, start:C] = np.arange(L)
+        allowed[b, start:C, start:C] = np.tril(np.ones((L, L), dtype=bool))
+    return ids, positions, allowed
+
+
+def additive_mask(allowed: np.ndarray, dtype, device):
+    """The 4-D additive attention mask (rows, 1, queries, keys) of ``dtype`` on ``device`` from a
+    boolean ``allowed`` (rows, queries, keys): 0 where allowed, the dtype's minimum elsewhere."""
+    import torch
+
+    mask = torch.zeros((allowed.shape[0], 1, *allowed.shape[1:]), dtype=dtype, device=device)
+    return mask.masked_fill_(~torch.from_numpy(allowed).to(device)[:, None], torch.finfo(dtype).min)
+
+
 class CachedTree:
     """One model's KV cache over root contexts (one batch row each) and the nodes fed so far.
 
@@ -59,33 +95,18 @@ class CachedTree:
         self.dtype = next(model.parameters()).dtype
         self.lengths = [len(r) for r in roots]
         self.length = max(self.lengths)  # every context ends at column length - 1
-        ids = torch.zeros((len(roots), self.length), dtype=torch.long)
-        for b, root in enumerate(roots):
-            ids[b, self.length - len(root):] = torch.tensor(root)
+        ids, positions, allowed = left_padded(roots, self.length)
         options = {}
-        if len(set(self.lengths)) > 1:  # left padding: a context token sees its context before it, padding itself
-            allowed = torch.zeros((len(roots), self.length, self.length), dtype=torch.bool)
-            positions = torch.zeros((len(roots), self.length), dtype=torch.long)
-            for b, L in enumerate(self.lengths):
-                start = self.length - L
-                allowed[b, start:, start:] = torch.tril(torch.ones((L, L), dtype=torch.bool))
-                allowed[b, range(start), range(start)] = True
-                positions[b, start:] = torch.arange(L)
-            options = {"attention_mask": self._mask(allowed), "position_ids": positions.to(self.device)}
+        if len(set(self.lengths)) > 1:  # equal lengths need no mask: the model's own causal attention
+            options = {"attention_mask": additive_mask(allowed, self.dtype, self.device),
+                       "position_ids": torch.from_numpy(positions).to(self.device)}
         with torch.no_grad():
-            prefix = model(ids.to(self.device), use_cache=True, **options)
+            prefix = model(torch.from_numpy(ids).to(self.device), use_cache=True, **options)
         self.root_logits = prefix.logits[:, -1].clone()  # (rows, V_model) on the device; not a view that keeps
         self.cache = cache_of(prefix)  # the whole (rows, context, V_model) prefix logits alive
         del prefix
         self.width = self.length  # columns in the cache: the contexts, then every chunk fed
         self.column: list[dict[Node, int]] = [{} for _ in roots]
-
-    def _mask(self, allowed):
-        import torch
-
-        mask = torch.zeros((allowed.shape[0], 1, *allowed.shape[1:]), dtype=self.dtype, device=self.device)
-        mask[:, 0][~allowed.to(self.device)] = torch.finfo(self.dtype).min
-        return mask
 
     def feed(self, blocks: Sequence[Sequence[Node]], chunk: int, takes: Sequence[Sequence[Node]]):
         """Append each root's nodes (``blocks[b]``, sorted by depth; a node's ancestors fed before or
@@ -126,7 +147,7 @@ class CachedTree:
                         self.column[b].setdefault(node, self.width + i)  # a node fed again: a copy nobody sees
                         tokens[b, i] = node[-1]
                         positions[b, i] = self.lengths[b] + len(node) - 1
-                output = self.model(torch.from_numpy(tokens).to(self.device), attention_mask=self._mask(torch.from_numpy(allowed)),
+                output = self.model(torch.from_numpy(tokens).to(self.device), attention_mask=additive_mask(allowed, self.dtype, self.device),
                                     position_ids=torch.from_numpy(positions).to(self.device), use_cache=True,
                                     **{cache_kwarg(self.model): self.cache})
                 self.cache = cache_of(output)
@@ -184,9 +205,7 @@ class TreeSession:
             self._trees = tuple(CachedTree(self.pair, model, self.roots) for model in (self.pair.target, self.pair.draft))
         blocks = []
         for b, (root, paths) in enumerate(zip(self.roots, requests)):
-            seen = self._trees[0].column[b]
-            new = {pth[:d] for pth in paths for d in range(1, len(pth)) if pth[:d] not in seen} | {pth for pth in paths if pth}
-            blocks.append(sorted(new, key=lambda x: (len(x), x)))
+            blocks.append(closed_nodes(paths, seen=self._trees[0].column[b]))
             self.pair._check_length(len(root) + max((len(n) for n in blocks[-1]), default=0))
         rows = [tree.feed(blocks, self.max_batch, requests) for tree in self._trees]
         return [(self.pair._logits(p), self.pair._logits(q)) for p, q in zip(*rows)]

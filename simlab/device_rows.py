@@ -17,15 +17,32 @@ engine's [N, k] masses and the summaries' scalars and top tokens reach the host:
   (ties: lowest id first, as the capture's stable argsort).
 
 Both are tested equal to the references to 1e-12 (float64) on random and edge-case rows
-(tests/test_device_rows.py); the numpy functions stay the reference.
+(tests/test_device_rows.py); the numpy functions stay the reference.  ``is_tensor`` and
+``to_host`` let the numpy core (``simlab.trees``) and the backends take tensors or arrays
+without importing torch themselves.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 if TYPE_CHECKING:  # torch is imported on first use: simlab's numpy core does not need it
     import torch
+
+def is_tensor(x) -> bool:
+    """True for a torch tensor, without importing torch (a tensor exists only if torch was imported)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def to_host(x) -> np.ndarray:
+    """``x`` as a host numpy array: a tensor is copied from its device (the same values and dtype),
+    anything else goes through ``np.asarray``."""
+    return x.detach().cpu().numpy() if is_tensor(x) else np.asarray(x)
+
 
 SUMMARY_COLUMNS = ("l1", "tv", "kl_pq", "kl_qp", "h_p", "h_q")
 """The columns of ``simlab.measures.node_divergences``, in its order."""

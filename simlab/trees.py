@@ -14,12 +14,12 @@ path, e.g. ``[(0,), (1,), (0, 0)]`` = two children of the root, and one child be
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from simlab.device_rows import is_tensor, to_host
 from simlab.distributions import check_distribution
 from simlab.drafting import Drafting
 from simlab.pairs import ModelPair, NodeBatch, NodeLogits, WithSettings, check_context, eos_of
@@ -38,21 +38,11 @@ def planning_verifier(verifier, k: int):
 Path = tuple[int, ...]
 
 
-def _is_tensor(x) -> bool:
-    """True for a torch tensor (torch is never imported here: a tensor exists only if it was)."""
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
-
-
 def _same(a, b) -> bool:
     """Equal shape and values, for host arrays and torch tensors alike."""
-    if _is_tensor(a) and _is_tensor(b):
+    if is_tensor(a) and is_tensor(b):
         return a.shape == b.shape and a.device == b.device and bool((a == b).all())
-    return np.array_equal(_host(a), _host(b))
-
-
-def _host(x) -> np.ndarray:
-    return x.detach().cpu().numpy() if _is_tensor(x) else np.asarray(x)
+    return np.array_equal(to_host(a), to_host(b))
 
 
 class NodeTable:
@@ -150,10 +140,10 @@ class NodeTable:
         settings = getattr(self.pair, "settings", None)
         if settings is None:
             raise ValueError(f"pair: {type(self.pair).__name__} has no sampling settings to turn logits into p and q")
-        if _is_tensor(logits_p) != _is_tensor(logits_q):
+        if is_tensor(logits_p) != is_tensor(logits_q):
             raise ValueError("logits: give target and draft logits both as torch tensors or both as arrays")
-        if not _is_tensor(logits_p) or self.rows == "float64":
-            logits_p, logits_q = _host(logits_p), _host(logits_q)
+        if not is_tensor(logits_p) or self.rows == "float64":
+            logits_p, logits_q = to_host(logits_p), to_host(logits_q)
         shape_p, shape_q = tuple(logits_p.shape), tuple(logits_q.shape)
         if shape_p != (len(paths), self.vocab_size) or shape_q != shape_p:
             raise ValueError(f"logits: must be ({len(paths)}, {self.vocab_size}) arrays, got {shape_p} and {shape_q}")
@@ -179,11 +169,11 @@ class NodeTable:
         if missing:
             raise ValueError(f"paths: no logits kept for node {missing[0]} (rows={self.rows!r})")
         rows = [self._logits[tuple(pth)] for pth in paths]
-        return np.stack([_host(r[0]) for r in rows]), np.stack([_host(r[1]) for r in rows])
+        return np.stack([to_host(r[0]) for r in rows]), np.stack([to_host(r[1]) for r in rows])
 
     def resident(self, path: Path) -> bool:
         """True if the logits at ``path`` are kept as a torch tensor (on the device that made them)."""
-        return path in self._logits and _is_tensor(self._logits[path][0])
+        return path in self._logits and is_tensor(self._logits[path][0])
 
     def torch_rows(self, paths: Sequence[Path], *, device=None, dtype=None):
         """p and q at ``paths`` as two [n, V] torch tensors of ``dtype`` (default float64) on ``device``.
@@ -232,9 +222,9 @@ class NodeTable:
     def _from_logits(self, path: Path, which: int) -> np.ndarray:
         """p (which = 0) or q (1) at ``path`` from its kept logits; both validated at the first access."""
         probabilities = self.pair.settings.probabilities
-        row = probabilities(_host(self._logits[path][which]))  # a resident row: one transient host copy
+        row = probabilities(to_host(self._logits[path][which]))  # a resident row: one transient host copy
         if path not in self._checked:
-            other = probabilities(_host(self._logits[path][1 - which]))
+            other = probabilities(to_host(self._logits[path][1 - which]))
             p, q = (row, other) if which == 0 else (other, row)
             check_distribution(p, f"p at node {path}", size=self.vocab_size)
             check_distribution(q, f"q at node {path}", size=self.vocab_size)

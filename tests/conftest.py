@@ -95,3 +95,10 @@ def grid_capture(micro_pair_dir, tmp_path_factory):
 def tree_capture(micro_pair_dir, tmp_path_factory):
     """A capture of i.i.d. trees (width 2, depth 2): 2 prompts, 1 root each."""
     return make_capture(micro_pair_dir, tmp_path_factory, 2, "--depth", "2", "--width", "2")
+
+
+def one_error_line(err: str) -> bool:
+    """True when a tool's stderr holds exactly one line besides its progress notes (the lines
+    ``backends.cli.slow_step`` prints, ending in "...", when a step such as loading the models
+    takes over 2 s on a busy machine): the one-line error a CLI exits 2 with."""
+    return len([line for line in err.splitlines() if line.strip() and not line.endswith("...")]) == 1

@@ -13,7 +13,7 @@ import pytest
 from backends.capture import main
 from backends.capture_store import read_capture, read_labels
 from backends.sources.replay import CaptureSource
-from conftest import capture_flags, killed_capture, write_prompts
+from conftest import capture_flags, killed_capture, one_error_line, write_prompts
 from simlab.labels import grid_labels
 from simlab.trees import NodeTable
 
@@ -117,7 +117,7 @@ def test_bad_labels_flags_exit_2(micro_pair_dir, prompts, tmp_path, capsys):
         with pytest.raises(SystemExit) as exc:  # refused before any model is loaded: no folder is left behind
             main(flags(micro_pair_dir, prompts, tmp_path / "d", "--labels", labels))
         err = capsys.readouterr().err
-        assert exc.value.code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+        assert exc.value.code == 2 and says in err and one_error_line(err), err
         assert not (tmp_path / "d").exists()
     assert main(flags(micro_pair_dir, prompts, tmp_path / "e", "--labels", "greedy", "--temperature", "0")) == 0
 
@@ -182,7 +182,7 @@ def test_a_label_only_capture_refuses_what_it_cannot_replay(light, tmp_path, cap
         compare_verifiers.main(["--capture", str(light), "--K-max", "2", "--L-max", "2", "--samples", "2", "--verifiers",
                                 "nss,traversal", "--out", str(tmp_path / "c"), "--quiet"])
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.count("\n") == 1 and "--full" in err, err
+    assert exc.value.code == 2 and one_error_line(err) and "--full" in err, err
     assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())  # nothing written
     with pytest.raises(ValueError, match="without --full"):
         CaptureSource([str(light)], grid=False)

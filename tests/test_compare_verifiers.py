@@ -17,6 +17,7 @@ from simlab.efficiency import draw_grid, expected_block_efficiency, grid_block_e
 from simlab.latency import LatencyModel
 from simlab.shapes import Delayed
 from simlab.trees import NodeTable
+from conftest import one_error_line
 
 SMALL = ["--vocab", "6", "--trajectories", "2", "--roots-per-trajectory", "1", "--settings", "1,0.5", "--K-max", "2",
          "--L-max", "2", "--samples", "2", "--verifiers", "specinfer,bv,traversal", "--jobs", "1", "--quiet"]
@@ -122,7 +123,7 @@ def test_bad_arguments_exit_2_with_one_line(flags, message, capsys, tmp_path):
         cv.main(flags + ["--out", str(tmp_path), "--quiet"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1
+    assert message in err and one_error_line(err)
 
 
 def test_ddte_settings():
@@ -222,7 +223,7 @@ def test_damaged_and_one_sample_captures_are_refused(grid_capture, tmp_path, cap
     with pytest.raises(SystemExit):
         cv.main(["--capture", str(broken), "--K-max", "2", "--L-max", "2", "--out", str(tmp_path / "o"), "--quiet"])
     err = capsys.readouterr().err
-    assert "damaged" in err and err.count("\n") == 1
+    assert "damaged" in err and one_error_line(err)
     with pytest.raises(SystemExit):
         cv.main(["--capture", str(grid_capture), "--out", str(tmp_path / "o"), "--quiet"])  # grid larger than the capture
     assert "--K-max 2 --L-max 2" in capsys.readouterr().err

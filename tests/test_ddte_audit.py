@@ -11,6 +11,7 @@ import pytest
 
 from analyses import ddte_audit
 from simlab.selector.train import split_by_trajectory
+from conftest import one_error_line
 
 SMALL = ["--vocab", "8", "--trajectories", "3", "--settings", "1,0.6", "--samples", "1", "--epochs", "3", "--quiet"]
 
@@ -89,4 +90,4 @@ def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         ddte_audit.main(flags + ["--out", str(tmp_path / "o"), "--quiet"])
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.count("\n") == 1 and flag in err, err
+    assert exc.value.code == 2 and one_error_line(err) and flag in err, err

@@ -314,3 +314,15 @@ def test_an_error_of_our_own_in_the_probe_is_raised_not_taken_for_a_mask_refusal
     monkeypatch.setattr(HFPair, "_forest_rows", namespace["broken"])
     with pytest.raises(TypeError, match="a bug in the forest mask"):
         HFPair(str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu")
+
+
+def test_an_error_of_tree_cache_in_the_probe_is_raised_too(micro_pair_dir, monkeypatch):
+    """The same for backends/tree_cache.py (the kept-cache path the probe checks): its own errors are ours."""
+    import backends.tree_cache as tree_cache
+
+    namespace = {}
+    exec(compile("def broken(self, blocks, chunk, takes):\n    raise IndexError('a bug in the cached mask')\n",
+                 tree_cache.__file__, "exec"), namespace)
+    monkeypatch.setattr(tree_cache.CachedTree, "feed", namespace["broken"])
+    with pytest.raises(IndexError, match="a bug in the cached mask"):
+        HFPair(str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu")

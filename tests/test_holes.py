@@ -21,6 +21,7 @@ from simlab.files import STAGING_PREFIX
 from simlab.pairs import ContextFreePair, MarkovPair
 from simlab.shapes import Delayed, chain, iid
 from simlab.trees import DraftTree, NodeTable
+from conftest import one_error_line
 
 SMALL_DBD = ["--vocab", "12", "--roots-per-trajectory", "2", "--depth", "2", "--width", "2", "--k", "2", "--quiet"]
 
@@ -29,7 +30,7 @@ def one_line_exit_2(capsys, call) -> str:
     with pytest.raises(SystemExit) as exc:
         call()
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.count("\n") == 1, err
+    assert exc.value.code == 2 and one_error_line(err), err
     return err
 
 

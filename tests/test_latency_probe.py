@@ -12,6 +12,7 @@ import pytest
 from backends.hf import HFPair
 from backends.latency_probe import forward_seconds, main, measure
 from simlab.latency import LatencyModel
+from conftest import one_error_line
 
 CONTEXTS, TOKENS = (4, 8), (1, 2)
 
@@ -95,7 +96,7 @@ def test_cli_bad_input_exits_2_with_one_line(micro_pair_dir, tmp_path, capsys, e
     with pytest.raises(SystemExit) as exc:
         main(flags(micro_pair_dir, out) + extra)
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.count("\n") == 1 and flag in err, err
+    assert exc.value.code == 2 and one_error_line(err) and flag in err, err
     assert not out.exists()
 
 

@@ -14,6 +14,7 @@ from simlab.selector.features import KL_CAP, SCALARS, root_features
 from simlab.selector.loss import policy_throughput, selector_loss
 from simlab.selector.model import Selector, SelectorConfig
 from simlab.selector.train import SelectorData, TrainConfig, split_by_trajectory, train
+from conftest import one_error_line
 
 
 def toy_batch(seed=0, B=16, A=12):
@@ -179,7 +180,7 @@ def test_bad_arguments_exit_2_with_one_line(module, flags, message, capsys, tmp_
         module.main(flags + ["--out", str(tmp_path), "--quiet"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert message in err and err.count("\n") == 1
+    assert message in err and one_error_line(err)
 
 
 def test_loss_checks_shapes_and_signs():
@@ -217,4 +218,4 @@ def test_foreign_run_folder(costly_drafts, tmp_path, capsys):
     with pytest.raises(SystemExit):
         evaluate_selector.main(["--run", str(run), "--out", str(tmp_path / "o"), "--quiet"])
     err = capsys.readouterr().err
-    assert "--run" in err and err.count("\n") == 1
+    assert "--run" in err and one_error_line(err)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from analyses import specblock
+from conftest import one_error_line
 
 SMALL = ["--vocab", "24", "--trajectories", "2", "--roots-per-trajectory", "1", "--spacing", "6", "--budgets", "6,12",
          "--K", "3", "--beam-width", "3", "--quiet"]
@@ -92,7 +93,7 @@ def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         specblock.main(flags + ["--out", str(tmp_path / "o"), "--quiet"])
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.count("\n") == 1 and flag in err, err
+    assert exc.value.code == 2 and one_error_line(err) and flag in err, err
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from analyses import block_efficiency_grid, divergence_by_depth
 from backends import cli as _tool
+from conftest import one_error_line
 
 SMALL = ["--vocab", "24", "--roots-per-trajectory", "3", "--depth", "3", "--width", "2", "--k", "3", "--quiet"]
 
@@ -59,7 +60,7 @@ def test_bad_arguments_exit_2_with_one_line(flags, message, capsys):
         divergence_by_depth.main(flags + ["--out", "/tmp/unused-simlab"])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and message in err
+    assert one_error_line(err) and message in err
 
 
 def test_unwritable_out(tmp_path, capsys):
@@ -72,7 +73,7 @@ def test_unwritable_out(tmp_path, capsys):
 
 def test_command_line_entry_point(tmp_path):
     result = subprocess.run([sys.executable, "-m", "analyses.divergence_by_depth", "--depth", "0"], capture_output=True, text=True)
-    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "--depth" in result.stderr
+    assert result.returncode == 2 and one_error_line(result.stderr) and "--depth" in result.stderr
 
 
 def test_interrupted_write_leaves_nothing(tmp_path):
