@@ -18,10 +18,9 @@ import sys
 from dataclasses import dataclass
 
 import polars as pl
-from tqdm import tqdm
 
 from backends.cli import (OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer,
-                          prepare_out, print_table, run_tool)
+                          prepare_out, print_table, progress_bar, run_tool)
 from backends.sources.flags import SourceConfig, add_source_flags, make_source
 from simlab import tree_verifiers
 from simlab.efficiency import action_grid_block_efficiency, expected_block_efficiency, grid_block_efficiency
@@ -87,7 +86,7 @@ def estimate(config: Config, source, setting) -> pl.DataFrame:
     roots = list(source.roots(setting))
     rows = []
     jobs = [(v, r) for v in config.verifiers for r in range(len(roots))]
-    for name, index in tqdm(jobs, desc="verifier x root", file=sys.stderr, disable=config.quiet):
+    for name, index in progress_bar(jobs, desc="verifier x root", quiet=config.quiet):
         root = roots[index]
         grid, method = None, config.method
         if root.drafts is not None:

@@ -32,13 +32,12 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from tqdm import tqdm
 
 from simlab import tree_verifiers
 from simlab.tree_verifiers.base import reach_probabilities
 
 from analyses import builder_roster as roster_module
-from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer, prepare_out, print_table, run_tool
+from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer, prepare_out, print_table, progress_bar, run_tool
 from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
                                     note_hf_defaults, with_hf_defaults)
 
@@ -292,6 +291,34 @@ def summarise(per_root: pl.DataFrame, baseline: str) -> pl.DataFrame:
         paired, on=["setting", "budget", "builder", "verifier"], how="left")
 
 
+def baseline_notes(summary: pl.DataFrame, baseline: str, verifiers) -> pl.DataFrame:
+    """``summary`` with ``baseline_note``: why ``vs_baseline`` and ``paired_dE`` are empty on a row
+    (null where they are not): the baseline pairing (``baseline`` with greedy at T = 0, one-hot at
+    T > 0) is not among ``verifiers``, or it did not run there."""
+
+    def why(setting: str) -> str:
+        v = "greedy" if setting == "T=0" else "onehot"
+        if v not in verifiers:
+            return f"the baseline {baseline} with {v} was not run: {v} is not among --verifiers"
+        return f"the baseline {baseline} with {v} did not run here (see Not run)"
+
+    notes = [None if ratio is not None else why(setting) for setting, ratio in summary.select("setting", "vs_baseline").iter_rows()]
+    return summary.with_columns(pl.Series("baseline_note", notes, dtype=pl.String))
+
+
+def unpaired_builders(builders, settings, verifiers) -> list[dict]:
+    """A not-run row (builder, setting, reason) for every builder with no verifier among
+    ``verifiers`` that is lossless for its drafting law in a setting: listed, never silently dropped."""
+    rows = []
+    for name in builders:
+        for setting in settings:
+            if not roster_module.verifiers_for(name, setting, verifiers):
+                lossless = roster_module.verifiers_for(name, setting, tree_verifiers.names())
+                rows.append({"builder": name, "setting": setting.name, "budget": None,
+                             "reason": f"no verifier among --verifiers is lossless for its trees (lossless: {', '.join(lossless)})"})
+    return rows
+
+
 def best_pairings(summary: pl.DataFrame) -> pl.DataFrame:
     """Each builder's highest-throughput verifier per setting and budget (exact ties, as every lossless
     verifier of a deterministic tree gives: greedy at T = 0, one-hot at T > 0, then by name)."""
@@ -357,14 +384,16 @@ def _main(argv) -> int:
                                    "reason": "needs --selector RUN (a folder of python -m analyses.train_selector on this source)"})
         else:
             roster.selectors = nde_entry(config, roster)
+    listed = {r["builder"] for r in roster.not_run}
+    roster.not_run += unpaired_builders([b for b in builders if b not in listed], settings, verifiers)
     out = prepare_out(PROG, config.out if config.out is not None else f"out/compare_builders/{source.slug()}")
     try:
         roots = {s: list(source.roots(s)) for s in settings}
         test = split([r.trajectory for rs in roots.values() for r in rs], config.test_share, config.seed)
         train_roots = {s: [r for r in rs if r.trajectory not in test] for s, rs in roots.items()}
         test_roots = {s: [r for r in rs if r.trajectory in test] for s, rs in roots.items()}
-        with tqdm(total=sum(len(r) for r in roots.values()), desc="roots (fit, then compare)", unit="root", file=sys.stderr,
-                  disable=config.quiet) as bar:
+        with progress_bar(total=sum(len(r) for r in roots.values()), desc="roots (fit, then compare)", unit="root",
+                          quiet=config.quiet) as bar:
             fit(config, roster, train_roots, verifiers, set(builders), source, bar)
             rows, depth_rows, gap_rows, missing = measure(config, roster, test_roots, verifiers, builders, bar)
     except ValueError as exc:
@@ -377,7 +406,10 @@ def _main(argv) -> int:
         reasons = "; ".join(dict.fromkeys(f"{r['builder']}: {r['reason']}" for r in roster.not_run))
         fail(PROG, f"--builders: no builder could run on this source ({reasons})")
     per_root = pl.DataFrame(rows)
-    summary = summarise(per_root, config.baseline)
+    summary = baseline_notes(summarise(per_root, config.baseline), config.baseline, verifiers)
+    for note, where in summary.filter(pl.col("baseline_note").is_not_null()).group_by("baseline_note", maintain_order=True).agg(
+            pl.col("setting").unique(maintain_order=True).str.join(" ")).iter_rows():
+        print(f"{PROG}: note: vs_baseline and paired_dE are empty at {where}: {note}", file=sys.stderr)
     by_depth, gaps = pl.DataFrame(depth_rows), pl.DataFrame(gap_rows, schema={"setting": pl.String, "trajectory": pl.Int64, "root": pl.Int64,
                                                                               "context_length": pl.Int64, "budget": pl.Int64, "builder": pl.String,
                                                                               "verifier": pl.String, "depth": pl.Int64, "gap": pl.Float64,

@@ -41,9 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-from tqdm import tqdm
 
-from backends.cli import OutputSet, add_output_flags, chart_writer, check_flags, fail_from, parquet_writer, prepare_out, print_table, run_tool
+from backends.cli import OutputSet, add_output_flags, chart_writer, check_flags, fail_from, parquet_writer, prepare_out, print_table, progress_bar, run_tool
 from backends.sources.flags import LatencyConfig, SourceConfig, make_latency, make_source, note_hf_defaults, study_parser, with_hf_defaults
 
 PROG = "python -m analyses.ddte_audit"
@@ -116,7 +115,7 @@ def label(config: Config, source, settings, latency) -> tuple[list[dict], list[d
     from simlab.trees import NodeTable
 
     rows, records = [], []
-    bar = tqdm(total=sum(source.count(s) for s in settings), desc="roots", unit="root", file=sys.stderr, disable=config.quiet)
+    bar = progress_bar(total=sum(source.count(s) for s in settings), desc="roots", unit="root", quiet=config.quiet)
     for setting in settings:
         for root in source.roots(setting):
             table = NodeTable(root.pair, root.context)
@@ -211,8 +210,8 @@ def select(config: Config, labels: pl.DataFrame, records: list[dict]) -> tuple[p
 
     picks = np.array([trav_static[str(settings[r])] for r in test])
     record("traversal", "exact", "static", picks, trav["E"][test, picks], trav["E"][test, picks], trav["T"][test, picks])
-    bar = tqdm(total=sum(name == "exact" or convention(v, name) is not None for v in SELECTOR_VERIFIERS for name in CONVENTIONS),
-               desc="selectors", unit="selector", file=sys.stderr, disable=config.quiet)
+    bar = progress_bar(total=sum(name == "exact" or convention(v, name) is not None for v in SELECTOR_VERIFIERS for name in CONVENTIONS),
+                       desc="selectors", unit="selector", quiet=config.quiet)
     for v in SELECTOR_VERIFIERS:
         for name in CONVENTIONS:
             if name != "exact" and convention(v, name) is None:

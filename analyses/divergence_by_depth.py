@@ -23,9 +23,8 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from tqdm import tqdm
 
-from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail_from, parquet_writer, prepare_out, print_table, progress, run_tool
+from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail_from, parquet_writer, prepare_out, print_table, progress, progress_bar, run_tool
 from backends.sources.flags import SourceConfig, add_source_flags, make_source, note_hf_defaults
 from backends.synthetic.base import seeded_rng
 from simlab.measures import ACCEPTANCE_METHODS, node_acceptance, node_divergences
@@ -98,7 +97,7 @@ def measure(config: Config, source, setting) -> pl.DataFrame:
     fallback = np.random.default_rng(config.seed)
     rows = []
     roots = source.roots(setting)
-    for root in tqdm(roots, total=source.count(setting), desc="roots", unit="root", file=sys.stderr, disable=config.quiet):
+    for root in progress_bar(roots, total=source.count(setting), desc="roots", unit="root", quiet=config.quiet):
         table = NodeTable(root.pair, root.context)
         if root.tree is not None:
             tree = DraftTree(table, root.tree).fill()

@@ -156,15 +156,13 @@ def label_all(source, settings, verifiers, grid: Grid, latency: LatencyModel, *,
     seeded by (seed, setting index, trajectory, root), so the rows do not depend on ``jobs``.
     Progress goes to stderr.
     """
-    import sys
-
     import polars as pl
-    from tqdm import tqdm
 
+    from backends.cli import progress_bar
     from backends.sources import SyntheticSource
 
     tasks = [(source, s, i, tuple(verifiers), grid, latency, seed, features, feature_pair) for i, s in enumerate(settings)]
-    bar = tqdm(total=len(tasks), desc="settings", unit="setting", file=sys.stderr, disable=quiet)
+    bar = progress_bar(total=len(tasks), desc="settings", unit="setting", quiet=quiet)
     parts = []
     if jobs > 1 and len(tasks) > 1 and isinstance(source, SyntheticSource):
         import multiprocessing

@@ -40,12 +40,11 @@ from functools import partial
 from pathlib import Path
 
 import polars as pl
-from tqdm import tqdm
 
 from simlab import tree_verifiers
 from simlab.tree_verifiers.base import accepted_lengths, reach_probabilities
 
-from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, run_tool
+from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, progress_bar, run_tool
 from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
                                     note_hf_defaults, with_hf_defaults)
 
@@ -215,7 +214,7 @@ def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list
 
     budgets = [int(b) for b in config.budgets.split(",")]
     rows, depth_rows, slot_rows = [], [], []
-    bar = tqdm(total=sum(source.count(s) for s in settings), desc="roots", unit="root", file=sys.stderr, disable=config.quiet)
+    bar = progress_bar(total=sum(source.count(s) for s in settings), desc="roots", unit="root", quiet=config.quiet)
     for setting in settings:
         for root in source.roots(setting):
             table = NodeTable(root.pair, root.context)
@@ -292,7 +291,7 @@ def run_stream(config: Config, source, latency, drafter_of) -> list[dict]:
                                            beam_width=config.beam_width, table=table)
     make_adapter = lambda model: Adapter(model, pair.target, pair.feature_layers(), kl=config.kl, steps=config.update_steps,
                                          learning_rate=config.adapt_lr)
-    bar = tqdm(total=len(POLICIES) * len(prompts), desc="stream", unit="prompt", file=sys.stderr, disable=config.quiet)
+    bar = progress_bar(total=len(POLICIES) * len(prompts), desc="stream", unit="prompt", quiet=config.quiet)
     rows = []
     for policy in POLICIES:
         rows += stream(policy, drafter.model, pair, prompts, make_adapter, builder_for, latency, new_tokens=config.stream_tokens,

@@ -33,11 +33,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
-from tqdm import tqdm
 
 from simlab import tree_verifiers
 
-from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, run_tool
+from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, progress_bar, run_tool
 from backends.roots import SHIPPED_PROMPTS
 from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
                                     note_hf_defaults, with_hf_defaults)
@@ -105,6 +104,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     check_flags(PROG, [
         (config.depth >= 1, f"--depth: must be >= 1, got {config.depth}"),
         (config.ngram >= 1, f"--ngram: must be >= 1, got {config.ngram}"),
+        (config.epochs >= 1, f"--epochs: must be >= 1, got {config.epochs}"),
         (set(fixed) <= {0, 1}, f"--fixed: one 0 or 1 per layer, got {config.fixed}"),
         (config.trajectories >= 2, f"--trajectories: need >= 2 (train and test), got {config.trajectories}"),
         (0 < config.test_share < 1, f"--test-share: must lie in (0, 1), got {config.test_share}"),
@@ -136,7 +136,7 @@ def measure(config: Config, source, settings, latency):
 
     rows, schedule_rows, training = [], [], {}
     total = sum(source.count(s) for s in settings)
-    bar = tqdm(total=total, desc="roots", unit="root", file=sys.stderr, disable=config.quiet)
+    bar = progress_bar(total=total, desc="roots", unit="root", quiet=config.quiet)
     for setting in settings:
         verifiers = tree_verifiers.deterministic_verifiers(setting)
         for root in source.roots(setting):

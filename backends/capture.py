@@ -60,10 +60,9 @@ import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from tqdm import tqdm
 
 from backends import capture_store as store
-from backends.cli import ToolParser, check_flags, fail_from, name_list, prepare_out, slow_step
+from backends.cli import ToolParser, check_flags, fail_from, name_list, prepare_out, progress_bar, slow_step
 from backends.roots import prompt_roots, read_prompts
 from backends.synthetic.base import seeded_rng
 from simlab import tree_verifiers
@@ -280,7 +279,7 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
     groups = [roots[i : i + G] for i in range(0, len(roots), G)]  # fixed by root order: a resumed run forms the same groups
     todo = [g for j, g in enumerate(groups) if j % world == rank and not all(store.shard_path(out, r[0]).exists() for r in g)]
     done, max_batch, max_tokens = 0, pair.max_batch, pair.forest_tokens
-    bar = tqdm(total=sum(len(g) for g in todo), desc="roots", unit="root", file=sys.stderr, disable=quiet)
+    bar = progress_bar(total=sum(len(g) for g in todo), desc="roots", unit="root", quiet=quiet)
     try:  # closed on every exit, so an error's line never shares the bar's
         for group in todo:
             while True:

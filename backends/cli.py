@@ -13,7 +13,9 @@ What makes a tool behave like one:
   files an interrupted (even SIGKILLed) run left there are removed;
 * ``OutputSet``: every file of a run is staged and published together (atomic renames);
 * ``progress`` / ``slow_step``: one line on stderr for a step that is (``progress``) or turns out
-  to be (``slow_step``: after 2 s) silent for longer than a few seconds, such as loading models.
+  to be (``slow_step``: after 2 s) silent for longer than a few seconds, such as loading models;
+* ``progress_bar``: every tool's progress bar; ``fail`` and ``run_tool`` (interrupted) close
+  the open bars before their line, so it never shares the bar's line nor is followed by a redraw.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ import os
 import sys
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 
 import polars as pl
+from tqdm import tqdm
 
 from simlab.files import atomic_write, remove_stale_staging, staging_file, umask
 
@@ -85,8 +89,30 @@ def add_output_flags(parser: "ToolParser", prog: str) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
 
 
+_OPEN_BARS: "weakref.WeakSet[tqdm]" = weakref.WeakSet()
+
+
+def progress_bar(iterable=None, *, total: int | None = None, desc: str, unit: str = "it", quiet: bool = False) -> tqdm:
+    """A tool's progress bar on stderr (a ``tqdm``; disabled by ``quiet``), registered so that
+    ``close_bars`` closes it before an error or interrupt line.  Use it as the context manager
+    ``with progress_bar(...) as bar:`` or close it when done."""
+    bar = tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, disable=quiet)
+    _OPEN_BARS.add(bar)
+    return bar
+
+
+def close_bars() -> None:
+    """Close every open ``progress_bar`` (its last state stays on its own line), so that the line
+    printed next starts a line of its own and no bar is redrawn after it."""
+    for bar in list(_OPEN_BARS):
+        bar.close()
+        _OPEN_BARS.discard(bar)
+
+
 def fail(prog: str, message: str) -> None:
-    """Print ``prog: error: message`` (one line) to stderr and exit with status 2."""
+    """Print ``prog: error: message`` (one line) to stderr and exit with status 2 (open progress
+    bars closed first)."""
+    close_bars()
     sys.stderr.write(f"{prog}: error: {message.splitlines()[0] if message else 'failed'}\n")
     raise SystemExit(2)
 
@@ -248,10 +274,12 @@ def chart_writer(chart, fmt: str):
 
 
 def run_tool(prog: str, body) -> int:
-    """Run a tool's ``body()``: a KeyboardInterrupt becomes one line on stderr and status 130."""
+    """Run a tool's ``body()``: a KeyboardInterrupt becomes one line on stderr (after the open
+    progress bars are closed) and status 130."""
     try:
         return body()
     except KeyboardInterrupt:
+        close_bars()
         sys.stderr.write(f"{prog}: interrupted; no partial output was published\n")
         return 130
 
@@ -264,5 +292,6 @@ def print_table(frame: pl.DataFrame, title: str) -> None:
         print(frame)
 
 
-__all__ = ["OutputSet", "ToolParser", "atomic_write", "chart_writer", "check_flags", "fail", "fail_from", "flag_message",
-           "int_list", "name_list", "parquet_writer", "prepare_out", "print_table", "progress", "run_tool", "slow_step", "write_parquet"]
+__all__ = ["OutputSet", "ToolParser", "atomic_write", "chart_writer", "check_flags", "close_bars", "fail", "fail_from", "flag_message",
+           "int_list", "name_list", "parquet_writer", "prepare_out", "print_table", "progress", "progress_bar", "run_tool", "slow_step",
+           "write_parquet"]

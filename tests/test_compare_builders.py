@@ -88,3 +88,21 @@ def test_on_the_micro_pair_with_the_trained_block_drafter(micro_pair_dir, drafte
     assert compare_builders.main(flags) == 0
     per_root = pl.read_parquet(tmp_path / "per_root.parquet")
     assert set(per_root["builder"]) == {"eagle2", "specblock", "iid"} and (per_root["tokens"] <= 6).all()
+
+
+def test_a_builder_without_a_lossless_verifier_is_listed_and_a_missing_baseline_is_said(tmp_path, capsys):
+    """Issue 28: with --verifiers traversal EAGLE-2 (deterministic trees: no lossless pairing with
+    traversal) got neither rows nor a not-run reason, and vs_baseline was null with no note."""
+    assert compare_builders.main(SMALL + ["--builders", "sequoia,eagle2", "--verifiers", "traversal", "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    not_run = pl.read_parquet(tmp_path / "not_run.parquet").filter(pl.col("builder") == "eagle2")
+    assert set(not_run["setting"]) == {"T=0", "T=1"} and not_run["reason"].str.contains("--verifiers").all()
+    summary = pl.read_parquet(tmp_path / "compare_builders.parquet")
+    assert set(summary["builder"]) == {"sequoia"} and summary["vs_baseline"].is_null().all()
+    assert summary["baseline_note"].str.contains("onehot is not among --verifiers").sum() == summary.filter(pl.col("setting") == "T=1").height
+    assert "note: vs_baseline and paired_dE are empty at T=1" in err
+
+
+def test_the_baseline_note_is_null_where_the_ratio_is_given(run):
+    summary = pl.read_parquet(run / "compare_builders.parquet")
+    assert summary["vs_baseline"].is_not_null().all() and summary["baseline_note"].is_null().all()

@@ -168,7 +168,8 @@ class TreeTable:
             ValueError: no tree with m nodes fits in l levels.
         """
         if not math.isfinite(self.value(m, l)):
-            raise ValueError(f"budget: no tree of {m} nodes fits in {l} levels with width {len(self.acceptance)}")
+            raise ValueError(f"budget: no tree of {m} nodes (root included) fits in {l} levels (root = level 1) with width "
+                             f"{len(self.acceptance)}")
         out: list[tuple[int, ...]] = []
         queue = [((), m, l)]
         while queue:
@@ -283,6 +284,11 @@ class Sequoia:
         object.__setattr__(self, "budget", check_int(self.budget, "budget", 1))
         object.__setattr__(self, "depth", check_int(self.depth, "depth", 1, 64))
         table = tree_dp(self.acceptance, self.budget + 1, self.depth + 1)
+        if not math.isfinite(table.value(self.budget + 1, self.depth + 1)):  # said in the caller's units, not the DP's m and l
+            width = len(self.acceptance)
+            most = sum(width**d for d in range(1, self.depth + 1))
+            raise ValueError(f"budget: no tree of {self.budget} draft tokens (root excluded) fits in depth {self.depth} with width "
+                             f"{width} (at most {most} draft tokens)")
         object.__setattr__(self, "shape", Static(table.spec(self.budget + 1, self.depth + 1), self.children))
 
     @property
