@@ -36,7 +36,14 @@ ancestors again, then evaluates the leaves of the G roots' trees in one masked f
 resumed or sharded run computes exactly the same packs; a group with a missing shard is
 evaluated whole again and only its missing shards are written.  Under ``torchrun`` each process
 captures the groups with ``j % WORLD_SIZE == RANK`` on ``cuda:LOCAL_RANK`` (with G = 1: the roots
-with ``root % WORLD_SIZE == RANK``).  After an out-of-memory error a group is retried with half
+with ``root % WORLD_SIZE == RANK``); RANK, WORLD_SIZE and LOCAL_RANK that cannot shard (not
+integers, WORLD_SIZE < 1, RANK outside 0..WORLD_SIZE - 1) exit 2 with one line, and a rank with
+nothing to do (no group of its own, or all captured) says so on stderr.  A folder is written by one
+run at a time (``backends.capture_lock``: ``lock-rank<R>.json`` per process; the ranks of one run,
+same settings and WORLD_SIZE, share it; another run is refused with one line while a live process
+holds it; a dead process's lock is taken over with one line), every rank writes settings.json
+before its first shard (or checks it equals its own), and every shard records the hash of the
+settings it was drawn under (``backends.capture_store``), which readers check.  After an out-of-memory error a group is retried with half
 as many tokens per forward, and the later groups of the run keep the smaller budget (their packs,
 and so the last float32 bits of their logits, then differ from an uninterrupted run's; a rerun
 starts again at the full budget).  The logits of every node a child was drafted from come from
@@ -62,6 +69,7 @@ from pathlib import Path
 
 
 from backends import capture_store as store
+from backends.capture_lock import CaptureLock
 from backends.cli import ToolParser, check_flags, fail_from, name_list, prepare_out, progress_bar, slow_step
 from backends.roots import prompt_roots, read_prompts
 from backends.synthetic.base import seeded_rng
@@ -76,7 +84,7 @@ from simlab.shapes import Delayed
 from simlab.trees import DraftTree, NodeTable
 
 PROG = "python -m backends.capture"
-SHAPES = ("iid", "chain", "delayed", "grid")
+SHAPES = store.SHAPES
 
 
 def multiplicity(tree, path) -> int:
@@ -251,33 +259,44 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
         world: int = 1, labels_engine: str = "auto") -> int:
     """Capture every root of this process's share not already in ``out``; returns roots captured.
 
-    Raises:
-        ValueError: naming the argument (``prompts``, ``target``, ``draft``, ``device``, ``out``...).
-    """
-    from backends.hf import HFPair, oom_errors
+    The folder is held (``backends.capture_lock``) from the first check of its settings to the
+    last shard; settings.json is claimed (``capture_store.claim_settings``: written if absent, else
+    compared) by every rank before its first shard, and checked unchanged before each group's
+    shards, which record its hash.
 
+    Raises:
+        ValueError: naming the argument (``prompts``, ``target``, ``draft``, ``device``, ``out``...);
+            ``out: ...`` for a folder another run holds or one with other settings.
+    """
     from backends.hf import pick_device
 
     prompts = read_prompts(settings.prompts)
     engine = label_engine(pick_device(device), labels_engine) if settings.labels else ""
     settings = replace(settings, prompts_sha256=hashlib.sha256("\n".join(prompts).encode()).hexdigest(), labels_engine=engine)
-    stored = out / "settings.json"
-    if stored.exists():
-        held = store.load_settings(out).__dict__
-        differ = store.differing_settings(held, asdict(settings))
-        if differ:
-            detail = ", ".join(f"{key} {held[key]!r}, not {getattr(settings, key)!r}" for key in differ)
-            raise ValueError(f"out: {str(out)!r} holds a capture with other settings ({detail}); resume it with its own "
-                             "flags, or use a new folder")
+    with CaptureLock(out, rank, world, store.settings_hash(settings), note=lambda line: print(f"{PROG}: {line}", file=sys.stderr)):
+        store.check_resumable(out, settings)  # before the models load: a wrong folder is refused at once
+        return _capture(settings, prompts, out, device, quiet, rank, world)
+
+
+def _capture(settings: store.CaptureSettings, prompts: list[str], out: Path, device: str, quiet: bool, rank: int, world: int) -> int:
+    """``run``'s work, the folder held: load the models, claim the settings, capture this rank's groups."""
+    from backends.hf import HFPair, oom_errors
+
     with slow_step(PROG, f"loading {settings.target} and {settings.draft}", quiet):
         pair = HFPair(settings.target, settings.draft, device=device, dtype=settings.dtype, settings=settings.sampling())
     with slow_step(PROG, f"sampling the continuations of {len(prompts)} prompts", quiet):
         roots = list(prompt_roots(pair, prompts, settings.placement(), settings.seed, settings.tree_depth()))
-    if rank == 0 and not stored.exists():
-        store.save_settings(out, settings)
+    drawn_under = store.claim_settings(out, settings)  # every rank, before any shard
     G = settings.roots_per_forward
     groups = [roots[i : i + G] for i in range(0, len(roots), G)]  # fixed by root order: a resumed run forms the same groups
-    todo = [g for j, g in enumerate(groups) if j % world == rank and not all(store.shard_path(out, r[0]).exists() for r in g)]
+    mine = [g for j, g in enumerate(groups) if j % world == rank]
+    todo = [g for g in mine if not all(store.shard_path(out, r[0]).exists() for r in g)]
+    if not mine:
+        print(f"{PROG}: rank {rank} of {world} has nothing to do: {len(roots)} roots make {len(groups)} groups of up to {G} "
+              f"(--roots-per-forward), fewer than the {world} ranks", file=sys.stderr)
+    elif not todo:
+        print(f"{PROG}: rank {rank} of {world} has nothing to do: its {sum(len(g) for g in mine)} roots are captured already",
+              file=sys.stderr)
     done, max_batch, max_tokens = 0, pair.max_batch, pair.forest_tokens
     bar = progress_bar(total=sum(len(g) for g in todo), desc="roots", unit="root", quiet=quiet)
     try:  # closed on every exit, so an error's line never shares the bar's
@@ -293,16 +312,17 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
                     _empty_cuda_cache()
                     print(f"{PROG}: out of GPU memory at root {group[0][0]}; retrying with {max_batch} tree tokens per forward "
                           f"({max_tokens} per multi-root forward)", file=sys.stderr)
+            store.check_unchanged(out, drawn_under)
             for (root_id, prompt_index, context), (rows, logits, drafts, labels) in zip(group, results):
                 if store.shard_path(out, root_id).exists():  # captured before a kill; its group is evaluated whole again
                     continue
                 if logits is not None:
-                    store.save_logits(store.logits_path(out, root_id), *logits)
+                    store.save_logits(store.logits_path(out, root_id), *logits, settings_sha256=drawn_under)
                 if drafts is not None:
-                    store.save_drafts(out, root_id, prompt_index, context, drafts)
+                    store.save_drafts(out, root_id, prompt_index, context, drafts, settings_sha256=drawn_under)
                 if labels is not None:
-                    store.save_labels(out, root_id, labels)
-                store.save_nodes(out, root_id, rows)
+                    store.save_labels(out, root_id, labels, settings_sha256=drawn_under)
+                store.save_nodes(out, root_id, rows, settings_sha256=drawn_under)
                 done += 1
             bar.update(len(group))
     finally:
@@ -383,14 +403,42 @@ def parse_args(argv):
     return settings, args.out, args.device, args.quiet, args.labels_engine, parser
 
 
+def shard_environment(environ) -> tuple[int, int, int]:
+    """(RANK, WORLD_SIZE, LOCAL_RANK) of a ``torchrun`` process from ``environ`` (defaults 0, 1, 0).
+
+    Raises:
+        ValueError: ``"RANK: ..."`` (or the other name) for a value that is not an integer, a
+            WORLD_SIZE below 1, a negative rank, or a RANK outside 0..WORLD_SIZE - 1.
+    """
+    def number(name: str, default: int, minimum: int) -> int:
+        text = environ.get(name)
+        if text is None:
+            return default
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError(f"{name}: must be an integer, got {text!r}") from None
+        if value < minimum:
+            raise ValueError(f"{name}: must be >= {minimum}, got {value}")
+        return value
+
+    world, rank, local = number("WORLD_SIZE", 1, 1), number("RANK", 0, 0), number("LOCAL_RANK", 0, 0)
+    if rank >= world:
+        raise ValueError(f"RANK: {rank} is not a rank of WORLD_SIZE {world} (ranks 0 to {world - 1})")
+    return rank, world, local
+
+
 def main(argv=None) -> int:
     settings, out_arg, device, quiet, labels_engine, parser = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        rank, world, local = shard_environment(os.environ)
+    except ValueError as exc:
+        fail_from(PROG, exc)
     out = prepare_out(PROG, out_arg)
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world > 1 and device == "auto":
         from backends.hf import pick_device
 
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if pick_device() == "cuda" else "cpu"
+        device = f"cuda:{local}" if pick_device() == "cuda" else "cpu"
     try:
         captured = run(settings, out, device=device, quiet=quiet, rank=rank, world=world, labels_engine=labels_engine)
     except ValueError as exc:

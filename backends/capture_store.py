@@ -14,12 +14,30 @@ A capture folder holds:
   order, from which ``CapturedPair`` recomputes p and q with the capture's sampling settings.
 
 Every file is written atomically.  A damaged file (garbage, wrong schema, truncated archive)
-raises ``ValueError("capture: ... is damaged (...)")``, never a library's own exception.
+raises ``ValueError("capture: ... is damaged (...)")``, never a library's own exception; so does a
+settings.json field of the wrong type or out of range (the message names the field).
+
+**Settings hash.** ``settings.json`` is written before any shard, by every rank (``claim_settings``:
+created only if absent, atomically, so that of two runs racing into an empty folder one writes it
+and the other compares), and every shard records the hash of the settings it was drawn under
+(``settings_hash``: SHA-256 of the settings less the prompt file's path; parquet shards in their
+key-value metadata ``simlab.settings_sha256``, logits archives as the member ``settings_sha256``).
+Every reader (``read_nodes``, ``read_capture``, ``read_grid_drafts``, ``read_labels``,
+``read_logits``, ``CapturedPair``, ``backends.sources.replay.CaptureSource``) refuses a shard whose
+hash differs from that of the folder's settings.json, with one line.  Shards written before the
+hash (captures made before it) carry none: they are read as legacy shards, unchecked.  A folder
+holding shards but no settings.json is refused by the writer.  Who may write into a folder at a
+time: ``backends.capture_lock``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import os
+import types
+import typing
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -29,10 +47,15 @@ import polars as pl
 from backends.cli import atomic_write, write_parquet
 from backends.roots import RootPlacement
 from simlab.efficiency import GridDraft
+from simlab.files import staging_file, umask
 from simlab.pairs import check_contexts
 from simlab.sampling import SamplingSettings
 from simlab.shapes import Delayed, named_shape
 
+SHAPES = ("iid", "chain", "delayed", "grid")
+LABEL_ENGINES = ("", "numpy", "torch", "unrecorded")
+HASH_KEY = "simlab.settings_sha256"
+"""The key of a parquet shard's metadata (and the member of a logits archive) holding its settings hash."""
 NODE_COLUMNS = ("root", "prompt", "position", "root_context", "path", "depth", "token", "multiplicity", "children",
                 "l1", "tv", "kl_pq", "kl_qp", "h_p", "h_q", "p_top_ids", "p_top_probs", "q_top_ids", "q_top_probs")
 DRAFT_COLUMNS = ("root", "prompt", "root_context", "L1", "sample", "trunk", "branches")
@@ -84,6 +107,13 @@ class CaptureSettings:
         return RootPlacement(self.roots_per_prompt, self.spacing, first=0)
 
 
+def settings_hash(settings: CaptureSettings) -> str:
+    """SHA-256 (hex) of the settings that determine a capture's content: every field but the prompt
+    file's path (``prompts_sha256`` stands for the prompts), as sorted JSON."""
+    data = {k: v for k, v in asdict(settings).items() if k != "prompts"}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
 def differing_settings(stored: dict, mine: dict) -> list[str]:
     """Names of the settings that differ between a stored capture and this run (the prompt file's
     path is compared through the digest of its prompts, not as a string; model paths by folder)."""
@@ -123,17 +153,82 @@ def save_settings(out: Path, settings: CaptureSettings) -> None:
     atomic_write(Path(out) / "settings.json", lambda tmp: Path(tmp).write_text(json.dumps(asdict(settings), indent=2, sort_keys=True)))
 
 
-def save_nodes(out: Path, root: int, rows: list[dict]) -> None:
-    """The node shard of one root (written last: it marks the root as done)."""
-    write_parquet(pl.DataFrame(rows), shard_path(out, root))
+def check_resumable(out: Path, settings: CaptureSettings) -> None:
+    """Nothing if ``out`` holds no settings.json or one equal to ``settings`` (``differing_settings``).
+
+    Raises:
+        ValueError: ``out: ...`` naming the stored and the asked values of every setting that differs.
+    """
+    if not (Path(out) / "settings.json").exists():
+        return
+    held = load_settings(out).__dict__
+    differ = differing_settings(held, asdict(settings))
+    if differ:
+        detail = ", ".join(f"{key} {held[key]!r}, not {getattr(settings, key)!r}" for key in differ)
+        raise ValueError(f"out: {str(out)!r} holds a capture with other settings ({detail}); resume it with its own "
+                         "flags, or use a new folder")
 
 
-def save_labels(out: Path, root: int, rows: list[dict]) -> None:
-    """The grid labels of one root (``simlab.labels.grid_labels`` rows with root and prompt)."""
-    write_parquet(pl.DataFrame(rows), labels_path(out, root))
+def claim_settings(out: Path, settings: CaptureSettings) -> str:
+    """Write ``out/settings.json`` if absent (every rank does, before its first shard; created only
+    if absent, atomically: of two runs racing, one writes it and the other compares), else check
+    it equals ``settings``; returns the hash of the folder's settings, the one its shards record.
+
+    Raises:
+        ValueError: ``out: ...`` for other stored settings, or shards in a folder without settings.json.
+    """
+    out = Path(out)
+    path = out / "settings.json"
+    if not path.exists():
+        if next(iter(_shards(out)), None) is not None:
+            raise ValueError(f"out: {str(out)!r} holds capture shards but no settings.json (drawn under unknown settings); "
+                             "use a new folder")
+        tmp = staging_file(out, "settings.json")
+        try:
+            tmp.write_text(json.dumps(asdict(settings), indent=2, sort_keys=True))
+            os.chmod(tmp, 0o666 & ~umask())
+            try:
+                os.link(tmp, path)  # fails if another run wrote it first: that one is compared below
+            except FileExistsError:
+                pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    check_resumable(out, settings)
+    return settings_hash(load_settings(out))
 
 
-def save_drafts(out: Path, root: int, prompt: int, context, drafts) -> None:
+def check_unchanged(out: Path, expected: str) -> None:
+    """Raise ``ValueError("out: ...")`` if ``out/settings.json`` no longer has the hash ``expected``
+    (another capture rewrote it during this run); checked before each group's shards are written."""
+    held = settings_hash(load_settings(out))
+    if held != expected:
+        raise ValueError(f"out: {str(out)!r}: settings.json changed during this run (settings hash {held[:12]}, not "
+                         f"{expected[:12]}): another capture with other settings wrote into the folder; use a new folder")
+
+
+def _shards(folder: Path):
+    for pattern in ("nodes-r*.parquet", "drafts-r*.parquet", "labels-r*.parquet", "logits-r*.npz"):
+        yield from Path(folder).glob(pattern)
+
+
+def _stamped(settings_sha256: str) -> dict[str, str]:
+    if not isinstance(settings_sha256, str) or len(settings_sha256) != 64:
+        raise ValueError(f"settings_sha256: must be a settings hash (64 hex digits), got {settings_sha256!r}")
+    return {HASH_KEY: settings_sha256}
+
+
+def save_nodes(out: Path, root: int, rows: list[dict], *, settings_sha256: str) -> None:
+    """The node shard of one root (written last: it marks the root as done), stamped with the hash
+    of the settings it was drawn under."""
+    write_parquet(pl.DataFrame(rows), shard_path(out, root), metadata=_stamped(settings_sha256))
+
+
+def save_labels(out: Path, root: int, rows: list[dict], *, settings_sha256: str) -> None:
+    """The grid labels of one root (``simlab.labels.grid_labels`` rows with root and prompt), stamped."""
+    write_parquet(pl.DataFrame(rows), labels_path(out, root), metadata=_stamped(settings_sha256))
+
+
+def save_drafts(out: Path, root: int, prompt: int, context, drafts, *, settings_sha256: str) -> None:
     """One row per grid draft: L1, sample index within its L1, trunk and branches (token ids)."""
     seen: dict[int, int] = {}
     rows = []
@@ -142,15 +237,16 @@ def save_drafts(out: Path, root: int, prompt: int, context, drafts) -> None:
         rows.append({"root": root, "prompt": prompt, "root_context": list(context), "L1": d.L1, "sample": seen[d.L1],
                      "trunk": list(d.trunk), "branches": [list(b) for b in d.branches]})
     write_parquet(pl.DataFrame(rows, schema_overrides={"trunk": pl.List(pl.Int64), "branches": pl.List(pl.List(pl.Int64))}),
-                  drafts_path(out, root))
+                  drafts_path(out, root), metadata=_stamped(settings_sha256))
 
 
-def save_logits(path: Path, target: np.ndarray, draft: np.ndarray) -> None:
-    """Atomically store both models' float32 logits (nodes, V) of one root."""
+def save_logits(path: Path, target: np.ndarray, draft: np.ndarray, *, settings_sha256: str) -> None:
+    """Atomically store both models' float32 logits (nodes, V) of one root, stamped with the settings hash."""
+    stamp = _stamped(settings_sha256)[HASH_KEY]
 
     def write(tmp):
         with open(tmp, "wb") as handle:
-            np.savez_compressed(handle, target=target, draft=draft)
+            np.savez_compressed(handle, target=target, draft=draft, settings_sha256=np.array(stamp))
 
     atomic_write(Path(path), write)
 
@@ -181,18 +277,89 @@ def load_settings(folder) -> CaptureSettings:
         raise ValueError(f"capture: {str(folder)!r} has no settings.json (not a capture folder)")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        known = {f.name for f in fields(CaptureSettings)}
-        if not isinstance(data, dict) or not set(data) <= known:
-            raise TypeError
-        defaults = {"roots_per_forward": 1, "evaluation": "forward", "labels_engine": "unrecorded" if data.get("labels") else ""}
-        settings = CaptureSettings(**{**defaults, **data})  # captures made before the flags
-        settings.sampling()
-        settings.placement()
-        if settings.evaluation not in ("cached", "forward"):
-            raise ValueError
-        return settings
-    except (json.JSONDecodeError, UnicodeDecodeError, TypeError, ValueError):
+    except (json.JSONDecodeError, UnicodeDecodeError):
         raise ValueError(f"capture: {str(folder)!r} has a damaged settings.json") from None
+    try:
+        return _settings_from(data)
+    except ValueError as exc:
+        raise ValueError(f"capture: {str(folder)!r} has a damaged settings.json ({exc})") from None
+
+
+_KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def _field_value(name: str, value, hint):
+    """``value`` of settings field ``name`` checked against its annotation ``hint`` (ints accepted as
+    floats, and converted, so a stored 1 hashes as 1.0); raises ``ValueError("name: ...")``."""
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    if value is None and type(None) in options:
+        return None
+    for kind in options:
+        if kind is bool and isinstance(value, bool):
+            return value
+        if kind is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+        if kind is str and isinstance(value, str):
+            return value
+    wanted = " or ".join(_KINDS.get(kind, "null") for kind in options)
+    raise ValueError(f"{name}: expected {wanted}, got {value!r}")
+
+
+def _settings_from(data) -> CaptureSettings:
+    """``CaptureSettings`` from settings.json's object: every field type-checked and in range
+    (``ValueError`` naming the field); the fields a capture made before them lacks take the values
+    those captures had."""
+    if not isinstance(data, dict):
+        raise ValueError("expected an object of settings")
+    hints = typing.get_type_hints(CaptureSettings)
+    unknown = sorted(set(data) - set(hints))
+    if unknown:
+        raise ValueError(f"{unknown[0]}: not a capture setting")
+    missing = [f.name for f in fields(CaptureSettings) if f.name in ("target", "draft", "prompts") and f.name not in data]
+    if missing:
+        raise ValueError(f"{missing[0]}: missing")
+    defaults = {"roots_per_forward": 1, "evaluation": "forward", "labels_engine": "unrecorded" if data.get("labels") else ""}
+    settings = CaptureSettings(**{k: _field_value(k, v, hints[k]) for k, v in {**defaults, **data}.items()})  # captures made before the flags
+    for name in ("roots_per_prompt", "spacing", "width", "depth", "samples", "store_top", "roots_per_forward"):
+        if getattr(settings, name) < 1:
+            raise ValueError(f"{name}: must be >= 1, got {getattr(settings, name)}")
+    for name, allowed in (("shape", SHAPES), ("evaluation", ("cached", "forward")), ("labels_engine", LABEL_ENGINES)):
+        if getattr(settings, name) not in allowed:
+            raise ValueError(f"{name}: must be one of {', '.join(map(repr, allowed))}, got {getattr(settings, name)!r}")
+    settings.sampling()
+    settings.placement()
+    if settings.shape != "grid":
+        settings.tree_shape()
+    return settings
+
+
+def folder_hash(folder) -> str:
+    """The settings hash of a capture folder's settings.json (``settings_hash``), which its shards must record."""
+    return settings_hash(load_settings(folder))
+
+
+def check_drawn_under(folder, file, recorded: str | None, expected: str) -> None:
+    """Refuse a shard whose recorded settings hash is not ``expected`` (the folder's); a shard without
+    one (``recorded`` None: written before the hash) is a legacy shard, accepted.
+
+    Raises:
+        ValueError: ``capture: ...`` naming the shard and both hashes.
+    """
+    if recorded is not None and recorded != expected:
+        raise ValueError(f"capture: {str(file)!r} was drawn under other settings than {str(folder)!r}/settings.json "
+                         f"(settings hash {recorded[:12]}, not {expected[:12]}): the folder mixes two captures; recapture into a new folder")
+
+
+def _parquet_hash(file) -> str | None:
+    return read_safely(file, pl.read_parquet_metadata).get(HASH_KEY)
+
+
+def _read_shard(folder, file, expected: str | None) -> pl.DataFrame:
+    """A parquet shard, after checking its settings hash against ``expected`` (None: the folder's)."""
+    check_drawn_under(folder, file, _parquet_hash(file), folder_hash(folder) if expected is None else expected)
+    return read_safely(file, pl.read_parquet)
 
 
 def completed_roots(folder) -> list[int]:
@@ -207,31 +374,39 @@ def _check_columns(table: pl.DataFrame, columns, file) -> pl.DataFrame:
     return table
 
 
-def read_nodes(folder, root: int) -> pl.DataFrame:
-    """The node rows of one root."""
+def read_nodes(folder, root: int, expected: str | None = None) -> pl.DataFrame:
+    """The node rows of one root (its settings hash checked against ``expected``, default the folder's).
+
+    Raises:
+        ValueError: ``capture: ...`` for a damaged shard or one drawn under other settings.
+    """
     file = shard_path(folder, root)
-    return _check_columns(read_safely(file, pl.read_parquet), NODE_COLUMNS, file)
+    return _check_columns(_read_shard(folder, file, expected), NODE_COLUMNS, file)
 
 
 def read_capture(folder) -> pl.DataFrame:
     """All node shards of a capture as one table (sorted by root, then node order within the root).
 
     Raises:
-        ValueError: ``capture: ...`` for a folder without shards or with a damaged shard.
+        ValueError: ``capture: ...`` for a folder without shards, with a damaged shard or a shard
+            drawn under other settings than its settings.json.
     """
     roots = completed_roots(folder)
     if not roots:
         raise ValueError(f"capture: no capture shards in {str(folder)!r}")
-    return pl.concat([read_nodes(folder, r) for r in roots])
+    expected = folder_hash(folder)
+    return pl.concat([read_nodes(folder, r, expected) for r in roots])
 
 
 def read_grid_drafts(folder):
-    """Yield (root, prompt, root context, drafts) for every completed root of a grid capture."""
+    """Yield (root, prompt, root context, drafts) for every completed root of a grid capture
+    (each shard's settings hash checked)."""
+    expected = folder_hash(folder)
     for root in completed_roots(folder):
         file = drafts_path(folder, root)
         if not file.exists():
             raise ValueError(f"capture: {str(folder)!r} is damaged (root {root} has no drafts file)")
-        table = _check_columns(read_safely(file, pl.read_parquet), DRAFT_COLUMNS, file)
+        table = _check_columns(_read_shard(folder, file, expected), DRAFT_COLUMNS, file)
         drafts = tuple(GridDraft(int(L1), tuple(trunk), tuple(tuple(b) for b in branches))
                        for L1, trunk, branches in table.select("L1", "trunk", "branches").iter_rows())
         yield int(table["root"][0]), int(table["prompt"][0]), tuple(table["root_context"][0].to_list()), drafts
@@ -239,11 +414,12 @@ def read_grid_drafts(folder):
 
 def read_labels(folder) -> pl.LazyFrame:
     """The grid labels of every completed root of a ``--labels`` capture, scanned lazily from the
-    per-root shards (columns root, prompt and ``simlab.labels.LABEL_COLUMNS``).
+    per-root shards (columns root, prompt and ``simlab.labels.LABEL_COLUMNS``); each shard's
+    settings hash is checked first (its footer only).
 
     Raises:
-        ValueError: ``capture: ...`` for a capture made without ``--labels``, or a completed root
-            without its labels file.
+        ValueError: ``capture: ...`` for a capture made without ``--labels``, a completed root
+            without its labels file, or a labels shard drawn under other settings.
     """
     stored = load_settings(folder)
     if not stored.labels:
@@ -254,19 +430,26 @@ def read_labels(folder) -> pl.LazyFrame:
         raise ValueError(f"capture: {str(folder)!r} is damaged ({missing[0].name} is missing)")
     if not files:
         raise ValueError(f"capture: no capture shards in {str(folder)!r}")
+    expected = settings_hash(stored)
+    for file in files:
+        check_drawn_under(folder, file, _parquet_hash(file), expected)
     return pl.scan_parquet([str(f) for f in files])
 
 
-def read_logits(folder, root: int) -> tuple[np.ndarray, np.ndarray]:
-    """(target, draft) float32 logits (nodes, V) of one root of a ``full`` capture."""
+def read_logits(folder, root: int, expected: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(target, draft) float32 logits (nodes, V) of one root of a ``full`` capture (its settings
+    hash checked against ``expected``, default the folder's)."""
     def read(file):
         with np.load(file) as stored:  # each read of a member decompresses it: read once
-            return stored["target"], stored["draft"]
+            recorded = str(stored["settings_sha256"]) if "settings_sha256" in stored.files else None
+            return stored["target"], stored["draft"], recorded
 
     file = logits_path(folder, root)
     if not file.exists():
         raise ValueError(f"capture: {str(folder)!r} is damaged (root {root} has no logits file)")
-    return read_safely(file, read)
+    target, draft, recorded = read_safely(file, read)
+    check_drawn_under(folder, file, recorded, folder_hash(folder) if expected is None else expected)
+    return target, draft
 
 
 def captured_tree(nodes: pl.DataFrame) -> dict[tuple[int, ...], tuple[int, ...]]:
@@ -328,9 +511,10 @@ class CapturedPair:
             raise ValueError(f"capture: no capture shards in {self.folder!r}")
         self._rows: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         transform = self.settings.sampling().probabilities
+        expected = settings_hash(self.settings)
         for root in wanted:
-            nodes = read_nodes(folder, root)
-            target, draft = read_logits(folder, root)
+            nodes = read_nodes(folder, root, expected)
+            target, draft = read_logits(folder, root, expected)
             if target.shape[0] != nodes.height or draft.shape != target.shape:
                 raise ValueError(f"capture: {self.folder!r} is damaged (root {root}: {target.shape[0]} logit rows for {nodes.height} nodes)")
             p, q = transform(target), transform(draft)

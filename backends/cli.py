@@ -256,14 +256,15 @@ class OutputSet:
         self.staged = []
 
 
-def write_parquet(frame: pl.DataFrame, path: Path) -> None:
-    """Atomic parquet write (same data, same bytes)."""
-    atomic_write(path, parquet_writer(frame))
+def write_parquet(frame: pl.DataFrame, path: Path, metadata: dict[str, str] | None = None) -> None:
+    """Atomic parquet write (same data, same bytes), with optional key-value ``metadata``."""
+    atomic_write(path, parquet_writer(frame, metadata))
 
 
-def parquet_writer(frame: pl.DataFrame):
-    """A writer ``f(path)`` for ``OutputSet.stage`` (no statistics, so same data gives same bytes)."""
-    return lambda tmp: frame.write_parquet(tmp, statistics=False)
+def parquet_writer(frame: pl.DataFrame, metadata: dict[str, str] | None = None):
+    """A writer ``f(path)`` for ``OutputSet.stage`` (no statistics, so same data gives same bytes;
+    ``metadata``: key-value pairs stored in the file's footer)."""
+    return lambda tmp: frame.write_parquet(tmp, statistics=False, metadata=metadata)
 
 
 def chart_writer(chart, fmt: str):
