@@ -132,8 +132,7 @@ class CaptureLock:
             if not _flocked(fd):
                 record = self._live_record(fd)
                 os.close(fd)
-                raise ValueError(f"out: {str(self.out)!r} is being captured into by {_owner(record)}; wait for it to finish "
-                                 "or use another folder")
+                raise self._refusal(record)
             if not _same_file(fd, self.path):  # removed by its owner or a taker-over between open and flock: again
                 os.close(fd)
                 continue
@@ -163,13 +162,24 @@ class CaptureLock:
                     other.unlink(missing_ok=True)
                 return
             record = self._live_record(fd)
-            if record and record.get("settings_sha256") == self.settings_sha256 and record.get("world_size") == self.world:
-                return  # a fellow rank of this run
-            why = "another WORLD_SIZE" if record and record.get("settings_sha256") == self.settings_sha256 else "other settings"
-            raise ValueError(f"out: {str(self.out)!r} is being captured into by another run with {why}: {_owner(record)}; "
-                             "wait for it to finish or use another folder")
+            if not self._fellow(record):
+                raise self._refusal(record)
         finally:
             os.close(fd)
+
+    def _fellow(self, record: dict | None) -> bool:
+        """Whether a live lock's owner is a rank of this run (same settings hash and world size)."""
+        return bool(record) and record.get("settings_sha256") == self.settings_sha256 and record.get("world_size") == self.world
+
+    def _refusal(self, record: dict | None) -> ValueError:
+        if self._fellow(record):
+            who = f"rank {self.rank} of this capture, already running"
+        elif record and record.get("settings_sha256") == self.settings_sha256:
+            who = "another run with another WORLD_SIZE"
+        else:
+            who = "another run with other settings"
+        return ValueError(f"out: {str(self.out)!r} is being captured into by {who}: {_owner(record)}; wait for it to finish "
+                          "or use another folder")
 
     @staticmethod
     def _live_record(fd: int) -> dict | None:

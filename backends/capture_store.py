@@ -348,7 +348,7 @@ def check_drawn_under(folder, file, recorded: str | None, expected: str) -> None
         ValueError: ``capture: ...`` naming the shard and both hashes.
     """
     if recorded is not None and recorded != expected:
-        raise ValueError(f"capture: {str(file)!r} was drawn under other settings than {str(folder)!r}/settings.json "
+        raise ValueError(f"capture: {str(file)!r} was drawn under other settings than {str(Path(folder) / 'settings.json')!r} "
                          f"(settings hash {recorded[:12]}, not {expected[:12]}): the folder mixes two captures; recapture into a new folder")
 
 

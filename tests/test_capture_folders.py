@@ -1,0 +1,276 @@
+"""Capture folders hold one capture (issue 28): settings.json written by every rank before its
+first shard, a folder held by one run at a time (the ranks of one run together), every shard
+stamped with the hash of its settings and refused by the readers when it differs, RANK,
+WORLD_SIZE and settings.json fields validated with one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from backends import capture_store as store
+from backends.capture import main
+from backends.capture_lock import lock_path
+from backends.sources.replay import CaptureSource
+from conftest import capture_flags, killed_capture, one_error_line, write_prompts
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    return write_prompts(tmp_path_factory.mktemp("prompts"), 2)
+
+
+def flags(pair_dir, prompts, out, *extra):
+    return capture_flags(pair_dir, prompts, out, "--depth", "1", "--width", "2", "--roots-per-forward", "1", *extra)
+
+
+def grid_flags(pair_dir, prompts, out, *extra):
+    return capture_flags(pair_dir, prompts, out, "--shape", "grid", "--width", "2", "--depth", "1", "--samples", "2",
+                         "--labels", "specinfer", "--roots-per-forward", "1", "--full", *extra)
+
+
+def exit_2(capsys, call) -> str:
+    with pytest.raises(SystemExit) as exc:
+        call()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and one_error_line(err), err
+    return err
+
+
+# -- settings.json written by every rank ---------------------------------------------------------------------------
+def test_a_rank_alone_writes_the_settings_so_a_run_with_others_is_refused(micro_pair_dir, prompts, tmp_path, monkeypatch, capsys):
+    """Issue 28 (a): RANK=1 WORLD_SIZE=2 alone wrote shards but no settings.json; a run at T = 0.5
+    into the folder then succeeded, its settings.json over roots drawn at T = 1."""
+    out = tmp_path / "rank1"
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(flags(micro_pair_dir, prompts, out)) == 0
+    assert store.load_settings(out).temperature == 1.0 and store.completed_roots(out) == [1]
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    err = exit_2(capsys, lambda: main(flags(micro_pair_dir, prompts, out, "--temperature", "0.5")))
+    assert "other settings (temperature 1.0, not 0.5)" in err
+    assert store.completed_roots(out) == [1] and not list(out.glob("lock-*"))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(flags(micro_pair_dir, prompts, out)) == 0  # its fellow rank completes it
+    assert store.read_capture(out)["root"].unique().to_list() == [0, 1]
+
+
+def test_a_folder_with_shards_and_no_settings_is_refused(micro_pair_dir, prompts, tmp_path, capsys):
+    out = tmp_path / "orphans"
+    assert main(flags(micro_pair_dir, prompts, out)) == 0
+    (out / "settings.json").unlink()  # as a rank > 0 alone left its folders before the fix
+    err = exit_2(capsys, lambda: main(flags(micro_pair_dir, prompts, out)))
+    assert "holds capture shards but no settings.json" in err
+
+
+def test_a_run_whose_folder_got_other_settings_while_it_loaded_is_refused(micro_pair_dir, prompts, tmp_path, monkeypatch, capsys):
+    """Issue 28 (b): A checks the settings and loads its models; meanwhile B (a run that did not
+    take the folder's lock: an older version, another machine) writes its settings (T = 0.5) and
+    a shard; A resumes: refused, with no shard of its own written (before: A exited 0 and wrote
+    T = 1 roots under B's settings.json)."""
+    import backends.hf as hf
+
+    out = tmp_path / "raced"
+    original = hf.HFPair
+
+    class WhileALoads(original):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            store.save_settings(out, store.load_settings(tmp_path / "b"))
+            shutil.copy(store.shard_path(tmp_path / "b", 0), store.shard_path(out, 0))
+
+    assert main(flags(micro_pair_dir, prompts, tmp_path / "b", "--temperature", "0.5")) == 0
+    monkeypatch.setattr(hf, "HFPair", WhileALoads)
+    err = exit_2(capsys, lambda: main(flags(micro_pair_dir, prompts, out)))
+    assert "other settings (temperature 0.5, not 1.0)" in err
+    assert store.completed_roots(out) == [0] and store.read_capture(out).equals(store.read_nodes(tmp_path / "b", 0))
+
+
+def test_settings_rewritten_during_a_run_stop_it_before_its_next_shard(micro_pair_dir, prompts, tmp_path, monkeypatch, capsys):
+    import backends.capture as capture_module
+
+    out = tmp_path / "rewritten"
+    original, calls = capture_module.capture_group, [0]
+
+    def rewrite_after_the_first(*args):
+        calls[0] += 1
+        if calls[0] == 2:
+            data = json.loads((out / "settings.json").read_text())
+            store.save_settings(out, store.CaptureSettings(**{**data, "seed": 7}))
+        return original(*args)
+
+    monkeypatch.setattr(capture_module, "capture_group", rewrite_after_the_first)
+    err = exit_2(capsys, lambda: main(flags(micro_pair_dir, prompts, out)))
+    assert "settings.json changed during this run" in err and store.completed_roots(out) == [0]
+
+
+# -- one run at a time ---------------------------------------------------------------------------------------------
+HELD_CAPTURE = """
+import pathlib, sys, time
+from backends import capture, hf
+gate, original = pathlib.Path(sys.argv[1]), hf.HFPair
+class Held(original):  # holds the folder (its lock is taken before the models load) until the gate opens
+    def __init__(self, *args, **kwargs):
+        print("holding", flush=True)
+        while not gate.exists():
+            time.sleep(0.05)
+        super().__init__(*args, **kwargs)
+hf.HFPair = Held
+sys.exit(capture.main(sys.argv[2:]))
+"""
+
+
+def test_a_folder_is_held_by_one_run_and_shared_by_its_ranks(micro_pair_dir, prompts, tmp_path, monkeypatch, capsys):
+    """A capture process (rank 0 of 2) holds the folder: another run (other settings, or another
+    WORLD_SIZE) is refused with one line naming it, the same rank again too; its fellow rank 1
+    (same settings and WORLD_SIZE) captures beside it; when it ends its lock is gone."""
+    out, gate = tmp_path / "held", tmp_path / "gate"
+    argv = flags(micro_pair_dir, prompts, out)
+    holder = subprocess.Popen([sys.executable, "-c", HELD_CAPTURE, str(gate), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env={**__import__("os").environ, "RANK": "0", "WORLD_SIZE": "2"})
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        owner = json.loads(lock_path(out, 0).read_text())
+        assert owner["pid"] == holder.pid and owner["rank"] == 0 and owner["world_size"] == 2
+        err = exit_2(capsys, lambda: main(flags(micro_pair_dir, prompts, out, "--seed", "3")))
+        assert f"is being captured into by another run with other settings: process {holder.pid} on" in err
+        err = exit_2(capsys, lambda: main(argv))  # WORLD_SIZE 1: another run
+        assert "another WORLD_SIZE" in err
+        monkeypatch.setenv("RANK", "0")
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        assert f"process {holder.pid} on" in exit_2(capsys, lambda: main(argv))  # rank 0 is taken
+        monkeypatch.setenv("RANK", "1")
+        assert main(argv) == 0  # the fellow rank
+        assert store.completed_roots(out) == [1] and not lock_path(out, 1).exists() and lock_path(out, 0).exists()
+    finally:
+        gate.touch()
+        holder.wait(timeout=120)
+    assert holder.returncode == 0, holder.stderr.read()
+    assert store.completed_roots(out) == [0, 1] and not list(out.glob("lock-*"))
+
+
+def test_a_dead_runs_lock_is_taken_over_with_a_note(micro_pair_dir, prompts, tmp_path, capsys):
+    out = tmp_path / "killed"
+    argv = flags(micro_pair_dir, prompts, out)
+    assert killed_capture(argv, after=1) == -signal.SIGKILL
+    dead = json.loads(lock_path(out, 0).read_text())["pid"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert f"taking over the stale lock lock-rank0.json of process {dead} on" in err and "(no longer running)" in err
+    assert store.completed_roots(out) == [0, 1] and not list(out.glob("lock-*"))
+
+
+# -- the settings hash in every shard -------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def two_captures(micro_pair_dir, prompts, tmp_path_factory):
+    """Two labelled grid captures (--full) of the same roots, at seeds 0 and 1."""
+    a, b = tmp_path_factory.mktemp("seed0"), tmp_path_factory.mktemp("seed1")
+    assert main(grid_flags(micro_pair_dir, prompts, a)) == 0
+    assert main(grid_flags(micro_pair_dir, prompts, b, "--seed", "1")) == 0
+    return a, b
+
+
+def _readers(folder):
+    return {"read_capture": lambda: store.read_capture(folder), "read_labels": lambda: store.read_labels(folder).collect(),
+            "read_grid_drafts": lambda: list(store.read_grid_drafts(folder)), "read_logits": lambda: store.read_logits(folder, 0),
+            "CapturedPair": lambda: store.CapturedPair(folder), "CaptureSource": lambda: list(CaptureSource([str(folder)]).roots(
+                CaptureSource([str(folder)]).fixed_settings()[0])), "tree CaptureSource": lambda: CaptureSource([str(folder)], grid=False)}
+
+
+@pytest.mark.parametrize("shard", ["nodes", "drafts", "labels", "logits"])
+def test_readers_refuse_a_shard_drawn_under_other_settings(two_captures, tmp_path, shard):
+    a, b = two_captures
+    mixed = tmp_path / "mixed"
+    shutil.copytree(a, mixed)
+    name = {"nodes": store.shard_path, "drafts": store.drafts_path, "labels": store.labels_path, "logits": store.logits_path}[shard]
+    shutil.copy(name(b, 0), name(mixed, 0))  # root 0 of the seed-1 capture in the seed-0 folder
+    for reader, read in _readers(mixed).items():
+        touches = {"nodes": {"read_capture", "CapturedPair", "tree CaptureSource", "CaptureSource"}, "drafts": {"read_grid_drafts", "CaptureSource"},
+                   "labels": {"read_labels", "CaptureSource"}, "logits": {"read_logits", "CapturedPair", "CaptureSource"}}[shard]
+        if reader in touches:
+            with pytest.raises(ValueError, match=rf"^capture: '.*{name(mixed, 0).name}' was drawn under other settings than") as exc:
+                read()
+            assert "\n" not in str(exc.value), reader
+        else:
+            read()
+
+
+def test_shards_without_a_hash_are_read_as_legacy(two_captures, tmp_path):
+    """Captures made before the settings hash: their shards carry none and are read unchecked."""
+    a, _ = two_captures
+    legacy = tmp_path / "legacy"
+    shutil.copytree(a, legacy)
+    for file in legacy.glob("*-r*.parquet"):
+        assert store.HASH_KEY in pl.read_parquet_metadata(file)
+        pl.read_parquet(file).write_parquet(file, statistics=False)
+    for file in legacy.glob("logits-r*.npz"):
+        with np.load(file) as stored:
+            assert "settings_sha256" in stored.files
+            target, draft = stored["target"], stored["draft"]
+        np.savez_compressed(file, target=target, draft=draft)
+    for reader, read in _readers(legacy).items():
+        read()
+    assert store.read_labels(legacy).collect().equals(store.read_labels(a).collect())
+
+
+# -- RANK, WORLD_SIZE and settings.json fields ------------------------------------------------------------------------
+@pytest.mark.parametrize("env, says", [({"WORLD_SIZE": "0"}, "WORLD_SIZE: must be >= 1, got 0"),
+                                       ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK: 2 is not a rank of WORLD_SIZE 2 (ranks 0 to 1)"),
+                                       ({"RANK": "abc"}, "RANK: must be an integer, got 'abc'"),
+                                       ({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK: must be >= 0, got -1"),
+                                       ({"WORLD_SIZE": "2", "LOCAL_RANK": "x"}, "LOCAL_RANK: must be an integer")])
+def test_ranks_that_cannot_shard_exit_2_with_one_line(micro_pair_dir, prompts, tmp_path, monkeypatch, capsys, env, says):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    err = exit_2(capsys, lambda: main(flags(micro_pair_dir, prompts, tmp_path / "o")))
+    assert says in err and not (tmp_path / "o").exists()
+
+
+def test_a_rank_with_nothing_to_do_says_so(micro_pair_dir, tmp_path, monkeypatch, capsys):
+    one = write_prompts(tmp_path, 1)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(flags(micro_pair_dir, one, tmp_path / "o")) == 0
+    assert "rank 1 of 2 has nothing to do: 1 roots make 1 groups" in capsys.readouterr().err
+    assert (tmp_path / "o" / "settings.json").is_file() and not store.completed_roots(tmp_path / "o")
+
+
+@pytest.mark.parametrize("field, value, says", [("width", "two", "width: expected an integer, got 'two'"),
+                                                ("temperature", None, "temperature: expected a number, got None"),
+                                                ("full", "yes", "full: expected true or false"),
+                                                ("samples", 0, "samples: must be >= 1, got 0"),
+                                                ("evaluation", "eager", "evaluation: must be one of"),
+                                                ("colour", 1, "colour: not a capture setting")])
+def test_a_settings_field_of_the_wrong_type_is_one_line_naming_it(two_captures, tmp_path, capsys, field, value, says):
+    """Issue 28: ``width: "two"`` in settings.json was a TypeError in compare_verifiers."""
+    from analyses import compare_verifiers
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(two_captures[0], damaged)
+    data = json.loads((damaged / "settings.json").read_text())
+    (damaged / "settings.json").write_text(json.dumps({**data, field: value}))
+    with pytest.raises(ValueError, match=f"settings.json \\({says}"):
+        store.load_settings(damaged)
+    err = exit_2(capsys, lambda: compare_verifiers.main(["--capture", str(damaged), "--K-max", "2", "--L-max", "1", "--samples", "2",
+                                                         "--quiet", "--out", str(tmp_path / "o")]))
+    assert "--capture" in err and says in err, err
+
+
+def test_stored_numbers_of_float_settings_hash_as_floats(two_captures, tmp_path):
+    """A stored ``"temperature": 1`` (JSON has one number type) is the capture's 1.0: same hash."""
+    folder = tmp_path / "ints"
+    shutil.copytree(two_captures[0], folder)
+    data = json.loads((folder / "settings.json").read_text())
+    (folder / "settings.json").write_text(json.dumps({**data, "temperature": 1}))
+    assert store.folder_hash(folder) == store.folder_hash(two_captures[0])
+    store.read_capture(folder)
