@@ -255,6 +255,15 @@ def union_tree(drafts) -> DraftTree:
     return DraftTree(None, {k: tuple(v) for k, v in children.items()})
 
 
+def run_settings(settings: store.CaptureSettings, prompts: list[str], device: str, labels_engine: str) -> store.CaptureSettings:
+    """The settings a run records: ``settings`` with the digest of its prompts and, with ``--labels``,
+    the label engine ``labels_engine`` resolves to on ``device``."""
+    from backends.hf import pick_device
+
+    engine = label_engine(pick_device(device), labels_engine) if settings.labels else ""
+    return replace(settings, prompts_sha256=hashlib.sha256("\n".join(prompts).encode()).hexdigest(), labels_engine=engine)
+
+
 def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", quiet: bool = False, rank: int = 0,
         world: int = 1, labels_engine: str = "auto") -> int:
     """Capture every root of this process's share not already in ``out``; returns roots captured.
@@ -268,11 +277,8 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
         ValueError: naming the argument (``prompts``, ``target``, ``draft``, ``device``, ``out``...);
             ``out: ...`` for a folder another run holds or one with other settings.
     """
-    from backends.hf import pick_device
-
     prompts = read_prompts(settings.prompts)
-    engine = label_engine(pick_device(device), labels_engine) if settings.labels else ""
-    settings = replace(settings, prompts_sha256=hashlib.sha256("\n".join(prompts).encode()).hexdigest(), labels_engine=engine)
+    settings = run_settings(settings, prompts, device, labels_engine)
     with CaptureLock(out, rank, world, store.settings_hash(settings), note=lambda line: print(f"{PROG}: {line}", file=sys.stderr)):
         store.check_resumable(out, settings)  # before the models load: a wrong folder is refused at once
         return _capture(settings, prompts, out, device, quiet, rank, world)

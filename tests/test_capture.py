@@ -89,7 +89,8 @@ def test_sigkill_then_rerun_gives_every_row_once(micro_pair_dir, tmp_path, promp
     assert killed_capture(argv, after=3) == -signal.SIGKILL
     assert len(list((tmp_path / "killed").glob("nodes-r*.parquet"))) == 3
     command = [sys.executable, "-m", "backends.capture", *argv]
-    assert subprocess.run(command, capture_output=True).returncode == 0
+    rerun = subprocess.run(command, capture_output=True, text=True)
+    assert rerun.returncode == 0 and "taking over the stale lock lock-rank0.json of process" in rerun.stderr  # the killed run's
     assert main(flags(micro_pair_dir, prompts, tmp_path / "clean", "--roots-per-forward", "2")) == 0
     resumed, clean = read_capture(str(tmp_path / "killed")), read_capture(str(tmp_path / "clean"))
     assert resumed.height == clean.height

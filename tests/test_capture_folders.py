@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from backends import capture_store as store
 from backends.capture import main
 from backends.capture_lock import lock_path
 from backends.sources.replay import CaptureSource
-from conftest import capture_flags, killed_capture, one_error_line, write_prompts
+from conftest import capture_flags, one_error_line, write_prompts
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +114,53 @@ def test_settings_rewritten_during_a_run_stop_it_before_its_next_shard(micro_pai
 
 
 # -- one run at a time ---------------------------------------------------------------------------------------------
+HELD_LOCK = """
+import pathlib, sys, time
+from backends.capture_lock import CaptureLock
+out, rank, world, digest, gate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], pathlib.Path(sys.argv[5])
+with CaptureLock(out, rank, world, digest):
+    print("holding", flush=True)
+    while not gate.exists():
+        time.sleep(0.05)
+"""
+
+
+def _run_hash(argv) -> str:
+    from backends.capture import parse_args, run_settings
+    from backends.roots import read_prompts
+
+    settings, _, device, _, engine, _ = parse_args(argv)
+    return store.settings_hash(run_settings(settings, read_prompts(settings.prompts), device, engine))
+
+
+def test_a_folder_is_held_by_one_run_and_shared_by_its_ranks(micro_pair_dir, prompts, tmp_path, monkeypatch, capsys):
+    """Another process holds the folder as rank 0 of 2 of a capture (its lock only: a light
+    process): a run with other settings or another WORLD_SIZE is refused with one line naming it,
+    rank 0 again too; its fellow rank 1 (same settings and WORLD_SIZE) captures beside it."""
+    out, gate = tmp_path / "held", tmp_path / "gate"
+    out.mkdir()
+    argv = flags(micro_pair_dir, prompts, out)
+    holder = subprocess.Popen([sys.executable, "-c", HELD_LOCK, str(out), "0", "2", _run_hash(argv), str(gate)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        owner = json.loads(lock_path(out, 0).read_text())
+        assert owner["pid"] == holder.pid and owner["rank"] == 0 and owner["world_size"] == 2
+        err = exit_2(capsys, lambda: main(flags(micro_pair_dir, prompts, out, "--seed", "3")))
+        assert f"is being captured into by another run with other settings: process {holder.pid} on" in err
+        assert "another WORLD_SIZE" in exit_2(capsys, lambda: main(argv))  # WORLD_SIZE 1
+        monkeypatch.setenv("RANK", "0")
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        assert f"rank 0 of this capture, already running: process {holder.pid}" in exit_2(capsys, lambda: main(argv))
+        monkeypatch.setenv("RANK", "1")
+        assert main(argv) == 0  # the fellow rank
+        assert store.completed_roots(out) == [1] and not lock_path(out, 1).exists() and lock_path(out, 0).exists()
+    finally:
+        gate.touch()
+        holder.wait(timeout=60)
+    assert holder.returncode == 0 and not list(out.glob("lock-*"))
+
+
 HELD_CAPTURE = """
 import pathlib, sys, time
 from backends import capture, hf
@@ -130,43 +176,36 @@ sys.exit(capture.main(sys.argv[2:]))
 """
 
 
-def test_a_folder_is_held_by_one_run_and_shared_by_its_ranks(micro_pair_dir, prompts, tmp_path, monkeypatch, capsys):
-    """A capture process (rank 0 of 2) holds the folder: another run (other settings, or another
-    WORLD_SIZE) is refused with one line naming it, the same rank again too; its fellow rank 1
-    (same settings and WORLD_SIZE) captures beside it; when it ends its lock is gone."""
+@pytest.mark.slow
+def test_two_capture_processes_the_second_refused_while_the_first_holds(micro_pair_dir, prompts, tmp_path):
     out, gate = tmp_path / "held", tmp_path / "gate"
     argv = flags(micro_pair_dir, prompts, out)
-    holder = subprocess.Popen([sys.executable, "-c", HELD_CAPTURE, str(gate), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env={**__import__("os").environ, "RANK": "0", "WORLD_SIZE": "2"})
+    first = subprocess.Popen([sys.executable, "-c", HELD_CAPTURE, str(gate), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
     try:
-        assert holder.stdout.readline().strip() == "holding"
-        owner = json.loads(lock_path(out, 0).read_text())
-        assert owner["pid"] == holder.pid and owner["rank"] == 0 and owner["world_size"] == 2
-        err = exit_2(capsys, lambda: main(flags(micro_pair_dir, prompts, out, "--seed", "3")))
-        assert f"is being captured into by another run with other settings: process {holder.pid} on" in err
-        err = exit_2(capsys, lambda: main(argv))  # WORLD_SIZE 1: another run
-        assert "another WORLD_SIZE" in err
-        monkeypatch.setenv("RANK", "0")
-        monkeypatch.setenv("WORLD_SIZE", "2")
-        assert f"process {holder.pid} on" in exit_2(capsys, lambda: main(argv))  # rank 0 is taken
-        monkeypatch.setenv("RANK", "1")
-        assert main(argv) == 0  # the fellow rank
-        assert store.completed_roots(out) == [1] and not lock_path(out, 1).exists() and lock_path(out, 0).exists()
+        assert first.stdout.readline().strip() == "holding"
+        second = subprocess.run([sys.executable, "-m", "backends.capture", *flags(micro_pair_dir, prompts, out, "--seed", "3")],
+                                capture_output=True, text=True)
+        assert second.returncode == 2 and one_error_line(second.stderr) and f"process {first.pid} on" in second.stderr, second.stderr
     finally:
         gate.touch()
-        holder.wait(timeout=120)
-    assert holder.returncode == 0, holder.stderr.read()
+        first.wait(timeout=120)
+    assert first.returncode == 0, first.stderr.read()
     assert store.completed_roots(out) == [0, 1] and not list(out.glob("lock-*"))
 
 
 def test_a_dead_runs_lock_is_taken_over_with_a_note(micro_pair_dir, prompts, tmp_path, capsys):
-    out = tmp_path / "killed"
-    argv = flags(micro_pair_dir, prompts, out)
-    assert killed_capture(argv, after=1) == -signal.SIGKILL
-    dead = json.loads(lock_path(out, 0).read_text())["pid"]
-    assert main(argv) == 0
+    """A lock whose process is gone (here one that ran and exited; SIGKILL: test_capture's rerun)."""
+    out = tmp_path / "stale"
+    out.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    for rank in (0, 3):
+        lock_path(out, rank).write_text(json.dumps({"pid": int(dead), "host": "elsewhere", "rank": rank, "world_size": 4,
+                                                    "settings_sha256": "0" * 64}))
+    assert main(flags(micro_pair_dir, prompts, out)) == 0
     err = capsys.readouterr().err
-    assert f"taking over the stale lock lock-rank0.json of process {dead} on" in err and "(no longer running)" in err
+    assert f"taking over the stale lock lock-rank0.json of process {dead} on elsewhere (no longer running)" in err
+    assert f"removing the stale lock lock-rank3.json of process {dead} on elsewhere (no longer running)" in err
     assert store.completed_roots(out) == [0, 1] and not list(out.glob("lock-*"))
 
 
