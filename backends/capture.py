@@ -289,7 +289,14 @@ def _capture(settings: store.CaptureSettings, prompts: list[str], out: Path, dev
     from backends.hf import HFPair, oom_errors
 
     with slow_step(PROG, f"loading {settings.target} and {settings.draft}", quiet):
-        pair = HFPair(settings.target, settings.draft, device=device, dtype=settings.dtype, settings=settings.sampling())
+        pair = HFPair(settings.target, settings.draft, device=device, dtype=settings.dtype, settings=settings.sampling(),
+                      trim_draft_vocab=settings.trim_draft_vocab)
+    if settings.trim_draft_vocab:
+        if pair.draft_vocab_size <= pair.vocab_size:
+            raise ValueError(f"trim_draft_vocab: the draft's vocabulary ({pair.draft_vocab_size} ids) is not larger than the "
+                             f"target's ({pair.vocab_size}); there is nothing to trim")
+        print(f"{PROG}: note: q is the draft's softmax over the target's {pair.vocab_size} ids of its {pair.draft_vocab_size}, "
+              "renormalised (--trim-draft-vocab; recorded in settings.json)", file=sys.stderr)
     with slow_step(PROG, f"sampling the continuations of {len(prompts)} prompts", quiet):
         roots = list(prompt_roots(pair, prompts, settings.placement(), settings.seed, settings.tree_depth()))
     drawn_under = store.claim_settings(out, settings)  # every rank, before any shard
@@ -376,6 +383,9 @@ def parse_args(argv):
                         help="cached: KV caches kept from level to level, every node evaluated once; forward: each "
                              "drafting level a tree forward that evaluates the ancestors again (captures made before "
                              "this flag; resume them with --evaluation forward)")
+    parser.add_argument("--trim-draft-vocab", action="store_true",
+                        help="accept a draft whose vocabulary is larger than the target's: q is cut to the target's ids and "
+                             "renormalised (recorded in settings.json); without it such a pair is refused")
     parser.add_argument("--seed", type=int, default=0, help="seed of the continuations and the trees")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no progress lines")
     args = parser.parse_args(argv)
@@ -399,7 +409,8 @@ def parse_args(argv):
     settings = store.CaptureSettings(args.target, args.draft, args.prompts, args.roots_per_prompt, args.spacing, args.shape,
                                      args.width, args.depth, args.trunk, args.temperature, args.top_p, args.top_k, args.dtype,
                                      args.store_top, args.full, args.seed, samples=args.samples, labels=args.labels,
-                                     roots_per_forward=args.roots_per_forward, evaluation=args.evaluation)
+                                     roots_per_forward=args.roots_per_forward, evaluation=args.evaluation,
+                                     trim_draft_vocab=args.trim_draft_vocab)
     try:
         settings.sampling()
         settings.placement()

@@ -30,7 +30,13 @@ for example the reference pair of ``python -m backends.reference_pair``).  It im
 Logits are cast to float32 on the device, and turned into p and q (float64) by the lab's one
 transform, ``SamplingSettings.probabilities`` (``simlab.sampling``), the same as the synthetic
 worlds and the capture replay.  The tokenizers must agree on every shared id; a smaller draft
-vocabulary is aligned by id (q = 0 beyond it).  Device: ``"auto"`` picks CUDA when available,
+vocabulary is aligned by id (q = 0 beyond it: exact, the draft cannot draw those ids).  A pair is
+refused at load (``ValueError`` naming both models) when the draft's context is shorter than the
+target's (a deep root would overrun the draft's position table), or when the draft's vocabulary
+is larger than the target's, unless the caller asks ``trim_draft_vocab=True`` (the capture's
+``--trim-draft-vocab``): then q is the draft's softmax over the target's ids only, renormalised
+(the mass the draft puts beyond them is dropped), and ``draft_vocab_size`` > ``vocab_size`` says
+so.  Device: ``"auto"`` picks CUDA when available,
 else the CPU.  ``with_settings`` returns a new pair sharing the loaded models.
 
 ``with_resident_logits()`` returns a pair whose ``node_logits`` and ``forest_logits`` give the
@@ -152,6 +158,12 @@ def feature_layers(config) -> tuple[int, int, int]:
     return 1, max(1, n // 2), n
 
 
+def context_length(config) -> int:
+    """A model's context length in tokens from its config (``n_positions`` or
+    ``max_position_embeddings``), 0 when the config names none."""
+    return int(getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", 0) or 0)
+
+
 def oom_errors() -> tuple[type[BaseException], ...]:
     """The exception types of running out of accelerator or host memory."""
     torch = _torch()
@@ -172,15 +184,18 @@ class HFPair:
         tree_attention: allow the one-forward tree evaluation (it is still probed).
         eos_id: the end-of-sequence id block efficiency and decoding stop at (None: none;
             ``"tokenizer"``: the target tokenizer's EOS token).
+        trim_draft_vocab: accept a draft whose vocabulary is larger than the target's, its q cut
+            to the target's ids and renormalised (module docstring); refused otherwise.
 
     Raises:
-        ValueError: missing folder, unloadable model, disagreeing tokenizers, bad dtype,
-            device, settings, max_batch, forest_tokens or eos_id.
+        ValueError: missing folder, unloadable model, disagreeing tokenizers, a draft context
+            shorter than the target's, a larger draft vocabulary without ``trim_draft_vocab``, bad
+            dtype, device, settings, max_batch, forest_tokens or eos_id.
     """
 
     def __init__(self, target: str, draft: str, *, device: str = "auto", dtype: str = "float32",
                  settings: SamplingSettings | None = None, max_batch: int = 64, tree_attention: bool = True,
-                 eos_id: int | str | None = None, forest_tokens: int = 8192):
+                 eos_id: int | str | None = None, forest_tokens: int = 8192, trim_draft_vocab: bool = False):
         self.device = pick_device(device)
         self.settings = check_settings(settings or SamplingSettings())
         self.max_batch = check_int(max_batch, "max_batch", 1)
@@ -189,10 +204,21 @@ class HFPair:
         self.draft, self.draft_tokenizer = load_model(draft, self.device, dtype, "draft")
         check_tokenizers(self.target_tokenizer, self.draft_tokenizer)
         self.vocab_size = int(self.target.get_output_embeddings().weight.shape[0])
+        self.draft_vocab_size = int(self.draft.get_output_embeddings().weight.shape[0])
+        if self.draft_vocab_size > self.vocab_size and not trim_draft_vocab:
+            raise ValueError(f"draft: its vocabulary ({self.draft_vocab_size} ids, {draft!r}) is larger than the target's "
+                             f"({self.vocab_size} ids, {target!r}); cutting q to the target's ids renormalises it: ask for "
+                             "that explicitly (trim_draft_vocab=True, --trim-draft-vocab) or use a matching draft")
         if eos_id == "tokenizer":
             eos_id = self.target_tokenizer.eos_token_id
         self.eos_id = check_eos(eos_id, self.vocab_size)
-        self.max_context = int(getattr(self.target.config, "n_positions", None) or getattr(self.target.config, "max_position_embeddings", 0) or 0)
+        self.max_context = context_length(self.target.config)
+        draft_context = context_length(self.draft.config)
+        if draft_context and (not self.max_context or draft_context < self.max_context):
+            if self.max_context:
+                raise ValueError(f"draft: its context ({draft_context} tokens, {draft!r}) is shorter than the target's "
+                                 f"({self.max_context} tokens, {target!r}); use a draft that reads every context the target can")
+            self.max_context = draft_context
         self.resident = False
         self.tree_attention = bool(tree_attention) and self._probe_tree_attention()
 

@@ -326,3 +326,73 @@ def test_an_error_of_tree_cache_in_the_probe_is_raised_too(micro_pair_dir, monke
     monkeypatch.setattr(tree_cache.CachedTree, "feed", namespace["broken"])
     with pytest.raises(IndexError, match="a bug in the cached mask"):
         HFPair(str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu")
+
+
+def _variant_draft(micro_pair_dir, folder, **changes):
+    """A random draft like the micro pair's (same tokenizer) with ``changes`` to its config."""
+    import shutil
+
+    import torch
+    from transformers import AutoConfig, GPT2LMHeadModel
+
+    config = AutoConfig.from_pretrained(micro_pair_dir / "draft")
+    for name, value in changes.items():
+        setattr(config, name, value)
+    torch.manual_seed(0)
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(micro_pair_dir / "draft" / name, folder / name)
+    return str(folder)
+
+
+def test_a_draft_with_a_shorter_context_is_refused_at_load(micro_pair_dir, tmp_path, capsys):
+    """Issue 28: a draft of 64 positions beside a target of 128 loaded, then a deep root was an
+    IndexError from the draft's position embedding (72 lines)."""
+    from backends.capture import main
+    from conftest import capture_flags, one_error_line, write_prompts
+
+    short = _variant_draft(micro_pair_dir, tmp_path / "short", n_positions=64)
+    capsys.readouterr()  # saving's own progress bar
+    with pytest.raises(ValueError, match=r"^draft: its context \(64 tokens, '.*short'\) is shorter than the target's \(128 tokens, "):
+        HFPair(str(micro_pair_dir / "target"), short, device="cpu")
+    flags = capture_flags(micro_pair_dir, write_prompts(tmp_path, 1), tmp_path / "o", "--depth", "1") + ["--draft", short]
+    with pytest.raises(SystemExit) as exc:
+        main(flags)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and one_error_line(err) and "--draft: its context (64 tokens" in err, err
+
+
+def test_a_draft_with_a_larger_vocabulary_is_cut_only_when_asked(micro_pair_dir, pair, prompt, tmp_path, capsys):
+    """Issue 28: a draft of 408 ids beside a target of 400 was cut and q renormalised silently.
+    Refused now unless asked (trim_draft_vocab / --trim-draft-vocab), and then q is exactly the
+    draft's softmax over the target's 400 ids, renormalised, and the capture says and records so."""
+    import json
+
+    import torch
+
+    from backends.capture import main
+    from conftest import capture_flags, one_error_line, write_prompts
+
+    wide = _variant_draft(micro_pair_dir, tmp_path / "wide", vocab_size=pair.vocab_size + 8)
+    capsys.readouterr()  # saving's own progress bar
+    with pytest.raises(ValueError, match=r"^draft: its vocabulary \(408 ids, '.*wide'\) is larger than the target's \(400 ids, "):
+        HFPair(str(micro_pair_dir / "target"), wide, device="cpu")
+    trimmed = HFPair(str(micro_pair_dir / "target"), wide, device="cpu", trim_draft_vocab=True)
+    assert (trimmed.vocab_size, trimmed.draft_vocab_size) == (400, 408)
+    _, q = trimmed.distributions([prompt])
+    with torch.no_grad():
+        z = trimmed.draft(torch.tensor([prompt])).logits[0, -1, :400].double()
+    assert np.abs(q[0] - torch.softmax(z, 0).numpy()).max() <= 1e-6 and abs(q[0].sum() - 1) <= 1e-12
+
+    prompts = write_prompts(tmp_path, 1)
+    base = capture_flags(micro_pair_dir, prompts, tmp_path / "o", "--depth", "1", "--width", "2", "--roots-per-forward", "1")
+    for extra, says in (([], "--draft: its vocabulary (408 ids"), (["--trim-draft-vocab"], "--trim-draft-vocab: the draft's vocabulary (400 ids) "
+                                                                                            "is not larger than the target's (400)")):
+        with pytest.raises(SystemExit) as exc:
+            main(base + extra + (["--draft", wide] if not extra else []))
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and one_error_line(err) and says in err, err
+    out = tmp_path / "trimmed"
+    assert main(capture_flags(micro_pair_dir, prompts, out, "--depth", "1", "--width", "2") + ["--draft", wide, "--trim-draft-vocab"]) == 0
+    assert "renormalised (--trim-draft-vocab" in capsys.readouterr().err
+    assert json.loads((out / "settings.json").read_text())["trim_draft_vocab"] is True
