@@ -115,7 +115,7 @@ def capture_models(source, device: str):
     from backends.hf import HFPair
 
     stored = source.stored
-    return HFPair(stored.target, stored.draft, device=device, dtype=stored.dtype)
+    return HFPair(stored.target, stored.draft, device=device, dtype=stored.dtype, trim_draft_vocab=stored.trim_draft_vocab)  # as captured
 
 
 def _main(argv) -> int:
