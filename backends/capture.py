@@ -43,7 +43,9 @@ run at a time (``backends.capture_lock``: ``lock-rank<R>.json`` per process; the
 same settings and WORLD_SIZE, share it; another run is refused with one line while a live process
 holds it; a dead process's lock is taken over with one line), every rank writes settings.json
 before its first shard (or checks it equals its own), and every shard records the hash of the
-settings it was drawn under (``backends.capture_store``), which readers check.  After an out-of-memory error a group is retried with half
+settings it was drawn under (``backends.capture_store``), which readers check.
+
+After an out-of-memory error a group is retried with half
 as many tokens per forward, and the later groups of the run keep the smaller budget (their packs,
 and so the last float32 bits of their logits, then differ from an uninterrupted run's; a rerun
 starts again at the full budget).  The logits of every node a child was drafted from come from
@@ -64,9 +66,8 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
-
 
 from backends import capture_store as store
 from backends.capture_lock import CaptureLock

@@ -57,6 +57,9 @@ def _flocked(fd: int) -> bool:
         return True
     except BlockingIOError:
         return False
+    except OSError as exc:  # a file system without locks (ENOLCK): no run could be kept out
+        raise ValueError(f"out: the capture folder's file system does not lock files ({exc.strerror or exc}); "
+                         "capture into a folder on one that does (a local disk, NFS v4)") from None
 
 
 def _record(fd: int) -> dict | None:
@@ -129,7 +132,12 @@ class CaptureLock:
     def _take(self) -> int:
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-            if not _flocked(fd):
+            try:
+                held = _flocked(fd)
+            except ValueError:
+                os.close(fd)
+                raise
+            if not held:
                 record = self._live_record(fd)
                 os.close(fd)
                 raise self._refusal(record)

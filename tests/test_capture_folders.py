@@ -313,3 +313,16 @@ def test_stored_numbers_of_float_settings_hash_as_floats(two_captures, tmp_path)
     (folder / "settings.json").write_text(json.dumps({**data, "temperature": 1}))
     assert store.folder_hash(folder) == store.folder_hash(two_captures[0])
     store.read_capture(folder)
+
+
+def test_a_file_system_without_locks_is_one_line(tmp_path, monkeypatch):
+    import fcntl
+
+    from backends.capture_lock import CaptureLock
+
+    def no_locks(fd, operation):
+        raise OSError(37, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.raises(ValueError, match=r"^out: the capture folder's file system does not lock files \(No locks available\)"):
+        CaptureLock(tmp_path, 0, 1, "0" * 64).acquire()
