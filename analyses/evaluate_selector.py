@@ -96,6 +96,7 @@ def evaluate(meta, labels, roots, arrays, checkpoints, split: str) -> tuple[pl.D
     if rows.size == 0:
         raise ValueError(f"--split: the run has no {split} roots")
     trav = value_matrices(labels, "traversal", roots, actions)
+
     def static_picks(values, baseline):
         static = static_choice(values, settings, train_mask, actions, baseline)
         return np.array([static[str(settings[r])] for r in rows])
