@@ -7,8 +7,10 @@ trees for every verifier, and T-hat(a) from the latency model), and the study pi
 setting and verifier, the best **static** configuration (one action for all roots):
 
 * ``iid_E`` / ``iid_TPS``: the best i.i.d. tree (L1 = 0: K rollouts of L tokens, K in 1..4,
-  L in 0..8) for block efficiency / for throughput (DDTE Tables 2-3);
-* ``delayed_E`` / ``delayed_TPS``: the best delayed tree (K, L1, L2) over the whole grid.
+  L in 0..8) for block efficiency / for throughput (DDTE Tables 2-3): DDTE's static baseline,
+  ``static = "static_iid"`` in the output (the ratios' reference);
+* ``delayed_E`` / ``delayed_TPS``: the best delayed tree (K, L1, L2) over the whole grid (324
+  actions on DDTE's grid): the lab's ``static = "static_all_actions"`` (``docs/departures.md``).
 
 Throughput of a static action = mean E over roots / mean T-hat over roots (tokens per second:
 tokens emitted over time spent, one step per root).  The action is chosen on half of the tree
@@ -104,13 +106,13 @@ def choose(grid: pl.DataFrame, baseline: str) -> pl.DataFrame:
         top = pl.col(criterion).max().over("setting", "verifier")
         best = (pool.filter(pl.col(criterion) >= top - TIE * top.abs())
                 .sort(["setting", "verifier", "K", "L1", "L2"]).group_by("setting", "verifier", maintain_order=True).first())
-        parts.append(best.with_columns(pl.lit(choice).alias("choice")))
+        parts.append(best.with_columns(pl.lit(choice).alias("choice"), pl.lit("static_iid" if iid_only else "static_all_actions").alias("static")))
     chosen = pl.concat(parts)
     base = chosen.filter((pl.col("verifier") == baseline) & (pl.col("choice") == "iid_TPS")).select(
         "setting", pl.col("TPS_holdout").alias("baseline_TPS"))
     return chosen.join(base, on="setting", how="left").with_columns(
         (pl.col("TPS_holdout") / pl.col("baseline_TPS")).alias("TPS_ratio")).select(
-        "setting", "verifier", "choice", "K", "L1", "L2", "tokens", pl.col("E_holdout").alias("E"), pl.col("E_holdout_se").alias("E_se"),
+        "setting", "verifier", "choice", "static", "K", "L1", "L2", "tokens", pl.col("E_holdout").alias("E"), pl.col("E_holdout_se").alias("E_se"),
         "T", pl.col("TPS_holdout").alias("TPS"), pl.col("TPS_holdout_se").alias("TPS_se"), "TPS_ratio", "roots")
 
 

@@ -17,16 +17,20 @@ SpecInfer, SpecTr, Khisti and Traversal under
 Reported per setting, verifier and convention: the mean label inflation over the grid (E under
 the convention minus exact E, per action, paired by tree), the best static action chosen on the
 convention's labels with its claimed throughput and its exact one (the value of that choice
-under the lab's exact conventions), and the gap to Traversal's exact best static throughput.
+under the lab's exact conventions), and the gap to Traversal's exact best static throughput of
+the same kind.  Two kinds of static action, labelled in the ``static`` column
+(``analyses.selector_data``): ``static_iid``, DDTE's static baseline (plain i.i.d. rollouts,
+L1 = 0), and ``static_all_actions``, the lab's option (the best of every delayed action).
 
 **The selector's policy under each convention** (unless ``--no-selector``): the roots are split
 by trajectory (60/20/20, ``simlab.selector.train.split_by_trajectory``); for each OT-based
 verifier and convention one neural selector (DDTE Sec. 6, ``simlab.selector``) is trained on
 the convention's labels of the training roots (validated on the validation roots, its loss's
-baseline the convention's static choice on the training roots), and on the held-out test roots
-both policies, ``static`` (chosen on the training roots) and ``selector`` (argmax per root from
-its features), are valued twice: by the convention's labels (``claimed``) and by the exact ones
-(``exact``), beside Traversal's exact static policy chosen on the same training roots.
+baseline the convention's ``static_iid`` choice on the training roots), and on the held-out test
+roots the policies ``static_iid`` and ``static_all_actions`` (chosen on the training roots) and
+``selector`` (argmax per root from its features) are valued twice: by the convention's labels
+(``claimed``) and by the exact ones (``exact``), beside Traversal's exact static policies of both
+kinds chosen on the same training roots (its ``static_iid`` policy is the reference of the ratios).
 
 Output under ``--out`` (default ``out/ddte_audit/<source>/``): ``ddte_audit.parquet`` (summary),
 ``labels.parquet`` (every root, action, verifier and convention), ``inflation.{html,png}``, and
@@ -49,7 +53,8 @@ PROG = "python -m analyses.ddte_audit"
 CONVENTIONS = ("exact", "per_path", "four_step", "rank", "public")
 VERIFIERS = ("specinfer", "spectr", "khisti", "traversal")
 SELECTOR_VERIFIERS = ("specinfer", "spectr", "khisti")
-POLICIES = ("static", "selector")
+POLICIES = ("static_iid", "static_all_actions", "selector")
+STATIC_POLICIES = ("static_iid", "static_all_actions")  # = analyses.selector_data.STATIC_BASELINES
 REFUSALS = {"capture": {"capture": "the audit draws its own grid trees; use --backend hf or a synthetic world"}}
 HF_DEFAULTS = {"roots_per_trajectory": 2, "spacing": 8}
 
@@ -157,21 +162,26 @@ def with_exact(labels: pl.DataFrame) -> pl.DataFrame:
 
 
 def summarise(labels: pl.DataFrame) -> pl.DataFrame:
-    """Per setting, verifier and convention: mean inflation, the best static action on the convention's
-    labels, its claimed and exact throughput, and the gap to Traversal's exact best."""
+    """Per setting, verifier, convention and kind of static action (``static``: ``static_iid``, the
+    i.i.d. rollouts with L1 = 0, DDTE's baseline; ``static_all_actions``, every delayed action): mean
+    inflation, the best static action of that kind on the convention's labels, its claimed and exact
+    throughput, and the gap to Traversal's exact best of the same kind."""
     full = with_exact(labels)
     inflation = full.group_by("setting", "verifier", "convention").agg((pl.col("E") - pl.col("E_exact")).mean().alias("inflation"),
                                                                       (pl.col("E") - pl.col("E_exact")).max().alias("max_inflation"))
     per_action = full.group_by("setting", "verifier", "convention", "K", "L1", "L2").agg(
         (pl.col("E").sum() / pl.col("T").sum()).alias("claimed_TPS"), (pl.col("E_exact").sum() / pl.col("T").sum()).alias("exact_TPS"))
-    best = per_action.sort("claimed_TPS", descending=True).group_by("setting", "verifier", "convention", maintain_order=True).first()
+    kinds = {"static_iid": pl.col("L1") == 0, "static_all_actions": pl.lit(True)}
+    best = pl.concat([per_action.filter(pool).sort("claimed_TPS", "K", "L1", "L2", descending=[True, False, False, False])
+                      .group_by("setting", "verifier", "convention", maintain_order=True).first().with_columns(pl.lit(kind).alias("static"))
+                      for kind, pool in kinds.items()])
     traversal = best.filter((pl.col("verifier") == "traversal") & (pl.col("convention") == "exact")).select(
-        "setting", pl.col("exact_TPS").alias("traversal_TPS"))
-    out = best.join(inflation, on=["setting", "verifier", "convention"]).join(traversal, on="setting").with_columns(
+        "setting", "static", pl.col("exact_TPS").alias("traversal_TPS"))
+    out = best.join(inflation, on=["setting", "verifier", "convention"]).join(traversal, on=["setting", "static"]).with_columns(
         (pl.col("claimed_TPS") / pl.col("traversal_TPS") - 1).alias("claimed_vs_traversal"),
         (pl.col("exact_TPS") / pl.col("traversal_TPS") - 1).alias("exact_vs_traversal"))
-    return out.select("setting", "verifier", "convention", "inflation", "max_inflation", "K", "L1", "L2", "claimed_TPS", "exact_TPS",
-                      "claimed_vs_traversal", "exact_vs_traversal").sort("setting", "verifier", "convention")
+    return out.select("setting", "verifier", "convention", "static", "inflation", "max_inflation", "K", "L1", "L2", "claimed_TPS",
+                      "exact_TPS", "claimed_vs_traversal", "exact_vs_traversal").sort("setting", "verifier", "convention", "static")
 
 
 def select(config: Config, labels: pl.DataFrame, records: list[dict]) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -182,7 +192,7 @@ def select(config: Config, labels: pl.DataFrame, records: list[dict]) -> tuple[p
     The selector is trained on the convention's labels (``analyses.selector_data.fit_selector``,
     ``config.epochs``, seeded by ``config.seed``); ``claimed`` values a policy's choices by the
     convention's labels, ``exact`` by the exact labels of the same trees.  Traversal's exact
-    static policy (chosen on the training roots) is the reference of both ratios.
+    ``static_iid`` policy (chosen on the training roots) is the reference of both ratios.
 
     Raises:
         ValueError: fewer than 3 trajectories (no test or validation roots).
@@ -198,7 +208,7 @@ def select(config: Config, labels: pl.DataFrame, records: list[dict]) -> tuple[p
     full = with_exact(labels)
     actions = sorted(set(zip(labels["K"].to_list(), labels["L1"].to_list(), labels["L2"].to_list())))
     trav = value_matrices(full.filter(pl.col("convention") == "exact"), "traversal", roots, actions, ("E", "T"))
-    trav_static = static_choice(trav, settings, split == "train")
+    statics = lambda values: {kind: static_choice(values, settings, split == "train", actions, kind) for kind in STATIC_POLICIES}
     per_root = []
 
     def record(verifier, name, policy, picks, claimed, exact, T):
@@ -208,8 +218,9 @@ def select(config: Config, labels: pl.DataFrame, records: list[dict]) -> tuple[p
                              "trajectory": int(roots["trajectory"][int(r)]), "root": int(roots["root"][int(r)]), "K": K, "L1": L1,
                              "L2": L2, "E_claimed": float(claimed[i]), "E_exact": float(exact[i]), "T": float(T[i])})
 
-    picks = np.array([trav_static[str(settings[r])] for r in test])
-    record("traversal", "exact", "static", picks, trav["E"][test, picks], trav["E"][test, picks], trav["T"][test, picks])
+    for kind, static in statics(trav).items():
+        picks = np.array([static[str(settings[r])] for r in test])
+        record("traversal", "exact", kind, picks, trav["E"][test, picks], trav["E"][test, picks], trav["T"][test, picks])
     bar = progress_bar(total=sum(name == "exact" or convention(v, name) is not None for v in SELECTOR_VERIFIERS for name in CONVENTIONS),
                        desc="selectors", unit="selector", quiet=config.quiet)
     for v in SELECTOR_VERIFIERS:
@@ -217,9 +228,9 @@ def select(config: Config, labels: pl.DataFrame, records: list[dict]) -> tuple[p
             if name != "exact" and convention(v, name) is None:
                 continue  # its labels are the exact ones: the same selector
             values = value_matrices(full.filter(pl.col("convention") == name), v, roots, actions, ("E", "E_exact", "T"))
-            model, _, static = fit_selector(roots, arrays, values, split, TrainConfig(config.epochs, seed=config.seed))
-            for policy, picks in (("static", np.array([static[str(settings[r])] for r in test])),
-                                  ("selector", choose(model, roots, arrays, test))):
+            model, _, _ = fit_selector(roots, arrays, values, split, TrainConfig(config.epochs, seed=config.seed), actions)
+            picked = {kind: np.array([static[str(settings[r])] for r in test]) for kind, static in statics(values).items()}
+            for policy, picks in (*picked.items(), ("selector", choose(model, roots, arrays, test))):
                 record(v, name, policy, picks, *(values[c][test, picks] for c in ("E", "E_exact", "T")))
             bar.update()
     bar.close()
@@ -229,7 +240,8 @@ def select(config: Config, labels: pl.DataFrame, records: list[dict]) -> tuple[p
               (pl.col("E_claimed").sum() / pl.col("T").sum()).alias("claimed_TPS"), (pl.col("E_exact").sum() / pl.col("T").sum()).alias("exact_TPS")]
     table = pl.concat([per_root.group_by(*groups, "setting").agg(*totals),
                        per_root.group_by(*groups).agg(*totals).with_columns(pl.lit("all").alias("setting"))], how="diagonal")
-    reference = table.filter(pl.col("verifier") == "traversal").select("setting", pl.col("exact_TPS").alias("traversal_TPS"))
+    reference = table.filter((pl.col("verifier") == "traversal") & (pl.col("policy") == "static_iid")).select(
+        "setting", pl.col("exact_TPS").alias("traversal_TPS"))
     table = table.join(reference, on="setting").with_columns(
         (pl.col("claimed_TPS") / pl.col("traversal_TPS") - 1).alias("claimed_vs_traversal"),
         (pl.col("exact_TPS") / pl.col("traversal_TPS") - 1).alias("exact_vs_traversal")).drop("traversal_TPS")
@@ -258,7 +270,7 @@ def selector_view(table: pl.DataFrame) -> pl.DataFrame:
     for (verifier, name), group in table.filter(pl.col("setting") == "all").group_by("verifier", "convention", maintain_order=True):
         by = {r["policy"]: r for r in group.iter_rows(named=True)}
         row = {"verifier": verifier, "convention": name}
-        for policy in POLICIES if verifier != "traversal" else ("static",):
+        for policy in POLICIES if verifier != "traversal" else STATIC_POLICIES:
             r = by[policy]
             row |= {f"{policy} E": r["E_exact"], f"{policy} claimed": f"{r['claimed_vs_traversal'] + 0.0:+.1%}",
                     f"{policy} exact": f"{r['exact_vs_traversal'] + 0.0:+.1%}"}  # + 0.0: no "-0.0%"
@@ -287,10 +299,10 @@ def _main(argv) -> int:
     except ValueError as exc:
         fail_from(PROG, exc, parser)
     summary = summarise(labels)
-    overall = summary.group_by("verifier", "convention", maintain_order=True).agg(
+    overall = summary.group_by("verifier", "convention", "static", maintain_order=True).agg(
         pl.col("inflation").mean(), pl.col("max_inflation").max(), pl.col("claimed_vs_traversal").mean(),
-        pl.col("exact_vs_traversal").mean()).sort("verifier", "convention")
-    chart = alt.Chart(overall).mark_bar().encode(
+        pl.col("exact_vs_traversal").mean()).sort("verifier", "convention", "static")
+    chart = alt.Chart(overall.filter(pl.col("static") == "static_iid")).mark_bar().encode(  # inflation: one bar per verifier and convention
         x=alt.X("convention:N", sort=list(CONVENTIONS), title=None), y=alt.Y("inflation:Q", title="mean label inflation (tokens)"),
         color="convention:N", column=alt.Column("verifier:N", title=None), tooltip=list(overall.columns)).properties(
         width=140, height=180, title=alt.TitleParams("Label inflation of the public-code conventions over DDTE's grid (mean over settings)",
@@ -313,7 +325,7 @@ def _main(argv) -> int:
                              "(claimed under the convention, exact for the same action)")
         if selected is not None:
             print_table(selector_view(selected[0]), f"Held-out roots ({selected[1].filter(pl.col('verifier') == 'traversal').height}, "
-                        "all settings): E[tau+1] (exact) and throughput vs Traversal's exact static policy, as the convention "
+                        "all settings): E[tau+1] (exact) and throughput vs Traversal's exact static_iid policy, as the convention "
                         "claims it and exactly")
         print(f"wrote {out}/ddte_audit.parquet, labels.parquet, inflation.html/.png"
               + (", selector.parquet, selector_roots.parquet, selector.html/.png" if selected is not None else ""))

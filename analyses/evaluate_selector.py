@@ -1,15 +1,23 @@
 """Evaluate trained selectors: ``python -m analyses.evaluate_selector --run DIR``.
 
 On the roots of one split (default: test, trajectories never seen in training) of a
-``train_selector`` run, for each OT-based verifier, four policies:
+``train_selector`` run, for each OT-based verifier, these policies:
 
-* ``static``: the verifier's best static action per sampling setting, chosen on the training
-  roots (DDTE's baseline);
+* ``static_iid``: DDTE's static baseline, the verifier's best plain i.i.d. rollouts (K in 1..4,
+  L in 0..8: the grid's actions with L1 = 0) per sampling setting, chosen on the training roots;
+  the reference of the ``/ static`` ratios;
+* ``static_all_actions``: the lab's static option, the best of every delayed action (K, L1, L2)
+  per setting, chosen on the training roots (``docs/departures.md``);
 * ``selector``: the learned policy, argmax_a pi(a | c) per root (NDE);
 * ``oracle``: the per-context best action argmax_a E(c, a) / T(c, a), a bound DDTE never reports;
 * ``oracle_in_sample``: the same bound chosen and valued on all draws (optimistic: it keeps
   the noise it chose on);
-* ``traversal``: Traversal Verification on its own best static action (chosen on training roots).
+* ``traversal_static_iid`` / ``traversal_static_all_actions``: Traversal Verification on its own
+  best static action of each kind (chosen on the training roots); ``traversal_static_iid`` is
+  the reference of the ``/ Traversal`` ratios.
+
+The selector's loss had its own static baseline (``train_selector --loss-baseline``; a run from
+before that flag used ``static_all_actions``), reported in the ``loss_baseline`` column.
 
 Every policy but ``oracle_in_sample`` is valued on the held-out half of the tree draws
 (``E_holdout``); the oracle chooses on the other half (``E_select``), so its value is not
@@ -18,7 +26,7 @@ noisy choice, so the two oracles bracket the per-context optimum).  Throughput o
 ``--out`` (default: ``<run>/evaluation``): ``evaluation.parquet`` (verifier, setting, policy, E,
 throughput, ratios), ``per_root.parquet`` (every root's chosen actions and values),
 ``evaluation.{html,png}``; tables in the layout of DDTE Tables 4-7, and the fraction of
-contexts where the selector loses more than 5% of throughput against the static baseline.
+contexts where the selector loses more than 5% of throughput against ``static_iid``.
 """
 
 from __future__ import annotations
@@ -32,12 +40,15 @@ import numpy as np
 import polars as pl
 
 from analyses.labels import PAPER_NAMES
-from analyses.selector_data import choose, static_choice, value_matrices
+from analyses.selector_data import STATIC_BASELINES, choose, static_choice, value_matrices
 from analyses.train_selector import DEFAULT_RUN
 from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, parquet_writer, prepare_out, print_table, run_tool
 
 PROG = "python -m analyses.evaluate_selector"
-POLICIES = ("static", "selector", "oracle", "oracle_in_sample", "traversal")
+POLICIES = ("static_iid", "static_all_actions", "selector", "oracle", "oracle_in_sample", "traversal_static_iid",
+            "traversal_static_all_actions")
+REFERENCE, TRAVERSAL_REFERENCE = "static_iid", "traversal_static_iid"
+"""The policies the ratios divide by: DDTE's static baseline, for the verifier and for Traversal."""
 LOSS_THRESHOLD = 0.05
 
 
@@ -85,20 +96,24 @@ def evaluate(meta, labels, roots, arrays, checkpoints, split: str) -> tuple[pl.D
     if rows.size == 0:
         raise ValueError(f"--split: the run has no {split} roots")
     trav = value_matrices(labels, "traversal", roots, actions)
-    trav_static = static_choice(trav, settings, train_mask)
-    summary, per_root = [], []
+
+    def static_picks(values, baseline):
+        static = static_choice(values, settings, train_mask, actions, baseline)
+        return np.array([static[str(settings[r])] for r in rows])
+
+    summary, per_root, loss_baseline = [], [], {}
     for verifier, ckpt in checkpoints.items():
         values = value_matrices(labels, verifier, roots, actions)
-        static = ckpt["static"]
+        loss_baseline[verifier] = ckpt.get("static_baseline", "static_all_actions")  # runs before the field: all actions
         chosen = {
-            "static": np.array([static[str(settings[r])] for r in rows]),
+            **{baseline: static_picks(values, baseline) for baseline in STATIC_BASELINES},
             "selector": selector_actions(ckpt, roots, arrays, rows),
             "oracle": np.argmax(values["E_select"][rows] / values["T"][rows], axis=1),
             "oracle_in_sample": np.argmax(values["E"][rows] / values["T"][rows], axis=1),
-            "traversal": np.array([trav_static[str(settings[r])] for r in rows]),
+            **{f"traversal_{baseline}": static_picks(trav, baseline) for baseline in STATIC_BASELINES},
         }
         for policy, picks in chosen.items():
-            source = trav if policy == "traversal" else values
+            source = trav if policy.startswith("traversal") else values
             E = source["E" if policy == "oracle_in_sample" else "E_holdout"][rows, picks]
             T = source["T"][rows, picks]
             for i, r in enumerate(rows):
@@ -112,9 +127,9 @@ def evaluate(meta, labels, roots, arrays, checkpoints, split: str) -> tuple[pl.D
     for (verifier, policy), group in per_root.group_by("verifier", "policy", maintain_order=True):
         summary.append({"verifier": verifier, "setting": "all", "policy": policy, "roots": group.height,
                         "E": group["E"].mean(), "TPS": group["E"].sum() / group["T"].sum()})
-    table = pl.DataFrame(summary)
-    static = table.filter(pl.col("policy") == "static").select("verifier", "setting", pl.col("E").alias("E_static"), pl.col("TPS").alias("TPS_static"))
-    trav_tps = table.filter(pl.col("policy") == "traversal").select("verifier", "setting", pl.col("TPS").alias("TPS_traversal"))
+    table = pl.DataFrame(summary).with_columns(pl.col("verifier").replace_strict(loss_baseline).alias("loss_baseline"))
+    static = table.filter(pl.col("policy") == REFERENCE).select("verifier", "setting", pl.col("E").alias("E_static"), pl.col("TPS").alias("TPS_static"))
+    trav_tps = table.filter(pl.col("policy") == TRAVERSAL_REFERENCE).select("verifier", "setting", pl.col("TPS").alias("TPS_traversal"))
     table = table.join(static, on=["verifier", "setting"]).join(trav_tps, on=["verifier", "setting"]).with_columns(
         (pl.col("E") / pl.col("E_static")).alias("E_ratio_static"), (pl.col("TPS") / pl.col("TPS_static")).alias("TPS_ratio_static"),
         (pl.col("TPS") / pl.col("TPS_traversal")).alias("TPS_ratio_traversal")).drop("E_static", "TPS_static", "TPS_traversal")
@@ -123,13 +138,13 @@ def evaluate(meta, labels, roots, arrays, checkpoints, split: str) -> tuple[pl.D
 
 def losses(per_root: pl.DataFrame) -> pl.DataFrame:
     """Per verifier: the fraction of contexts where the selector's throughput E/T is more than 5%
-    below the static baseline's at the same root."""
+    below DDTE's static baseline's (``static_iid``) at the same root."""
     key = ["verifier", "setting", "root"]
     tps = lambda p: per_root.filter(pl.col("policy") == p).select(*key, (pl.col("E") / pl.col("T")).alias(p))
-    both = tps("selector").join(tps("static"), on=key)
+    both = tps("selector").join(tps(REFERENCE), on=key)
     return both.group_by("verifier", maintain_order=True).agg(
-        pl.len().alias("contexts"), (pl.col("selector") < (1 - LOSS_THRESHOLD) * pl.col("static")).mean().alias("fraction losing > 5%"),
-        (pl.col("selector") > pl.col("static")).mean().alias("fraction winning"))
+        pl.len().alias("contexts"), (pl.col("selector") < (1 - LOSS_THRESHOLD) * pl.col(REFERENCE)).mean().alias("fraction losing > 5%"),
+        (pl.col("selector") > pl.col(REFERENCE)).mean().alias("fraction winning"))
 
 
 def chart(table: pl.DataFrame):
@@ -177,12 +192,15 @@ def report(table: pl.DataFrame, lost: pl.DataFrame, split: str, per_root: pl.Dat
         print_table(named(overall.pivot(on="policy", index="verifier", values=metric).select("verifier", *POLICIES)),
                     f"{title} on the {split} roots, by policy (cf. DDTE Tables 6-7; oracle = per-context best action)")
     ratios = table.filter(pl.col("policy") == "selector").pivot(on="setting", index="verifier", values="TPS_ratio_static")
-    print_table(named(ratios), "Selector / static throughput by setting (cf. DDTE Table 5; 'all' = ratio of totals)")
+    print_table(named(ratios), "Selector / static_iid (DDTE's static baseline) throughput by setting (cf. DDTE Table 5; 'all' = ratio of totals)")
     ratios = table.filter(pl.col("policy") == "selector").pivot(on="setting", index="verifier", values="E_ratio_static")
-    print_table(named(ratios), "Selector / static block efficiency by setting (cf. DDTE Table 4)")
-    vs = overall.filter(pl.col("policy").is_in(["selector", "oracle"])).pivot(on="policy", index="verifier", values="TPS_ratio_traversal")
-    print_table(named(vs), "Throughput relative to Traversal on its best static tree")
-    print_table(named(lost), f"Contexts where the selector's throughput is more than {LOSS_THRESHOLD:.0%} below the static baseline's")
+    print_table(named(ratios), "Selector / static_iid block efficiency by setting (cf. DDTE Table 4)")
+    vs = overall.filter(pl.col("policy").is_in(["selector", "oracle", "static_all_actions"])).pivot(
+        on="policy", index="verifier", values="TPS_ratio_traversal")
+    print_table(named(vs), "Throughput relative to Traversal on its best static i.i.d. rollouts (traversal_static_iid)")
+    baselines = ", ".join(f"{PAPER_NAMES.get(v, v)}: {b}" for v, b in overall.select("verifier", "loss_baseline").unique(maintain_order=True).iter_rows())
+    print(f"(the selectors' loss baseline: {baselines})")
+    print_table(named(lost), f"Contexts where the selector's throughput is more than {LOSS_THRESHOLD:.0%} below static_iid's")
 
 
 if __name__ == "__main__":

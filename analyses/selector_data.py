@@ -1,5 +1,14 @@
 """From label rows and feature records to the selector's tensors, and the static choices the
-selector is compared with (shared by ``train_selector`` and ``evaluate_selector``)."""
+selector is compared with (shared by ``train_selector``, ``evaluate_selector`` and ``ddte_audit``).
+
+Two static baselines (``STATIC_BASELINES``), both chosen per sampling setting on the training roots:
+
+* ``static_iid``: DDTE's static baseline (DDTE Sec. 4.2): plain i.i.d. rollouts, K in 1..4 and
+  L in 0..8, that is the grid's actions with L1 = 0 (K rollouts of L2 tokens).  The default
+  wherever a study says "DDTE's static baseline", and the baseline of the selector's loss.
+* ``static_all_actions``: the lab's option: the best of all the grid's delayed actions
+  (K, L1, L2), 324 of them on DDTE's grid (``docs/departures.md``).
+"""
 
 from __future__ import annotations
 
@@ -37,14 +46,41 @@ def value_matrices(labels: pl.DataFrame, verifier: str, roots: pl.DataFrame, act
     return out
 
 
-def static_choice(values: dict[str, np.ndarray], settings: np.ndarray, mask: np.ndarray) -> dict[str, int]:
-    """Per setting, the action maximising sum E / sum T over the roots in ``mask`` (DDTE's static
-    baseline, chosen on training roots); ties to the first action."""
+STATIC_BASELINES = ("static_iid", "static_all_actions")
+"""The static baselines (module docstring): DDTE's i.i.d. rollouts first (the default)."""
+
+
+def static_candidates(actions, baseline: str = "static_iid") -> np.ndarray:
+    """Indices (int64) of the ``actions`` ((K, L1, L2) tuples) a static ``baseline`` chooses among:
+    those with L1 = 0 for ``static_iid``, all of them for ``static_all_actions``.
+
+    Raises:
+        ValueError: an unknown ``baseline``, or no candidate action.
+    """
+    if baseline not in STATIC_BASELINES:
+        raise ValueError(f"baseline: must be one of {', '.join(STATIC_BASELINES)}, got {baseline!r}")
+    out = np.array([i for i, a in enumerate(actions) if baseline == "static_all_actions" or a[1] == 0], dtype=np.int64)
+    if out.size == 0:
+        raise ValueError(f"actions: none is a candidate of {baseline} (i.i.d. rollouts need actions with L1 = 0)")
+    return out
+
+
+def static_choice(values: dict[str, np.ndarray], settings: np.ndarray, mask: np.ndarray, actions,
+                  baseline: str = "static_iid") -> dict[str, int]:
+    """Per setting, the action index (into ``actions``, the columns of ``values``) maximising
+    sum E / sum T over the roots in ``mask`` among the ``baseline``'s candidates
+    (``static_candidates``; default DDTE's i.i.d. rollouts); ties to the first candidate.
+
+    Raises:
+        ValueError: as ``static_candidates``.
+    """
+    candidates = static_candidates(actions, baseline)
     out = {}
     for s in np.unique(settings):
         rows = mask & (settings == s)
         if rows.any():
-            out[str(s)] = int(np.argmax(values["E"][rows].sum(0) / values["T"][rows].sum(0)))
+            ratio = values["E"][rows][:, candidates].sum(0) / values["T"][rows][:, candidates].sum(0)
+            out[str(s)] = int(candidates[np.argmax(ratio)])
     return out
 
 
@@ -70,20 +106,23 @@ def tensors(roots: pl.DataFrame, arrays: dict[str, np.ndarray], values: dict[str
                         torch.from_numpy(values["E"]), torch.from_numpy(values["T"]), torch.from_numpy(base_tps))
 
 
-def fit_selector(roots: pl.DataFrame, arrays: dict[str, np.ndarray], values: dict[str, np.ndarray], split: np.ndarray, config):
-    """Train one selector on the labels ``values`` (``value_matrices``: E and T) of the roots whose
-    ``split`` is ``"train"``, validated on ``"validation"``; the baseline of DDTE's loss is each
-    setting's static choice on the training roots.
+def fit_selector(roots: pl.DataFrame, arrays: dict[str, np.ndarray], values: dict[str, np.ndarray], split: np.ndarray, config,
+                 actions, baseline: str = "static_iid"):
+    """Train one selector on the labels ``values`` (``value_matrices``: E and T, columns in the
+    order of ``actions``) of the roots whose ``split`` is ``"train"``, validated on
+    ``"validation"``; the baseline of DDTE's loss is each setting's static choice on the training
+    roots (``static_choice`` with ``baseline``: DDTE's i.i.d. rollouts by default).
 
     Returns:
         (model in eval mode on the CPU, history, static choice {setting: action index}).
 
     Raises:
-        ValueError: no training or validation roots, or training diverged (``simlab.selector.train``).
+        ValueError: no training or validation roots, or training diverged (``simlab.selector.train``);
+            a bad ``baseline`` (``static_candidates``).
     """
     from simlab.selector.train import train
 
-    base = static_choice(values, roots["setting"].to_numpy(), split == "train")
+    base = static_choice(values, roots["setting"].to_numpy(), split == "train", actions, baseline)
     data = tensors(roots, arrays, values, base)
     model, history = train(data.subset(np.flatnonzero(split == "train")), data.subset(np.flatnonzero(split == "validation")), config)
     return model, history, base

@@ -7,16 +7,33 @@ maximises expected tokens per second: its budget, depth, expected accepted token
 under the positional model), T-hat, throughput, nodes per depth and the tree in tuple notation.
 
     python -m analyses.sequoia_tree --acceptance vector.json --latency profile.json --budgets 16,32,63,90
+    python -m analyses.sequoia_tree --acceptance demo-config.json      # Sequoia's demo files as shipped
 
-The vector file is JSON: a list [p_1, ..., p_W], an object {"acceptance": [...]}, or Sequoia's
-demo config ({"acceptance_rate_vector": [0, p_1, ..., p_W, p_none]}, whose first and last
-entries are dropped as Sequoia's ``tree_search.py`` does).  Without ``--latency`` the times
-come from ``--cost-ratio``.
+``--acceptance`` reads:
+
+* a JSON list [p_1, ..., p_W], or an object {"acceptance": [...]};
+* a tensor file (``.pt``, Sequoia's ``acceptance-rate-vector.pt``): a 1-D float tensor
+  [0, p_1, ..., p_W, p_none] of probabilities, loaded safely (``torch.load(...,
+  weights_only=True)``, onto the CPU: the shipped file was saved from a CUDA device); its first
+  and last entries are dropped as Sequoia's ``tree_search.py`` does;
+* Sequoia's config (``demo-config.json``): ``acceptance_rate_vector`` is that list or names
+  such a ``.pt`` file (relative to the config's folder).  When the config also carries Sequoia's
+  size rule (``max_depth``, ``valid_budget``, ``target_time``, ``draft_time``), the tool applies
+  it as ``tree_search.py`` does (``simlab.builders.sequoia.sequoia_size``: budgets in nodes, root
+  included; minimise (l t_draft + t_target(m)) / T[m][l]) and prints the DP's best expected
+  accepted tokens by budget, the chosen (m, l), the time per token, the speedup over the first
+  budget's target time and the tree; ``--latency``, ``--cost-ratio``, ``--budgets``, ``--depth`` and
+  ``--context`` are refused there (pass the ``.pt`` file itself for the lab's latency model), and
+  the config's ``dst`` (where ``tree_search.py`` saves its tree) is not written.
+
+Without ``--latency`` the times come from ``--cost-ratio``.  Bad input: one line, exit 2.
+Source: Sequoia@0ff3ff7 ``tree_search.py``, ``demo-config.json``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -25,31 +42,110 @@ import polars as pl
 from backends.cli import ToolParser, fail, fail_from, int_list, print_table
 
 PROG = "python -m analyses.sequoia_tree"
+SIZE_RULE = ("max_depth", "valid_budget", "target_time", "draft_time")
+"""The keys of a Sequoia config that carry its size rule (``tree_search.py``)."""
 
 
-def read_vector(path: str) -> list[float]:
-    """The acceptance vector (p_1..p_W) of a JSON file (module docstring).
+def read_tensor_vector(path: Path) -> list[float]:
+    """p_1..p_W from a tensor file holding Sequoia's [0, p_1, ..., p_W, p_none] (float64 values of
+    the stored floats), loaded with ``torch.load(path, map_location="cpu", weights_only=True)``.
 
     Raises:
-        ValueError: ``acceptance: ...`` for a missing, unreadable or malformed file.
+        ValueError: ``acceptance: ...`` when the file cannot be loaded safely, or does not hold a
+            1-D float tensor of at least 3 probabilities (finite, in [0, 1], summing to 1 up to
+            float32 rounding, 1e-6) starting with 0.
+    """
+    import torch
+
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # unpickling refused or a damaged file: one line, whatever torch raised
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"acceptance: cannot load {str(path)!r} as a tensor file ({first})") from None
+    if not isinstance(data, torch.Tensor) or data.ndim != 1 or not data.dtype.is_floating_point or data.numel() < 3:
+        what = f"a {data.ndim}-D {data.dtype} tensor of {data.numel()} entries" if isinstance(data, torch.Tensor) else type(data).__name__
+        raise ValueError(f"acceptance: {str(path)!r} must hold a 1-D float tensor [0, p_1, ..., p_W, p_none], got {what}")
+    vector = data.detach().to(torch.float64).tolist()
+    if not all(math.isfinite(v) and 0.0 <= v <= 1.0 for v in vector) or abs(sum(vector) - 1.0) > 1e-6 or vector[0] != 0.0:
+        raise ValueError(f"acceptance: {str(path)!r} must hold probabilities [0, p_1, ..., p_W, p_none] (in [0, 1], first 0, "
+                         f"summing to 1), got first {vector[0]!r} and sum {sum(vector)!r}")
+    return vector[1:-1]
+
+
+def read_acceptance(path: str) -> tuple[list[float], dict | None]:
+    """(p_1..p_W, Sequoia's size rule or None) from ``path`` (module docstring); the size rule is
+    the config's ``SIZE_RULE`` entries when it carries all of them.
+
+    Raises:
+        ValueError: ``acceptance: ...`` for a missing, unreadable or malformed file, or a config
+            with only part of the size rule.
     """
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"acceptance: no such file {path!r}")
+    if file.suffix == ".pt":
+        return read_tensor_vector(file), None
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"acceptance: cannot parse {path!r} ({str(exc).splitlines()[0]})") from None
     if isinstance(data, dict) and "acceptance_rate_vector" in data:
         vector = data["acceptance_rate_vector"]
-        if not isinstance(vector, list) or len(vector) < 3:
-            raise ValueError(f"acceptance: {path!r}: acceptance_rate_vector must be [0, p_1, ..., p_W, p_none]")
-        return vector[1:-1]
+        if isinstance(vector, str):
+            named = file.parent / vector
+            if not named.is_file():
+                raise ValueError(f"acceptance: {path!r} names {vector!r}, which is not a file next to it ({str(named)!r})")
+            vector = read_tensor_vector(named)
+        elif not isinstance(vector, list) or len(vector) < 3:
+            raise ValueError(f"acceptance: {path!r}: acceptance_rate_vector must be [0, p_1, ..., p_W, p_none] or a .pt file name")
+        else:
+            vector = vector[1:-1]
+        present = [k for k in SIZE_RULE if k in data]
+        if present and len(present) < len(SIZE_RULE):
+            raise ValueError(f"acceptance: {path!r} carries part of Sequoia's size rule ({', '.join(present)}); "
+                             f"it needs all of {', '.join(SIZE_RULE)}")
+        return vector, ({k: data[k] for k in (*SIZE_RULE, "max_budget") if k in data} if present else None)
     if isinstance(data, dict) and "acceptance" in data:
-        return data["acceptance"]
+        return data["acceptance"], None
     if isinstance(data, list):
-        return data
+        return data, None
     raise ValueError(f"acceptance: {path!r} holds neither a list nor an object with 'acceptance' or 'acceptance_rate_vector'")
+
+
+def read_vector(path: str) -> list[float]:
+    """The acceptance vector (p_1..p_W) of a file (module docstring; ``read_acceptance``)."""
+    return read_acceptance(path)[0]
+
+
+def sequoia_rule(acceptance, rule: dict) -> dict:
+    """Sequoia's ``tree_search.py`` on a config's size rule: the DP's best expected accepted tokens
+    (root included) by valid budget at ``max_depth`` levels, the chosen (m, l), its time per token,
+    the speedup (first budget's target time over it) and the tree (tuple notation).
+
+    Raises:
+        ValueError: ``acceptance: ...`` for a malformed size rule; as ``sequoia_size``.
+    """
+    from simlab.builders.sequoia import sequoia_size, tree_dp
+
+    budgets, times, levels = rule["valid_budget"], rule["target_time"], rule["max_depth"]
+    if not isinstance(budgets, list) or not isinstance(times, list) or not budgets or len(budgets) != len(times):
+        raise ValueError(f"acceptance: valid_budget and target_time must be lists of one length, got {budgets!r} and {times!r}")
+    if "max_budget" in rule and max(budgets) > rule["max_budget"]:
+        raise ValueError(f"acceptance: valid_budget {budgets} exceeds max_budget {rule['max_budget']}")
+    if not isinstance(levels, int) or isinstance(levels, bool) or levels < 1:
+        raise ValueError(f"acceptance: max_depth must be an integer >= 1, got {levels!r}")
+    table = tree_dp(acceptance, max(budgets), levels)
+    m, l, seconds = sequoia_size(table, draft_time=rule["draft_time"], budgets=budgets, target_times=times, levels=levels)
+    return {"best_by_budget": {b: table.value(b, levels) for b in budgets}, "nodes": m, "levels": l, "time_per_token": seconds,
+            "speedup": float(times[0]) / seconds, "expected_tokens": table.value(m, l), "spec": table.spec(m, l)}
+
+
+def print_tree(spec) -> None:
+    per_depth: dict[int, int] = {}
+    for node in spec:
+        per_depth[len(node)] = per_depth.get(len(node), 0) + 1
+    print("nodes per depth:", [1] + [per_depth[d] for d in sorted(per_depth)])
+    print("tree (tuple notation):", [list(node) for node in spec])
 
 
 def main(argv=None) -> int:
@@ -57,7 +153,7 @@ def main(argv=None) -> int:
     from simlab.latency import LatencyModel
 
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--acceptance", required=True, help="JSON file of the positional acceptance vector")
+    parser.add_argument("--acceptance", required=True, help="the acceptance vector: JSON, a .pt tensor file, or Sequoia's config")
     parser.add_argument("--latency", default=None, help="latency profile (.json or .toml; see simlab.latency)")
     parser.add_argument("--cost-ratio", type=float, default=0.1, help="c = t_q / t_p when no --latency is given")
     parser.add_argument("--budgets", default="16,32,63,90", help="draft-token budgets to choose among")
@@ -67,21 +163,33 @@ def main(argv=None) -> int:
     if args.latency and "cost_ratio" in parser.given:
         fail(PROG, "--cost-ratio: a latency profile (--latency) was given; use one of the two")
     try:
-        budgets = int_list(args.budgets, "--budgets", minimum=1)
-        acceptance = check_acceptance(read_vector(args.acceptance))
-        latency = LatencyModel.load(args.latency) if args.latency else LatencyModel.from_cost_ratio(args.cost_ratio)
-        spec, facts = choose(acceptance, latency, context=args.context, budgets=budgets, levels=args.depth)
+        vector, rule = read_acceptance(args.acceptance)
+        acceptance = check_acceptance(vector)
+        if rule is not None:
+            clash = [f for f in ("latency", "cost_ratio", "budgets", "depth", "context") if f in parser.given]
+            if clash:
+                fail(PROG, f"--{clash[0].replace('_', '-')}: {args.acceptance!r} carries Sequoia's own size rule "
+                           "(valid_budget, target_time, draft_time, max_depth); pass its .pt vector for the lab's latency model")
+            facts = sequoia_rule(acceptance, rule)
+        else:
+            budgets = int_list(args.budgets, "--budgets", minimum=1)
+            latency = LatencyModel.load(args.latency) if args.latency else LatencyModel.from_cost_ratio(args.cost_ratio)
+            spec, facts = choose(acceptance, latency, context=args.context, budgets=budgets, levels=args.depth)
     except ValueError as exc:
         fail_from(PROG, exc, parser, {"c": "--cost-ratio", "levels": "--depth"})
-    per_depth: dict[int, int] = {}
-    for node in spec:
-        per_depth[len(node)] = per_depth.get(len(node), 0) + 1
+    if rule is not None:
+        print(f"acceptance p_1..p_W = {[round(float(a), 4) for a in acceptance]}; Sequoia's size rule from {args.acceptance}")
+        print_table(pl.DataFrame([{"budget m (nodes, root included)": m, f"best expected tokens (<= {rule['max_depth']} levels)": v}
+                                  for m, v in facts["best_by_budget"].items()]), "Sequoia's DP by valid budget (tree_search.py)")
+        print(f"chosen: m = {facts['nodes']} nodes, l = {facts['levels']} levels (root included), expected tokens "
+              f"{facts['expected_tokens']:.6f}, time per token {facts['time_per_token']:.6f}, speedup {facts['speedup']:.6f}")
+        print_tree(facts["spec"])
+        return 0
     print(f"acceptance p_1..p_W = {[round(float(a), 4) for a in acceptance]}; latency: {latency.source}")
     print_table(pl.DataFrame([{"budget": facts["budget"], "levels": facts["levels"], "expected tokens": facts["expected_tokens"],
                                "T-hat (s)": facts["T"], "tokens/s": facts["tokens_per_second"]}]),
                 f"Sequoia's tree for budgets {', '.join(map(str, budgets))} and depth <= {args.depth} (context {args.context})")
-    print("nodes per depth:", [1] + [per_depth[d] for d in sorted(per_depth)])
-    print("tree (tuple notation):", [list(node) for node in spec])
+    print_tree(spec)
     return 0
 
 

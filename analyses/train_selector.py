@@ -6,7 +6,10 @@ Labels every root of the source with E[tau + 1] and T-hat for every action of th
 for each OT-based verifier and for Traversal (the baseline of ``evaluate_selector``), computes
 the selector's features at each root (``simlab.selector.features``), splits the roots by
 trajectory into train / validation / test (60 / 20 / 20), and trains one selector per OT-based
-verifier on DDTE's loss (``simlab.selector``), deterministically from ``--seed``.
+verifier on DDTE's loss (``simlab.selector``), deterministically from ``--seed``.  The loss's
+baseline is each setting's static choice on the training roots (``--loss-baseline``, default
+``static_iid``: DDTE's plain i.i.d. rollouts, K in 1..4, L in 0..8; ``static_all_actions``: the
+lab's choice over every delayed action; ``analyses.selector_data``).
 
 Output under ``--out`` (read by ``python -m analyses.evaluate_selector --run DIR``):
 ``labels.parquet``, ``roots.parquet`` (keys, split, scalar features), ``embeddings.npz``,
@@ -27,7 +30,7 @@ import polars as pl
 
 from analyses.grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
 from analyses.labels import PAPER_NAMES, grid_of, label_all
-from analyses.selector_data import feature_arrays, fit_selector, value_matrices
+from analyses.selector_data import STATIC_BASELINES, feature_arrays, fit_selector, value_matrices
 from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, parquet_writer, prepare_out, print_table, run_tool, slow_step
 
 PROG = "python -m analyses.train_selector"
@@ -52,6 +55,7 @@ class Config(GridStudyConfig):
     lam: float = 1.0
     alpha: float = 0.1
     dropout: float = 0.1
+    loss_baseline: str = "static_iid"
     train_device: str = "cpu"
     out: str | None = None
 
@@ -76,6 +80,9 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     parser.add_argument("--lam", type=float, default=d.lam, help="loss: weight of the tail penalty (lambda)")
     parser.add_argument("--alpha", type=float, default=d.alpha, help="loss: tail fraction of the batch (alpha)")
     parser.add_argument("--dropout", type=float, default=d.dropout)
+    parser.add_argument("--loss-baseline", choices=STATIC_BASELINES, default=d.loss_baseline,
+                        help="the static baseline of the loss: static_iid = DDTE's i.i.d. rollouts (L1 = 0); "
+                             "static_all_actions = the best of every delayed action (the lab's option)")
     parser.add_argument("--train-device", default=d.train_device, help="torch device for training: cpu, cuda, auto")
     parser.add_argument("--out", default=None, help="output folder (default: out/train_selector/<source>)")
     args = parser.parse_args(argv)
@@ -148,11 +155,11 @@ def _main(argv) -> int:
                                    dropout=config.dropout, seed=config.seed, device=config.train_device)
         t0 = time.perf_counter()
         try:
-            model, history, base = fit_selector(roots, arrays, values, split, train_config)
+            model, history, base = fit_selector(roots, arrays, values, split, train_config, grid.actions(), config.loss_baseline)
         except ValueError as exc:
             fail(PROG, str(exc))
         checkpoints[verifier] = {**model.checkpoint(), "verifier": verifier, "actions": grid.actions(), "static": base,
-                                 "train_config": asdict(train_config)}
+                                 "static_baseline": config.loss_baseline, "train_config": asdict(train_config)}
         histories.append(pl.DataFrame(history).with_columns(pl.lit(verifier).alias("verifier")))
         best = min(history, key=lambda h: h["validation_loss"])
         summary.append({"verifier": PAPER_NAMES[verifier], "train roots": int((split == "train").sum()),
@@ -183,7 +190,7 @@ def _main(argv) -> int:
     if not config.quiet:
         print(f"Labelled {roots.height} roots x {len(grid.actions())} actions x {len(config.verifiers) + 1} verifiers in "
               f"{label_seconds:.1f} s ({roots.height / label_seconds:.2f} roots/s); latency: {latency.source}")
-        print_table(pl.DataFrame(summary), "Selector training (DDTE loss; weights of the best validation epoch kept)")
+        print_table(pl.DataFrame(summary), f"Selector training (DDTE loss, baseline {config.loss_baseline}; weights of the best validation epoch kept)")
         print(f"wrote {out}/selector-*.pt, labels.parquet, roots.parquet, embeddings.npz, history.parquet, training.html/.png; "
               f"evaluate with: python -m analyses.evaluate_selector --run {out}")
     return 0

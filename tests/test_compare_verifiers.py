@@ -50,6 +50,7 @@ def test_the_choice_is_the_true_maximum_of_the_grid(small):
         rows = [r for r in rows if r["L1"] == 0 or not iid_only]
         best = max(r[criterion] for r in rows)
         row = group.row(0, named=True)
+        assert row["static"] == ("static_iid" if iid_only else "static_all_actions")
         pick = next(r for r in rows if (r["K"], r["L1"], r["L2"]) == (row["K"], row["L1"], row["L2"]))
         assert pick[criterion] >= best - cv.TIE * abs(best)
         tied = [(r["K"], r["L1"], r["L2"]) for r in rows if r[criterion] >= best - cv.TIE * abs(best)]

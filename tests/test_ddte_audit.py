@@ -29,6 +29,8 @@ def test_outputs_and_inflation(run):
         assert (run / name).stat().st_size > 0, name
     summary = pl.read_parquet(run / "ddte_audit.parquet")
     assert set(summary["convention"]) == set(ddte_audit.CONVENTIONS) and set(summary["verifier"]) == set(ddte_audit.VERIFIERS)
+    assert set(summary["static"]) == set(ddte_audit.STATIC_POLICIES)
+    assert (summary.filter(pl.col("static") == "static_iid")["L1"] == 0).all()
     by = {(r["verifier"], r["convention"]): r for r in summary.iter_rows(named=True)}
     assert all(by[(v, "exact")]["inflation"] == 0 for v in ddte_audit.VERIFIERS)
     assert by[("traversal", "per_path")]["max_inflation"] <= 1e-12 and by[("specinfer", "per_path")]["max_inflation"] <= 1e-12
@@ -56,7 +58,7 @@ def test_selector_policies_are_valued_by_the_labels(run):
     for r in roots.iter_rows(named=True):
         own = r["convention"] if (r["convention"], *(r[k] for k in key)) in label_of else "exact"
         assert r["E_claimed"] == label_of[(own, *(r[k] for k in key))] and r["E_exact"] == label_of[("exact", *(r[k] for k in key))]
-    for _, group in roots.filter(pl.col("policy") == "static").group_by("verifier", "convention", "setting"):
+    for _, group in roots.filter(pl.col("policy").str.starts_with("static")).group_by("verifier", "convention", "policy", "setting"):
         assert group.select("K", "L1", "L2").unique().height == 1  # one static action per setting
     for (verifier, convention, policy), group in roots.group_by("verifier", "convention", "policy"):
         row = table.filter((pl.col("verifier") == verifier) & (pl.col("convention") == convention) & (pl.col("policy") == policy)
@@ -71,13 +73,19 @@ def test_selector_policies_are_valued_by_the_labels(run):
 
 
 def test_static_choice_is_the_training_roots_argmax(run):
+    """Each static policy is the training roots' argmax of sum E / sum T among its candidates: the
+    i.i.d. rollouts (L1 = 0) for static_iid (DDTE's baseline), every action for static_all_actions."""
     labels, roots = pl.read_parquet(run / "labels.parquet"), pl.read_parquet(run / "selector_roots.parquet")
     ids = labels.select("trajectory").unique().sort("trajectory")["trajectory"].to_list()
     part = dict(zip(ids, split_by_trajectory(ids, 0)))
     train = labels.filter(pl.col("trajectory").replace_strict(part) == "train")
-    for (verifier, convention, setting), group in roots.filter(pl.col("policy") == "static").group_by("verifier", "convention", "setting"):
+    assert set(roots["policy"]) == set(ddte_audit.POLICIES)
+    assert (roots.filter(pl.col("policy") == "static_iid")["L1"] == 0).all()
+    statics = roots.filter(pl.col("policy").str.starts_with("static"))
+    for (verifier, convention, policy, setting), group in statics.group_by("verifier", "convention", "policy", "setting"):
         own = train.filter((pl.col("verifier") == verifier) & (pl.col("setting") == setting))
         own = own.filter(pl.col("convention") == (convention if convention in own["convention"].to_list() else "exact"))
+        own = own.filter(pl.col("L1") == 0) if policy == "static_iid" else own
         totals = own.group_by("K", "L1", "L2").agg(pl.col("E").sum() / pl.col("T").sum()).sort("K", "L1", "L2")
         best = totals.filter(pl.col("E") == totals["E"].max()).row(0)[:3]  # ties go to the first action (L2 = 0 makes K moot)
         assert tuple(group.row(0, named=True)[k] for k in ("K", "L1", "L2")) == best

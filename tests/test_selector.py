@@ -164,7 +164,40 @@ def test_evaluation_tables(costly_drafts, tmp_path, capsys):
     assert "oracle" in out and "Traversal" in out and "more than 5%" in out
     table = pl.read_parquet(tmp_path / "evaluation.parquet")
     assert set(table["policy"]) == set(evaluate_selector.POLICIES)
-    assert (table.filter(pl.col("policy") == "static")["TPS_ratio_static"] == 1.0).all()
+    assert (table.filter(pl.col("policy") == "static_iid")["TPS_ratio_static"] == 1.0).all()
+    assert (table.filter(pl.col("policy") == "traversal_static_iid")["TPS_ratio_traversal"] == 1.0).all()
+    assert set(table["loss_baseline"]) == {"static_iid"}
+    picks = pl.read_parquet(tmp_path / "per_root.parquet")
+    assert (picks.filter(pl.col("policy").is_in(["static_iid", "traversal_static_iid"]))["L1"] == 0).all()
+    assert "static_iid" in out and "static_all_actions" in out
+
+
+def test_static_choice_iid_rollouts_or_all_actions():
+    """DDTE's static baseline chooses among the i.i.d. rollouts (L1 = 0) only, the lab's option among
+    every action; per setting, on the masked roots only; ties to the first candidate.  Actions
+    (1, 0, 1), (2, 0, 2), (1, 2, 1).  Setting a, root 0: E / T = 3/1, 4/(2/3), 5/1 = 3, 6, 5, so
+    (2, 0, 2) wins both ways; with T = 2 for (2, 0, 2) the ratios are 3, 2, 5: the rollouts' best
+    is (1, 0, 1), all actions' (1, 2, 1).  Root 2 (setting a, unmasked, E = 99 for (1, 0, 1))
+    would win for (1, 0, 1) if it counted.  Setting b, root 1: 3/1, 6/2, 2/2 = 3, 3, 1: a tie,
+    to (1, 0, 1)."""
+    from analyses.selector_data import static_candidates, static_choice
+
+    actions = [(1, 0, 1), (2, 0, 2), (1, 2, 1)]
+    E = np.array([[3.0, 4.0, 5.0], [3.0, 6.0, 2.0], [99.0, 0.0, 0.0]])
+    T = np.array([[1.0, 2.0 / 3.0, 1.0], [1.0, 2.0, 2.0], [1.0, 1.0, 1.0]])
+    settings, mask = np.array(["a", "b", "a"]), np.array([True, True, False])
+    values = {"E": E, "T": T}
+    assert static_candidates(actions, "static_iid").tolist() == [0, 1]
+    assert static_candidates(actions, "static_all_actions").tolist() == [0, 1, 2]
+    assert static_choice(values, settings, mask, actions) == {"a": 1, "b": 0}
+    assert static_choice(values, settings, mask, actions, "static_all_actions") == {"a": 1, "b": 0}
+    T[0, 1] = 2.0
+    assert static_choice(values, settings, mask, actions) == {"a": 0, "b": 0}
+    assert static_choice(values, settings, mask, actions, "static_all_actions") == {"a": 2, "b": 0}
+    with pytest.raises(ValueError, match="^baseline: "):
+        static_choice(values, settings, mask, actions, "static")
+    with pytest.raises(ValueError, match="^actions: none"):
+        static_candidates([(1, 1, 1)], "static_iid")
 
 
 @pytest.mark.parametrize("module, flags, message", [
@@ -173,6 +206,7 @@ def test_evaluation_tables(costly_drafts, tmp_path, capsys):
     (train_selector, ["--alpha", "0"], "--alpha"),
     (train_selector, ["--settings", "x"], "--settings"),
     (train_selector, ["--samples", "1"], "--samples"),
+    (train_selector, ["--loss-baseline", "static"], "--loss-baseline"),
     (evaluate_selector, ["--run", "/nonexistent"], "--run"),
 ])
 def test_bad_arguments_exit_2_with_one_line(module, flags, message, capsys, tmp_path):

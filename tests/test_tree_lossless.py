@@ -120,3 +120,50 @@ def test_sampling_loop_emits_the_target_two_token_law(verifier, shape):
         return index[emitted[:2]]
 
     assert_sampler_matches(two_tokens, law, seed=31)
+
+
+def test_greedy_leaf_emits_the_argmax_at_every_temperature():
+    """The greedy rule's bonus at a leaf is argmax p, not a draw from p (issue 24, item 4).
+
+    ``ContextFreePair(p = [0.6, 0.4], q = [0.7, 0.3])``, the EAGLE-2 tree with one child
+    (budget 1, depth 0, top-k 1): the child is argmax q = 0.  Greedy: argmax p = 0 is the child,
+    so it is accepted (probability 1) and verification reaches the leaf (0,), where the rule
+    emits argmax p = 0 again: the law at the leaf is [1, 0] (a draw from p would give [0.6, 0.4]).
+    The first two emitted tokens are (0, 0) with probability 1; the target's two-token law is
+    p x p: (0, 0) 0.36, (0, 1) 0.24, (1, 0) 0.24, (1, 1) 0.16.  Bias = TV =
+    0.5 (|1 - 0.36| + 0.24 + 0.24 + 0.16) = 0.5 x 1.28 = 0.64 (the draw from p gave
+    0.5 (0.24 + 0.16 + 0.24 + 0.16) = 0.4).  E[tau + 1] = 2 either way."""
+    from simlab.builders import EAGLE2
+    from simlab.efficiency import pairing_bias
+    from simlab.pairs import ContextFreePair
+
+    pair, builder = ContextFreePair([0.6, 0.4], [0.7, 0.3]), EAGLE2(budget=1, depth=0, top_k=1)
+    tree = builder.sample(NodeTable(pair, (0,)))
+    assert tree.children == {(): (0,)}
+    greedy = tree_verifiers.get("greedy", allow_lossy=True)
+    law = greedy.outcome_law(tree)
+    assert law[(0,)].tolist() == [1.0, 0.0] and law[()].tolist() == [0.0, 0.0]
+    assert all(greedy.verify(tree, np.random.default_rng(s)) == ((0,), 0) for s in range(50))
+    assert pairing_bias(pair, (0,), builder, greedy, n=2) == pytest.approx(0.64, abs=1e-12)
+    assert greedy.expected_block_efficiency(tree) == pytest.approx(2.0, abs=1e-12)
+    with pytest.raises(ValueError, match="^verifier: greedy is lossless only for a greedy"):
+        tree_verifiers.get("greedy").outcome_law(tree)
+
+
+def test_greedy_ties_go_to_the_lowest_id_in_law_sampler_and_leaf():
+    """argmax ties: the lowest token id, the same in the node law, the sampler and the leaf rule
+    (the convention of ``sampling_distribution`` at T = 0 and ``greedy_decode``).  p = [0.2, 0.4, 0.4]:
+    the output at the root and the bonus at a leaf are token 1 (never 2), drafted children or not."""
+    from simlab.pairs import ContextFreePair
+    from simlab.trees import DraftTree
+    from simlab.verifiers.greedy import greedy_token
+
+    p = [0.2, 0.4, 0.4]
+    assert greedy_token(np.array(p)) == 1 and int(np.argmax(sampling_distribution(np.log(p), temperature=0))) == 1
+    table = NodeTable(ContextFreePair(p, [0.1, 0.45, 0.45]), (0,))
+    greedy = tree_verifiers.get("greedy", allow_lossy=True)
+    for children, accepted in (((2,), ()), ((1, 2), (1,)), ((2, 1), (1,))):
+        tree = DraftTree(table, {(): children}, drafting=Drafting.DETERMINISTIC)
+        law = greedy.outcome_law(tree)
+        assert law[accepted].tolist() == [0.0, 1.0, 0.0] and sum(v.sum() for v in law.values()) == 1.0
+        assert all(greedy.verify(tree, np.random.default_rng(s)) == (accepted, 1) for s in range(20))

@@ -28,6 +28,24 @@ def check_tree_lossless(pair, context, shape, verifier, n=2):
     assert tv <= 1e-10, f"emitted {n}-token law differs from the target by TV {tv:.3g}"
 
 
+def check_greedy_decoding(pair, context, shape, verifier, n=3, runs=20, seed=0):
+    """The greedy rule at any temperature (a lossy pairing at T > 0, allowed here): its exact
+    emitted n-token law is the point mass on the target's greedy continuation
+    (``simlab.decoding.greedy_decode``, lowest-id ties), and ``runs`` sampled decodes (seeds
+    ``seed``..) emit exactly that continuation (deterministic: no statistics)."""
+    import dataclasses
+
+    from simlab.decoding import greedy_decode, speculative_decode
+
+    verifier = dataclasses.replace(verifier, allow_lossy=True)
+    greedy = tuple(greedy_decode(pair, context, n))
+    law = emitted_sequence_law(pair, context, shape, verifier, n, allow_lossy=True)
+    assert law.get(greedy, 0.0) >= 1.0 - 1e-12, f"greedy continuation {greedy} has mass {law.get(greedy, 0.0):.6g} (law {law})"
+    for s in range(seed, seed + runs):
+        tokens, _ = speculative_decode(pair, context, shape, verifier, n, np.random.default_rng(s))
+        assert tuple(tokens) == greedy, f"seed {s}: decoded {tokens}, greedy continuation {list(greedy)}"
+
+
 def check_estimates_agree(a, b):
     se = math.hypot(a.stderr, b.stderr)
     assert abs(a.mean - b.mean) <= Z * se + 1e-12, f"{a.method} {a.mean:.4f} vs {b.method} {b.mean:.4f} (combined SE {se:.4f})"

@@ -30,6 +30,21 @@ class BonusFromParent(TopDown):
 
 
 @dataclass(frozen=True)
+class LeafFromP(TopDown):
+    """The bonus token at a leaf drawn from p whatever the rule (the greedy rule emits argmax p)."""
+
+    def outcome_law(self, tree):
+        law = super().outcome_law(tree)
+        return {path: (vec if tree.child_list(path) else vec.sum() * tree.table.p(path)) for path, vec in law.items()}
+
+    def verify(self, tree, rng):
+        path, token = super().verify(tree, rng)
+        if not tree.child_list(path):
+            token = sample_categorical(tree.table.p(path), rng)
+        return path, token
+
+
+@dataclass(frozen=True)
 class CorrectionFromP(TopDown):
     """The correction token sampled from p instead of the verifier's residual."""
 
@@ -157,6 +172,7 @@ TREE_MUTANTS = {
     "SpecInfer on EAGLE trees": (ClaimsEveryLaw(get("specinfer")), "lossless on deterministic trees"),
     "bonus from the wrong node": (BonusFromParent(get("specinfer")), "lossless"),
     "correction from p": (CorrectionFromP(get("spectr")), "lossless"),
+    "leaf token drawn from p": (LeafFromP(get("greedy")), "greedy decoding at T > 0"),
     "duplicate children counted twice": (DuplicatesCountedTwice(get("specinfer")), "lossless"),
     "traversal update not renormalised": (TraversalUnnormalised(), "lossless"),
     "traversal masses: draft not renormalised": (TraversalMassesNotRenormalised(), "fast E"),

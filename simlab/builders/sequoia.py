@@ -17,9 +17,13 @@ of m - y nodes weighted by p_b).  Ties go to the first strictly better y and the
 (Sequoia's ``branch_map``).  Sequoia's m counts the root: a tree of m nodes has m - 1 draft
 tokens (the lab's budget).
 
-**Size** (``choose``): among budgets and depths, the tree minimising T-hat / T[m][l], with T-hat
-from ``simlab.latency`` (one draft forward per level, one target forward over the tree) at a
-given context length, instead of Sequoia's l t_draft + t_target(m).
+**Size.**  Sequoia's rule (``sequoia_size``, ``tree_search.py``): over its valid budgets m (nodes,
+root included) with a measured target time t_target(m) each, and levels l, minimise
+(l t_draft + t_target(m)) / T[m][l] (the draft charged once per level, the root's included).
+The lab's rule (``choose``, the studies' matched comparisons): among draft-token budgets and
+depths, the tree minimising T-hat / T[m][l], with T-hat from ``simlab.latency`` (one draft
+forward per level, one target forward over the tree) at a given context length
+(``docs/departures.md``).
 
 The builder (``Sequoia``) is that static topology (``simlab.builders.static.Static``): siblings
 drafted without replacement (``Drafting.WITHOUT_REPLACEMENT``: verify with ``rrs_wor`` or
@@ -253,6 +257,47 @@ def choose(acceptance, latency, *, context: int, budgets: Sequence[int], levels:
             rate = value / seconds
             if best is None or rate > best[1]["tokens_per_second"]:
                 best = (spec, {"budget": budget, "levels": l - 1, "expected_tokens": value, "T": seconds, "tokens_per_second": rate})
+    if best is None:
+        raise ValueError("budgets: no tree fits")
+    return best
+
+
+def sequoia_size(table: TreeTable, *, draft_time: float, budgets: Sequence[int], target_times: Sequence[float],
+                 levels: int) -> tuple[int, int, float]:
+    """Sequoia's own size rule (``tree_search.py``; module docstring) on a solved DP.
+
+    Args:
+        table: ``tree_dp`` solved for at least max(budgets) nodes and ``levels`` levels.
+        draft_time: seconds (or any unit) of one draft forward, charged per level, root included.
+        budgets: Sequoia's valid budgets m, in nodes, root included (its ``valid_budget``).
+        target_times: the target's verify time for each budget, in the unit of ``draft_time``.
+        levels: the most levels l (root = level 1; its ``max_depth``).
+
+    Returns:
+        (m, l, time per accepted token): the first minimum over budgets in order, then l ascending
+        (strict improvement), as ``tree_search.py`` scans them.
+
+    Raises:
+        ValueError: mismatched or empty budgets and times, a budget beyond the table, non-positive
+            or non-finite times, no tree that fits.
+    """
+    budgets = [check_int(m, "budgets", 1) for m in budgets]
+    times = [float(t) for t in target_times]
+    levels = check_int(levels, "levels", 1)
+    if not budgets or len(budgets) != len(times):
+        raise ValueError(f"budgets: need one target time per budget, got {len(budgets)} budgets and {len(times)} times")
+    if max(budgets) >= table.T.shape[0] or levels >= table.T.shape[1]:
+        raise ValueError(f"budgets: the DP table holds {table.T.shape[0] - 1} nodes and {table.T.shape[1] - 1} levels")
+    if not all(math.isfinite(t) and t > 0 for t in [float(draft_time), *times]):
+        raise ValueError(f"draft_time: times must be finite and positive, got {draft_time!r} and {times}")
+    best = None
+    for m, target in zip(budgets, times):
+        for l in range(1, levels + 1):
+            value = table.value(m, l)
+            if math.isfinite(value) and value > 0:
+                seconds = (l * float(draft_time) + target) / value
+                if best is None or seconds < best[2]:
+                    best = (m, l, seconds)
     if best is None:
         raise ValueError("budgets: no tree fits")
     return best

@@ -2,7 +2,8 @@
 
 Start at the root.  At node u with children x = ch(u) run the node verifier f on (p_u, q_u, x):
 if its output t is a child, move to u + (t,); otherwise stop, t being the correction token.  At
-a leaf draw the bonus token from p_u.  Reaching node v has probability prod of B(f, ch(c), t)
+a leaf emit the bonus token by f's leaf rule (``NodeVerifier.leaf_law``: a draw from p_u, the
+argmax of p_u for the greedy rule).  Reaching node v has probability prod of B(f, ch(c), t)
 along its path, so E[tau + 1 | tree] = 1 + sum_{v != root} P(reach v).  Lossless when, given
 its prefix, every node's children have a law f is lossless for (the next tokens of the m >= 1
 drafts through a node are i.i.d. q_u for i.i.d. rollouts); at each node the node verifier for
@@ -19,7 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simlab.distributions import sample_categorical
 from simlab.drafting import SAMPLED, Drafting
 from simlab.verifiers.base import NodeVerifier
 from simlab.tree_verifiers.base import TreeVerifier
@@ -70,7 +70,7 @@ class TopDown(TreeVerifier):
             path, reach = stack.pop()
             kids = self._children(tree, path)
             if not kids:
-                out[path] = reach * tree.table.p(path)
+                out[path] = reach * self.node.leaf_law(tree.table.p(path))
                 continue
             law = self._plan(tree, path, kids).output_distribution(np.asarray(kids))
             stop = reach * law
@@ -133,7 +133,7 @@ class TopDown(TreeVerifier):
         while True:
             kids = self._children(tree, path)
             if not kids:
-                return path, sample_categorical(tree.table.p(path), rng)
+                return path, self.node.leaf_draw(tree.table.p(path), rng)
             t = self._plan(tree, path, kids).sample(np.asarray(kids), rng)
             if t not in kids:
                 return path, t

@@ -9,7 +9,8 @@ Vocabulary (fixed for the whole lab):
 * **output** token: what the verifier emits at the node.  It is an **accepted** token when
   it is one of the children (verification descends into that child), otherwise it is the
   **correction** (residual) token and verification stops.  At a leaf (k = 0) the tree
-  verifier draws the **bonus** token from p; node verifiers require k >= 1;
+  verifier emits the **bonus** token by the verifier's leaf rule (``leaf_law``/``leaf_draw``):
+  a draw from p, except the greedy rule's argmax of p; node verifiers require k >= 1;
 * **branch probability** B(x, t) = P(output = t | x) (DDTE Def. 5.3), returned whole by
   ``output_distribution``;
 * **acceptance rate** alpha = P(output in set(x)) with x ~ Q (DDTE Def. 5.1);
@@ -40,7 +41,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from simlab.distributions import check_pair
+from simlab.distributions import check_pair, sample_categorical
 from simlab.drafting import Drafting, check_k, child_tuples
 
 ALL_LAWS = frozenset(Drafting)
@@ -182,6 +183,16 @@ class NodeVerifier(abc.ABC):
     needs_greedy_target: ClassVar[bool] = False
     speculative_at_one: ClassVar[bool] = False
 
+    def leaf_law(self, p: np.ndarray) -> np.ndarray:
+        """The law of the bonus token at a leaf (no children) with target ``p`` (validated float64
+        (V,)); float64 (V,).  Default: p itself (the bonus is a draw from p)."""
+        return p.copy()
+
+    def leaf_draw(self, p: np.ndarray, rng: np.random.Generator) -> int:
+        """One bonus token at a leaf with target ``p``, from the law ``leaf_law(p)``; consumes
+        ``rng`` as ``simlab.distributions.sample_categorical`` does (one uniform) by default."""
+        return sample_categorical(p, rng)
+
     def for_law(self, law: Drafting) -> "NodeVerifier":
         """The verifier to run at a node whose children were drawn by ``law`` (itself by
         default; a verifier for mixed nodes runs the one-hot rule on all-deterministic ones)."""
@@ -240,5 +251,5 @@ def _count(children) -> int:
     if x.ndim != 1:
         raise ValueError(f"children: must be a 1-D sequence of token ids, got shape {x.shape}")
     if x.size == 0:
-        raise ValueError("children: k = 0; a node verifier needs at least one child (a leaf samples the bonus token from p)")
+        raise ValueError("children: k = 0; a node verifier needs at least one child (a leaf emits the bonus token: NodeVerifier.leaf_law)")
     return int(x.size)
