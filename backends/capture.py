@@ -64,6 +64,7 @@ from tqdm import tqdm
 
 from backends import capture_store as store
 from backends.cli import ToolParser, check_flags, fail_from, name_list, prepare_out, slow_step
+from backends.pretrained import DEFAULT_DRAFT, PAIRS, parse_draft
 from backends.roots import prompt_roots, read_prompts
 from backends.synthetic.base import seeded_rng
 from simlab import tree_verifiers
@@ -255,7 +256,8 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
     Raises:
         ValueError: naming the argument (``prompts``, ``target``, ``draft``, ``device``, ``out``...).
     """
-    from backends.hf import HFPair, oom_errors
+    from backends.hf import oom_errors
+    from backends.pretrained import open_pair
 
     from backends.hf import pick_device
 
@@ -270,8 +272,9 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
             detail = ", ".join(f"{key} {held[key]!r}, not {getattr(settings, key)!r}" for key in differ)
             raise ValueError(f"out: {str(out)!r} holds a capture with other settings ({detail}); resume it with its own "
                              "flags, or use a new folder")
-    with slow_step(PROG, f"loading {settings.target} and {settings.draft}", quiet):
-        pair = HFPair(settings.target, settings.draft, device=device, dtype=settings.dtype, settings=settings.sampling())
+    with slow_step(PROG, f"loading {settings.pair or settings.target} and {settings.draft}", quiet):
+        pair = open_pair(settings.pair, settings.target, settings.draft, device=device, dtype=settings.dtype,
+                         settings=settings.sampling())
     with slow_step(PROG, f"sampling the continuations of {len(prompts)} prompts", quiet):
         roots = list(prompt_roots(pair, prompts, settings.placement(), settings.seed, settings.tree_depth()))
     if rank == 0 and not stored.exists():
@@ -320,8 +323,10 @@ def _empty_cuda_cache():
 
 def parse_args(argv):
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--target", required=True, help="target model: local folder or hub id")
-    parser.add_argument("--draft", required=True, help="draft model: local folder or hub id")
+    parser.add_argument("--target", default=None, help="target model: local folder or hub id (or --pair)")
+    parser.add_argument("--draft", default=None, help="draft model: local folder or hub id (with --pair: its draft, early-exit:L)")
+    parser.add_argument("--pair", choices=list(PAIRS), default=None,
+                        help=f"a named pretrained pair instead of --target (backends.pretrained; --draft default {DEFAULT_DRAFT})")
     parser.add_argument("--prompts", required=True, help="prompt file: text (one per line) or .jsonl")
     parser.add_argument("--out", required=True, help="output folder (resumes if it holds the same capture)")
     parser.add_argument("--roots-per-prompt", type=int, default=4, help="roots along each prompt's continuation")
@@ -355,6 +360,9 @@ def parse_args(argv):
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no progress lines")
     args = parser.parse_args(argv)
     check_flags(PROG, [
+        (not (args.pair and args.target), "--target: --pair brings its own target; drop --target"),
+        (bool(args.pair or args.target), "--target: give --target and --draft, or --pair"),
+        (bool(args.pair or args.draft), "--draft: give --target and --draft, or --pair"),
         (args.width >= 1, "--width: must be >= 1"), (args.depth >= 1, "--depth: must be >= 1"),
         (args.shape != "delayed" or 0 <= args.trunk < args.depth, "--trunk: must lie in [0, depth)"),
         (args.store_top >= 1, "--store-top: must be >= 1"), (args.samples >= 1, "--samples: must be >= 1"),
@@ -371,10 +379,15 @@ def parse_args(argv):
         fail_from(PROG, exc, parser)
     check_flags(PROG, [(reason is None, reason) for reason in
                        [label_refusal(name, args.width, args.temperature, args.top_k) for name in args.labels.split(",") if name]])
+    if args.pair:
+        try:
+            args.target, args.draft = "", f"early-exit:{parse_draft(args.draft)}"
+        except ValueError as exc:
+            fail_from(PROG, exc, parser)
     settings = store.CaptureSettings(args.target, args.draft, args.prompts, args.roots_per_prompt, args.spacing, args.shape,
                                      args.width, args.depth, args.trunk, args.temperature, args.top_p, args.top_k, args.dtype,
                                      args.store_top, args.full, args.seed, samples=args.samples, labels=args.labels,
-                                     roots_per_forward=args.roots_per_forward, evaluation=args.evaluation)
+                                     roots_per_forward=args.roots_per_forward, evaluation=args.evaluation, pair=args.pair or "")
     try:
         settings.sampling()
         settings.placement()

@@ -68,6 +68,7 @@ class CaptureSettings:
     roots_per_forward: int = 8  # roots whose trees share one forward (settings.json without it: 1, the earlier captures)
     evaluation: str = "cached"  # "cached": kept KV caches, each node once; "forward" (settings.json without it): levels re-run ancestors
     labels_engine: str = ""  # --labels: the engine the labels were computed with (numpy or torch; "unrecorded" before the field)
+    pair: str = ""  # --pair: the named pretrained pair (backends.pretrained; target is then ""), else ""
 
     def tree_shape(self) -> Delayed:
         return named_shape(self.shape, self.width, self.depth, self.trunk)

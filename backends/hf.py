@@ -85,6 +85,11 @@ def _torch():
     return torch
 
 
+def _last_only(model) -> dict:
+    """``{"logits_to_keep": 1}`` for a model that takes it (the head on the last position only), else ``{}``."""
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
 def pick_device(device: str = "auto") -> str:
     """``"cuda"`` when available for ``"auto"``, else ``"cpu"``; other values are checked.
 
@@ -172,6 +177,9 @@ class HFPair:
         tree_attention: allow the one-forward tree evaluation (it is still probed).
         eos_id: the end-of-sequence id block efficiency and decoding stop at (None: none;
             ``"tokenizer"``: the target tokenizer's EOS token).
+        models: ``((target, tokenizer), (draft, tokenizer))`` already loaded on ``device`` (for
+            example ``backends.pretrained``'s target and its early-exit draft); ``target`` and
+            ``draft`` are then only their names, and ``dtype`` is the caller's business.
 
     Raises:
         ValueError: missing folder, unloadable model, disagreeing tokenizers, bad dtype,
@@ -180,13 +188,14 @@ class HFPair:
 
     def __init__(self, target: str, draft: str, *, device: str = "auto", dtype: str = "float32",
                  settings: SamplingSettings | None = None, max_batch: int = 64, tree_attention: bool = True,
-                 eos_id: int | str | None = None, forest_tokens: int = 8192):
+                 eos_id: int | str | None = None, forest_tokens: int = 8192, models=None):
         self.device = pick_device(device)
         self.settings = check_settings(settings or SamplingSettings())
         self.max_batch = check_int(max_batch, "max_batch", 1)
         self.forest_tokens = check_int(forest_tokens, "forest_tokens", 1)
-        self.target, self.target_tokenizer = load_model(target, self.device, dtype, "target")
-        self.draft, self.draft_tokenizer = load_model(draft, self.device, dtype, "draft")
+        if models is None:
+            models = (load_model(target, self.device, dtype, "target"), load_model(draft, self.device, dtype, "draft"))
+        (self.target, self.target_tokenizer), (self.draft, self.draft_tokenizer) = models
         check_tokenizers(self.target_tokenizer, self.draft_tokenizer)
         self.vocab_size = int(self.target.get_output_embeddings().weight.shape[0])
         if eos_id == "tokenizer":
@@ -485,8 +494,8 @@ class HFPair:
                 for start in range(0, len(indices), max_batch):
                     chunk = indices[start : start + max_batch]
                     ids = torch.tensor([contexts[i] for i in chunk], device=self.device)
-                    out_p[chunk] = self._logits(self.target(ids).logits[:, -1])
-                    out_q[chunk] = self._logits(self.draft(ids).logits[:, -1])
+                    out_p[chunk] = self._logits(self.target(ids, **_last_only(self.target)).logits[:, -1])
+                    out_q[chunk] = self._logits(self.draft(ids, **_last_only(self.draft)).logits[:, -1])
         return out_p, out_q
 
     def _tree_rows(self, model, root: tuple[int, ...], nodes: list[tuple[int, ...]], chunk: int, take=None):

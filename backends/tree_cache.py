@@ -100,10 +100,12 @@ class CachedTree:
         if len(set(self.lengths)) > 1:  # equal lengths need no mask: the model's own causal attention
             options = {"attention_mask": additive_mask(allowed, self.dtype, self.device),
                        "position_ids": torch.from_numpy(positions).to(self.device)}
+        if "logits_to_keep" in inspect.signature(model.forward).parameters:
+            options["logits_to_keep"] = 1  # the head on the last column only (V = 49,152: most of a short prefix's time)
         with torch.no_grad():
             prefix = model(torch.from_numpy(ids).to(self.device), use_cache=True, **options)
         self.root_logits = prefix.logits[:, -1].clone()  # (rows, V_model) on the device; not a view that keeps
-        self.cache = cache_of(prefix)  # the whole (rows, context, V_model) prefix logits alive
+        self.cache = cache_of(prefix)  # the prefix logits alive
         del prefix
         self.width = self.length  # columns in the cache: the contexts, then every chunk fed
         self.column: list[dict[Node, int]] = [{} for _ in roots]

@@ -1,4 +1,5 @@
-"""Roots along target continuations of prompts, with p and q from two live models (``backends.hf.HFPair``).
+"""Roots along target continuations of prompts, with p and q from two live models (``backends.hf.HFPair``):
+two model folders, or a named pretrained pair (``backends.pretrained``, ``--pair``).
 
 Prompt i (the first ``trajectories`` of the prompt file; default the shipped reference prompts)
 is continued by the target with ``seeded_rng(seed, 0, i)``; roots sit at the prompt's end and
@@ -30,29 +31,33 @@ class HFSource:
         depth: the deepest tree a study will draw below a root (checked against the context).
         seed: seed of the continuations.
         device, dtype: of the models.
+        pair: a named pair (``backends.pretrained.PAIRS``) instead of ``target``; ``draft`` is then
+            its draft spec (``early-exit:L``; None: the pair's default).
 
     Raises:
         ValueError: ``target: ...``, ``draft: ...``, ``prompts: ...``, ``device: ...``,
             ``dtype: ...``, or a bad placement or seed.
     """
 
-    honours: ClassVar[frozenset[str]] = frozenset({"target", "draft", "prompts", "trajectories", "roots_per_trajectory",
+    honours: ClassVar[frozenset[str]] = frozenset({"pair", "target", "draft", "prompts", "trajectories", "roots_per_trajectory",
                                                    "spacing", "seed", "device", "dtype", "settings"})
 
     def __init__(self, target: str, draft: str, prompts: str | None = None, trajectories: int | None = None,
                  roots_per_trajectory: int = 2, spacing: int = 16, depth: int = 16, seed: int = 0,
-                 device: str = "auto", dtype: str = "float32"):
-        from backends.hf import HFPair
+                 device: str = "auto", dtype: str = "float32", pair: str | None = None):
+        from backends.pretrained import open_pair, parse_draft
 
-        if not target or not draft:
-            raise ValueError("target: --backend hf needs --target and --draft")
-        self.target, self.draft = target, draft
+        if pair and target:
+            raise ValueError("target: a named pair brings its own target; give --pair or --target, not both")
+        if not pair and (not target or not draft):
+            raise ValueError("target: --backend hf needs --target and --draft (or --pair)")
+        self.target, self.draft = (pair, f"early-exit:{parse_draft(draft)}") if pair else (target, draft)
         self.placement = RootPlacement(roots_per_trajectory, spacing, first=0)
         self.depth = check_int(depth, "depth", 0)
         self.seed = check_seed(seed)
         texts = read_prompts(prompts or SHIPPED_PROMPTS)
         self.texts = texts[: check_int(trajectories, "trajectories", 1)] if trajectories is not None else texts
-        self.pair = HFPair(target, draft, device=device, dtype=dtype)
+        self.pair = open_pair(pair, target, draft, device=device, dtype=dtype)
 
     def describe(self) -> str:
         return f"{self.target} / {self.draft}"

@@ -84,7 +84,7 @@ class CaptureSource:
         return next(iter(self.captures.values()))[1]
 
     def describe(self) -> str:
-        return f"capture of {self.stored.target} / {self.stored.draft}"
+        return f"capture of {self.stored.pair or self.stored.target} / {self.stored.draft}"
 
     def slug(self) -> str:
         return slug(f"capture-{Path(self.folders[0]).resolve().name}")
