@@ -264,9 +264,24 @@ def drafting_table(table, draft_law: str):
     return table.untempered() if draft_law == "raw" else table
 
 
+class _Latency(argparse.Action):
+    """``--latency list`` prints the published profiles and exits 0; any other value is stored."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values == "list":
+            from simlab.latency_profiles import listing
+
+            print(listing())
+            parser.exit(0)
+        setattr(namespace, self.dest, values)
+
+
 def add_latency_flags(parser: ToolParser, d: LatencyConfig) -> None:
     group = parser.add_argument_group("latency model")
-    group.add_argument("--latency", default=d.latency, help="latency profile file (.json or .toml; see simlab.latency)")
+    group.add_argument("--latency", default=d.latency, action=_Latency,
+                       help="a published profile NAME (--latency list shows them; simlab.latency_profiles), 'probe' (the "
+                            "source's measured forward times: live models on this machine, or a capture's latency.json), "
+                            "or a profile file (.json or .toml; see simlab.latency)")
     group.add_argument("--cost-ratio", type=float, default=d.cost_ratio,
                        help="c = t_q / t_p of a synthetic latency model (the default for synthetic worlds and for captures without latency.json)")
     group.add_argument("--per-token", type=float, default=d.per_token,
@@ -274,10 +289,12 @@ def add_latency_flags(parser: ToolParser, d: LatencyConfig) -> None:
 
 
 def make_latency(prog: str, parser: ToolParser, config, source, largest_tree: int):
-    """The latency model, in this order: ``--latency FILE``; an explicit ``--cost-ratio``; the
-    source's own (a capture's ``latency.json``, a warm-up benchmark of live models); else the
-    cost-ratio model with the defaults.  Exit 2 on conflicting or unusable flags."""
+    """The latency model, in this order: ``--latency NAME|probe|FILE`` (a published profile,
+    ``simlab.latency_profiles``; the source's own measured times; a profile file); an explicit
+    ``--cost-ratio``; the source's own (a capture's ``latency.json``, a warm-up benchmark of live
+    models); else the cost-ratio model with the defaults.  Exit 2 on conflicting or unusable flags."""
     from simlab.latency import LatencyModel
+    from simlab.latency_profiles import load
 
     given = parser.given
     if config.latency and "cost_ratio" in given:
@@ -286,7 +303,13 @@ def make_latency(prog: str, parser: ToolParser, config, source, largest_tree: in
         if config.latency:
             if "per_token" in given:
                 fail(prog, "--per-token: a latency profile (--latency) was given; --per-token applies to the cost-ratio model")
-            return LatencyModel.load(config.latency)
+            if config.latency == "probe":
+                own = source.latency(largest_tree)
+                if own is None:
+                    fail(prog, f"--latency: probe measures live models (--backend hf, --pair) or replays a capture's latency.json; "
+                               f"the {source.name} source has none")
+                return own
+            return load(config.latency)
         if "cost_ratio" not in given:
             own = source.latency(largest_tree)
             if own is not None:
