@@ -54,7 +54,6 @@ draw, and ``--full`` copies the logits it stores.  Top-p settings keep the logit
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from dataclasses import asdict, replace
@@ -65,7 +64,7 @@ from tqdm import tqdm
 from backends import capture_store as store
 from backends.cli import ToolParser, check_flags, fail_from, name_list, prepare_out, slow_step
 from backends.pretrained import DEFAULT_DRAFT, PAIRS, parse_draft
-from backends.roots import prompt_roots, read_prompts
+from backends.roots import prompt_roots, prompt_texts, prompts_digest, read_prompt_records
 from backends.synthetic.base import seeded_rng
 from simlab import tree_verifiers
 from simlab.efficiency import draw_grid, draw_grids
@@ -261,9 +260,9 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
 
     from backends.hf import pick_device
 
-    prompts = read_prompts(settings.prompts)
+    records = read_prompt_records(settings.prompts)
     engine = label_engine(pick_device(device), labels_engine) if settings.labels else ""
-    settings = replace(settings, prompts_sha256=hashlib.sha256("\n".join(prompts).encode()).hexdigest(), labels_engine=engine)
+    settings = replace(settings, prompts_sha256=prompts_digest(records), labels_engine=engine)
     stored = out / "settings.json"
     if stored.exists():
         held = store.load_settings(out).__dict__
@@ -275,6 +274,7 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
     with slow_step(PROG, f"loading {settings.pair or settings.target} and {settings.draft}", quiet):
         pair = open_pair(settings.pair, settings.target, settings.draft, device=device, dtype=settings.dtype,
                          settings=settings.sampling())
+    prompts = prompt_texts(pair, records)  # chat prompts in the target's template
     with slow_step(PROG, f"sampling the continuations of {len(prompts)} prompts", quiet):
         roots = list(prompt_roots(pair, prompts, settings.placement(), settings.seed, settings.tree_depth()))
     if rank == 0 and not stored.exists():
@@ -306,7 +306,7 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
                     store.save_drafts(out, root_id, prompt_index, context, drafts)
                 if labels is not None:
                     store.save_labels(out, root_id, labels)
-                store.save_nodes(out, root_id, rows)
+                store.save_nodes(out, root_id, [{**row, "category": records[prompt_index].category} for row in rows])
                 done += 1
             bar.update(len(group))
     finally:
@@ -327,7 +327,8 @@ def parse_args(argv):
     parser.add_argument("--draft", default=None, help="draft model: local folder or hub id (with --pair: its draft, early-exit:L)")
     parser.add_argument("--pair", choices=list(PAIRS), default=None,
                         help=f"a named pretrained pair instead of --target (backends.pretrained; --draft default {DEFAULT_DRAFT})")
-    parser.add_argument("--prompts", required=True, help="prompt file: text (one per line) or .jsonl")
+    parser.add_argument("--prompts", required=True, help="prompt file: text (one per line) or .jsonl (prompt, category, chat), "
+                        "or a prompt set (backends.prompt_sets: workloads, long-context)")
     parser.add_argument("--out", required=True, help="output folder (resumes if it holds the same capture)")
     parser.add_argument("--roots-per-prompt", type=int, default=4, help="roots along each prompt's continuation")
     parser.add_argument("--spacing", type=int, default=8, help="tokens between roots")

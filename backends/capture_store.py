@@ -6,7 +6,7 @@ A capture folder holds:
 
 * ``settings.json``: the ``CaptureSettings`` that determine its content;
 * ``nodes-r<root>.parquet``: one shard per root (its presence marks the root as done): root id,
-  prompt index, root position (context length), root context, node path, depth, token,
+  prompt index, prompt category (``category``; null without one; absent before the column), root position (context length), root context, node path, depth, token,
   multiplicity (drafts through the node; 1 for grid captures), number of children, TV, L1, KL
   both ways, entropies, and the top-``store_top`` ids and probabilities of p and q;
 * ``drafts-r<root>.parquet`` (``shape="grid"``): the grid drafts (L1, sample, trunk, branches);
@@ -125,8 +125,10 @@ def save_settings(out: Path, settings: CaptureSettings) -> None:
 
 
 def save_nodes(out: Path, root: int, rows: list[dict]) -> None:
-    """The node shard of one root (written last: it marks the root as done)."""
-    write_parquet(pl.DataFrame(rows), shard_path(out, root))
+    """The node shard of one root (written last: it marks the root as done); a ``category`` column
+    (the prompt's workload category, or null) is stored as strings."""
+    write_parquet(pl.DataFrame(rows, schema_overrides={"category": pl.String} if rows and "category" in rows[0] else None),
+                  shard_path(out, root))
 
 
 def save_labels(out: Path, root: int, rows: list[dict]) -> None:
@@ -223,7 +225,17 @@ def read_capture(folder) -> pl.DataFrame:
     roots = completed_roots(folder)
     if not roots:
         raise ValueError(f"capture: no capture shards in {str(folder)!r}")
-    return pl.concat([read_nodes(folder, r) for r in roots])
+    return pl.concat([read_nodes(folder, r) for r in roots], how="diagonal")  # shards from before the category column too
+
+
+def root_category(folder, root: int) -> str | None:
+    """The prompt category stored with one root's node shard (None: none, or a shard from before
+    the column)."""
+    file = shard_path(folder, root)
+    columns = read_safely(file, pl.read_parquet_schema)
+    if "category" not in columns:
+        return None
+    return read_safely(file, lambda f: pl.read_parquet(f, columns=["category"], n_rows=1))["category"][0]
 
 
 def read_grid_drafts(folder):

