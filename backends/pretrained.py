@@ -309,6 +309,7 @@ def early_exit(target, layers: int):
         raise ValueError(f"draft: early-exit:L needs 1 <= L <= {n} (the target's layers), got {layers!r}")
     config = copy.deepcopy(target.config)
     config.num_hidden_layers = layers
+    config._name_or_path = f"{target.name_or_path}::early-exit:{layers}"
     if getattr(config, "layer_types", None):
         config.layer_types = list(config.layer_types)[:layers]
     with torch.device("meta"):

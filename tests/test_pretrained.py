@@ -105,6 +105,18 @@ def test_early_exit_depth_is_checked(small):
             pretrained.parse_draft(bad)
 
 
+def test_the_latency_probe_cuts_the_llama_cache_back(small, monkeypatch):
+    """``--latency probe`` on the real architecture: the KV cache is cropped between runs (a
+    negative count in transformers 5), never rebuilt."""
+    from backends import latency_probe
+
+    built = []
+    real = latency_probe.cache_of
+    monkeypatch.setattr(latency_probe, "cache_of", lambda output: built.append(1) or real(output))
+    model = latency_probe.measure(small, contexts=(8,), tokens=(1, 4), repeats=2, warmup=1)
+    assert model.target(8, 4) > 0 and model.draft(8, 1) > 0 and len(built) == 4  # one prefix per model and block size
+
+
 def test_the_prompt_sets_in_the_real_chat_template(small):
     from backends.roots import prompt_texts, read_prompt_records
 
@@ -241,8 +253,16 @@ def test_the_whole_model_decodes_its_greedy_sequence_with_tree_attention(folder)
 
 
 @pytest.mark.slow
-def test_a_study_runs_on_the_named_pair(tmp_path):
+def test_a_study_runs_on_the_named_pair_with_categories(tmp_path):
+    import json
+
+    import polars as pl
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "What causes the seasons on Earth?", "category": "qa", "chat": True}) + "\n")
     done = subprocess.run([sys.executable, "-m", "analyses.divergence_by_depth", "--pair", "smollm2", "--draft", "early-exit:2",
-                           "--trajectories", "1", "--roots-per-trajectory", "1", "--out", str(tmp_path / "out")],
-                          capture_output=True, text=True)
+                           "--prompts", str(prompts), "--roots-per-trajectory", "1", "--depth", "2", "--width", "2",
+                           "--out", str(tmp_path / "out"), "--quiet"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+    (capture,) = (tmp_path / "out").glob("capture-*")
+    assert set(pl.read_parquet(next(capture.glob("nodes-r*.parquet")))["category"]) == {"qa"}
