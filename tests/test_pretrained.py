@@ -206,13 +206,16 @@ def test_cache_location_follows_the_environment(monkeypatch, tmp_path):
     (["--backend", "synthetic", "--pair", "smollm2"], "--pair: a named pair is the hf source; drop --backend synthetic"),
     (["--pair", "smollm2", "--target", "/x"], "--target: --pair brings its own target"),
     (["--pair", "nope"], "--pair: invalid choice"),
+    (["--capture", "/x", "--pair", "smollm2"], "--pair: the capture source cannot honour it"),
 ])
-def test_study_flags_refuse_what_a_named_pair_cannot_honour(flags, message):
+def test_study_flags_refuse_what_a_named_pair_cannot_honour(flags, message, tmp_path, capsys):
+    from analyses import compare_builders
     from conftest import one_error_line
 
-    done = subprocess.run([sys.executable, "-m", "analyses.divergence_by_depth", *flags, "--out", "/nonexistent/x"],
-                          capture_output=True, text=True)
-    assert done.returncode == 2 and message in done.stderr and one_error_line(done.stderr), done.stderr
+    with pytest.raises(SystemExit) as info:  # refused before any model loads
+        compare_builders.main([*flags, "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and message in err and one_error_line(err), err
 
 
 def test_capture_flags_refuse_a_target_beside_a_pair(tmp_path):
