@@ -92,9 +92,8 @@ def parse_settings(text: str) -> tuple[SamplingSettings, ...]:
 
 def add_source_flags(parser: ToolParser, d: SourceConfig, *, many_settings: bool = True) -> None:
     """Add the source flags to ``parser`` with the defaults of ``d`` (a study's ``Config()``)."""
-    from backends.synthetic import WORLDS
-
     from backends.pretrained import DEFAULT_DRAFT, PAIRS
+    from backends.synthetic import WORLDS
 
     group = parser.add_argument_group("source of roots")
     group.add_argument("--backend", choices=[n for n in SOURCES if n != "capture"], default=d.backend, action=_Backend,
