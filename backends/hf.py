@@ -53,7 +53,7 @@ import numpy as np
 
 from simlab.checks import check_int
 from simlab.pairs import check_contexts, check_eos
-from backends.tree_cache import CachedTree, TreeSession, additive_mask, closed_nodes, left_padded
+from backends.tree_cache import CachedTree, TreeSession, additive_mask, closed_nodes, last_only, left_padded
 from simlab.device_rows import to_host
 from simlab.sampling import SamplingSettings, check_settings
 
@@ -83,11 +83,6 @@ def _torch():
     import torch
 
     return torch
-
-
-def _last_only(model) -> dict:
-    """``{"logits_to_keep": 1}`` for a model that takes it (the head on the last position only), else ``{}``."""
-    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
 
 
 def pick_device(device: str = "auto") -> str:
@@ -494,8 +489,8 @@ class HFPair:
                 for start in range(0, len(indices), max_batch):
                     chunk = indices[start : start + max_batch]
                     ids = torch.tensor([contexts[i] for i in chunk], device=self.device)
-                    out_p[chunk] = self._logits(self.target(ids, **_last_only(self.target)).logits[:, -1])
-                    out_q[chunk] = self._logits(self.draft(ids, **_last_only(self.draft)).logits[:, -1])
+                    out_p[chunk] = self._logits(self.target(ids, **last_only(self.target)).logits[:, -1])
+                    out_q[chunk] = self._logits(self.draft(ids, **last_only(self.draft)).logits[:, -1])
         return out_p, out_q
 
     def _tree_rows(self, model, root: tuple[int, ...], nodes: list[tuple[int, ...]], chunk: int, take=None):

@@ -83,6 +83,21 @@ def test_temperature_zero_speculative_decoding_is_the_greedy_sequence(greedy, pr
     assert tokens == expected
 
 
+def test_the_head_on_the_last_position_only_equals_the_whole_heads_last_row(small, prompt):
+    """The fast path (``backends.tree_cache.last_only``) of the root's and the paths' logits
+    against the plain forward that computes every position's logits."""
+    import torch
+
+    from backends.tree_cache import last_only
+
+    assert last_only(small.target) == last_only(small.draft) == {"logits_to_keep": 1}
+    with torch.no_grad():
+        plain = [m(torch.tensor([prompt])).logits[0, -1].numpy() for m in (small.target, small.draft)]
+    for fast in (small.node_logits(prompt, [()]), small._path_logits([prompt], 4)):
+        np.testing.assert_allclose(fast[0][0], plain[0], atol=1e-4)
+        np.testing.assert_allclose(fast[1][0], plain[1], atol=1e-4)
+
+
 def test_the_early_exit_draft_is_its_definition_and_copies_nothing(small, prompt):
     import torch
 
