@@ -84,7 +84,7 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
             drafters=(("small", ForwardTime.constant(0.00092)),),
             source="TreeGraft, official repo fjm9933/TreeGraft@f53e3a8 graft/combine_tree/scheduler_artifacts.py (x_mean[1:3]: "
                    "T_tgt and T_mid in ms, the order of scheduler_runtime.py::_context_features; 2 x A100 fp16); n-gram step 0.92 ms: paper arXiv 2608.26112 (All-Small baseline)",
-            note="means over the scheduler's training pairs (targets 8B-70B); one number each: constant in n and context"),
+            note="means over the scheduler's training runs (which pairs is not recorded); one number each: constant in n and context"),
     Profile("specblock-a100", "seconds",
             target=ForwardTime.constant(0.037),
             draft=ForwardTime.constant(0.017 / 7),
@@ -132,10 +132,9 @@ def listing() -> str:
     systems without one: what ``--latency list`` prints."""
     lines = []
     for p in PROFILES.values():
-        scale = 1000.0 if p.unit == "seconds" else 1.0
-        unit = "ms" if p.unit == "seconds" else "x t_target(1)"
-        extra = "".join(f", {n} {t(0, 1) * scale:.3g}" for n, t in p.drafters)
-        lines.append(f"{p.name}: {p.unit}; t_target(1) {p.target(0, 1) * scale:.4g} {unit}, t_draft(1) {p.draft(0, 1) * scale:.3g}"
-                     f"{extra}; source: {p.source}; note: {p.note}")
+        scale, suffix = (1000.0, " ms") if p.unit == "seconds" else (1.0, "")
+        times = ", ".join(f"t_{n}(1) {t(0, 1) * scale:.4g}{suffix}" for n, t in (("target", p.target), ("draft", p.draft), *p.drafters))
+        unit = "seconds" if p.unit == "seconds" else "ratio profile, units of t_target(1)"
+        lines.append(f"{p.name} ({unit}): {times}; source: {p.source}; note: {p.note}")
     lines += [f"({name}: no profile; {why})" for name, why in UNPUBLISHED.items()]
     return "\n".join(lines)
