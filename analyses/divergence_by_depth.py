@@ -126,9 +126,12 @@ def capture_live(config: Config, setting, out: Path, quiet: bool) -> str:
     from backends.capture_store import CaptureSettings
     from backends.roots import SHIPPED_PROMPTS
 
-    settings = CaptureSettings(config.target, config.draft, config.prompts or str(SHIPPED_PROMPTS), config.roots_per_trajectory,
+    from backends.pretrained import parse_draft
+
+    target, draft = ("", f"early-exit:{parse_draft(config.draft)}") if config.pair else (config.target, config.draft)
+    settings = CaptureSettings(target, draft, config.prompts or str(SHIPPED_PROMPTS), config.roots_per_trajectory,
                                config.spacing, config.shape, config.width, config.depth, config.trunk, setting.temperature,
-                               setting.top_p, setting.top_k, dtype=config.dtype, full=True, seed=config.seed)
+                               setting.top_p, setting.top_k, dtype=config.dtype, full=True, seed=config.seed, pair=config.pair or "")
     digest = hashlib.sha256(json.dumps(asdict(settings), sort_keys=True).encode()).hexdigest()[:10]
     folder = out / f"capture-{digest}"
     folder.mkdir(exist_ok=True)
@@ -212,7 +215,8 @@ def _main(argv) -> int:
         if live:
             check_honoured(PROG, parser, config, REFUSALS)
             (setting,) = _one_setting(parse_settings(config.settings), parser)
-            out = prepare_out(PROG, config.out if config.out is not None else _default_out(f"hf-{Path(config.target).name}-{Path(config.draft).name}"))
+            models = f"{config.pair}-{config.draft or 'default'}" if config.pair else f"{Path(config.target).name}-{Path(config.draft).name}"
+            out = prepare_out(PROG, config.out if config.out is not None else _default_out(f"hf-{models}"))
             log(f"capturing p and q on the draft trees of every root into {out}/capture-*")
             source = CaptureSource((capture_live(config, setting, out, config.quiet),), grid=False)
         else:

@@ -93,7 +93,7 @@ def grid_source(prog: str, parser: ToolParser, config: GridStudyConfig, study_ho
             if stored.width < config.K_max or stored.depth < config.L_max:
                 fail(prog, f"--capture: {folder!r} holds K <= {stored.width} and L1, L2 <= {stored.depth}; "
                            f"pass --K-max {stored.width} --L-max {stored.depth} or less")
-    if source.name == "hf" and "cost_ratio" not in parser.given and not config.latency:
+    if source.name == "hf" and "cost_ratio" not in parser.given and config.latency in (None, "probe"):
         progress(prog, "measuring the forward times of both models on this machine (warm-up benchmark)", config.quiet)
     latency = make_latency(prog, parser, config, source, config.L_max + config.K_max * config.L_max)
     return source, settings, latency

@@ -151,10 +151,12 @@ def print_tree(spec) -> None:
 def main(argv=None) -> int:
     from simlab.builders.sequoia import check_acceptance, choose
     from simlab.latency import LatencyModel
+    from simlab.latency_profiles import load
 
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--acceptance", required=True, help="the acceptance vector: JSON, a .pt tensor file, or Sequoia's config")
-    parser.add_argument("--latency", default=None, help="latency profile (.json or .toml; see simlab.latency)")
+    parser.add_argument("--latency", default=None, help="a published profile name (simlab.latency_profiles, e.g. sequoia-demo) "
+                        "or a profile file (.json or .toml; see simlab.latency)")
     parser.add_argument("--cost-ratio", type=float, default=0.1, help="c = t_q / t_p when no --latency is given")
     parser.add_argument("--budgets", default="16,32,63,90", help="draft-token budgets to choose among")
     parser.add_argument("--depth", type=int, default=8, help="the most draft levels")
@@ -173,7 +175,7 @@ def main(argv=None) -> int:
             facts = sequoia_rule(acceptance, rule)
         else:
             budgets = int_list(args.budgets, "--budgets", minimum=1)
-            latency = LatencyModel.load(args.latency) if args.latency else LatencyModel.from_cost_ratio(args.cost_ratio)
+            latency = load(args.latency) if args.latency else LatencyModel.from_cost_ratio(args.cost_ratio)
             spec, facts = choose(acceptance, latency, context=args.context, budgets=budgets, levels=args.depth)
     except ValueError as exc:
         fail_from(PROG, exc, parser, {"c": "--cost-ratio", "levels": "--depth"})

@@ -63,7 +63,6 @@ draw, and ``--full`` copies the logits it stores.  Top-p settings keep the logit
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from dataclasses import replace
@@ -72,7 +71,8 @@ from pathlib import Path
 from backends import capture_store as store
 from backends.capture_lock import CaptureLock
 from backends.cli import ToolParser, check_flags, fail_from, name_list, prepare_out, progress_bar, slow_step
-from backends.roots import prompt_roots, read_prompts
+from backends.pretrained import DEFAULT_DRAFT, PAIRS, parse_draft
+from backends.roots import prompt_roots, prompt_texts, prompts_digest, read_prompt_records
 from backends.synthetic.base import seeded_rng
 from simlab import tree_verifiers
 from simlab.efficiency import draw_grid, draw_grids
@@ -256,13 +256,14 @@ def union_tree(drafts) -> DraftTree:
     return DraftTree(None, {k: tuple(v) for k, v in children.items()})
 
 
-def run_settings(settings: store.CaptureSettings, prompts: list[str], device: str, labels_engine: str) -> store.CaptureSettings:
-    """The settings a run records: ``settings`` with the digest of its prompts and, with ``--labels``,
-    the label engine ``labels_engine`` resolves to on ``device``."""
+def run_settings(settings: store.CaptureSettings, records: list, device: str, labels_engine: str) -> store.CaptureSettings:
+    """The settings a run records: ``settings`` with the digest of its prompt records
+    (``backends.roots.prompts_digest``) and, with ``--labels``, the label engine ``labels_engine``
+    resolves to on ``device``."""
     from backends.hf import pick_device
 
     engine = label_engine(pick_device(device), labels_engine) if settings.labels else ""
-    return replace(settings, prompts_sha256=hashlib.sha256("\n".join(prompts).encode()).hexdigest(), labels_engine=engine)
+    return replace(settings, prompts_sha256=prompts_digest(records), labels_engine=engine)
 
 
 def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", quiet: bool = False, rank: int = 0,
@@ -278,26 +279,28 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
         ValueError: naming the argument (``prompts``, ``target``, ``draft``, ``device``, ``out``...);
             ``out: ...`` for a folder another run holds or one with other settings.
     """
-    prompts = read_prompts(settings.prompts)
-    settings = run_settings(settings, prompts, device, labels_engine)
+    records = read_prompt_records(settings.prompts)
+    settings = run_settings(settings, records, device, labels_engine)
     with CaptureLock(out, rank, world, store.settings_hash(settings), note=lambda line: print(f"{PROG}: {line}", file=sys.stderr)):
         store.check_resumable(out, settings)  # before the models load: a wrong folder is refused at once
-        return _capture(settings, prompts, out, device, quiet, rank, world)
+        return _capture(settings, records, out, device, quiet, rank, world)
 
 
-def _capture(settings: store.CaptureSettings, prompts: list[str], out: Path, device: str, quiet: bool, rank: int, world: int) -> int:
+def _capture(settings: store.CaptureSettings, records: list, out: Path, device: str, quiet: bool, rank: int, world: int) -> int:
     """``run``'s work, the folder held: load the models, claim the settings, capture this rank's groups."""
-    from backends.hf import HFPair, oom_errors
+    from backends.hf import oom_errors
+    from backends.pretrained import open_pair
 
-    with slow_step(PROG, f"loading {settings.target} and {settings.draft}", quiet):
-        pair = HFPair(settings.target, settings.draft, device=device, dtype=settings.dtype, settings=settings.sampling(),
-                      trim_draft_vocab=settings.trim_draft_vocab)
+    with slow_step(PROG, f"loading {settings.pair or settings.target} and {settings.draft}", quiet):
+        pair = open_pair(settings.pair, settings.target, settings.draft, device=device, dtype=settings.dtype,
+                         settings=settings.sampling(), trim_draft_vocab=settings.trim_draft_vocab)
     if settings.trim_draft_vocab:
         if pair.draft_vocab_size <= pair.vocab_size:
             raise ValueError(f"trim_draft_vocab: the draft's vocabulary ({pair.draft_vocab_size} ids) is not larger than the "
                              f"target's ({pair.vocab_size}); there is nothing to trim")
         print(f"{PROG}: note: q is the draft's softmax over the target's {pair.vocab_size} ids of its {pair.draft_vocab_size}, "
               "renormalised (--trim-draft-vocab; recorded in settings.json)", file=sys.stderr)
+    prompts = prompt_texts(pair, records)  # chat prompts in the target's template
     with slow_step(PROG, f"sampling the continuations of {len(prompts)} prompts", quiet):
         roots = list(prompt_roots(pair, prompts, settings.placement(), settings.seed, settings.tree_depth()))
     drawn_under = store.claim_settings(out, settings)  # every rank, before any shard
@@ -336,7 +339,8 @@ def _capture(settings: store.CaptureSettings, prompts: list[str], out: Path, dev
                     store.save_drafts(out, root_id, prompt_index, context, drafts, settings_sha256=drawn_under)
                 if labels is not None:
                     store.save_labels(out, root_id, labels, settings_sha256=drawn_under)
-                store.save_nodes(out, root_id, rows, settings_sha256=drawn_under)
+                store.save_nodes(out, root_id, [{**row, "category": records[prompt_index].category} for row in rows],
+                                 settings_sha256=drawn_under)
                 done += 1
             bar.update(len(group))
     finally:
@@ -353,9 +357,12 @@ def _empty_cuda_cache():
 
 def parse_args(argv):
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--target", required=True, help="target model: local folder or hub id")
-    parser.add_argument("--draft", required=True, help="draft model: local folder or hub id")
-    parser.add_argument("--prompts", required=True, help="prompt file: text (one per line) or .jsonl")
+    parser.add_argument("--target", default=None, help="target model: local folder or hub id (or --pair)")
+    parser.add_argument("--draft", default=None, help="draft model: local folder or hub id (with --pair: its draft, early-exit:L)")
+    parser.add_argument("--pair", choices=list(PAIRS), default=None,
+                        help=f"a named pretrained pair instead of --target (backends.pretrained; --draft default {DEFAULT_DRAFT})")
+    parser.add_argument("--prompts", required=True, help="prompt file: text (one per line) or .jsonl (prompt, category, chat), "
+                        "or a prompt set (backends.prompt_sets: workloads, long-context)")
     parser.add_argument("--out", required=True, help="output folder (resumes if it holds the same capture)")
     parser.add_argument("--roots-per-prompt", type=int, default=4, help="roots along each prompt's continuation")
     parser.add_argument("--spacing", type=int, default=8, help="tokens between roots")
@@ -391,6 +398,9 @@ def parse_args(argv):
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no progress lines")
     args = parser.parse_args(argv)
     check_flags(PROG, [
+        (not (args.pair and args.target), "--target: --pair brings its own target; drop --target"),
+        (bool(args.pair or args.target), "--target: give --target and --draft, or --pair"),
+        (bool(args.pair or args.draft), "--draft: give --target and --draft, or --pair"),
         (args.width >= 1, "--width: must be >= 1"), (args.depth >= 1, "--depth: must be >= 1"),
         (args.shape != "delayed" or 0 <= args.trunk < args.depth, "--trunk: must lie in [0, depth)"),
         (args.store_top >= 1, "--store-top: must be >= 1"), (args.samples >= 1, "--samples: must be >= 1"),
@@ -407,11 +417,16 @@ def parse_args(argv):
         fail_from(PROG, exc, parser)
     check_flags(PROG, [(reason is None, reason) for reason in
                        [label_refusal(name, args.width, args.temperature, args.top_k) for name in args.labels.split(",") if name]])
+    if args.pair:
+        try:
+            args.target, args.draft = "", f"early-exit:{parse_draft(args.draft)}"
+        except ValueError as exc:
+            fail_from(PROG, exc, parser)
     settings = store.CaptureSettings(args.target, args.draft, args.prompts, args.roots_per_prompt, args.spacing, args.shape,
                                      args.width, args.depth, args.trunk, args.temperature, args.top_p, args.top_k, args.dtype,
                                      args.store_top, args.full, args.seed, samples=args.samples, labels=args.labels,
                                      roots_per_forward=args.roots_per_forward, evaluation=args.evaluation,
-                                     trim_draft_vocab=args.trim_draft_vocab)
+                                     trim_draft_vocab=args.trim_draft_vocab, pair=args.pair or "")
     try:
         settings.sampling()
         settings.placement()

@@ -6,7 +6,7 @@ A capture folder holds:
 
 * ``settings.json``: the ``CaptureSettings`` that determine its content;
 * ``nodes-r<root>.parquet``: one shard per root (its presence marks the root as done): root id,
-  prompt index, root position (context length), root context, node path, depth, token,
+  prompt index, prompt category (``category``; null without one; absent before the column), root position (context length), root context, node path, depth, token,
   multiplicity (drafts through the node; 1 for grid captures), number of children, TV, L1, KL
   both ways, entropies, and the top-``store_top`` ids and probabilities of p and q;
 * ``drafts-r<root>.parquet`` (``shape="grid"``): the grid drafts (L1, sample, trunk, branches);
@@ -92,6 +92,7 @@ class CaptureSettings:
     evaluation: str = "cached"  # "cached": kept KV caches, each node once; "forward" (settings.json without it): levels re-run ancestors
     labels_engine: str = ""  # --labels: the engine the labels were computed with (numpy or torch; "unrecorded" before the field)
     trim_draft_vocab: bool = False  # --trim-draft-vocab: a draft with more ids than the target, q cut to the target's ids and renormalised
+    pair: str = ""  # --pair: the named pretrained pair (backends.pretrained; target is then ""), else ""
 
     def tree_shape(self) -> Delayed:
         return named_shape(self.shape, self.width, self.depth, self.trunk)
@@ -220,8 +221,10 @@ def _stamped(settings_sha256: str) -> dict[str, str]:
 
 def save_nodes(out: Path, root: int, rows: list[dict], *, settings_sha256: str) -> None:
     """The node shard of one root (written last: it marks the root as done), stamped with the hash
-    of the settings it was drawn under."""
-    write_parquet(pl.DataFrame(rows), shard_path(out, root), metadata=_stamped(settings_sha256))
+    of the settings it was drawn under; a ``category`` column (the prompt's workload category, or
+    null) is stored as strings."""
+    schema = {"category": pl.String} if rows and "category" in rows[0] else None
+    write_parquet(pl.DataFrame(rows, schema_overrides=schema), shard_path(out, root), metadata=_stamped(settings_sha256))
 
 
 def save_labels(out: Path, root: int, rows: list[dict], *, settings_sha256: str) -> None:
@@ -396,7 +399,17 @@ def read_capture(folder) -> pl.DataFrame:
     if not roots:
         raise ValueError(f"capture: no capture shards in {str(folder)!r}")
     expected = folder_hash(folder)
-    return pl.concat([read_nodes(folder, r, expected) for r in roots])
+    return pl.concat([read_nodes(folder, r, expected) for r in roots], how="diagonal")  # shards from before the category column too
+
+
+def root_category(folder, root: int) -> str | None:
+    """The prompt category stored with one root's node shard (None: none, or a shard from before
+    the column)."""
+    file = shard_path(folder, root)
+    columns = read_safely(file, pl.read_parquet_schema)
+    if "category" not in columns:
+        return None
+    return read_safely(file, lambda f: pl.read_parquet(f, columns=["category"], n_rows=1))["category"][0]
 
 
 def read_grid_drafts(folder):

@@ -59,7 +59,7 @@ import numpy as np
 
 from simlab.checks import check_int
 from simlab.pairs import check_contexts, check_eos
-from backends.tree_cache import CachedTree, TreeSession, additive_mask, closed_nodes, left_padded
+from backends.tree_cache import CachedTree, TreeSession, additive_mask, closed_nodes, last_only, left_padded
 from simlab.device_rows import to_host
 from simlab.sampling import SamplingSettings, check_settings
 
@@ -186,6 +186,9 @@ class HFPair:
             ``"tokenizer"``: the target tokenizer's EOS token).
         trim_draft_vocab: accept a draft whose vocabulary is larger than the target's, its q cut
             to the target's ids and renormalised (module docstring); refused otherwise.
+        models: ``((target, tokenizer), (draft, tokenizer))`` already loaded on ``device`` (for
+            example ``backends.pretrained``'s target and its early-exit draft); ``target`` and
+            ``draft`` are then only their names, and ``dtype`` is the caller's business.
 
     Raises:
         ValueError: missing folder, unloadable model, disagreeing tokenizers, a draft context
@@ -195,13 +198,15 @@ class HFPair:
 
     def __init__(self, target: str, draft: str, *, device: str = "auto", dtype: str = "float32",
                  settings: SamplingSettings | None = None, max_batch: int = 64, tree_attention: bool = True,
-                 eos_id: int | str | None = None, forest_tokens: int = 8192, trim_draft_vocab: bool = False):
+                 eos_id: int | str | None = None, forest_tokens: int = 8192, trim_draft_vocab: bool = False,
+                 models=None):
         self.device = pick_device(device)
         self.settings = check_settings(settings or SamplingSettings())
         self.max_batch = check_int(max_batch, "max_batch", 1)
         self.forest_tokens = check_int(forest_tokens, "forest_tokens", 1)
-        self.target, self.target_tokenizer = load_model(target, self.device, dtype, "target")
-        self.draft, self.draft_tokenizer = load_model(draft, self.device, dtype, "draft")
+        if models is None:
+            models = (load_model(target, self.device, dtype, "target"), load_model(draft, self.device, dtype, "draft"))
+        (self.target, self.target_tokenizer), (self.draft, self.draft_tokenizer) = models
         check_tokenizers(self.target_tokenizer, self.draft_tokenizer)
         self.vocab_size = int(self.target.get_output_embeddings().weight.shape[0])
         self.draft_vocab_size = int(self.draft.get_output_embeddings().weight.shape[0])
@@ -511,8 +516,8 @@ class HFPair:
                 for start in range(0, len(indices), max_batch):
                     chunk = indices[start : start + max_batch]
                     ids = torch.tensor([contexts[i] for i in chunk], device=self.device)
-                    out_p[chunk] = self._logits(self.target(ids).logits[:, -1])
-                    out_q[chunk] = self._logits(self.draft(ids).logits[:, -1])
+                    out_p[chunk] = self._logits(self.target(ids, **last_only(self.target)).logits[:, -1])
+                    out_q[chunk] = self._logits(self.draft(ids, **last_only(self.draft)).logits[:, -1])
         return out_p, out_q
 
     def _tree_rows(self, model, root: tuple[int, ...], nodes: list[tuple[int, ...]], chunk: int, take=None):

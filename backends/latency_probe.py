@@ -9,6 +9,7 @@ median of ``repeats`` timed runs.  The result is a ``simlab.latency.LatencyModel
 tables are indexed by context l and new tokens n, in seconds.
 
     python -m backends.latency_probe --target DIR --draft DIR --out profile.json
+    python -m backends.latency_probe --pair smollm2 --draft early-exit:24 --out profile.json
 
 writes the profile (JSON, atomically; ``LatencyModel.load`` reads it) and prints the table.
 """
@@ -26,6 +27,7 @@ from pathlib import Path
 import polars as pl
 
 from backends.cli import ToolParser, check_flags, fail, fail_from, int_list, print_table, progress, slow_step
+from backends.pretrained import PAIRS
 from backends.tree_cache import cache_kwarg, cache_of
 from simlab.checks import check_int, check_seed
 from simlab.latency import ForwardTime, LatencyModel, check_axis
@@ -141,8 +143,9 @@ def table(latency: LatencyModel) -> pl.DataFrame:
 
 def parse_args(argv):
     parser = ToolParser(prog=PROG, description="Measure draft and target forward times (a latency profile).")
-    parser.add_argument("--target", required=True, help="target model: local folder or hub id")
-    parser.add_argument("--draft", required=True, help="draft model: local folder or hub id")
+    parser.add_argument("--target", default=None, help="target model: local folder or hub id (or --pair)")
+    parser.add_argument("--draft", default=None, help="draft model: local folder or hub id (with --pair: its draft, early-exit:L)")
+    parser.add_argument("--pair", choices=list(PAIRS), default=None, help="a named pretrained pair instead of --target (backends.pretrained)")
     parser.add_argument("--out", required=True, help="profile file to write (.json)")
     parser.add_argument("--contexts", default="16,64,256", help="context lengths l (tokens), comma-separated")
     parser.add_argument("--tokens", default="1,4,16,64", help="new tokens per forward n, comma-separated")
@@ -154,6 +157,8 @@ def parse_args(argv):
     parser.add_argument("--quiet", action="store_true", help="print nothing (no table, no progress)")
     args = parser.parse_args(argv)
     args.parser = parser
+    check_flags(PROG, [(not (args.pair and args.target), "--target: --pair brings its own target; drop --target"),
+                       (bool(args.pair or (args.target and args.draft)), "--target: give --target and --draft, or --pair")])
     try:
         args.contexts, args.tokens = int_list(args.contexts, "--contexts"), int_list(args.tokens, "--tokens")
         check_axis(args.contexts, "contexts", 1), check_axis(args.tokens, "tokens", 1)
@@ -173,12 +178,12 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from backends.hf import HFPair
+    from backends.pretrained import open_pair
 
     log = None if args.quiet else (lambda message: progress(PROG, message))
     try:
-        with slow_step(PROG, f"loading {args.target} and {args.draft}", args.quiet):
-            pair = HFPair(args.target, args.draft, device=args.device, dtype=args.dtype)
+        with slow_step(PROG, f"loading {args.pair or args.target} and {args.draft}", args.quiet):
+            pair = open_pair(args.pair, args.target, args.draft, device=args.device, dtype=args.dtype)
         latency = measure(pair, contexts=args.contexts, tokens=args.tokens, repeats=args.repeats,
                           warmup=args.warmup, seed=args.seed, progress=log)
     except ValueError as exc:

@@ -88,22 +88,40 @@ SHIPPED_PROMPTS = Path(__file__).resolve().parent / "prompts" / "reference_promp
 """The prompts shipped with the lab (the real-model sources' default trajectory prefixes)."""
 
 
-def read_prompts(path) -> list[str]:
-    """Prompts from a text file (one per non-empty line) or JSON lines (``prompt`` or ``text``).
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt of a prompt file: its text, its category (a workload name such as ``"maths"``,
+    or None) and whether the target's chat template wraps it as a user turn (``chat``)."""
+
+    text: str
+    category: str | None = None
+    chat: bool = False
+
+
+def read_prompt_records(path) -> list[Prompt]:
+    """Prompts from a text file (one per non-empty line), JSON lines (``prompt`` or ``text``, and
+    optionally ``category``, a non-empty string, and ``chat``, a boolean), or a named prompt set
+    (``backends.prompt_sets.PROMPT_SETS``, when no file of that name exists).
 
     Raises:
-        ValueError: ``prompts: ...`` for a missing or unreadable file, no prompt in it, or a
-            JSON line without text.
+        ValueError: ``prompts: ...`` for a missing or unreadable file, no prompt in it, a JSON
+            line without text, or a bad ``category`` or ``chat`` field.
     """
+    from backends.prompt_sets import PROMPT_SETS, prompt_set
+
     file = Path(path)
+    if str(path) in PROMPT_SETS and not file.exists():
+        return prompt_set(str(path))
     if not file.is_file():
-        raise ValueError(f"prompts: no such file {str(path)!r}")
+        raise ValueError(f"prompts: no such file {str(path)!r} (or prompt set: {', '.join(PROMPT_SETS)})")
     try:
         lines = [line.strip() for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"prompts: cannot read {str(path)!r} ({exc})") from None
-    if file.suffix == ".jsonl":
-        prompts = []
+    if file.suffix != ".jsonl":
+        records = [Prompt(line) for line in lines]
+    else:
+        records = []
         for n, line in enumerate(lines, 1):
             try:
                 record = json.loads(line)
@@ -112,11 +130,51 @@ def read_prompts(path) -> list[str]:
                 text = None
             if text is None:
                 raise ValueError(f"prompts: line {n} of {path} is not a JSON object with a 'prompt' or 'text' field")
-            prompts.append(str(text))
-        lines = prompts
-    if not lines:
+            category, chat = record.get("category"), record.get("chat", False)
+            if category is not None and (not isinstance(category, str) or not category.strip()):
+                raise ValueError(f"prompts: line {n} of {path} has a category that is not a non-empty string: {category!r}")
+            if not isinstance(chat, bool):
+                raise ValueError(f"prompts: line {n} of {path} has a 'chat' field that is not true or false: {chat!r}")
+            records.append(Prompt(str(text), category, chat))
+    if not records:
         raise ValueError(f"prompts: {path} holds no prompt")
-    return lines
+    return records
+
+
+def read_prompts(path) -> list[str]:
+    """The texts of ``read_prompt_records(path)`` (no chat template applied)."""
+    return [record.text for record in read_prompt_records(path)]
+
+
+def prompt_texts(pair, records: list[Prompt]) -> list[str]:
+    """The text each prompt is encoded from: a ``chat`` prompt as one user turn of the target
+    tokenizer's chat template, with the assistant's turn opened (``add_generation_prompt``);
+    others as they are.
+
+    Raises:
+        ValueError: ``prompts: ...`` for a chat prompt when the target's tokenizer has no template.
+    """
+    out = []
+    for i, record in enumerate(records):
+        if not record.chat:
+            out.append(record.text)
+            continue
+        tokenizer = getattr(pair, "target_tokenizer", None)
+        if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+            raise ValueError(f"prompts: prompt {i + 1} asks for the chat template, but the target's tokenizer has none")
+        out.append(tokenizer.apply_chat_template([{"role": "user", "content": record.text}], tokenize=False,
+                                                 add_generation_prompt=True))
+    return out
+
+
+def prompts_digest(records: list[Prompt]) -> str:
+    """sha256 of the prompts (texts only, as captures have always recorded, unless a record has a
+    category or asks for the chat template: then of every field)."""
+    import hashlib
+
+    if all(r.category is None and not r.chat for r in records):
+        return hashlib.sha256("\n".join(r.text for r in records).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([[r.text, r.category, r.chat] for r in records]).encode()).hexdigest()
 
 
 def prompt_roots(pair, prompts: list[str], placement: RootPlacement, seed: int, depth: int,

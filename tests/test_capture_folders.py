@@ -127,10 +127,10 @@ with CaptureLock(out, rank, world, digest):
 
 def _run_hash(argv) -> str:
     from backends.capture import parse_args, run_settings
-    from backends.roots import read_prompts
+    from backends.roots import read_prompt_records
 
     settings, _, device, _, engine, _ = parse_args(argv)
-    return store.settings_hash(run_settings(settings, read_prompts(settings.prompts), device, engine))
+    return store.settings_hash(run_settings(settings, read_prompt_records(settings.prompts), device, engine))
 
 
 def test_a_folder_is_held_by_one_run_and_shared_by_its_ranks(micro_pair_dir, prompts, tmp_path, monkeypatch, capsys):

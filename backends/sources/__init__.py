@@ -52,6 +52,8 @@ class Root:
             (verifier, K, L1, L2) -> (E, E_se, E_select, E_holdout), else None.
         prompt_length: tokens of the trajectory's prompt (real models: the encoded prompt), or
             None where the whole root context counts as the prompt (synthetic worlds).
+        category: the workload category of the trajectory's prompt (a prompt file's
+            ``category`` field, e.g. ``"maths"``; ``backends.prompt_sets``), or None.
     """
 
     setting: str
@@ -64,6 +66,7 @@ class Root:
     tree: dict | None = None
     labels: dict | None = None
     prompt_length: int | None = None
+    category: str | None = None
 
 
 @runtime_checkable

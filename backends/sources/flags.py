@@ -6,7 +6,8 @@ differ: ``divergence_by_depth`` walks one trajectory of 24 roots, the grid studi
 the source the flags ask for:
 
 * ``--capture DIR...`` replays captures (``capture``); else ``--backend`` picks ``synthetic``
-  or ``hf``;
+  or ``hf``; ``--pair NAME`` (``backends.pretrained``) is the ``hf`` source on a named pretrained
+  pair, ``--draft`` then naming its draft (``early-exit:L``) and ``--target`` refused;
 * a source field given on the command line that the chosen source does not honour (its
   ``honours``) is refused with one line, and so is any study flag the study lists as not
   honoured by that source (for example ``--shape`` with a capture, whose trees are captured);
@@ -19,13 +20,14 @@ Sampling settings: ``--settings`` takes ``ddte`` (DDTE's eight) or a comma list 
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 
 from backends.cli import ToolParser, fail, flag_message, slow_step
 from backends.sources import SOURCES
 from simlab.sampling import DDTE_SETTINGS, SamplingSettings
 
-SOURCE_FIELDS = ("backend", "world", "vocab", "target", "draft", "prompts", "capture", "trajectories",
+SOURCE_FIELDS = ("backend", "pair", "world", "vocab", "target", "draft", "prompts", "capture", "trajectories",
                  "roots_per_trajectory", "spacing", "settings", "seed", "device", "dtype")
 NOT_HONOURED = {
     "synthetic": "it applies to --backend hf only",
@@ -39,6 +41,7 @@ class SourceConfig:
     """Where a study's roots come from (the shared flags; every field is one flag)."""
 
     backend: str = "synthetic"
+    pair: str | None = None
     world: str = "depth_profile"
     vocab: int = 32
     target: str | None = None
@@ -89,11 +92,15 @@ def parse_settings(text: str) -> tuple[SamplingSettings, ...]:
 
 def add_source_flags(parser: ToolParser, d: SourceConfig, *, many_settings: bool = True) -> None:
     """Add the source flags to ``parser`` with the defaults of ``d`` (a study's ``Config()``)."""
+    from backends.pretrained import DEFAULT_DRAFT, PAIRS
     from backends.synthetic import WORLDS
 
     group = parser.add_argument_group("source of roots")
-    group.add_argument("--backend", choices=[n for n in SOURCES if n != "capture"], default=d.backend,
+    group.add_argument("--backend", choices=[n for n in SOURCES if n != "capture"], default=d.backend, action=_Backend,
                        help="a synthetic world, or two live Hugging Face models (--target, --draft)")
+    group.add_argument("--pair", choices=list(PAIRS), default=d.pair, action=_Pair,
+                       help=f"a named pretrained pair on --backend hf (fetched and converted on first use; --draft: "
+                            f"early-exit:L, default {DEFAULT_DRAFT})")
     group.add_argument("--world", default=d.world, help=f"synthetic world: {', '.join(WORLDS)}")
     group.add_argument("--vocab", type=int, default=d.vocab, help="synthetic: vocabulary size V (2..50000)")
     group.add_argument("--target", default=d.target, help="hf: target model folder or hub id")
@@ -113,6 +120,22 @@ def add_source_flags(parser: ToolParser, d: SourceConfig, *, many_settings: bool
     group.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=d.dtype, help="hf: model weights")
 
 
+class _Backend(argparse.Action):
+    """``--backend``: also records the value written (``--pair`` refuses another backend than hf)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        parser.backend_written = values
+
+
+class _Pair(argparse.Action):
+    """``--pair``: a named pair is the hf source."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.backend = "hf"
+
+
 def source_kind(config: SourceConfig) -> str:
     return "capture" if config.capture else config.backend
 
@@ -130,6 +153,10 @@ def check_honoured(prog: str, parser: ToolParser, config: SourceConfig, study_re
     given = parser.given
     if kind == "capture" and "backend" in given:
         fail(prog, f"--backend: the capture source cannot honour it ({NOT_HONOURED['capture']}); drop --backend or --capture")
+    if "pair" in given and getattr(parser, "backend_written", "hf") != "hf":
+        fail(prog, f"--pair: a named pair is the hf source; drop --backend {parser.backend_written}")
+    if "pair" in given and "target" in given:
+        fail(prog, "--target: --pair brings its own target; drop --target (--draft names the pair's draft)")
     honoured = SOURCES[kind].honours | {"backend", "capture"} | set((study_honours or {}).get(kind, ()))
     for dest in SOURCE_FIELDS:
         if dest in given and dest not in honoured:
@@ -163,9 +190,10 @@ def make_source(prog: str, parser: ToolParser, config: SourceConfig, *, stream: 
         else:
             settings = parse_settings(config.settings)
             if config.backend == "hf":
-                with slow_step(prog, f"loading {config.target} and {config.draft}", quiet):
+                with slow_step(prog, f"loading {config.pair or config.target} and {config.draft}", quiet):
                     source = HFSource(config.target, config.draft, config.prompts, config.trajectories, config.roots_per_trajectory,
-                                      config.spacing, depth=depth, seed=config.seed, device=config.device, dtype=config.dtype)
+                                      config.spacing, depth=depth, seed=config.seed, device=config.device, dtype=config.dtype,
+                                      pair=config.pair)
             else:
                 source = SyntheticSource(config.world, config.vocab, config.trajectories, config.roots_per_trajectory,
                                          config.spacing, config.seed, stream=stream)
@@ -235,9 +263,24 @@ def drafting_table(table, draft_law: str):
     return table.untempered() if draft_law == "raw" else table
 
 
+class _Latency(argparse.Action):
+    """``--latency list`` prints the published profiles and exits 0; any other value is stored."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values == "list":
+            from simlab.latency_profiles import listing
+
+            print(listing())
+            parser.exit(0)
+        setattr(namespace, self.dest, values)
+
+
 def add_latency_flags(parser: ToolParser, d: LatencyConfig) -> None:
     group = parser.add_argument_group("latency model")
-    group.add_argument("--latency", default=d.latency, help="latency profile file (.json or .toml; see simlab.latency)")
+    group.add_argument("--latency", default=d.latency, action=_Latency,
+                       help="a published profile NAME (--latency list shows them; simlab.latency_profiles), 'probe' (the "
+                            "source's measured forward times: live models on this machine, or a capture's latency.json), "
+                            "or a profile file (.json or .toml; see simlab.latency)")
     group.add_argument("--cost-ratio", type=float, default=d.cost_ratio,
                        help="c = t_q / t_p of a synthetic latency model (the default for synthetic worlds and for captures without latency.json)")
     group.add_argument("--per-token", type=float, default=d.per_token,
@@ -245,10 +288,12 @@ def add_latency_flags(parser: ToolParser, d: LatencyConfig) -> None:
 
 
 def make_latency(prog: str, parser: ToolParser, config, source, largest_tree: int):
-    """The latency model, in this order: ``--latency FILE``; an explicit ``--cost-ratio``; the
-    source's own (a capture's ``latency.json``, a warm-up benchmark of live models); else the
-    cost-ratio model with the defaults.  Exit 2 on conflicting or unusable flags."""
+    """The latency model, in this order: ``--latency NAME|probe|FILE`` (a published profile,
+    ``simlab.latency_profiles``; the source's own measured times; a profile file); an explicit
+    ``--cost-ratio``; the source's own (a capture's ``latency.json``, a warm-up benchmark of live
+    models); else the cost-ratio model with the defaults.  Exit 2 on conflicting or unusable flags."""
     from simlab.latency import LatencyModel
+    from simlab.latency_profiles import load
 
     given = parser.given
     if config.latency and "cost_ratio" in given:
@@ -257,7 +302,13 @@ def make_latency(prog: str, parser: ToolParser, config, source, largest_tree: in
         if config.latency:
             if "per_token" in given:
                 fail(prog, "--per-token: a latency profile (--latency) was given; --per-token applies to the cost-ratio model")
-            return LatencyModel.load(config.latency)
+            if config.latency == "probe":
+                own = source.latency(largest_tree)
+                if own is None:
+                    fail(prog, f"--latency: probe measures live models (--backend hf, --pair) or replays a capture's latency.json; "
+                               f"the {source.name} source has none")
+                return own
+            return load(config.latency)
         if "cost_ratio" not in given:
             own = source.latency(largest_tree)
             if own is not None:

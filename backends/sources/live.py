@@ -1,4 +1,5 @@
-"""Roots along target continuations of prompts, with p and q from two live models (``backends.hf.HFPair``).
+"""Roots along target continuations of prompts, with p and q from two live models (``backends.hf.HFPair``):
+two model folders, or a named pretrained pair (``backends.pretrained``, ``--pair``).
 
 Prompt i (the first ``trajectories`` of the prompt file; default the shipped reference prompts)
 is continued by the target with ``seeded_rng(seed, 0, i)``; roots sit at the prompt's end and
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
-from backends.roots import SHIPPED_PROMPTS, RootPlacement, prompt_roots, read_prompts
+from backends.roots import SHIPPED_PROMPTS, RootPlacement, prompt_roots, prompt_texts, read_prompt_records
 from backends.sources import Root, register_source, slug
 from simlab.checks import check_int, check_seed
 from simlab.sampling import SamplingSettings
@@ -24,35 +25,43 @@ class HFSource:
 
     Args:
         target, draft: model folders or hub ids.
-        prompts: prompt file (text or .jsonl); None = the shipped reference prompts.
+        prompts: prompt file (text or .jsonl) or prompt set (``backends.prompt_sets``); None = the
+            shipped reference prompts.  Chat prompts are wrapped in the target's chat template;
+            each root carries its prompt's category.
         trajectories: how many prompts to use, from the top of the file (None: all).
         roots_per_trajectory, spacing: root placement along each continuation.
         depth: the deepest tree a study will draw below a root (checked against the context).
         seed: seed of the continuations.
         device, dtype: of the models.
+        pair: a named pair (``backends.pretrained.PAIRS``) instead of ``target``; ``draft`` is then
+            its draft spec (``early-exit:L``; None: the pair's default).
 
     Raises:
         ValueError: ``target: ...``, ``draft: ...``, ``prompts: ...``, ``device: ...``,
             ``dtype: ...``, or a bad placement or seed.
     """
 
-    honours: ClassVar[frozenset[str]] = frozenset({"target", "draft", "prompts", "trajectories", "roots_per_trajectory",
+    honours: ClassVar[frozenset[str]] = frozenset({"pair", "target", "draft", "prompts", "trajectories", "roots_per_trajectory",
                                                    "spacing", "seed", "device", "dtype", "settings"})
 
     def __init__(self, target: str, draft: str, prompts: str | None = None, trajectories: int | None = None,
                  roots_per_trajectory: int = 2, spacing: int = 16, depth: int = 16, seed: int = 0,
-                 device: str = "auto", dtype: str = "float32"):
-        from backends.hf import HFPair
+                 device: str = "auto", dtype: str = "float32", pair: str | None = None):
+        from backends.pretrained import open_pair, parse_draft
 
-        if not target or not draft:
-            raise ValueError("target: --backend hf needs --target and --draft")
-        self.target, self.draft = target, draft
+        if pair and target:
+            raise ValueError("target: a named pair brings its own target; give --pair or --target, not both")
+        if not pair and (not target or not draft):
+            raise ValueError("target: --backend hf needs --target and --draft (or --pair)")
+        self.target, self.draft = (pair, f"early-exit:{parse_draft(draft)}") if pair else (target, draft)
         self.placement = RootPlacement(roots_per_trajectory, spacing, first=0)
         self.depth = check_int(depth, "depth", 0)
         self.seed = check_seed(seed)
-        texts = read_prompts(prompts or SHIPPED_PROMPTS)
-        self.texts = texts[: check_int(trajectories, "trajectories", 1)] if trajectories is not None else texts
-        self.pair = HFPair(target, draft, device=device, dtype=dtype)
+        records = read_prompt_records(prompts or SHIPPED_PROMPTS)
+        records = records[: check_int(trajectories, "trajectories", 1)] if trajectories is not None else records
+        self.pair = open_pair(pair, target, draft, device=device, dtype=dtype)
+        self.texts = prompt_texts(self.pair, records)  # chat prompts in the target's template
+        self.categories = [r.category for r in records]
 
     def describe(self) -> str:
         return f"{self.target} / {self.draft}"
@@ -80,4 +89,4 @@ class HFSource:
     def roots(self, settings: SamplingSettings) -> Iterator[Root]:
         pair = self.pair.with_settings(settings)
         for root, prompt, context, length in prompt_roots(pair, self.texts, self.placement, self.seed, self.depth, True):
-            yield Root(settings.name, prompt, root, context, pair, prompt_length=length)
+            yield Root(settings.name, prompt, root, context, pair, prompt_length=length, category=self.categories[prompt])

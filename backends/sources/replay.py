@@ -69,13 +69,15 @@ class CaptureSource:
                 print(f"note: {folder}: {skipped} interrupted roots skipped (rerun the capture to finish them)", file=sys.stderr)
 
     def _entries(self, folder: str, stored: store.CaptureSettings) -> list:
-        """(root, prompt, context, drafts or None, tree or None) for every completed root."""
+        """(root, prompt, context, drafts or None, tree or None, category or None) for every completed root."""
         if self.grid:
-            return [(r, p, c, d, None) for r, p, c, d in store.read_grid_drafts(folder)]
+            return [(r, p, c, d, None, store.root_category(folder, r)) for r, p, c, d in store.read_grid_drafts(folder)]
         out = []
         for root in store.completed_roots(folder):
             nodes = store.read_nodes(folder, root)
-            out.append((root, int(nodes["prompt"][0]), tuple(nodes["root_context"][0].to_list()), None, store.captured_tree(nodes)))
+            category = nodes["category"][0] if "category" in nodes.columns else None
+            out.append((root, int(nodes["prompt"][0]), tuple(nodes["root_context"][0].to_list()), None, store.captured_tree(nodes),
+                        category))
         return out
 
     @property
@@ -84,7 +86,7 @@ class CaptureSource:
         return next(iter(self.captures.values()))[1]
 
     def describe(self) -> str:
-        return f"capture of {self.stored.target} / {self.stored.draft}"
+        return f"capture of {self.stored.pair or self.stored.target} / {self.stored.draft}"
 
     def slug(self) -> str:
         return slug(f"capture-{Path(self.folders[0]).resolve().name}")
@@ -114,5 +116,5 @@ class CaptureSource:
             table = store.read_labels(folder).select("root", *LABEL_COLUMNS).collect()
             for root, verifier, K, L1, L2, *values in table.iter_rows():
                 labels.setdefault(root, {})[(verifier, K, L1, L2)] = tuple(values)
-        for root, prompt, context, drafts, tree in self.entries[name]:
-            yield Root(name, prompt, root, context, pair, drafts=drafts, tree=tree, labels=labels.get(root))
+        for root, prompt, context, drafts, tree, category in self.entries[name]:
+            yield Root(name, prompt, root, context, pair, drafts=drafts, tree=tree, labels=labels.get(root), category=category)

