@@ -30,6 +30,9 @@ class _NaivePlan(NodePlan):
     def _children_mass(self, children):
         return self.single.mass_at(children[0], children)
 
+    def _children_masses(self, rows):
+        return self.single.masses_at(rows[:, 0], rows)
+
     def _draw(self, children, rng):
         return self.single.draw(children[0], rng)
 

@@ -194,6 +194,23 @@ class _SpecTrPlan(NodePlan):
             reach *= 1.0 - b_j
         return mass, reach
 
+    def _children_masses(self, rows):
+        """``_children_mass`` of every row of (M, k) children in one pass over the rows' columns."""
+        qx = self.q[rows]
+        if np.any(qx == 0):
+            raise ValueError(f"children: token {rows[qx == 0][0]} has q = 0; SpecTr's test p / (rho q) is undefined there")
+        b = np.minimum(1.0, self.p[rows] / (self.rho * qx))
+        mass = np.empty(rows.shape)
+        reach = np.ones(rows.shape[0])
+        for j in range(self.k):
+            mass[:, j] = reach * b[:, j]
+            reach *= 1.0 - b[:, j]
+        out = summed_over_copies(rows, mass)
+        rejected = reach > 0.0
+        if np.any(rejected):
+            out[rejected] += reach[rejected, None] * self._correction_at(rows[rejected])
+        return out
+
     def _law(self, children):
         mass, reach = self._trials(children)
         out = np.zeros_like(self.p)
