@@ -161,6 +161,33 @@ def top_ranked(x: np.ndarray, n: int) -> np.ndarray:
     return np.argsort(-x, kind="stable")[:n].astype(np.int64)
 
 
+def top_positive(x: np.ndarray, n: int, *, block: int = 2048) -> np.ndarray:
+    """The n largest positive entries of a 1-D float array without NaN, largest first (ties: lowest
+    id), fewer when x has fewer positive entries: the first min(n, count(x > 0)) entries of
+    ``np.argsort(-x, kind="stable")``, int64.
+
+    No partition of the whole row: the n-th largest of the first ``block`` entries is a lower bound
+    t of the row's n-th largest (a subset's n-th largest never exceeds the set's), so every entry of
+    the answer, ties at the n-th included, is among the entries >= t, found by one sequential
+    comparison over x (one read of the row) and ranked alone (by ``top_ranked`` when there are
+    many).  Which subset gives t changes only how many candidates there are, never the answer.
+    When the block has fewer than n positive entries every positive entry is a candidate.
+    ``top_ranked`` on the positive entries is the reference (tests).
+    """
+    x = np.asarray(x)
+    n = int(n)
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    head = x[:max(block, n)]
+    t = np.partition(head, head.size - n)[head.size - n] if head.size >= n else 0.0  # the block's n-th largest
+    candidates = np.flatnonzero(x >= t) if t > 0.0 else np.flatnonzero(x > 0.0)
+    if candidates.size > 64 * n:
+        order = top_ranked(x[candidates], n)
+    else:
+        order = np.argsort(-x[candidates], kind="stable")[:n]
+    return candidates[order].astype(np.int64, copy=False)
+
+
 def total_variation(p, q) -> float:
     """TV(p, q) = sum (p - q)_+ = 1 - sum min(p, q), in [0, 1]."""
     p, q = check_pair(p, q)
