@@ -133,3 +133,48 @@ def label_loop(trees, rows, method: str) -> list[list[float]]:
     (emptied per call, as a fresh run of their code starts)."""
     cache: dict = {}
     return [expected_depths(paths, rows, method, L1, cache) for L1, _, paths in trees]
+
+
+def _spectr_rho(p: torch.Tensor, q: torch.Tensor, k: int, tol: float) -> float:
+    """The upper end of a bisection of [1, k] on 1 - (1 - beta)^k >= rho beta, to ``tol``."""
+    lo, hi = 1.0, float(k)
+    while hi - lo > tol:
+        rho = 0.5 * (lo + hi)
+        beta = float(torch.minimum(p / rho, q).sum())
+        lo, hi = (rho, hi) if 1 - (1 - beta) ** k >= rho * beta else (lo, rho)
+    return hi
+
+
+def accept_nss(p, q, k: int) -> float:
+    """sum_t p(t) (1 - (1 - q(t))^k) (DDTE App. C)."""
+    return float((p * (1 - (1 - q) ** k)).sum())
+
+
+def accept_naive(p, q, k: int) -> float:
+    """sum min(p, q) + sum (p - q)_+ (1 - (1 - q)^(k - 1)) (DDTE App. C)."""
+    out = torch.minimum(p, q).sum()
+    if k > 1:
+        out = out + (torch.relu(p - q) * (1 - (1 - q) ** (k - 1))).sum()
+    return float(out)
+
+
+def accept_spectr(p, q, k: int, tol: float = 1e-4) -> float:
+    """p_acc + (1 - p_acc) sum res (1 - (1 - r)^k), r = (q - p / rho)_+ / (1 - beta) (DDTE App. C),
+    rho bisected to ``tol`` as the authors' acceptance path does."""
+    rho = _spectr_rho(p, q, k, tol)
+    beta = float(torch.minimum(p / rho, q).sum())
+    if beta >= 1.0:
+        return 1.0
+    p_acc = 1 - (1 - beta) ** k
+    res = _residual(p, torch.minimum(p / rho, q) * (p_acc / beta if beta > 0 else rho))
+    r = torch.relu(q - p / rho) / max(1 - beta, 1e-6)
+    return float(p_acc + (1 - p_acc) * (res * (1 - (1 - r) ** k)).sum())
+
+
+ACCEPT = {"nss": accept_nss, "naive": accept_naive, "spectr": accept_spectr}
+
+
+def node_branch(p, q, kids, method: str) -> dict:
+    """One node's branch probabilities as their label loop computes them at a node's first visit
+    (an empty cache)."""
+    return BRANCH[method](p, q, list(kids), {}, ())

@@ -85,23 +85,25 @@ def _zeros(size: int) -> np.ndarray:
 _SCRATCH = threading.local()
 
 
-def scratch(size: int) -> np.ndarray:
-    """A float64 work vector (size,) of this thread, reused from call to call (contents undefined).
+def scratch(size: int, dtype=np.float64, slot: int = 0) -> np.ndarray:
+    """A work vector (size,) of ``dtype`` (default float64) of this thread, reused from call to call
+    (contents undefined); ``slot`` tells apart several vectors of one size and dtype held at once.
 
     For reductions over V that need one temporary and return scalars (a plan's residual masses,
-    SpecTr's ratios): a fresh V-sized array is a new mapping whose pages fault in on first touch
-    (at V = 128,000 that cost more than the arithmetic: benchmarks/RESULTS.md).  The caller
-    must not keep it past its own computation, nor call another user of ``scratch`` while it
-    holds it; per thread, so threads never share one.
+    SpecTr's ratios and its between-set masks): a fresh V-sized array is a new mapping whose pages
+    fault in on first touch (at V = 128,000 that cost more than the arithmetic:
+    benchmarks/RESULTS.md).  The caller must not keep it past its own computation, nor call another
+    user of the same (size, dtype, slot) while it holds it; per thread, so threads never share one.
     """
     buffers = getattr(_SCRATCH, "buffers", None)
     if buffers is None:
         buffers = _SCRATCH.buffers = {}
-    if size not in buffers:
-        if len(buffers) >= 4:
+    key = (size, np.dtype(dtype), slot)
+    if key not in buffers:
+        if len(buffers) >= 8:
             buffers.clear()
-        buffers[size] = np.empty(size)
-    return buffers[size]
+        buffers[key] = np.empty(size, dtype=dtype)
+    return buffers[key]
 
 
 def positive_part(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

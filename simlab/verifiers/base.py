@@ -120,14 +120,14 @@ class NodePlan(abc.ABC):
             raise ValueError(f"children: expected k = {self.k} token ids, got {x.size}")
         if x.dtype.kind not in "iu":
             raise ValueError(f"children: token ids must be integers, got dtype {x.dtype}")
-        x = x.astype(np.int64)
-        bad = (x < 0) | (x >= self.p.size)
-        if np.any(bad):
+        x = x.astype(np.int64, copy=False)
+        if x.size and (x.min() < 0 or x.max() >= self.p.size):  # two reductions, not a mask (k is small)
+            bad = (x < 0) | (x >= self.p.size)
             raise ValueError(f"children: token id {x[bad][0]} is outside [0, V) with V = {self.p.size}")
         drawn = (Drafting.IID, Drafting.WITHOUT_REPLACEMENT, Drafting.REPEATED)  # repeated copies are copies of a draw
         sampled = x if self.law in drawn else x[-1:] if self.law is Drafting.MIXED else x[:0]
         impossible = self.q[sampled] == 0
-        if np.any(impossible):
+        if impossible.any():
             raise ValueError(f"children: token {sampled[impossible][0]} has q = 0 and cannot have been drafted")
         if self.verifier.drafting in (Drafting.WITHOUT_REPLACEMENT, Drafting.MIXED) and np.unique(x).size != x.size:
             raise ValueError(f"children: {x.tolist()} repeats a token, impossible when drafting {self.verifier.drafting.description}")

@@ -56,7 +56,9 @@ def optimal_rho(p: np.ndarray, q: np.ndarray, k: int, tol: float = RHO_TOLERANCE
         # rounding; the scalar p_acc, as four_step_rho and the batched engine use
         return 1.0
     np.multiply(q, float(k), out=work)
-    between = np.flatnonzero(np.greater(p, q) & np.less(p, work))  # 1 < p / q < k; q = 0 < p is never in
+    above = np.greater(p, q, out=scratch(p.size, np.bool_, 0))  # the masks in reused work vectors: no fresh
+    below = np.less(p, work, out=scratch(p.size, np.bool_, 1))  # V-sized temporaries to fault in per call
+    between = np.flatnonzero(np.logical_and(above, below, out=above))  # 1 < p / q < k; q = 0 < p is never in
     beta_k = float(np.minimum(work, p, out=work).sum()) / k  # beta(k)
     p, q = p[between], q[between]
     ratio = p / q
