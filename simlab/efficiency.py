@@ -234,7 +234,7 @@ def streamed_masses(table: NodeTable, requests) -> dict:
     node with the numpy plans, reading each node's p and q once and keeping no plan: memory
     bounded by one node's rows and plans, whatever the number of nodes (the plans memoised in
     the table keep every node's rows alive).  The same plans and masses as ``NodeTable.plan``
-    (bit for bit: the same ``prepare`` and ``children_mass`` calls).
+    (bit for bit: the same ``prepare``, and a node's child lists in one ``children_masses`` call).
 
     Returns:
         (node verifier, path, children) -> float64 (k,).
@@ -249,9 +249,10 @@ def streamed_masses(table: NodeTable, requests) -> dict:
     for path, groups in by_path.items():
         p, q = table.p(path), table.q(path)
         for (node, k), children in groups.items():
-            plan = node.prepare(p, q, k, checked=True)
-            for kids in children:
-                out[(node, path, kids)] = plan.children_mass(np.asarray(kids))
+            children = list(children)
+            masses = node.prepare(p, q, k, checked=True).children_masses(np.array(children, dtype=np.int64))
+            for kids, row in zip(children, masses):
+                out[(node, path, kids)] = row
     return out
 
 
