@@ -85,23 +85,25 @@ def _zeros(size: int) -> np.ndarray:
 _SCRATCH = threading.local()
 
 
-def scratch(size: int) -> np.ndarray:
-    """A float64 work vector (size,) of this thread, reused from call to call (contents undefined).
+def scratch(size: int, dtype=np.float64, slot: int = 0) -> np.ndarray:
+    """A work vector (size,) of ``dtype`` (default float64) of this thread, reused from call to call
+    (contents undefined); ``slot`` tells apart several vectors of one size and dtype held at once.
 
     For reductions over V that need one temporary and return scalars (a plan's residual masses,
-    SpecTr's ratios): a fresh V-sized array is a new mapping whose pages fault in on first touch
-    (at V = 128,000 that cost more than the arithmetic: benchmarks/RESULTS.md).  The caller
-    must not keep it past its own computation, nor call another user of ``scratch`` while it
-    holds it; per thread, so threads never share one.
+    SpecTr's ratios and its between-set masks): a fresh V-sized array is a new mapping whose pages
+    fault in on first touch (at V = 128,000 that cost more than the arithmetic:
+    benchmarks/RESULTS.md).  The caller must not keep it past its own computation, nor call another
+    user of the same (size, dtype, slot) while it holds it; per thread, so threads never share one.
     """
     buffers = getattr(_SCRATCH, "buffers", None)
     if buffers is None:
         buffers = _SCRATCH.buffers = {}
-    if size not in buffers:
-        if len(buffers) >= 4:
+    key = (size, np.dtype(dtype), slot)
+    if key not in buffers:
+        if len(buffers) >= 8:
             buffers.clear()
-        buffers[size] = np.empty(size)
-    return buffers[size]
+        buffers[key] = np.empty(size, dtype=dtype)
+    return buffers[key]
 
 
 def positive_part(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -159,6 +161,33 @@ def top_ranked(x: np.ndarray, n: int) -> np.ndarray:
         candidates = np.flatnonzero(x >= cutoff)
         return candidates[np.argsort(-x[candidates], kind="stable")][:n].astype(np.int64)
     return np.argsort(-x, kind="stable")[:n].astype(np.int64)
+
+
+def top_positive(x: np.ndarray, n: int, *, block: int = 2048) -> np.ndarray:
+    """The n largest positive entries of a 1-D float array without NaN, largest first (ties: lowest
+    id), fewer when x has fewer positive entries: the first min(n, count(x > 0)) entries of
+    ``np.argsort(-x, kind="stable")``, int64.
+
+    No partition of the whole row: the n-th largest of the first ``block`` entries is a lower bound
+    t of the row's n-th largest (a subset's n-th largest never exceeds the set's), so every entry of
+    the answer, ties at the n-th included, is among the entries >= t, found by one sequential
+    comparison over x (one read of the row) and ranked alone (by ``top_ranked`` when there are
+    many).  Which subset gives t changes only how many candidates there are, never the answer.
+    When the block has fewer than n positive entries every positive entry is a candidate.
+    ``top_ranked`` on the positive entries is the reference (tests).
+    """
+    x = np.asarray(x)
+    n = int(n)
+    if n <= 0:
+        return np.zeros(0, dtype=np.int64)
+    head = x[:max(block, n)]
+    t = np.partition(head, head.size - n)[head.size - n] if head.size >= n else 0.0  # the block's n-th largest
+    candidates = np.flatnonzero(x >= t) if t > 0.0 else np.flatnonzero(x > 0.0)
+    if candidates.size > 64 * n:
+        order = top_ranked(x[candidates], n)
+    else:
+        order = np.argsort(-x[candidates], kind="stable")[:n]
+    return candidates[order].astype(np.int64, copy=False)
 
 
 def total_variation(p, q) -> float:

@@ -33,7 +33,7 @@ import itertools
 import numpy as np
 
 from simlab.checks import check_int
-from simlab.distributions import sample_categorical, top_ranked
+from simlab.distributions import positive_part, sample_categorical, top_ranked
 
 MAX_ENUMERATED_TUPLES = 250_000
 """Largest number of ordered child tuples that exact enumeration will list."""
@@ -212,7 +212,7 @@ def hit_probability(q: np.ndarray, n: int) -> np.ndarray:
     if n == 0:
         return np.zeros_like(q)
     miss = np.subtract(1.0, q)
-    np.maximum(miss, 0.0, out=miss)  # q may exceed 1 by rounding
+    positive_part(miss, out=miss)  # q may exceed 1 by rounding (the array-array loop: same values, faster)
     power = None
     while n:
         if n & 1:

@@ -33,7 +33,8 @@ from simlab.checks import check_generator, check_int
 from simlab.distributions import sample_categorical
 from simlab.pairs import ModelPair, eos_of
 from simlab.tree_verifiers.base import counted_tokens
-from simlab.trees import NodeTable
+from simlab.drafting import Drafting
+from simlab.trees import DraftTree, NodeTable
 
 
 @dataclass(frozen=True)
@@ -233,7 +234,7 @@ def streamed_masses(table: NodeTable, requests) -> dict:
     node with the numpy plans, reading each node's p and q once and keeping no plan: memory
     bounded by one node's rows and plans, whatever the number of nodes (the plans memoised in
     the table keep every node's rows alive).  The same plans and masses as ``NodeTable.plan``
-    (bit for bit: the same ``prepare`` and ``children_mass`` calls).
+    (bit for bit: the same ``prepare``, and a node's child lists in one ``children_masses`` call).
 
     Returns:
         (node verifier, path, children) -> float64 (k,).
@@ -248,9 +249,63 @@ def streamed_masses(table: NodeTable, requests) -> dict:
     for path, groups in by_path.items():
         p, q = table.p(path), table.q(path)
         for (node, k), children in groups.items():
-            plan = node.prepare(p, q, k, checked=True)
-            for kids in children:
-                out[(node, path, kids)] = plan.children_mass(np.asarray(kids))
+            children = list(children)
+            masses = node.prepare(p, q, k, checked=True).children_masses(np.array(children, dtype=np.int64))
+            for kids, row in zip(children, masses):
+                out[(node, path, kids)] = row
+    return out
+
+
+def _draft_trees(table: NodeTable, draft: GridDraft, K_values, per_path: bool) -> dict[int, DraftTree]:
+    """``Delayed.build(table, trunk, branches[:K], repeats=K if per_path else 1)`` for every K of
+    ``K_values``, from one pass over the draft: the child lists grow branch by branch, so the K
+    trees of a draw share that work (the same trees: tests)."""
+    trunk = draft.trunk
+    children: dict[tuple, tuple] = {trunk[:j]: (t,) for j, t in enumerate(trunk)}
+    out, used = {}, 0
+    for K in sorted(set(K_values)):
+        for branch in draft.branches[used:K]:
+            for j, t in enumerate(branch):
+                node = trunk + branch[:j]
+                children[node] = children.get(node, ()) + (t,)
+        used = max(used, K)
+        kids, laws = dict(children), {}
+        if per_path and K > 1:
+            for j, t in enumerate(trunk):
+                kids[trunk[:j]] = (t,) * K
+                laws[trunk[:j]] = Drafting.REPEATED
+        out[K] = DraftTree(table, kids, Drafting.IID, laws)
+    return out
+
+
+def grouped_masses(table: NodeTable, verifier, trees) -> dict:
+    """The children masses every tree of ``trees`` asks of a top-down ``verifier``
+    (``TopDown.mass_requests``), each distinct (node, law, child list) answered once: the child
+    lists of one (node verifier, node, k, law) are validated together and answered by one
+    vectorised call on the table's memoised plan (``NodePlan.children_masses``, row i equal to
+    ``children_mass`` of list i bit for bit), instead of one validated call per list and tree.
+
+    Returns:
+        (path, law, children) -> the masses as a list of k Python floats.
+
+    Raises:
+        ValueError: as ``NodePlan.check_children_rows`` (e.g. a child with q = 0).
+    """
+    groups: dict[tuple, dict] = {}
+    nodes = {}  # the node verifier is a function of (law, k) for one top-down verifier
+    for tree in trees:
+        for path, node, kids in verifier.mass_requests(tree):
+            key = (path, len(kids), tree.law(path))
+            if key not in groups:
+                groups[key], nodes[key] = {}, node
+            groups[key][tuple(kids)] = None
+    out = {}
+    for (path, k, law), lists in groups.items():
+        node = nodes[(path, k, law)]
+        lists = list(lists)
+        masses = table.plan(node, path, k, law).children_masses(np.array(lists, dtype=np.int64)).tolist()
+        for kids, row in zip(lists, masses):
+            out[(path, law, kids)] = row
     return out
 
 
@@ -259,12 +314,19 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
                           device=None, stream: bool = False) -> dict[tuple[int, int, int], Estimate]:
     """E[tau + 1] of every action (K, L1, L2) from sampled grid drafts (DDTE's unbiased estimator).
 
-    For each draft and each K, the tree of its first K branches is built once and cut at every
-    L2 (``block_efficiency_by_depth``); the estimate of an action is the mean over the drafts
-    with its L1, with the standard error of that mean (NaN for a single draft).  The same
-    drafts serve every verifier (common random numbers).  ``trunk_children="per_path"``: the
-    DDTE audit convention (each trunk node lists its child K times, ``Drafting.REPEATED``; a
-    verifier refused there must be given with ``allow_lossy=True``).
+    For each draft the trees of its first K branches are built once for every K (``_draft_trees``)
+    and each is cut at every L2 (``block_efficiency_by_depth``); the estimate of an action is the
+    mean over the drafts with its L1, with the standard error of that mean (NaN for a single
+    draft).  The same drafts serve every verifier (common random numbers).
+    ``trunk_children="per_path"``: the DDTE audit convention (each trunk node lists its child K
+    times, ``Drafting.REPEATED``; a verifier refused there must be given with ``allow_lossy=True``).
+
+    ``engine="numpy"`` (default): for top-down verifiers the masses of every tree come from
+    ``grouped_masses`` (each distinct (node, children) request once, a node's child lists in one
+    vectorised call), then each tree's reach DP runs on them; other verifiers run
+    ``block_efficiency_by_depth`` tree by tree.  ``engine="reference"``: the plain path the
+    others are tested against, ``block_efficiency_by_depth`` for every tree (a validated
+    ``children_mass`` per node and tree); the same numbers bit for bit (tests).
 
     ``engine="torch"``: every tree's children masses come from the batched torch engine
     (``simlab.batched``, float64, on ``device``) in one pass per (node verifier, k) group
@@ -282,16 +344,15 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
     Raises:
         ValueError: a K above the drafts' number of branches, an L2 above their length, an
             unknown ``trunk_children`` or ``engine``, a verifier the torch engine does not
-            implement, or a pairing the verifier refuses.
+            implement, a child the table's q cannot have drafted, or a pairing the verifier refuses.
     """
     if trunk_children not in ("shared", "per_path"):
         raise ValueError(f"trunk_children: must be 'shared' or 'per_path', got {trunk_children!r}")
-    if engine not in ("numpy", "torch"):
-        raise ValueError(f"engine: must be 'numpy' or 'torch', got {engine!r}")
-    from simlab.shapes import Delayed
-
+    if engine not in ("numpy", "torch", "reference"):
+        raise ValueError(f"engine: must be 'numpy', 'torch' or 'reference', got {engine!r}")
     verifier = _verifier(verifier)
-    if engine == "torch" and not isinstance(verifier, tree_verifiers.TopDown):
+    top_down = isinstance(verifier, tree_verifiers.TopDown)
+    if engine == "torch" and not top_down:
         raise ValueError(f"engine: the torch engine serves top-down verifiers (nss, naive, spectr, specinfer), not {verifier.name}")
     by_L1: dict[int, list[GridDraft]] = {}
     for draft in drafts:
@@ -303,9 +364,13 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
         if any(L2 > 0 and (K > widest or L2 > longest) for K in K_values for L2 in L2_values):
             raise ValueError(f"K_values, L2_values: the drafts at L1 = {L1} have {widest} branches of {longest} tokens")
         for K in K_values:
-            trees[(L1, K)] = [Delayed.build(table, d.trunk, d.branches[:K], repeats=K if trunk_children == "per_path" else 1).fill()
-                              for d in group]
-    if engine == "torch" or (stream and isinstance(verifier, tree_verifiers.TopDown)):
+            trees[(L1, K)] = []
+        for d in group:
+            for K, tree in _draft_trees(table, d, K_values, trunk_children == "per_path").items():
+                trees[(L1, K)].append(tree)
+    every = [tree for group in trees.values() for tree in group]
+    table.fetch(_grid_nodes(every))  # one batched call for every node of every tree
+    if engine == "torch" or (stream and top_down):
         requests = {}  # (L1, K, index) -> the tree's requests, asked once
         for key, group in trees.items():
             for i, tree in enumerate(group):
@@ -322,6 +387,13 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
         def by_depth(key, i, tree, depths):
             node_at = {path: node for path, node, _ in requests[(*key, i)]}
             return verifier.by_depth_from_masses(tree, depths, lambda path, kids: masses[(node_at[path], path, tuple(kids))])
+    elif top_down and engine == "numpy":
+        for tree in every:
+            verifier.check(tree)
+        grouped = grouped_masses(table, verifier, every)
+
+        def by_depth(key, i, tree, depths):
+            return verifier.by_depth_from_masses(tree, depths, lambda path, kids: grouped[(path, tree.law(path), kids)])
     else:
         def by_depth(key, i, tree, depths):
             return verifier.block_efficiency_by_depth(tree, depths)
@@ -334,6 +406,17 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
         for j, L2 in enumerate(L2_values):
             out[(K, L1, L2)] = Estimate(float(means[j]), float(errors[j]), "mc", n)
     return out
+
+
+def _grid_nodes(trees) -> list:
+    """Every node of ``trees`` (internal nodes and leaves), each once."""
+    nodes: dict = {}
+    for tree in trees:
+        for path, kids in tree.children.items():
+            nodes[path] = None
+            for t in kids:
+                nodes[path + (t,)] = None
+    return list(nodes)
 
 
 def action_grid_block_efficiency(pair: ModelPair, context: Sequence[int], verifier, *, K_values=(1, 2, 3, 4),

@@ -78,6 +78,12 @@ def check_children_mass(verifier: NodeVerifier, p, q, k: int) -> None:
         err = np.abs(fast - full).max()
         assert err <= EXACT, f"{verifier.name}: children_mass differs from the full law by {err:.3g} at x={x.tolist()}"
         assert np.array_equal(trusted.children_mass(x), fast), f"{verifier.name}: checked=True plan differs at x={x.tolist()}"
+    if len(tuples):  # every child list at once (what a label grid asks of a node): each row bit for bit
+        rows = np.stack([np.asarray(x) for x in tuples])
+        batched = plan.children_masses(rows)
+        for x, row in zip(tuples, batched):
+            assert np.array_equal(row, plan.children_mass(x)), (
+                f"{verifier.name}: children_masses differs from children_mass at x={np.asarray(x).tolist()}")
 
 
 def check_sampler_given_children(verifier: NodeVerifier, p, q, children, seed: int) -> None:

@@ -283,6 +283,65 @@ class SpecTrMassWithoutCorrection(SpecTr):
         return _MassWithoutCorrection(self, p, q, k)
 
 
+# 17. NSS's batched children masses (every child list of a node at once) read from q, not p.
+class _BatchedFromQ(_NSSPlan):
+    def _children_masses(self, rows):
+        return self.q[rows]
+
+
+@dataclass(frozen=True)
+class NSSBatchedFromQ(NSS):
+    def _plan(self, p, q, k):
+        return _BatchedFromQ(self, p, q, k)
+
+
+# 18. NaiveTree's batched masses taking the one-child shortcut (mass = a(x)) for every child list.
+class _ShortcutEverywhere(SingleDraft):
+    def masses_at(self, x, tokens):
+        a = np.minimum(1.0, self.p[x] / self.r[x])[:, None]
+        return np.broadcast_to(a, tokens.shape) * (tokens == x[:, None])
+
+
+class _BatchedShortcut(_NaivePlan):
+    def __init__(self, verifier, p, q, k):
+        super().__init__(verifier, p, q, k)
+        self.single = _ShortcutEverywhere(p, q)
+
+
+@dataclass(frozen=True)
+class NaiveBatchedShortcut(Naive):
+    def _plan(self, p, q, k):
+        return _BatchedShortcut(self, p, q, k)
+
+
+# 19. SpecTr's batched masses without the correction landing on a rejected child's token.
+class _BatchedWithoutCorrection(_SpecTrPlan):
+    def _children_masses(self, rows):
+        return np.stack([summed_over_copies(x, self._trials(x)[0]) for x in rows])
+
+
+@dataclass(frozen=True)
+class SpecTrBatchedWithoutCorrection(SpecTr):
+    def _plan(self, p, q, k):
+        return _BatchedWithoutCorrection(self, p, q, k)
+
+
+# 20. SpecInfer's batched masses giving each copy of a repeated child only its own share.
+class _BatchedPerCopy(_SpecInferPlan):
+    def _children_masses(self, rows):
+        out = []
+        for x in rows:
+            mass, reach = self._trials(x)
+            out.append(mass + reach * self.target_at(self.k, x))
+        return np.stack(out)
+
+
+@dataclass(frozen=True)
+class SpecInferBatchedPerCopy(SpecInfer):
+    def _plan(self, p, q, k):
+        return _BatchedPerCopy(self, p, q, k)
+
+
 # fault -> (broken verifier, the first check in test_mutants.CHECKS expected to catch it)
 MUTANTS = {
     "residual = p": (ResidualIsP(), "lossless k=2"),
@@ -301,4 +360,8 @@ MUTANTS = {
     "naive children mass without the residual": (NaiveMassWithoutResidual(), "children mass"),
     "specinfer children mass per copy": (SpecInferMassPerCopy(), "children mass"),
     "spectr children mass without the correction": (SpecTrMassWithoutCorrection(rho="four_step"), "children mass"),
+    "nss batched masses from q": (NSSBatchedFromQ(), "children mass"),
+    "naive batched one-child shortcut everywhere": (NaiveBatchedShortcut(), "children mass"),
+    "spectr batched masses without the correction": (SpecTrBatchedWithoutCorrection(rho="four_step"), "children mass"),
+    "specinfer batched masses per copy": (SpecInferBatchedPerCopy(), "children mass"),
 }

@@ -12,6 +12,7 @@ from simlab.distributions import (
     l1_distance,
     residual,
     sample_categorical,
+    top_positive,
     top_ranked,
     total_variation,
 )
@@ -123,3 +124,44 @@ def test_top_ranked_equals_the_stable_argsort(vocab, n, seed, kind):
     else:
         x = rng.dirichlet(np.ones(vocab))
     np.testing.assert_array_equal(top_ranked(x, n), np.argsort(-x, kind="stable")[:n])
+
+
+def _positive_reference(x, n):
+    """The first n of the full stable sort, positive entries only."""
+    order = np.argsort(-x, kind="stable")
+    return order[x[order] > 0][:n]
+
+
+def _top_positive_cases(vocab, seed, kind):
+    rng = np.random.default_rng(seed)
+    if kind == "ties":
+        return rng.integers(0, 4, vocab).astype(float) / 4
+    if kind == "zeros":
+        x = rng.dirichlet(np.full(vocab, 0.05))
+        x[rng.random(vocab) < 0.7] = 0.0
+        return x
+    if kind == "rising":  # the block holds the smallest entries: many candidates
+        return np.sort(rng.dirichlet(np.ones(vocab)))
+    return rng.dirichlet(np.ones(vocab))
+
+
+@given(st.integers(1, 5000), st.integers(0, 12), st.integers(0, 2**31 - 1), st.sampled_from(["ties", "zeros", "smooth", "rising"]),
+       st.sampled_from([4, 64, 2048]))
+def test_top_positive_equals_the_stable_argsort_of_the_positive_entries(vocab, n, seed, kind, block):
+    """EAGLE-2's proposal fast path (a block's n-th largest as the threshold) against the full sort."""
+    x = _top_positive_cases(vocab, seed, kind)
+    np.testing.assert_array_equal(top_positive(x, n, block=block), _positive_reference(x, n))
+
+
+def test_a_top_positive_that_drops_ties_at_the_threshold_is_caught():
+    """The planted fault (candidates strictly above the block's n-th largest) fails the reference
+    comparison above on a tie case, so that test can fail."""
+    def broken(x, n, block=4):
+        head = x[:block]
+        t = np.partition(head, head.size - n)[head.size - n]
+        candidates = np.flatnonzero(x > t)
+        return candidates[np.argsort(-x[candidates], kind="stable")[:n]]
+
+    x = np.array([0.25, 0.25, 0.125, 0.125, 0.25])
+    assert np.array_equal(top_positive(x, 2, block=4), _positive_reference(x, 2))
+    assert not np.array_equal(broken(x, 2), _positive_reference(x, 2))

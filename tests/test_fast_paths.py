@@ -12,7 +12,7 @@ from tree_checks import law_block_efficiency
 from simlab import tree_verifiers, verifiers
 from simlab.distributions import inner, residual
 from simlab.drafting import hit_probability
-from simlab.pairs import MarkovPair
+from simlab.pairs import ContextFreePair, MarkovPair
 from simlab.shapes import Delayed, chain, iid
 from simlab.trees import SPECULATIVE, NodeTable
 from simlab.verifiers import get
@@ -301,6 +301,105 @@ def test_streamed_grid_equals_the_memoised_grid_bit_for_bit(name):
     streamed = grid_block_efficiency(NodeTable(pair, (0,)), drafts, verifier, stream=True, **options)
     assert memoised.keys() == streamed.keys()
     assert all(memoised[a].mean == streamed[a].mean for a in memoised)
+
+
+@pytest.mark.parametrize("name", ["nss", "naive", "spectr", "specinfer", "khisti", "naive_chain", "optimal", "rrs_wor"])
+@pytest.mark.parametrize("eos", [None, 2])
+@pytest.mark.parametrize("trunk", ["shared", "per_path"])
+def test_grouped_grid_equals_the_reference_grid_bit_for_bit(name, eos, trunk):
+    """The default grid (trees built once per draw, each distinct (node, children) request once, a
+    node's child lists in one vectorised call) against the plain per-tree path: the same bits."""
+    from simlab.efficiency import draw_grid, grid_block_efficiency
+
+    base = MarkovPair.random(6, np.random.default_rng(8), concentration=0.6, closeness=0.4)
+    pair = MarkovPair(base.target, base.draft, eos_id=eos)
+    drafts = draw_grid(NodeTable(pair, (0,)), K_max=3, L1_values=(0, 1, 2), L2_max=3, samples=3, rng=np.random.default_rng(9))
+    verifier = tree_verifiers.get(name, allow_lossy=True)
+    options = dict(K_values=(1, 2, 3), L2_values=(0, 1, 2, 3), trunk_children=trunk)
+    try:
+        reference = grid_block_efficiency(NodeTable(pair, (0,)), drafts, verifier, engine="reference", **options)
+    except ValueError as exc:  # e.g. repeated children for RRS without replacement: refused alike
+        with pytest.raises(ValueError, match=str(exc).split(":")[0]):
+            grid_block_efficiency(NodeTable(pair, (0,)), drafts, verifier, **options)
+        return
+    grouped = grid_block_efficiency(NodeTable(pair, (0,)), drafts, verifier, **options)
+    assert grouped.keys() == reference.keys()
+    assert all(grouped[a].mean == reference[a].mean and grouped[a].stderr == reference[a].stderr
+               or np.isnan(grouped[a].stderr) and np.isnan(reference[a].stderr) for a in grouped)
+
+
+@pytest.mark.parametrize("per_path", [False, True])
+def test_draft_trees_are_the_delayed_trees(per_path):
+    from simlab.efficiency import _draft_trees, draw_grid
+
+    table = NodeTable(MarkovPair.random(5, np.random.default_rng(3)), (0,))
+    for draft in draw_grid(table, K_max=4, L1_values=(0, 2), L2_max=3, samples=2, rng=np.random.default_rng(4)):
+        built = _draft_trees(table, draft, (3, 1, 4, 2), per_path)
+        for K in (1, 2, 3, 4):
+            expected = Delayed.build(table, draft.trunk, draft.branches[:K], repeats=K if per_path else 1)
+            assert built[K].children == expected.children and built[K].node_laws == expected.node_laws
+            assert built[K].drafting == expected.drafting
+
+
+def test_a_bad_child_list_is_refused_by_the_grouped_grid():
+    """The grid's drafts are public inputs: a child the table's q cannot have drawn is refused
+    (validated once per node and child lists, not skipped)."""
+    from simlab.efficiency import GridDraft, grid_block_efficiency
+
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.6, 0.4, 0.0])
+    table = NodeTable(ContextFreePair(p, q), (0,))
+    drafts = [GridDraft(1, (0,), ((1, 0), (2, 1)))]
+    with pytest.raises(ValueError, match="q = 0"):
+        grid_block_efficiency(table, drafts, "specinfer", K_values=(1, 2), L2_values=(0, 1, 2))
+    with pytest.raises(ValueError, match="not a token id"):
+        grid_block_efficiency(table, [GridDraft(1, (0,), ((1, 7), (1, 1)))], "nss", K_values=(1, 2), L2_values=(0, 1, 2))
+
+
+@pytest.mark.parametrize("verifier", NODE_VERIFIERS, ids=lambda v: repr(v))
+def test_check_children_rows_refuses_what_check_children_refuses(verifier):
+    p, q = np.array([0.4, 0.3, 0.2, 0.1]), np.array([0.5, 0.0, 0.3, 0.2])
+    plan = verifier.prepare(p, q, 2)
+    for rows in ([[0, 2], [2, 2]], [[0, 2], [0, 1]], [[0, 4], [0, 2]], [[2, 0], [-1, 0]], [[0.0, 2.0]], [[0, 2, 3]], [0, 2]):
+        try:
+            expected = [plan.check_children(x) for x in np.atleast_2d(rows)] if np.ndim(rows) == 2 else None
+        except ValueError:
+            expected = None
+        if expected is None:
+            with pytest.raises(ValueError, match="children"):
+                plan.check_children_rows(rows)
+        else:
+            assert np.array_equal(plan.check_children_rows(rows), np.array(expected))
+
+
+def test_has_excess_is_a_positive_residual_mass():
+    from simlab.verifiers.speculative import _BLOCK, SingleDraft
+
+    rng = np.random.default_rng(12)
+    q = rng.dirichlet(np.full(3 * _BLOCK + 5, 0.5))
+    late = q.copy()
+    late[: -3] *= 1 - 1e-12  # p below q everywhere but in the last block
+    late[-3:] += (1 - late.sum()) / 3
+    for p in (q, q * (1 - 1e-12), late, rng.dirichlet(np.full(q.size, 0.5))):
+        single = SingleDraft(p, q)
+        assert single.has_excess == (SingleDraft(p, q).excess > 0.0)
+
+
+def test_one_child_masses_when_p_is_below_q_everywhere():
+    """Z = 0 with a(x) < 1: the one-child shortcut must not apply (the correction is p there); the
+    check fails on a planted fault that ignores Z = 0."""
+    from simlab.verifiers.speculative import SingleDraft
+
+    q = np.array([0.2, 0.3, 0.5])
+    p = q * (1 - 1e-11)
+    x = np.array([0, 1, 2])
+
+    def agrees(single):
+        return np.array_equal(single.masses_at(x, x[:, None])[:, 0], [single.mass_at(int(t), np.array([t]))[0] for t in x])
+
+    assert agrees(SingleDraft(p, q))
+    broken = SingleDraft(p, q)
+    broken.has_excess = True  # planted: the shortcut taken whatever Z
+    assert not agrees(broken)
 
 
 def _exact_traversal(tree) -> dict:

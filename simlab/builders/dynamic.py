@@ -22,7 +22,7 @@ marks a sampled child, and a node keeps the law ``Drafting.MIXED`` if its tail i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,9 +31,9 @@ from simlab.latency import DraftCost, DraftForward
 from simlab.trees import DraftTree, NodeTable, Path
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A scored node: its path, cumulative log score, creation index, and whether it is a sampled tail."""
+class Candidate(NamedTuple):
+    """A scored node: its path, cumulative log score, creation index, and whether it is a sampled
+    tail (a named tuple: a tree creates k + depth k^2 of them, 710 for EAGLE's defaults)."""
 
     path: Path
     score: float
@@ -44,6 +44,20 @@ class Candidate:
 def ranked(candidates) -> list[Candidate]:
     """Best first: score descending, then creation order."""
     return sorted(candidates, key=lambda c: (-c.score, c.index))
+
+
+def _ranked_created(candidates: list[Candidate]) -> list[Candidate]:
+    """``ranked`` for a list already in creation order: Python's sort is stable, so sorting by
+    score alone keeps creation order among equal scores (no key tuple per candidate)."""
+    return sorted(candidates, key=_negated_score)
+
+
+def _negated_score(c: Candidate) -> float:
+    return -c.score
+
+
+def _index(c: Candidate) -> int:
+    return c.index
 
 
 def grow(table: NodeTable, *, depth: int, top_k: int, budget: int,
@@ -58,7 +72,7 @@ def grow(table: NodeTable, *, depth: int, top_k: int, budget: int,
         return created[start:]
 
     table.fetch([()])
-    frontier = ranked(expand((), 0.0))[:top_k]
+    frontier = _ranked_created(expand((), 0.0))[:top_k]
     forwards, cached = [DraftForward(1, 0)], 0
     for _ in range(depth):
         if not frontier:
@@ -67,8 +81,8 @@ def grow(table: NodeTable, *, depth: int, top_k: int, budget: int,
         forwards.append(DraftForward(len(frontier), cached))
         table.fetch([c.path for c in frontier])
         new = [child for c in frontier for child in expand(c.path, c.score)]
-        frontier = ranked(new)[:top_k]
-    kept = sorted(ranked(created)[:budget], key=lambda c: c.index)
+        frontier = _ranked_created(new)[:top_k]
+    kept = sorted(_ranked_created(created)[:budget], key=_index)
     children: dict[Path, tuple[int, ...]] = {}
     laws: dict[Path, Drafting] = {}
     for c in kept:

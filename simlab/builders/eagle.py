@@ -30,7 +30,8 @@ import numpy as np
 
 from simlab.builders.dynamic import grow
 from simlab.checks import check_int
-from simlab.drafting import Drafting, top_tokens
+from simlab.distributions import top_positive
+from simlab.drafting import Drafting
 from simlab.trees import DraftTree, NodeTable
 
 
@@ -60,8 +61,11 @@ class EAGLE2:
         object.__setattr__(self, "top_k", check_int(self.top_k, "top_k", 1))
 
     def _propose(self, q: np.ndarray):
-        top = top_tokens(q, min(self.top_k, int(np.count_nonzero(q))))
-        return [(t, np.log(q[t]), False) for t in top.tolist()]
+        """The top_k most probable tokens with q > 0 (fewer when q has fewer), ties to the lowest id,
+        scored by log q: one comparison over V and a sort of the candidates above a subsample's
+        top_k-th (``simlab.distributions.top_positive``), no count of the zeros of q."""
+        top = top_positive(q, self.top_k)
+        return list(zip(top.tolist(), np.log(q[top]).tolist(), [False] * top.size))
 
     def sample(self, table: NodeTable, rng=None) -> DraftTree:
         """The tree (deterministic: ``rng`` is not used)."""

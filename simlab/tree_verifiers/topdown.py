@@ -107,11 +107,13 @@ class TopDown(TreeVerifier):
         """``block_efficiency_by_depth`` with the children's masses given by ``mass_of(path, kids)``
         (float64 (k,)); the caller has checked the pairing."""
         eos = tree.table.eos_id
-        reach_at = np.zeros(tree.depth() + 1)
+        reach_at = [0.0] * (len(tree.children) + 1)  # deeper than any node (the children's keys are its internal nodes)
+        deepest = 0
         stack = [((), 1.0)]
         while stack:
             path, reach = stack.pop()
             reach_at[len(path)] += reach
+            deepest = max(deepest, len(path))
             kids = self._children(tree, path)
             if not kids:
                 continue
@@ -119,8 +121,8 @@ class TopDown(TreeVerifier):
             for t, j in _first_copies(kids):
                 if mass[j] > 0.0 and t != eos:
                     stack.append((path + (t,), reach * mass[j]))
-        cumulative = np.cumsum(reach_at)
-        return np.array([cumulative[min(d, reach_at.size - 1)] for d in depths])
+        cumulative = np.cumsum(reach_at[: deepest + 1])  # constant below the deepest node reached
+        return np.array([cumulative[min(d, cumulative.size - 1)] for d in depths])
 
     def expected_block_efficiency(self, tree):
         """E[tau + 1 | tree] from the children's branch masses only (``block_efficiency_by_depth``

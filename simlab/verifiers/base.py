@@ -61,8 +61,9 @@ def accept_draw(rng: np.random.Generator, numerator: float, denominator: float) 
 def summed_over_copies(children: np.ndarray, mass: np.ndarray) -> np.ndarray:
     """Each child's mass summed over every copy of its token: out[j] = sum_{i: x_i = x_j} mass[i];
     float64 (k,) from int (k,) children and float64 (k,) per-copy masses (what ``children_mass``
-    reports for repeated children)."""
-    return ((children[:, None] == children[None, :]) * mass).sum(axis=1)
+    reports for repeated children), or row by row for (M, k) children and masses (the same sums
+    in the same order: ``children_masses``)."""
+    return ((children[..., :, None] == children[..., None, :]) * mass[..., None, :]).sum(axis=-1)
 
 
 class NodePlan(abc.ABC):
@@ -120,18 +121,71 @@ class NodePlan(abc.ABC):
             raise ValueError(f"children: expected k = {self.k} token ids, got {x.size}")
         if x.dtype.kind not in "iu":
             raise ValueError(f"children: token ids must be integers, got dtype {x.dtype}")
-        x = x.astype(np.int64)
-        bad = (x < 0) | (x >= self.p.size)
-        if np.any(bad):
+        x = x.astype(np.int64, copy=False)
+        if x.size and (x.min() < 0 or x.max() >= self.p.size):  # two reductions, not a mask (k is small)
+            bad = (x < 0) | (x >= self.p.size)
             raise ValueError(f"children: token id {x[bad][0]} is outside [0, V) with V = {self.p.size}")
         drawn = (Drafting.IID, Drafting.WITHOUT_REPLACEMENT, Drafting.REPEATED)  # repeated copies are copies of a draw
         sampled = x if self.law in drawn else x[-1:] if self.law is Drafting.MIXED else x[:0]
         impossible = self.q[sampled] == 0
-        if np.any(impossible):
+        if impossible.any():
             raise ValueError(f"children: token {sampled[impossible][0]} has q = 0 and cannot have been drafted")
         if self.verifier.drafting in (Drafting.WITHOUT_REPLACEMENT, Drafting.MIXED) and np.unique(x).size != x.size:
             raise ValueError(f"children: {x.tolist()} repeats a token, impossible when drafting {self.verifier.drafting.description}")
         return x
+
+    def check_children_rows(self, rows) -> np.ndarray:
+        """``check_children`` for M child lists of this node at once, in a fixed number of numpy
+        calls (what a label grid pays per node instead of once per list); int64 (M, k).
+
+        Raises:
+            ValueError: as ``check_children`` (the first offending list, in row order, is named
+                by the first rule it breaks).
+        """
+        x = np.asarray(rows)
+        if x.ndim != 2:
+            raise ValueError(f"children: must be a 2-D array of child lists (M, k), got shape {x.shape}")
+        if x.shape[1] != self.k:
+            raise ValueError(f"children: expected k = {self.k} token ids, got {x.shape[1]}")
+        if x.size and x.dtype.kind not in "iu":
+            raise ValueError(f"children: token ids must be integers, got dtype {x.dtype}")
+        x = x.astype(np.int64, copy=False)
+        if x.size and (x.min() < 0 or x.max() >= self.p.size):
+            bad = (x < 0) | (x >= self.p.size)
+            raise ValueError(f"children: token id {x[bad][0]} is outside [0, V) with V = {self.p.size}")
+        drawn = (Drafting.IID, Drafting.WITHOUT_REPLACEMENT, Drafting.REPEATED)
+        sampled = x if self.law in drawn else x[:, -1:] if self.law is Drafting.MIXED else x[:, :0]
+        impossible = self.q[sampled] == 0
+        if impossible.any():
+            raise ValueError(f"children: token {sampled[impossible][0]} has q = 0 and cannot have been drafted")
+        if self.verifier.drafting in (Drafting.WITHOUT_REPLACEMENT, Drafting.MIXED) and self.k > 1:
+            ordered = np.sort(x, axis=1)
+            repeats = np.any(ordered[:, 1:] == ordered[:, :-1], axis=1)
+            if np.any(repeats):
+                raise ValueError(f"children: {x[repeats][0].tolist()} repeats a token, impossible when drafting "
+                                 f"{self.verifier.drafting.description}")
+        return x
+
+    def _children_masses(self, rows: np.ndarray) -> np.ndarray:
+        """``_children_mass`` of every row of validated int64 (M, k) children; float64 (M, k).
+        Default: row by row (plans with a closed form override it with one vectorised call whose
+        rows equal ``_children_mass`` bit for bit: tests)."""
+        out = np.empty(rows.shape)
+        for i, x in enumerate(rows):
+            out[i] = self._children_mass(x)
+        return out
+
+    def children_masses(self, rows) -> np.ndarray:
+        """``children_mass`` of M child lists of this node at once: row i of the float64 (M, k)
+        result is ``children_mass(rows[i])`` bit for bit, the lists validated together
+        (``check_children_rows``) and answered by one vectorised call for NSS, NaiveTree,
+        SpecTr and SpecInfer (what a label grid asks of each node: the child lists of every
+        tree of the grid that passes through it).
+
+        Raises:
+            ValueError: as ``check_children_rows``.
+        """
+        return self._children_masses(self.check_children_rows(rows))
 
     def output_distribution(self, children) -> np.ndarray:
         """Exact law of the output token given the ordered children; float64 (V,)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simlab.distributions import inner, positive_part
+from simlab.distributions import inner, positive_part, scratch
 from simlab.drafting import SAMPLED, Drafting, hit_probability
 from simlab.verifiers.base import NodePlan, NodeVerifier
 from simlab.verifiers.speculative import SingleDraft
@@ -30,13 +30,20 @@ class _NaivePlan(NodePlan):
     def _children_mass(self, children):
         return self.single.mass_at(children[0], children)
 
+    def _children_masses(self, rows):
+        return self.single.masses_at(rows[:, 0], rows)
+
     def _draw(self, children, rng):
         return self.single.draw(children[0], rng)
 
     def acceptance_rate(self) -> float:
-        excess = positive_part(self.p - self.q)
+        """sum min(p, q) + sum (p - q)_+ (1 - (1 - q)^(k - 1)), both V-vectors in the thread's work
+        vector (``scratch``: no fresh V-sized temporary to fault in; the same values)."""
         hit_others = hit_probability(self.q, self.k - 1)
-        return float(np.minimum(self.p, self.q).sum() + inner(excess, hit_others))
+        buffer = scratch(self.p.size)
+        overlap = np.minimum(self.p, self.q, out=buffer).sum()
+        excess = positive_part(np.subtract(self.p, self.q, out=buffer), out=buffer)
+        return float(overlap + inner(excess, hit_others))
 
 
 @dataclass(frozen=True)

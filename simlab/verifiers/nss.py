@@ -23,6 +23,9 @@ class _NSSPlan(NodePlan):
     def _children_mass(self, children):
         return self.p[children]
 
+    def _children_masses(self, rows):
+        return self.p[rows]
+
     def _draw(self, children, rng):
         return sample_categorical(self.p, rng)
 

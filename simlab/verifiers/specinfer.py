@@ -106,6 +106,39 @@ class _SpecInferPlan(NodePlan):
                     reach_by_mask[mask ^ (1 << j)] += weight * (1.0 - a) / remaining
         return mass, reach_by_mask[0]
 
+    def _children_masses(self, rows):
+        """``_children_mass`` of every row of (M, k) children: the same trials and 2^k DP, each
+        step one operation over the M rows."""
+        count, k = rows.shape
+        qx = self.q[rows]
+        if np.any(qx == 0):
+            raise ValueError(f"children: token {rows[qx == 0][0]} has q = 0; SpecInfer's test p_i / q is undefined there")
+        accept = np.minimum(1.0, np.stack([self.target_at(i, rows) for i in range(k)], axis=1) / qx[:, None, :])
+        mass = np.zeros((count, k))
+        if self.verifier.order == "fixed":
+            reach = np.ones(count)
+            for i in range(k):
+                mass[:, i] = reach * accept[:, i, i]
+                reach *= 1.0 - accept[:, i, i]
+        else:
+            reach_by_mask = np.zeros((1 << k, count))
+            reach_by_mask[(1 << k) - 1] = 1.0
+            for mask in sorted(range(1, 1 << k), key=lambda m: -m.bit_count()):
+                weight = reach_by_mask[mask]  # a zero weight adds exact zeros (the row-wise DP skips it)
+                remaining = mask.bit_count()
+                trial = k - remaining
+                for j in range(k):
+                    if mask >> j & 1:
+                        a = accept[:, trial, j]
+                        mass[:, j] += weight * a / remaining
+                        reach_by_mask[mask ^ (1 << j)] += weight * (1.0 - a) / remaining
+            reach = reach_by_mask[0]
+        out = summed_over_copies(rows, mass)
+        rejected = reach > 0.0
+        if np.any(rejected):
+            out[rejected] += reach[rejected, None] * self.target_at(k, rows[rejected])
+        return out
+
     def _law(self, children):
         mass, reach = self._trials(children)
         out = np.zeros_like(self.p)

@@ -56,7 +56,9 @@ def optimal_rho(p: np.ndarray, q: np.ndarray, k: int, tol: float = RHO_TOLERANCE
         # rounding; the scalar p_acc, as four_step_rho and the batched engine use
         return 1.0
     np.multiply(q, float(k), out=work)
-    between = np.flatnonzero(np.greater(p, q) & np.less(p, work))  # 1 < p / q < k; q = 0 < p is never in
+    above = np.greater(p, q, out=scratch(p.size, np.bool_, 0))  # the masks in reused work vectors: no fresh
+    below = np.less(p, work, out=scratch(p.size, np.bool_, 1))  # V-sized temporaries to fault in per call
+    between = np.flatnonzero(np.logical_and(above, below, out=above))  # 1 < p / q < k; q = 0 < p is never in
     beta_k = float(np.minimum(work, p, out=work).sum()) / k  # beta(k)
     p, q = p[between], q[between]
     ratio = p / q
@@ -193,6 +195,23 @@ class _SpecTrPlan(NodePlan):
             mass[j] = reach * b_j
             reach *= 1.0 - b_j
         return mass, reach
+
+    def _children_masses(self, rows):
+        """``_children_mass`` of every row of (M, k) children in one pass over the rows' columns."""
+        qx = self.q[rows]
+        if np.any(qx == 0):
+            raise ValueError(f"children: token {rows[qx == 0][0]} has q = 0; SpecTr's test p / (rho q) is undefined there")
+        b = np.minimum(1.0, self.p[rows] / (self.rho * qx))
+        mass = np.empty(rows.shape)
+        reach = np.ones(rows.shape[0])
+        for j in range(self.k):
+            mass[:, j] = reach * b[:, j]
+            reach *= 1.0 - b[:, j]
+        out = summed_over_copies(rows, mass)
+        rejected = reach > 0.0
+        if np.any(rejected):
+            out[rejected] += reach[rejected, None] * self._correction_at(rows[rejected])
+        return out
 
     def _law(self, children):
         mass, reach = self._trials(children)

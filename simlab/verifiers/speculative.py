@@ -15,6 +15,9 @@ import numpy as np
 from simlab.distributions import positive_part, residual, sample_categorical, scratch
 from simlab.verifiers.base import accept_draw
 
+_BLOCK = 2048
+"""Tokens compared per step when deciding whether p > r somewhere (``SingleDraft.has_excess``)."""
+
 
 def accept_probabilities(p_values, r_values) -> np.ndarray:
     """min(1, p / r) elementwise.  Where r = 0 (a proposal mass that underflowed) the limit is
@@ -70,6 +73,32 @@ class SingleDraft:
         """B(x, tokens) = law(x)[tokens] in O(len(tokens)); float64 (len(tokens),)."""
         a = self.accept_probability(x)
         return (1.0 - a) * self.correction_at(tokens) + a * (tokens == x)
+
+    @cached_property
+    def has_excess(self) -> bool:
+        """Z > 0, i.e. p > r at some token (in floating point p - r > 0 iff p > r, and a sum of
+        nonnegative terms is positive iff one term is), decided block by block: for any p != r the
+        first block usually settles it, so the rows are rarely read whole."""
+        if "excess" in self.__dict__:
+            return self.excess > 0.0
+        for start in range(0, self.p.size, _BLOCK):
+            if np.any(self.p[start:start + _BLOCK] > self.r[start:start + _BLOCK]):
+                return True
+        return False
+
+    def masses_at(self, x: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """``mass_at(x[i], tokens[i])`` for every row i at once: int (M,) drafts and int (M, n)
+        tokens -> float64 (M, n), equal to the row-by-row values bit for bit (the same elementwise
+        operations).
+
+        One child (n = 1, tokens = x): the mass is a(x) itself whenever Z > 0, with no pass over V
+        for Z.  Bit for bit: (1 - a) * correction(x) + a, where a < 1 means p(x) / r(x) < 1, so
+        p(x) < r(x) and correction(x) = (p(x) - r(x))_+ / Z = 0, and a = 1 makes (1 - a) zero;
+        only Z = 0 (p <= r everywhere) takes the general formula (correction = p)."""
+        a = accept_probabilities(self.p[x], self.r[x])[:, None]
+        if tokens.shape[1] == 1 and np.array_equal(tokens[:, 0], x) and self.has_excess:
+            return a
+        return (1.0 - a) * self.correction_at(tokens) + a * (tokens == x[:, None])
 
     def draw(self, x: int, rng: np.random.Generator) -> int:
         """One run: accept x, or draw the correction token."""
