@@ -132,6 +132,114 @@ def check_pruning(make=RankGuided) -> None:
         assert pruned.cost.verified == len(kept) and pruned.tokens() == len(kept)
 
 
+def plain_official_buffer(builder, drafter) -> list[tuple[tuple[int, ...], float]]:
+    """The official production path written out plainly (``later_blocks="official"``, two blocks):
+    the pruned buffer as (path, cumulative log q) per node, duplicates kept."""
+    K, nodes = drafter.K, []  # (parent index, path, score)
+
+    def add(parent, token, logprob):
+        path = (nodes[parent][1] if parent >= 0 else ()) + (int(token),)
+        nodes.append((parent, path, (nodes[parent][2] if parent >= 0 else 0.0) + float(logprob)))
+        return len(nodes) - 1
+
+    def ranked(logprobs):
+        return sorted(range(len(logprobs)), key=lambda t: (-logprobs[t], t))
+
+    def gives_up(classes):
+        others = [c for c in classes if c != 0]
+        return bool(others) and others[0] == 3
+
+    block = drafter.first_block(None)
+    seeds, parent, last, width = [], -1, -1, 0
+    for k in range(K):  # block 1: stops at a zero width
+        lp = block.logprobs[k]
+        width = reference_width(builder, k, True, float(np.exp(lp.max())), int(block.classes[k]))
+        if width == 0:
+            break
+        top = ranked(lp)[:width]
+        greedy = add(parent, top[0], lp[top[0]])
+        seeds += [add(parent, t, lp[t]) for t in top[1:]] + ([greedy] if width > 1 else [])
+        parent, last = greedy, k
+    if last == K - 1 and width <= 1 and not gives_up(list(block.classes)):
+        seeds.append(parent)  # g_{K-1} hitchhikes
+    for seed in seeds:  # block 2: every seed, the whole chain, alternatives at every slot
+        block, parent = drafter.next_blocks(None, [(nodes[seed][1], None)])[0], seed
+        for k in range(K):
+            lp = block.logprobs[k]
+            width = reference_width(builder, k, False, float(np.exp(lp.max())), int(block.classes[k]))
+            top = ranked(lp)[: max(width, 1)]
+            greedy = add(parent, top[0], lp[top[0]])
+            for t in top[1:]:
+                add(parent, t, lp[t])
+            parent = greedy
+    best = sorted(range(len(nodes)), key=lambda i: (-nodes[i][2], i))[: builder.budget]
+    return [(nodes[i][1], nodes[i][2]) for i in sorted(best)]
+
+
+def _as_multiset(buffer) -> list[tuple[tuple[int, ...], float]]:
+    return sorted((path, round(score, 9)) for path, score in buffer)
+
+
+def check_later_blocks(make=RankGuided) -> None:
+    """Later blocks as the official production path builds them, against the plain reference, on
+    hand-built cases where each rule changes the tree:
+
+    * seeds: block 1 branches 6 wide at slot 1 (class 2, beam_width 2): all 6 depth-2 seeds (and
+      the depth-1 ones) get block 2, where the lab's earlier reading kept 2 per depth;
+    * whole chains: block 2's classes (1, 0, 3, 0) under the class default: the chain goes on past
+      the class-1 slot (valid length 2) and past the give-up slot (width 0: no alternatives);
+    * duplicates: the drafter repeats its ranking, so block 2 re-drafts existing siblings, kept
+      as separate buffer nodes with their own scores;
+    * the hitchhiker (a table whose class 0 does not branch, so g_{K-1} is not already a seed):
+      block-1 classes (0, 3, 0) give up in the rank walk (no g_{K-1} seed) although the table
+      still branches at the give-up slot; classes (0, 1, 0) do not (g_{K-1} gets block 2).
+    """
+    cases = [
+        (ScriptedDrafter(3, seed=5, classes=(0, 2, 0)), dict(table=SLIM_R2, beam_width=2, budget=10_000)),
+        (ScriptedDrafter(4, seed=6, classes=(1, 0, 3, 0)), dict(table=CLASS_DEFAULT, beam_width=3, budget=10_000)),
+        (RepeatingDrafter(3, classes=(1, 1, 0)), dict(table=SLIM_R2, beam_width=3, budget=25)),
+        (ScriptedDrafter(3, seed=7, classes=(0, 3, 0)), dict(table=(1, 4, 6, 4), beam_width=2, budget=10_000)),
+        (ScriptedDrafter(3, seed=8, classes=(0, 1, 0)), dict(table=(1, 4, 6, 4), beam_width=2, budget=10_000)),
+    ]
+    for drafter, options in cases:
+        builder = make(drafter, blocks=2, adaptive_slot0=False, adaptive_all=False, **options)
+        expected = plain_official_buffer(builder, drafter)
+        buffer = builder.buffer(table())
+        got = [(path_of(buffer, i), score) for i, (_, _, score) in enumerate(buffer)]
+        assert _as_multiset(got) == _as_multiset(expected), (drafter.K, options)
+        tree = builder.sample(table())
+        kids = {}
+        for path, _ in expected:
+            kids.setdefault(path[:-1], set()).add(path[-1])
+        assert {p: set(c) for p, c in tree.children.items() if c} == kids
+        assert tree.cost.verified == len(expected) and tree.tokens() == len({p for p, _ in expected})
+
+
+def path_of(buffer, i) -> tuple[int, ...]:
+    """The token path of node ``i`` of a buffer of (parent index, token, score)."""
+    path = ()
+    while i >= 0:
+        path = (buffer[i][1],) + path
+        i = buffer[i][0]
+    return path
+
+
+class RepeatingDrafter:
+    """Every block ranks the vocabulary the same way (token 0 first), with given classes: block 2
+    re-drafts the tokens block 1 already placed, so the official buffer holds duplicate siblings."""
+
+    def __init__(self, K: int, classes, vocab: int = V):
+        self.K, self.vocab_size, self.classes = K, vocab, classes
+        z = -0.7 * np.arange(vocab, dtype=np.float64)
+        self.logprobs = np.tile(z - np.log(np.exp(z).sum()), (K, 1))
+
+    def first_block(self, table):
+        return Block(self.logprobs, np.array(self.classes, dtype=np.int64), (None,) * self.K)
+
+    def next_blocks(self, table, seeds):
+        return [self.first_block(table) for _ in seeds]
+
+
 def check_valid_prefix(mask_fn) -> None:
     """The valid-prefix mask equals a plain loop on a hand-built batch."""
     correct = torch.tensor([[1, 1, 1, 1], [1, 0, 1, 1], [0, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=torch.bool)

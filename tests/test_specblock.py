@@ -16,8 +16,9 @@ from simlab.pairs import MarkovPair
 from simlab.specblock import Block, PairBlockDrafter, RankGuided
 from simlab.specblock.bandit import CostAwareBandit, Rollback, signal
 from simlab.specblock.rank import statistics
-from specblock_checks import (ScriptedDrafter, check_bandit_costs, check_block_one, check_pruning, check_rank_labels,
-                              check_valid_prefix, check_widths, table)
+from simlab.trees import NodeTable
+from specblock_checks import (RepeatingDrafter, ScriptedDrafter, check_bandit_costs, check_block_one, check_later_blocks, check_pruning,
+                              check_rank_labels, check_valid_prefix, check_widths, path_of, table)
 
 FEATURES, VOCAB = 12, 40
 
@@ -102,17 +103,25 @@ def test_pruning_to_budget_is_the_best_ancestor_closed_subset():
     check_pruning()
 
 
-def test_valid_length_and_later_blocks():
+def test_later_blocks_follow_the_official_production_path():
+    check_later_blocks()
+
+
+def test_valid_length_and_the_cut_reading():
     drafter = ScriptedDrafter(4, seed=1)
     b = RankGuided(drafter)
     block = lambda classes: Block(np.zeros((4, 3)), np.array(classes), (None,) * 4)
     assert b.valid_length(block([0, 0, 0, 0])) == 4
     assert b.valid_length(block([0, 1, 0, 0])) == 2
     assert RankGuided(drafter, table=(2, 4, 10, 0)).valid_length(block([0, 0, 3, 0])) == 2  # gives up at slot 2
-    tree, origin = RankGuided(drafter, budget=200, blocks=3).build(table())
-    assert {b for b, _ in origin.values()} == {0, 1, 2} and set(origin) == set(tree.nodes()) - {()}
-    assert tree.cost.forwards[0].tokens == 4 and len(tree.cost.forwards) == 3 and tree.cost.verified == tree.tokens()
-    assert tree.depth() <= 12
+    assert b.gives_up(block([0, 3, 1, 0])) and not b.gives_up(block([0, 1, 3, 0])) and not b.gives_up(block([0, 0, 0, 0]))
+    for later in ("official", "cut"):
+        tree, origin = RankGuided(drafter, budget=200, blocks=3, later_blocks=later).build(table())
+        assert {b for b, _ in origin.values()} == {0, 1, 2} and set(origin) == set(tree.nodes()) - {()}
+        assert tree.cost.forwards[0].tokens == 4 and len(tree.cost.forwards) == 3 and tree.tokens() <= tree.cost.verified == 200
+        assert tree.depth() <= 12
+    official, cut = (RankGuided(drafter, budget=10_000, later_blocks=later).sample(table()) for later in ("official", "cut"))
+    assert official.cost.verified > cut.cost.verified and official.depth() == 8 >= cut.depth()
 
 
 def test_the_tree_is_a_trie_and_deterministic():
@@ -120,6 +129,46 @@ def test_the_tree_is_a_trie_and_deterministic():
     again = RankGuided(ScriptedDrafter(4, seed=2), budget=60).sample(table())
     assert tree.children == again.children
     assert all(len(set(kids)) == len(kids) for kids in tree.children.values())
+
+
+def buffer_block_efficiency(pair, context, buffer, greedy: bool) -> float:
+    """E[tau+1] of a flat buffer with duplicate siblings, written out as the official verifier reads
+    it: the target's continuation x is drawn token by token (greedy: its argmax) and the accepted
+    length is the longest buffer path that is a prefix of x, plus the bonus token."""
+    paths = {()}
+    for i in range(len(buffer)):
+        paths.add(path_of(buffer, i))
+    depth = max(len(p) for p in paths)
+
+    def walk(prefix, mass):
+        if len(prefix) == depth or prefix not in paths:
+            accepted = max(len(p) for p in paths if p == prefix[: len(p)])
+            return mass * (accepted + 1)
+        p = pair.distributions([tuple(context) + prefix])[0][0]
+        if greedy:
+            return walk(prefix + (int(np.argmax(p)),), mass)
+        return sum(walk(prefix + (x,), mass * p[x]) for x in range(len(p)) if p[x] > 0)
+
+    return walk((), 1.0)
+
+
+def test_merging_duplicate_siblings_keeps_the_exact_block_efficiency():
+    """The official buffer keeps duplicate siblings; the lab's trie merges them.  Under one-hot (T = 1)
+    and greedy (T = 0) verification the merged tree's exact E[tau+1] equals the buffer's, written out."""
+    from backends.synthetic import make_world
+    from simlab.sampling import SamplingSettings
+
+    worlds = [(MarkovPair.random(4, np.random.default_rng(9), concentration=0.7), "onehot"),
+              (make_world("depth_profile", vocab=5, seed=2, settings=SamplingSettings(0.0)), "greedy")]
+    for pair, verifier in worlds:
+        for classes, budget in (((1, 1, 0), 14), ((1, 0, 1), 30), ((2, 1, 1), 200)):
+            builder = RankGuided(RepeatingDrafter(3, classes, vocab=pair.vocab_size), budget=budget, beam_width=3,
+                                 adaptive_slot0=False, adaptive_all=False)
+            t = NodeTable(pair, (1,))
+            buffer, tree = builder.buffer(t), builder.sample(t)
+            assert len(buffer) > tree.tokens()  # duplicates were merged
+            want = buffer_block_efficiency(pair, (1,), buffer, greedy=verifier == "greedy")
+            assert abs(tree_verifiers.get(verifier).expected_block_efficiency(tree) - want) <= 1e-12, (verifier, classes)
 
 
 # -- losslessness ------------------------------------------------------------------------------
