@@ -11,6 +11,8 @@ each matched budget (default 60 and 90 draft tokens) the study builds
   blocks, beam 10, the shipped ``slim_r2`` table);
 * **no_shift**, **no_valid_prefix**: the rank-guided tree from the drafters trained without the
   layer-wise shift or without the valid-prefix mask (real models only);
+* **attention_free**: the rank-guided tree from the lab's earlier attention-free drafter (real
+  models only);
 
 and reports per builder the exact E[tau + 1], T-hat, throughput (sum E / sum T), the ratio to
 eagle2, the drafting share of the step time, acceptance by depth and accepted tokens by
@@ -50,8 +52,9 @@ from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_f
                                     note_hf_defaults, with_hf_defaults)
 
 PROG = "python -m analyses.specblock"
-BUILDERS = ("eagle2", "block_topk", "rank_guided", "no_shift", "no_valid_prefix")
-TRAINED = {"rank_guided": "full", "block_topk": "full", "no_shift": "no_shift", "no_valid_prefix": "no_valid_prefix"}
+BUILDERS = ("eagle2", "block_topk", "rank_guided", "no_shift", "no_valid_prefix", "attention_free")
+TRAINED = {"rank_guided": "full", "block_topk": "full", "no_shift": "no_shift", "no_valid_prefix": "no_valid_prefix",
+           "attention_free": "attention_free"}
 """The trained drafter variant each block builder uses with real models."""
 STREAM_FLAGS = ("drafters", "stream_prompts", "stream_tokens", "stream_setting", "update_steps", "kl", "adapt_lr", "explore",
                 "ewma", "window")
@@ -172,7 +175,7 @@ def drafters_for(config: Config) -> tuple[dict, list[dict]]:
     if config.backend != "hf":
         make = lambda pair: PairBlockDrafter(pair.vocab_size, config.K, config.rank_noise, config.seed)
         reason = "the synthetic stand-in drafter is not trained (needs --backend hf and a trained drafter)"
-        return {"full": make}, [{"builder": b, "reason": reason} for b in ("no_shift", "no_valid_prefix")] + \
+        return {"full": make}, [{"builder": b, "reason": reason} for b in ("no_shift", "no_valid_prefix", "attention_free")] + \
             [{"builder": "stream", "reason": reason}]
     from backends.block_drafter.drafter import VARIANTS, TorchBlockDrafter, load
 
@@ -201,7 +204,7 @@ def builders_for(config: Config, budget: int, drafter_of: dict, pair) -> dict:
                                       beam_width=config.beam_width, table=table)
     out = {"eagle2": EAGLE2(budget=budget, depth=config.eagle_depth, top_k=config.eagle_top_k),
            "block_topk": replace(base("full"), rank_head=False, fixed_width=config.fixed_width), "rank_guided": base("full")}
-    for name in ("no_shift", "no_valid_prefix"):
+    for name in ("no_shift", "no_valid_prefix", "attention_free"):
         if TRAINED[name] in drafter_of:
             out[name] = base(TRAINED[name])
     return out

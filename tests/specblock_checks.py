@@ -252,6 +252,69 @@ def check_valid_prefix(mask_fn) -> None:
     assert torch.equal(mask_fn(correct), expected), mask_fn(correct)
 
 
+def loss_batch():
+    """A hand-built block (float64): 6 roots, K = 3, V = 25, where the drafter's argmax equals the
+    target's at planted slots, the corpus token differs from the target's argmax at others, and
+    the rank head is right at planted slots."""
+    g = torch.Generator().manual_seed(4)
+    N, K, V = 6, 3, 25
+    target_logits = torch.randn(N, K, V, generator=g, dtype=torch.float64) * 2
+    target_p = torch.softmax(target_logits, -1)
+    logits = torch.randn(N, K, V, generator=g, dtype=torch.float64)
+    agree = torch.tensor([[1, 1, 1], [1, 0, 1], [0, 1, 1], [1, 1, 0], [1, 1, 1], [0, 0, 0]], dtype=torch.bool)
+    logits[agree] = target_logits[agree] * 3  # the same argmax
+    corpus = target_p.argmax(-1).clone()
+    corpus[0, 0], corpus[3, 1], corpus[4, 1] = (corpus[0, 0] + 1) % V, (corpus[3, 1] + 2) % V, (corpus[4, 1] + 1) % V
+    ranks = torch.randn(N, K, 4, generator=g, dtype=torch.float64)
+    labels = torch.stack([torch.stack([torch.tensor(int(bucket(rank_of(int(target_p[i, k].argmax()), logits[i, k].numpy()))))
+                                       for k in range(K)]) for i in range(N)])
+    right = torch.tensor([[1, 0, 1], [1, 1, 0], [0, 1, 1], [1, 1, 1], [1, 1, 0], [0, 0, 1]], dtype=torch.bool)
+    for i, k in right.nonzero().tolist():  # plant the rank head's correct classes
+        ranks[i, k, int(labels[i, k])] = 10.0
+    return logits, ranks, target_p, corpus, labels
+
+
+def plain_official_losses(logits, ranks, target_p, corpus, valid_prefix, budget) -> tuple[float, float]:
+    """The official draft and rank losses of one block written out with loops over roots and slots."""
+    N, K, _ = logits.shape
+    draft = 0.0
+    for k in range(K):
+        total = count = 0.0
+        for i in range(N):
+            ok = all(int(logits[i, j].argmax()) == int(target_p[i, j].argmax()) for j in range(k)) or not valid_prefix
+            if ok:
+                total += float(-(target_p[i, k] * torch.log_softmax(logits[i, k], -1)).sum())
+                count += 1
+        draft += total / max(count, 1.0)
+    labels = [[int(bucket(rank_of(int(target_p[i, k].argmax()), logits[i, k].numpy()))) for k in range(K)] for i in range(N)]
+    predicted = [[int(ranks[i, k].argmax()) for k in range(K)] for i in range(N)]
+    inside = [[all(predicted[i][j] == labels[i][j] for j in range(k)) for k in range(K)] for i in range(N)]
+    numerator = denominator = 0.0
+    for k in range(K):
+        counts = [sum(1 for i in range(N) if inside[i][k] and labels[i][k] == c) for c in range(4)]
+        for i in range(N):
+            if not inside[i][k]:
+                continue
+            t, p = labels[i][k], predicted[i][k]
+            weight = min(1.0, budget / max(counts[t], 1))
+            kernel = [1.0 / (1 + abs(c - t) + max(t - c, 0)) ** 2 for c in range(4)]
+            log_soft = torch.log_softmax(ranks[i, k], -1)
+            ce = -sum(kernel[c] / sum(kernel) * float(log_soft[c]) for c in range(4))
+            numerator += ce * (1 + abs(t - p) + max(t - p, 0)) * weight
+            denominator += weight
+    return draft, numerator / denominator
+
+
+def check_official_losses(loss_fn) -> None:
+    """The official block losses equal the written-out loops on ``loss_batch``, with and without the
+    valid prefix, at class budgets that bind (1) and do not (100)."""
+    logits, ranks, target_p, corpus, _ = loss_batch()
+    for valid_prefix, budget in itertools.product((True, False), (1, 100)):
+        draft, rank = loss_fn(logits, ranks, target_p, corpus, valid_prefix, budget, True)
+        want_draft, want_rank = plain_official_losses(logits, ranks, target_p, corpus, valid_prefix, budget)
+        assert abs(float(draft) - want_draft) <= 1e-9 and abs(float(rank) - want_rank) <= 1e-9, (valid_prefix, budget)
+
+
 def check_rank_labels(label_fn) -> None:
     """Rank labels equal ``bucket(rank_of(...))`` on integer logits full of ties."""
     rng = np.random.default_rng(5)

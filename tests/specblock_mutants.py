@@ -91,6 +91,52 @@ class HitchhikerDespiteGiveUp(RankGuided):
         return False
 
 
+def _block_losses(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on, *, mask_tokens=None, rank_chain=None,
+                  distance=True, weights=None):
+    """The official block losses with one piece replaced (the planted faults below)."""
+    from backends.block_drafter.model import rank_labels, valid_prefix_mask
+    from backends.block_drafter.train import class_budget_weights, distance_weights, draft_loss, ordinal_targets
+
+    target_argmax = target_p.argmax(-1)
+    tokens = target_argmax if mask_tokens is None else mask_tokens
+    mask = (valid_prefix_mask(logits.argmax(-1) == tokens) if valid_prefix else torch.ones(logits.shape[:2])).to(logits.dtype)
+    labels, predicted = rank_labels(logits, target_argmax), ranks.argmax(-1)
+    chain = (valid_prefix_mask(predicted == labels) if rank_chain is None else rank_chain).to(logits.dtype)
+    weight = (weights or class_budget_weights)(labels, chain, budget)
+    ce = -(ordinal_targets(labels, logits.dtype) * torch.log_softmax(ranks, -1)).sum(-1)
+    dist = distance_weights(labels, predicted, logits.dtype) if distance else 1.0
+    return draft_loss(logits, target_p, mask), (ce * dist * weight).sum() / weight.sum()
+
+
+def draft_mask_on_the_corpus_token(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on):
+    """The draft loss's chain mask checks the corpus token instead of the target's argmax."""
+    return _block_losses(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on, mask_tokens=corpus)
+
+
+def rank_loss_under_the_draft_mask(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on):
+    """The rank loss counts the draft loss's chain (draft argmax right) instead of its own (rank head right)."""
+    from backends.block_drafter.model import valid_prefix_mask
+
+    chain = valid_prefix_mask(logits.argmax(-1) == target_p.argmax(-1))
+    return _block_losses(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on, rank_chain=chain)
+
+
+def rank_loss_without_the_distance_weight(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on):
+    """Every rank error weighs the same."""
+    return _block_losses(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on, distance=False)
+
+
+def rank_loss_with_unbounded_class_weights(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on):
+    """Class weights budget / count without the cap at 1."""
+    import torch.nn.functional as F
+
+    def weights(labels, mask, budget):
+        counts = (F.one_hot(labels, 4).to(mask.dtype) * mask[..., None]).sum(0)
+        return (budget / counts.clamp_min(1.0)).gather(1, labels.T).T * mask
+
+    return _block_losses(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on, weights=weights)
+
+
 def mask_including_the_slot(correct):
     """Slot k counts only if slots 0..k (itself included) are correct."""
     return torch.cumprod(correct.float(), dim=1)
@@ -124,4 +170,8 @@ SPECBLOCK_MUTANTS = {
     "later-block chains cut at the valid length": ("later blocks", ChainCutAtValidLength),
     "duplicate siblings merged while growing": ("later blocks", DuplicatesMergedWhileGrowing),
     "hitchhiker despite the rank walk's give-up": ("later blocks", HitchhikerDespiteGiveUp),
+    "draft chain mask on the corpus token": ("official losses", draft_mask_on_the_corpus_token),
+    "rank loss under the draft loss's mask": ("official losses", rank_loss_under_the_draft_mask),
+    "rank loss without the distance weight": ("official losses", rank_loss_without_the_distance_weight),
+    "rank loss with unbounded class weights": ("official losses", rank_loss_with_unbounded_class_weights),
 }

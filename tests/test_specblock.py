@@ -17,7 +17,7 @@ from simlab.specblock import Block, PairBlockDrafter, RankGuided
 from simlab.specblock.bandit import CostAwareBandit, Rollback, signal
 from simlab.specblock.rank import statistics
 from simlab.trees import NodeTable
-from specblock_checks import (RepeatingDrafter, ScriptedDrafter, check_bandit_costs, check_block_one, check_later_blocks, check_pruning,
+from specblock_checks import (RepeatingDrafter, ScriptedDrafter, check_bandit_costs, check_block_one, check_later_blocks, check_official_losses, check_pruning,
                               check_rank_labels, check_valid_prefix, check_widths, path_of, table)
 
 FEATURES, VOCAB = 12, 40
@@ -49,11 +49,13 @@ def test_shapes():
     assert again[1].shape == (3, K, VOCAB)
 
 
+@pytest.mark.parametrize("arch", ["attention", "attention_free"])
 @pytest.mark.parametrize("shift", [True, False])
-def test_slot_k_does_not_depend_on_later_slots(shift):
-    """Changing slot j's input changes no slot before j; with the shift it reaches the slots after j,
-    without it only slot j itself (the slots are independent)."""
-    m = model(shift=shift)
+def test_slot_k_does_not_depend_on_later_slots(shift, arch):
+    """Changing slot j's input changes no slot before j.  It reaches every slot after j through the
+    attention (with or without the shift); in the attention-free drafter only through the shift
+    (without it only slot j itself changes: the slots are independent)."""
+    m = model(shift=shift, arch=arch)
     base = m.slots.detach().clone()
     _, before, _ = run(m, base)
     for j in range(m.spec.K):
@@ -62,15 +64,51 @@ def test_slot_k_does_not_depend_on_later_slots(shift):
         _, after, _ = run(m, changed)
         for k in range(m.spec.K):
             same = torch.equal(before[:, k], after[:, k])
-            assert same == (k < j or (not shift and k > j)), (shift, j, k)
+            assert same == (k < j or (arch == "attention_free" and not shift and k > j)), (shift, arch, j, k)
 
 
-def test_without_the_shift_each_slot_is_a_one_slot_model():
-    """With the shift off, slot k of a K-slot model equals the only slot of a K = 1 model with slot k's embedding."""
-    m = model(shift=False)
+def truncated(m: BlockDrafterModel, K: int) -> BlockDrafterModel:
+    """The same weights with only the first K slots."""
+    one = BlockDrafterModel(DrafterSpec.micro(**{**{f: getattr(m.spec, f) for f in ("shift", "arch")}, "K": K}), FEATURES, VOCAB, 16).eval()
+    one.load_state_dict({name: (value[:K] if name == "slots" else value) for name, value in m.state_dict().items()})
+    return one
+
+
+@pytest.mark.parametrize("shift", [True, False])
+def test_slot_k_of_the_attention_drafter_equals_a_k_plus_one_slot_model(shift):
+    """Block-causal: slots 0..k of a K-slot drafter equal a (k+1)-slot drafter with the same weights."""
+    m = model(shift=shift)
     _, logits, _ = run(m)
     for k in range(m.spec.K):
-        one = BlockDrafterModel(DrafterSpec.micro(K=1, shift=False), FEATURES, VOCAB, 16).eval()
+        _, short, _ = run(truncated(m, k + 1))
+        assert torch.allclose(short, logits[:, : k + 1], atol=1e-6, rtol=0), k
+
+
+def test_the_parallel_shift_is_w_times_h_k_and_h_k_minus_1():
+    """One shift, written out: slot k becomes W [h_k; h_{k-1}], slot 0 W [h_0; h_0], the seed unchanged."""
+    torch.manual_seed(3)
+    m = model()
+    h = torch.randn(2, 1 + m.spec.K, m.width)
+    shift = m.shifts[0]
+    with torch.no_grad():
+        shift.weight.normal_()
+        s = h[:, 1:]
+        expected = torch.stack([shift.weight @ torch.cat([s[i, k], s[i, max(k - 1, 0)]]) for i in range(2) for k in range(m.spec.K)])
+        m.attns[1].out.weight.zero_()  # isolate the shift: layer 1's attention and MLP add nothing
+        m.mlps[1].down.weight.zero_()
+        for module in (m.attns[0].out, m.mlps[0].down):
+            module.weight.zero_()
+        got = m._decode(h[:, 0], h[:, 1:])
+    assert torch.allclose(got.reshape(-1, m.width), expected, atol=1e-5, rtol=0)
+
+
+def test_without_the_shift_each_attention_free_slot_is_a_one_slot_model():
+    """With the shift off, slot k of a K-slot attention-free model equals the only slot of a K = 1
+    model with slot k's embedding."""
+    m = model(shift=False, arch="attention_free")
+    _, logits, _ = run(m)
+    for k in range(m.spec.K):
+        one = BlockDrafterModel(DrafterSpec.micro(K=1, shift=False, arch="attention_free"), FEATURES, VOCAB, 16).eval()
         state = {name: (value[k : k + 1] if name == "slots" else value) for name, value in m.state_dict().items()}
         one.load_state_dict(state)
         _, single, _ = run(one)
@@ -84,6 +122,14 @@ def test_rank_statistics_equal_the_numpy_reference():
 
 def test_valid_prefix_mask_equals_a_loop():
     check_valid_prefix(valid_prefix_mask)
+
+
+def test_official_losses_equal_plain_loops():
+    """The draft loss's chain mask against the target's argmax, the rank loss's own chain mask, class
+    budget weights, distance weight and ordinal kernel: the official block losses equal loops."""
+    from backends.block_drafter.train import official_block_losses
+
+    check_official_losses(official_block_losses)
 
 
 def test_rank_labels_equal_the_rank_buckets():
@@ -244,6 +290,22 @@ def test_rollback_windows_and_signal():
     assert [rollback.record(a) for a in (2, 2, 2, 2, 2, 2.0)] == [False] * 6
     assert [rollback.record(a) for a in (1, 1, 1)] == [False, False, True]
     assert signal([0.9, 0.5, 0.2], accepted=1) == pytest.approx(0.5 + 0.8)
+
+
+@pytest.mark.parametrize("losses, arch", [("official", "attention"), ("corpus_masks", "attention_free")])
+def test_training_steps_under_both_losses(losses, arch):
+    """One optimiser step of each loss option and architecture on a tiny target: finite losses, moved weights."""
+    from backends.block_drafter.train import Trainer
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    target = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=8, n_layer=2, n_head=2)).eval()
+    spec = DrafterSpec.micro(K=2, roots_per_step=8, windows=2, steps=2, rank_freeze=0, losses=losses, arch=arch)
+    trainer = Trainer(spec, target, (1, 1, 2), torch.randint(0, VOCAB, (200,), generator=torch.Generator().manual_seed(1)), 0)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    out = trainer.step()
+    assert np.isfinite(out["draft"]) and np.isfinite(out["rank"]) and out["rank"] > 0
+    assert not torch.equal(before["lm_head.weight"], trainer.model.state_dict()["lm_head.weight"])
 
 
 def test_adapter_restore_is_bit_for_bit():

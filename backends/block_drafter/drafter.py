@@ -26,8 +26,10 @@ import torch
 from backends.block_drafter.model import BlockDrafterModel, DrafterSpec
 from simlab.specblock.builder import Block
 
-VARIANTS = {"full": {}, "no_shift": {"shift": False}, "no_valid_prefix": {"valid_prefix": False}}
-"""The trained variants: the drafter and the paper's two training-time ablations."""
+VARIANTS = {"full": {}, "no_shift": {"shift": False}, "no_valid_prefix": {"valid_prefix": False},
+            "attention_free": {"arch": "attention_free"}}
+"""The trained variants: the drafter, the paper's two training-time ablations, and the lab's
+earlier attention-free drafter (a departure kept for comparison: ``docs/departures.md``)."""
 
 
 class TorchBlockDrafter:
