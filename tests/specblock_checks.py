@@ -52,11 +52,11 @@ def reference_width(builder: RankGuided, k: int, first: bool, p: float, cls: int
     if k == 0 and first:
         if builder.adaptive_slot0:
             if p >= 0.9:
-                return 3
+                return min(3, builder.beam_width)
             if p >= 0.8:
-                return 5
+                return min(5, builder.beam_width)
             if p >= 0.6:
-                return 8
+                return min(8, builder.beam_width)
         return builder.beam_width
     width = builder.table[cls]
     if builder.adaptive_all and width:
@@ -72,7 +72,8 @@ def check_widths(make=RankGuided) -> None:
     for table_, slot0, caps, head in itertools.product((SLIM_R2, CLASS_DEFAULT), (True, False), (True, False), (True, False)):
         for cls in range(4):
             for p in (0.5, 0.65, 0.82, 0.87, 0.93, 0.97):
-                builder = make(ScriptedDrafter(4), table=table_, adaptive_slot0=slot0, adaptive_all=caps, rank_head=head)
+                builder = make(ScriptedDrafter(4), table=table_, adaptive_slot0=slot0, adaptive_all=caps, rank_head=head,
+                               beam_width=4 if cls % 2 else 10)
                 logprobs = np.full((4, V), np.log((1 - p) / (V - 1)))
                 logprobs[:, 0] = np.log(p)
                 block = Block(logprobs, np.full(4, cls, dtype=np.int64), (None,) * 4)

@@ -10,7 +10,7 @@ in all (the greedy one and the next t_k - 1 by rank, as siblings of g_k, each sc
 cumulative draft log-probability):
 
 * slot 0 ignores its class: ``beam_width`` (10), or with ``adaptive_slot0`` by the greedy
-  probability p_0: >= 0.9 -> 3, >= 0.8 -> 5, >= 0.6 -> 8;
+  probability p_0: >= 0.9 -> 3, >= 0.8 -> 5, >= 0.6 -> 8 (each at most ``beam_width``);
 * slots >= 1: ``table[c_k]``, capped with ``adaptive_all`` by p_k: >= 0.95 -> 2, >= 0.85 -> 3; an
   entry 0 (give up) stops block 1 there.
 
@@ -173,7 +173,7 @@ class RankGuided:
             elif k == 0 and first:
                 width = self.beam_width
                 if self.adaptive_slot0:
-                    width = next((w for p, w in SLOT0_WIDTHS if probs[0] >= p), self.beam_width)
+                    width = next((min(w, self.beam_width) for p, w in SLOT0_WIDTHS if probs[0] >= p), self.beam_width)
             else:
                 width = self.table[int(block.classes[k])]
                 if self.adaptive_all and width:
