@@ -103,7 +103,7 @@ def load(folder, what: str = "drafter") -> tuple[BlockDrafterModel, dict]:
     return model.eval(), manifest
 
 
-def forward_seconds(model: BlockDrafterModel, seeds: Sequence[int] = (1, 10), repeats: int = 7, warmup: int = 2):
+def forward_seconds(model: BlockDrafterModel, seeds: Sequence[int] = (1, 10, 40), repeats: int = 7, warmup: int = 2):
     """Measured forward time of the drafter by tokens (K per seed): a ``simlab.latency.ForwardTime``
     over the token axis (median of ``repeats`` timed node-seeded forwards; the context does not matter)."""
     import statistics
