@@ -8,9 +8,12 @@ each matched budget (default 60 and 90 draft tokens) the study builds
 * **block_topk**: the block drafter's tree with a fixed ``--fixed-width`` children per slot
   (the ablation without the rank head);
 * **rank_guided**: SpecBlock's rank-guided tree (``simlab.specblock.RankGuided``: K = 4, two
-  blocks, beam 10, the shipped ``slim_r2`` table);
+  blocks, beam 10, the shipped ``slim_r2`` table, later blocks as the official production path;
+  ``--later-blocks cut``: the lab's earlier reading);
 * **no_shift**, **no_valid_prefix**: the rank-guided tree from the drafters trained without the
   layer-wise shift or without the valid-prefix mask (real models only);
+* **attention_free**: the rank-guided tree from the lab's earlier attention-free drafter (real
+  models only);
 
 and reports per builder the exact E[tau + 1], T-hat, throughput (sum E / sum T), the ratio to
 eagle2, the drafting share of the step time, acceptance by depth and accepted tokens by
@@ -49,8 +52,9 @@ from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_f
                                     note_hf_defaults, with_hf_defaults)
 
 PROG = "python -m analyses.specblock"
-BUILDERS = ("eagle2", "block_topk", "rank_guided", "no_shift", "no_valid_prefix")
-TRAINED = {"rank_guided": "full", "block_topk": "full", "no_shift": "no_shift", "no_valid_prefix": "no_valid_prefix"}
+BUILDERS = ("eagle2", "block_topk", "rank_guided", "no_shift", "no_valid_prefix", "attention_free")
+TRAINED = {"rank_guided": "full", "block_topk": "full", "no_shift": "no_shift", "no_valid_prefix": "no_valid_prefix",
+           "attention_free": "attention_free"}
 """The trained drafter variant each block builder uses with real models."""
 STREAM_FLAGS = ("drafters", "stream_prompts", "stream_tokens", "stream_setting", "update_steps", "kl", "adapt_lr", "explore",
                 "ewma", "window")
@@ -75,6 +79,7 @@ class Config(SourceConfig, LatencyConfig):
     blocks: int = 2
     beam_width: int = 10
     table: str = "slim_r2"
+    later_blocks: str = "official"
     draft_law: str = "raw"
     fixed_width: int = 3
     eagle_depth: int = 7
@@ -103,6 +108,8 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     g.add_argument("--blocks", type=int, default=d.blocks, help="blocks per tree (the evaluation's 2)")
     g.add_argument("--beam-width", type=int, default=d.beam_width, help="slot-0 width of block 1 and seeds per depth")
     g.add_argument("--table", choices=["slim_r2", "class_default"], default=d.table, help="sibling widths per rank class")
+    g.add_argument("--later-blocks", choices=["official", "cut"], default=d.later_blocks,
+                   help="blocks after the first: the official production path, or the lab's earlier reading (docs/departures.md)")
     add_draft_law_flag(g, d.draft_law)
     g.add_argument("--fixed-width", type=int, default=d.fixed_width, help="children per slot without the rank head")
     g.add_argument("--eagle-depth", type=int, default=d.eagle_depth, help="EAGLE-2's expansion rounds")
@@ -171,7 +178,7 @@ def drafters_for(config: Config) -> tuple[dict, list[dict]]:
     if config.backend != "hf":
         make = lambda pair: PairBlockDrafter(pair.vocab_size, config.K, config.rank_noise, config.seed)
         reason = "the synthetic stand-in drafter is not trained (needs --backend hf and a trained drafter)"
-        return {"full": make}, [{"builder": b, "reason": reason} for b in ("no_shift", "no_valid_prefix")] + \
+        return {"full": make}, [{"builder": b, "reason": reason} for b in ("no_shift", "no_valid_prefix", "attention_free")] + \
             [{"builder": "stream", "reason": reason}]
     from backends.block_drafter.drafter import VARIANTS, TorchBlockDrafter, load
 
@@ -197,10 +204,10 @@ def builders_for(config: Config, budget: int, drafter_of: dict, pair) -> dict:
 
     table = SLIM_R2 if config.table == "slim_r2" else CLASS_DEFAULT
     base = lambda variant: RankGuided(drafter_of[variant](pair), budget=budget, blocks=config.blocks,
-                                      beam_width=config.beam_width, table=table)
+                                      beam_width=config.beam_width, table=table, later_blocks=config.later_blocks)
     out = {"eagle2": EAGLE2(budget=budget, depth=config.eagle_depth, top_k=config.eagle_top_k),
            "block_topk": replace(base("full"), rank_head=False, fixed_width=config.fixed_width), "rank_guided": base("full")}
-    for name in ("no_shift", "no_valid_prefix"):
+    for name in ("no_shift", "no_valid_prefix", "attention_free"):
         if TRAINED[name] in drafter_of:
             out[name] = base(TRAINED[name])
     return out
@@ -288,7 +295,7 @@ def run_stream(config: Config, source, latency, drafter_of) -> list[dict]:
     budget = max(int(b) for b in config.budgets.split(","))
     table = SLIM_R2 if config.table == "slim_r2" else CLASS_DEFAULT
     builder_for = lambda model: RankGuided(TorchBlockDrafter(model, pair), budget=budget, blocks=config.blocks,
-                                           beam_width=config.beam_width, table=table)
+                                           beam_width=config.beam_width, table=table, later_blocks=config.later_blocks)
     make_adapter = lambda model: Adapter(model, pair.target, pair.feature_layers(), kl=config.kl, steps=config.update_steps,
                                          learning_rate=config.adapt_lr)
     bar = progress_bar(total=len(POLICIES) * len(prompts), desc="stream", unit="prompt", quiet=config.quiet)

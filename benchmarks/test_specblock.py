@@ -51,7 +51,7 @@ def builder():
 def test_build_rank_guided_tree(benchmark, builder):
     table = NodeTable(ContextFreePair(np.full(V, 1 / V), np.full(V, 1 / V)), ())
     tree = benchmark(lambda: builder.sample(table))
-    assert tree.tokens() == 90
+    assert tree.cost.verified == 90 >= tree.tokens()
 
 
 def test_block_drafter_forward_10_seeds(benchmark):

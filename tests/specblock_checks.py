@@ -52,11 +52,11 @@ def reference_width(builder: RankGuided, k: int, first: bool, p: float, cls: int
     if k == 0 and first:
         if builder.adaptive_slot0:
             if p >= 0.9:
-                return 3
+                return min(3, builder.beam_width)
             if p >= 0.8:
-                return 5
+                return min(5, builder.beam_width)
             if p >= 0.6:
-                return 8
+                return min(8, builder.beam_width)
         return builder.beam_width
     width = builder.table[cls]
     if builder.adaptive_all and width:
@@ -72,7 +72,8 @@ def check_widths(make=RankGuided) -> None:
     for table_, slot0, caps, head in itertools.product((SLIM_R2, CLASS_DEFAULT), (True, False), (True, False), (True, False)):
         for cls in range(4):
             for p in (0.5, 0.65, 0.82, 0.87, 0.93, 0.97):
-                builder = make(ScriptedDrafter(4), table=table_, adaptive_slot0=slot0, adaptive_all=caps, rank_head=head)
+                builder = make(ScriptedDrafter(4), table=table_, adaptive_slot0=slot0, adaptive_all=caps, rank_head=head,
+                               beam_width=4 if cls % 2 else 10)
                 logprobs = np.full((4, V), np.log((1 - p) / (V - 1)))
                 logprobs[:, 0] = np.log(p)
                 block = Block(logprobs, np.full(4, cls, dtype=np.int64), (None,) * 4)
@@ -132,6 +133,114 @@ def check_pruning(make=RankGuided) -> None:
         assert pruned.cost.verified == len(kept) and pruned.tokens() == len(kept)
 
 
+def plain_official_buffer(builder, drafter) -> list[tuple[tuple[int, ...], float]]:
+    """The official production path written out plainly (``later_blocks="official"``, two blocks):
+    the pruned buffer as (path, cumulative log q) per node, duplicates kept."""
+    K, nodes = drafter.K, []  # (parent index, path, score)
+
+    def add(parent, token, logprob):
+        path = (nodes[parent][1] if parent >= 0 else ()) + (int(token),)
+        nodes.append((parent, path, (nodes[parent][2] if parent >= 0 else 0.0) + float(logprob)))
+        return len(nodes) - 1
+
+    def ranked(logprobs):
+        return sorted(range(len(logprobs)), key=lambda t: (-logprobs[t], t))
+
+    def gives_up(classes):
+        others = [c for c in classes if c != 0]
+        return bool(others) and others[0] == 3
+
+    block = drafter.first_block(None)
+    seeds, parent, last, width = [], -1, -1, 0
+    for k in range(K):  # block 1: stops at a zero width
+        lp = block.logprobs[k]
+        width = reference_width(builder, k, True, float(np.exp(lp.max())), int(block.classes[k]))
+        if width == 0:
+            break
+        top = ranked(lp)[:width]
+        greedy = add(parent, top[0], lp[top[0]])
+        seeds += [add(parent, t, lp[t]) for t in top[1:]] + ([greedy] if width > 1 else [])
+        parent, last = greedy, k
+    if last == K - 1 and width <= 1 and not gives_up(list(block.classes)):
+        seeds.append(parent)  # g_{K-1} hitchhikes
+    for seed in seeds:  # block 2: every seed, the whole chain, alternatives at every slot
+        block, parent = drafter.next_blocks(None, [(nodes[seed][1], None)])[0], seed
+        for k in range(K):
+            lp = block.logprobs[k]
+            width = reference_width(builder, k, False, float(np.exp(lp.max())), int(block.classes[k]))
+            top = ranked(lp)[: max(width, 1)]
+            greedy = add(parent, top[0], lp[top[0]])
+            for t in top[1:]:
+                add(parent, t, lp[t])
+            parent = greedy
+    best = sorted(range(len(nodes)), key=lambda i: (-nodes[i][2], i))[: builder.budget]
+    return [(nodes[i][1], nodes[i][2]) for i in sorted(best)]
+
+
+def _as_multiset(buffer) -> list[tuple[tuple[int, ...], float]]:
+    return sorted((path, round(score, 9)) for path, score in buffer)
+
+
+def check_later_blocks(make=RankGuided) -> None:
+    """Later blocks as the official production path builds them, against the plain reference, on
+    hand-built cases where each rule changes the tree:
+
+    * seeds: block 1 branches 6 wide at slot 1 (class 2, beam_width 2): all 6 depth-2 seeds (and
+      the depth-1 ones) get block 2, where the lab's earlier reading kept 2 per depth;
+    * whole chains: block 2's classes (1, 0, 3, 0) under the class default: the chain goes on past
+      the class-1 slot (valid length 2) and past the give-up slot (width 0: no alternatives);
+    * duplicates: the drafter repeats its ranking, so block 2 re-drafts existing siblings, kept
+      as separate buffer nodes with their own scores;
+    * the hitchhiker (a table whose class 0 does not branch, so g_{K-1} is not already a seed):
+      block-1 classes (0, 3, 0) give up in the rank walk (no g_{K-1} seed) although the table
+      still branches at the give-up slot; classes (0, 1, 0) do not (g_{K-1} gets block 2).
+    """
+    cases = [
+        (ScriptedDrafter(3, seed=5, classes=(0, 2, 0)), dict(table=SLIM_R2, beam_width=2, budget=10_000)),
+        (ScriptedDrafter(4, seed=6, classes=(1, 0, 3, 0)), dict(table=CLASS_DEFAULT, beam_width=3, budget=10_000)),
+        (RepeatingDrafter(3, classes=(1, 1, 0)), dict(table=SLIM_R2, beam_width=3, budget=25)),
+        (ScriptedDrafter(3, seed=7, classes=(0, 3, 0)), dict(table=(1, 4, 6, 4), beam_width=2, budget=10_000)),
+        (ScriptedDrafter(3, seed=8, classes=(0, 1, 0)), dict(table=(1, 4, 6, 4), beam_width=2, budget=10_000)),
+    ]
+    for drafter, options in cases:
+        builder = make(drafter, blocks=2, adaptive_slot0=False, adaptive_all=False, **options)
+        expected = plain_official_buffer(builder, drafter)
+        buffer = builder.buffer(table())
+        got = [(path_of(buffer, i), score) for i, (_, _, score) in enumerate(buffer)]
+        assert _as_multiset(got) == _as_multiset(expected), (drafter.K, options)
+        tree = builder.sample(table())
+        kids = {}
+        for path, _ in expected:
+            kids.setdefault(path[:-1], set()).add(path[-1])
+        assert {p: set(c) for p, c in tree.children.items() if c} == kids
+        assert tree.cost.verified == len(expected) and tree.tokens() == len({p for p, _ in expected})
+
+
+def path_of(buffer, i) -> tuple[int, ...]:
+    """The token path of node ``i`` of a buffer of (parent index, token, score)."""
+    path = ()
+    while i >= 0:
+        path = (buffer[i][1],) + path
+        i = buffer[i][0]
+    return path
+
+
+class RepeatingDrafter:
+    """Every block ranks the vocabulary the same way (token 0 first), with given classes: block 2
+    re-drafts the tokens block 1 already placed, so the official buffer holds duplicate siblings."""
+
+    def __init__(self, K: int, classes, vocab: int = V):
+        self.K, self.vocab_size, self.classes = K, vocab, classes
+        z = -0.7 * np.arange(vocab, dtype=np.float64)
+        self.logprobs = np.tile(z - np.log(np.exp(z).sum()), (K, 1))
+
+    def first_block(self, table):
+        return Block(self.logprobs, np.array(self.classes, dtype=np.int64), (None,) * self.K)
+
+    def next_blocks(self, table, seeds):
+        return [self.first_block(table) for _ in seeds]
+
+
 def check_valid_prefix(mask_fn) -> None:
     """The valid-prefix mask equals a plain loop on a hand-built batch."""
     correct = torch.tensor([[1, 1, 1, 1], [1, 0, 1, 1], [0, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=torch.bool)
@@ -142,6 +251,69 @@ def check_valid_prefix(mask_fn) -> None:
             expected[i, k] = 1.0 if ok else 0.0
             ok = ok and bool(correct[i, k])
     assert torch.equal(mask_fn(correct), expected), mask_fn(correct)
+
+
+def loss_batch():
+    """A hand-built block (float64): 6 roots, K = 3, V = 25, where the drafter's argmax equals the
+    target's at planted slots, the corpus token differs from the target's argmax at others, and
+    the rank head is right at planted slots."""
+    g = torch.Generator().manual_seed(4)
+    N, K, V = 6, 3, 25
+    target_logits = torch.randn(N, K, V, generator=g, dtype=torch.float64) * 2
+    target_p = torch.softmax(target_logits, -1)
+    logits = torch.randn(N, K, V, generator=g, dtype=torch.float64)
+    agree = torch.tensor([[1, 1, 1], [1, 0, 1], [0, 1, 1], [1, 1, 0], [1, 1, 1], [0, 0, 0]], dtype=torch.bool)
+    logits[agree] = target_logits[agree] * 3  # the same argmax
+    corpus = target_p.argmax(-1).clone()
+    corpus[0, 0], corpus[3, 1], corpus[4, 1] = (corpus[0, 0] + 1) % V, (corpus[3, 1] + 2) % V, (corpus[4, 1] + 1) % V
+    ranks = torch.randn(N, K, 4, generator=g, dtype=torch.float64)
+    labels = torch.stack([torch.stack([torch.tensor(int(bucket(rank_of(int(target_p[i, k].argmax()), logits[i, k].numpy()))))
+                                       for k in range(K)]) for i in range(N)])
+    right = torch.tensor([[1, 0, 1], [1, 1, 0], [0, 1, 1], [1, 1, 1], [1, 1, 0], [0, 0, 1]], dtype=torch.bool)
+    for i, k in right.nonzero().tolist():  # plant the rank head's correct classes
+        ranks[i, k, int(labels[i, k])] = 10.0
+    return logits, ranks, target_p, corpus, labels
+
+
+def plain_official_losses(logits, ranks, target_p, corpus, valid_prefix, budget) -> tuple[float, float]:
+    """The official draft and rank losses of one block written out with loops over roots and slots."""
+    N, K, _ = logits.shape
+    draft = 0.0
+    for k in range(K):
+        total = count = 0.0
+        for i in range(N):
+            ok = all(int(logits[i, j].argmax()) == int(target_p[i, j].argmax()) for j in range(k)) or not valid_prefix
+            if ok:
+                total += float(-(target_p[i, k] * torch.log_softmax(logits[i, k], -1)).sum())
+                count += 1
+        draft += total / max(count, 1.0)
+    labels = [[int(bucket(rank_of(int(target_p[i, k].argmax()), logits[i, k].numpy()))) for k in range(K)] for i in range(N)]
+    predicted = [[int(ranks[i, k].argmax()) for k in range(K)] for i in range(N)]
+    inside = [[all(predicted[i][j] == labels[i][j] for j in range(k)) for k in range(K)] for i in range(N)]
+    numerator = denominator = 0.0
+    for k in range(K):
+        counts = [sum(1 for i in range(N) if inside[i][k] and labels[i][k] == c) for c in range(4)]
+        for i in range(N):
+            if not inside[i][k]:
+                continue
+            t, p = labels[i][k], predicted[i][k]
+            weight = min(1.0, budget / max(counts[t], 1))
+            kernel = [1.0 / (1 + abs(c - t) + max(t - c, 0)) ** 2 for c in range(4)]
+            log_soft = torch.log_softmax(ranks[i, k], -1)
+            ce = -sum(kernel[c] / sum(kernel) * float(log_soft[c]) for c in range(4))
+            numerator += ce * (1 + abs(t - p) + max(t - p, 0)) * weight
+            denominator += weight
+    return draft, numerator / denominator
+
+
+def check_official_losses(loss_fn) -> None:
+    """The official block losses equal the written-out loops on ``loss_batch``, with and without the
+    valid prefix, at class budgets that bind (1) and do not (100)."""
+    logits, ranks, target_p, corpus, _ = loss_batch()
+    for valid_prefix, budget in itertools.product((True, False), (1, 100)):
+        draft, rank = loss_fn(logits, ranks, target_p, corpus, valid_prefix, budget, True)
+        want_draft, want_rank = plain_official_losses(logits, ranks, target_p, corpus, valid_prefix, budget)
+        assert abs(float(draft) - want_draft) <= 1e-9 and abs(float(rank) - want_rank) <= 1e-9, (valid_prefix, budget)
 
 
 def check_rank_labels(label_fn) -> None:

@@ -6,12 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
-from simlab.drafting import Drafting
-from simlab.latency import DraftCost
 from simlab.specblock import RankGuided
 from simlab.specblock import builder as specblock_builder
 from simlab.specblock.bandit import CostAwareBandit
-from simlab.trees import DraftTree
 
 
 @dataclass(frozen=True)
@@ -24,37 +21,120 @@ class CapsIgnored(RankGuided):
 
 
 class _NodeScored(specblock_builder._Growth):
-    def _prune(self):
+    def kept(self):
         """Prunes by each node's own log q instead of the cumulative score (ancestors may go)."""
-        own = {p: self.score[p] - self.score[p[:-1]] for p in self.score if p}
-        ranked = sorted(own, key=lambda p: (-own[p], self.order[p]))[: self.b.budget]
-        children = {}
-        for path in sorted(ranked, key=lambda p: self.order[p]):
-            children[path[:-1]] = children.get(path[:-1], ()) + (path[-1],)
-        return DraftTree(self.table, children, Drafting.DETERMINISTIC, cost=DraftCost(tuple(self.forwards), len(ranked)))
+        own = [self.score[n] - (self.score[self.parent[n]] if self.parent[n] >= 0 else 0.0) for n in range(len(self.path))]
+        return sorted(sorted(range(len(own)), key=lambda n: (-own[n], n))[: self.b.budget])
 
 
 @dataclass(frozen=True)
 class PrunedByNodeLogProb(RankGuided):
-    def build(self, table):
-        growth = _NodeScored(self, table)
-        return growth.tree(), growth.origin
+    def _growth(self, table):
+        return _NodeScored(self, table)
 
 
 class _SiblingsBelow(specblock_builder._Growth):
     def _add(self, parent, token, logprob):
         """Alternatives hang below the previous greedy node's greedy child (one level too deep)."""
-        kids = [node[-1] for node in sorted(self.order, key=self.order.get) if node and node[:-1] == parent]
-        if kids and int(token) != kids[0]:
-            parent = parent + (kids[0],)
+        kids = [n for n in range(len(self.path)) if self.parent[n] == parent]
+        if kids and int(token) != self.token[kids[0]]:
+            parent = kids[0]
         return super()._add(parent, token, logprob)
 
 
 @dataclass(frozen=True)
 class SiblingsOneLevelDown(RankGuided):
-    def build(self, table):
-        growth = _SiblingsBelow(self, table)
-        return growth.tree(), growth.origin
+    def _growth(self, table):
+        return _SiblingsBelow(self, table)
+
+
+class _SeedsCapped(specblock_builder._Growth):
+    def _chosen(self, pending):
+        """Only the best beam_width seeds per depth get a block (the lab's earlier reading)."""
+        return self._seeds(pending)
+
+
+class _MergedWhileGrowing(specblock_builder._Growth):
+    def _add(self, parent, token, logprob):
+        """A re-drafted sibling reuses the existing node (a trie while growing): duplicates lost."""
+        path = (self.path[parent] if parent >= 0 else ()) + (int(token),)
+        return self.index[path] if path in self.index else super()._add(parent, token, logprob)
+
+
+@dataclass(frozen=True)
+class SeedsCappedPerDepth(RankGuided):
+    def _growth(self, table):
+        return _SeedsCapped(self, table)
+
+
+@dataclass(frozen=True)
+class DuplicatesMergedWhileGrowing(RankGuided):
+    def _growth(self, table):
+        return _MergedWhileGrowing(self, table)
+
+
+@dataclass(frozen=True)
+class ChainCutAtValidLength(RankGuided):
+    """Later blocks stop at the rank walk's valid length."""
+
+    def widths(self, block, first, whole=False):
+        widths = super().widths(block, first, whole)
+        return widths if first else widths[: self.valid_length(block)]
+
+
+@dataclass(frozen=True)
+class HitchhikerDespiteGiveUp(RankGuided):
+    """g_{K-1} is a seed even when the rank walk gives up."""
+
+    @staticmethod
+    def gives_up(block):
+        return False
+
+
+def _block_losses(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on, *, mask_tokens=None, rank_chain=None,
+                  distance=True, weights=None):
+    """The official block losses with one piece replaced (the planted faults below)."""
+    from backends.block_drafter.model import rank_labels, valid_prefix_mask
+    from backends.block_drafter.train import class_budget_weights, distance_weights, draft_loss, ordinal_targets
+
+    target_argmax = target_p.argmax(-1)
+    tokens = target_argmax if mask_tokens is None else mask_tokens
+    mask = (valid_prefix_mask(logits.argmax(-1) == tokens) if valid_prefix else torch.ones(logits.shape[:2])).to(logits.dtype)
+    labels, predicted = rank_labels(logits, target_argmax), ranks.argmax(-1)
+    chain = (valid_prefix_mask(predicted == labels) if rank_chain is None else rank_chain).to(logits.dtype)
+    weight = (weights or class_budget_weights)(labels, chain, budget)
+    ce = -(ordinal_targets(labels, logits.dtype) * torch.log_softmax(ranks, -1)).sum(-1)
+    dist = distance_weights(labels, predicted, logits.dtype) if distance else 1.0
+    return draft_loss(logits, target_p, mask), (ce * dist * weight).sum() / weight.sum()
+
+
+def draft_mask_on_the_corpus_token(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on):
+    """The draft loss's chain mask checks the corpus token instead of the target's argmax."""
+    return _block_losses(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on, mask_tokens=corpus)
+
+
+def rank_loss_under_the_draft_mask(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on):
+    """The rank loss counts the draft loss's chain (draft argmax right) instead of its own (rank head right)."""
+    from backends.block_drafter.model import valid_prefix_mask
+
+    chain = valid_prefix_mask(logits.argmax(-1) == target_p.argmax(-1))
+    return _block_losses(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on, rank_chain=chain)
+
+
+def rank_loss_without_the_distance_weight(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on):
+    """Every rank error weighs the same."""
+    return _block_losses(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on, distance=False)
+
+
+def rank_loss_with_unbounded_class_weights(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on):
+    """Class weights budget / count without the cap at 1."""
+    import torch.nn.functional as F
+
+    def weights(labels, mask, budget):
+        counts = (F.one_hot(labels, 4).to(mask.dtype) * mask[..., None]).sum(0)
+        return (budget / counts.clamp_min(1.0)).gather(1, labels.T).T * mask
+
+    return _block_losses(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on, weights=weights)
 
 
 def mask_including_the_slot(correct):
@@ -86,4 +166,12 @@ SPECBLOCK_MUTANTS = {
     "valid prefix includes the slot": ("valid prefix", mask_including_the_slot),
     "zero-based rank labels": ("rank labels", zero_based_rank_labels),
     "cost-blind bandit": ("bandit costs", CostBlindBandit),
+    "later-block seeds capped per depth": ("later blocks", SeedsCappedPerDepth),
+    "later-block chains cut at the valid length": ("later blocks", ChainCutAtValidLength),
+    "duplicate siblings merged while growing": ("later blocks", DuplicatesMergedWhileGrowing),
+    "hitchhiker despite the rank walk's give-up": ("later blocks", HitchhikerDespiteGiveUp),
+    "draft chain mask on the corpus token": ("official losses", draft_mask_on_the_corpus_token),
+    "rank loss under the draft loss's mask": ("official losses", rank_loss_under_the_draft_mask),
+    "rank loss without the distance weight": ("official losses", rank_loss_without_the_distance_weight),
+    "rank loss with unbounded class weights": ("official losses", rank_loss_with_unbounded_class_weights),
 }

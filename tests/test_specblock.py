@@ -16,8 +16,9 @@ from simlab.pairs import MarkovPair
 from simlab.specblock import Block, PairBlockDrafter, RankGuided
 from simlab.specblock.bandit import CostAwareBandit, Rollback, signal
 from simlab.specblock.rank import statistics
-from specblock_checks import (ScriptedDrafter, check_bandit_costs, check_block_one, check_pruning, check_rank_labels,
-                              check_valid_prefix, check_widths, table)
+from simlab.trees import NodeTable
+from specblock_checks import (RepeatingDrafter, ScriptedDrafter, check_bandit_costs, check_block_one, check_later_blocks, check_official_losses, check_pruning,
+                              check_rank_labels, check_valid_prefix, check_widths, path_of, table)
 
 FEATURES, VOCAB = 12, 40
 
@@ -48,11 +49,13 @@ def test_shapes():
     assert again[1].shape == (3, K, VOCAB)
 
 
+@pytest.mark.parametrize("arch", ["attention", "attention_free"])
 @pytest.mark.parametrize("shift", [True, False])
-def test_slot_k_does_not_depend_on_later_slots(shift):
-    """Changing slot j's input changes no slot before j; with the shift it reaches the slots after j,
-    without it only slot j itself (the slots are independent)."""
-    m = model(shift=shift)
+def test_slot_k_does_not_depend_on_later_slots(shift, arch):
+    """Changing slot j's input changes no slot before j.  It reaches every slot after j through the
+    attention (with or without the shift); in the attention-free drafter only through the shift
+    (without it only slot j itself changes: the slots are independent)."""
+    m = model(shift=shift, arch=arch)
     base = m.slots.detach().clone()
     _, before, _ = run(m, base)
     for j in range(m.spec.K):
@@ -61,15 +64,51 @@ def test_slot_k_does_not_depend_on_later_slots(shift):
         _, after, _ = run(m, changed)
         for k in range(m.spec.K):
             same = torch.equal(before[:, k], after[:, k])
-            assert same == (k < j or (not shift and k > j)), (shift, j, k)
+            assert same == (k < j or (arch == "attention_free" and not shift and k > j)), (shift, arch, j, k)
 
 
-def test_without_the_shift_each_slot_is_a_one_slot_model():
-    """With the shift off, slot k of a K-slot model equals the only slot of a K = 1 model with slot k's embedding."""
-    m = model(shift=False)
+def truncated(m: BlockDrafterModel, K: int) -> BlockDrafterModel:
+    """The same weights with only the first K slots."""
+    one = BlockDrafterModel(DrafterSpec.micro(**{**{f: getattr(m.spec, f) for f in ("shift", "arch")}, "K": K}), FEATURES, VOCAB, 16).eval()
+    one.load_state_dict({name: (value[:K] if name == "slots" else value) for name, value in m.state_dict().items()})
+    return one
+
+
+@pytest.mark.parametrize("shift", [True, False])
+def test_slot_k_of_the_attention_drafter_equals_a_k_plus_one_slot_model(shift):
+    """Block-causal: slots 0..k of a K-slot drafter equal a (k+1)-slot drafter with the same weights."""
+    m = model(shift=shift)
     _, logits, _ = run(m)
     for k in range(m.spec.K):
-        one = BlockDrafterModel(DrafterSpec.micro(K=1, shift=False), FEATURES, VOCAB, 16).eval()
+        _, short, _ = run(truncated(m, k + 1))
+        assert torch.allclose(short, logits[:, : k + 1], atol=1e-6, rtol=0), k
+
+
+def test_the_parallel_shift_is_w_times_h_k_and_h_k_minus_1():
+    """One shift, written out: slot k becomes W [h_k; h_{k-1}], slot 0 W [h_0; h_0], the seed unchanged."""
+    torch.manual_seed(3)
+    m = model()
+    h = torch.randn(2, 1 + m.spec.K, m.width)
+    shift = m.shifts[0]
+    with torch.no_grad():
+        shift.weight.normal_()
+        s = h[:, 1:]
+        expected = torch.stack([shift.weight @ torch.cat([s[i, k], s[i, max(k - 1, 0)]]) for i in range(2) for k in range(m.spec.K)])
+        m.attns[1].out.weight.zero_()  # isolate the shift: layer 1's attention and MLP add nothing
+        m.mlps[1].down.weight.zero_()
+        for module in (m.attns[0].out, m.mlps[0].down):
+            module.weight.zero_()
+        got = m._decode(h[:, 0], h[:, 1:])
+    assert torch.allclose(got.reshape(-1, m.width), expected, atol=1e-5, rtol=0)
+
+
+def test_without_the_shift_each_attention_free_slot_is_a_one_slot_model():
+    """With the shift off, slot k of a K-slot attention-free model equals the only slot of a K = 1
+    model with slot k's embedding."""
+    m = model(shift=False, arch="attention_free")
+    _, logits, _ = run(m)
+    for k in range(m.spec.K):
+        one = BlockDrafterModel(DrafterSpec.micro(K=1, shift=False, arch="attention_free"), FEATURES, VOCAB, 16).eval()
         state = {name: (value[k : k + 1] if name == "slots" else value) for name, value in m.state_dict().items()}
         one.load_state_dict(state)
         _, single, _ = run(one)
@@ -83,6 +122,14 @@ def test_rank_statistics_equal_the_numpy_reference():
 
 def test_valid_prefix_mask_equals_a_loop():
     check_valid_prefix(valid_prefix_mask)
+
+
+def test_official_losses_equal_plain_loops():
+    """The draft loss's chain mask against the target's argmax, the rank loss's own chain mask, class
+    budget weights, distance weight and ordinal kernel: the official block losses equal loops."""
+    from backends.block_drafter.train import official_block_losses
+
+    check_official_losses(official_block_losses)
 
 
 def test_rank_labels_equal_the_rank_buckets():
@@ -102,17 +149,25 @@ def test_pruning_to_budget_is_the_best_ancestor_closed_subset():
     check_pruning()
 
 
-def test_valid_length_and_later_blocks():
+def test_later_blocks_follow_the_official_production_path():
+    check_later_blocks()
+
+
+def test_valid_length_and_the_cut_reading():
     drafter = ScriptedDrafter(4, seed=1)
     b = RankGuided(drafter)
     block = lambda classes: Block(np.zeros((4, 3)), np.array(classes), (None,) * 4)
     assert b.valid_length(block([0, 0, 0, 0])) == 4
     assert b.valid_length(block([0, 1, 0, 0])) == 2
     assert RankGuided(drafter, table=(2, 4, 10, 0)).valid_length(block([0, 0, 3, 0])) == 2  # gives up at slot 2
-    tree, origin = RankGuided(drafter, budget=200, blocks=3).build(table())
-    assert {b for b, _ in origin.values()} == {0, 1, 2} and set(origin) == set(tree.nodes()) - {()}
-    assert tree.cost.forwards[0].tokens == 4 and len(tree.cost.forwards) == 3 and tree.cost.verified == tree.tokens()
-    assert tree.depth() <= 12
+    assert b.gives_up(block([0, 3, 1, 0])) and not b.gives_up(block([0, 1, 3, 0])) and not b.gives_up(block([0, 0, 0, 0]))
+    for later in ("official", "cut"):
+        tree, origin = RankGuided(drafter, budget=200, blocks=3, later_blocks=later).build(table())
+        assert {b for b, _ in origin.values()} == {0, 1, 2} and set(origin) == set(tree.nodes()) - {()}
+        assert tree.cost.forwards[0].tokens == 4 and len(tree.cost.forwards) == 3 and tree.tokens() <= tree.cost.verified == 200
+        assert tree.depth() <= 12
+    official, cut = (RankGuided(drafter, budget=10_000, later_blocks=later).sample(table()) for later in ("official", "cut"))
+    assert official.cost.verified > cut.cost.verified and official.depth() == 8 >= cut.depth()
 
 
 def test_the_tree_is_a_trie_and_deterministic():
@@ -120,6 +175,46 @@ def test_the_tree_is_a_trie_and_deterministic():
     again = RankGuided(ScriptedDrafter(4, seed=2), budget=60).sample(table())
     assert tree.children == again.children
     assert all(len(set(kids)) == len(kids) for kids in tree.children.values())
+
+
+def buffer_block_efficiency(pair, context, buffer, greedy: bool) -> float:
+    """E[tau+1] of a flat buffer with duplicate siblings, written out as the official verifier reads
+    it: the target's continuation x is drawn token by token (greedy: its argmax) and the accepted
+    length is the longest buffer path that is a prefix of x, plus the bonus token."""
+    paths = {()}
+    for i in range(len(buffer)):
+        paths.add(path_of(buffer, i))
+    depth = max(len(p) for p in paths)
+
+    def walk(prefix, mass):
+        if len(prefix) == depth or prefix not in paths:
+            accepted = max(len(p) for p in paths if p == prefix[: len(p)])
+            return mass * (accepted + 1)
+        p = pair.distributions([tuple(context) + prefix])[0][0]
+        if greedy:
+            return walk(prefix + (int(np.argmax(p)),), mass)
+        return sum(walk(prefix + (x,), mass * p[x]) for x in range(len(p)) if p[x] > 0)
+
+    return walk((), 1.0)
+
+
+def test_merging_duplicate_siblings_keeps_the_exact_block_efficiency():
+    """The official buffer keeps duplicate siblings; the lab's trie merges them.  Under one-hot (T = 1)
+    and greedy (T = 0) verification the merged tree's exact E[tau+1] equals the buffer's, written out."""
+    from backends.synthetic import make_world
+    from simlab.sampling import SamplingSettings
+
+    worlds = [(MarkovPair.random(4, np.random.default_rng(9), concentration=0.7), "onehot"),
+              (make_world("depth_profile", vocab=5, seed=2, settings=SamplingSettings(0.0)), "greedy")]
+    for pair, verifier in worlds:
+        for classes, budget in (((1, 1, 0), 14), ((1, 0, 1), 30), ((2, 1, 1), 200)):
+            builder = RankGuided(RepeatingDrafter(3, classes, vocab=pair.vocab_size), budget=budget, beam_width=3,
+                                 adaptive_slot0=False, adaptive_all=False)
+            t = NodeTable(pair, (1,))
+            buffer, tree = builder.buffer(t), builder.sample(t)
+            assert len(buffer) > tree.tokens()  # duplicates were merged
+            want = buffer_block_efficiency(pair, (1,), buffer, greedy=verifier == "greedy")
+            assert abs(tree_verifiers.get(verifier).expected_block_efficiency(tree) - want) <= 1e-12, (verifier, classes)
 
 
 # -- losslessness ------------------------------------------------------------------------------
@@ -195,6 +290,22 @@ def test_rollback_windows_and_signal():
     assert [rollback.record(a) for a in (2, 2, 2, 2, 2, 2.0)] == [False] * 6
     assert [rollback.record(a) for a in (1, 1, 1)] == [False, False, True]
     assert signal([0.9, 0.5, 0.2], accepted=1) == pytest.approx(0.5 + 0.8)
+
+
+@pytest.mark.parametrize("losses, arch", [("official", "attention"), ("corpus_masks", "attention_free")])
+def test_training_steps_under_both_losses(losses, arch):
+    """One optimiser step of each loss option and architecture on a tiny target: finite losses, moved weights."""
+    from backends.block_drafter.train import Trainer
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    target = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=8, n_layer=2, n_head=2)).eval()
+    spec = DrafterSpec.micro(K=2, roots_per_step=8, windows=2, steps=2, rank_freeze=0, losses=losses, arch=arch)
+    trainer = Trainer(spec, target, (1, 1, 2), torch.randint(0, VOCAB, (200,), generator=torch.Generator().manual_seed(1)), 0)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    out = trainer.step()
+    assert np.isfinite(out["draft"]) and np.isfinite(out["rank"]) and out["rank"] > 0
+    assert not torch.equal(before["lm_head.weight"], trainer.model.state_dict()["lm_head.weight"])
 
 
 def test_adapter_restore_is_bit_for_bit():

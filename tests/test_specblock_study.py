@@ -30,7 +30,7 @@ def test_synthetic_outputs_and_budgets(synthetic_run):
     per_root = pl.read_parquet(synthetic_run / "per_root.parquet")
     assert set(per_root["builder"]) == {"eagle2", "block_topk", "rank_guided"}
     assert (per_root["tokens"] <= per_root["budget"]).all()
-    assert set(pl.read_parquet(synthetic_run / "not_run.parquet")["builder"]) == {"no_shift", "no_valid_prefix", "stream"}
+    assert set(pl.read_parquet(synthetic_run / "not_run.parquet")["builder"]) == {"no_shift", "no_valid_prefix", "attention_free", "stream"}
     for row in per_root.group_by("setting", "root", "budget", "builder").agg(pl.col("E").max() - pl.col("E").min()).iter_rows():
         assert row[-1] <= 1e-12  # every lossless verifier of a deterministic tree gives the same exact value
     by_slot = pl.read_parquet(synthetic_run / "by_slot.parquet").group_by("setting", "root", "budget", "builder", "verifier").agg(

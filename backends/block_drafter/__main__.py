@@ -4,9 +4,9 @@ Reads the pair built by ``python -m backends.reference_pair`` (``--pair``, defau
 pair in the cache), trains the drafter on the same training documents (``train``), measures its
 held-out acceptance by slot, and saves it under ``--out`` (default ``<pair>/block_drafter/<variant>``):
 ``drafter.pt`` and ``manifest.json`` (spec, seed, torch version, threads, device, CPU, seconds,
-acceptance by slot).  ``--variant`` picks the drafter or one of the paper's training-time
-ablations (``no_shift``, ``no_valid_prefix``; ``all``: the three in turn, each its own
-folder).  Deterministic under ``--seed`` and ``--threads`` (default 1).
+acceptance by slot).  ``--variant`` picks the drafter, one of the paper's training-time
+ablations (``no_shift``, ``no_valid_prefix``) or the lab's earlier attention-free drafter
+(``attention_free``); ``all``: the four in turn, each its own folder.  Deterministic under ``--seed`` and ``--threads`` (default 1).
 """
 
 from __future__ import annotations

@@ -7,19 +7,31 @@ Vocabulary (SpecBlock, arXiv 2605.07243; official code ``specforge/core/specbloc
   last token), or a node of the tree (the drafter's own final hidden state of the slot that
   drafted it, **inherited**, with the node's token);
 * a **block** is K **slots**: slot k drafts the token k + 1 positions after the seed token;
-* the **shift**: between consecutive layers, slot k's hidden state gets a projection of
-  [h_{k-1}; h_k] added, in slot order (h_{k-1} already shifted, so after one shift slot k has
-  seen every earlier slot; slot 0 sees zeros), the only path between slots: with
-  ``shift=False`` every slot is a function of the seed and its own slot embedding alone;
 * the **rank head**: Linear(W + 15 -> 256) -> SiLU -> Linear(256 -> 4) on the slot's detached
   normed hidden state and the 15 statistics of its detached logits (``simlab.specblock.rank``),
   predicting the class of the rank of the target's token among the slot's draft ranking.
 
-The lab's network at the reference pair's scale: no attention over the prefix (the target's
-fused features carry it), residual MLP layers (pre-norm, GELU, 2W hidden), an untied LM head
-over the target's vocabulary.  ``rank_statistics`` is the torch twin of
-``simlab.specblock.rank.statistics`` (tested equal); ``valid_prefix_mask`` and ``rank_labels``
-are the training's masks and labels (tested against plain loops).
+Two architectures (``DrafterSpec.arch``):
+
+* ``"attention"`` (default, as the official drafter): pre-norm decoder layers (block-causal
+  self-attention, then a SiLU-gated MLP) over the sequence [seed, slot 0, ..., slot K-1]: slot k
+  attends to the seed (the prefix's features) and to slots <= k.  The **shift** comes before
+  every layer but the first, **in parallel** on top of the attention: every slot's hidden state
+  becomes W [h_k; h_{k-1}] at once (slot 0 takes itself as h_{-1}; W starts as [I, 0]), as the
+  official ``shift_proj``; ``shift=False`` removes only the shift (the paper's "-shift"
+  ablation: the slots still attend to each other);
+* ``"attention_free"`` (the lab's earlier drafter, a departure: ``docs/departures.md``):
+  residual MLP layers with no attention; between layers slot k gets a projection of
+  [h'_{k-1}; h_k] added in slot order (h'_{k-1} already shifted), the only path between slots, so
+  ``shift=False`` makes every slot a function of the seed and its own slot embedding alone.
+
+The lab's network at the reference pair's scale: the slots see the prefix only through the
+seed (the official drafter also attends across earlier positions and, in later blocks, to the
+seed block's slots up to the seed through its cache), an untied LM head over the target's
+vocabulary (the official drafter's is a reduced draft vocabulary).  ``rank_statistics`` is the
+torch twin of ``simlab.specblock.rank.statistics`` (tested equal); ``valid_prefix_mask``,
+``rank_chain_mask``, ``class_budget_weights``, ``distance_weights``, ``ordinal_targets`` and
+``rank_labels`` are the training's masks, weights and labels (tested against plain loops).
 """
 
 from __future__ import annotations
@@ -33,15 +45,22 @@ from simlab.checks import check_int
 from simlab.specblock.rank import CLASSES, EDGES, STATISTICS
 
 
+ARCHES = ("attention", "attention_free")
+LOSSES = ("official", "corpus_masks")
+
+
 @dataclass(frozen=True)
 class DrafterSpec:
     """The block drafter's shape and training budget (one config; the CLI's flags).
 
     K: slots per block; width W (None: the target's, whose token embedding and LM head then
     initialise the drafter's, as EAGLE's drafters reuse them); layers (>= 1; ``layers - 1`` shifts); ``shift`` and
-    ``valid_prefix`` (False: the paper's ablations); steps, roots per step, windows per step and
-    the AdamW learning rate; ``rank_freeze``: first steps without the rank loss;
-    ``rank_smoothing``: ordinal label smoothing (mass moved to the neighbouring classes).
+    ``valid_prefix`` (False: the paper's ablations); ``arch`` (module docstring) and its attention
+    ``heads`` (dividing W); steps, roots per step, windows per step and the AdamW learning rate;
+    ``rank_freeze``: first steps without the rank loss; ``losses``: ``"official"`` or the lab's
+    earlier ``"corpus_masks"`` (``backends.block_drafter.train``); ``rank_budget``: the official
+    per-class budget of the rank loss's weights; ``rank_smoothing``: the neighbour smoothing of
+    ``"corpus_masks"``.
     """
 
     K: int = 4
@@ -55,6 +74,10 @@ class DrafterSpec:
     learning_rate: float = 2e-3
     rank_freeze: int = 200
     rank_smoothing: float = 0.1
+    arch: str = "attention"
+    heads: int = 4
+    losses: str = "official"
+    rank_budget: int = 10
 
     def __post_init__(self):
         check_int(self.K, "K", 1, 16)
@@ -69,6 +92,14 @@ class DrafterSpec:
             raise ValueError(f"learning_rate: must lie in (0, 1), got {self.learning_rate!r}")
         if not 0 <= self.rank_smoothing < 0.5:
             raise ValueError(f"rank_smoothing: must lie in [0, 0.5), got {self.rank_smoothing!r}")
+        if self.arch not in ARCHES:
+            raise ValueError(f"arch: must be one of {', '.join(ARCHES)}, got {self.arch!r}")
+        if self.losses not in LOSSES:
+            raise ValueError(f"losses: must be one of {', '.join(LOSSES)}, got {self.losses!r}")
+        check_int(self.heads, "heads", 1)
+        check_int(self.rank_budget, "rank_budget", 1)
+        if self.width is not None and self.width % self.heads:
+            raise ValueError(f"heads: {self.heads} heads do not divide the width {self.width}")
 
     @classmethod
     def micro(cls, **changes) -> "DrafterSpec":
@@ -97,8 +128,16 @@ class BlockDrafterModel(nn.Module):
         self.embed = nn.Embedding(vocab_size, W)
         self.slots = nn.Parameter(torch.randn(K, W) * 0.02)
         self.norms = nn.ModuleList(nn.LayerNorm(W) for _ in range(spec.layers))
-        self.mlps = nn.ModuleList(nn.Sequential(nn.Linear(W, 2 * W), nn.GELU(), nn.Linear(2 * W, W)) for _ in range(spec.layers))
-        self.shifts = nn.ModuleList(nn.Linear(2 * W, W) for _ in range(spec.layers - 1)) if spec.shift else None
+        if spec.arch == "attention":
+            if W % spec.heads:
+                raise ValueError(f"heads: {spec.heads} heads do not divide the width {W}")
+            self.attn_norms = nn.ModuleList(nn.LayerNorm(W) for _ in range(spec.layers))
+            self.attns = nn.ModuleList(SlotAttention(W, spec.heads) for _ in range(spec.layers))
+            self.mlps = nn.ModuleList(GatedMLP(W) for _ in range(spec.layers))
+            self.shifts = nn.ModuleList(parallel_shift(W) for _ in range(spec.layers - 1)) if spec.shift else None
+        else:
+            self.mlps = nn.ModuleList(nn.Sequential(nn.Linear(W, 2 * W), nn.GELU(), nn.Linear(2 * W, W)) for _ in range(spec.layers))
+            self.shifts = nn.ModuleList(nn.Linear(2 * W, W) for _ in range(spec.layers - 1)) if spec.shift else None
         self.norm = nn.LayerNorm(W)
         self.lm_head = nn.Linear(W, vocab_size, bias=False)
         self.rank_head = nn.Sequential(nn.Linear(W + STATISTICS, 256), nn.SiLU(), nn.Linear(256, CLASSES))
@@ -128,16 +167,32 @@ class BlockDrafterModel(nn.Module):
         if (feature is None) == (inherited is None):
             raise ValueError("feature: give exactly one of feature (a root seed) and inherited (a node seed)")
         seed = self.fuse(feature) if inherited is None else self.inherit(inherited)
-        h = (seed + self.embed(token))[:, None, :] + self.slots[None]
-        for i, (norm, mlp) in enumerate(zip(self.norms, self.mlps)):
-            if i and self.shifts is not None:
-                h = self._shift(self.shifts[i - 1], h)
-            h = h + mlp(norm(h))
+        start = seed + self.embed(token)
+        h = start[:, None, :] + self.slots[None]
+        if self.spec.arch == "attention":
+            h = self._decode(start, h)
+        else:
+            for i, (norm, mlp) in enumerate(zip(self.norms, self.mlps)):
+                if i and self.shifts is not None:
+                    h = self._shift(self.shifts[i - 1], h)
+                h = h + mlp(norm(h))
         normed = self.norm(h)
         logits = self.lm_head(normed)
         ranks = self.rank_head(torch.cat([normed.detach(), rank_statistics(logits.detach())], dim=-1))
         return h, logits, ranks
 
+
+    def _decode(self, start: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """The attention layers over [seed, slots]; the slots' final hidden states (N, K, W)."""
+        h = torch.cat([start[:, None, :], slots], dim=1)
+        for i in range(self.spec.layers):
+            if i and self.shifts is not None:
+                s = h[:, 1:]
+                previous = torch.cat([s[:, :1], s[:, :-1]], dim=1)  # slot 0 takes itself
+                h = torch.cat([h[:, :1], self.shifts[i - 1](torch.cat([s, previous], dim=-1))], dim=1)
+            h = h + self.attns[i](self.attn_norms[i](h))
+            h = h + self.mlps[i](self.norms[i](h))
+        return h[:, 1:]
 
     @staticmethod
     def _shift(shift: nn.Linear, h: torch.Tensor) -> torch.Tensor:
@@ -147,6 +202,46 @@ class BlockDrafterModel(nn.Module):
             previous = h[:, k] + shift(torch.cat([previous, h[:, k]], dim=-1))
             out.append(previous)
         return torch.stack(out, dim=1)
+
+
+class SlotAttention(nn.Module):
+    """Multi-head causal self-attention over [seed, slot 0, ..., slot K-1] (no bias, no positions:
+    the slot embeddings tell the slots apart): position i attends to positions <= i."""
+
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width, bias=False)
+        self.out = nn.Linear(width, width, bias=False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        N, L, W = h.shape
+        q, k, v = self.qkv(h).view(N, L, 3, self.heads, W // self.heads).permute(2, 0, 3, 1, 4)
+        scores = q @ k.transpose(-1, -2) / (W // self.heads) ** 0.5
+        causal = torch.ones(L, L, dtype=torch.bool, device=h.device).tril()
+        weights = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+        return self.out((weights @ v).transpose(1, 2).reshape(N, L, W))
+
+
+class GatedMLP(nn.Module):
+    """SiLU-gated MLP (2W hidden), as the official decoder layer's."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.gate, self.up, self.down = nn.Linear(width, 2 * width, bias=False), nn.Linear(width, 2 * width, bias=False), \
+            nn.Linear(2 * width, width, bias=False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.down(nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+def parallel_shift(width: int) -> nn.Linear:
+    """The shift's W: Linear(2W -> W, no bias) on [h_k; h_{k-1}], starting as [I, 0] (h_k passes)."""
+    shift = nn.Linear(2 * width, width, bias=False)
+    with torch.no_grad():
+        shift.weight.zero_()
+        shift.weight[:, :width] = torch.eye(width)
+    return shift
 
 
 def rank_statistics(logits: torch.Tensor) -> torch.Tensor:

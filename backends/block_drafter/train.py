@@ -7,14 +7,30 @@ draws ``roots_per_step`` roots n.  For a root, block 1 is seeded with the target
 n - 1 and the token w_n; slot k is trained towards the target's law p(. | w_{<= n+k}) (soft
 cross-entropy: distillation, so T > 0 trees learn the target's law, not the corpus's).  Block 2
 (training-time test, two blocks as in evaluation) is seeded at a uniformly drawn slot j of block
-1 with the corpus token w_{n+1+j} and slot j's hidden state (gradients flow through it).
+1 (the official M - 1, M uniform in 1..K) with the corpus token w_{n+1+j} and slot j's hidden
+state (gradients flow through it).
 
-* **valid prefix**: slot k's losses count only while the drafter's greedy tokens of slots < k
-  equal the corpus tokens (block 2: and block 1's slots < j); ``valid_prefix=False`` counts all;
-* **rank loss**: label = the class of the rank of the target's greedy token among the slot's
-  draft logits; cross-entropy against ordinally smoothed labels (``rank_smoothing`` moved to the
-  neighbouring classes), each class weighted by the inverse of its running frequency; zero for
-  the first ``rank_freeze`` steps.
+Losses (``DrafterSpec.losses``), summed over the two blocks:
+
+* ``"official"`` (default, as SpecBlock's ``_compute_batched_loss_acc_and_rank``): the **draft
+  loss** is the soft cross-entropy to p at each slot, averaged per slot over the roots where the
+  **chain mask** holds (the drafter's argmax equals the **target's argmax** at every earlier
+  slot of the block), summed over the slots; block 2 is not gated by block 1 (the official code
+  trains every position in every block).  The **rank loss**: label = the class of the rank of
+  the target's argmax among the slot's draft logits; its own chain mask (slot k counts while the
+  rank head's predicted class was right at every earlier slot: up to and including the first
+  rank error); per slot and batch, class c weighted min(1, ``rank_budget`` / count_c) (counts
+  within the mask); soft targets by the asymmetric ordinal kernel 1 / (1 + |c - t| + max(t - c,
+  0))^2; each root's cross-entropy times the distance weight 1 + |t - p| + max(t - p, 0) (p the
+  predicted class); the weighted sum divided by the sum of the class weights.
+* ``"corpus_masks"`` (the lab's earlier losses, a departure: ``docs/departures.md``): the chain
+  mask checks the **corpus token** (block 2: also gated by block 1's slots < j), one average
+  over all masked slots; the rank loss uses the draft loss's mask, weights each class by the
+  inverse of its running frequency and smooths labels towards the neighbouring classes
+  (``rank_smoothing``).
+
+``valid_prefix=False`` (the paper's ablation) drops the draft loss's chain mask.  The rank loss
+is zero for the first ``rank_freeze`` steps.
 
 Deterministic: one ``torch.Generator`` (seed) draws windows, roots and seed slots; the thread
 count is pinned (``threads``).  ``slot_acceptance`` measures, on held-out roots, how often block
@@ -34,6 +50,48 @@ from backends.block_drafter.model import BlockDrafterModel, DrafterSpec, rank_la
 from simlab.specblock.rank import CLASSES
 
 
+def soft_cross_entropy(logits: torch.Tensor, target_p: torch.Tensor) -> torch.Tensor:
+    """-sum_v p log softmax(logits) over the last axis: (...)."""
+    return -(target_p * torch.log_softmax(logits, dim=-1)).sum(-1)
+
+
+def draft_loss(logits: torch.Tensor, target_p: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The official draft loss of one block: per slot, the masked mean of the soft cross-entropy
+    over the roots; summed over the K slots.  logits, target_p (N, K, V); mask (N, K) float."""
+    ce = soft_cross_entropy(logits, target_p)
+    return ((ce * mask).sum(0) / mask.sum(0).clamp_min(1.0)).sum()
+
+
+def class_budget_weights(labels: torch.Tensor, mask: torch.Tensor, budget: int) -> torch.Tensor:
+    """(N, K) float: min(1, budget / count) of each root's class, counted per slot among the
+    masked roots (a count of 0 read as 1), times the mask."""
+    counts = (F.one_hot(labels, CLASSES).to(mask.dtype) * mask[..., None]).sum(0)  # (K, C)
+    weights = (budget / counts.clamp_min(1.0)).clamp(max=1.0)
+    return weights.gather(1, labels.T).T * mask
+
+
+def distance_weights(labels: torch.Tensor, predicted: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+    """1 + |t - p| + max(t - p, 0): an under-estimated class costs twice the slope of an over-estimated one."""
+    diff = (labels - predicted).to(dtype)
+    return 1.0 + diff.abs() + diff.clamp_min(0.0)
+
+
+def ordinal_targets(labels: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
+    """(..., C): soft targets 1 / (1 + |c - t| + max(t - c, 0))^2, normalised (the official kernel)."""
+    diff = (labels[..., None] - torch.arange(CLASSES, device=labels.device)).to(dtype)
+    raw = 1.0 / (1.0 + diff.abs() + diff.clamp_min(0.0)) ** 2
+    return raw / raw.sum(-1, keepdim=True)
+
+
+def rank_loss(rank_logits: torch.Tensor, labels: torch.Tensor, budget: int) -> torch.Tensor:
+    """The official rank loss of one block: rank_logits (N, K, 4), labels (N, K) int64 (module docstring)."""
+    predicted, dtype = rank_logits.argmax(-1), rank_logits.dtype
+    chain = valid_prefix_mask(predicted == labels).to(dtype)  # up to and including the first rank error
+    weight = class_budget_weights(labels, chain, budget)
+    ce = -(ordinal_targets(labels, dtype) * torch.log_softmax(rank_logits, dim=-1)).sum(-1)
+    return (ce * distance_weights(labels, predicted, dtype) * weight).sum() / weight.sum().clamp_min(1e-12)
+
+
 def target_pass(target, windows: torch.Tensor, layers) -> tuple[torch.Tensor, torch.Tensor]:
     """The frozen target over int64 (B, L) windows: fused features float32 (B, L, 3 d) and p (B, L, V)."""
     with torch.no_grad():
@@ -51,6 +109,26 @@ def smoothed(labels: torch.Tensor, smoothing: float) -> torch.Tensor:
         share = smoothing / (left.sum(-1, keepdim=True) + right.sum(-1, keepdim=True))
         out = out * (1 - smoothing) + (left + right) * share
     return out
+
+
+def official_block_losses(logits: torch.Tensor, ranks: torch.Tensor, target_p: torch.Tensor, corpus: torch.Tensor,
+                          valid_prefix: bool, budget: int, rank_on: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(draft loss, rank loss) of one block under ``losses="official"`` (module docstring).
+
+    Args:
+        logits: (N, K, V) the drafter's; ranks: (N, K, 4) its rank head's logits.
+        target_p: (N, K, V) the target's law at each slot.
+        corpus: (N, K) int64, the corpus tokens: the official masks do not read them (they check
+            the target's argmax; SpecBlock trains on target-regenerated text, where the two agree).
+        valid_prefix: False drops the draft loss's chain mask; budget: ``rank_budget``;
+        rank_on: False gives a zero rank loss.
+    """
+    target_argmax = target_p.argmax(-1)
+    mask = valid_prefix_mask(logits.argmax(-1) == target_argmax) if valid_prefix else torch.ones(logits.shape[:2])
+    mask = mask.to(logits.dtype)
+    draft = draft_loss(logits, target_p, mask)
+    rank = rank_loss(ranks, rank_labels(logits.detach(), target_argmax), budget) if rank_on else torch.zeros(())
+    return draft, rank
 
 
 class Trainer:
@@ -87,23 +165,36 @@ class Trainer:
         return windows, features, p, b, n, j
 
     def losses(self, windows, features, p, b, n, j, rank_on: bool):
-        """(draft loss, rank loss, block-1 greedy correctness) of one batch of roots."""
+        """(draft loss, rank loss, block-1 greedy correctness against the corpus) of one batch of roots."""
         K = self.spec.K
-        slots = torch.arange(K)
+        slots, rows = torch.arange(K), torch.arange(len(j))
         h1, logits1, ranks1 = self.model(windows[b, n], feature=features[b, n - 1])
         pos1 = n[:, None] + slots  # slot k's target law sits at position n + k, its corpus token at n + 1 + k
-        correct1 = logits1.argmax(-1) == windows[b[:, None], pos1 + 1]
-        seed_ok = valid_prefix_mask(correct1)[torch.arange(len(j)), j]  # block-1 slots < j correct
-        h2, logits2, ranks2 = self.model(windows[b, n + 1 + j], inherited=h1[torch.arange(len(j)), j])
+        h2, logits2, ranks2 = self.model(windows[b, n + 1 + j], inherited=h1[rows, j])
         pos2 = (n + 1 + j)[:, None] + slots
-        correct2 = logits2.argmax(-1) == windows[b[:, None], pos2 + 1]
+        blocks = ((logits1, ranks1, pos1), (logits2, ranks2, pos2))
+        correct1 = logits1.argmax(-1) == windows[b[:, None], pos1 + 1]
+        if self.spec.losses == "official":
+            draft = rank = 0.0
+            for logits, ranks, pos in blocks:
+                d, r = official_block_losses(logits, ranks, p[b[:, None], pos], windows[b[:, None], pos + 1], self.spec.valid_prefix,
+                                             self.spec.rank_budget, rank_on)
+                draft, rank = draft + d, rank + r
+            return draft, rank, correct1
+        return self._corpus_mask_losses(windows, p, b, j, blocks, rank_on) + (correct1,)
+
+    def _corpus_mask_losses(self, windows, p, b, j, blocks, rank_on: bool):
+        """``losses="corpus_masks"``: the lab's earlier masks and rank weights (module docstring)."""
         draft = rank = 0.0
-        for logits, ranks, pos, correct, gate in ((logits1, ranks1, pos1, correct1, None), (logits2, ranks2, pos2, correct2, seed_ok)):
+        seed_ok = None
+        for logits, ranks, pos in blocks:
+            correct = logits.argmax(-1) == windows[b[:, None], pos + 1]
             mask = valid_prefix_mask(correct) if self.spec.valid_prefix else torch.ones_like(correct, dtype=torch.float32)
-            if gate is not None and self.spec.valid_prefix:
-                mask = mask * gate[:, None]
+            if seed_ok is not None and self.spec.valid_prefix:
+                mask = mask * seed_ok[:, None]
+            seed_ok = valid_prefix_mask(correct)[torch.arange(len(j)), j]  # block-1 slots < j correct
             target_p = p[b[:, None], pos]
-            ce = -(target_p * torch.log_softmax(logits, dim=-1)).sum(-1)
+            ce = soft_cross_entropy(logits, target_p)
             draft = draft + (ce * mask).sum() / mask.sum().clamp_min(1.0)
             if rank_on:
                 labels = rank_labels(logits.detach(), target_p.argmax(-1))
@@ -114,7 +205,7 @@ class Trainer:
                 soft = smoothed(labels, self.spec.rank_smoothing)
                 r = -(soft * torch.log_softmax(ranks, dim=-1)).sum(-1) * weight
                 rank = rank + (r * mask).sum() / mask.sum().clamp_min(1.0)
-        return draft, rank, correct1
+        return draft, rank
 
     def step(self) -> dict:
         """One optimiser step; returns its losses and block-1 slot-0 accuracy on the corpus."""
