@@ -321,9 +321,12 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
     ``trunk_children="per_path"``: the DDTE audit convention (each trunk node lists its child K
     times, ``Drafting.REPEATED``; a verifier refused there must be given with ``allow_lossy=True``).
 
-    ``engine="numpy"`` (default): for top-down verifiers the masses of every tree come from
-    ``grouped_masses`` (each distinct (node, children) request once, a node's child lists in one
-    vectorised call), then each tree's reach DP runs on them; other verifiers run
+    ``engine="numpy"`` (default): for a top-down verifier whose branch law is the target (NSS:
+    ``simlab.reach_grid.serves``) the values come from products of p along the drafts' paths, for
+    every draft, K and L2 at once, without building a tree (``reach_grid.grid_values``; ``stream``
+    changes nothing there: it keeps no row); for other top-down verifiers the masses of every tree
+    come from ``grouped_masses`` (each distinct (node, children) request once, a node's child lists
+    in one vectorised call), then each tree's reach DP runs on them; other verifiers run
     ``block_efficiency_by_depth`` tree by tree.  ``engine="reference"``: the plain path the
     others are tested against, ``block_efficiency_by_depth`` for every tree (a validated
     ``children_mass`` per node and tree); the same numbers bit for bit (tests).
