@@ -574,3 +574,7 @@ def test_branch_is_target_declares_p_for_every_child_list():
         plan = verifier.prepare(p, q, 3)
         for x in ([0, 0, 0], [4, 1, 2], [2, 4, 2]):
             assert np.array_equal(plan.output_distribution(x), p)
+    from simlab import reach_grid
+
+    assert [n for n in tree_verifiers.names() if reach_grid.serves(tree_verifiers.get(n))] == ["nss"]
+    assert not reach_grid.serves(tree_verifiers.TopDown(verifiers.get("nss"), first_path_only=True))
