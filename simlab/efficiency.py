@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simlab import tree_verifiers
+from simlab import reach_grid, tree_verifiers
 from simlab.builders.base import Builder
 from simlab.checks import check_generator, check_int
 from simlab.distributions import sample_categorical
@@ -321,9 +321,12 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
     ``trunk_children="per_path"``: the DDTE audit convention (each trunk node lists its child K
     times, ``Drafting.REPEATED``; a verifier refused there must be given with ``allow_lossy=True``).
 
-    ``engine="numpy"`` (default): for top-down verifiers the masses of every tree come from
-    ``grouped_masses`` (each distinct (node, children) request once, a node's child lists in one
-    vectorised call), then each tree's reach DP runs on them; other verifiers run
+    ``engine="numpy"`` (default): for a top-down verifier whose branch law is the target (NSS:
+    ``simlab.reach_grid.serves``) the values come from products of p along the drafts' paths, for
+    every draft, K and L2 at once, without building a tree (``reach_grid.grid_values``; ``stream``
+    changes nothing there: it keeps no row); for other top-down verifiers the masses of every tree
+    come from ``grouped_masses`` (each distinct (node, children) request once, a node's child lists
+    in one vectorised call), then each tree's reach DP runs on them; other verifiers run
     ``block_efficiency_by_depth`` tree by tree.  ``engine="reference"``: the plain path the
     others are tested against, ``block_efficiency_by_depth`` for every tree (a validated
     ``children_mass`` per node and tree); the same numbers bit for bit (tests).
@@ -354,15 +357,21 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
     top_down = isinstance(verifier, tree_verifiers.TopDown)
     if engine == "torch" and not top_down:
         raise ValueError(f"engine: the torch engine serves top-down verifiers (nss, naive, spectr, specinfer), not {verifier.name}")
-    by_L1: dict[int, list[GridDraft]] = {}
-    for draft in drafts:
-        by_L1.setdefault(draft.L1, []).append(draft)
-    trees: dict[tuple[int, int], list] = {}
+    by_L1: dict[int, list[int]] = {}
+    for i, draft in enumerate(drafts):
+        by_L1.setdefault(draft.L1, []).append(i)
     for L1, group in by_L1.items():
-        widest = min(len(d.branches) for d in group)
-        longest = min((len(b) for d in group for b in d.branches), default=0)
+        widest = min(len(drafts[i].branches) for i in group)
+        longest = min((len(b) for i in group for b in drafts[i].branches), default=0)
         if any(L2 > 0 and (K > widest or L2 > longest) for K in K_values for L2 in L2_values):
             raise ValueError(f"K_values, L2_values: the drafts at L1 = {L1} have {widest} branches of {longest} tokens")
+    if engine == "numpy" and reach_grid.serves(verifier):
+        K_values = list(dict.fromkeys(K_values))
+        values = reach_grid.grid_values(table, drafts, K_values, L2_values)
+        return _estimates({(L1, K): values[group, j] for L1, group in by_L1.items() for j, K in enumerate(K_values)}, L2_values)
+    trees: dict[tuple[int, int], list] = {}
+    for L1, indices in by_L1.items():
+        group = [drafts[i] for i in indices]
         for K in K_values:
             trees[(L1, K)] = []
         for d in group:
@@ -397,12 +406,18 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
     else:
         def by_depth(key, i, tree, depths):
             return verifier.block_efficiency_by_depth(tree, depths)
+    return _estimates({(L1, K): np.array([by_depth((L1, K), i, tree, [L1 + L2 for L2 in L2_values]) for i, tree in enumerate(group)])
+                       for (L1, K), group in trees.items()}, L2_values)
+
+
+def _estimates(values: dict, L2_values) -> dict[tuple[int, int, int], Estimate]:
+    """(K, L1, L2) -> the mean over drafts and its standard error, from (L1, K) -> float64
+    (drafts, len(L2_values)) values."""
     out: dict[tuple[int, int, int], Estimate] = {}
-    for (L1, K), group in trees.items():
-        values = np.array([by_depth((L1, K), i, tree, [L1 + L2 for L2 in L2_values]) for i, tree in enumerate(group)])
-        means = values.mean(axis=0)
-        n = len(group)
-        errors = values.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.full(len(L2_values), np.nan)
+    for (L1, K), rows in values.items():
+        means = rows.mean(axis=0)
+        n = len(rows)
+        errors = rows.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.full(len(L2_values), np.nan)
         for j, L2 in enumerate(L2_values):
             out[(K, L1, L2)] = Estimate(float(means[j]), float(errors[j]), "mc", n)
     return out

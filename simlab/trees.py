@@ -310,8 +310,7 @@ class DraftTree:
         vocab = self.table.vocab_size if self.table is not None else None
         for path, kids in self.children.items():
             for t in kids:
-                if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)) or (vocab is not None and not 0 <= t < vocab):
-                    raise ValueError(f"tree: node {path} has child {t!r}, not a token id in [0, {vocab})")
+                check_child(path, t, vocab)
         if not isinstance(self.drafting, Drafting) or not all(isinstance(v, Drafting) for v in self.node_laws.values()):
             raise ValueError(f"tree: drafting laws must be simlab.drafting.Drafting values, got {self.drafting!r}")
 
@@ -391,6 +390,17 @@ class DraftTree:
                 out.append(ranks + (rank,))
                 stack.append((path + (t,), ranks + (rank,)))
         return sorted(out, key=lambda r: (len(r), r))
+
+
+def check_child(path: Path, t, vocab: int | None) -> None:
+    """Refuse a child ``t`` of node ``path`` that is not a token id in [0, vocab) (a Python or numpy
+    integer, not a bool; any integer when ``vocab`` is None).
+
+    Raises:
+        ValueError: ``tree: node ... has child ..., not a token id in [0, V)``.
+    """
+    if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)) or (vocab is not None and not 0 <= t < vocab):
+        raise ValueError(f"tree: node {path} has child {t!r}, not a token id in [0, {vocab})")
 
 
 def parse_tuples(spec: Sequence[Sequence[int]]) -> dict[tuple[int, ...], int]:

@@ -351,8 +351,15 @@ def test_a_bad_child_list_is_refused_by_the_grouped_grid():
     drafts = [GridDraft(1, (0,), ((1, 0), (2, 1)))]
     with pytest.raises(ValueError, match="q = 0"):
         grid_block_efficiency(table, drafts, "specinfer", K_values=(1, 2), L2_values=(0, 1, 2))
-    with pytest.raises(ValueError, match="not a token id"):
-        grid_block_efficiency(table, [GridDraft(1, (0,), ((1, 7), (1, 1)))], "nss", K_values=(1, 2), L2_values=(0, 1, 2))
+    for name in ("specinfer", "nss"):  # NSS's grid (simlab.reach_grid) refuses alike, before any mass
+        with pytest.raises(ValueError, match="token 2 has q = 0"):
+            grid_block_efficiency(table, drafts, name, K_values=(1, 2), L2_values=(0, 1, 2))
+        with pytest.raises(ValueError, match="not a token id"):
+            grid_block_efficiency(table, [GridDraft(1, (0,), ((1, 7), (1, 1)))], name, K_values=(1, 2), L2_values=(0, 1, 2))
+        with pytest.raises(ValueError, match="not a token id"):
+            grid_block_efficiency(table, [GridDraft(1, (True,), ((1, 0), (1, 1)))], name, K_values=(1, 2), L2_values=(0, 1))
+        with pytest.raises(ValueError, match="not a token id"):
+            grid_block_efficiency(table, [GridDraft(1, (0,), ((1, 0), (1.0, 1)))], name, K_values=(1, 2), L2_values=(0, 1))
 
 
 @pytest.mark.parametrize("verifier", NODE_VERIFIERS, ids=lambda v: repr(v))
@@ -494,3 +501,80 @@ def test_traversal_weight_update_keeps_a_small_excess():
     assert verifier.accept_masses(tree) == {(0,): 1.0}
     assert {path: float(v.sum()) for path, v in verifier.outcome_law(tree).items()} == {(0,): 1.0}
     assert verifier.expected_block_efficiency(tree) == 2.0
+
+
+def _walk(table, path, length, rng):
+    """``length`` tokens below ``path``, each drawn from q (a child q can have drawn)."""
+    from simlab.distributions import sample_categorical
+
+    for _ in range(length):
+        path = path + (sample_categorical(table.q(path), rng),)
+    return path
+
+
+def _reach_grid_agrees(V, eos, seed=5) -> bool:
+    """``reach_grid.grid_values`` against the tree walk (``TopDown.block_efficiency_by_depth`` on the
+    grid's delayed trees) at every cut-off down to the longest branch, bit for bit: hand-built drafts
+    with trunks of 0-2 tokens (L1 = the trunk's length or not), 1-6 branches of 0-4 tokens."""
+    from simlab import reach_grid
+    from simlab.efficiency import GridDraft, _draft_trees
+
+    rng = np.random.default_rng(seed)
+    base = MarkovPair.random(V, rng, closeness=0.5)
+    table = NodeTable(MarkovPair(base.target, base.draft, eos_id=eos), (0,))
+    drafts = []
+    for _ in range(200):
+        trunk = _walk(table, (), int(rng.integers(0, 3)), rng)
+        lengths = [int(rng.integers(1, 5)) if rng.random() > 0.1 else 0 for _ in range(int(rng.integers(1, 7)))]
+        branches = tuple(_walk(table, trunk, n, rng)[len(trunk):] for n in lengths)
+        drafts.append(GridDraft(len(trunk) - int(rng.integers(0, 2)) if trunk else 0, trunk, branches))
+    K_values, L2_values = (3, 1, 6, 2, 4), range(7)
+    fast = reach_grid.grid_values(NodeTable(table.pair, (0,)), drafts, K_values, L2_values)
+    walk = tree_verifiers.get("nss")
+    for d, draft in enumerate(drafts):
+        trees = _draft_trees(table, draft, K_values, per_path=False)
+        for j, K in enumerate(K_values):
+            if not np.array_equal(fast[d, j], walk.block_efficiency_by_depth(trees[K], [draft.L1 + L2 for L2 in L2_values])):
+                return False
+    return True
+
+
+@pytest.mark.parametrize("V", [3, 12])
+@pytest.mark.parametrize("eos", [None, 1])
+def test_reach_grid_equals_the_tree_walk_bit_for_bit(V, eos):
+    """NSS's grid without trees (``simlab.reach_grid``): duplicated children (V = 3), many nodes per
+    depth (V = 12: the walk's summation order matters to the last bit), EOS, uneven branches."""
+    assert _reach_grid_agrees(V, eos)
+
+
+def test_reach_grid_agreement_catches_planted_faults(monkeypatch):
+    """The agreement test fails when a node is counted at every copy, or when a depth's nodes are
+    added left to right instead of in the walk's order."""
+    from simlab import reach_grid
+
+    with monkeypatch.context() as m:
+        m.setattr(reach_grid, "first_copies", lambda tokens: np.broadcast_to(np.arange(tokens.shape[1])[None, :, None], tokens.shape))
+        assert not _reach_grid_agrees(3, None)
+    with monkeypatch.context() as m:
+        walk_order = reach_grid.walk_order
+        m.setattr(reach_grid, "walk_order", lambda first: walk_order(first)[:, ::-1])
+        assert not _reach_grid_agrees(12, None)
+
+
+def test_branch_is_target_declares_p_for_every_child_list():
+    """What ``branch_is_target`` declares (the NSS grid relies on it): B(x, .) = p for every child
+    list, and lossless for every drafting law."""
+    from simlab.verifiers.base import ALL_LAWS
+
+    declared = [v for v in NODE_VERIFIERS if v.branch_is_target]
+    assert {v.name for v in declared} == {"nss"}
+    p, q = np.array([0.4, 0.3, 0.2, 0.1, 0.0]), np.array([0.1, 0.2, 0.3, 0.0, 0.4])
+    for verifier in declared:
+        assert verifier.lossless_for == ALL_LAWS
+        plan = verifier.prepare(p, q, 3)
+        for x in ([0, 0, 0], [4, 1, 2], [2, 4, 2]):
+            assert np.array_equal(plan.output_distribution(x), p)
+    from simlab import reach_grid
+
+    assert [n for n in tree_verifiers.names() if reach_grid.serves(tree_verifiers.get(n))] == ["nss"]
+    assert not reach_grid.serves(tree_verifiers.TopDown(verifiers.get("nss"), first_path_only=True))

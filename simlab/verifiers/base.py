@@ -31,7 +31,10 @@ Optional capabilities (class attributes, default off):
 * ``speculative_at_one``: with k = 1 the verifier's law is speculative sampling's (NaiveTree's),
   so a tree computation shares one speculative-sampling plan across such verifiers
   (``simlab.trees.NodeTable.plan``); declared by NaiveTree, SpecTr, SpecInfer, RRS without
-  replacement and checked by enumeration in the tests.
+  replacement and checked by enumeration in the tests;
+* ``branch_is_target``: B(x, .) = p whatever the children x (the output is a draw from p, accepted
+  when it is a child), hence lossless for every drafting law, and a tree's reach probabilities are
+  products of p along paths (``simlab.reach_grid``); declared by NSS and checked in the tests.
 """
 
 from __future__ import annotations
@@ -229,6 +232,8 @@ class NodeVerifier(abc.ABC):
             (temperature 0), whatever the drafting law.
         speculative_at_one: optional capability: True when, with one child, the law is
             speculative sampling's (the module docstring).
+        branch_is_target: optional capability: True when B(x, .) = p for all children x (the
+            module docstring).
     """
 
     name: ClassVar[str]
@@ -236,6 +241,7 @@ class NodeVerifier(abc.ABC):
     lossless_for: ClassVar[frozenset[Drafting]] = frozenset({Drafting.IID})
     needs_greedy_target: ClassVar[bool] = False
     speculative_at_one: ClassVar[bool] = False
+    branch_is_target: ClassVar[bool] = False
 
     def leaf_law(self, p: np.ndarray) -> np.ndarray:
         """The law of the bonus token at a leaf (no children) with target ``p`` (validated float64

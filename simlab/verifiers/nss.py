@@ -39,6 +39,7 @@ class NSS(NodeVerifier):
 
     name = "nss"
     lossless_for = ALL_LAWS
+    branch_is_target = True
 
     def _plan(self, p, q, k):
         return _NSSPlan(self, p, q, k)
