@@ -229,26 +229,30 @@ def draw_grids(tables: Sequence[NodeTable], rngs: Sequence[np.random.Generator],
 
 
 def streamed_masses(table: NodeTable, requests) -> dict:
-    """Answer mass requests (``TopDown.mass_requests``: (path, node verifier, children)) node by
-    node with the numpy plans, reading each node's p and q once and keeping no plan: memory
-    bounded by one node's rows and plans, whatever the number of nodes (the plans memoised in
-    the table keep every node's rows alive).  The same plans and masses as ``NodeTable.plan``
-    (bit for bit: the same ``prepare`` and ``children_mass`` calls).
+    """Answer mass requests (``TopDown.mass_requests``: (path, node verifier, children, law),
+    ``simlab.trees.mass_request``) node by node with the numpy plans, reading each node's p and q
+    once and keeping no plan: memory bounded by one node's rows and plans, whatever the number of
+    nodes (the plans memoised in the table keep every node's rows alive).  The same plans, masses
+    and refusals as ``NodeTable.plan`` (bit for bit: the same ``prepare`` and ``children_mass``
+    calls, with the node's law).
 
     Returns:
         (node verifier, path, children) -> float64 (k,).
 
     Raises:
-        ValueError: as ``prepare`` and ``children_mass`` (e.g. a child with q = 0).
+        ValueError: as ``prepare`` and ``children_mass`` (e.g. a drafted child with q = 0).
     """
+    from simlab.trees import mass_request
+
     by_path: dict = {}
-    for path, node, kids in requests:
-        by_path.setdefault(path, {}).setdefault((node, len(kids)), set()).add(tuple(kids))
+    for request in requests:
+        path, node, kids, law = mass_request(request)
+        by_path.setdefault(path, {}).setdefault((node, len(kids), law), set()).add(kids)
     out = {}
     for path, groups in by_path.items():
         p, q = table.p(path), table.q(path)
-        for (node, k), children in groups.items():
-            plan = node.prepare(p, q, k, checked=True)
+        for (node, k, law), children in groups.items():
+            plan = node.prepare(p, q, k, law, checked=True)
             for kids in children:
                 out[(node, path, kids)] = plan.children_mass(np.asarray(kids))
     return out
@@ -320,7 +324,7 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
             masses = streamed_masses(table, flat)
 
         def by_depth(key, i, tree, depths):
-            node_at = {path: node for path, node, _ in requests[(*key, i)]}
+            node_at = {path: node for path, node, *_ in requests[(*key, i)]}
             return verifier.by_depth_from_masses(tree, depths, lambda path, kids: masses[(node_at[path], path, tuple(kids))])
     else:
         def by_depth(key, i, tree, depths):

@@ -38,6 +38,15 @@ def planning_verifier(verifier, k: int):
 Path = tuple[int, ...]
 
 
+def mass_request(request) -> tuple:
+    """(path, node verifier, children, law) of a mass request (``TopDown.mass_requests``, answered by
+    ``simlab.efficiency.streamed_masses`` and ``simlab.batched.table_masses``); a request of three
+    items (path, node verifier, children) has the node verifier's own ``drafting`` as its law.
+    The law decides which children must have q > 0 (``simlab.verifiers.base.check_drafted``)."""
+    path, node, kids, *law = request
+    return tuple(path), node, tuple(kids), law[0] if law else node.drafting
+
+
 def _same(a, b) -> bool:
     """Equal shape and values, for host arrays and torch tensors alike."""
     if is_tensor(a) and is_tensor(b):
