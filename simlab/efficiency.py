@@ -45,15 +45,27 @@ class Estimate:
         stderr: its standard error (0.0 for ``exact``; NaN for one Monte Carlo sample).
         method: ``"exact"``, ``"mc"`` or ``"simulation"``.
         samples: trees (mc) or verification steps (simulation) used; trees enumerated (exact).
-        lossless: False when the verifier is not lossless for the builder's trees (the value
-            was asked for with ``allow_lossy=True``; ``pairing_bias`` gives the bias).
+        lossless: False when the verifier is not lossless for the trees the value was computed
+            from (the value was asked for with ``allow_lossy=True``; ``pairing_bias`` gives the
+            bias); every entry point computes it with ``lossless_over``.
     """
 
     mean: float
     stderr: float
     method: str
     samples: int
-    lossless: bool = True
+    lossless: bool
+
+
+def lossless_over(verifier, trees, depths: Sequence[int] | None = None):
+    """The ``lossless`` flag of every ``Estimate``, computed here only: True when ``verifier`` is
+    lossless on every tree of ``trees``, the trees the value was computed from
+    (``TreeVerifier.lossless_depth``, one pass per tree).  With ``depths``, one flag per cut
+    (the trees cut at d tokens, ``DraftTree.truncate``): a list of bools."""
+    margins = [(verifier.lossless_depth(tree), tree.depth()) for tree in trees]
+    if depths is None:
+        return all(deepest >= whole for deepest, whole in margins)
+    return [all(deepest >= cut for deepest, _ in margins) for cut in depths]
 
 
 def _verifier(verifier, allow_lossy: bool = False):
@@ -114,7 +126,7 @@ def expected_block_efficiency(pair: ModelPair, context: Sequence[int], shape, ve
             total += prob * verifier.expected_block_efficiency(tree)
             weight += prob
             count += 1
-            lossless = lossless and verifier.lossless_on(tree)
+            lossless = lossless and lossless_over(verifier, [tree])
         return Estimate(total / weight, 0.0, "exact", count, lossless)
     if method == "mc":
         samples = check_int(samples, "samples", 1)
@@ -122,7 +134,7 @@ def expected_block_efficiency(pair: ModelPair, context: Sequence[int], shape, ve
         trees = [shape.sample(table, rng) for _ in range(samples)]
         values = np.array([verifier.expected_block_efficiency(tree) for tree in trees])
         stderr = float(values.std(ddof=1) / math.sqrt(samples)) if samples > 1 else float("nan")
-        return Estimate(float(values.mean()), stderr, "mc", samples, all(verifier.lossless_on(t) for t in trees))
+        return Estimate(float(values.mean()), stderr, "mc", samples, lossless_over(verifier, trees))
     raise ValueError(f"method: must be 'exact', 'mc' or 'auto', got {method!r}")
 
 
@@ -335,8 +347,9 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
         means = values.mean(axis=0)
         n = len(group)
         errors = values.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.full(len(L2_values), np.nan)
+        flags = lossless_over(verifier, group, [L1 + L2 for L2 in L2_values])
         for j, L2 in enumerate(L2_values):
-            out[(K, L1, L2)] = Estimate(float(means[j]), float(errors[j]), "mc", n)
+            out[(K, L1, L2)] = Estimate(float(means[j]), float(errors[j]), "mc", n, flags[j])
     return out
 
 
@@ -368,9 +381,12 @@ def simulate_block_efficiency(pair: ModelPair, context: Sequence[int], shape, ve
     steps = check_int(steps, "steps", 2)
     table = NodeTable(pair, context)
     rng = np.random.default_rng(seed)
-    lengths = np.array([counted_tokens(verifier.verify(shape.sample(table, rng), rng)[0], table.eos_id) for _ in range(steps)],
-                       dtype=float)
-    return Estimate(float(lengths.mean()), float(lengths.std(ddof=1) / math.sqrt(steps)), "simulation", steps)
+    lengths, lossless = np.empty(steps), True
+    for i in range(steps):
+        tree = shape.sample(table, rng)
+        lengths[i] = counted_tokens(verifier.verify(tree, rng)[0], table.eos_id)
+        lossless = lossless and lossless_over(verifier, [tree])
+    return Estimate(float(lengths.mean()), float(lengths.std(ddof=1) / math.sqrt(steps)), "simulation", steps, lossless)
 
 
 def emitted_sequence_law(pair: ModelPair, context: Sequence[int], shape, verifier, n: int,

@@ -28,6 +28,7 @@ result is, and ``simlab.efficiency.pairing_bias`` gives the exact bias of a loss
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -77,9 +78,25 @@ class TreeVerifier(abc.ABC):
                         "is not one-hot (temperature > 0)")
         return None
 
-    def lossless_on(self, tree: DraftTree) -> bool:
-        """True when verifying ``tree`` with this verifier emits the target law."""
-        return self.mismatch(tree) is None
+    def lossless_on(self, tree: DraftTree, depth: int | None = None) -> bool:
+        """True when verifying ``tree`` (cut at ``depth`` tokens, ``DraftTree.truncate``; default:
+        whole) with this verifier emits the target law: ``lossless_depth(tree) >= depth``."""
+        return self.lossless_depth(tree) >= (tree.depth() if depth is None else depth)
+
+    def lossless_depth(self, tree: DraftTree) -> float:
+        """The deepest cut of ``tree`` this verifier is lossless on (``math.inf``: every cut): a cut
+        at d keeps the children of nodes above depth d, each checked by ``node_lossless``, and
+        reads p at nodes down to depth d (``needs_greedy_target``).  One pass, for every cut; the
+        same nodes ``mismatch`` checks (tests/test_lossless_flag.py asserts they agree)."""
+        deepest = math.inf
+        for path, kids in tree.children.items():
+            if kids and len(path) < deepest and not self.node_lossless(tree, path):
+                deepest = len(path)  # its children are kept by every cut deeper than len(path)
+        if self.needs_greedy_target:
+            for path in tree.nodes():
+                if len(path) <= deepest and tree.table.p(path).max() < 1.0:
+                    deepest = len(path) - 1  # p at this node is read by every cut at or below it
+        return deepest
 
     def check(self, tree: DraftTree) -> None:
         """Raise ``ValueError`` for a lossy pairing, unless ``allow_lossy``."""
