@@ -290,6 +290,24 @@ class NodeTable:
         return self._plans[key]
 
 
+DISTINCT_CHILDREN = (Drafting.WITHOUT_REPLACEMENT, Drafting.DETERMINISTIC, Drafting.MIXED)
+"""The laws that never draft a token twice at one node (``Drafting.REPEATED`` lists one token only)."""
+
+
+def check_child_list(kids: Sequence[int], law: Drafting, path: Path = ()) -> None:
+    """Refuse a child list that ``law`` cannot produce: two different tokens under
+    ``Drafting.REPEATED`` (one draw listed k times), a repeated token under a law of distinct
+    children (without replacement, deterministic, mixed); i.i.d. children may be anything.
+
+    Raises:
+        ValueError: ``children: ...`` naming the node, its children and the law.
+    """
+    if law is Drafting.REPEATED and len(set(kids)) > 1:
+        raise ValueError(f"children: node {path} lists {list(kids)} drafted {law.description}: its copies must be one token")
+    if law in DISTINCT_CHILDREN and len(set(kids)) != len(kids):
+        raise ValueError(f"children: node {path} lists {list(kids)} drafted {law.description}: a token appears twice")
+
+
 @dataclass
 class DraftTree:
     """A draft tree over a ``NodeTable``.
@@ -306,7 +324,8 @@ class DraftTree:
 
     Raises:
         ValueError: ``tree: ...`` for a child that is not a token id in [0, V), or a law that
-            is not a ``Drafting``.
+            is not a ``Drafting``; ``children: ...`` for a child list its node's law cannot
+            produce (``check_child_list``).
     """
 
     table: NodeTable
@@ -323,6 +342,8 @@ class DraftTree:
                     raise ValueError(f"tree: node {path} has child {t!r}, not a token id in [0, {vocab})")
         if not isinstance(self.drafting, Drafting) or not all(isinstance(v, Drafting) for v in self.node_laws.values()):
             raise ValueError(f"tree: drafting laws must be simlab.drafting.Drafting values, got {self.drafting!r}")
+        for path, kids in self.children.items():
+            check_child_list(kids, self.law(path), path)
 
     def law(self, path: Path) -> Drafting:
         """How the children of ``path`` were drawn."""
