@@ -17,7 +17,7 @@ import pytest
 
 from checks import BOUNDARY_CASES, BOUNDARY_UNIFORMS, ConstantGenerator, check_boundary_uniforms, check_draw_helper
 from simlab import tree_verifiers, verifiers
-from simlab.distributions import sample_categorical
+from simlab.distributions import inverse_cdf, sample_categorical
 from simlab.drafting import Drafting
 from simlab.pairs import ContextFreePair
 from simlab.trees import DraftTree, NodeTable
@@ -28,6 +28,7 @@ UNIFORM = np.full(10, 0.1)  # the issue-28 case: children covering p's support a
 
 def test_the_draw_helper_returns_an_index_of_positive_mass():
     check_draw_helper(sample_categorical)
+    check_draw_helper(lambda probs, rng: inverse_cdf(np.cumsum(probs), rng))  # the form for a kept cdf
 
 
 def test_the_draw_helper_refuses_a_law_without_mass():
