@@ -8,7 +8,7 @@ import pytest
 from simlab.builders import EAGLE2, GreedyDraftTree
 from simlab.pairs import MarkovPair
 from simlab.shapes import Delayed, iid
-from tree_checks import check_fast_efficiency, check_simulation_matches_exact, check_tree_lossless
+from tree_checks import check_fast_efficiency, check_lossless_flag, check_simulation_matches_exact, check_tree_lossless
 from tree_mutants import BUILDER_MUTANTS, TREE_MUTANTS, SequoiaWeightsReversed
 
 PAIR = MarkovPair.random(3, np.random.default_rng(13), concentration=0.7, closeness=0.3)
@@ -19,6 +19,7 @@ CHECKS = {
     "simulation": lambda v: check_simulation_matches_exact(PAIR, CONTEXT, iid(1, 3), v, steps=3000, seed=5),
     "fast E": lambda v: check_fast_efficiency(v),
     "lossless on deterministic trees": lambda v: check_tree_lossless(PAIR, CONTEXT, EAGLE2(budget=3, depth=1, top_k=2), v),
+    "lossless flag": lambda v: check_lossless_flag(v, PAIR, CONTEXT),
 }
 BUILDER_CHECKS = {
     "lossless": lambda b: [check_tree_lossless(PAIR, CONTEXT, b, v) for v in ("greedy_draft", "onehot")],
@@ -50,6 +51,7 @@ def test_the_checks_pass_on_the_real_verifiers():
     for name in ("specinfer", "spectr", "traversal", "naive_chain"):
         CHECKS["lossless"](tree_verifiers.get(name))
         CHECKS["fast E"](tree_verifiers.get(name))
+        CHECKS["lossless flag"](tree_verifiers.get(name))
     for name in ("onehot", "nss", "greedy_draft"):
         CHECKS["lossless on deterministic trees"](tree_verifiers.get(name))
     BUILDER_CHECKS["lossless"](GreedyDraftTree(budget=3, depth=2, top_k=1))

@@ -60,7 +60,7 @@ class TreeVerifier(abc.ABC):
     def _greedy_target(self, tree: DraftTree) -> Path | None:
         """The first node whose target is not one-hot, for verifiers that need a greedy target."""
         for path in tree.nodes():
-            if tree.table.p(path).max() < 1.0:
+            if not _one_hot_target(tree, path):
                 return path
         return None
 
@@ -94,7 +94,7 @@ class TreeVerifier(abc.ABC):
                 deepest = len(path)  # its children are kept by every cut deeper than len(path)
         if self.needs_greedy_target:
             for path in tree.nodes():
-                if len(path) <= deepest and tree.table.p(path).max() < 1.0:
+                if len(path) <= deepest and not _one_hot_target(tree, path):
                     deepest = len(path) - 1  # p at this node is read by every cut at or below it
         return deepest
 
@@ -156,6 +156,12 @@ class TreeVerifier(abc.ABC):
             dist = self.accepted_length_distribution(tree)
             return float(np.dot(np.arange(1, dist.size + 1), dist))
         return float(sum(mass * counted_tokens(path, eos) for path, mass in self.accept_masses(tree).items()))
+
+
+def _one_hot_target(tree: DraftTree, path: Path) -> bool:
+    """True when p at ``path`` is one-hot; read once per node of a table (``NodeTable.memo``: the
+    check and the flag of every result ask it of the same nodes)."""
+    return tree.table.memo(("one-hot target", path), lambda: bool(tree.table.p(path).max() >= 1.0))
 
 
 def counted_tokens(path: Path, eos: int | None) -> int:

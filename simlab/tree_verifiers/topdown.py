@@ -93,7 +93,8 @@ class TopDown(TreeVerifier):
         """What ``block_efficiency_by_depth`` asks of the node plans: (path, node verifier, children,
         law) for every node with children, the node verifier being the one
         ``simlab.trees.NodeTable.plan`` prepares there (``for_law``, and the shared
-        speculative-sampling plan for one child), the law the node's (``simlab.trees.mass_request``).
+        speculative-sampling plan for one child), and the law of the node's children
+        (``simlab.trees.mass_request``).
         A batched engine answers them all at once (``simlab.efficiency.grid_block_efficiency``)."""
         from simlab.trees import planning_verifier
 
