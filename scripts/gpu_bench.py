@@ -83,7 +83,7 @@ def bench(vocab: int, device: str, *, nodes: int, trees: int, repeat: int, cpu_n
     for name in VERIFIERS:
         v = verifiers.get(name)
         cpu = _timed(lambda: [v.prepare(p, q, 4, checked=True).children_mass(x) for p, q, x in zip(P_cpu, Q_cpu, X_cpu)], lambda: None, 1)
-        dev = _timed(lambda: batched.children_mass(v, P, Q, X), sync, repeat)
+        dev = _timed(lambda: batched.children_mass(v, P, Q, X, checked=True), sync, repeat)  # rows valid by construction, as the CPU side's
         rows.append({"V": vocab, "level": "node", "verifier": name, "cpu_per_s": cpu_nodes / cpu, "device_per_s": nodes / dev})
     # Trees and the grid: structures drawn on the CPU from a context-free pair at this V (its p, q
     # rows are the device rows' first two), masses on the device from rows resident there.
@@ -113,7 +113,7 @@ def _engine_time(requests, vocab, device, gen, sync, repeat) -> float:
     from simlab import batched
 
     groups: dict = {}
-    for _, node, kids in requests:
+    for _, node, kids, *_ in requests:  # (path, node verifier, children, law)
         groups.setdefault((node, len(kids)), []).append(kids)
     batches = []
     for (node, k), kids in groups.items():
@@ -122,7 +122,7 @@ def _engine_time(requests, vocab, device, gen, sync, repeat) -> float:
 
     def run():
         for node, P, Q, X in batches:
-            batched.children_mass(node, P, Q, X)
+            batched.children_mass(node, P, Q, X, checked=True)  # as table_masses: rows validated once by the table
 
     return _timed(run, sync, repeat)
 

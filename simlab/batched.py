@@ -37,22 +37,37 @@ def supports(verifier) -> bool:
     return getattr(verifier, "name", None) in SUPPORTED
 
 
-def children_mass(verifier, P: "torch.Tensor", Q: "torch.Tensor", X: "torch.Tensor") -> "torch.Tensor":
+def children_mass(verifier, P: "torch.Tensor", Q: "torch.Tensor", X: "torch.Tensor", *, laws=None,
+                  checked: bool = False) -> "torch.Tensor":
     """B(X[n], X[n, j]) for every node n and child j: the batched ``NodePlan.children_mass``.
+
+    Validates its inputs as the numpy reference does (``NodeVerifier.prepare`` and
+    ``NodePlan.check_children``), with the same messages: the rows on the device (only booleans
+    and the one offending row reach the host), the children by the reference's own
+    ``simlab.verifiers.base.check_drafted`` on the [N, k] values of Q at them.
 
     Args:
         verifier: a node verifier with ``supports(verifier)`` (its options are honoured:
             SpecInfer's ``order``, SpecTr's ``rho``).
-        P, Q: [N, V] floating tensors on one device (rows validated by the caller, e.g. a
-            ``simlab.trees.NodeTable``); the computation runs in their dtype.
-        X: [N, k] integer tensor of child token ids, k >= 1, on the same device; sampled
-            children must have Q > 0 (as ``NodePlan.check_children`` requires).
+        P, Q: [N, V] floating tensors on one device; the computation runs in their dtype.
+        X: [N, k] integer tensor of child token ids, k >= 1, on the same device.
+        laws: the drafting law of each node's children (N ``simlab.drafting.Drafting`` values;
+            default: the verifier's ``drafting`` for every node): the children a law drew from q
+            must have Q > 0 there.
+        checked: True when every row of P and Q was validated already (a
+            ``simlab.trees.NodeTable`` validates each node's rows once): the rows are not checked
+            again, the children still are (O(k) per node).
 
     Returns:
         [N, k] tensor (P's dtype and device); a repeated child gets its token's whole mass.
 
     Raises:
-        ValueError: an unsupported verifier, tensors of the wrong rank, shape, dtype or device.
+        ValueError: an unsupported verifier; tensors of the wrong rank, shape, dtype or device;
+            ``P row n: ...`` / ``Q row n: ...`` for a row that is not a distribution (NaN, inf,
+            negative, a sum off 1; ``simlab.distributions.check_distribution``); ``X row n:
+            children: ...`` with ``NodePlan.check_children``'s message (an id outside [0, V), a
+            drafted child with Q = 0, repeats for a verifier of distinct children); ``laws: ...``
+            not N laws.
     """
     import torch
 
@@ -68,9 +83,62 @@ def children_mass(verifier, P: "torch.Tensor", Q: "torch.Tensor", X: "torch.Tens
     if not (P.device == Q.device == X.device):
         raise ValueError(f"P, Q, X: must be on one device, got {P.device}, {Q.device}, {X.device}")
     X = X.long()
-    if X.numel() and (int(X.min()) < 0 or int(X.max()) >= P.shape[1]):
-        raise ValueError(f"X: token ids must lie in [0, {P.shape[1]})")
+    if not checked:
+        _check_rows(P, Q)
+    _check_children(verifier, Q, X, laws)
     return _IMPLEMENTATIONS[verifier.name](verifier, P, Q, X)
+
+
+def _check_rows(P, Q) -> None:
+    """Refuse a row of P or Q that is not a distribution, with ``check_distribution``'s message for
+    the first one (found on the device; float64 rows at its 1e-9, other dtypes at V machine epsilons)."""
+    import torch
+
+    from simlab.distributions import SUM_TOLERANCE, check_distribution
+
+    tolerance = max(SUM_TOLERANCE, P.shape[1] * torch.finfo(P.dtype).eps)
+    for name, rows in (("P", P), ("Q", Q)):
+        bad = ~torch.isfinite(rows).all(dim=1) | (rows.min(dim=1).values < 0) | ((rows.sum(dim=1) - 1.0).abs() > tolerance)
+        if bool(bad.any()):
+            i = int(torch.nonzero(bad)[0, 0])
+            row = rows[i].to("cpu", torch.float64).numpy()
+            if P.dtype == torch.float64:
+                check_distribution(row, f"{name} row {i}")  # raises: the reference's message
+            raise ValueError(f"{name} row {i}: not a probability vector (NaN, inf or negative entries, or a sum off 1 "
+                             f"by more than {tolerance:.3g})")
+
+
+def _check_children(verifier, Q, X, laws) -> None:
+    """The reference's children check (``check_child_ids`` ranges, ``check_drafted``) on every node,
+    from the [N, k] ids and values of Q at them (one small copy to the host)."""
+    import numpy as np
+
+    from simlab.drafting import Drafting
+    from simlab.verifiers.base import DISTINCT_LAWS, check_child_ids, check_drafted, drafted_mask
+
+    N, k = X.shape
+    if laws is None:
+        laws = [verifier.drafting] * N
+    laws = list(laws)
+    if len(laws) != N or not all(isinstance(law, Drafting) for law in laws):
+        raise ValueError(f"laws: must be {N} simlab.drafting.Drafting values, one per node")
+    ids = X.cpu().numpy()
+    out_of_range = (ids < 0) | (ids >= Q.shape[1])
+    try:
+        for i in np.flatnonzero(out_of_range.any(axis=1))[:1]:
+            check_child_ids(ids[i], k, Q.shape[1])  # raises
+        q_at = Q.gather(1, X).cpu().numpy()
+        masks = {law: drafted_mask(law, k) for law in set(laws)}
+        suspect = ((q_at == 0) & np.stack([masks[law] for law in laws])).any(axis=1)
+        if verifier.divides_by_q:
+            suspect |= (q_at == 0).any(axis=1)
+        if verifier.drafting in DISTINCT_LAWS:
+            ordered = np.sort(ids, axis=1)
+            suspect |= (ordered[:, 1:] == ordered[:, :-1]).any(axis=1)
+        for i in np.flatnonzero(suspect):
+            check_drafted(verifier, laws[i], ids[i], q_at[i])  # raises
+    except ValueError as exc:  # the reference's message, after the row it is about
+        raise ValueError(f"X row {i}: {exc}") from None
 
 
 def _copies(X: "torch.Tensor", mass: "torch.Tensor") -> "torch.Tensor":
@@ -214,7 +282,8 @@ def table_masses(table, requests, *, device=None, dtype=None, chunk: int = 256) 
 
     Args:
         table: the NodeTable holding every requested node's p and q.
-        requests: iterable of (path, node verifier, children) triples.
+        requests: iterable of (path, node verifier, children, law) (``simlab.trees.mass_request``;
+            without the law, the node verifier's own).
         device: a torch device (default: where the table's resident logits are, else the CPU);
             dtype: default torch.float64.
 
@@ -222,7 +291,8 @@ def table_masses(table, requests, *, device=None, dtype=None, chunk: int = 256) 
         (node verifier, path, children) -> float64 numpy (k,).
 
     Raises:
-        ValueError: a node verifier the engine does not implement, or chunk < 1.
+        ValueError: a node verifier the engine does not implement, chunk < 1, or children the
+            numpy plans refuse (``children_mass``: the same message).
     """
     import torch
 
@@ -235,19 +305,23 @@ def table_masses(table, requests, *, device=None, dtype=None, chunk: int = 256) 
         raise ValueError(f"device: not a torch device ({exc})") from None
     if device is not None and device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device: {device} asked for, but this torch has no CUDA device")
+    from simlab.trees import mass_request
+
     groups: dict = {}
-    for path, node, kids in requests:
+    for request in requests:
+        path, node, kids, law = mass_request(request)
         if not supports(node):
             raise ValueError(f"verifier: the batched engine implements {', '.join(SUPPORTED)}, not {node.name!r}")
-        groups.setdefault((node, len(kids)), {})[(path, tuple(kids))] = None
+        groups.setdefault((node, len(kids)), {})[(path, kids, law)] = None
     out = {}
     for (node, _), keys in groups.items():
         keys = list(keys)
         for start in range(0, len(keys), chunk):
             part = keys[start:start + chunk]
-            P, Q = table.torch_rows([path for path, _ in part], device=device, dtype=dtype)
-            X = torch.tensor([kids for _, kids in part], dtype=torch.int64, device=P.device)
-            mass = children_mass(node, P, Q, X).to("cpu", torch.float64).numpy()
-            for (path, kids), row in zip(part, mass):
+            P, Q = table.torch_rows([path for path, _, _ in part], device=device, dtype=dtype)
+            X = torch.tensor([kids for _, kids, _ in part], dtype=torch.int64, device=P.device)
+            # the table validated every row once (torch_rows); the children are checked here
+            mass = children_mass(node, P, Q, X, laws=[law for _, _, law in part], checked=True).to("cpu", torch.float64).numpy()
+            for (path, kids, _), row in zip(part, mass):
                 out[(node, path, kids)] = row
     return out

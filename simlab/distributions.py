@@ -66,13 +66,38 @@ def check_pair(p, q) -> tuple[np.ndarray, np.ndarray]:
 
 
 def sample_categorical(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one index from ``probs`` (shape (V,), non-negative, positive sum) by inverse CDF.
+    """Draw one index from ``probs`` (shape (V,), non-negative, positive sum) by inverse CDF: the
+    first index whose cumulative mass exceeds ``U * total``, U = ``rng.random()`` in [0, 1).
 
-    Consumes exactly one ``rng.random()``; never returns an index of zero mass.
-    ``probs`` need not be normalised exactly (its own total is used).
+    The one categorical draw of the lab: every sampler (node verifiers, tree verifiers, builders,
+    drafting laws, the synthetic worlds through ``inverse_cdf``) draws through it.  Consumes
+    exactly one ``rng.random()``; returns an index of positive mass for every U in [0, 1): when
+    ``U * total`` rounds up to the total (U just below 1 with a subnormal total), the last index
+    of positive mass, the one U -> 1 reaches.  ``probs`` need not be normalised exactly (its own
+    total is used).
+
+    Raises:
+        ValueError: ``probs: ...`` when the total mass is not positive (no index can be drawn;
+            a caller with a zero residual decides what its rule emits, never this draw).
     """
-    cdf = np.cumsum(probs)
-    return int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
+    return inverse_cdf(np.cumsum(probs), rng)
+
+
+def inverse_cdf(cdf: np.ndarray, rng: np.random.Generator) -> int:
+    """``sample_categorical`` given the cumulative sums ``cdf = np.cumsum(probs)`` (float64 (V,)),
+    for a caller that draws many times from one law and keeps its cdf: the same index, the same
+    uniform, the same guard.
+
+    Raises:
+        ValueError: ``probs: ...`` when the total mass ``cdf[-1]`` is not positive.
+    """
+    total = cdf[-1]
+    if not total > 0.0:
+        raise ValueError(f"probs: total mass {total!r} is not positive; nothing to draw")
+    index = int(np.searchsorted(cdf, rng.random() * total, side="right"))
+    if index == cdf.size:  # U * total rounded up to the total: the last index of positive mass
+        index = int(np.searchsorted(cdf, total, side="left"))
+    return index
 
 
 @functools.lru_cache(maxsize=4)

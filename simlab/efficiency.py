@@ -46,15 +46,33 @@ class Estimate:
         stderr: its standard error (0.0 for ``exact``; NaN for one Monte Carlo sample).
         method: ``"exact"``, ``"mc"`` or ``"simulation"``.
         samples: trees (mc) or verification steps (simulation) used; trees enumerated (exact).
-        lossless: False when the verifier is not lossless for the builder's trees (the value
-            was asked for with ``allow_lossy=True``; ``pairing_bias`` gives the bias).
+        lossless: False when the verifier is not lossless for the trees the value was computed
+            from (the value was asked for with ``allow_lossy=True``; ``pairing_bias`` gives the
+            bias); every entry point computes it with ``lossless_over``.
     """
 
     mean: float
     stderr: float
     method: str
     samples: int
-    lossless: bool = True
+    lossless: bool
+
+
+def lossless_over(verifier, trees, depths: Sequence[int] | None = None):
+    """The ``lossless`` flag of every ``Estimate``, computed here only: True when ``verifier`` is
+    lossless on every tree of ``trees``, the trees the value was computed from
+    (``TreeVerifier.lossless_depth``, one pass per tree).  With ``depths``, one flag per cut
+    (the trees cut at d tokens, ``DraftTree.truncate``): a list of bools.  ``trees=None``: a value
+    computed without building trees (``reach_grid.grid_values``), allowed only for a verifier
+    ``reach_grid.serves`` (lossless for every drafting law, so on every grid tree), else ValueError."""
+    if trees is None:  # a value computed without trees: only for verifiers lossless on every grid tree
+        if not reach_grid.serves(verifier):
+            raise ValueError(f"trees: {verifier.name}'s lossless flag needs the trees its value came from")
+        return True if depths is None else [True] * len(depths)
+    margins = [(verifier.lossless_depth(tree), tree.depth()) for tree in trees]
+    if depths is None:
+        return all(deepest >= whole for deepest, whole in margins)
+    return [all(deepest >= cut for deepest, _ in margins) for cut in depths]
 
 
 def _verifier(verifier, allow_lossy: bool = False):
@@ -115,7 +133,7 @@ def expected_block_efficiency(pair: ModelPair, context: Sequence[int], shape, ve
             total += prob * verifier.expected_block_efficiency(tree)
             weight += prob
             count += 1
-            lossless = lossless and verifier.lossless_on(tree)
+            lossless = lossless and lossless_over(verifier, [tree])
         return Estimate(total / weight, 0.0, "exact", count, lossless)
     if method == "mc":
         samples = check_int(samples, "samples", 1)
@@ -123,7 +141,7 @@ def expected_block_efficiency(pair: ModelPair, context: Sequence[int], shape, ve
         trees = [shape.sample(table, rng) for _ in range(samples)]
         values = np.array([verifier.expected_block_efficiency(tree) for tree in trees])
         stderr = float(values.std(ddof=1) / math.sqrt(samples)) if samples > 1 else float("nan")
-        return Estimate(float(values.mean()), stderr, "mc", samples, all(verifier.lossless_on(t) for t in trees))
+        return Estimate(float(values.mean()), stderr, "mc", samples, lossless_over(verifier, trees))
     raise ValueError(f"method: must be 'exact', 'mc' or 'auto', got {method!r}")
 
 
@@ -230,27 +248,31 @@ def draw_grids(tables: Sequence[NodeTable], rngs: Sequence[np.random.Generator],
 
 
 def streamed_masses(table: NodeTable, requests) -> dict:
-    """Answer mass requests (``TopDown.mass_requests``: (path, node verifier, children)) node by
-    node with the numpy plans, reading each node's p and q once and keeping no plan: memory
-    bounded by one node's rows and plans, whatever the number of nodes (the plans memoised in
-    the table keep every node's rows alive).  The same plans and masses as ``NodeTable.plan``
-    (bit for bit: the same ``prepare``, and a node's child lists in one ``children_masses`` call).
+    """Answer mass requests (``TopDown.mass_requests``: (path, node verifier, children, law),
+    ``simlab.trees.mass_request``) node by node with the numpy plans, reading each node's p and q
+    once and keeping no plan: memory bounded by one node's rows and plans, whatever the number of
+    nodes (the plans memoised in the table keep every node's rows alive).  The same plans, masses
+    and refusals as ``NodeTable.plan`` (bit for bit: the same ``prepare`` with the node's law, and
+    a node's child lists in one ``children_masses`` call).
 
     Returns:
         (node verifier, path, children) -> float64 (k,).
 
     Raises:
-        ValueError: as ``prepare`` and ``children_mass`` (e.g. a child with q = 0).
+        ValueError: as ``prepare`` and ``children_mass`` (e.g. a drafted child with q = 0).
     """
+    from simlab.trees import mass_request
+
     by_path: dict = {}
-    for path, node, kids in requests:
-        by_path.setdefault(path, {}).setdefault((node, len(kids)), set()).add(tuple(kids))
+    for request in requests:
+        path, node, kids, law = mass_request(request)
+        by_path.setdefault(path, {}).setdefault((node, len(kids), law), set()).add(kids)
     out = {}
     for path, groups in by_path.items():
         p, q = table.p(path), table.q(path)
-        for (node, k), children in groups.items():
+        for (node, k, law), children in groups.items():
             children = list(children)
-            masses = node.prepare(p, q, k, checked=True).children_masses(np.array(children, dtype=np.int64))
+            masses = node.prepare(p, q, k, law, checked=True).children_masses(np.array(children, dtype=np.int64))
             for kids, row in zip(children, masses):
                 out[(node, path, kids)] = row
     return out
@@ -294,8 +316,8 @@ def grouped_masses(table: NodeTable, verifier, trees) -> dict:
     groups: dict[tuple, dict] = {}
     nodes = {}  # the node verifier is a function of (law, k) for one top-down verifier
     for tree in trees:
-        for path, node, kids in verifier.mass_requests(tree):
-            key = (path, len(kids), tree.law(path))
+        for path, node, kids, law in verifier.mass_requests(tree):
+            key = (path, len(kids), law)
             if key not in groups:
                 groups[key], nodes[key] = {}, node
             groups[key][tuple(kids)] = None
@@ -368,7 +390,9 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
     if engine == "numpy" and reach_grid.serves(verifier):
         K_values = list(dict.fromkeys(K_values))
         values = reach_grid.grid_values(table, drafts, K_values, L2_values)
-        return _estimates({(L1, K): values[group, j] for L1, group in by_L1.items() for j, K in enumerate(K_values)}, L2_values)
+        depths = {L1: [L1 + L2 for L2 in L2_values] for L1 in by_L1}
+        return _estimates({(L1, K): values[group, j] for L1, group in by_L1.items() for j, K in enumerate(K_values)}, L2_values,
+                          {(L1, K): lossless_over(verifier, None, depths[L1]) for L1 in by_L1 for K in K_values})
     trees: dict[tuple[int, int], list] = {}
     for L1, indices in by_L1.items():
         group = [drafts[i] for i in indices]
@@ -394,7 +418,7 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
             masses = streamed_masses(table, flat)
 
         def by_depth(key, i, tree, depths):
-            node_at = {path: node for path, node, _ in requests[(*key, i)]}
+            node_at = {path: node for path, node, *_ in requests[(*key, i)]}
             return verifier.by_depth_from_masses(tree, depths, lambda path, kids: masses[(node_at[path], path, tuple(kids))])
     elif top_down and engine == "numpy":
         for tree in every:
@@ -407,19 +431,21 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
         def by_depth(key, i, tree, depths):
             return verifier.block_efficiency_by_depth(tree, depths)
     return _estimates({(L1, K): np.array([by_depth((L1, K), i, tree, [L1 + L2 for L2 in L2_values]) for i, tree in enumerate(group)])
-                       for (L1, K), group in trees.items()}, L2_values)
+                       for (L1, K), group in trees.items()}, L2_values,
+                      {(L1, K): lossless_over(verifier, group, [L1 + L2 for L2 in L2_values]) for (L1, K), group in trees.items()})
 
 
-def _estimates(values: dict, L2_values) -> dict[tuple[int, int, int], Estimate]:
+def _estimates(values: dict, L2_values, flags: dict) -> dict[tuple[int, int, int], Estimate]:
     """(K, L1, L2) -> the mean over drafts and its standard error, from (L1, K) -> float64
-    (drafts, len(L2_values)) values."""
+    (drafts, len(L2_values)) values, each with its ``lossless`` flag from (L1, K) -> one bool per
+    L2 (``lossless_over``)."""
     out: dict[tuple[int, int, int], Estimate] = {}
     for (L1, K), rows in values.items():
         means = rows.mean(axis=0)
         n = len(rows)
         errors = rows.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.full(len(L2_values), np.nan)
         for j, L2 in enumerate(L2_values):
-            out[(K, L1, L2)] = Estimate(float(means[j]), float(errors[j]), "mc", n)
+            out[(K, L1, L2)] = Estimate(float(means[j]), float(errors[j]), "mc", n, flags[(L1, K)][j])
     return out
 
 
@@ -462,9 +488,12 @@ def simulate_block_efficiency(pair: ModelPair, context: Sequence[int], shape, ve
     steps = check_int(steps, "steps", 2)
     table = NodeTable(pair, context)
     rng = np.random.default_rng(seed)
-    lengths = np.array([counted_tokens(verifier.verify(shape.sample(table, rng), rng)[0], table.eos_id) for _ in range(steps)],
-                       dtype=float)
-    return Estimate(float(lengths.mean()), float(lengths.std(ddof=1) / math.sqrt(steps)), "simulation", steps)
+    lengths, lossless = np.empty(steps), True
+    for i in range(steps):
+        tree = shape.sample(table, rng)
+        lengths[i] = counted_tokens(verifier.verify(tree, rng)[0], table.eos_id)
+        lossless = lossless and lossless_over(verifier, [tree])
+    return Estimate(float(lengths.mean()), float(lengths.std(ddof=1) / math.sqrt(steps)), "simulation", steps, lossless)
 
 
 def emitted_sequence_law(pair: ModelPair, context: Sequence[int], shape, verifier, n: int,

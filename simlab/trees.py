@@ -38,6 +38,15 @@ def planning_verifier(verifier, k: int):
 Path = tuple[int, ...]
 
 
+def mass_request(request) -> tuple:
+    """(path, node verifier, children, law) of a mass request (``TopDown.mass_requests``, answered by
+    ``simlab.efficiency.streamed_masses`` and ``simlab.batched.table_masses``); a request of three
+    items (path, node verifier, children) has the node verifier's own ``drafting`` as its law.
+    The law decides which children must have q > 0 (``simlab.verifiers.base.check_drafted``)."""
+    path, node, kids, *law = request
+    return tuple(path), node, tuple(kids), law[0] if law else node.drafting
+
+
 def _same(a, b) -> bool:
     """Equal shape and values, for host arrays and torch tensors alike."""
     if is_tensor(a) and is_tensor(b):
@@ -281,6 +290,24 @@ class NodeTable:
         return self._plans[key]
 
 
+DISTINCT_CHILDREN = (Drafting.WITHOUT_REPLACEMENT, Drafting.DETERMINISTIC, Drafting.MIXED)
+"""The laws that never draft a token twice at one node (``Drafting.REPEATED`` lists one token only)."""
+
+
+def check_child_list(kids: Sequence[int], law: Drafting, path: Path = ()) -> None:
+    """Refuse a child list that ``law`` cannot produce: two different tokens under
+    ``Drafting.REPEATED`` (one draw listed k times), a repeated token under a law of distinct
+    children (without replacement, deterministic, mixed); i.i.d. children may be anything.
+
+    Raises:
+        ValueError: ``children: ...`` naming the node, its children and the law.
+    """
+    if law is Drafting.REPEATED and len(set(kids)) > 1:
+        raise ValueError(f"children: node {path} lists {list(kids)} drafted {law.description}: its copies must be one token")
+    if law in DISTINCT_CHILDREN and len(set(kids)) != len(kids):
+        raise ValueError(f"children: node {path} lists {list(kids)} drafted {law.description}: a token appears twice")
+
+
 @dataclass
 class DraftTree:
     """A draft tree over a ``NodeTable``.
@@ -297,7 +324,8 @@ class DraftTree:
 
     Raises:
         ValueError: ``tree: ...`` for a child that is not a token id in [0, V), or a law that
-            is not a ``Drafting``.
+            is not a ``Drafting``; ``children: ...`` for a child list its node's law cannot
+            produce (``check_child_list``).
     """
 
     table: NodeTable
@@ -313,6 +341,8 @@ class DraftTree:
                 check_child(path, t, vocab)
         if not isinstance(self.drafting, Drafting) or not all(isinstance(v, Drafting) for v in self.node_laws.values()):
             raise ValueError(f"tree: drafting laws must be simlab.drafting.Drafting values, got {self.drafting!r}")
+        for path, kids in self.children.items():
+            check_child_list(kids, self.law(path), path)
 
     def law(self, path: Path) -> Drafting:
         """How the children of ``path`` were drawn."""

@@ -124,3 +124,42 @@ def check_zero_target_never_accepted(verifier: NodeVerifier) -> None:
     for children in ([0], [0, 0], [0, 1]) if verifier.drafting is Drafting.IID else ([0], [0, 1]):
         out = verifier.sample(p, q, children, ConstantGenerator(0.0))
         assert p[out] > 0, f"{verifier.name}: emitted token {out} with p = 0 at U = 0 (children {children})"
+
+
+BOUNDARY_UNIFORMS = (0.0, 1.0 - 2.0 ** -53)
+"""The ends of the uniform's range: 0 and the largest float below 1."""
+
+_THIRDS = np.array([1 / 3, 1 / 3, 0.0, 1 / 3])
+_TENTHS = np.array([0.7, 0.2, 0.0, 0.1])
+BOUNDARY_CASES = {  # (p, q, children): the children cover p's support (a rounded residual mass is all that is left)
+    "uniform, children cover the support": (_THIRDS, np.full(4, 0.25), [0, 1, 3]),
+    "uneven, children cover the support": (_TENTHS, _TENTHS, [3, 0, 1]),
+    "zeros and ties": (np.array([0.05, 0.30, 0.15, 0.0, 0.25, 0.25]), np.array([0.30, 0.10, 0.15, 0.20, 0.05, 0.20]), [0, 5, 1]),
+    "one-hot p": (np.eye(6)[4], np.array([0.30, 0.10, 0.15, 0.20, 0.05, 0.20]), [4, 0, 5]),
+}
+DRAW_CASES = (_THIRDS, np.eye(6)[3], np.array([5e-324, 0.0, 0.0]), np.array([0.0, 1e-310, 1e-310, 0.0]),
+              np.array([0.0, 0.5, 0.5 - 2 ** -53, 0.0, 0.0]))
+"""Vectors an inverse-CDF draw meets: zeros before and after the support, subnormal totals
+(U * total rounds up to the total at U = 1 - 2^-53)."""
+
+
+def check_draw_helper(draw) -> None:
+    """``draw(probs, rng)`` returns an index of positive mass at both ends of the uniform's range."""
+    for u in BOUNDARY_UNIFORMS:
+        for probs in DRAW_CASES:
+            i = draw(probs, ConstantGenerator(u))
+            assert 0 <= i < probs.size and probs[i] > 0, f"draw: index {i} of {probs.tolist()} at U = {u!r}"
+
+
+def check_boundary_uniforms(verifier: NodeVerifier) -> None:
+    """At U = 0 and U = 1 - 2^-53, sample emits a token id in [0, V) of positive mass under the
+    exact law of the given children (never an error: the inputs are valid)."""
+    for u in BOUNDARY_UNIFORMS:
+        for case, (p, q, children) in BOUNDARY_CASES.items():
+            plan = verifier.prepare(p, q, len(children))
+            try:
+                out = plan.sample(children, ConstantGenerator(u))
+            except ValueError as exc:
+                raise AssertionError(f"{verifier.name}: {exc} at U = {u!r} ({case})") from None
+            assert 0 <= out < p.size, f"{verifier.name}: token {out} outside [0, {p.size}) at U = {u!r} ({case})"
+            assert plan.output_distribution(children)[out] > 0.0, f"{verifier.name}: token {out} has no mass at U = {u!r} ({case})"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simlab.distributions import sample_categorical
-from simlab.verifiers.base import summed_over_copies
+from simlab.verifiers.base import accept_draw, summed_over_copies
 from simlab.verifiers.greedy import Greedy, _GreedyPlan
 from simlab.verifiers.greedy_draft import GreedyDraft, _GreedyDraftPlan
 from simlab.verifiers.khisti import Khisti, _KhistiPlan
@@ -342,6 +342,41 @@ class SpecInferBatchedPerCopy(SpecInfer):
         return _BatchedPerCopy(self, p, q, k)
 
 
+# 21. The one-hot rule without its last accepted child: when the children cover p's support and a
+#     rounded residual mass rejects the last of them, it draws from a target without mass (issue 28).
+class _OneHotNoLastChild(_OneHotPlan):
+    def _draw(self, children, rng):
+        target, left = self.p.copy(), 1.0
+        for x in dict.fromkeys(children.tolist()):
+            if accept_draw(rng, target[x], left):
+                return int(x)
+            left -= target[x]
+            target[x] = 0.0
+        return sample_categorical(target, rng)
+
+
+@dataclass(frozen=True)
+class OneHotNoLastChild(OneHot):
+    def _plan(self, p, q, k):
+        return _OneHotNoLastChild(self, p, q, k)
+
+
+# Planted faults of the shared inverse-CDF draw (``simlab.distributions.sample_categorical``):
+# name -> a broken draw(probs, rng), each caught by checks.check_draw_helper.
+def _unguarded_draw(probs, rng):
+    """The draw as it was: U * total rounded up to the total gives index V (out of the vocabulary)."""
+    cdf = np.cumsum(probs)
+    return int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
+
+
+def _last_index_draw(probs, rng):
+    """Clamped to the last index, without the positive-mass guard (a zero-mass token at the end)."""
+    return min(_unguarded_draw(probs, rng), len(probs) - 1)
+
+
+DRAW_MUTANTS = {"no guard: index V": _unguarded_draw, "clamped to the last index, mass unchecked": _last_index_draw}
+
+
 # fault -> (broken verifier, the first check in test_mutants.CHECKS expected to catch it)
 MUTANTS = {
     "residual = p": (ResidualIsP(), "lossless k=2"),
@@ -364,4 +399,5 @@ MUTANTS = {
     "naive batched one-child shortcut everywhere": (NaiveBatchedShortcut(), "children mass"),
     "spectr batched masses without the correction": (SpecTrBatchedWithoutCorrection(rho="four_step"), "children mass"),
     "specinfer batched masses per copy": (SpecInferBatchedPerCopy(), "children mass"),
+    "one-hot without its last child": (OneHotNoLastChild(), "u boundaries"),
 }

@@ -12,13 +12,16 @@ import pytest
 from checks import (
     applicable,
     check_acceptance,
+    check_boundary_uniforms,
+    check_draw_helper,
     check_children_mass,
     check_lossless,
     check_sampler_end_to_end,
     check_sampler_given_children,
     check_zero_target_never_accepted,
 )
-from mutants import MUTANTS
+from mutants import DRAW_MUTANTS, MUTANTS
+from simlab.distributions import sample_categorical
 
 P = np.array([0.05, 0.30, 0.15, 0.0, 0.25, 0.25])
 Q = np.array([0.30, 0.10, 0.15, 0.20, 0.05, 0.20])
@@ -42,6 +45,7 @@ CHECKS = [
     ("sampler vs law", lambda v: check_sampler_given_children(v, target(v), Q, children(v), seed=21)),
     ("sampler end to end", lambda v: check_sampler_end_to_end(v, target(v), Q, 3, seed=22)),
     ("children mass", lambda v: check_children_mass(v, target(v), Q, 3)),
+    ("u boundaries", check_boundary_uniforms),
 ]
 
 
@@ -73,3 +77,13 @@ def test_planted_fault_is_caught(fault):
 
 def test_there_are_at_least_six_planted_faults():
     assert len(MUTANTS) >= 6
+
+
+def test_the_shared_draw_passes_the_check_that_catches_its_mutants():
+    check_draw_helper(sample_categorical)
+
+
+@pytest.mark.parametrize("fault", list(DRAW_MUTANTS))
+def test_planted_fault_in_the_shared_draw_is_caught(fault):
+    with pytest.raises(AssertionError, match="draw: index"):
+        check_draw_helper(DRAW_MUTANTS[fault])

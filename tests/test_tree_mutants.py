@@ -8,7 +8,7 @@ import pytest
 from simlab.builders import EAGLE2, GreedyDraftTree
 from simlab.pairs import MarkovPair
 from simlab.shapes import Delayed, iid
-from tree_checks import check_fast_efficiency, check_greedy_decoding, check_simulation_matches_exact, check_tree_lossless
+from tree_checks import check_fast_efficiency, check_greedy_decoding, check_lossless_flag, check_simulation_matches_exact, check_tree_lossless
 from tree_mutants import BUILDER_MUTANTS, TREE_MUTANTS, SequoiaWeightsReversed
 
 PAIR = MarkovPair.random(3, np.random.default_rng(13), concentration=0.7, closeness=0.3)
@@ -20,6 +20,7 @@ CHECKS = {
     "fast E": lambda v: check_fast_efficiency(v),
     "lossless on deterministic trees": lambda v: check_tree_lossless(PAIR, CONTEXT, EAGLE2(budget=3, depth=1, top_k=2), v),
     "greedy decoding at T > 0": lambda v: [check_greedy_decoding(PAIR, CONTEXT, shape, v) for shape in (EAGLE2(budget=3, depth=1, top_k=2), iid(2, 1))],
+    "lossless flag": lambda v: check_lossless_flag(v, PAIR, CONTEXT),
 }
 BUILDER_CHECKS = {
     "lossless": lambda b: [check_tree_lossless(PAIR, CONTEXT, b, v) for v in ("greedy_draft", "onehot")],
@@ -51,6 +52,7 @@ def test_the_checks_pass_on_the_real_verifiers():
     for name in ("specinfer", "spectr", "traversal", "naive_chain"):
         CHECKS["lossless"](tree_verifiers.get(name))
         CHECKS["fast E"](tree_verifiers.get(name))
+        CHECKS["lossless flag"](tree_verifiers.get(name))
     for name in ("onehot", "nss", "greedy_draft"):
         CHECKS["lossless on deterministic trees"](tree_verifiers.get(name))
     CHECKS["greedy decoding at T > 0"](tree_verifiers.get("greedy"))

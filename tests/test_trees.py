@@ -12,7 +12,7 @@ from simlab.efficiency import expected_block_efficiency
 from simlab.pairs import ContextFreePair, MarkovPair
 from simlab.builders import GreedyDraftTree
 from simlab.shapes import MAX_TREES, Delayed, Static, chain, iid
-from simlab.trees import NodeTable, parse_tuples
+from simlab.trees import DraftTree, NodeTable, parse_tuples
 from tree_checks import check_estimates_agree, check_outcome_law_is_a_law, check_simulation_matches_exact
 
 PAIR = MarkovPair.random(3, np.random.default_rng(11), concentration=0.8, closeness=0.4)
@@ -188,3 +188,18 @@ def test_action_grid_is_unbiased_against_exact():
     for (K, L1, L2), estimate in grid.items():
         exact = expected_block_efficiency(PAIR, CONTEXT, Delayed(K, L1, L2), "specinfer")
         check_estimates_agree(exact, estimate)
+
+
+@pytest.mark.parametrize("law, kids", [(Drafting.REPEATED, (1, 2)), (Drafting.REPEATED, (1, 1, 2)),
+                                       (Drafting.WITHOUT_REPLACEMENT, (1, 1)), (Drafting.DETERMINISTIC, (2, 0, 2)),
+                                       (Drafting.MIXED, (0, 0))])
+def test_a_child_list_its_law_cannot_produce_is_refused(law, kids):
+    """Issue 28: such trees were built, and naive, bv and traversal verified them."""
+    table = NodeTable(ContextFreePair([0.2, 0.3, 0.5], [0.4, 0.3, 0.3]), (0,))
+    with pytest.raises(ValueError, match=r"children: node \(\) lists"):
+        DraftTree(table, {(): kids}, drafting=law)
+    with pytest.raises(ValueError, match=r"children: node \(0,\) lists"):  # a node law other than the tree's
+        DraftTree(table, {(): (0,), (0,): kids}, drafting=Drafting.IID, node_laws={(0,): law})
+    DraftTree(table, {(): kids}, drafting=Drafting.IID)  # i.i.d. children may be anything
+    one = (kids[0],) * len(kids) if law is Drafting.REPEATED else tuple(dict.fromkeys(kids))
+    DraftTree(table, {(): one}, drafting=law)  # what the law does produce

@@ -92,3 +92,19 @@ def check_outcome_law_is_a_law(tree, verifier):
     total = sum(float(v.sum()) for v in law.values())
     assert abs(total - 1.0) <= 1e-12, f"outcome law sums to {total}"
     assert all(np.all(v >= -1e-15) for v in law.values())
+
+
+def check_lossless_flag(verifier, pair, context, seed=5):
+    """The one-pass flag of every result (``TreeVerifier.lossless_on(tree, depth)``, from
+    ``lossless_depth``) agrees with the reference, ``mismatch`` on the cut tree, at every cut of a
+    few sampled trees (per-path trunks, i.i.d. rollouts, delayed trees; lossy pairings included)."""
+    from simlab.shapes import Delayed, iid
+    from simlab.trees import NodeTable
+
+    rng = np.random.default_rng(seed)
+    for shape in (Delayed(2, 1, 1, trunk_children="per_path"), iid(2, 2), Delayed(2, 1, 2)):
+        for _ in range(3):
+            tree = shape.sample(NodeTable(pair, context), rng)
+            for depth in range(tree.depth() + 2):
+                flag, reference = verifier.lossless_on(tree, depth), verifier.mismatch(tree.truncate(depth)) is None
+                assert flag is reference, f"lossless flag {flag} at cut {depth} of a {shape} tree; mismatch says {reference}"

@@ -136,6 +136,15 @@ class ClaimsEveryLaw(TopDown):
         return True
 
 
+@dataclass(frozen=True)
+class FlagOffByOne(TopDown):
+    """The lossless flag's cut off by one: a node's children counted outside the cut one level
+    deeper than they are (a lossy node at depth d reported lossless at the cut d + 1)."""
+
+    def lossless_depth(self, tree):
+        return super().lossless_depth(tree) + 1
+
+
 class TailRankedByItsOwnProbability(GreedyDraftTree):
     """A greedy-draft builder that ranks the tail by its own q~ (so its survival depends on the token drawn)."""
 
@@ -177,4 +186,5 @@ TREE_MUTANTS = {
     "traversal update not renormalised": (TraversalUnnormalised(), "lossless"),
     "traversal masses: draft not renormalised": (TraversalMassesNotRenormalised(), "fast E"),
     "accepted count = per-position accepts": (PerPositionAcceptCount(get("naive"), first_path_only=True), "simulation"),
+    "lossless flag's cut off by one": (FlagOffByOne(get("specinfer")), "lossless flag"),
 }

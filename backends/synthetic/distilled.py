@@ -19,6 +19,7 @@ import copy
 
 from backends.synthetic.base import BoundedMemo, check_vocab, memo_rows, random_row, register_world, seeded_rng
 from simlab.checks import check_int, check_seed
+from simlab.distributions import inverse_cdf
 from simlab.pairs import check_contexts, check_eos
 from simlab.sampling import SamplingSettings, check_settings
 
@@ -76,7 +77,7 @@ class DistilledWorld:
         for _ in range(n):
             key = self._key(tuple(text[-self.order:]))
             cdf = cdfs.get(key, lambda k: np.cumsum(self.target_row(k)))
-            text.append(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")))
+            text.append(inverse_cdf(cdf, rng))
         self.counts: dict[tuple[int, ...], dict[int, int]] = {}
         for i in range(n):
             key = self._key(tuple(text[max(0, i - self.order):i]))

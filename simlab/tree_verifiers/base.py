@@ -28,6 +28,7 @@ result is, and ``simlab.efficiency.pairing_bias`` gives the exact bias of a loss
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -59,7 +60,7 @@ class TreeVerifier(abc.ABC):
     def _greedy_target(self, tree: DraftTree) -> Path | None:
         """The first node whose target is not one-hot, for verifiers that need a greedy target."""
         for path in tree.nodes():
-            if tree.table.p(path).max() < 1.0:
+            if not _one_hot_target(tree, path):
                 return path
         return None
 
@@ -77,9 +78,25 @@ class TreeVerifier(abc.ABC):
                         "is not one-hot (temperature > 0)")
         return None
 
-    def lossless_on(self, tree: DraftTree) -> bool:
-        """True when verifying ``tree`` with this verifier emits the target law."""
-        return self.mismatch(tree) is None
+    def lossless_on(self, tree: DraftTree, depth: int | None = None) -> bool:
+        """True when verifying ``tree`` (cut at ``depth`` tokens, ``DraftTree.truncate``; default:
+        whole) with this verifier emits the target law: ``lossless_depth(tree) >= depth``."""
+        return self.lossless_depth(tree) >= (tree.depth() if depth is None else depth)
+
+    def lossless_depth(self, tree: DraftTree) -> float:
+        """The deepest cut of ``tree`` this verifier is lossless on (``math.inf``: every cut): a cut
+        at d keeps the children of nodes above depth d, each checked by ``node_lossless``, and
+        reads p at nodes down to depth d (``needs_greedy_target``).  One pass, for every cut; the
+        same nodes ``mismatch`` checks (tests/test_lossless_flag.py asserts they agree)."""
+        deepest = math.inf
+        for path, kids in tree.children.items():
+            if kids and len(path) < deepest and not self.node_lossless(tree, path):
+                deepest = len(path)  # its children are kept by every cut deeper than len(path)
+        if self.needs_greedy_target:
+            for path in tree.nodes():
+                if len(path) <= deepest and not _one_hot_target(tree, path):
+                    deepest = len(path) - 1  # p at this node is read by every cut at or below it
+        return deepest
 
     def check(self, tree: DraftTree) -> None:
         """Raise ``ValueError`` for a lossy pairing, unless ``allow_lossy``."""
@@ -139,6 +156,12 @@ class TreeVerifier(abc.ABC):
             dist = self.accepted_length_distribution(tree)
             return float(np.dot(np.arange(1, dist.size + 1), dist))
         return float(sum(mass * counted_tokens(path, eos) for path, mass in self.accept_masses(tree).items()))
+
+
+def _one_hot_target(tree: DraftTree, path: Path) -> bool:
+    """True when p at ``path`` is one-hot; read once per node of a table (``NodeTable.memo``: the
+    check and the flag of every result ask it of the same nodes)."""
+    return tree.table.memo(("one-hot target", path), lambda: bool(tree.table.p(path).max() >= 1.0))
 
 
 def counted_tokens(path: Path, eos: int | None) -> int:

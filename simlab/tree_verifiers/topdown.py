@@ -90,17 +90,20 @@ class TopDown(TreeVerifier):
         return self.by_depth_from_masses(tree, depths, lambda path, kids: self._plan(tree, path, kids).children_mass(np.asarray(kids)))
 
     def mass_requests(self, tree):
-        """What ``block_efficiency_by_depth`` asks of the node plans: (path, node verifier, children)
-        for every node with children, the node verifier being the one ``simlab.trees.NodeTable.plan``
-        prepares there (``for_law``, and the shared speculative-sampling plan for one child).  A
-        batched engine answers them all at once (``simlab.efficiency.grid_block_efficiency``)."""
+        """What ``block_efficiency_by_depth`` asks of the node plans: (path, node verifier, children,
+        law) for every node with children, the node verifier being the one
+        ``simlab.trees.NodeTable.plan`` prepares there (``for_law``, and the shared
+        speculative-sampling plan for one child), and the law of the node's children
+        (``simlab.trees.mass_request``).
+        A batched engine answers them all at once (``simlab.efficiency.grid_block_efficiency``)."""
         from simlab.trees import planning_verifier
 
         out = []
         for path in tree.nodes():
             kids = self._children(tree, path)
             if kids:
-                out.append((path, planning_verifier(self.node.for_law(tree.law(path)), len(kids)), kids))
+                law = tree.law(path)
+                out.append((path, planning_verifier(self.node.for_law(law), len(kids)), kids, law))
         return out
 
     def by_depth_from_masses(self, tree, depths, mass_of):

@@ -69,6 +69,77 @@ def summed_over_copies(children: np.ndarray, mass: np.ndarray) -> np.ndarray:
     return ((children[..., :, None] == children[..., None, :]) * mass[..., None, :]).sum(axis=-1)
 
 
+DRAWN_FROM_Q = (Drafting.IID, Drafting.WITHOUT_REPLACEMENT, Drafting.REPEATED)
+"""Laws whose every child is a draw from q (repeated copies are copies of one draw)."""
+
+DISTINCT_LAWS = (Drafting.WITHOUT_REPLACEMENT, Drafting.MIXED)
+"""The drafting laws of verifiers that take distinct children only."""
+
+
+def check_child_ids(children, k: int, vocab: int) -> np.ndarray:
+    """Validate a child list's shape and ids (every path, reference and fast, refuses as this does).
+
+    Args:
+        children: a 1-D integer sequence of token ids; k: the expected number; vocab: V.
+
+    Returns:
+        int64 (k,).
+
+    Raises:
+        ValueError: ``children: ...`` for a list that is not 1-D, not of length k, not integer,
+            or holds an id outside [0, V).
+    """
+    x = np.asarray(children)
+    if x.ndim != 1:
+        raise ValueError(f"children: must be a 1-D sequence of token ids, got shape {x.shape}")
+    if x.size != k:
+        raise ValueError(f"children: expected k = {k} token ids, got {x.size}")
+    if x.dtype.kind not in "iu":
+        raise ValueError(f"children: token ids must be integers, got dtype {x.dtype}")
+    x = x.astype(np.int64, copy=False)
+    if x.size and (x.min() < 0 or x.max() >= vocab):  # two reductions, not a mask (k is small)
+        bad = (x < 0) | (x >= vocab)
+        raise ValueError(f"children: token id {x[bad][0]} is outside [0, V) with V = {vocab}")
+    return x
+
+
+def drafted_mask(law: Drafting, k: int) -> np.ndarray:
+    """Which of k children ``law`` drew from q (so q > 0 there): bool (k,); every child of an
+    i.i.d., without-replacement or repeated law, the tail (last child) of a mixed one, none of a
+    deterministic one (deterministic children need not come from q)."""
+    if law in DRAWN_FROM_Q:
+        return np.ones(k, dtype=bool)
+    mask = np.zeros(k, dtype=bool)
+    if law is Drafting.MIXED:
+        mask[-1:] = True
+    return mask
+
+
+def check_drafted(verifier: "NodeVerifier", law: Drafting, children: np.ndarray, q_at: np.ndarray) -> None:
+    """Refuse children that ``law`` cannot have drawn, or that ``verifier`` cannot test: the one
+    check of every path that values children (``NodePlan.check_children``, the batched engine).
+    O(k).
+
+    Args:
+        verifier: the node verifier that will value them (its ``drafting`` and ``divides_by_q``).
+        law: the drafting law of the node's children.
+        children: int64 (k,) valid ids (``check_child_ids``); q_at: float64 (k,), q at them.
+
+    Raises:
+        ValueError: ``children: ...`` for a child drawn from q with q = 0 (an impossible draw),
+            any child with q = 0 for a verifier that divides by q at every child, or repeated
+            children for a verifier of distinct children.
+    """
+    zero = np.asarray(q_at) == 0
+    impossible = zero & drafted_mask(law, children.size)
+    if impossible.any():
+        raise ValueError(f"children: token {children[impossible][0]} has q = 0 and cannot have been drafted")
+    if verifier.divides_by_q and np.any(zero):
+        raise ValueError(f"children: token {children[zero][0]} has q = 0; {verifier.name}'s acceptance test divides by q there")
+    if verifier.drafting in DISTINCT_LAWS and np.unique(children).size != children.size:
+        raise ValueError(f"children: {children.tolist()} repeats a token, impossible when drafting {verifier.drafting.description}")
+
+
 class NodePlan(abc.ABC):
     """A verifier prepared at one node: validated ``p``, ``q`` (V,), the number of children ``k``
     and the drafting ``law`` of the children it will be given (default: the verifier's own)."""
@@ -109,32 +180,14 @@ class NodePlan(abc.ABC):
 
     # -- validated entry points ------------------------------------------------------------
     def check_children(self, children) -> np.ndarray:
-        """Validate children against this node; return them as int64 (k,).
+        """Validate children against this node; return them as int64 (k,) (``check_child_ids``, then
+        ``check_drafted`` with this plan's law and q at the children).
 
         Raises:
-            ValueError: not a 1-D integer sequence of length k; ids negative or >= V; a
-                sampled child with q(child) = 0 (an impossible draw: every child of an i.i.d.,
-                without-replacement or repeated law, the tail of a mixed one; deterministic
-                children need not come from q); repeated children for a verifier of distinct children.
+            ValueError: as ``check_child_ids`` and ``check_drafted``.
         """
-        x = np.asarray(children)
-        if x.ndim != 1:
-            raise ValueError(f"children: must be a 1-D sequence of token ids, got shape {x.shape}")
-        if x.size != self.k:
-            raise ValueError(f"children: expected k = {self.k} token ids, got {x.size}")
-        if x.dtype.kind not in "iu":
-            raise ValueError(f"children: token ids must be integers, got dtype {x.dtype}")
-        x = x.astype(np.int64, copy=False)
-        if x.size and (x.min() < 0 or x.max() >= self.p.size):  # two reductions, not a mask (k is small)
-            bad = (x < 0) | (x >= self.p.size)
-            raise ValueError(f"children: token id {x[bad][0]} is outside [0, V) with V = {self.p.size}")
-        drawn = (Drafting.IID, Drafting.WITHOUT_REPLACEMENT, Drafting.REPEATED)  # repeated copies are copies of a draw
-        sampled = x if self.law in drawn else x[-1:] if self.law is Drafting.MIXED else x[:0]
-        impossible = self.q[sampled] == 0
-        if impossible.any():
-            raise ValueError(f"children: token {sampled[impossible][0]} has q = 0 and cannot have been drafted")
-        if self.verifier.drafting in (Drafting.WITHOUT_REPLACEMENT, Drafting.MIXED) and np.unique(x).size != x.size:
-            raise ValueError(f"children: {x.tolist()} repeats a token, impossible when drafting {self.verifier.drafting.description}")
+        x = check_child_ids(children, self.k, self.p.size)
+        check_drafted(self.verifier, self.law, x, self.q[x])
         return x
 
     def check_children_rows(self, rows) -> np.ndarray:
@@ -156,17 +209,16 @@ class NodePlan(abc.ABC):
         if x.size and (x.min() < 0 or x.max() >= self.p.size):
             bad = (x < 0) | (x >= self.p.size)
             raise ValueError(f"children: token id {x[bad][0]} is outside [0, V) with V = {self.p.size}")
-        drawn = (Drafting.IID, Drafting.WITHOUT_REPLACEMENT, Drafting.REPEATED)
-        sampled = x if self.law in drawn else x[:, -1:] if self.law is Drafting.MIXED else x[:, :0]
-        impossible = self.q[sampled] == 0
-        if impossible.any():
-            raise ValueError(f"children: token {sampled[impossible][0]} has q = 0 and cannot have been drafted")
-        if self.verifier.drafting in (Drafting.WITHOUT_REPLACEMENT, Drafting.MIXED) and self.k > 1:
+        zero = self.q[x] == 0
+        bad = np.any(zero & drafted_mask(self.law, self.k), axis=1)
+        if self.verifier.divides_by_q:
+            bad |= np.any(zero, axis=1)
+        if self.verifier.drafting in DISTINCT_LAWS and self.k > 1:
             ordered = np.sort(x, axis=1)
-            repeats = np.any(ordered[:, 1:] == ordered[:, :-1], axis=1)
-            if np.any(repeats):
-                raise ValueError(f"children: {x[repeats][0].tolist()} repeats a token, impossible when drafting "
-                                 f"{self.verifier.drafting.description}")
+            bad |= np.any(ordered[:, 1:] == ordered[:, :-1], axis=1)
+        if bad.any():  # the first offending list, refused by the one per-list check with its message
+            first = int(np.argmax(bad))
+            check_drafted(self.verifier, self.law, x[first], self.q[x[first]])
         return x
 
     def _children_masses(self, rows: np.ndarray) -> np.ndarray:
@@ -234,6 +286,8 @@ class NodeVerifier(abc.ABC):
             speculative sampling's (the module docstring).
         branch_is_target: optional capability: True when B(x, .) = p for all children x (the
             module docstring).
+        divides_by_q: True when the acceptance test divides by q at every child (SpecTr,
+            SpecInfer), so a child with q = 0 is refused whatever its law (``check_drafted``).
     """
 
     name: ClassVar[str]
@@ -241,6 +295,7 @@ class NodeVerifier(abc.ABC):
     lossless_for: ClassVar[frozenset[Drafting]] = frozenset({Drafting.IID})
     needs_greedy_target: ClassVar[bool] = False
     speculative_at_one: ClassVar[bool] = False
+    divides_by_q: ClassVar[bool] = False
     branch_is_target: ClassVar[bool] = False
 
     def leaf_law(self, p: np.ndarray) -> np.ndarray:

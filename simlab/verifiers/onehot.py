@@ -29,11 +29,18 @@ class _OneHotPlan(NodePlan):
 
     def _draw(self, children, rng):
         target, left = self.p.copy(), 1.0  # left = mass of p' before renormalisation
+        last = None  # the last child of positive mass visited
         for x in dict.fromkeys(children.tolist()):
             if accept_draw(rng, target[x], left):
                 return int(x)
+            if target[x] > 0.0:
+                last = x
             left -= target[x]
             target[x] = 0.0
+        if last is not None and not target.any():
+            # The children cover p's support: in exact arithmetic ``left`` equals p(last) when
+            # ``last`` is tested, so it is accepted surely; only a rounded ``left`` rejected it.
+            return int(last)
         return sample_categorical(target, rng)
 
     def acceptance_rate(self) -> float:

@@ -73,9 +73,7 @@ class _SpecInferPlan(NodePlan):
 
     def _accept_matrix(self, children):
         """A[i, j] = min(1, p_i(x_j) / q(x_j)): accepting child j as the (i+1)-th trial."""
-        qx = self.q[children]
-        if np.any(qx == 0):
-            raise ValueError(f"children: token {children[qx == 0][0]} has q = 0; SpecInfer's test p_i / q is undefined there")
+        qx = self.q[children]  # > 0 at every child: check_drafted refuses q = 0 (divides_by_q)
         return np.minimum(1.0, np.stack([self.target_at(i, children) for i in range(self.k)]) / qx)
 
     def _trials(self, children):
@@ -177,6 +175,7 @@ class SpecInfer(NodeVerifier):
 
     name = "specinfer"
     speculative_at_one = True
+    divides_by_q = True  # the acceptance test divides by q at every child
     order: Literal["random", "fixed"] = "random"
 
     def __post_init__(self):

@@ -180,9 +180,7 @@ class _SpecTrPlan(NodePlan):
         return self.p[tokens] / self.p.sum()
 
     def _accept_probabilities(self, children):
-        qx = self.q[children]
-        if np.any(qx == 0):
-            raise ValueError(f"children: token {children[qx == 0][0]} has q = 0; SpecTr's test p / (rho q) is undefined there")
+        qx = self.q[children]  # > 0 at every child: check_drafted refuses q = 0 (divides_by_q)
         return np.minimum(1.0, self.p[children] / (self.rho * qx))
 
     def _trials(self, children):
@@ -252,6 +250,7 @@ class SpecTr(NodeVerifier):
 
     name = "spectr"
     speculative_at_one = True
+    divides_by_q = True  # the acceptance test divides by q at every child
     rho: str = "optimal"
 
     def __post_init__(self):
