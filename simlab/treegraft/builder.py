@@ -178,7 +178,7 @@ class GraftState:
             else:
                 self._skip(layer)
             self.ran += 1
-            if self.stop is None and self._full() and "no_node_cap" not in b.rules:
+            if self.stop is None and self._full():
                 self.stop = "node cap"
         self.calls.append(int(bool(call)))
 
