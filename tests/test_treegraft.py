@@ -194,6 +194,19 @@ def test_the_lab_rules_on_the_hand_cases():
     assert forwards == [("small", 1), ("draft", 3)] and len(children[()]) == 3  # 2 (the chain) plus q's top-2 (3, 4)
 
 
+def test_the_diverse_repetitive_world():
+    """``repetitive_diverse``: the repetitive world with flatter rows and less copying (the long-context ablations' world)."""
+    from backends.synthetic import DiverseRepetitiveWorld, make_world
+
+    world = make_world("repetitive_diverse", vocab=8, seed=1)
+    assert isinstance(world, DiverseRepetitiveWorld) and (world.copy, world.concentration) == (0.5, 0.5)
+    tempered = world.with_settings(SamplingSettings(0.0))
+    assert isinstance(tempered, DiverseRepetitiveWorld) and tempered.copy == 0.5
+    p, _ = world.distributions([(1, 2, 3, 1, 2)])
+    base, _ = RepetitiveWorld(vocab=8, seed=1, copy=0.0, concentration=0.5).distributions([(1, 2, 3, 1, 2)])
+    assert np.allclose(p[0], 0.5 * base[0] + 0.5 * np.eye(8)[3])  # (1, 2) occurred before, followed by 3
+
+
 # -- losslessness ---------------------------------------------------------------------------------------
 SMALL_TG = TreeGraft(schedule=(1, 0, 1), depth=3, top_k=2, budget=4, ngram=NGramDrafter(max_n=2))
 
