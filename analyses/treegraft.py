@@ -17,8 +17,11 @@ budget 63, D = 5, top-k 10, lookback 5, N = 5) under
 
 (trees ranked by the drafters' untempered law, ``--draft-law raw``, as TreeGraft's code does, and
 valued under the setting) and reports E[tau + 1], T-hat and throughput per policy (test roots), the ratios to all-small
-and all-mid, the share of graft positions taken from earlier depths and the mean graft pool, and
-the learned scheduler's agreement with the best schedule and its regret.  Latency: the mid
+and all-mid, the share of graft positions taken from earlier depths and the mean graft pool, the
+share of builds the official stops (empty frontier, layer-1 fallback, node cap) end before the
+last layer, and the learned scheduler's agreement with the best schedule and its regret.  The
+builder follows the official code's rules; ``--rules lab`` (or departure names) restores the lab's
+earlier ones (``simlab.treegraft.rules``, ``docs/departures.md``).  Latency: the mid
 drafter's and the target's forwards from ``--cost-ratio`` (or a profile, or measured for live
 models), the n-gram step a constant ``--small-ratio`` of a target forward.  Output under
 ``--out`` (default ``out/treegraft/<source>/``): ``treegraft.parquet`` (summary),
@@ -35,6 +38,7 @@ import numpy as np
 import polars as pl
 
 from simlab import tree_verifiers
+from simlab.treegraft.rules import DEPARTURES, Rules
 
 from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, progress_bar, run_tool
 from backends.roots import SHIPPED_PROMPTS
@@ -69,6 +73,7 @@ class Config(SourceConfig, LatencyConfig):
     lookback: int = 5
     ngram: int = 5
     scoring: str = "code"
+    rules: str = "official"
     fixed: str = "1,0,1,0,1"
     draft_law: str = "raw"
     epochs: int = 300
@@ -89,6 +94,9 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     group.add_argument("--ngram", type=int, default=d.ngram, help="N, the longest suffix the n-gram drafter matches")
     group.add_argument("--scoring", choices=["code", "clean"], default=d.scoring,
                        help="n-gram scores: the official code's prompt cache, or the target's true probabilities")
+    group.add_argument("--rules", default=d.rules,
+                       help="'official' (the official code's rules), 'lab' (the lab's earlier ones), or comma-separated "
+                            "departures: " + ", ".join(DEPARTURES))
     group.add_argument("--fixed", default=d.fixed, help="the fixed schedule (and the ablations'), one 0/1 per layer")
     add_draft_law_flag(group, d.draft_law)
     group.add_argument("--epochs", type=int, default=d.epochs, help="training epochs of the learned scheduler")
@@ -101,6 +109,10 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     except ValueError as exc:
         fail(PROG, str(exc))
     config = Config(**{**vars(args), "fixed": ",".join(map(str, fixed)), "capture": tuple(args.capture)})
+    try:
+        Rules.parse(config.rules)
+    except ValueError as exc:
+        fail(PROG, "--" + str(exc))
     check_flags(PROG, [
         (config.depth >= 1, f"--depth: must be >= 1, got {config.depth}"),
         (config.ngram >= 1, f"--ngram: must be >= 1, got {config.ngram}"),
@@ -121,7 +133,7 @@ def builders_for(config: Config, prompt_length: int | None):
 
     base = TreeGraft(schedule=tuple(int(c) for c in config.fixed.split(",")), budget=config.budget, depth=config.depth,
                      top_k=config.top_k, lookback=config.lookback, ngram=NGramDrafter(config.ngram, config.scoring),
-                     cached=prompt_length)
+                     cached=prompt_length, rules=config.rules)
     return base, {
         "all_small": replace(base, schedule=(0,) * config.depth), "all_mid": replace(base, schedule=(1,) * config.depth),
         "fixed": base, "no_expanded_positions": replace(base, pool="frontier"),
@@ -150,7 +162,8 @@ def measure(config: Config, source, settings, latency):
                 top = best(values)
                 for s, value in values.items():
                     schedule_rows.append({**key, "verifier": v, "schedule": "".join(map(str, s)), "E": value["E"], "T": value["T"],
-                                          "TPS": value["TPS"], "tokens": value["tokens"], "best": s == top})
+                                          "TPS": value["TPS"], "tokens": value["tokens"], "best": s == top,
+                                          "stop": value["state"].stop or "", "early_stop": value["state"].stopped_early})
                 rows.append({**key, **_row("best", v, values[top], top)})
                 for name, builder in fixed.items():
                     if builder.mode == "tree" and builder.pool == "window" and builder.grafting == "non_destructive":
@@ -183,7 +196,8 @@ def _row(policy: str, verifier: str, value: dict, schedule) -> dict:
     state = value["state"]
     return {"policy": policy, "verifier": verifier, "schedule": "".join(map(str, schedule)), "E": value["E"], "T": value["T"],
             "TPS": value["TPS"], "tokens": value["tokens"], "graft_positions": state.graft_positions,
-            "graft_from_earlier": state.graft_from_earlier, "pool_size": float(np.mean(state.pool_sizes)) if state.pool_sizes else None}
+            "graft_from_earlier": state.graft_from_earlier, "pool_size": float(np.mean(state.pool_sizes)) if state.pool_sizes else None,
+            "stop": state.stop or "", "layers_run": state.ran, "early_stop": state.stopped_early}
 
 
 def split(trajectories: list[int], share: float, seed: int) -> set[int]:
@@ -228,7 +242,7 @@ def summarise(per_root: pl.DataFrame) -> pl.DataFrame:
     table = test.group_by("setting", "verifier", "policy", maintain_order=True).agg(
         pl.len().alias("roots"), pl.col("E").mean(), pl.col("T").mean(), (pl.col("E").sum() / pl.col("T").sum()).alias("TPS"),
         pl.col("tokens").mean(), (pl.col("graft_from_earlier").sum() / pl.col("graft_positions").sum()).alias("graft_from_earlier_share"),
-        pl.col("pool_size").mean().alias("mean_pool"))
+        pl.col("pool_size").mean().alias("mean_pool"), pl.col("early_stop").mean().alias("early_stop_share"))
     ref = table.filter(pl.col("policy").is_in(["all_small", "all_mid"])).pivot(on="policy", index=["setting", "verifier"], values="TPS")
     table = table.join(ref, on=["setting", "verifier"]).with_columns(
         (pl.col("TPS") / pl.col("all_small")).alias("vs_all_small"), (pl.col("TPS") / pl.col("all_mid")).alias("vs_all_mid")).drop("all_small", "all_mid")
@@ -281,7 +295,7 @@ def _main(argv) -> int:
     per_root = pl.DataFrame(rows + learned).with_columns(pl.col("trajectory").is_in(sorted(test)).alias("test"))
     schedules = pl.DataFrame(schedule_rows)
     summary = summarise(per_root)
-    subtitle = f"source: {source.describe()}; latency: {latency.source}; small step {config.small_ratio:g} t_p"
+    subtitle = f"source: {source.describe()}; latency: {latency.source}; small step {config.small_ratio:g} t_p; rules: {Rules.parse(config.rules).name}"
     tps_chart, sched_chart = charts(summary, schedules, subtitle)
     with OutputSet(out) as outputs:
         outputs.stage("treegraft.parquet", parquet_writer(summary))
@@ -292,11 +306,13 @@ def _main(argv) -> int:
                 outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
         outputs.publish()
     if not config.quiet:
-        print(f"Source: {source.describe()}; {per_root.filter(pl.col('test'))['root'].n_unique()} test roots per setting; latency: {latency.source}")
+        print(f"Source: {source.describe()}; {per_root.filter(pl.col('test'))['root'].n_unique()} test roots per setting; latency: {latency.source}; "
+              f"rules: {Rules.parse(config.rules).name}; context {per_root['context_length'].min()}-{per_root['context_length'].max()} tokens")
         primary = [tree_verifiers.deterministic_rule(s) for s in settings]
         shown = pl.concat([summary.filter((pl.col("setting") == s.name) & (pl.col("verifier") == v)) for s, v in zip(settings, primary)])
         print_table(shown.select("setting", "verifier", "policy", "roots", "E", pl.col("T").mul(1e3).alias("T (ms)"), "TPS",
-                                 "vs_all_small", "vs_all_mid", "tokens", "graft_from_earlier_share", "mean_pool", "agreement", "regret"),
+                                 "vs_all_small", "vs_all_mid", "tokens", "graft_from_earlier_share", "mean_pool", "early_stop_share",
+                                 "agreement", "regret"),
                     "TreeGraft on the test roots: exact E[tau+1], T-hat, throughput (sum E / sum T) and ratios "
                     "(every other lossless verifier of these deterministic trees gives the same exact values: treegraft.parquet)")
         print_table(pl.DataFrame(facts), "Learned scheduler (g_psi, trained on the other trajectories' exact margins)")

@@ -1,5 +1,6 @@
-"""TreeGraft (issue 13): the n-gram drafter, the builder on hand-built cases, losslessness, the exact
-best-schedule oracle, and the learned scheduler."""
+"""TreeGraft (issues 13, 24): the n-gram drafter, the builder on hand-built cases and against a
+written-out reference of the official code (``treegraft_checks``), the lab's earlier rules as
+options, losslessness, the exact best-schedule oracle, and the learned scheduler."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from simlab.efficiency import emitted_sequence_law, target_sequence_law
 from simlab.latency import ForwardTime, LatencyModel
 from simlab.pairs import ContextFreePair, target_trajectory
 from simlab.sampling import SamplingSettings
-from simlab.treegraft import NGramDrafter, NGramIndex, TreeGraft, prompt_cache
-from simlab.treegraft.builder import Node
+from simlab.treegraft import DEPARTURES, NGramDrafter, NGramIndex, Rules, TreeGraft, prompt_cache
+from treegraft_checks import HAND_CASES, built, check_reference, factory, state_with, sweep_roots
 from simlab.treegraft.schedules import FEATURES, all_schedules, best, evaluate_schedules, margins, train
 from simlab.trees import NodeTable
 
@@ -24,13 +25,33 @@ LATENCY = LatencyModel.from_cost_ratio(0.3, per_token=0.002).with_drafter("small
 
 
 # -- the n-gram drafter ---------------------------------------------------------------------------------
-def test_index_and_longest_match_first():
+def test_index_and_official_collection():
+    """Occurrences oldest first; each distinct chain at its first occurrence; chains sorted by
+    (match length desc, position desc, tokens); coverage tested after the whole n level."""
     index = NGramIndex((5, 6, 7, 5, 6, 8, 5, 6), 3)
-    assert index.matches((5, 6)) == [5, 2] and index.matches((6,)) == [5, 2] and index.matches((9,)) == []
+    assert index.matches((5, 6)) == [2, 5] and index.matches((6,)) == [2, 5] and index.matches((9,)) == []
     drafter = NGramDrafter(max_n=3)
-    proposals = drafter.proposals(index, (5, 6, 7, 5, 6, 8, 5, 6), k=2, layer=1)
-    assert [(n, i, chain) for n, i, chain in proposals] == [(2, 5, (8, 5, 6)), (2, 2, (7, 5, 6))]  # recent first
+    found = drafter.collect(index, (5, 6, 7, 5, 6, 8, 5, 6), k=2, layer=1)
+    # n = 3 (8, 5, 6): no earlier occurrence; n = 2 (5, 6) at 0 and 3: chains (7, 5, 6) and (8, 5, 6) covering 2 = k: stop
+    assert [(c.n, c.position, c.tokens) for c in found.chains] == [(2, 5, (8, 5, 6)), (2, 2, (7, 5, 6))]
+    assert found.match == {7: 2, 8: 2} and found.covered
     assert drafter.chain_length(1) == 3 and drafter.chain_length(3) == 1 and drafter.chain_length(9) == 1
+    # existing children count towards coverage: with the child 9 the level n = 2 covers k = 3
+    assert drafter.collect(index, (5, 6, 7, 5, 6, 8, 5, 6), k=3, layer=1, existing={9}).covered
+    assert not drafter.collect(index, (5, 6, 7, 5, 6, 8, 5, 6), k=3, layer=1).covered  # n = 1 (6,) adds nothing new
+    # chains of 3 from (6,) at layer 1: the occurrence at 4 ends at 8 = the context's end: fits; none is truncated
+    lab = drafter.collect(index, (5, 6, 7, 5, 6, 8, 5, 6), k=2, layer=1, rules=Rules.parse("lab"))
+    assert [(c.n, c.position, c.tokens) for c in lab.chains] == [(2, 5, (8, 5, 6)), (2, 2, (7, 5, 6))]  # recent first
+
+
+def test_truncated_occurrences_are_skipped():
+    """Chains of 2 (N = 2, layer 1): (7,) occurs at 0 (chain (5, 3)) and at 3, whose chain would
+    run past the end: skipped (the lab's ``truncated_chains`` attaches (7,))."""
+    index, drafter = NGramIndex((7, 5, 3, 7, 7), 2), NGramDrafter(max_n=2)
+    found = drafter.collect(index, (7, 5, 3, 7, 7), k=2, layer=1)
+    assert [c.tokens for c in found.chains] == [(5, 3)] and found.match == {5: 1} and not found.covered
+    lab = drafter.collect(index, (7, 5, 3, 7, 7), k=2, layer=1, rules=Rules.parse("truncated_chains"))
+    assert [c.tokens for c in lab.chains] == [(7,), (5, 3)] and lab.covered
 
 
 def test_cache_scores_follow_the_code():
@@ -38,7 +59,18 @@ def test_cache_scores_follow_the_code():
     cache = prompt_cache(pair, (0, 1, 2, 3), length=3)
     assert cache.score(1, 0) == pytest.approx(math.log(0.5)) and cache.score(2, 1) == pytest.approx(math.log(0.2))
     assert cache.score(2, 11) == -math.inf  # outside the top-10 of a row with zeros: the 10th (-inf) minus 5
-    assert cache.score(3, 0) == 0.0 and cache.score(7, 4) == 0.0  # beyond the cached prompt: 0.0, the code's quirk
+    assert cache.score(3, 0) == pytest.approx(math.log(0.5))  # the last prompt row, p(. | whole prompt), is cached
+    assert cache.score(4, 0) == 0.0 and cache.score(7, 4) == 0.0  # beyond the cached prompt: 0.0, the code's quirk
+    old = prompt_cache(pair, (0, 1, 2, 3), length=3, last_row=False)  # the lab's cache_without_last_row
+    assert old.score(2, 1) == cache.score(2, 1) and old.score(3, 0) == 0.0
+
+
+def test_rules_parse():
+    assert Rules.parse("official").name == "official" and Rules.parse("lab").departures == frozenset(DEPARTURES)
+    assert Rules.parse("no_node_cap, truncated_chains").name == "truncated_chains+no_node_cap"
+    assert TreeGraft().rules == Rules() and TreeGraft(rules="lab").node_cap == math.inf and TreeGraft().node_cap == 511
+    with pytest.raises(ValueError, match="^rules: unknown departure nonsense"):
+        TreeGraft(rules="nonsense")
 
 
 # -- the builder on hand-built cases ----------------------------------------------------------------------
@@ -74,27 +106,13 @@ def test_trie_reuse_and_rescoring():
     assert state.pool_sizes == [3] and state.graft_from_earlier == 1  # the root lies below the frontier's depth
 
 
-def make_state(builder, pair, context, nodes, frontier):
-    state = builder.start(builder.prepare(NodeTable(pair, context)))
-    state.nodes = []
-    for token, parent, score in nodes:
-        depth = 0 if parent < 0 else state.nodes[parent].depth + 1
-        path = () if parent < 0 else state.nodes[parent].path + (token,)
-        state.nodes.append(Node(token, parent, depth, score, 0, path))
-        if parent >= 0:
-            state.nodes[parent].children[token] = len(state.nodes) - 1
-    state.frontier = frontier
-    state.frontier_depths = {state.nodes[f].depth for f in frontier}
-    return state
-
-
 def test_pruning_skips_a_node_whose_ancestors_do_not_fit_and_continues():
     nodes = [(None, -1, 0.0), (1, 0, -3.0), (2, 1, -3.1), (3, 2, -0.5), (4, 0, -1.0), (5, 0, -2.0), (0, 4, -0.8)]
     # ranked: node 3 (-0.5) needs itself and 2 ancestors: 4 nodes > 1 + budget 2, skipped; node 6
     # (-0.8) comes with its missing parent 4: 3 nodes, full
-    state = make_state(TreeGraft(schedule=(1,), depth=1, budget=2), hand_pair(), (1,), nodes, [3])
+    state = state_with(TreeGraft(schedule=(1,), depth=1, budget=2), hand_pair(), (1,), nodes, [3], 0)
     assert state.kept() == [0, 4, 6]
-    state = make_state(TreeGraft(schedule=(1,), depth=1, budget=3), hand_pair(), (1,), nodes, [3])
+    state = state_with(TreeGraft(schedule=(1,), depth=1, budget=3), hand_pair(), (1,), nodes, [3], 0)
     assert state.kept() == [0, 1, 2, 3]  # with room for the chain it goes first
     tree = state.finish()
     assert tree.children == {(): (1,), (1,): (2,), (1, 2): (3,)} and tree.tokens() == 3
@@ -103,9 +121,9 @@ def test_pruning_skips_a_node_whose_ancestors_do_not_fit_and_continues():
 def test_pool_is_a_depth_window_around_the_frontier():
     nodes = [(None, -1, 0.0), (1, 0, -1.0), (2, 1, -2.0), (3, 2, -3.0), (0, 0, -0.5), (4, 3, -4.0)]
     for lookback, expected in ((0, [3]), (1, [2, 3]), (5, [0, 1, 2, 3, 4])):
-        state = make_state(TreeGraft(schedule=(1,), depth=1, lookback=lookback), hand_pair(), (1,), nodes, [3])
+        state = state_with(TreeGraft(schedule=(1,), depth=1, lookback=lookback), hand_pair(), (1,), nodes, [3], 0)
         assert sorted(state.pool()) == expected, lookback
-    frontier_only = make_state(TreeGraft(schedule=(1,), depth=1, pool="frontier"), hand_pair(), (1,), nodes, [3, 4])
+    frontier_only = state_with(TreeGraft(schedule=(1,), depth=1, pool="frontier"), hand_pair(), (1,), nodes, [3, 4], 0)
     assert frontier_only.pool() == [3, 4]
 
 
@@ -125,6 +143,68 @@ def test_destructive_grafting_never_grafts_onto_a_deleted_position():
         builder = TreeGraft(schedule=(0, 1, 1, 1, 1), top_k=k, budget=20, grafting="destructive")
         tree = builder.sample(NodeTable(world, context))
         assert all(path[:-1] in tree.children or len(path) == 1 for path in tree.nodes() if path)
+
+
+# -- the official rules: hand-built cases and the written-out reference (treegraft_checks.py) -----------
+@pytest.mark.parametrize("case", list(HAND_CASES))
+def test_hand_case(case):
+    HAND_CASES[case](factory())
+
+
+def test_builder_equals_the_written_out_reference():
+    """Trees, kept scores and costs equal the plain re-implementation of the official loop
+    (4 roots x 2 settings x 32 schedules; every departure changes one of them: test_treegraft_mutants)."""
+    check_reference(factory(), roots=sweep_roots()[:4])
+
+
+@pytest.mark.slow
+def test_builder_equals_the_written_out_reference_on_every_sweep_root():
+    check_reference(factory())
+
+
+def test_stops_are_recorded_and_cost_nothing():
+    make = factory()
+    state = state_with(make(budget=10, depth=5, top_k=2, N=2), hand_pair(), (5, 1, 2, 5, 1), [(None, -1, 0.0)], [0], 0)
+    for call in (0, 1, 1, 0, 1):
+        state.step(bool(call))
+    assert state.stop == "empty frontier" and state.ran == 1 and state.calls == [0, 1, 1, 0, 1] and state.stopped_early
+    builder = make(budget=10, depth=2, top_k=2, N=2)
+    state = builder.start(builder.prepare(NodeTable(hand_pair(), (2, 1, 1, 2, 0))))
+    state.step(False)
+    assert state.stop == "fallback" and state.frontier == [] and state.stopped_early
+    # the node cap: k = 1, D = 1, budget 1 -> cap max(2, 1 + 1 + 1) = 3 nodes: the chain of 5 stops after 2 tokens
+    builder = make(budget=1, depth=1, top_k=1, N=5)
+    state = builder.start(builder.prepare(NodeTable(hand_pair(), (1, 2, 3, 4, 5, 1, 0, 1))))
+    state.step(False)
+    assert len(state.nodes) == 3 and state.stop == "node cap" and not state.stopped_early
+    uncapped = factory(rules="no_node_cap")(budget=1, depth=1, top_k=1, N=5)
+    state = uncapped.start(uncapped.prepare(NodeTable(hand_pair(), (1, 2, 3, 4, 5, 1, 0, 1))))
+    state.step(False)
+    assert len(state.nodes) == 6 and state.stop is None
+
+
+def test_the_lab_rules_on_the_hand_cases():
+    """The lab's earlier rules (``rules="lab"``, issue 13) on two hand cases, written out: the
+    fallback gives the root the top_k most frequent tokens (ties: smaller id) scored by log
+    frequency and the loop goes on; after an empty frontier the scheduled call still grafts."""
+    lab = factory(rules="lab")
+    children, scores, forwards = built(lab(budget=10, depth=2, top_k=2, N=2), hand_pair(), (2, 1, 1, 2, 0), (0, 0))
+    assert children[()] == (1, 2) and scores[(1,)] == pytest.approx(math.log(2 / 5)) and len(forwards) == 2
+    children, _, forwards = built(lab(budget=10, depth=2, top_k=2, N=2), hand_pair(), (5, 1, 2, 5, 1), (0, 1))
+    assert forwards == [("small", 1), ("draft", 3)] and len(children[()]) == 3  # 2 (the chain) plus q's top-2 (3, 4)
+
+
+def test_the_diverse_repetitive_world():
+    """``repetitive_diverse``: the repetitive world with flatter rows and less copying (the long-context ablations' world)."""
+    from backends.synthetic import DiverseRepetitiveWorld, make_world
+
+    world = make_world("repetitive_diverse", vocab=8, seed=1)
+    assert isinstance(world, DiverseRepetitiveWorld) and (world.copy, world.concentration) == (0.5, 0.5)
+    tempered = world.with_settings(SamplingSettings(0.0))
+    assert isinstance(tempered, DiverseRepetitiveWorld) and tempered.copy == 0.5
+    p, _ = world.distributions([(1, 2, 3, 1, 2)])
+    base, _ = RepetitiveWorld(vocab=8, seed=1, copy=0.0, concentration=0.5).distributions([(1, 2, 3, 1, 2)])
+    assert np.allclose(p[0], 0.5 * base[0] + 0.5 * np.eye(8)[3])  # (1, 2) occurred before, followed by 3
 
 
 # -- losslessness ---------------------------------------------------------------------------------------

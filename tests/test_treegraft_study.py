@@ -26,6 +26,17 @@ def test_outputs(run):
     summary = pl.read_parquet(run / "treegraft.parquet")
     assert set(summary["policy"]) == set(treegraft.POLICIES) and set(summary["setting"]) == {"T=0", "T=1"}
     assert set(summary.filter(pl.col("setting") == "T=0")["verifier"]) == {"greedy", "onehot", "nss"}
+    per_root = pl.read_parquet(run / "per_root.parquet")
+    stopped = per_root.filter(pl.col("early_stop"))
+    assert (stopped["layers_run"] < 3).all() and set(stopped["stop"]) <= {"empty frontier", "fallback", "node cap"}
+    assert summary["early_stop_share"].is_between(0, 1).all()
+
+
+def test_lab_rules_flag(tmp_path):
+    """--rules lab builds the lab's earlier trees: none stops early."""
+    assert treegraft.main(SMALL + ["--rules", "lab", "--out", str(tmp_path)]) == 0
+    per_root = pl.read_parquet(tmp_path / "per_root.parquet")
+    assert not per_root["early_stop"].any() and (per_root.filter(pl.col("policy") != "sequence_level")["layers_run"] == 3).all()
 
 
 def test_the_best_schedule_dominates_every_schedule_and_budgets_hold(run):
@@ -44,7 +55,8 @@ def test_the_best_schedule_dominates_every_schedule_and_budgets_hold(run):
 @pytest.mark.parametrize("flags, flag", [(["--fixed", "1,0"], "--fixed"), (["--depth", "6"], "--depth"),
                                          (["--trajectories", "1"], "--trajectories"), (["--budget", "0"], "--budget"),
                                          (["--capture", "x"], "--capture"), (["--small-ratio", "0"], "--small-ratio"),
-                                         (["--depth", "0"], "--depth"), (["--fixed", "1,0,2,0,1"], "--fixed"), (["--ngram", "0"], "--ngram")])
+                                         (["--depth", "0"], "--depth"), (["--fixed", "1,0,2,0,1"], "--fixed"), (["--ngram", "0"], "--ngram"),
+                                         (["--rules", "official,nonsense"], "--rules")])
 def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         treegraft.main(flags + ["--out", str(tmp_path), "--quiet"])

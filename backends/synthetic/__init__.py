@@ -5,7 +5,9 @@
 * ``DistilledWorld`` (``"distilled"``): a draft estimated from a finite sample of target text
   (smoothed n-gram counts), so divergence emerges from rare contexts;
 * ``RepetitiveWorld`` (``"repetitive"``): a target that copies from its own context and a draft
-  that does not (a context n-gram drafter is strong exactly where the draft is weak: TreeGraft).
+  that does not (a context n-gram drafter is strong exactly where the draft is weak: TreeGraft);
+  ``DiverseRepetitiveWorld`` (``"repetitive_diverse"``) copies less from flatter rows, so long
+  contexts hold many distinct continuations of a token (TreeGraft's ablations on long contexts).
 
 ``make_world(name, ...)`` builds one by name (the studies' ``--world`` flag); ``WORLDS`` is the
 registry.  To add a world: write one module with a class decorated ``@register_world("name")``
@@ -16,6 +18,6 @@ it below; every study picks it up.
 from backends.synthetic.base import WORLDS, make_world, register_world
 from backends.synthetic.depth_profile import DepthProfileWorld, LinearProfile
 from backends.synthetic.distilled import DistilledWorld
-from backends.synthetic.repetitive import RepetitiveWorld
+from backends.synthetic.repetitive import DiverseRepetitiveWorld, RepetitiveWorld
 
-__all__ = ["DepthProfileWorld", "DistilledWorld", "LinearProfile", "RepetitiveWorld", "WORLDS", "make_world", "register_world"]
+__all__ = ["DepthProfileWorld", "DistilledWorld", "DiverseRepetitiveWorld", "LinearProfile", "RepetitiveWorld", "WORLDS", "make_world", "register_world"]

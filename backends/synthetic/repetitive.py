@@ -97,3 +97,21 @@ class RepetitiveWorld:
             p_rows.append(p)
             q_rows.append(q)
         return np.array(p_rows), np.array(q_rows)
+
+
+@register_world("repetitive_diverse")
+class DiverseRepetitiveWorld(RepetitiveWorld):
+    """The repetitive world with flatter base rows (Zipf exponent 0.5) and less copying (0.5).
+
+    Over contexts of hundreds of tokens a token's earlier occurrences then have many distinct
+    continuations, as common words have in long prompts, so a context n-gram drafter that needs
+    ``top_k`` distinct continuations of a node (TreeGraft's coverage rule) finds them, and
+    TreeGraft's layer loop runs past its first n-gram layer: the world of the TreeGraft
+    ablations on long contexts (``python -m analyses.treegraft --world repetitive_diverse``).
+    Arguments as ``RepetitiveWorld``'s, with these two defaults.
+    """
+
+    def __init__(self, vocab: int, seed: int = 0, settings: SamplingSettings | None = None, copy: float = 0.5,
+                 copy_order: int = 3, noise: float = 0.1, concentration: float = 0.5, eos_id: int | None = None):
+        super().__init__(vocab, seed, settings, copy=copy, copy_order=copy_order, noise=noise, concentration=concentration,
+                         eos_id=eos_id)

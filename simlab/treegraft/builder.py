@@ -4,19 +4,26 @@ The tree is a **trie** (a token that is already a child is reused, never duplica
 ``depth`` = D layers (``GraftState``).  At each layer a schedule decides:
 
 * **skip** (the small drafter, ``simlab.treegraft.ngram``): every frontier node gets the chains
-  its longest context matches propose (scores from the target's prompt cache; deeper chain
-  tokens -inf); a node that covers fewer than ``top_k`` distinct tokens is terminated; the next
-  frontier is the children attached to the other frontier nodes, sorted by (match length,
-  score, id), cut to ``top_k`` from layer 2 on (layer 1 keeps all);
+  its context matches propose (scores from the target's prompt cache; deeper chain tokens
+  -inf; a chain whose whole path exists attaches nothing, an existing first token keeps
+  max(old, new)); a node whose coverage (its children plus the proposed first tokens) stays
+  below ``top_k`` is terminated; the next frontier is every child of the other frontier nodes,
+  sorted by (this layer's match length, score, id), cut to ``top_k`` from layer 2 on (layer 1
+  keeps all);
 * **call** (the mid drafter = the pair's draft q): one mid forward over the whole tree
   **rescores every node** (cum(v) = cum(parent) + log q(v)); the **graft pool** is every node
   whose depth lies within ``lookback`` of a frontier depth (root and earlier layers included);
   its ``top_k`` best are the graft positions, each takes q's top-k as children (an existing
   same-token child is reused and rescored; nothing is deleted); the next frontier is those
-  children by score, cut to ``top_k`` from layer 2 on.  If layer 1 leaves the root childless,
-  the root takes the ``top_k`` most frequent context tokens.  When every frontier node was
-  terminated (an empty frontier: a case the reference leaves open), the pool's depths are those
-  of the children the last skip attached, so a later call can still graft (the lab's choice).
+  children by score, cut to ``top_k`` from layer 2 on.
+
+The official code's stops end the layer loop (``GraftState.stop``; later layers of the schedule
+do not run and cost nothing): an **empty frontier** (every parent terminated: no later layer, no
+later graft); the **layer-1 fallback** (a skip at layer 1 leaves the root childless: the root
+takes the most frequent context token, ties to the most recent, score 0.0, and the loop stops);
+the **node cap** max(B + 1, 1 + k + D k^2) (a chain or graft stops at it, then the loop).  The
+lab's earlier rules are options (``rules``: ``"lab"`` or departure names, ``simlab.treegraft.rules``;
+``docs/departures.md``).
 
 Finally the tree is **pruned** to ``budget`` draft tokens: nodes ranked by (score desc, depth
 asc, id asc) are added with their missing ancestors while the total fits, a node whose ancestors
@@ -32,7 +39,7 @@ Cost (``simlab.latency``): a skip is one forward of the drafter named ``"small"`
 n-gram step's time is constant), a call one ``"draft"`` (mid) forward over every node of the
 tree.  Defaults follow the main evaluation (``scripts/run_main_eval.sh``): budget 63 (B_ver),
 D = 5, top-k 10, lookback 5, schedule [1, 0, 1, 0, 1] (the ablation's fixed schedule), N = 5.
-Source: TreeGraft@f53e3a8 ``graft/combine_tree/generator.py``; ``../shared/reference/tree_builders.md`` Sec. 5.
+Source: TreeGraft@f53e3a8 ``graft/combine_tree/generator.py`` (``CombineDraftGenerator._topK_genrate_combine``).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from simlab.checks import check_int
 from simlab.drafting import Drafting, top_tokens
 from simlab.latency import DraftCost, DraftForward
 from simlab.treegraft.ngram import NGramDrafter, NGramIndex, ScoreCache, prompt_cache
+from simlab.treegraft.rules import Rules
 from simlab.trees import DraftTree, NodeTable
 
 NEG = -math.inf
@@ -90,6 +98,9 @@ class GraftState:
         self.pool_sizes: list[int] = []
         self.graft_positions = 0
         self.graft_from_earlier = 0
+        self.size = 1  # live nodes, root included
+        self.ran = 0  # layers that ran (the rest were cut by a stop)
+        self.stop: str | None = None  # why the layer loop stopped: "empty frontier", "fallback", "node cap"
 
     def copy(self) -> "GraftState":
         other = copy.copy(self)
@@ -101,19 +112,32 @@ class GraftState:
 
     @property
     def layer(self) -> int:
-        """Layers done so far."""
+        """Layers decided so far (run or cut by a stop)."""
         return len(self.calls)
 
+    @property
+    def stopped_early(self) -> bool:
+        """Whether a stop cut at least one layer of the schedule."""
+        return self.ran < self.builder.depth and self.stop is not None
+
     # -- tree edits ----------------------------------------------------------------------------
-    def _child(self, parent: int, token: int, score: float, match: int, overwrite: bool) -> int:
+    def _full(self) -> bool:
+        return self.size >= self.builder.node_cap
+
+    def _child(self, parent: int, token: int, score: float, match: int, overwrite: bool) -> int | None:
+        """The child ``token`` of ``parent``: reused (rescored if ``overwrite``) or appended with
+        ``score``; None when the node cap forbids a new node."""
         node = self.nodes[parent]
         if token in node.children:
             child = node.children[token]
             if overwrite:
                 self.nodes[child].score, self.nodes[child].match = score, match
             return child
+        if self._full():
+            return None
         self.nodes.append(Node(int(token), parent, node.depth + 1, score, match, node.path + (int(token),)))
         node.children[int(token)] = len(self.nodes) - 1
+        self.size += 1
         return len(self.nodes) - 1
 
     def _delete(self, node: int) -> None:
@@ -121,6 +145,7 @@ class GraftState:
             self._delete(child)
         self.nodes[node].children = {}
         self.nodes[node].parent = -2  # detached: skipped by every scan
+        self.size -= 1
 
     def _alive(self) -> list[int]:
         return [i for i, n in enumerate(self.nodes) if n.parent != -2]
@@ -128,53 +153,114 @@ class GraftState:
     def _ranked(self, ids, key="score") -> list[int]:
         return sorted(ids, key=lambda i: (-self.nodes[i].score, i))
 
+    def _has_path(self, parent: int, tokens) -> bool:
+        for token in tokens:
+            parent = self.nodes[parent].children.get(token)
+            if parent is None:
+                return False
+        return True
+
     # -- the layers ----------------------------------------------------------------------------
     def step(self, call: bool) -> None:
-        """Run the next layer: the mid drafter (``call``) or the n-gram drafter."""
+        """Decide the next layer: the mid drafter (``call``) or the n-gram drafter.  After a stop
+        (empty frontier, the layer-1 fallback, the node cap) the layer does not run."""
         b = self.builder
         if self.layer >= b.depth:
             raise ValueError(f"schedule: the tree has {b.depth} layers, all run")
         layer = self.layer + 1
-        if b.mode == "sequence":
-            self._sequence_step(call, layer)
-        elif call:
-            self._graft(layer)
-        else:
-            self._skip(layer)
+        if not self.frontier and "continue_after_empty_frontier" not in b.rules and b.mode == "tree":
+            self.stop = self.stop or "empty frontier"
+        if self.stop is None:
+            if b.mode == "sequence":
+                self._sequence_step(call, layer)
+            elif call:
+                self._graft(layer)
+            else:
+                self._skip(layer)
+            self.ran += 1
+            if self.stop is None and self._full():
+                self.stop = "node cap"
         self.calls.append(int(bool(call)))
 
     def _skip(self, layer: int) -> None:
-        b, root, context = self.builder, self.root, self.root.table.context
+        b, root, rules = self.builder, self.root, self.builder.rules
+        context = root.table.context
         if b.ngram.scoring == "clean":
             root.table.fetch([self.nodes[u].path for u in self.frontier])
-        attached: list[int] = []
+        candidates: dict[int, int] = {}  # child -> match length in this layer (0: not matched)
         reached: set[int] = set()
+        terminated = 0
         for u in self.frontier:
-            firsts: dict[int, int] = {}
-            base = self.nodes[u].score
-            for n, position, chain in b.ngram.proposals(root.index, context + self.nodes[u].path, b.top_k, layer):
-                parent = u
-                for j, token in enumerate(chain):
-                    if j == 0:
-                        score = base + (root.cache.score(position, token) if b.ngram.scoring == "code"
-                                        else _log(root.table.p(self.nodes[u].path)[token]))
-                        child = self._child(u, token, score, n, overwrite=token not in firsts)
-                        firsts.setdefault(token, child)
-                    else:
-                        child = self._child(parent, token, NEG, n, overwrite=False)
-                    parent = child
-            reached.update(self.nodes[c].depth for c in firsts.values())
-            if len(firsts) >= b.top_k:  # a parent covering fewer tokens is terminated
-                attached.extend(firsts.values())
-        if layer == 1 and not self.nodes[0].children:
-            self._frequency_fallback()
-            attached = list(self.nodes[0].children.values())
-        frontier = sorted(dict.fromkeys(attached), key=lambda i: (-self.nodes[i].match, -self.nodes[i].score, i))
-        self.frontier = frontier if layer == 1 else frontier[: b.top_k]
-        self.frontier_depths = {self.nodes[f].depth for f in self.frontier} or reached or self.frontier_depths
+            node = self.nodes[u]
+            found = b.ngram.collect(root.index, context + node.path, b.top_k, layer, node.children, rules)
+            scored: set[int] = set()
+            for chain in found.chains:
+                if "overwrite_scores" not in rules and self._has_path(u, chain.tokens):
+                    continue  # the official code attaches nothing for an existing path
+                token = chain.tokens[0]
+                score = node.score + (root.cache.score(chain.position, token) if b.ngram.scoring == "code"
+                                      else _log(root.table.p(node.path)[token]))
+                self._attach(u, chain, score, scored)
+            if found.match:
+                reached.add(node.depth + 1)
+            if not found.covered:
+                terminated += 1  # a parent covering fewer than top_k tokens is terminated
+                continue
+            tokens = found.match if "frontier_attached_only" in rules else node.children
+            for token in tokens:
+                child = node.children.get(token)
+                if child is not None:
+                    candidates[child] = max(candidates.get(child, 0), found.match.get(token, 0))
         self.forwards.append(DraftForward(1, 0, "small"))
+        if layer == 1 and not self.nodes[0].children and terminated == len(self.frontier):
+            if "top_k_fallback" in rules:
+                self._frequency_fallback()
+                candidates = dict.fromkeys(self.nodes[0].children.values(), 0)
+            else:
+                self._fallback()
+                self.frontier, self.stop = [], "fallback"
+                return
+        frontier = sorted(candidates, key=lambda i: (-candidates[i], -self.nodes[i].score, i))
+        self.frontier = frontier if layer == 1 else frontier[: b.top_k]
+        depths = {self.nodes[f].depth for f in self.frontier}
+        if "continue_after_empty_frontier" in rules:
+            depths = depths or reached or self.frontier_depths
+        self.frontier_depths = depths
+
+    def _attach(self, parent: int, chain, score: float, scored: set[int]) -> None:
+        """Merge ``chain`` below ``parent`` (trie): its first token gets ``score`` (a new child), or
+        max(old, score) (an existing one; ``overwrite_scores``: the layer's first chain to reach it
+        sets it); deeper new tokens score -inf.  A new node beyond the node cap ends the chain."""
+        overwrite = "overwrite_scores" in self.builder.rules
+        for j, token in enumerate(chain.tokens):
+            existing = self.nodes[parent].children.get(token)
+            if j > 0 or existing is None:
+                child = self._child(parent, token, score if j == 0 else NEG, chain.n, overwrite=False)
+                if child is None:
+                    return
+            else:
+                child, node = existing, self.nodes[existing]
+                if overwrite and token not in scored:
+                    node.score, node.match = score, chain.n
+                elif not overwrite:
+                    node.score, node.match = max(node.score, score), max(node.match, chain.n)
+            if j == 0:
+                scored.add(token)
+            parent = child
+
+    def _fallback(self) -> None:
+        """The official layer-1 fallback: the most frequent context token (ties: the most recent), score 0.0."""
+        context = self.root.table.context
+        last = {t: i for i, t in enumerate(context)}
+        counts: dict[int, int] = {}
+        for t in context:
+            counts[t] = counts.get(t, 0) + 1
+        token = min(counts, key=lambda t: (-counts[t], -last[t], t))
+        self._child(0, int(token), 0.0, 0, overwrite=False)
 
     def _frequency_fallback(self) -> None:
+        """The lab's ``top_k_fallback``: the ``top_k`` most frequent context tokens (ties: smaller id),
+        each scored by its log relative frequency."""
         context = self.root.table.context
         tokens, counts = np.unique(np.asarray(context, dtype=np.int64), return_counts=True)
         order = sorted(range(tokens.size), key=lambda i: (-counts[i], tokens[i]))[: self.builder.top_k]
@@ -226,7 +312,10 @@ class GraftState:
                         self._delete(child)
                         del self.nodes[g].children[token]
             for token in top.tolist():
-                produced.append(self._child(g, token, self.nodes[g].score + _log(q[token]), 0, overwrite=True))
+                child = self._child(g, token, self.nodes[g].score + _log(q[token]), 0, overwrite=True)
+                if child is None:  # the node cap: this position takes no more new children
+                    break
+                produced.append(child)
         frontier = self._ranked(dict.fromkeys(produced))
         self.frontier = frontier if layer == 1 else frontier[: b.top_k]
         self.frontier_depths = {self.nodes[f].depth for f in self.frontier} or self.frontier_depths
@@ -244,10 +333,10 @@ class GraftState:
                 token = int(top_tokens(q, 1)[0])
                 self._child(end, token, node.score + _log(q[token]), 0, overwrite=True)
             return
-        proposals = self.builder.ngram.proposals(self.root.index, table.context + node.path, 1, layer)
-        if proposals:
-            n, position, chain = proposals[0]
-            self._child(end, chain[0], node.score + self.root.cache.score(position, chain[0]), n, overwrite=True)
+        chains = self.builder.ngram.collect(self.root.index, table.context + node.path, 1, layer, (), self.builder.rules).chains
+        if chains:
+            n, position, token = chains[0].n, chains[0].position, chains[0].tokens[0]
+            self._child(end, token, node.score + self.root.cache.score(position, token), n, overwrite=True)
         self.forwards.append(DraftForward(1, 0, "small"))
 
     # -- the final tree ------------------------------------------------------------------------
@@ -299,6 +388,8 @@ class TreeGraft:
         grafting: ``"non_destructive"`` or ``"destructive"`` (ablation).
         mode: ``"tree"`` or ``"sequence"`` (ablation: CSD-style sequence-level drafting).
         cached: positions of the context in the n-gram score cache (None: the whole root context).
+        rules: ``"official"`` (default), ``"lab"`` (the lab's earlier rules, issue 13), or departure
+            names (``simlab.treegraft.rules.DEPARTURES``, comma-separated or an iterable).
 
     Raises:
         ValueError: naming the argument.
@@ -314,6 +405,7 @@ class TreeGraft:
     grafting: str = "non_destructive"
     mode: str = "tree"
     cached: int | None = None
+    rules: Rules | str = "official"
 
     laws: ClassVar[frozenset[Drafting]] = frozenset({Drafting.DETERMINISTIC})
     deterministic: ClassVar[bool] = True
@@ -336,10 +428,20 @@ class TreeGraft:
                 raise ValueError(f"{name}: must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         if self.cached is not None:
             object.__setattr__(self, "cached", check_int(self.cached, "cached", 0))
+        object.__setattr__(self, "rules", Rules.parse(self.rules))
+
+    @property
+    def node_cap(self) -> float:
+        """The most nodes (root included) built before pruning: max(B + 1, 1 + k + D k^2) (the
+        official ``max_nodes``; 511 at the preset), unbounded under ``no_node_cap``."""
+        if "no_node_cap" in self.rules:
+            return math.inf
+        return max(self.budget + 1, 1 + self.top_k + self.depth * self.top_k**2)
 
     def prepare(self, table: NodeTable) -> GraftRoot:
         """The root's n-gram index and score cache (shared by every schedule at that root)."""
-        return GraftRoot(table, NGramIndex(table.context, self.ngram.max_n), prompt_cache(table.pair, table.context, self.cached))
+        cache = prompt_cache(table.pair, table.context, self.cached, last_row="cache_without_last_row" not in self.rules)
+        return GraftRoot(table, NGramIndex(table.context, self.ngram.max_n), cache)
 
     def start(self, root: GraftRoot) -> GraftState:
         return GraftState(self, root)
