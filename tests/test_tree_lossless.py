@@ -14,6 +14,7 @@ from simlab.builders import GreedyDraftTree
 from simlab.shapes import Delayed, Static, chain, iid
 from simlab.trees import NodeTable
 from stats import assert_sampler_matches
+from variants import lossless_tree_names
 
 PAIR = MarkovPair.random(3, np.random.default_rng(7), concentration=0.7, closeness=0.3)
 CONTEXT = (1,)
@@ -27,8 +28,8 @@ WOR_SHAPES = {
 }
 STATIC_TOPK = Static([(0,), (1,), (0, 0), (1, 0), (0, 0, 0)], "topk")
 
-IID_VERIFIERS = ["nss", "naive", "spectr", "specinfer", "khisti", "optimal", "naive_chain", "bv", "traversal"]
-WOR_VERIFIERS = ["nss", "rrs_wor", "traversal", "naive_chain", "bv"]
+IID_VERIFIERS = lossless_tree_names(Drafting.IID)  # from the declarations, so a newly registered verifier is covered
+WOR_VERIFIERS = lossless_tree_names(Drafting.WITHOUT_REPLACEMENT)
 
 PAIRINGS = (
     [(v, s) for v in IID_VERIFIERS for s in IID_SHAPES]
