@@ -1,8 +1,9 @@
 """SpecBlock measured exactly: ``python -m analyses.specblock``.
 
 At every root of a source and for each sampling setting (default T = 0, verified greedily, and
-T = 1, verified by every lab verifier lossless for deterministic children: one-hot, NSS), at
-each matched budget (default 60 and 90 draft tokens) the study builds
+T = 1, verified by every lab verifier lossless for deterministic children,
+``simlab.tree_verifiers.lossless_names``: one-hot, NSS, the greedy-draft rule), at each matched
+budget (default 60 and 90 draft tokens) the study builds
 
 * **eagle2**: EAGLE-2's dynamic tree from the plain draft model (depth 7, top-k 10);
 * **block_topk**: the block drafter's tree with a fixed ``--fixed-width`` children per slot

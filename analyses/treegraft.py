@@ -4,7 +4,8 @@ At every root of a source (default: the synthetic ``repetitive`` world, where a 
 drafter is strong exactly where the mid drafter is weak; ``--backend hf``: the reference pair's
 draft as the mid drafter, on the shipped repetitive prompts) and for each sampling setting
 (default T = 0, verified greedily, and T = 1, verified by every lab verifier lossless for
-deterministic children: one-hot, NSS), the study builds TreeGraft's tree (``simlab.treegraft``;
+deterministic children, ``simlab.tree_verifiers.lossless_names``: one-hot, NSS, the
+greedy-draft rule), the study builds TreeGraft's tree (``simlab.treegraft``;
 budget 63, D = 5, top-k 10, lookback 5, N = 5) under
 
 * **all-small** (n-gram only), **all-mid**, **fixed** [1, 0, 1, 0, 1];
