@@ -65,10 +65,11 @@ def greedy_pair():
 @pytest.mark.parametrize("verifier", tree_verifiers.names())
 def test_temperature_zero_every_verifier_is_greedy_decoding(verifier):
     pair = greedy_pair()
-    shape = iid(2, 2)
-    if verifier == "rrs_wor":  # one-hot q cannot draft 2 distinct children
+    declared = tree_verifiers.get(verifier).lossless_for
+    shape = iid(2, 2)  # chosen by what the verifier declares:
+    if Drafting.IID not in declared:  # one-hot q cannot draft 2 distinct children; one child is a draw from q
         shape = chain(3)
-    if verifier == "greedy_draft":  # its own trees (one-hot q: no tail, deterministic children)
+    if Drafting.MIXED in declared:  # greedy-draft trees (one-hot q: no tail, deterministic children)
         shape = GreedyDraftTree(budget=4, depth=2, top_k=2)
     law = emitted_sequence_law(pair, (0,), shape, verifier, 4)
     assert law == pytest.approx(target_sequence_law(pair, (0,), 4), abs=1e-12)
