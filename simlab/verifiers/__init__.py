@@ -18,6 +18,13 @@ name              algorithm                                              lossles
 ================  =====================================================  ==========================
 
 A tree verifier refuses a pairing outside ``lossless_for`` (``simlab.tree_verifiers``).
+
+A verifier declares what it is on its class (``NodeVerifier``): its ``label`` (the papers'
+name), ``drafting``, ``lossless_for``, ``ot_based``, ``needs_greedy_target``, and a closed-form
+acceptance rate by overriding ``NodePlan.acceptance_formula``.  Adding one is its own module plus
+``register(cls)`` here (or in a test: ``tests/test_new_verifier.py``); every query over the
+registry (``names``, ``ot_based``, ``simlab.tree_verifiers.lossless_names``, the generic tests)
+then includes it.
 """
 
 from __future__ import annotations

@@ -32,6 +32,11 @@ Optional capabilities (class attributes, default off):
   so a tree computation shares one speculative-sampling plan across such verifiers
   (``simlab.trees.NodeTable.plan``); declared by NaiveTree, SpecTr, SpecInfer, RRS without
   replacement and checked by enumeration in the tests;
+* ``label``, ``ot_based``: the papers' name and membership of DDTE's OT-based family (tables and
+  the selector study read them; ``simlab.tree_verifiers.paper_name``);
+* a closed-form acceptance rate: a plan that overrides ``NodePlan.acceptance_formula`` has one
+  (``has_formula``); ``acceptance_rate(method="auto"|"formula"|"enumerate")`` reaches the
+  formula and the enumeration alike, and the tests check they agree where both exist;
 * ``branch_is_target``: B(x, .) = p whatever the children x (the output is a draw from p, accepted
   when it is a child), hence lossless for every drafting law, and a tree's reach probabilities are
   products of p along paths (``simlab.reach_grid``); declared by NSS and checked in the tests.
