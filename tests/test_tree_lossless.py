@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from simlab import tree_verifiers
-from simlab.sampling import sampling_distribution
+from simlab.sampling import SamplingSettings, sampling_distribution
 from simlab.drafting import Drafting
 from simlab.efficiency import emitted_sequence_law, target_sequence_law
 from simlab.pairs import MarkovPair
 from simlab.builders import GreedyDraftTree
 from simlab.shapes import Delayed, Static, chain, iid
-from simlab.trees import NodeTable
+from simlab.trees import DraftTree, NodeTable
 from stats import assert_sampler_matches
 from variants import lossless_tree_names
 
@@ -169,3 +169,24 @@ def test_greedy_ties_go_to_the_lowest_id_in_law_sampler_and_leaf():
         law = greedy.outcome_law(tree)
         assert law[accepted].tolist() == [0.0, 1.0, 0.0] and sum(v.sum() for v in law.values()) == 1.0
         assert all(greedy.verify(tree, np.random.default_rng(s)) == (accepted, 1) for s in range(20))
+
+
+@pytest.mark.parametrize("law", [Drafting.IID, Drafting.WITHOUT_REPLACEMENT, Drafting.DETERMINISTIC])
+@pytest.mark.parametrize("k", [1, 2])
+def test_lossless_names_is_the_tree_check(law, k):
+    """``lossless_names({law}, settings, k)`` (the set query every study asks) names exactly the
+    verifiers whose own tree check accepts a node of that law with k children (``lossless_on``),
+    at T > 0 and at T = 0 (a one-hot target: the greedy rule joins)."""
+    for pair, greedy in ((PAIR, False), (greedy_pair(), True)):
+        tree = DraftTree(NodeTable(pair, CONTEXT), {(): tuple(range(k))}, drafting=law)
+        by_tree = [v for v in tree_verifiers.names() if tree_verifiers.get(v).lossless_on(tree)]
+        assert tree_verifiers.lossless_names({law}, SamplingSettings(temperature=0.0 if greedy else 1.0), k) == by_tree
+
+
+def test_lossless_names_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="^laws: "):
+        tree_verifiers.lossless_names(set(), SamplingSettings())
+    with pytest.raises(ValueError, match="^laws: "):
+        tree_verifiers.lossless_names({"iid"}, SamplingSettings())
+    with pytest.raises(ValueError, match="^k: "):
+        tree_verifiers.lossless_names({Drafting.IID}, SamplingSettings(), k=0)

@@ -151,3 +151,16 @@ def test_published_closed_forms():
     assert verifiers.get("naive").acceptance_rate(p, q, 2) == pytest.approx(5 / 6 + 1 / 36, abs=1e-15)
     # SpecInfer at k=2: 1 - TV(p, q) TV(res, q) with res = (0, 1, 0): 1 - (1/6)(5/6)
     assert verifiers.get("specinfer").acceptance_rate(p, q, 2) == pytest.approx(1 - 5 / 36, abs=1e-15)
+
+
+def test_acceptance_rate_method_is_checked():
+    p, q = np.array([0.6, 0.4]), np.array([0.8, 0.2])
+    with pytest.raises(ValueError, match="^method: "):
+        verifiers.get("nss").acceptance_rate(p, q, 2, method="exact")
+    with pytest.raises(ValueError, match="^method: khisti has no closed-form"):
+        verifiers.get("khisti").acceptance_rate(p, q, 2, method="formula")
+    with pytest.raises(ValueError, match="^rng: "):
+        verifiers.get("khisti").acceptance_rate(p, q, 2, method="enumerate", rng=np.random.default_rng(0))
+    # "auto" with an rng enumerates while at most exact_tuples child tuples exist: the exact value
+    exact = verifiers.get("khisti").acceptance_rate(p, q, 2, method="enumerate")
+    assert verifiers.get("khisti").acceptance_rate(p, q, 2, rng=np.random.default_rng(0)) == exact
