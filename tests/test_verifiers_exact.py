@@ -164,3 +164,18 @@ def test_acceptance_rate_method_is_checked():
     # "auto" with an rng enumerates while at most exact_tuples child tuples exist: the exact value
     exact = verifiers.get("khisti").acceptance_rate(p, q, 2, method="enumerate")
     assert verifiers.get("khisti").acceptance_rate(p, q, 2, rng=np.random.default_rng(0)) == exact
+
+
+def test_the_auto_estimate_agrees_with_the_enumeration():
+    """Beyond ``exact_tuples`` child tuples, ``method="auto"`` with an rng averages the exact
+    P(output in set(x) | x) over sampled children: a mean of n = 4000 values in [0, 1], so by
+    Hoeffding P(|estimate - alpha| > 0.06) <= 2 exp(-2 n 0.06^2) < 1e-12 (false alarm), and any
+    bias above 0.12 fails with probability > 1 - 1e-12 (power)."""
+
+    class Estimated(verifiers.Khisti):
+        exact_tuples = 0
+
+    p, q = np.array([0.5, 0.2, 0.2, 0.1]), np.array([0.1, 0.2, 0.3, 0.4])
+    exact = verifiers.get("khisti").acceptance_rate(p, q, 3, method="enumerate")
+    estimate = Estimated().acceptance_rate(p, q, 3, rng=np.random.default_rng(5), samples=4000)
+    assert estimate != exact and abs(estimate - exact) <= 0.06
