@@ -42,15 +42,9 @@ LAWS = {"iid": {Drafting.IID}, "delayed": {Drafting.IID}, "nde": {Drafting.IID},
 
 
 def verifiers_for(name: str, setting, allowed) -> list[str]:
-    """Every tree verifier declared lossless for the builder's drafting law (greedy only at T = 0)."""
-    out = []
-    for v in tree_verifiers.names():
-        verifier = tree_verifiers.get(v)
-        if verifier.needs_greedy_target and not setting.greedy:
-            continue
-        if LAWS[name] <= set(verifier.lossless_for) and v in allowed:
-            out.append(v)
-    return out
+    """Every tree verifier among ``allowed`` lossless for the builder's drafting laws at ``setting``
+    (``simlab.tree_verifiers.lossless_names``)."""
+    return [v for v in tree_verifiers.lossless_names(LAWS[name], setting) if v in allowed]
 
 
 def grid_actions(budget: int, rollouts: bool) -> list[tuple[int, int, int]]:

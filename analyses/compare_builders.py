@@ -34,6 +34,7 @@ import numpy as np
 import polars as pl
 
 from simlab import tree_verifiers
+from simlab import verifiers as node_verifiers
 from simlab.tree_verifiers.base import reach_probabilities
 
 from analyses import builder_roster as roster_module
@@ -42,7 +43,6 @@ from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_f
                                     note_hf_defaults, with_hf_defaults)
 
 PROG = "python -m analyses.compare_builders"
-OT_VERIFIERS = ("nss", "naive", "spectr", "specinfer", "khisti")
 REFUSALS = {"capture": {"capture": "the builders build their own trees; use --backend hf or a synthetic world"},
             "synthetic": {"drafters": "the synthetic stand-in block drafter is not trained; --drafters needs --backend hf"},
             "hf": {"rank_noise": "the trained drafter has its own rank head", "block_ratio": "the block drafter's forwards are measured"}}
@@ -174,12 +174,11 @@ def nde_entry(config: Config, roster):
 def fit(config: Config, roster, train_roots: dict, verifiers, builders, source, bar) -> None:
     """Fit every builder that needs it on the training roots (per setting)."""
 
-    iid_verifiers = [v for v in verifiers if roster_module.LAWS["delayed"] <= set(tree_verifiers.get(v).lossless_for)]
     if builders & {"treegraft_learned", "treegraft_best"}:
         roster.treegraft = roster_module.TreeGraftEntry(roster, config.epochs, config.seed)
     for setting, roots in train_roots.items():
         if builders & {"iid", "delayed"}:
-            usable = [v for v in iid_verifiers if setting.greedy or not tree_verifiers.get(v).needs_greedy_target]
+            usable = [v for v in tree_verifiers.lossless_names(roster_module.LAWS["delayed"], setting) if v in verifiers]
             roster_module.fit_static(roster, roots, setting, usable, config.grid_samples, config.seed)
         if "sequoia" in builders:
             roster_module.fit_sequoia(roster, roots, setting, config.seed)
@@ -259,7 +258,7 @@ def measure(config: Config, roster, test_roots: dict, verifiers, builders, bar):
                                      "action": _describe(action)})
                         depth_rows += [{**key, "budget": budget, "builder": name, "verifier": v, "depth": d + 1, "reach": float(r)}
                                        for d, r in enumerate(out["reach"])]
-                        if name in ("iid", "delayed", "nde") and v in OT_VERIFIERS:
+                        if name in ("iid", "delayed", "nde") and v in node_verifiers.ot_based():
                             gap_rows += [{**key, "budget": budget, "builder": name, "verifier": v, "depth": d, "gap": float(np.mean(g)),
                                           "nodes": len(g)} for d, g in sorted(node_gaps(out["trees"], v).items())]
             bar.update()
@@ -273,14 +272,13 @@ def _describe(builder) -> str:
     return type(builder).__name__
 
 
-def summarise(per_root: pl.DataFrame, baseline: str) -> pl.DataFrame:
+def summarise(per_root: pl.DataFrame, baseline: str, rules: dict[str, str]) -> pl.DataFrame:
     """Per setting, budget, builder and verifier: roots, E, its standard error, T, throughput, the
     ratio to the baseline's throughput and the paired mean difference of E by root (with its SE)."""
     table = per_root.group_by("setting", "budget", "builder", "verifier", maintain_order=True).agg(
         pl.len().alias("roots"), pl.col("E").mean(), (pl.col("se").pow(2).sum().sqrt() / pl.len()).alias("E_se"),
         pl.col("T").mean(), (pl.col("E").sum() / pl.col("T").sum()).alias("TPS"), pl.col("tokens").mean(), pl.col("sampled").first())
-    base_rows = per_root.filter((pl.col("builder") == baseline) & (pl.col("verifier") == pl.when(pl.col("setting") == "T=0")
-                                                                   .then(pl.lit("greedy")).otherwise(pl.lit("onehot"))))
+    base_rows = per_root.filter((pl.col("builder") == baseline) & (pl.col("verifier") == pl.col("setting").replace_strict(rules, return_dtype=pl.String)))
     base = base_rows.select("setting", "budget", "root", pl.col("E").alias("E_base"), pl.col("se").alias("se_base"))
     paired = per_root.join(base, on=["setting", "budget", "root"]).with_columns((pl.col("E") - pl.col("E_base")).alias("diff")).group_by(
         "setting", "budget", "builder", "verifier").agg(pl.col("diff").mean().alias("paired_dE"),
@@ -291,13 +289,13 @@ def summarise(per_root: pl.DataFrame, baseline: str) -> pl.DataFrame:
         paired, on=["setting", "budget", "builder", "verifier"], how="left")
 
 
-def baseline_notes(summary: pl.DataFrame, baseline: str, verifiers) -> pl.DataFrame:
+def baseline_notes(summary: pl.DataFrame, baseline: str, verifiers, rules: dict[str, str]) -> pl.DataFrame:
     """``summary`` with ``baseline_note``: why ``vs_baseline`` and ``paired_dE`` are empty on a row
     (null where they are not): the baseline pairing (``baseline`` with greedy at T = 0, one-hot at
     T > 0) is not among ``verifiers``, or it did not run there."""
 
     def why(setting: str) -> str:
-        v = "greedy" if setting == "T=0" else "onehot"
+        v = rules[setting]
         if v not in verifiers:
             return f"the baseline {baseline} with {v} was not run: {v} is not among --verifiers"
         return f"the baseline {baseline} with {v} did not run here (see Not run)"
@@ -319,19 +317,19 @@ def unpaired_builders(builders, settings, verifiers) -> list[dict]:
     return rows
 
 
-def best_pairings(summary: pl.DataFrame) -> pl.DataFrame:
+def best_pairings(summary: pl.DataFrame, rules: dict[str, str]) -> pl.DataFrame:
     """Each builder's highest-throughput verifier per setting and budget (exact ties, as every lossless
     verifier of a deterministic tree gives: greedy at T = 0, one-hot at T > 0, then by name)."""
-    primary = pl.when(pl.col("setting") == "T=0").then(pl.lit("greedy")).otherwise(pl.lit("onehot"))
+    primary = pl.col("setting").replace_strict(rules, return_dtype=pl.String)
     ranked = summary.with_columns(pl.col("TPS").round(12).alias("_tps"), (pl.col("verifier") != primary).alias("_other"))
     return ranked.sort(["_tps", "_other", "verifier"], descending=[True, False, False]).group_by(
         "setting", "budget", "builder", maintain_order=True).first().drop("_tps", "_other")
 
 
-def charts(summary: pl.DataFrame, by_depth: pl.DataFrame, subtitle: str):
+def charts(summary: pl.DataFrame, by_depth: pl.DataFrame, subtitle: str, rules: dict[str, str]):
     import altair as alt
 
-    best = best_pairings(summary)
+    best = best_pairings(summary, rules)
     tps = alt.Chart(best).mark_line(point=True).encode(
         x=alt.X("budget:Q", title="verify budget (draft tokens)"), y=alt.Y("TPS:Q", title="throughput (tokens/s)"), color="builder:N",
         facet=alt.Facet("setting:N", columns=3, title=None), tooltip=["builder", "verifier", "budget", "E", "TPS", "vs_baseline"]).properties(
@@ -406,7 +404,8 @@ def _main(argv) -> int:
         reasons = "; ".join(dict.fromkeys(f"{r['builder']}: {r['reason']}" for r in roster.not_run))
         fail(PROG, f"--builders: no builder could run on this source ({reasons})")
     per_root = pl.DataFrame(rows)
-    summary = baseline_notes(summarise(per_root, config.baseline), config.baseline, verifiers)
+    rules = tree_verifiers.deterministic_rules(settings)
+    summary = baseline_notes(summarise(per_root, config.baseline, rules), config.baseline, verifiers, rules)
     for note, where in summary.filter(pl.col("baseline_note").is_not_null()).group_by("baseline_note", maintain_order=True).agg(
             pl.col("setting").unique(maintain_order=True).str.join(" ")).iter_rows():
         print(f"{PROG}: note: vs_baseline and paired_dE are empty at {where}: {note}", file=sys.stderr)
@@ -417,7 +416,7 @@ def _main(argv) -> int:
     not_run = pl.DataFrame([{"verifier": "all", **r} for r in roster.not_run],
                            schema={"builder": pl.String, "setting": pl.String, "budget": pl.Int64, "verifier": pl.String, "reason": pl.String})
     subtitle = f"source: {source.describe()}; latency: {latency.source}; {len(test)} held-out trajectories"
-    tps_chart, acc_chart = charts(summary, by_depth, subtitle)
+    tps_chart, acc_chart = charts(summary, by_depth, subtitle, rules)
     with OutputSet(out) as outputs:
         for name, frame in (("compare_builders", summary), ("per_root", per_root), ("by_depth", by_depth), ("node_gaps", gaps),
                             ("not_run", not_run)):
@@ -428,7 +427,7 @@ def _main(argv) -> int:
         outputs.publish()
     if not config.quiet:
         print(f"Source: {source.describe()}; {per_root['root'].n_unique()} held-out roots per setting; latency: {latency.source}")
-        best = best_pairings(summary).sort("setting", "budget", "TPS", descending=[False, False, True])
+        best = best_pairings(summary, rules).sort("setting", "budget", "TPS", descending=[False, False, True])
         print_table(best.select("setting", "budget", "builder", "verifier", "E", "E_se", pl.col("T").mul(1e3).alias("T (ms)"), "TPS",
                                 "vs_baseline", "paired_dE", "paired_dE_se", "tokens"),
                     f"Each builder with its best lossless verifier (ratios and paired differences vs {config.baseline} with "

@@ -36,8 +36,7 @@ import numpy as np
 import polars as pl
 
 from analyses.grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
-from analyses.labels import DDTE_VERIFIERS, PAPER_NAMES, grid_of, label_all
-from simlab.labels import CHAIN_VERIFIERS
+from analyses.labels import DDTE_VERIFIERS, grid_of, label_all
 from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, name_list, parquet_writer, prepare_out, print_table, run_tool
 from simlab import tree_verifiers
 from simlab.latency import LatencyModel
@@ -159,7 +158,7 @@ def wide(chosen: pl.DataFrame, choice: str, value: str, settings: list[str], ver
     rows = []
     for v in verifiers:
         values = {s: part.filter((pl.col("verifier") == v) & (pl.col("setting") == s))[value].to_list() for s in settings}
-        row = {"verifier": PAPER_NAMES.get(v, v), **{s: (vals[0] if vals else None) for s, vals in values.items()}}
+        row = {"verifier": tree_verifiers.paper_name(v), **{s: (vals[0] if vals else None) for s, vals in values.items()}}
         present = [x for x in row.values() if isinstance(x, float)]
         row["average"] = float(np.mean(present)) if present else None
         rows.append(row)
@@ -172,7 +171,7 @@ def charts(chosen: pl.DataFrame, order: list[str], subtitle: str):
     import altair as alt
 
     data = chosen.filter(pl.col("choice").is_in(["iid_TPS", "delayed_TPS", "iid_E", "delayed_E"])).with_columns(
-        pl.col("verifier").replace_strict(PAPER_NAMES, default=pl.col("verifier")).alias("method"),
+        pl.col("verifier").replace_strict(tree_verifiers.paper_names(), default=pl.col("verifier")).alias("method"),
         pl.when(pl.col("choice").str.starts_with("iid")).then(pl.lit("static i.i.d.")).otherwise(pl.lit("static delayed")).alias("tree"),
         (pl.col("TPS") - 1.96 * pl.col("TPS_se").fill_nan(0.0)).alias("TPS_lo"), (pl.col("TPS") + 1.96 * pl.col("TPS_se").fill_nan(0.0)).alias("TPS_hi"),
         (pl.col("E") - 1.96 * pl.col("E_se").fill_nan(0.0)).alias("E_lo"), (pl.col("E") + 1.96 * pl.col("E_se").fill_nan(0.0)).alias("E_hi"),
@@ -230,14 +229,14 @@ def report(config: Config, source, latency: LatencyModel, chosen: pl.DataFrame, 
     print_table(wide(chosen, "iid_TPS", "TPS", settings, config.verifiers),
                 "Throughput (tokens/s), best static i.i.d. tree for throughput (cf. DDTE Table 3)")
     print_table(wide(chosen, "iid_TPS", "TPS_ratio", settings, config.verifiers),
-                f"Throughput ratio to {PAPER_NAMES.get(config.baseline, config.baseline)} (best static i.i.d. trees)")
+                f"Throughput ratio to {tree_verifiers.paper_name(config.baseline)} (best static i.i.d. trees)")
     print_table(wide(chosen, "delayed_TPS", "TPS", settings, config.verifiers),
                 "Throughput (tokens/s), best static delayed tree (K, L1, L2) for throughput")
-    base = PAPER_NAMES.get(config.baseline, config.baseline)
-    versus = [(f"{base} - {PAPER_NAMES.get(v, v)}", (config.baseline, "iid_TPS"), (v, "iid_TPS")) for v in config.verifiers if v != config.baseline]
+    base = tree_verifiers.paper_name(config.baseline)
+    versus = [(f"{base} - {tree_verifiers.paper_name(v)}", (config.baseline, "iid_TPS"), (v, "iid_TPS")) for v in config.verifiers if v != config.baseline]
     print_table(difference_table(labels, chosen, versus, settings),
                 "Throughput difference (tokens/s) on best static i.i.d. trees, paired by root and tree draw (± standard error)")
-    delayed = [(PAPER_NAMES.get(v, v), (v, "delayed_TPS"), (v, "iid_TPS")) for v in config.verifiers if v not in CHAIN_VERIFIERS]
+    delayed = [(tree_verifiers.paper_name(v), (v, "delayed_TPS"), (v, "iid_TPS")) for v in config.verifiers if not tree_verifiers.get(v).single_path]
     print_table(difference_table(labels, chosen, delayed, settings),
                 "Delayed minus i.i.d.: throughput gain (tokens/s) of the best static delayed tree, paired (± standard error)")
     gains = []
@@ -245,10 +244,10 @@ def report(config: Config, source, latency: LatencyModel, chosen: pl.DataFrame, 
         part = chosen.filter(pl.col("verifier") == v)
         iid, delayed = (part.filter(pl.col("choice") == c)["TPS"].mean() for c in ("iid_TPS", "delayed_TPS"))
         actions = part.filter(pl.col("choice") == "delayed_TPS").select(pl.format("({},{},{})", "K", "L1", "L2"))[:, 0].to_list()
-        gains.append({"verifier": PAPER_NAMES.get(v, v), "iid TPS": iid, "delayed TPS": delayed, "delayed / iid": delayed / iid,
+        gains.append({"verifier": tree_verifiers.paper_name(v), "iid TPS": iid, "delayed TPS": delayed, "delayed / iid": delayed / iid,
                       "delayed actions by setting": " ".join(actions)})
     print_table(pl.DataFrame(gains), "Delayed expansion: average throughput of the best static delayed vs i.i.d. tree (ratio of averages)")
-    chain = [PAPER_NAMES[v] for v in config.verifiers if v in CHAIN_VERIFIERS]
+    chain = [tree_verifiers.paper_name(v) for v in config.verifiers if tree_verifiers.get(v).single_path]
     if chain:
         print(f"({', '.join(chain)} verify one path: valued at K = 1 only.)")
     print(f"wrote {config.out}/compare_verifiers.parquet, grid.parquet, labels.parquet, latency.json, throughput.html/.png, block_efficiency.html/.png")

@@ -39,10 +39,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from analyses.labels import PAPER_NAMES
 from analyses.selector_data import STATIC_BASELINES, choose, static_choice, value_matrices
 from analyses.train_selector import DEFAULT_RUN
 from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, parquet_writer, prepare_out, print_table, run_tool
+from simlab import tree_verifiers
 
 PROG = "python -m analyses.evaluate_selector"
 POLICIES = ("static_iid", "static_all_actions", "selector", "oracle", "oracle_in_sample", "traversal_static_iid",
@@ -150,7 +150,7 @@ def losses(per_root: pl.DataFrame) -> pl.DataFrame:
 def chart(table: pl.DataFrame):
     import altair as alt
 
-    data = table.filter(pl.col("setting") == "all").with_columns(pl.col("verifier").replace_strict(PAPER_NAMES, default=pl.col("verifier")))
+    data = table.filter(pl.col("setting") == "all").with_columns(pl.col("verifier").replace_strict(tree_verifiers.paper_names(), default=pl.col("verifier")))
     return alt.Chart(data).mark_bar().encode(
         x=alt.X("policy:N", sort=list(POLICIES), title=None), y=alt.Y("TPS:Q", title="throughput (tokens/s)"), color="policy:N",
         column=alt.Column("verifier:N", title=None), tooltip=["verifier", "policy", "E", "TPS", "TPS_ratio_static"]).properties(
@@ -186,7 +186,7 @@ def _main(argv) -> int:
 
 
 def report(table: pl.DataFrame, lost: pl.DataFrame, split: str, per_root: pl.DataFrame) -> None:
-    named = lambda frame: frame.with_columns(pl.col("verifier").replace_strict(PAPER_NAMES, default=pl.col("verifier")))
+    named = lambda frame: frame.with_columns(pl.col("verifier").replace_strict(tree_verifiers.paper_names(), default=pl.col("verifier")))
     overall = table.filter(pl.col("setting") == "all")
     for metric, title in (("E", "Block efficiency E[tau+1] (tokens per step)"), ("TPS", "Throughput (tokens/s)")):
         print_table(named(overall.pivot(on="policy", index="verifier", values=metric).select("verifier", *POLICIES)),
@@ -198,7 +198,7 @@ def report(table: pl.DataFrame, lost: pl.DataFrame, split: str, per_root: pl.Dat
     vs = overall.filter(pl.col("policy").is_in(["selector", "oracle", "static_all_actions"])).pivot(
         on="policy", index="verifier", values="TPS_ratio_traversal")
     print_table(named(vs), "Throughput relative to Traversal on its best static i.i.d. rollouts (traversal_static_iid)")
-    baselines = ", ".join(f"{PAPER_NAMES.get(v, v)}: {b}" for v, b in overall.select("verifier", "loss_baseline").unique(maintain_order=True).iter_rows())
+    baselines = ", ".join(f"{tree_verifiers.paper_name(v)}: {b}" for v, b in overall.select("verifier", "loss_baseline").unique(maintain_order=True).iter_rows())
     print(f"(the selectors' loss baseline: {baselines})")
     print_table(named(lost), f"Contexts where the selector's throughput is more than {LOSS_THRESHOLD:.0%} below static_iid's")
 

@@ -24,9 +24,6 @@ from simlab.trees import NodeTable
 DDTE_VERIFIERS = ("nss", "naive_chain", "khisti", "naive", "spectr", "bv", "specinfer", "traversal")
 """DDTE Tables 2-3 in order: NSS, Naive, Khisti, NaiveTree, SpecTr, BV, SpecInfer, Traversal."""
 
-PAPER_NAMES = {"nss": "NSS", "naive_chain": "Naive", "khisti": "Khisti", "naive": "NaiveTree", "spectr": "SpecTr",
-               "bv": "BV", "specinfer": "SpecInfer", "traversal": "Traversal", "rrs_wor": "RRS-WOR", "optimal": "OT optimum"}
-
 
 @dataclass(frozen=True)
 class Grid:

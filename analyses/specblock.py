@@ -1,8 +1,9 @@
 """SpecBlock measured exactly: ``python -m analyses.specblock``.
 
 At every root of a source and for each sampling setting (default T = 0, verified greedily, and
-T = 1, verified by every lab verifier lossless for deterministic children: one-hot, NSS), at
-each matched budget (default 60 and 90 draft tokens) the study builds
+T = 1, verified by every lab verifier lossless for deterministic children,
+``simlab.tree_verifiers.lossless_names``: one-hot, NSS, the greedy-draft rule), at each matched
+budget (default 60 and 90 draft tokens) the study builds
 
 * **eagle2**: EAGLE-2's dynamic tree from the plain draft model (depth 7, top-k 10);
 * **block_topk**: the block drafter's tree with a fixed ``--fixed-width`` children per slot
@@ -45,6 +46,7 @@ from pathlib import Path
 import polars as pl
 
 from simlab import tree_verifiers
+from simlab.drafting import Drafting
 from simlab.tree_verifiers.base import accepted_lengths, reach_probabilities
 
 from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, progress_bar, run_tool
@@ -234,7 +236,7 @@ def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list
                     cost = tree.cost if tree.cost is not None else DraftCost.of_tree(tree)
                     T = latency.step_time(len(root.context), cost)
                     draft = T - latency.target(len(root.context) + cost.verified, 1 + cost.verified)
-                    for v in tree_verifiers.deterministic_verifiers(setting):
+                    for v in tree_verifiers.lossless_names({Drafting.DETERMINISTIC}, setting):
                         verifier = tree_verifiers.get(v)
                         law = verifier.outcome_law(tree)
                         E = verifier.expected_block_efficiency(tree)
@@ -319,10 +321,10 @@ def stream_summary(trace: pl.DataFrame) -> pl.DataFrame:
     return out.with_columns((pl.col("net_tokens_per_s") / none).alias("vs_none"))
 
 
-def charts(summary: pl.DataFrame, trace: pl.DataFrame | None, subtitle: str):
+def charts(summary: pl.DataFrame, trace: pl.DataFrame | None, subtitle: str, rules: dict[str, str]):
     import altair as alt
 
-    primary = summary.filter(pl.col("verifier") == pl.when(pl.col("setting") == "T=0").then(pl.lit("greedy")).otherwise(pl.lit("onehot")))
+    primary = summary.filter(pl.col("verifier") == pl.col("setting").replace_strict(rules, return_dtype=pl.String))
     tps = alt.Chart(primary).mark_bar().encode(
         x=alt.X("builder:N", sort=list(BUILDERS), title=None), y=alt.Y("TPS:Q", title="throughput (tokens/s)"), color="builder:N",
         column=alt.Column("budget:O", title="budget"), row=alt.Row("setting:N", title=None),
@@ -375,7 +377,7 @@ def _main(argv) -> int:
     not_run_frame = pl.DataFrame(not_run, schema={"builder": pl.String, "reason": pl.String})
     subtitle = f"source: {source.describe()}; latency: {latency.source}; block drafter: " + (
         "measured" if config.backend == "hf" else f"{config.block_ratio:g} t_p (stand-in: pair q, rank noise {config.rank_noise:g})")
-    tps_chart, stream_chart = charts(summary, trace, subtitle)
+    tps_chart, stream_chart = charts(summary, trace, subtitle, tree_verifiers.deterministic_rules(settings))
     with OutputSet(out) as outputs:
         outputs.stage("specblock.parquet", parquet_writer(summary))
         outputs.stage("per_root.parquet", parquet_writer(per_root))

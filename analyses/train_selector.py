@@ -29,12 +29,13 @@ import numpy as np
 import polars as pl
 
 from analyses.grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
-from analyses.labels import PAPER_NAMES, grid_of, label_all
+from analyses.labels import grid_of, label_all
 from analyses.selector_data import STATIC_BASELINES, feature_arrays, fit_selector, value_matrices
 from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, parquet_writer, prepare_out, print_table, run_tool, slow_step
+from simlab import tree_verifiers
+from simlab import verifiers as node_verifiers
 
 PROG = "python -m analyses.train_selector"
-OT_VERIFIERS = ("nss", "naive", "spectr", "specinfer", "khisti")
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
     d = Config()
     add_grid_study_flags(parser, d)
-    parser.add_argument("--verifiers", default=",".join(d.verifiers), help=f"OT-based verifiers, one selector each: {', '.join(OT_VERIFIERS)}")
+    parser.add_argument("--verifiers", default=",".join(d.verifiers), help=f"OT-based verifiers, one selector each: {', '.join(node_verifiers.ot_based())}")
     parser.add_argument("--epochs", type=int, default=d.epochs)
     parser.add_argument("--batch", type=int, default=d.batch)
     parser.add_argument("--lr", type=float, default=d.lr)
@@ -87,9 +88,9 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     parser.add_argument("--out", default=None, help="output folder (default: out/train_selector/<source>)")
     args = parser.parse_args(argv)
     verifiers = tuple(v.strip() for v in args.verifiers.split(",") if v.strip())
-    bad = [v for v in verifiers if v not in OT_VERIFIERS]
+    bad = [v for v in verifiers if v not in node_verifiers.ot_based()]
     check_grid_study_flags(PROG, args, [
-        (bool(verifiers) and not bad, f"--verifiers: must be OT-based verifiers ({', '.join(OT_VERIFIERS)}), got {args.verifiers!r}"),
+        (bool(verifiers) and not bad, f"--verifiers: must be OT-based verifiers ({', '.join(node_verifiers.ot_based())}), got {args.verifiers!r}"),
         (args.epochs >= 1, f"--epochs: must be >= 1, got {args.epochs}"),
         (args.batch >= 1, f"--batch: must be >= 1, got {args.batch}"),
         (0 < args.lr < 1, f"--lr: must lie in (0, 1), got {args.lr}"),
@@ -162,7 +163,7 @@ def _main(argv) -> int:
                                  "static_baseline": config.loss_baseline, "train_config": asdict(train_config)}
         histories.append(pl.DataFrame(history).with_columns(pl.lit(verifier).alias("verifier")))
         best = min(history, key=lambda h: h["validation_loss"])
-        summary.append({"verifier": PAPER_NAMES[verifier], "train roots": int((split == "train").sum()),
+        summary.append({"verifier": tree_verifiers.paper_name(verifier), "train roots": int((split == "train").sum()),
                         "validation roots": int((split == "validation").sum()), "test roots": int((split == "test").sum()),
                         "epochs": len(history), "best epoch": best["epoch"], "validation loss": best["validation_loss"],
                         "seconds": time.perf_counter() - t0})

@@ -4,7 +4,8 @@ At every root of a source (default: the synthetic ``repetitive`` world, where a 
 drafter is strong exactly where the mid drafter is weak; ``--backend hf``: the reference pair's
 draft as the mid drafter, on the shipped repetitive prompts) and for each sampling setting
 (default T = 0, verified greedily, and T = 1, verified by every lab verifier lossless for
-deterministic children: one-hot, NSS), the study builds TreeGraft's tree (``simlab.treegraft``;
+deterministic children, ``simlab.tree_verifiers.lossless_names``: one-hot, NSS, the
+greedy-draft rule), the study builds TreeGraft's tree (``simlab.treegraft``;
 budget 63, D = 5, top-k 10, lookback 5, N = 5) under
 
 * **all-small** (n-gram only), **all-mid**, **fixed** [1, 0, 1, 0, 1];
@@ -38,6 +39,7 @@ import numpy as np
 import polars as pl
 
 from simlab import tree_verifiers
+from simlab.drafting import Drafting
 from simlab.treegraft.rules import DEPARTURES, Rules
 
 from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, progress_bar, run_tool
@@ -150,7 +152,7 @@ def measure(config: Config, source, settings, latency):
     total = sum(source.count(s) for s in settings)
     bar = progress_bar(total=total, desc="roots", unit="root", quiet=config.quiet)
     for setting in settings:
-        verifiers = tree_verifiers.deterministic_verifiers(setting)
+        verifiers = tree_verifiers.lossless_names({Drafting.DETERMINISTIC}, setting)
         for root in source.roots(setting):
             base, fixed = builders_for(config, root.prompt_length)
             table = NodeTable(root.pair, root.context)
@@ -229,7 +231,7 @@ def learn(config: Config, source, settings, latency, training, test: set[int], r
             prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
             schedule = scheduler.schedule(base, drafting, latency, prompt)
             key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
-            for v in tree_verifiers.deterministic_verifiers(setting):
+            for v in tree_verifiers.lossless_names({Drafting.DETERMINISTIC}, setting):
                 out.append({**key, **_row("learned", v, _value(replace(base, schedule=schedule), drafting, table, v, latency), schedule)})
         facts.append({"setting": setting.name, "training examples": len(examples), "final training loss": losses[-1]})
     return out, facts
@@ -254,7 +256,7 @@ def summarise(per_root: pl.DataFrame) -> pl.DataFrame:
     return table.join(learned.with_columns(pl.lit("learned").alias("policy")), on=["setting", "verifier", "policy"], how="left")
 
 
-def charts(summary: pl.DataFrame, schedules: pl.DataFrame, subtitle: str):
+def charts(summary: pl.DataFrame, schedules: pl.DataFrame, subtitle: str, rules: dict[str, str]):
     import altair as alt
 
     tps = alt.Chart(summary).mark_bar().encode(
@@ -262,7 +264,7 @@ def charts(summary: pl.DataFrame, schedules: pl.DataFrame, subtitle: str):
         column=alt.Column("setting:N", title=None), row=alt.Row("verifier:N", title=None),
         tooltip=["policy", "E", "TPS", "vs_all_small", "vs_all_mid"]).properties(
         width=260, height=160, title=alt.TitleParams("TreeGraft policies on the test roots (exact E / T-hat)", subtitle=subtitle))
-    primary = pl.when(pl.col("setting") == "T=0").then(pl.lit("greedy")).otherwise(pl.lit("onehot"))
+    primary = pl.col("setting").replace_strict(rules, return_dtype=pl.String)
     best = schedules.filter(pl.col("best") & (pl.col("verifier") == primary)).group_by("setting", "schedule").len("roots")
     sched = alt.Chart(best).mark_bar().encode(x=alt.X("schedule:N", sort="-y"), y=alt.Y("roots:Q", title="roots (all, training and test)"),
                                               column=alt.Column("setting:N", title=None)).properties(
@@ -296,7 +298,7 @@ def _main(argv) -> int:
     schedules = pl.DataFrame(schedule_rows)
     summary = summarise(per_root)
     subtitle = f"source: {source.describe()}; latency: {latency.source}; small step {config.small_ratio:g} t_p; rules: {Rules.parse(config.rules).name}"
-    tps_chart, sched_chart = charts(summary, schedules, subtitle)
+    tps_chart, sched_chart = charts(summary, schedules, subtitle, tree_verifiers.deterministic_rules(settings))
     with OutputSet(out) as outputs:
         outputs.stage("treegraft.parquet", parquet_writer(summary))
         outputs.stage("per_root.parquet", parquet_writer(per_root))

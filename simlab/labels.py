@@ -19,16 +19,14 @@ from simlab.batched import supports
 from simlab.efficiency import GridDraft, grid_block_efficiency
 from simlab.trees import NodeTable
 
-CHAIN_VERIFIERS = ("naive_chain", "bv")
-"""Verifiers of one path: for them only K = 1 is valued (wider trees cost more, gain nothing)."""
-
 LABEL_COLUMNS = ("verifier", "K", "L1", "L2", "E", "E_se", "E_select", "E_holdout")
 """The columns of a label row (``grid_labels``)."""
 
 
 def verifier_Ks(name: str, K_values: Sequence[int]) -> tuple[int, ...]:
-    """The K values a verifier is labelled at: (1,) for the single-path verifiers, else ``K_values``."""
-    return (1,) if name in CHAIN_VERIFIERS else tuple(K_values)
+    """The K values a verifier is labelled at: (1,) for a single-path verifier (``single_path``:
+    wider trees cost more, gain nothing), else ``K_values``."""
+    return (1,) if tree_verifiers.get(name).single_path else tuple(K_values)
 
 
 def halves(drafts: Sequence[GridDraft]) -> tuple[list[GridDraft], list[GridDraft]]:
@@ -56,7 +54,7 @@ def grid_labels(table: NodeTable, drafts: Sequence[GridDraft], verifiers: Sequen
     Args:
         table: p and q at the drafts' nodes (the root's ``NodeTable``).
         drafts: the root's grid drafts (``simlab.efficiency.draw_grid``), ``samples`` per L1.
-        verifiers: tree-verifier names; single-path ones get K = 1 only (``CHAIN_VERIFIERS``).
+        verifiers: tree-verifier names; single-path ones get K = 1 only (``verifier_Ks``).
         K_values, L2_values: the grid's K and L2 axes (its L1 axis is the drafts' L1 values).
         engine, device: as ``grid_block_efficiency``; with ``"torch"`` the verifiers the batched
             engine implements use it (``simlab.batched.SUPPORTED``), the others the numpy path.

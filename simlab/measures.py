@@ -4,12 +4,12 @@
 mismatch), H(p), H(q).  ``node_acceptance(p, q, k_values)`` gives, for k i.i.d. children drawn
 from q, each verifier's acceptance rate and the optimum alpha*:
 
-* ``nss``, ``naive``, ``spectr``, ``specinfer``: exact closed forms (DDTE App. C);
-* ``khisti`` and ``rrs_wor`` (no closed form): exact by enumerating the children when at most
-  ``EXACT_TUPLES`` tuples exist, otherwise the unbiased estimate that averages the exact
-  P(output in set(x) | x) = sum_{t in set(x)} B(x, t) over ``samples`` child tuples drawn from
-  the verifier's drafting law with ``rng`` (the inner probability is exact, only the children
-  are sampled; ``rrs_wor`` draws them without replacement and is NaN when k exceeds the support);
+* a verifier whose plan has a closed form (``nss``, ``naive``, ``spectr``, ``specinfer``: DDTE
+  App. C) uses it; one without (``khisti``, ``rrs_wor``) is exact by enumerating the children
+  when at most its ``exact_tuples`` tuples exist, otherwise the unbiased estimate that averages
+  the exact P(output in set(x) | x) over ``samples`` child tuples drawn with ``rng``
+  (``NodeVerifier.acceptance_rate(method="auto", rng=...)``); a verifier drafting without
+  replacement is NaN when k exceeds the support;
 * ``optimal``: alpha* from ``simlab.otlp.optimal_acceptance`` (i.i.d. children).
 """
 
@@ -21,12 +21,10 @@ import numpy as np
 
 from simlab import verifiers
 from simlab.distributions import check_pair, entropy, kl_divergence, l1_distance
-from simlab.drafting import Drafting, draw_children
+from simlab.drafting import Drafting
 from simlab.otlp import optimal_acceptance
 
 ACCEPTANCE_METHODS = ("nss", "naive", "spectr", "specinfer", "rrs_wor", "khisti", "optimal")
-CLOSED_FORM = ("nss", "naive", "spectr", "specinfer")
-EXACT_TUPLES = 2_000
 
 
 def node_divergences(p, q) -> dict[str, float]:
@@ -59,19 +57,11 @@ def node_acceptance(p, q, k_values: Iterable[int], rng: np.random.Generator, sam
         for k in k_values:
             if method == "optimal":
                 value = optimal_acceptance(p, q, k)
-            elif method in CLOSED_FORM:
-                value = verifiers.get(method).acceptance_rate(p, q, k)
             else:
                 verifier = verifiers.get(method)
                 if verifier.drafting is Drafting.WITHOUT_REPLACEMENT and k > support:
                     value = float("nan")
-                elif support**k <= EXACT_TUPLES:
-                    value = verifier.acceptance_rate(p, q, k)
                 else:
-                    plan = verifier.prepare(p, q, k)
-                    value = float(np.mean([
-                        plan.output_distribution(x)[np.unique(x)].sum()
-                        for x in (draw_children(q, k, verifier.drafting, rng) for _ in range(samples))
-                    ]))
+                    value = verifier.acceptance_rate(p, q, k, rng=rng, samples=samples)
             out[f"alpha_{method}_k{k}"] = value
     return out

@@ -57,12 +57,21 @@ def check_lossless(verifier: NodeVerifier, p, q, k: int) -> None:
 
 
 def check_acceptance(verifier: NodeVerifier, p, q, k: int) -> None:
-    """acceptance_rate equals the enumerated P(output in children) to 1e-12."""
+    """Where the verifier's plan has a closed-form acceptance rate (found by override:
+    ``NodePlan.has_formula``), it equals the enumeration over the children of P(output in set(x))
+    (``method="enumerate"``, from the plan's branch law) to 1e-12 and ``"auto"`` is the formula;
+    a plan without one refuses ``"formula"`` (one method: nothing to compare)."""
     plan = verifier.prepare(p, q, k)
-    tuples, probs = child_tuples(plan.q, k, verifier.drafting)
-    enumerated = sum(prob * plan.output_distribution(x)[np.unique(x)].sum() for x, prob in zip(tuples, probs))
-    got = plan.acceptance_rate()
-    assert abs(got - enumerated) <= EXACT, f"{verifier.name}: acceptance_rate {got} != enumerated {enumerated}"
+    if not plan.has_formula():
+        try:
+            plan.acceptance_rate("formula")
+        except ValueError as exc:
+            assert "no closed-form" in str(exc), exc
+            return
+        raise AssertionError(f"{verifier.name}: method='formula' without a formula did not refuse")
+    formula, enumerated = plan.acceptance_rate("formula"), plan.acceptance_rate("enumerate")
+    assert abs(formula - enumerated) <= EXACT, f"{verifier.name}: formula {formula} != enumerated {enumerated}"
+    assert plan.acceptance_rate("auto") == formula, f"{verifier.name}: method='auto' is not the formula"
 
 
 def check_children_mass(verifier: NodeVerifier, p, q, k: int) -> None:

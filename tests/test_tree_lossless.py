@@ -6,14 +6,15 @@ import numpy as np
 import pytest
 
 from simlab import tree_verifiers
-from simlab.sampling import sampling_distribution
+from simlab.sampling import SamplingSettings, sampling_distribution
 from simlab.drafting import Drafting
 from simlab.efficiency import emitted_sequence_law, target_sequence_law
 from simlab.pairs import MarkovPair
 from simlab.builders import GreedyDraftTree
 from simlab.shapes import Delayed, Static, chain, iid
-from simlab.trees import NodeTable
+from simlab.trees import DraftTree, NodeTable
 from stats import assert_sampler_matches
+from variants import lossless_tree_names
 
 PAIR = MarkovPair.random(3, np.random.default_rng(7), concentration=0.7, closeness=0.3)
 CONTEXT = (1,)
@@ -27,8 +28,8 @@ WOR_SHAPES = {
 }
 STATIC_TOPK = Static([(0,), (1,), (0, 0), (1, 0), (0, 0, 0)], "topk")
 
-IID_VERIFIERS = ["nss", "naive", "spectr", "specinfer", "khisti", "optimal", "naive_chain", "bv", "traversal"]
-WOR_VERIFIERS = ["nss", "rrs_wor", "traversal", "naive_chain", "bv"]
+IID_VERIFIERS = lossless_tree_names(Drafting.IID)  # from the declarations, so a newly registered verifier is covered
+WOR_VERIFIERS = lossless_tree_names(Drafting.WITHOUT_REPLACEMENT)
 
 PAIRINGS = (
     [(v, s) for v in IID_VERIFIERS for s in IID_SHAPES]
@@ -64,10 +65,11 @@ def greedy_pair():
 @pytest.mark.parametrize("verifier", tree_verifiers.names())
 def test_temperature_zero_every_verifier_is_greedy_decoding(verifier):
     pair = greedy_pair()
-    shape = iid(2, 2)
-    if verifier == "rrs_wor":  # one-hot q cannot draft 2 distinct children
+    declared = tree_verifiers.get(verifier).lossless_for
+    shape = iid(2, 2)  # chosen by what the verifier declares:
+    if Drafting.IID not in declared:  # one-hot q cannot draft 2 distinct children; one child is a draw from q
         shape = chain(3)
-    if verifier == "greedy_draft":  # its own trees (one-hot q: no tail, deterministic children)
+    if Drafting.MIXED in declared:  # greedy-draft trees (one-hot q: no tail, deterministic children)
         shape = GreedyDraftTree(budget=4, depth=2, top_k=2)
     law = emitted_sequence_law(pair, (0,), shape, verifier, 4)
     assert law == pytest.approx(target_sequence_law(pair, (0,), 4), abs=1e-12)
@@ -167,3 +169,24 @@ def test_greedy_ties_go_to_the_lowest_id_in_law_sampler_and_leaf():
         law = greedy.outcome_law(tree)
         assert law[accepted].tolist() == [0.0, 1.0, 0.0] and sum(v.sum() for v in law.values()) == 1.0
         assert all(greedy.verify(tree, np.random.default_rng(s)) == (accepted, 1) for s in range(20))
+
+
+@pytest.mark.parametrize("law", [Drafting.IID, Drafting.WITHOUT_REPLACEMENT, Drafting.DETERMINISTIC])
+@pytest.mark.parametrize("k", [1, 2])
+def test_lossless_names_is_the_tree_check(law, k):
+    """``lossless_names({law}, settings, k)`` (the set query every study asks) names exactly the
+    verifiers whose own tree check accepts a node of that law with k children (``lossless_on``),
+    at T > 0 and at T = 0 (a one-hot target: the greedy rule joins)."""
+    for pair, greedy in ((PAIR, False), (greedy_pair(), True)):
+        tree = DraftTree(NodeTable(pair, CONTEXT), {(): tuple(range(k))}, drafting=law)
+        by_tree = [v for v in tree_verifiers.names() if tree_verifiers.get(v).lossless_on(tree)]
+        assert tree_verifiers.lossless_names({law}, SamplingSettings(temperature=0.0 if greedy else 1.0), k) == by_tree
+
+
+def test_lossless_names_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="^laws: "):
+        tree_verifiers.lossless_names(set(), SamplingSettings())
+    with pytest.raises(ValueError, match="^laws: "):
+        tree_verifiers.lossless_names({"iid"}, SamplingSettings())
+    with pytest.raises(ValueError, match="^k: "):
+        tree_verifiers.lossless_names({Drafting.IID}, SamplingSettings(), k=0)

@@ -25,8 +25,10 @@ def test_outputs(run):
         assert (run / name).stat().st_size > 0, name
     summary = pl.read_parquet(run / "treegraft.parquet")
     assert set(summary["policy"]) == set(treegraft.POLICIES) and set(summary["setting"]) == {"T=0", "T=1"}
-    assert set(summary.filter(pl.col("setting") == "T=0")["verifier"]) == {"greedy", "onehot", "nss"}
-    per_root = pl.read_parquet(run / "per_root.parquet")
+    assert set(summary.filter(pl.col("setting") == "T=0")["verifier"]) == {"greedy", "onehot", "nss", "greedy_draft"}
+    per_root = pl.read_parquet(run / "per_root.parquet")  # every lossless verifier of a deterministic tree: the same exact E
+    spread = per_root.group_by("setting", "policy", "trajectory", "root").agg((pl.col("E").max() - pl.col("E").min()).alias("spread"))
+    assert spread["spread"].max() <= 1e-12
     stopped = per_root.filter(pl.col("early_stop"))
     assert (stopped["layers_run"] < 3).all() and set(stopped["stop"]) <= {"empty frontier", "fallback", "node cap"}
     assert summary["early_stop_share"].is_between(0, 1).all()

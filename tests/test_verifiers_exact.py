@@ -8,39 +8,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from checks import applicable, check_acceptance, check_lossless, pairs
+from variants import EDGE_CASES, edge_case, node_variants, variant_id
 from simlab import verifiers
 from simlab.otlp import optimal_acceptance
 
-ALL = [verifiers.get(n) for n in verifiers.names()] + [
-    verifiers.get("specinfer", order="fixed"),
-    verifiers.get("khisti", mode="truncated", s=2),
-    verifiers.get("khisti", mode="truncated", s=3),
-    verifiers.get("khisti", mode="truncated", s=2, tail="champion"),
-    verifiers.get("khisti", mode="truncated", s=2, tail="rank"),
-    verifiers.get("optimal", replacement=False),
-    verifiers.get("spectr", rho="four_step"),
-]
-IDS = [f"{v.name}-{'-'.join(f'{f}={getattr(v, f)}' for f in v.__dataclass_fields__)}".rstrip("-") for v in ALL]
-
-
-EDGE_CASES = {
-    "p==q": ([0.2, 0.3, 0.5], [0.2, 0.3, 0.5]),
-    "one-hot p": ([0.0, 1.0, 0.0, 0.0], [0.4, 0.3, 0.2, 0.1]),
-    "one-hot q": ([0.4, 0.3, 0.2, 0.1], [0.0, 0.0, 1.0, 0.0]),
-    "one-hot both, same": ([0.0, 1.0, 0.0], [0.0, 1.0, 0.0]),
-    "disjoint supports": ([0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.3, 0.7]),
-    "q(t)=0<p(t)": ([0.3, 0.3, 0.4], [0.0, 0.5, 0.5]),
-    "p(t)=0<q(t)": ([0.0, 0.5, 0.5], [0.6, 0.2, 0.2]),
-    "tiny masses": ([1.0, 1e-300, 1e-300, 0.0], [0.5, 0.5, 1e-300, 1e-300]),
-    "tiny q": ([0.25, 0.25, 0.25, 0.25], [1.0, 1e-300, 1e-300, 1e-300]),
-}
+ALL = node_variants()
+IDS = [variant_id(v) for v in ALL]
 
 
 @pytest.mark.parametrize("verifier", ALL, ids=IDS)
 @pytest.mark.parametrize("case", list(EDGE_CASES))
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_lossless_edge_cases(verifier, case, k):
-    p, q = (np.array(v) for v in EDGE_CASES[case])
+    p, q = edge_case(case)
     if not applicable(verifier, q, k):  # too few tokens with q > 0 for the law's k distinct children
         with pytest.raises(ValueError, match="k"):
             verifier.prepare(p, q, k).acceptance_rate()
@@ -63,7 +43,8 @@ def test_lossless_random(verifier, pq, k):
 
 @pytest.mark.parametrize("verifier", ALL, ids=IDS)
 @given(pq=pairs(), k=st.integers(1, 3))
-def test_acceptance_rate_equals_enumeration(verifier, pq, k):
+def test_acceptance_methods_agree(verifier, pq, k):
+    """The one test that every acceptance-rate method agrees where several exist (``check_acceptance``)."""
     p, q = pq
     if not applicable(verifier, q, k):
         return
@@ -170,3 +151,31 @@ def test_published_closed_forms():
     assert verifiers.get("naive").acceptance_rate(p, q, 2) == pytest.approx(5 / 6 + 1 / 36, abs=1e-15)
     # SpecInfer at k=2: 1 - TV(p, q) TV(res, q) with res = (0, 1, 0): 1 - (1/6)(5/6)
     assert verifiers.get("specinfer").acceptance_rate(p, q, 2) == pytest.approx(1 - 5 / 36, abs=1e-15)
+
+
+def test_acceptance_rate_method_is_checked():
+    p, q = np.array([0.6, 0.4]), np.array([0.8, 0.2])
+    with pytest.raises(ValueError, match="^method: "):
+        verifiers.get("nss").acceptance_rate(p, q, 2, method="exact")
+    with pytest.raises(ValueError, match="^method: khisti has no closed-form"):
+        verifiers.get("khisti").acceptance_rate(p, q, 2, method="formula")
+    with pytest.raises(ValueError, match="^rng: "):
+        verifiers.get("khisti").acceptance_rate(p, q, 2, method="enumerate", rng=np.random.default_rng(0))
+    # "auto" with an rng enumerates while at most exact_tuples child tuples exist: the exact value
+    exact = verifiers.get("khisti").acceptance_rate(p, q, 2, method="enumerate")
+    assert verifiers.get("khisti").acceptance_rate(p, q, 2, rng=np.random.default_rng(0)) == exact
+
+
+def test_the_auto_estimate_agrees_with_the_enumeration():
+    """Beyond ``exact_tuples`` child tuples, ``method="auto"`` with an rng averages the exact
+    P(output in set(x) | x) over sampled children: a mean of n = 4000 values in [0, 1], so by
+    Hoeffding P(|estimate - alpha| > 0.06) <= 2 exp(-2 n 0.06^2) < 1e-12 (false alarm), and any
+    bias above 0.12 fails with probability > 1 - 1e-12 (power)."""
+
+    class Estimated(verifiers.Khisti):
+        exact_tuples = 0
+
+    p, q = np.array([0.5, 0.2, 0.2, 0.1]), np.array([0.1, 0.2, 0.3, 0.4])
+    exact = verifiers.get("khisti").acceptance_rate(p, q, 3, method="enumerate")
+    estimate = Estimated().acceptance_rate(p, q, 3, rng=np.random.default_rng(5), samples=4000)
+    assert estimate != exact and abs(estimate - exact) <= 0.06

@@ -17,14 +17,12 @@ from checks import (
 )
 from simlab import verifiers
 from stats import sample_size
+from variants import node_variants, variant_id
 
 P = np.array([0.05, 0.30, 0.15, 0.0, 0.25, 0.25])
 Q = np.array([0.30, 0.10, 0.15, 0.20, 0.05, 0.20])
-SAMPLED = [verifiers.get(n) for n in verifiers.names()] + [
-    verifiers.get("specinfer", order="fixed"),
-    verifiers.get("khisti", mode="truncated", s=3),
-]
-IDS = [f"{v.name}-{i}" for i, v in enumerate(SAMPLED)]
+SAMPLED = node_variants()
+IDS = [variant_id(v) for v in SAMPLED]
 
 
 def test_design_sample_size_is_the_stated_one():

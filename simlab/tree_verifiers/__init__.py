@@ -10,18 +10,27 @@
 * ``traversal``: Traversal Verification (siblings drafted without replacement).
 
 Every verifier refuses trees it is not lossless for (``TreeVerifier.check``) unless built with
-``allow_lossy=True``.
+``allow_lossy=True``.  ``lossless_names(laws, settings)`` answers which verifiers may be paired
+with a tree of those drafting laws at a setting, from what each verifier declares
+(``lossless_for``, ``needs_greedy_target``); ``deterministic_rule(settings)`` is the baseline of
+deterministic trees; ``paper_name`` the label a verifier declares; ``single_path`` (declared by
+the whole-tree classes, ``first_path_only`` for ``TopDown``) marks the verifiers of one path.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from simlab import verifiers as node_verifiers
+from simlab.drafting import Drafting, lossless_pairing
 from simlab.tree_verifiers.base import TreeVerifier
 from simlab.tree_verifiers.block import BlockVerification
-from simlab.tree_verifiers.topdown import TopDown
+from simlab.tree_verifiers.topdown import NaiveChain, TopDown
 from simlab.tree_verifiers.traversal import Traversal
 
-WHOLE_TREE = {"naive_chain": None, "bv": BlockVerification, "traversal": Traversal}
+REGISTRY: dict[str, type[TreeVerifier]] = {cls.name: cls for cls in (NaiveChain, BlockVerification, Traversal)}
+"""The whole-tree verifiers (their own classes, no node options), by their declared ``name``; every
+registered node verifier is a tree verifier too (``TopDown``)."""
 
 
 def deterministic_rule(settings) -> str:
@@ -30,15 +39,64 @@ def deterministic_rule(settings) -> str:
     return "greedy" if settings.greedy else "onehot"
 
 
-def deterministic_verifiers(settings) -> list[str]:
-    """Every lab verifier lossless for deterministic children at ``settings``: greedy (T = 0 only),
-    one-hot, NSS."""
-    return (["greedy"] if settings.greedy else []) + ["onehot", "nss"]
+def deterministic_rules(settings) -> dict[str, str]:
+    """``{s.name: deterministic_rule(s)}`` for a sequence of settings (a table's baseline verifier
+    by its ``setting`` column)."""
+    return {s.name: deterministic_rule(s) for s in settings}
+
+
+def lossless_names(laws: Iterable[Drafting], settings, k: int | None = None) -> list[str]:
+    """Every tree verifier that may be paired with a tree whose nodes' children are drawn by
+    ``laws`` at ``settings`` (in ``names()`` order): lossless for each law
+    (``simlab.drafting.lossless_pairing``; with ``k = 1``, a single child drawn from q also
+    serves a verifier lossless for any one-draw law), and a verifier that needs a greedy target
+    only when ``settings.greedy`` (T = 0).
+
+    Args:
+        laws: the drafting laws of the tree's nodes (``Drafting`` values; at least one).
+        settings: the sampling settings (anything with a boolean ``greedy``).
+        k: the most children of any node; None: any number (the law must be declared).
+
+    Raises:
+        ValueError: ``laws`` empty or not ``Drafting`` values, ``k`` not None or a positive int.
+    """
+    laws = frozenset(laws)
+    if not laws or not all(isinstance(law, Drafting) for law in laws):
+        raise ValueError(f"laws: must be a non-empty set of simlab.drafting.Drafting values, got {sorted(map(str, laws))}")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError(f"k: must be None or a positive integer, got {k!r}")
+    out = []
+    for name in names():
+        verifier = get(name)
+        if verifier.needs_greedy_target and not settings.greedy:
+            continue
+        if all(law in verifier.lossless_for if k is None else lossless_pairing(verifier.lossless_for, law, k) for law in laws):
+            out.append(name)
+    return out
+
+
+def paper_name(name: str) -> str:
+    """The label a verifier declares (``label``: the papers' name, for example "SpecTr"), or its
+    registry name when it declares none.
+
+    Raises:
+        ValueError: unknown name.
+    """
+    if name in REGISTRY:
+        return REGISTRY[name].label or name
+    if name in node_verifiers.REGISTRY:
+        return node_verifiers.REGISTRY[name].display_name()
+    raise ValueError(f"name: unknown tree verifier {name!r}; choose one of {', '.join(names())}")
+
+
+def paper_names() -> dict[str, str]:
+    """``{name: paper_name(name)}`` for every tree verifier (a table's display names)."""
+    return {name: paper_name(name) for name in names()}
 
 
 def names() -> list[str]:
-    """Every tree-verifier name."""
-    return node_verifiers.names() + list(WHOLE_TREE)
+    """Every tree-verifier name: the node verifiers' (top-down), then the whole-tree ones."""
+    return node_verifiers.names() + list(REGISTRY)
 
 
 def get(name: str, allow_lossy: bool = False, **options) -> TreeVerifier:
@@ -53,17 +111,14 @@ def get(name: str, allow_lossy: bool = False, **options) -> TreeVerifier:
     """
     if not isinstance(allow_lossy, bool):
         raise ValueError(f"allow_lossy: must be True or False, got {allow_lossy!r}")
-    if name == "naive_chain":
+    if name in REGISTRY:
         if options:
             raise ValueError(f"options: {name} takes no options, got {sorted(options)}")
-        return TopDown(node_verifiers.get("naive"), first_path_only=True, allow_lossy=allow_lossy)
-    if name in WHOLE_TREE:
-        if options:
-            raise ValueError(f"options: {name} takes no options, got {sorted(options)}")
-        return WHOLE_TREE[name](allow_lossy=allow_lossy)
+        return REGISTRY[name](allow_lossy=allow_lossy)
     if name in node_verifiers.REGISTRY:
         return TopDown(node_verifiers.get(name, **options), allow_lossy=allow_lossy)
     raise ValueError(f"name: unknown tree verifier {name!r}; choose one of {', '.join(names())}")
 
 
-__all__ = ["BlockVerification", "TopDown", "Traversal", "TreeVerifier", "deterministic_rule", "deterministic_verifiers", "get", "names"]
+__all__ = ["REGISTRY", "BlockVerification", "NaiveChain", "TopDown", "Traversal", "TreeVerifier", "deterministic_rule", "deterministic_rules",
+           "get", "lossless_names", "names", "paper_name", "paper_names"]

@@ -45,9 +45,15 @@ class TreeVerifier(abc.ABC):
     Attributes:
         allow_lossy: compute results for pairings outside the verifier's lossless laws (they
             are biased; ``lossless_on`` reports it) instead of raising ``ValueError``.
+
+    Class attributes (declared by each verifier): ``name`` (registry name), ``label`` (the
+    papers' name, None: ``name``), ``single_path`` (verifies the first path only, so only K = 1
+    trees are worth valuing), ``lossless_for`` and ``needs_greedy_target`` (as the node verifiers').
     """
 
     name: ClassVar[str]
+    label: ClassVar[str | None] = None
+    single_path: ClassVar[bool] = False
     lossless_for: ClassVar[frozenset[Drafting]] = SAMPLED
     needs_greedy_target: ClassVar[bool] = False
     allow_lossy: bool = field(default=False, kw_only=True)

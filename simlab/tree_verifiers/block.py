@@ -25,6 +25,8 @@ class BlockVerification(TreeVerifier):
     """Block Verification of the first drafted path."""
 
     name = "bv"
+    label = "BV"
+    single_path = True
     lossless_for = SAMPLED | {Drafting.REPEATED}  # repeated copies of one draw act as one child (exact: tests/test_audit.py)
 
     def _block(self, tree):

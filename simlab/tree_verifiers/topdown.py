@@ -16,12 +16,13 @@ where a tail was pruned).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from simlab.drafting import SAMPLED, Drafting
 from simlab.verifiers.base import NodeVerifier
+from simlab.verifiers.naive import Naive
 from simlab.tree_verifiers.base import TreeVerifier
 
 
@@ -41,6 +42,14 @@ class TopDown(TreeVerifier):
     @property
     def name(self) -> str:  # type: ignore[override]
         return f"{self.node.name}_chain" if self.first_path_only else self.node.name
+
+    @property
+    def label(self) -> str:  # type: ignore[override]
+        return self.node.display_name()
+
+    @property
+    def single_path(self) -> bool:  # type: ignore[override]
+        return self.first_path_only
 
     @property
     def lossless_for(self) -> frozenset[Drafting]:  # type: ignore[override]
@@ -151,3 +160,14 @@ def _first_copies(kids):
     for j, t in enumerate(kids):
         first.setdefault(t, j)
     return first.items()
+
+
+@dataclass(frozen=True)
+class NaiveChain(TopDown):
+    """Standard speculative sampling on the first path (DDTE's "Naive"): NaiveTree's node rule
+    on each node's first child only."""
+
+    name = "naive_chain"
+    label = "Naive"
+    node: NodeVerifier = field(default_factory=Naive)
+    first_path_only: bool = True

@@ -167,6 +167,7 @@ class Traversal(TreeVerifier):
     """Traversal Verification (sequence-level acceptance, leaf to root)."""
 
     name = "traversal"
+    label = "Traversal"
     lossless_for = SAMPLED | {Drafting.REPEATED}  # repeated copies of one draw act as one child (exact: tests/test_audit.py)
     state_class = _State  # the per-node bookkeeping (a seam for the planted-fault tests)
     masses_class = _Masses  # the same recursion for the masses only (E[tau + 1], P(tau = j))

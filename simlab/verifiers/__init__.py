@@ -18,6 +18,13 @@ name              algorithm                                              lossles
 ================  =====================================================  ==========================
 
 A tree verifier refuses a pairing outside ``lossless_for`` (``simlab.tree_verifiers``).
+
+A verifier declares what it is on its class (``NodeVerifier``): its ``label`` (the papers'
+name), ``drafting``, ``lossless_for``, ``ot_based``, ``needs_greedy_target``, and a closed-form
+acceptance rate by overriding ``NodePlan.acceptance_formula``.  Adding one is its own module plus
+``register(cls)`` here (or in a test: ``tests/test_new_verifier.py``); every query over the
+registry (``names``, ``ot_based``, ``simlab.tree_verifiers.lossless_names``, the generic tests)
+then includes it.
 """
 
 from __future__ import annotations
@@ -39,9 +46,36 @@ REGISTRY: dict[str, type[NodeVerifier]] = {
 }
 
 
+def register(cls: type[NodeVerifier]) -> type[NodeVerifier]:
+    """Add a node verifier class under its ``name`` (usable as a class decorator); every query over
+    the registry (``names``, ``simlab.tree_verifiers.lossless_names``, the generic tests) then
+    includes it.  ``unregister(name)`` removes it.
+
+    Raises:
+        ValueError: ``cls`` is not a ``NodeVerifier`` subclass with a ``name``, or the name is taken.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, NodeVerifier) and isinstance(getattr(cls, "name", None), str)):
+        raise ValueError(f"cls: must be a NodeVerifier subclass with a name, got {cls!r}")
+    if cls.name in REGISTRY:
+        raise ValueError(f"cls: the name {cls.name!r} is already registered")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def unregister(name: str) -> None:
+    """Remove the verifier registered as ``name`` (ValueError when there is none)."""
+    if REGISTRY.pop(name, None) is None:
+        raise ValueError(f"name: no verifier registered as {name!r}")
+
+
 def names() -> list[str]:
     """The registered verifier names, in the order of the table above."""
     return list(REGISTRY)
+
+
+def ot_based() -> list[str]:
+    """The registered verifiers that declare ``ot_based`` (DDTE's OT-based verifiers), in registry order."""
+    return [name for name, cls in REGISTRY.items() if cls.ot_based]
 
 
 def get(name: str, **options) -> NodeVerifier:
@@ -60,4 +94,4 @@ def get(name: str, **options) -> NodeVerifier:
         raise ValueError(f"options: {name} does not accept {sorted(options)} ({exc})") from None
 
 
-__all__ = ["ALL_LAWS", "NodePlan", "NodeVerifier", "REGISTRY", "accept_draw", "get", "names"] + [c.__name__ for c in REGISTRY.values()]
+__all__ = ["ALL_LAWS", "NodePlan", "NodeVerifier", "REGISTRY", "accept_draw", "get", "names", "ot_based", "register", "unregister"] + [c.__name__ for c in REGISTRY.values()]

@@ -32,6 +32,11 @@ Optional capabilities (class attributes, default off):
   so a tree computation shares one speculative-sampling plan across such verifiers
   (``simlab.trees.NodeTable.plan``); declared by NaiveTree, SpecTr, SpecInfer, RRS without
   replacement and checked by enumeration in the tests;
+* ``label``, ``ot_based``: the papers' name and membership of DDTE's OT-based family (tables and
+  the selector study read them; ``simlab.tree_verifiers.paper_name``);
+* a closed-form acceptance rate: a plan that overrides ``NodePlan.acceptance_formula`` has one
+  (``has_formula``); ``acceptance_rate(method="auto"|"formula"|"enumerate")`` reaches the
+  formula and the enumeration alike, and the tests check they agree where both exist;
 * ``branch_is_target``: B(x, .) = p whatever the children x (the output is a draw from p, accepted
   when it is a child), hence lossless for every drafting law, and a tree's reach probabilities are
   products of p along paths (``simlab.reach_grid``); declared by NSS and checked in the tests.
@@ -45,7 +50,10 @@ from typing import ClassVar
 import numpy as np
 
 from simlab.distributions import check_pair, sample_categorical
-from simlab.drafting import Drafting, check_k, child_tuples
+from simlab.drafting import Drafting, check_k, child_tuples, draw_children
+
+ACCEPTANCE_RATE_METHODS = ("auto", "formula", "enumerate")
+"""The ``method`` values of ``acceptance_rate`` (``NodePlan`` and ``NodeVerifier``)."""
 
 ALL_LAWS = frozenset(Drafting)
 """Every drafting law (verifiers whose branch law is p whatever the children: NSS, one-hot)."""
@@ -160,12 +168,33 @@ class NodePlan(abc.ABC):
     def _draw(self, children: np.ndarray, rng: np.random.Generator) -> int:
         """Run the algorithm once on validated children."""
 
-    def acceptance_rate(self) -> float:
-        """Exact alpha = P(output in set(X)), X ~ Q.  Default: exact enumeration of X.
+    def acceptance_formula(self) -> float:
+        """Optional: alpha in closed form.  A plan that overrides it has a formula
+        (``has_formula``); the base class has none."""
+        raise ValueError(f"method: {self.verifier.name} has no closed-form acceptance rate; use 'enumerate' or 'auto'")
+
+    @classmethod
+    def has_formula(cls) -> bool:
+        """True when the plan overrides ``acceptance_formula`` (found by override, as scipy.stats
+        finds a distribution's own ``_cdf``)."""
+        return cls.acceptance_formula is not NodePlan.acceptance_formula
+
+    def acceptance_rate(self, method: str = "auto") -> float:
+        """Exact alpha = P(output in set(X)), X ~ Q.
+
+        Args:
+            method: ``"formula"`` (the plan's closed form), ``"enumerate"`` (sum over every child
+                tuple of its probability times B(x, set(x))), or ``"auto"``: the formula when the
+                plan has one, else the enumeration.
 
         Raises:
-            ValueError: if the enumeration exceeds ``simlab.drafting.MAX_ENUMERATED_TUPLES``.
+            ValueError: ``method`` unknown, ``"formula"`` on a plan without one, or an enumeration
+                beyond ``simlab.drafting.MAX_ENUMERATED_TUPLES``.
         """
+        if method not in ACCEPTANCE_RATE_METHODS:
+            raise ValueError(f"method: must be one of {', '.join(ACCEPTANCE_RATE_METHODS)}, got {method!r}")
+        if method == "formula" or (method == "auto" and self.has_formula()):
+            return self.acceptance_formula()
         tuples, probs = child_tuples(self.q, self.k, self.verifier.drafting)
         total = 0.0
         for x, prob in zip(tuples, probs):
@@ -288,6 +317,14 @@ class NodeVerifier(abc.ABC):
             module docstring).
         divides_by_q: True when the acceptance test divides by q at every child (SpecTr,
             SpecInfer), so a child with q = 0 is refused whatever its law (``check_drafted``).
+        label: the name the papers and the studies' tables use (DDTE Tables 2-3: "SpecTr",
+            "NaiveTree", ...); None: the registry name (``display_name``).
+        ot_based: True for DDTE's OT-based verifiers of i.i.d. children (NSS, NaiveTree, SpecTr,
+            SpecInfer, Khisti; DDTE Sec. 3), those the neural selector is trained for.
+        exact_tuples: ``acceptance_rate(method="auto", rng=...)`` enumerates at most this many
+            child tuples before it estimates instead (verifiers without a formula).
+
+    A closed-form acceptance rate is found by override (``NodePlan.acceptance_formula``).
     """
 
     name: ClassVar[str]
@@ -297,6 +334,14 @@ class NodeVerifier(abc.ABC):
     speculative_at_one: ClassVar[bool] = False
     divides_by_q: ClassVar[bool] = False
     branch_is_target: ClassVar[bool] = False
+    label: ClassVar[str | None] = None
+    ot_based: ClassVar[bool] = False
+    exact_tuples: ClassVar[int] = 2_000
+
+    @classmethod
+    def display_name(cls) -> str:
+        """``label``, or the registry ``name`` when the class declares none."""
+        return cls.label or cls.name
 
     def leaf_law(self, p: np.ndarray) -> np.ndarray:
         """The law of the bonus token at a leaf (no children) with target ``p`` (validated float64
@@ -352,9 +397,29 @@ class NodeVerifier(abc.ABC):
         """
         return self.prepare(p, q, _count(children)).output_distribution(children)
 
-    def acceptance_rate(self, p, q, k: int) -> float:
-        """Exact acceptance rate alpha = P(output in set(X)) for X ~ Q with k children."""
-        return self.prepare(p, q, k).acceptance_rate()
+    def acceptance_rate(self, p, q, k: int, method: str = "auto", *, rng: np.random.Generator | None = None,
+                        samples: int = 32) -> float:
+        """Acceptance rate alpha = P(output in set(X)) for X ~ Q with k children.
+
+        Args:
+            method: as ``NodePlan.acceptance_rate``: ``"formula"``, ``"enumerate"`` or ``"auto"``.
+                With ``"auto"`` and an ``rng``, a verifier without a formula is enumerated when
+                at most ``exact_tuples`` child tuples exist (support of q to the k), otherwise
+                estimated without bias: the mean over ``samples`` child tuples drawn from its
+                ``drafting`` law with ``rng`` of the exact P(output in set(x) | x) (only the
+                children are sampled).
+            rng, samples: the estimate's randomness and size (``"auto"`` only).
+
+        Raises:
+            ValueError: as ``NodePlan.acceptance_rate``; ``rng`` given with another method.
+        """
+        plan = self.prepare(p, q, k)
+        if rng is None or method != "auto" or plan.has_formula() or int(np.count_nonzero(plan.q)) ** plan.k <= self.exact_tuples:
+            if rng is not None and method != "auto":
+                raise ValueError(f"rng: only method='auto' estimates, got method={method!r}")
+            return plan.acceptance_rate(method)
+        return float(np.mean([plan.output_distribution(x)[np.unique(x)].sum()
+                              for x in (draw_children(plan.q, plan.k, self.drafting, rng) for _ in range(samples))]))
 
     def sample(self, p, q, children, rng: np.random.Generator) -> int:
         """Run the algorithm once with randomness from ``rng``; returns the output token id."""

@@ -44,7 +44,7 @@ class _GreedyPlan(NodePlan):
     def _draw(self, children, rng):
         return self.argmax
 
-    def acceptance_rate(self) -> float:
+    def acceptance_formula(self) -> float:
         return float(self.argmax in top_tokens(self.q, self.k))
 
 

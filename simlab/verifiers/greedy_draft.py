@@ -38,7 +38,7 @@ class _GreedyDraftPlan(NodePlan):
     def _draw(self, children, rng):
         return self._single(children).draw(int(children[-1]), rng)
 
-    def acceptance_rate(self) -> float:
+    def acceptance_formula(self) -> float:
         best = top_tokens(self.q, self.k - 1)
         rest = np.ones(self.p.size, dtype=bool)
         rest[best] = False

@@ -266,6 +266,8 @@ class Khisti(NodeVerifier):
     """
 
     name = "khisti"
+    label = "Khisti"
+    ot_based = True
     mode: Literal["auto", "lp", "truncated"] = "auto"
     s: int = 5
     tail: Literal["guarded", "champion", "rank"] = "guarded"

@@ -36,7 +36,7 @@ class _NaivePlan(NodePlan):
     def _draw(self, children, rng):
         return self.single.draw(children[0], rng)
 
-    def acceptance_rate(self) -> float:
+    def acceptance_formula(self) -> float:
         """sum min(p, q) + sum (p - q)_+ (1 - (1 - q)^(k - 1)), both V-vectors in the thread's work
         vector (``scratch``: no fresh V-sized temporary to fault in; the same values)."""
         hit_others = hit_probability(self.q, self.k - 1)
@@ -51,6 +51,8 @@ class Naive(NodeVerifier):
     """NaiveTree: speculative sampling on the first child; the residual may land on another child."""
 
     name = "naive"
+    label = "NaiveTree"
+    ot_based = True
     speculative_at_one = True
     lossless_for = SAMPLED | {Drafting.REPEATED}  # only the first child is used, a draw from q under these laws
 

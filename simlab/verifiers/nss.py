@@ -29,7 +29,7 @@ class _NSSPlan(NodePlan):
     def _draw(self, children, rng):
         return sample_categorical(self.p, rng)
 
-    def acceptance_rate(self) -> float:
+    def acceptance_formula(self) -> float:
         return inner(self.p, hit_probability(self.q, self.k))
 
 
@@ -38,6 +38,8 @@ class NSS(NodeVerifier):
     """Naive speculative sampling: output ~ p, accepted iff it is a drafted child."""
 
     name = "nss"
+    label = "NSS"
+    ot_based = True
     lossless_for = ALL_LAWS
     branch_is_target = True
 

@@ -43,7 +43,7 @@ class _OneHotPlan(NodePlan):
             return int(last)
         return sample_categorical(target, rng)
 
-    def acceptance_rate(self) -> float:
+    def acceptance_formula(self) -> float:
         from simlab.drafting import top_tokens
 
         return float(self.p[top_tokens(self.q, self.k)].sum())

@@ -38,7 +38,7 @@ class _OptimalPlan(NodePlan):
     def _draw(self, children, rng):
         return sample_categorical(self._law(children), rng)
 
-    def acceptance_rate(self) -> float:
+    def acceptance_formula(self) -> float:
         return self.solution.acceptance
 
 
@@ -52,6 +52,7 @@ class Optimal(NodeVerifier):
     """
 
     name = "optimal"
+    label = "OT optimum"
     replacement: bool = True
 
     @property

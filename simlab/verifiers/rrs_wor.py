@@ -61,6 +61,7 @@ class RRSWithoutReplacement(NodeVerifier):
     """Recursive rejection sampling for children drafted without replacement."""
 
     name = "rrs_wor"
+    label = "RRS-WOR"
     drafting = Drafting.WITHOUT_REPLACEMENT
     speculative_at_one = True
     lossless_for = frozenset({Drafting.WITHOUT_REPLACEMENT})

@@ -160,7 +160,7 @@ class _SpecInferPlan(NodePlan):
                 return int(x)
         return sample_categorical(self.final, rng)
 
-    def acceptance_rate(self) -> float:
+    def acceptance_formula(self) -> float:
         return 1.0 - self.reject_all
 
 
@@ -174,6 +174,8 @@ class SpecInfer(NodeVerifier):
     """
 
     name = "specinfer"
+    label = "SpecInfer"
+    ot_based = True
     speculative_at_one = True
     divides_by_q = True  # the acceptance test divides by q at every child
     order: Literal["random", "fixed"] = "random"

@@ -232,7 +232,7 @@ class _SpecTrPlan(NodePlan):
                 return int(x)
         return sample_categorical(self.correction, rng)
 
-    def acceptance_rate(self) -> float:
+    def acceptance_formula(self) -> float:
         if self.beta >= 1.0:
             return 1.0
         r = (self.q - np.minimum(self.q, self.p / self.rho)) / (1.0 - self.beta)
@@ -249,6 +249,8 @@ class SpecTr(NodeVerifier):
     """
 
     name = "spectr"
+    label = "SpecTr"
+    ot_based = True
     speculative_at_one = True
     divides_by_q = True  # the acceptance test divides by q at every child
     rho: str = "optimal"

@@ -1,0 +1,66 @@
+"""The verifiers the generic tests run on and the edge cases they run them at: one list each.
+
+Every list is built from the registries when called (``simlab.verifiers.REGISTRY``,
+``simlab.tree_verifiers.names``), so a verifier registered by its own module, or by a test
+(``tests/test_new_verifier.py``), is picked up with no list edited.  Which tests apply to a
+verifier follows from what it declares (``drafting``, ``needs_greedy_target``, ``lossless_for``,
+a closed-form acceptance found by override: ``NodePlan.has_formula``), never from its name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simlab import tree_verifiers, verifiers
+from simlab.drafting import Drafting
+from simlab.sampling import SamplingSettings
+
+OPTION_VARIANTS = {
+    "specinfer": [{"order": "fixed"}],
+    "khisti": [{"mode": "truncated", "s": 2}, {"mode": "truncated", "s": 3}, {"mode": "truncated", "s": 2, "tail": "champion"},
+               {"mode": "truncated", "s": 2, "tail": "rank"}],
+    "optimal": [{"replacement": False}],
+    "spectr": [{"rho": "four_step"}],
+}
+"""Options beyond the defaults worth testing, by verifier (the options its class takes)."""
+
+
+def node_variants() -> list:
+    """Every registered node verifier with its default options, then the option variants."""
+    return ([verifiers.get(name) for name in verifiers.names()]
+            + [verifiers.get(name, **options) for name in verifiers.names() for options in OPTION_VARIANTS.get(name, [])])
+
+
+def variant_id(verifier) -> str:
+    """``name-option=value-...``: a readable pytest id."""
+    return f"{verifier.name}-{'-'.join(f'{f}={getattr(verifier, f)}' for f in verifier.__dataclass_fields__)}".rstrip("-")
+
+
+EDGE_CASES = {
+    "p==q": ([0.2, 0.3, 0.5], [0.2, 0.3, 0.5]),
+    "one-hot p": ([0.0, 1.0, 0.0, 0.0], [0.4, 0.3, 0.2, 0.1]),
+    "one-hot q": ([0.4, 0.3, 0.2, 0.1], [0.0, 0.0, 1.0, 0.0]),
+    "one-hot both, same": ([0.0, 1.0, 0.0], [0.0, 1.0, 0.0]),
+    "disjoint supports": ([0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.3, 0.7]),
+    "q(t)=0<p(t)": ([0.3, 0.3, 0.4], [0.0, 0.5, 0.5]),
+    "p(t)=0<q(t)": ([0.0, 0.5, 0.5], [0.6, 0.2, 0.2]),
+    "tiny masses": ([1.0, 1e-300, 1e-300, 0.0], [0.5, 0.5, 1e-300, 1e-300]),
+    "tiny q": ([0.25, 0.25, 0.25, 0.25], [1.0, 1e-300, 1e-300, 1e-300]),
+    "ties": ([0.25, 0.25, 0.25, 0.25], [0.4, 0.4, 0.1, 0.1]),
+}
+"""(p, q) at one node: the standards' edge cases (p == q, one-hot p or q, disjoint supports,
+q(x) = 0 < p(x), tiny masses, ties)."""
+
+
+def edge_case(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The float64 (p, q) of ``EDGE_CASES[name]``."""
+    return tuple(np.array(v, dtype=float) for v in EDGE_CASES[name])
+
+
+SAMPLED_T = SamplingSettings(temperature=1.0)
+"""A setting at T > 0 (a verifier that needs a greedy target is not paired there)."""
+
+
+def lossless_tree_names(law: Drafting) -> list[str]:
+    """Every tree verifier (registered now) declared lossless for trees of ``law`` at T > 0."""
+    return tree_verifiers.lossless_names({law}, SAMPLED_T)
