@@ -28,7 +28,7 @@ from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, 
 from backends.sources.flags import SourceConfig, add_source_flags, make_source, note_hf_defaults
 from backends.synthetic.base import seeded_rng
 from simlab.measures import ACCEPTANCE_METHODS, node_acceptance, node_divergences
-from simlab.shapes import named_shape
+from simlab.builders import named_shape
 from simlab.trees import DraftTree, NodeTable
 
 PROG = "python -m analyses.divergence_by_depth"

@@ -65,10 +65,6 @@ def default_out(slug: str) -> str:
     return f"out/train_selector/{slug}"
 
 
-DEFAULT_RUN = default_out("synthetic-distilled-V32")
-"""The default run folder (the default source), which ``evaluate_selector --run`` reads by default."""
-
-
 def parse_args(argv) -> tuple[Config, ToolParser]:
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
     d = Config()

@@ -81,7 +81,7 @@ from simlab.labels import grid_labels, verifier_Ks
 from simlab.device_rows import SUMMARY_COLUMNS, summaries
 from simlab.distributions import top_ranked
 from simlab.measures import node_divergences
-from simlab.shapes import Delayed
+from simlab.builders import Delayed
 from simlab.trees import DraftTree, NodeTable
 
 PROG = "python -m backends.capture"

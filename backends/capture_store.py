@@ -50,7 +50,7 @@ from simlab.efficiency import GridDraft
 from simlab.files import staging_file, umask
 from simlab.pairs import check_contexts
 from simlab.sampling import SamplingSettings
-from simlab.shapes import Delayed, named_shape
+from simlab.builders import Delayed, named_shape
 
 SHAPES = ("iid", "chain", "delayed", "grid")
 LABEL_ENGINES = ("", "numpy", "torch", "unrecorded")

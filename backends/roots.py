@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from backends.prompt_sets import PROMPT_SETS, Prompt, prompt_set, read_prompt_file
 from simlab.checks import check_generator, check_int
 from simlab.pairs import ModelPair, check_context, target_trajectory
 
@@ -88,16 +89,6 @@ SHIPPED_PROMPTS = Path(__file__).resolve().parent / "prompts" / "reference_promp
 """The prompts shipped with the lab (the real-model sources' default trajectory prefixes)."""
 
 
-@dataclass(frozen=True)
-class Prompt:
-    """One prompt of a prompt file: its text, its category (a workload name such as ``"maths"``,
-    or None) and whether the target's chat template wraps it as a user turn (``chat``)."""
-
-    text: str
-    category: str | None = None
-    chat: bool = False
-
-
 def read_prompt_records(path) -> list[Prompt]:
     """Prompts from a text file (one per non-empty line), JSON lines (``prompt`` or ``text``, and
     optionally ``category``, a non-empty string, and ``chat``, a boolean), or a named prompt set
@@ -107,38 +98,9 @@ def read_prompt_records(path) -> list[Prompt]:
         ValueError: ``prompts: ...`` for a missing or unreadable file, no prompt in it, a JSON
             line without text, or a bad ``category`` or ``chat`` field.
     """
-    from backends.prompt_sets import PROMPT_SETS, prompt_set
-
-    file = Path(path)
-    if str(path) in PROMPT_SETS and not file.exists():
+    if str(path) in PROMPT_SETS and not Path(path).exists():
         return prompt_set(str(path))
-    if not file.is_file():
-        raise ValueError(f"prompts: no such file {str(path)!r} (or prompt set: {', '.join(PROMPT_SETS)})")
-    try:
-        lines = [line.strip() for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"prompts: cannot read {str(path)!r} ({exc})") from None
-    if file.suffix != ".jsonl":
-        records = [Prompt(line) for line in lines]
-    else:
-        records = []
-        for n, line in enumerate(lines, 1):
-            try:
-                record = json.loads(line)
-                text = record.get("prompt", record.get("text"))
-            except (json.JSONDecodeError, AttributeError):
-                text = None
-            if text is None:
-                raise ValueError(f"prompts: line {n} of {path} is not a JSON object with a 'prompt' or 'text' field")
-            category, chat = record.get("category"), record.get("chat", False)
-            if category is not None and (not isinstance(category, str) or not category.strip()):
-                raise ValueError(f"prompts: line {n} of {path} has a category that is not a non-empty string: {category!r}")
-            if not isinstance(chat, bool):
-                raise ValueError(f"prompts: line {n} of {path} has a 'chat' field that is not true or false: {chat!r}")
-            records.append(Prompt(str(text), category, chat))
-    if not records:
-        raise ValueError(f"prompts: {path} holds no prompt")
-    return records
+    return read_prompt_file(path)
 
 
 def read_prompts(path) -> list[str]:

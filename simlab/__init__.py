@@ -17,11 +17,11 @@ Three lines for E[tau + 1]::
     simlab.expected_block_efficiency(pair, [0], simlab.Delayed(2, 1, 2), "specinfer").mean
 """
 
-from simlab import distributions, drafting, otlp, pairs, shapes, tree_verifiers, trees, verifiers
+from simlab import distributions, drafting, otlp, pairs, shapes, tree_verifiers, trees, verifiers  # shapes: deprecated alias
 from simlab.drafting import Drafting
 from simlab.efficiency import Estimate, expected_block_efficiency, simulate_block_efficiency
 from simlab.pairs import ContextFreePair, MarkovPair, ModelPair
-from simlab.shapes import Delayed, Static, chain, iid
+from simlab.builders import Delayed, Static, chain, iid
 
 __all__ = [
     "ContextFreePair", "Delayed", "Drafting", "Estimate", "MarkovPair", "ModelPair", "Static", "chain",

@@ -319,7 +319,7 @@ class DraftTree:
             every node unless ``node_laws`` says otherwise.
         node_laws: node path -> the law of that node's children, where it differs from
             ``drafting`` (a greedy-draft tree whose tail was pruned at some nodes).
-        cost: the drafting cost (``simlab.latency.DraftCost``: the draft forwards that built
+        cost: the drafting cost (``simlab.builders.cost.DraftCost``: the draft forwards that built
             the tree), or None when unknown.
 
     Raises:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from backends.roots import SHIPPED_PROMPTS, RootPlacement, prompt_roots, prompt_texts, read_prompt_records
-from backends.sources import Root, register_source, slug
+from backends.sources.base import Root, register_source, slug
 from simlab.checks import check_int, check_seed
 from simlab.sampling import SamplingSettings
 

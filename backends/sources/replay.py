@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from backends import capture_store as store
-from backends.sources import Root, register_source, slug
+from backends.sources.base import Root, register_source, slug
 from simlab.labels import LABEL_COLUMNS
 from simlab.sampling import SamplingSettings
 

@@ -23,7 +23,7 @@ from typing import ClassVar
 import numpy as np
 
 from backends.roots import RootPlacement, place_roots
-from backends.sources import Root, register_source, slug
+from backends.sources.base import Root, register_source, slug
 from backends.synthetic import WORLDS, make_world
 from backends.synthetic.base import check_vocab, seeded_rng
 from simlab.checks import check_int, check_seed

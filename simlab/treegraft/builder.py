@@ -47,7 +47,7 @@ import numpy as np
 
 from simlab.checks import check_int
 from simlab.drafting import Drafting, top_tokens
-from simlab.latency import DraftCost, DraftForward
+from simlab.builders.cost import DraftCost, DraftForward
 from simlab.treegraft.ngram import NGramDrafter, NGramIndex, ScoreCache, prompt_cache
 from simlab.trees import DraftTree, NodeTable
 
