@@ -26,9 +26,9 @@ import polars as pl
 
 from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail_from, parquet_writer, prepare_out, print_table, progress, progress_bar, run_tool
 from backends.sources.flags import SourceConfig, add_source_flags, make_source, note_hf_defaults
-from backends.synthetic.base import seeded_rng
 from simlab.measures import ACCEPTANCE_METHODS, node_acceptance, node_divergences
 from simlab.builders import named_shape
+from simlab.sampling import Stream, seeded_rng
 from simlab.trees import DraftTree, NodeTable
 
 PROG = "python -m analyses.divergence_by_depth"
@@ -102,7 +102,7 @@ def measure(config: Config, source, setting) -> pl.DataFrame:
         if root.tree is not None:
             tree = DraftTree(table, root.tree).fill()
         else:
-            tree = shape.sample(table, root.rng or seeded_rng(config.seed, 1, root.root))
+            tree = shape.sample(table, root.rng or seeded_rng(config.seed, Stream.TREE, root.root))
         rng = root.rng or fallback
         for path in tree.nodes():
             rows.append(node_rows(root.root, path, len(tree.child_list(path)), table.p(path), table.q(path), k_values, rng,

@@ -32,6 +32,7 @@ from analyses.grid_study import GridStudyConfig, add_grid_study_flags, check_gri
 from analyses.labels import PAPER_NAMES, grid_of, label_all
 from analyses.selector_data import STATIC_BASELINES, feature_arrays, fit_selector, value_matrices
 from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, parquet_writer, prepare_out, print_table, run_tool, slow_step
+from simlab.checks import check_device
 
 PROG = "python -m analyses.train_selector"
 OT_VERIFIERS = ("nss", "naive", "spectr", "specinfer", "khisti")
@@ -84,6 +85,11 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     args = parser.parse_args(argv)
     verifiers = tuple(v.strip() for v in args.verifiers.split(",") if v.strip())
     bad = [v for v in verifiers if v not in OT_VERIFIERS]
+    device_error = None
+    try:
+        check_device(args.train_device, "--train-device")
+    except ValueError as exc:
+        device_error = str(exc)
     check_grid_study_flags(PROG, args, [
         (bool(verifiers) and not bad, f"--verifiers: must be OT-based verifiers ({', '.join(OT_VERIFIERS)}), got {args.verifiers!r}"),
         (args.epochs >= 1, f"--epochs: must be >= 1, got {args.epochs}"),
@@ -92,22 +98,9 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         (0 <= args.lam < float("inf"), f"--lam: must be a finite number >= 0, got {args.lam}"),
         (0 < args.alpha <= 1, f"--alpha: must lie in (0, 1], got {args.alpha}"),
         (0 <= args.dropout < 1, f"--dropout: must lie in [0, 1), got {args.dropout}"),
-        (train_device_ok(args.train_device), f"--train-device: cpu, auto, or an available cuda device, got {args.train_device!r}"),
+        (device_error is None, device_error),
     ], min_trajectories=3)
     return Config(**{**vars(args), "verifiers": verifiers, "capture": tuple(args.capture)}), parser
-
-
-def train_device_ok(name: str) -> bool:
-    """cpu and auto always; cuda[:N] only when this torch build has that device."""
-    if name in ("cpu", "auto"):
-        return True
-    import torch
-
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError):
-        return False
-    return device.type == "cuda" and torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()
 
 
 def capture_models(source, device: str):

@@ -48,6 +48,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from simlab.checks import check_device
+
 PAIRS = {"smollm2": "SmolLM2-135M-Instruct (llama, 30 layers, V = 49,152) with an early-exit self-draft"}
 """The named pairs ``--pair`` takes (name -> one line)."""
 
@@ -347,12 +349,12 @@ def named_pair(name: str, draft: str | None = None, *, layers: int | None = None
         ValueError: ``pair: ...`` (unknown name, download or conversion failure), ``draft: ...``,
             or what ``HFPair`` raises.
     """
-    from backends.hf import HFPair, pick_device
+    from backends.hf import HFPair
 
     if name not in PAIRS:
         raise ValueError(f"pair: unknown pair {name!r}; known: {', '.join(PAIRS)}")
     L = parse_draft(draft)
-    device = pick_device(options.pop("device", "auto"))
+    device = check_device(options.pop("device", "auto"), "device")
     model, tokenizer = load_target(target_folder(download, log), device, options.pop("dtype", "float32"), layers)
     return HFPair(name, f"early-exit:{L}", device=device, models=((model, tokenizer), (early_exit(model, L), tokenizer)), **options)
 

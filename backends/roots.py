@@ -27,6 +27,7 @@ import numpy as np
 from backends.prompt_sets import PROMPT_SETS, Prompt, prompt_set, read_prompt_file
 from simlab.checks import check_generator, check_int
 from simlab.pairs import ModelPair, check_context, target_trajectory
+from simlab.sampling import Stream, seeded_rng
 
 
 @dataclass(frozen=True)
@@ -145,15 +146,13 @@ def prompt_roots(pair, prompts: list[str], placement: RootPlacement, seed: int, 
     (``with_prompt_length``: and the prompt's length in tokens, a fourth entry).
 
     Prompt i is encoded with ``pair.encode`` and continued by the target with the generator
-    ``seeded_rng(seed, 0, i)``; roots as ``place_roots`` puts them (``placement.first = 0``:
+    ``seeded_rng(seed, Stream.PROMPT, i)``; roots as ``place_roots`` puts them (``placement.first = 0``:
     the prompt's end is the first root).  Every prompt is checked against the model's context
     (``pair.max_context``, with a tree of ``depth`` below the last root) before any is sampled.
 
     Raises:
         ValueError: ``prompts: ...`` for a prompt that encodes to nothing or is too long.
     """
-    from backends.synthetic.base import seeded_rng
-
     encoded = []
     for i, text in enumerate(prompts):
         prompt = pair.encode(text)
@@ -166,7 +165,7 @@ def prompt_roots(pair, prompts: list[str], placement: RootPlacement, seed: int, 
                              f"above the model's context of {limit}")
         encoded.append(prompt)
     for i, prompt in enumerate(encoded):
-        for root, context in place_roots(pair, prompt, placement, seeded_rng(seed, 0, i), trajectory=i):
+        for root, context in place_roots(pair, prompt, placement, seeded_rng(seed, Stream.PROMPT, i), trajectory=i):
             yield (root, i, context, len(prompt)) if with_prompt_length else (root, i, context)
 
 

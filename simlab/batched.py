@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simlab.checks import check_device
+
 if TYPE_CHECKING:  # torch is imported on first use: simlab's numpy core does not need it
     import torch
 
@@ -299,12 +301,7 @@ def table_masses(table, requests, *, device=None, dtype=None, chunk: int = 256) 
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk: must be an integer >= 1, got {chunk!r}")
     dtype = torch.float64 if dtype is None else dtype
-    try:
-        device = None if device is None else torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device: not a torch device ({exc})") from None
-    if device is not None and device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device: {device} asked for, but this torch has no CUDA device")
+    device = None if device is None else torch.device(check_device(str(device), "device"))
     from simlab.trees import mass_request
 
     groups: dict = {}

@@ -2,7 +2,7 @@
 two model folders, or a named pretrained pair (``backends.pretrained``, ``--pair``).
 
 Prompt i (the first ``trajectories`` of the prompt file; default the shipped reference prompts)
-is continued by the target with ``seeded_rng(seed, 0, i)``; roots sit at the prompt's end and
+is continued by the target with ``seeded_rng(seed, Stream.PROMPT, i)``; roots sit at the prompt's end and
 every ``spacing`` tokens after it (``backends.roots.prompt_roots``), exactly as the capture tool
 places them, so a live run and a replayed capture of the same settings see the same roots.
 """

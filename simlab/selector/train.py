@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from simlab.checks import check_device
 from simlab.selector.loss import ALPHA, LAMBDA, selector_loss
 from simlab.selector.model import Selector, SelectorConfig
 
@@ -93,12 +94,6 @@ def split_by_trajectory(trajectories, seed: int = 0, fractions=(0.6, 0.2, 0.2)) 
     return np.array([part[int(t)] for t in trajectories])
 
 
-def _device(name: str) -> str:
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return name
-
-
 def train(train_set: SelectorData, validation: SelectorData, config: TrainConfig = TrainConfig(), log=None):
     """Fit a selector on DDTE's loss; returns (model in eval mode on the CPU, history: one dict
     per epoch with epoch, train_loss, validation_loss).
@@ -111,7 +106,7 @@ def train(train_set: SelectorData, validation: SelectorData, config: TrainConfig
         raise ValueError("train_set: no training roots")
     if len(validation) == 0:
         raise ValueError("validation: no validation roots (the split needs >= 3 trajectories)")
-    device = _device(config.device)
+    device = check_device(config.device, "device")
     torch.manual_seed(config.seed)
     model = Selector(SelectorConfig(tuple(x.shape[1] for x in train_set.h), train_set.scalars.shape[1], train_set.E.shape[1],
                                     config.d, tuple(config.hidden), config.dropout))
