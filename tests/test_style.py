@@ -41,3 +41,12 @@ def test_ruff_check_fails_on_an_unused_import(tmp_path):
     (tmp_path / "m.py").write_text("import os\n\n\ndef f():\n    return undefined_name\n")
     result = run_ruff("m.py", cwd=tmp_path)
     assert result.returncode == 1 and "F401" in result.stdout and "F821" in result.stdout
+
+
+def test_no_docstring_cites_a_path_outside_the_repository():
+    """Sources are cited as paper + official repo@commit, or a page under docs/ (docs/sources.md)."""
+    outside = ("../shared/", "/work/", "shared/reference/")
+    offenders = [f"{path.relative_to(ROOT)}:{n}" for package in CHECKED for path in sorted((ROOT / package).rglob("*.py"))
+                 if path.name != "test_style.py"
+                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if any(o in line for o in outside)]
+    assert not offenders, offenders

@@ -18,7 +18,7 @@ over the update's slot tokens per step, plus the backward, twice the forward's F
 parameters it trains (heads: the heads' share of the multiply-adds).  Deterministic, unlike the
 wall-clock seconds ``update`` also returns.  ``snapshot`` / ``restore`` copy the weights out and
 back bit for bit (the three-window rollback).  The lab's own design: the paper gives no code,
-constants, features or windows (``../shared/reference/tree_builders.md`` Sec. 6).
+constants, features or windows (SpecBlock, arXiv 2605.07243; ``docs/sources.md``).
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ The builder (``Sequoia``) is that static topology (``simlab.builders.static.Stat
 drafted without replacement (``Drafting.WITHOUT_REPLACEMENT``: verify with ``rrs_wor`` or
 ``traversal``) or, at T = 0, the top-k (``children="topk"``, greedy verification).  The DP is
 optimal only under positional independence: the lab scores its trees exactly.
-Source: Sequoia@0ff3ff7 ``tree_search.py``, ``Tree/SpecTree.py``, ``tests/test_accept.py``;
-``../shared/reference/tree_builders.md`` Sec. 3.
+Source: Chen et al. 2024 (Sequoia); Infini-AI-Lab/Sequoia@0ff3ff7 ``tree_search.py``, ``Tree/SpecTree.py``,
+``tests/test_accept.py`` (``docs/sources.md``).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ Cost (``simlab.latency``): a skip is one forward of the drafter named ``"small"`
 n-gram step's time is constant), a call one ``"draft"`` (mid) forward over every node of the
 tree.  Defaults follow the main evaluation (``scripts/run_main_eval.sh``): budget 63 (B_ver),
 D = 5, top-k 10, lookback 5, schedule [1, 0, 1, 0, 1] (the ablation's fixed schedule), N = 5.
-Source: TreeGraft@f53e3a8 ``graft/combine_tree/generator.py``; ``../shared/reference/tree_builders.md`` Sec. 5.
+Source: TreeGraft (arXiv 2608.26112); fjm9933/TreeGraft@f53e3a8 ``graft/combine_tree/generator.py``.
 """
 
 from __future__ import annotations

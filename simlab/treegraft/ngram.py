@@ -14,8 +14,7 @@ position from a cache of the target's top-10 at the prompt's positions (outside 
 (probability 1), which outranks every prompt match; the code's quirk is kept on purpose.
 ``scoring="clean"`` scores by the target's true probability at the node instead.  Deeper chain
 tokens score -inf until they become direct children of a frontier node.
-Source: TreeGraft@f53e3a8 ``graft/ngram_tree/generator.py`` (``../shared/reference/tree_builders.md``
-Sec. 5): N = 5 in the main evaluation (``--max-matching-ngram-size``), top-10 cache,
+Source: TreeGraft (arXiv 2608.26112); fjm9933/TreeGraft@f53e3a8 ``graft/ngram_tree/generator.py``: N = 5 in the main evaluation (``--max-matching-ngram-size``), top-10 cache,
 ``update_prefill_with_accepted=False``.
 """
 
