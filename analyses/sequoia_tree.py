@@ -112,11 +112,6 @@ def read_acceptance(path: str) -> tuple[list[float], dict | None]:
     raise ValueError(f"acceptance: {path!r} holds neither a list nor an object with 'acceptance' or 'acceptance_rate_vector'")
 
 
-def read_vector(path: str) -> list[float]:
-    """The acceptance vector (p_1..p_W) of a file (module docstring; ``read_acceptance``)."""
-    return read_acceptance(path)[0]
-
-
 def sequoia_rule(acceptance, rule: dict) -> dict:
     """Sequoia's ``tree_search.py`` on a config's size rule: the DP's best expected accepted tokens
     (root included) by valid budget at ``max_depth`` levels, the chosen (m, l), its time per token,

@@ -117,7 +117,7 @@ def train(train_set: SelectorData, validation: SelectorData, config: TrainConfig
     shuffle = torch.Generator().manual_seed(config.seed)
     best, best_state, history, stale = float("inf"), None, [], 0
 
-    def loss_of(data, grad: bool):
+    def loss_of(data):
         logits = model(*data.h, data.scalars)
         return selector_loss(logits, data.E.to(logits.dtype), data.T.to(logits.dtype), data.base_tps.to(logits.dtype),
                              lam=config.lam, alpha=config.alpha)
@@ -129,13 +129,13 @@ def train(train_set: SelectorData, validation: SelectorData, config: TrainConfig
         for start in range(0, len(order), config.batch):
             batch = train_set.subset(order[start : start + config.batch].to(device))
             optimiser.zero_grad()
-            loss = loss_of(batch, True)
+            loss = loss_of(batch)
             loss.backward()
             optimiser.step()
             total += float(loss.detach()) * len(batch)
         model.eval()
         with torch.no_grad():
-            val = float(loss_of(validation, False))
+            val = float(loss_of(validation))
         history.append({"epoch": epoch, "train_loss": total / len(train_set), "validation_loss": val})
         if log:
             log(history[-1])
