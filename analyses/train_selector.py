@@ -31,7 +31,19 @@ import polars as pl
 from analyses.grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
 from analyses.labels import PAPER_NAMES, grid_of, label_all
 from analyses.selector_data import STATIC_BASELINES, feature_arrays, fit_selector, value_matrices
-from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, parquet_writer, prepare_out, print_table, run_tool, slow_step
+from backends.cli import (
+    OutputSet,
+    ToolParser,
+    chart_writer,
+    fail,
+    fail_from,
+    parquet_writer,
+    prepare_out,
+    print_table,
+    run_tool,
+    slow_step,
+)
+from backends.hf import HFPair
 from simlab.checks import check_device
 
 PROG = "python -m analyses.train_selector"
@@ -108,7 +120,6 @@ def capture_models(source, device: str):
     the models named in the capture, or None for another source."""
     if source.name != "capture":
         return None
-    from backends.hf import HFPair
 
     stored = source.stored
     return HFPair(stored.target, stored.draft, device=device, dtype=stored.dtype, trim_draft_vocab=stored.trim_draft_vocab)  # as captured

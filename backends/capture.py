@@ -71,17 +71,18 @@ from pathlib import Path
 from backends import capture_store as store
 from backends.capture_lock import CaptureLock
 from backends.cli import ToolParser, check_flags, fail_from, name_list, prepare_out, progress_bar, slow_step
-from backends.pretrained import DEFAULT_DRAFT, PAIRS, parse_draft
+from backends.hf import oom_errors
+from backends.pretrained import DEFAULT_DRAFT, PAIRS, open_pair, parse_draft
 from backends.roots import prompt_roots, prompt_texts, prompts_digest, read_prompt_records
 from simlab import tree_verifiers
+from simlab.builders import Delayed
 from simlab.checks import check_device
-from simlab.efficiency import draw_grid, draw_grids
-from simlab.drafting import Drafting, lossless_pairing
-from simlab.labels import grid_labels, verifier_Ks
 from simlab.device_rows import SUMMARY_COLUMNS, summaries
 from simlab.distributions import top_ranked
+from simlab.drafting import Drafting, lossless_pairing
+from simlab.efficiency import draw_grid, draw_grids
+from simlab.labels import grid_labels, verifier_Ks
 from simlab.measures import node_divergences
-from simlab.builders import Delayed
 from simlab.sampling import Stream, seeded_rng
 from simlab.trees import DraftTree, NodeTable
 
@@ -287,9 +288,6 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
 
 def _capture(settings: store.CaptureSettings, records: list, out: Path, device: str, quiet: bool, rank: int, world: int) -> int:
     """``run``'s work, the folder held: load the models, claim the settings, capture this rank's groups."""
-    from backends.hf import oom_errors
-    from backends.pretrained import open_pair
-
     with slow_step(PROG, f"loading {settings.pair or settings.target} and {settings.draft}", quiet):
         pair = open_pair(settings.pair, settings.target, settings.draft, device=device, dtype=settings.dtype,
                          settings=settings.sampling(), trim_draft_vocab=settings.trim_draft_vocab)

@@ -17,7 +17,9 @@ Root ids are ``trajectory * R + j``.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,8 +135,6 @@ def prompt_texts(pair, records: list[Prompt]) -> list[str]:
 def prompts_digest(records: list[Prompt]) -> str:
     """sha256 of the prompts (texts only, as captures have always recorded, unless a record has a
     category or asks for the chat template: then of every field)."""
-    import hashlib
-
     if all(r.category is None and not r.chat for r in records):
         return hashlib.sha256("\n".join(r.text for r in records).encode()).hexdigest()
     return hashlib.sha256(json.dumps([[r.text, r.category, r.chat] for r in records]).encode()).hexdigest()
@@ -178,8 +178,6 @@ def source_code_prompts(count: int, chars: int = 300) -> list[str]:
     Raises:
         ValueError: ``count: ...`` below 1, or more than the files that hold a definition.
     """
-    import os
-
     count = check_int(count, "count", 1)
     out = []
     for path in sorted(Path(os.__file__).parent.glob("*.py"), reverse=True):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simlab.device_rows import is_tensor, to_host
+from simlab.device_rows import check_rows, is_tensor, probabilities, to_host
 from simlab.distributions import check_distribution
 from simlab.drafting import Drafting
 from simlab.pairs import ModelPair, NodeBatch, NodeLogits, WithSettings, check_context, eos_of
@@ -198,8 +198,6 @@ class NodeTable:
                 what ``simlab.device_rows.probabilities`` refuses (top-p settings).
         """
         import torch
-
-        from simlab.device_rows import check_rows, probabilities
 
         paths = [tuple(pth) for pth in paths]
         self.fetch(paths)

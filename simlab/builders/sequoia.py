@@ -43,7 +43,7 @@ from typing import Literal
 import numpy as np
 
 from simlab.builders.static import Static
-from simlab.checks import check_int
+from simlab.checks import check_generator, check_int
 from simlab.distributions import check_pair, residual
 from simlab.drafting import MAX_ENUMERATED_TUPLES, Drafting, draw_children
 from simlab.trees import DraftTree, NodeTable
@@ -78,8 +78,6 @@ def acceptance_vector(p, q, width: int, *, method: str = "exact", samples: int =
         _exact(p, q, 1.0, 0, out)
         return out
     if method == "mc":
-        from simlab.checks import check_generator
-
         check_generator(rng)
         samples = check_int(samples, "samples", 1)
         out = np.zeros(width)
