@@ -24,7 +24,7 @@ from backends.cli import (OutputSet, ToolParser, add_output_flags, chart_writer,
 from backends.sources.flags import SourceConfig, add_source_flags, make_source
 from simlab import tree_verifiers
 from simlab.efficiency import action_grid_block_efficiency, expected_block_efficiency, grid_block_efficiency
-from simlab.shapes import Delayed
+from simlab.builders import Delayed
 from simlab.trees import NodeTable
 
 PROG = "python -m analyses.block_efficiency_grid"

@@ -349,7 +349,7 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    from analyses import specblock
+    from analyses.block_drafters import DrafterConfig, drafters_for
     from simlab.latency import ForwardTime
 
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
@@ -363,10 +363,10 @@ def _main(argv) -> int:
     latency = latency.with_drafter("small", ForwardTime.constant(config.small_ratio * latency.target(0, 1)))
     roster = roster_module.Roster(budgets, latency, config.draft_law)
     if "specblock" in builders:
-        sb = specblock.Config(backend=config.backend, target=config.target, K=4, rank_noise=config.rank_noise, seed=config.seed,
-                              drafters=config.drafters)
+        sb = DrafterConfig(backend=config.backend, target=config.target, K=4, rank_noise=config.rank_noise, seed=config.seed,
+                           drafters=config.drafters)
         try:
-            drafter_of, missing = specblock.drafters_for(sb)
+            drafter_of, missing = drafters_for(sb)
             roster.block_drafter = drafter_of["full"]
             if config.backend == "hf":
                 from backends.block_drafter.drafter import forward_seconds

@@ -46,8 +46,32 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from backends.cli import OutputSet, add_output_flags, chart_writer, check_flags, fail_from, parquet_writer, prepare_out, print_table, progress_bar, run_tool
-from backends.sources.flags import LatencyConfig, SourceConfig, make_latency, make_source, note_hf_defaults, study_parser, with_hf_defaults
+from analyses.selector_data import choose, feature_arrays, fit_selector, static_choice, value_matrices
+from backends.cli import (
+    OutputSet,
+    add_output_flags,
+    chart_writer,
+    check_flags,
+    fail_from,
+    parquet_writer,
+    prepare_out,
+    print_table,
+    progress_bar,
+    run_tool,
+)
+from backends.sources.flags import (
+    LatencyConfig,
+    SourceConfig,
+    make_latency,
+    make_source,
+    note_hf_defaults,
+    study_parser,
+    with_hf_defaults,
+)
+from simlab import tree_verifiers
+from simlab.efficiency import draw_grid, grid_block_efficiency
+from simlab.selector.features import root_features
+from simlab.trees import NodeTable
 
 PROG = "python -m analyses.ddte_audit"
 CONVENTIONS = ("exact", "per_path", "four_step", "rank", "public")
@@ -99,8 +123,6 @@ def parse_args(argv) -> tuple[Config, object]:
 def convention(verifier: str, name: str):
     """(tree verifier, trunk_children) of ``verifier`` under convention ``name``; None where the
     convention does not touch that verifier (its labels are the exact ones)."""
-    from simlab import tree_verifiers
-
     options = {}
     if name in ("four_step", "public") and verifier == "spectr":
         options["rho"] = "four_step"
@@ -115,10 +137,6 @@ def convention(verifier: str, name: str):
 def label(config: Config, source, settings, latency) -> tuple[list[dict], list[dict]]:
     """(one row per root, setting, verifier, convention and grid action; with ``config.selector``
     one feature record per root, ``simlab.selector.features.root_features``, else [])."""
-    from simlab.efficiency import draw_grid, grid_block_efficiency
-    from simlab.selector.features import root_features
-    from simlab.trees import NodeTable
-
     rows, records = [], []
     bar = progress_bar(total=sum(source.count(s) for s in settings), desc="roots", unit="root", quiet=config.quiet)
     for setting in settings:
@@ -197,7 +215,6 @@ def select(config: Config, labels: pl.DataFrame, records: list[dict]) -> tuple[p
     Raises:
         ValueError: fewer than 3 trajectories (no test or validation roots).
     """
-    from analyses.selector_data import choose, feature_arrays, fit_selector, static_choice, value_matrices
     from simlab.selector.train import TrainConfig, split_by_trajectory
 
     roots, arrays = feature_arrays(records)

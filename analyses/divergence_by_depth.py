@@ -17,18 +17,39 @@ multi-draft gain alpha(k=K) - alpha(k=1) says how much extra drafts help there.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail_from, parquet_writer, prepare_out, print_table, progress, progress_bar, run_tool
-from backends.sources.flags import SourceConfig, add_source_flags, make_source, note_hf_defaults
-from backends.synthetic.base import seeded_rng
+from backends.capture import run
+from backends.capture_store import CaptureSettings
+from backends.cli import (
+    OutputSet,
+    ToolParser,
+    add_output_flags,
+    chart_writer,
+    check_flags,
+    fail,
+    fail_from,
+    parquet_writer,
+    prepare_out,
+    print_table,
+    progress,
+    progress_bar,
+    run_tool,
+)
+from backends.pretrained import parse_draft
+from backends.roots import SHIPPED_PROMPTS
+from backends.sources import CaptureSource
+from backends.sources.flags import SourceConfig, add_source_flags, check_honoured, make_source, note_hf_defaults, parse_settings
+from simlab.builders import named_shape
 from simlab.measures import ACCEPTANCE_METHODS, node_acceptance, node_divergences
-from simlab.shapes import named_shape
+from simlab.sampling import Stream, seeded_rng
 from simlab.trees import DraftTree, NodeTable
 
 PROG = "python -m analyses.divergence_by_depth"
@@ -102,7 +123,7 @@ def measure(config: Config, source, setting) -> pl.DataFrame:
         if root.tree is not None:
             tree = DraftTree(table, root.tree).fill()
         else:
-            tree = shape.sample(table, root.rng or seeded_rng(config.seed, 1, root.root))
+            tree = shape.sample(table, root.rng or seeded_rng(config.seed, Stream.TREE, root.root))
         rng = root.rng or fallback
         for path in tree.nodes():
             rows.append(node_rows(root.root, path, len(tree.child_list(path)), table.p(path), table.q(path), k_values, rng,
@@ -118,16 +139,6 @@ def node_rows(root: int, path: tuple[int, ...], children: int, p, q, k_values, r
 def capture_live(config: Config, setting, out: Path, quiet: bool) -> str:
     """Run ``backends.capture`` (with --full) for the hf backend into ``<out>/capture-<hash>``
     (one folder per capture setting: reruns resume, other settings never collide); returns it."""
-    import hashlib
-    import json
-    from dataclasses import asdict
-
-    from backends.capture import run
-    from backends.capture_store import CaptureSettings
-    from backends.roots import SHIPPED_PROMPTS
-
-    from backends.pretrained import parse_draft
-
     target, draft = ("", f"early-exit:{parse_draft(config.draft)}") if config.pair else (config.target, config.draft)
     settings = CaptureSettings(target, draft, config.prompts or str(SHIPPED_PROMPTS), config.roots_per_trajectory,
                                config.spacing, config.shape, config.width, config.depth, config.trunk, setting.temperature,
@@ -201,11 +212,6 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    from dataclasses import replace
-
-    from backends.sources import CaptureSource
-    from backends.sources.flags import check_honoured, parse_settings
-
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
     live = config.backend == "hf" and not config.capture
     if live:
@@ -256,8 +262,6 @@ def _default_out(slug: str) -> str:
 
 def _one_setting(settings, parser):
     if len(settings) != 1:
-        from backends.cli import fail
-
         fail(PROG, f"--settings: this study takes 1 sampling setting at a time, got {len(settings)}")
     return settings
 

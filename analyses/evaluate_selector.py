@@ -39,8 +39,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from analyses.selector_data import STATIC_BASELINES, choose, static_choice, value_matrices
-from analyses.train_selector import DEFAULT_RUN
+from analyses.selector_data import DEFAULT_RUN, STATIC_BASELINES, choose, static_choice, value_matrices
 from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, parquet_writer, prepare_out, print_table, run_tool
 from simlab import tree_verifiers
 

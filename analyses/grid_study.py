@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass
 
 from backends.cli import ToolParser, check_flags, fail, progress
+from simlab.checks import check_device
 from backends.sources.flags import LatencyConfig, SourceConfig, add_latency_flags, add_source_flags, make_latency, make_source
 
 _EXACT = ("--method exact enumerates the trees of synthetic worlds only", ("mc",))
@@ -47,7 +48,7 @@ def add_grid_study_flags(parser: ToolParser, d: GridStudyConfig) -> None:
                        help="exact: enumerate every tree of every action (tiny synthetic worlds only)")
     group.add_argument("--engine", choices=["numpy", "torch"], default=d.engine,
                        help="labels from the numpy plans, or from the batched torch engine (simlab.batched) for the verifiers it implements")
-    group.add_argument("--engine-device", default=d.engine_device, help="--engine torch: its device (cpu, cuda, cuda:N)")
+    group.add_argument("--engine-device", default=d.engine_device, help="--engine torch: its device (auto, cpu, cuda, cuda:N)")
     group.add_argument("--jobs", type=int, default=min(d.jobs, os.cpu_count() or 1), help="worker processes over settings (synthetic worlds)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
 
@@ -55,6 +56,12 @@ def add_grid_study_flags(parser: ToolParser, d: GridStudyConfig) -> None:
 def check_grid_study_flags(prog: str, args, checks, *, min_trajectories: int = 1) -> None:
     """Exit 2 with one line on the first failing check: the study's own ``checks`` first, then
     the grid flags (``min_trajectories``: 3 where roots are split train / validation / test)."""
+    engine_device, device_error = args.engine_device, None
+    if args.engine == "torch":
+        try:
+            engine_device = check_device(args.engine_device, "--engine-device")
+        except ValueError as exc:
+            device_error = str(exc)
     check_flags(prog, list(checks) + [
         (args.trajectories >= min_trajectories, f"--trajectories: must be >= {min_trajectories}, got {args.trajectories}"),
         (args.trajectories <= 10_000, f"--trajectories: at most 10000, got {args.trajectories}"),
@@ -64,20 +71,10 @@ def check_grid_study_flags(prog: str, args, checks, *, min_trajectories: int = 1
         (args.jobs >= 1, f"--jobs: must be >= 1, got {args.jobs}"),
         (args.engine == "numpy" or args.method == "mc", "--engine: --method exact enumerates trees; only --method mc uses an engine"),
         (args.engine_device == "cpu" or args.engine == "torch", "--engine-device: only with --engine torch"),
-        (args.engine == "numpy" or _device_ok(args.engine_device), f"--engine-device: {args.engine_device!r} is not a usable torch device here"),
-        (args.engine == "numpy" or not args.engine_device.startswith("cuda") or args.jobs == 1,
+        (device_error is None, device_error),
+        (args.engine == "numpy" or not engine_device.startswith("cuda") or args.jobs == 1,
          "--jobs: must be 1 with a CUDA --engine-device (worker processes are forked)"),
     ])
-
-
-def _device_ok(name: str) -> bool:
-    import torch
-
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError):
-        return False
-    return device.type == "cpu" or (device.type == "cuda" and torch.cuda.is_available())
 
 
 def grid_source(prog: str, parser: ToolParser, config: GridStudyConfig, study_honours: dict | None = None):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backends.synthetic.base import seeded_rng
+from simlab.sampling import seeded_rng
 from simlab import tree_verifiers
 from simlab.efficiency import draw_grid
 from simlab.labels import grid_labels, verifier_Ks

@@ -19,6 +19,10 @@ from simlab.selector.features import SCALARS
 
 KEYS = ("setting", "trajectory", "root")
 
+DEFAULT_RUN = "out/train_selector/synthetic-distilled-V32"
+"""``train_selector``'s run folder for its default source (its ``default_out``), which
+``evaluate_selector --run`` reads by default (here so that one study need not import the other)."""
+
 
 VALUES = ("E", "E_select", "E_holdout", "T")
 

@@ -40,6 +40,9 @@ from pathlib import Path
 import polars as pl
 
 from backends.cli import ToolParser, fail, fail_from, int_list, print_table
+from simlab.builders.sequoia import check_acceptance, choose, sequoia_size, tree_dp
+from simlab.latency import LatencyModel
+from simlab.latency_profiles import load
 
 PROG = "python -m analyses.sequoia_tree"
 SIZE_RULE = ("max_depth", "valid_budget", "target_time", "draft_time")
@@ -112,11 +115,6 @@ def read_acceptance(path: str) -> tuple[list[float], dict | None]:
     raise ValueError(f"acceptance: {path!r} holds neither a list nor an object with 'acceptance' or 'acceptance_rate_vector'")
 
 
-def read_vector(path: str) -> list[float]:
-    """The acceptance vector (p_1..p_W) of a file (module docstring; ``read_acceptance``)."""
-    return read_acceptance(path)[0]
-
-
 def sequoia_rule(acceptance, rule: dict) -> dict:
     """Sequoia's ``tree_search.py`` on a config's size rule: the DP's best expected accepted tokens
     (root included) by valid budget at ``max_depth`` levels, the chosen (m, l), its time per token,
@@ -125,8 +123,6 @@ def sequoia_rule(acceptance, rule: dict) -> dict:
     Raises:
         ValueError: ``acceptance: ...`` for a malformed size rule; as ``sequoia_size``.
     """
-    from simlab.builders.sequoia import sequoia_size, tree_dp
-
     budgets, times, levels = rule["valid_budget"], rule["target_time"], rule["max_depth"]
     if not isinstance(budgets, list) or not isinstance(times, list) or not budgets or len(budgets) != len(times):
         raise ValueError(f"acceptance: valid_budget and target_time must be lists of one length, got {budgets!r} and {times!r}")
@@ -149,10 +145,6 @@ def print_tree(spec) -> None:
 
 
 def main(argv=None) -> int:
-    from simlab.builders.sequoia import check_acceptance, choose
-    from simlab.latency import LatencyModel
-    from simlab.latency_profiles import load
-
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--acceptance", required=True, help="the acceptance vector: JSON, a .pt tensor file, or Sequoia's config")
     parser.add_argument("--latency", default=None, help="a published profile name (simlab.latency_profiles, e.g. sequoia-demo) "

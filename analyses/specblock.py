@@ -40,8 +40,6 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, replace
-from functools import partial
-from pathlib import Path
 
 import polars as pl
 
@@ -50,14 +48,12 @@ from simlab.drafting import Drafting
 from simlab.tree_verifiers.base import accepted_lengths, reach_probabilities
 
 from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, progress_bar, run_tool
+from analyses.block_drafters import TRAINED, drafter_folder, drafters_for
 from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
                                     note_hf_defaults, with_hf_defaults)
 
 PROG = "python -m analyses.specblock"
 BUILDERS = ("eagle2", "block_topk", "rank_guided", "no_shift", "no_valid_prefix", "attention_free")
-TRAINED = {"rank_guided": "full", "block_topk": "full", "no_shift": "no_shift", "no_valid_prefix": "no_valid_prefix",
-           "attention_free": "attention_free"}
-"""The trained drafter variant each block builder uses with real models."""
 STREAM_FLAGS = ("drafters", "stream_prompts", "stream_tokens", "stream_setting", "update_steps", "kl", "adapt_lr", "explore",
                 "ewma", "window")
 REFUSALS = {"capture": {"capture": "SpecBlock builds its own trees; use --backend hf or a synthetic world"},
@@ -158,11 +154,6 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     return config, parser
 
 
-def drafter_folder(config: Config) -> Path:
-    """Where the trained drafters are (``--drafters``, default beside the target's folder)."""
-    return Path(config.drafters).expanduser() if config.drafters else Path(config.target or ".").expanduser().parent / "block_drafter"
-
-
 def slots(config: Config) -> int:
     """K: the trained drafter's (its manifest) with real models, else ``--K``."""
     import json
@@ -171,33 +162,6 @@ def slots(config: Config) -> int:
     if config.backend == "hf" and manifest.is_file():
         return int(json.loads(manifest.read_text())["spec"]["K"])
     return config.K
-
-
-def drafters_for(config: Config) -> tuple[dict, list[dict]]:
-    """(variant -> drafter factory(pair), rows of the builders not run with their reasons)."""
-    from simlab.specblock import PairBlockDrafter
-
-    if config.backend != "hf":
-        make = lambda pair: PairBlockDrafter(pair.vocab_size, config.K, config.rank_noise, config.seed)
-        reason = "the synthetic stand-in drafter is not trained (needs --backend hf and a trained drafter)"
-        return {"full": make}, [{"builder": b, "reason": reason} for b in ("no_shift", "no_valid_prefix", "attention_free")] + \
-            [{"builder": "stream", "reason": reason}]
-    from backends.block_drafter.drafter import VARIANTS, TorchBlockDrafter, load
-
-    folder = drafter_folder(config)
-    out, missing = {}, []
-    for variant in VARIANTS:
-        if not (folder / variant / "manifest.json").is_file():
-            pair = Path(config.target or ".").expanduser().parent
-            missing.append({"builder": next(b for b, v in TRAINED.items() if v == variant) if variant != "full" else "rank_guided",
-                            "reason": f"no drafter at {folder / variant}: python -m backends.block_drafter --pair {pair} "
-                                      f"--variant {variant} --out {folder / variant}"})
-            continue
-        model, _ = load(folder / variant, "drafters")
-        out[variant] = partial(TorchBlockDrafter, model)
-    if "full" not in out:
-        raise ValueError(f"drafters: {missing[0]['reason']}")
-    return out, missing
 
 
 def builders_for(config: Config, budget: int, drafter_of: dict, pair) -> dict:
@@ -218,7 +182,7 @@ def builders_for(config: Config, budget: int, drafter_of: dict, pair) -> dict:
 def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list, list, list]:
     """(per-root rows, by-depth rows, by-slot rows) over every root, budget, builder and verifier."""
     from simlab import tree_verifiers
-    from simlab.latency import DraftCost
+    from simlab.builders.cost import DraftCost
     from simlab.trees import NodeTable
 
     budgets = [int(b) for b in config.budgets.split(",")]

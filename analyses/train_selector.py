@@ -31,7 +31,20 @@ import polars as pl
 from analyses.grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
 from analyses.labels import grid_of, label_all
 from analyses.selector_data import STATIC_BASELINES, feature_arrays, fit_selector, value_matrices
-from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, parquet_writer, prepare_out, print_table, run_tool, slow_step
+from backends.cli import (
+    OutputSet,
+    ToolParser,
+    chart_writer,
+    fail,
+    fail_from,
+    parquet_writer,
+    prepare_out,
+    print_table,
+    run_tool,
+    slow_step,
+)
+from backends.pretrained import open_pair
+from simlab.checks import check_device
 from simlab import tree_verifiers
 from simlab import verifiers as node_verifiers
 
@@ -66,10 +79,6 @@ def default_out(slug: str) -> str:
     return f"out/train_selector/{slug}"
 
 
-DEFAULT_RUN = default_out("synthetic-distilled-V32")
-"""The default run folder (the default source), which ``evaluate_selector --run`` reads by default."""
-
-
 def parse_args(argv) -> tuple[Config, ToolParser]:
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
     d = Config()
@@ -89,6 +98,11 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     args = parser.parse_args(argv)
     verifiers = tuple(v.strip() for v in args.verifiers.split(",") if v.strip())
     bad = [v for v in verifiers if v not in node_verifiers.ot_based()]
+    device_error = None
+    try:
+        check_device(args.train_device, "--train-device")
+    except ValueError as exc:
+        device_error = str(exc)
     check_grid_study_flags(PROG, args, [
         (bool(verifiers) and not bad, f"--verifiers: must be OT-based verifiers ({', '.join(node_verifiers.ot_based())}), got {args.verifiers!r}"),
         (args.epochs >= 1, f"--epochs: must be >= 1, got {args.epochs}"),
@@ -97,22 +111,9 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         (0 <= args.lam < float("inf"), f"--lam: must be a finite number >= 0, got {args.lam}"),
         (0 < args.alpha <= 1, f"--alpha: must lie in (0, 1], got {args.alpha}"),
         (0 <= args.dropout < 1, f"--dropout: must lie in [0, 1), got {args.dropout}"),
-        (train_device_ok(args.train_device), f"--train-device: cpu, auto, or an available cuda device, got {args.train_device!r}"),
+        (device_error is None, device_error),
     ], min_trajectories=3)
     return Config(**{**vars(args), "verifiers": verifiers, "capture": tuple(args.capture)}), parser
-
-
-def train_device_ok(name: str) -> bool:
-    """cpu and auto always; cuda[:N] only when this torch build has that device."""
-    if name in ("cpu", "auto"):
-        return True
-    import torch
-
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError):
-        return False
-    return device.type == "cuda" and torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()
 
 
 def capture_models(source, device: str):
@@ -120,10 +121,10 @@ def capture_models(source, device: str):
     the models named in the capture, or None for another source."""
     if source.name != "capture":
         return None
-    from backends.hf import HFPair
 
     stored = source.stored
-    return HFPair(stored.target, stored.draft, device=device, dtype=stored.dtype, trim_draft_vocab=stored.trim_draft_vocab)  # as captured
+    return open_pair(stored.pair, stored.target, stored.draft, device=device, dtype=stored.dtype,  # as captured
+                     trim_draft_vocab=stored.trim_draft_vocab)
 
 
 def _main(argv) -> int:

@@ -71,17 +71,19 @@ from pathlib import Path
 from backends import capture_store as store
 from backends.capture_lock import CaptureLock
 from backends.cli import ToolParser, check_flags, fail_from, name_list, prepare_out, progress_bar, slow_step
-from backends.pretrained import DEFAULT_DRAFT, PAIRS, parse_draft
+from backends.hf import oom_errors
+from backends.pretrained import DEFAULT_DRAFT, PAIRS, open_pair, parse_draft
 from backends.roots import prompt_roots, prompt_texts, prompts_digest, read_prompt_records
-from backends.synthetic.base import seeded_rng
 from simlab import tree_verifiers
-from simlab.efficiency import draw_grid, draw_grids
-from simlab.drafting import Drafting, lossless_pairing
-from simlab.labels import grid_labels, verifier_Ks
+from simlab.builders import Delayed
+from simlab.checks import check_device
 from simlab.device_rows import SUMMARY_COLUMNS, summaries
 from simlab.distributions import top_ranked
+from simlab.drafting import Drafting, lossless_pairing
+from simlab.efficiency import draw_grid, draw_grids
+from simlab.labels import grid_labels, verifier_Ks
 from simlab.measures import node_divergences
-from simlab.shapes import Delayed
+from simlab.sampling import Stream, seeded_rng
 from simlab.trees import DraftTree, NodeTable
 
 PROG = "python -m backends.capture"
@@ -96,7 +98,7 @@ def multiplicity(tree, path) -> int:
 def draft_root(pair, settings: store.CaptureSettings, root_id: int, context: tuple[int, ...]):
     """(tree, grid drafts or None, table) at one root, seeded by (seed, root id) alone; the table
     holds the logits of every node a child was drafted from (float32, ``rows="logits"``)."""
-    rng = seeded_rng(settings.seed, 1, root_id)
+    rng = seeded_rng(settings.seed, Stream.TREE, root_id)
     table = NodeTable(pair, context, rows="logits")  # float32 logits, not float64 rows: the same draws in half the memory
     if settings.shape == "grid":
         drafts = draw_grid(table, K_max=settings.width, L1_values=range(settings.depth + 1),
@@ -214,7 +216,7 @@ def draft_cached(pair, settings: store.CaptureSettings, group):
         for table, paths, both in zip(tables, frontiers, session.logits(frontiers)):
             table.add_logits(paths, *both)
 
-    rngs = [seeded_rng(settings.seed, 1, root_id) for root_id, _, _ in group]  # as draft_root's: (seed, root id) alone
+    rngs = [seeded_rng(settings.seed, Stream.TREE, root_id) for root_id, _, _ in group]  # as draft_root's: (seed, root id) alone
     every = draw_grids(tables, rngs, fetch=fetch, K_max=settings.width, L1_values=range(settings.depth + 1),
                        L2_max=settings.depth, samples=settings.samples)
     drafted = [(union_tree(drafts), drafts, table) for drafts, table in zip(every, tables)]
@@ -260,9 +262,7 @@ def run_settings(settings: store.CaptureSettings, records: list, device: str, la
     """The settings a run records: ``settings`` with the digest of its prompt records
     (``backends.roots.prompts_digest``) and, with ``--labels``, the label engine ``labels_engine``
     resolves to on ``device``."""
-    from backends.hf import pick_device
-
-    engine = label_engine(pick_device(device), labels_engine) if settings.labels else ""
+    engine = label_engine(check_device(device, "device"), labels_engine) if settings.labels else ""
     return replace(settings, prompts_sha256=prompts_digest(records), labels_engine=engine)
 
 
@@ -288,9 +288,6 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
 
 def _capture(settings: store.CaptureSettings, records: list, out: Path, device: str, quiet: bool, rank: int, world: int) -> int:
     """``run``'s work, the folder held: load the models, claim the settings, capture this rank's groups."""
-    from backends.hf import oom_errors
-    from backends.pretrained import open_pair
-
     with slow_step(PROG, f"loading {settings.pair or settings.target} and {settings.draft}", quiet):
         pair = open_pair(settings.pair, settings.target, settings.draft, device=device, dtype=settings.dtype,
                          settings=settings.sampling(), trim_draft_vocab=settings.trim_draft_vocab)
@@ -469,9 +466,7 @@ def main(argv=None) -> int:
         fail_from(PROG, exc)
     out = prepare_out(PROG, out_arg)
     if world > 1 and device == "auto":
-        from backends.hf import pick_device
-
-        device = f"cuda:{local}" if pick_device() == "cuda" else "cpu"
+        device = f"cuda:{local}" if check_device("auto", "device") == "cuda" else "cpu"
     try:
         captured = run(settings, out, device=device, quiet=quiet, rank=rank, world=world, labels_engine=labels_engine)
     except ValueError as exc:

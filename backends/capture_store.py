@@ -10,6 +10,9 @@ A capture folder holds:
   multiplicity (drafts through the node; 1 for grid captures), number of children, TV, L1, KL
   both ways, entropies, and the top-``store_top`` ids and probabilities of p and q;
 * ``drafts-r<root>.parquet`` (``shape="grid"``): the grid drafts (L1, sample, trunk, branches);
+* ``labels-r<root>.parquet`` (``labels``, a grid capture with ``--labels``): the grid labels of
+  the root computed at capture time (``simlab.labels.grid_labels`` rows with root and prompt;
+  ``save_labels``, ``read_labels``);
 * ``logits-r<root>.npz`` (``full=True``): both models' float32 logits per node, in node-row
   order, from which ``CapturedPair`` recomputes p and q with the capture's sampling settings.
 
@@ -27,7 +30,7 @@ Every reader (``read_nodes``, ``read_capture``, ``read_grid_drafts``, ``read_lab
 hash differs from that of the folder's settings.json, with one line.  Shards written before the
 hash (captures made before it) carry none: they are read as legacy shards, unchecked.  A folder
 holding shards but no settings.json is refused by the writer.  Who may write into a folder at a
-time: ``backends.capture_lock``.
+time: ``backends.capture_lock`` (its ``lock-rank<N>.json`` files, one per writing rank).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from simlab.efficiency import GridDraft
 from simlab.files import staging_file, umask
 from simlab.pairs import check_contexts
 from simlab.sampling import SamplingSettings
-from simlab.shapes import Delayed, named_shape
+from simlab.builders import Delayed, named_shape
 
 SHAPES = ("iid", "chain", "delayed", "grid")
 LABEL_ENGINES = ("", "numpy", "torch", "unrecorded")

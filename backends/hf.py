@@ -57,7 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simlab.checks import check_int
+from simlab.checks import check_device, check_int
 from simlab.pairs import check_contexts, check_eos
 from backends.tree_cache import CachedTree, TreeSession, additive_mask, closed_nodes, last_only, left_padded
 from simlab.device_rows import to_host
@@ -89,24 +89,6 @@ def _torch():
     import torch
 
     return torch
-
-
-def pick_device(device: str = "auto") -> str:
-    """``"cuda"`` when available for ``"auto"``, else ``"cpu"``; other values are checked.
-
-    Raises:
-        ValueError: an unknown device string, or a CUDA device without CUDA.
-    """
-    torch = _torch()
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        parsed = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device: unknown device {device!r}; use auto, cpu, cuda or cuda:N") from None
-    if parsed.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device: {device!r} asked for, but this torch build has no usable CUDA device")
-    return device
 
 
 def load_model(name: str, device: str, dtype: str, what: str):
@@ -200,7 +182,7 @@ class HFPair:
                  settings: SamplingSettings | None = None, max_batch: int = 64, tree_attention: bool = True,
                  eos_id: int | str | None = None, forest_tokens: int = 8192, trim_draft_vocab: bool = False,
                  models=None):
-        self.device = pick_device(device)
+        self.device = check_device(device, "device")
         self.settings = check_settings(settings or SamplingSettings())
         self.max_batch = check_int(max_batch, "max_batch", 1)
         self.forest_tokens = check_int(forest_tokens, "forest_tokens", 1)

@@ -27,7 +27,7 @@ from pathlib import Path
 import polars as pl
 
 from backends.cli import ToolParser, check_flags, fail, fail_from, int_list, print_table, progress, slow_step
-from backends.pretrained import PAIRS
+from backends.pretrained import PAIRS, open_pair
 from backends.tree_cache import cache_kwarg, cache_of
 from simlab.checks import check_int, check_seed
 from simlab.latency import ForwardTime, LatencyModel, check_axis
@@ -178,7 +178,6 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from backends.pretrained import open_pair
 
     log = None if args.quiet else (lambda message: progress(PROG, message))
     try:

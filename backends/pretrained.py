@@ -45,8 +45,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
+
+from backends.hf import DTYPES, HFPair
+from simlab.checks import check_device
 
 PAIRS = {"smollm2": "SmolLM2-135M-Instruct (llama, 30 layers, V = 49,152) with an early-exit self-draft"}
 """The named pairs ``--pair`` takes (name -> one line)."""
@@ -214,8 +218,6 @@ def convert(gguf: Path, folder: Path) -> dict:
     Raises:
         ValueError: what ``load_gguf`` raises.
     """
-    import time
-
     import torch
     import transformers
     from safetensors.torch import save_file
@@ -272,8 +274,6 @@ def load_target(folder: Path, device: str = "cpu", dtype: str = "float32", layer
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from backends.hf import DTYPES
 
     _quiet_transformers()
     if dtype not in DTYPES:
@@ -347,12 +347,10 @@ def named_pair(name: str, draft: str | None = None, *, layers: int | None = None
         ValueError: ``pair: ...`` (unknown name, download or conversion failure), ``draft: ...``,
             or what ``HFPair`` raises.
     """
-    from backends.hf import HFPair, pick_device
-
     if name not in PAIRS:
         raise ValueError(f"pair: unknown pair {name!r}; known: {', '.join(PAIRS)}")
     L = parse_draft(draft)
-    device = pick_device(options.pop("device", "auto"))
+    device = check_device(options.pop("device", "auto"), "device")
     model, tokenizer = load_target(target_folder(download, log), device, options.pop("dtype", "float32"), layers)
     return HFPair(name, f"early-exit:{L}", device=device, models=((model, tokenizer), (early_exit(model, L), tokenizer)), **options)
 
@@ -360,8 +358,6 @@ def named_pair(name: str, draft: str | None = None, *, layers: int | None = None
 def open_pair(pair: str | None, target: str | None, draft: str | None, **options):
     """The ``HFPair`` a tool's flags ask for: the named ``pair`` with its ``draft`` spec, else the
     model folders (or hub ids) ``target`` and ``draft``."""
-    from backends.hf import HFPair
-
     if pair:
         return named_pair(pair, draft, **options)
     return HFPair(target, draft, **options)

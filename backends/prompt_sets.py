@@ -18,10 +18,21 @@ taken, when no file of that name exists.
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-from backends.roots import Prompt
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt of a prompt file: its text, its category (a workload name such as ``"maths"``,
+    or None) and whether the target's chat template wraps it as a user turn (``chat``)."""
+
+    text: str
+    category: str | None = None
+    chat: bool = False
+
 
 WORKLOADS = Path(__file__).resolve().parent / "prompts" / "workloads.jsonl"
 
@@ -83,10 +94,8 @@ def prompt_set(name: str) -> list[Prompt]:
     Raises:
         ValueError: ``prompts: ...`` for an unknown name.
     """
-    from backends.roots import read_prompt_records
-
     if name == "workloads":
-        return read_prompt_records(WORKLOADS)
+        return read_prompt_file(WORKLOADS)
     if name == "long-context":
         return long_context_prompts()
     raise ValueError(f"prompts: unknown prompt set {name!r}; known: {', '.join(PROMPT_SETS)}")
@@ -95,3 +104,42 @@ def prompt_set(name: str) -> list[Prompt]:
 PROMPT_SETS = {"workloads": "52 short tasks in Spec-Bench's six categories (backends/prompts/workloads.jsonl)",
                "long-context": "12 long prompts built from the standard library's documents and code"}
 """The named sets (name -> one line)."""
+
+
+def read_prompt_file(path) -> list[Prompt]:
+    """Prompts from a text file (one per non-empty line) or JSON lines (``prompt`` or ``text``, and
+    optionally ``category``, a non-empty string, and ``chat``, a boolean); the file half of
+    ``backends.roots.read_prompt_records``.
+
+    Raises:
+        ValueError: ``prompts: ...`` for a missing or unreadable file, no prompt in it, a JSON
+            line without text, or a bad ``category`` or ``chat`` field.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"prompts: no such file {str(path)!r} (or prompt set: {', '.join(PROMPT_SETS)})")
+    try:
+        lines = [line.strip() for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"prompts: cannot read {str(path)!r} ({exc})") from None
+    if file.suffix != ".jsonl":
+        records = [Prompt(line) for line in lines]
+    else:
+        records = []
+        for n, line in enumerate(lines, 1):
+            try:
+                record = json.loads(line)
+                text = record.get("prompt", record.get("text"))
+            except (json.JSONDecodeError, AttributeError):
+                text = None
+            if text is None:
+                raise ValueError(f"prompts: line {n} of {path} is not a JSON object with a 'prompt' or 'text' field")
+            category, chat = record.get("category"), record.get("chat", False)
+            if category is not None and (not isinstance(category, str) or not category.strip()):
+                raise ValueError(f"prompts: line {n} of {path} has a category that is not a non-empty string: {category!r}")
+            if not isinstance(chat, bool):
+                raise ValueError(f"prompts: line {n} of {path} has a 'chat' field that is not true or false: {chat!r}")
+            records.append(Prompt(str(text), category, chat))
+    if not records:
+        raise ValueError(f"prompts: {path} holds no prompt")
+    return records

@@ -22,12 +22,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 import random
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from backends.cli import ToolParser, fail, prepare_out
 from simlab.checks import check_int, check_seed
 
 PROG = "python -m backends.reference_pair"
@@ -166,8 +168,6 @@ def perplexity(model, ids, context: int) -> float:
 
 def machine() -> dict:
     """What the weights depend on besides the seed: torch version, threads, device, CPU."""
-    import platform
-
     import torch
 
     cpu = platform.processor() or platform.machine()
@@ -256,8 +256,6 @@ def random_pair(folder: Path, vocab: int) -> None:
 
 
 def main(argv=None) -> int:
-    from backends.cli import ToolParser, fail, prepare_out
-
     parser = ToolParser(prog=PROG, description="Train the offline reference target/draft pair.")
     parser.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_CACHE}/seed<SEED>)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the corpus split and the training")

@@ -17,15 +17,19 @@ Root ids are ``trajectory * R + j``.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from backends.prompt_sets import PROMPT_SETS, Prompt, prompt_set, read_prompt_file
 from simlab.checks import check_generator, check_int
 from simlab.pairs import ModelPair, check_context, target_trajectory
+from simlab.sampling import Stream, seeded_rng
 
 
 @dataclass(frozen=True)
@@ -88,16 +92,6 @@ SHIPPED_PROMPTS = Path(__file__).resolve().parent / "prompts" / "reference_promp
 """The prompts shipped with the lab (the real-model sources' default trajectory prefixes)."""
 
 
-@dataclass(frozen=True)
-class Prompt:
-    """One prompt of a prompt file: its text, its category (a workload name such as ``"maths"``,
-    or None) and whether the target's chat template wraps it as a user turn (``chat``)."""
-
-    text: str
-    category: str | None = None
-    chat: bool = False
-
-
 def read_prompt_records(path) -> list[Prompt]:
     """Prompts from a text file (one per non-empty line), JSON lines (``prompt`` or ``text``, and
     optionally ``category``, a non-empty string, and ``chat``, a boolean), or a named prompt set
@@ -107,38 +101,9 @@ def read_prompt_records(path) -> list[Prompt]:
         ValueError: ``prompts: ...`` for a missing or unreadable file, no prompt in it, a JSON
             line without text, or a bad ``category`` or ``chat`` field.
     """
-    from backends.prompt_sets import PROMPT_SETS, prompt_set
-
-    file = Path(path)
-    if str(path) in PROMPT_SETS and not file.exists():
+    if str(path) in PROMPT_SETS and not Path(path).exists():
         return prompt_set(str(path))
-    if not file.is_file():
-        raise ValueError(f"prompts: no such file {str(path)!r} (or prompt set: {', '.join(PROMPT_SETS)})")
-    try:
-        lines = [line.strip() for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"prompts: cannot read {str(path)!r} ({exc})") from None
-    if file.suffix != ".jsonl":
-        records = [Prompt(line) for line in lines]
-    else:
-        records = []
-        for n, line in enumerate(lines, 1):
-            try:
-                record = json.loads(line)
-                text = record.get("prompt", record.get("text"))
-            except (json.JSONDecodeError, AttributeError):
-                text = None
-            if text is None:
-                raise ValueError(f"prompts: line {n} of {path} is not a JSON object with a 'prompt' or 'text' field")
-            category, chat = record.get("category"), record.get("chat", False)
-            if category is not None and (not isinstance(category, str) or not category.strip()):
-                raise ValueError(f"prompts: line {n} of {path} has a category that is not a non-empty string: {category!r}")
-            if not isinstance(chat, bool):
-                raise ValueError(f"prompts: line {n} of {path} has a 'chat' field that is not true or false: {chat!r}")
-            records.append(Prompt(str(text), category, chat))
-    if not records:
-        raise ValueError(f"prompts: {path} holds no prompt")
-    return records
+    return read_prompt_file(path)
 
 
 def read_prompts(path) -> list[str]:
@@ -170,8 +135,6 @@ def prompt_texts(pair, records: list[Prompt]) -> list[str]:
 def prompts_digest(records: list[Prompt]) -> str:
     """sha256 of the prompts (texts only, as captures have always recorded, unless a record has a
     category or asks for the chat template: then of every field)."""
-    import hashlib
-
     if all(r.category is None and not r.chat for r in records):
         return hashlib.sha256("\n".join(r.text for r in records).encode()).hexdigest()
     return hashlib.sha256(json.dumps([[r.text, r.category, r.chat] for r in records]).encode()).hexdigest()
@@ -183,15 +146,13 @@ def prompt_roots(pair, prompts: list[str], placement: RootPlacement, seed: int, 
     (``with_prompt_length``: and the prompt's length in tokens, a fourth entry).
 
     Prompt i is encoded with ``pair.encode`` and continued by the target with the generator
-    ``seeded_rng(seed, 0, i)``; roots as ``place_roots`` puts them (``placement.first = 0``:
+    ``seeded_rng(seed, Stream.PROMPT, i)``; roots as ``place_roots`` puts them (``placement.first = 0``:
     the prompt's end is the first root).  Every prompt is checked against the model's context
     (``pair.max_context``, with a tree of ``depth`` below the last root) before any is sampled.
 
     Raises:
         ValueError: ``prompts: ...`` for a prompt that encodes to nothing or is too long.
     """
-    from backends.synthetic.base import seeded_rng
-
     encoded = []
     for i, text in enumerate(prompts):
         prompt = pair.encode(text)
@@ -204,7 +165,7 @@ def prompt_roots(pair, prompts: list[str], placement: RootPlacement, seed: int, 
                              f"above the model's context of {limit}")
         encoded.append(prompt)
     for i, prompt in enumerate(encoded):
-        for root, context in place_roots(pair, prompt, placement, seeded_rng(seed, 0, i), trajectory=i):
+        for root, context in place_roots(pair, prompt, placement, seeded_rng(seed, Stream.PROMPT, i), trajectory=i):
             yield (root, i, context, len(prompt)) if with_prompt_length else (root, i, context)
 
 
@@ -217,8 +178,6 @@ def source_code_prompts(count: int, chars: int = 300) -> list[str]:
     Raises:
         ValueError: ``count: ...`` below 1, or more than the files that hold a definition.
     """
-    import os
-
     count = check_int(count, "count", 1)
     out = []
     for path in sorted(Path(os.__file__).parent.glob("*.py"), reverse=True):

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from simlab.checks import check_int
 from simlab.pairs import check_contexts
 
 Node = tuple[int, ...]
@@ -184,8 +185,6 @@ class TreeSession:
     """
 
     def __init__(self, pair, roots: Sequence[Sequence[int]], max_batch: int | None = None):
-        from simlab.checks import check_int
-
         self.roots = check_contexts(roots, pair.vocab_size)
         if not self.roots or any(not r for r in self.roots):
             raise ValueError("roots: at least one, each non-empty (a real model needs at least one token, for example a BOS token)")

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(not (PAIR / "target").is_dir(), reason="run pyth
 @pytest.fixture(scope="module")
 def setup():
     from backends.hf import HFPair
-    from simlab.shapes import Delayed
+    from simlab.builders import Delayed
     from simlab.trees import NodeTable
 
     pair = HFPair(str(PAIR / "target"), str(PAIR / "draft"), device="cpu")

@@ -13,7 +13,7 @@ import pytest
 
 from simlab import tree_verifiers
 from simlab.efficiency import action_grid_block_efficiency, draw_grid, grid_block_efficiency
-from simlab.shapes import Delayed
+from simlab.builders import Delayed
 from simlab.trees import DraftTree, NodeTable
 
 VOCAB = 32_000

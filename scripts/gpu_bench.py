@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from simlab.checks import check_device
+
 VERIFIERS = ("nss", "naive", "specinfer", "spectr")
 
 
@@ -71,7 +73,7 @@ def bench(vocab: int, device: str, *, nodes: int, trees: int, repeat: int, cpu_n
     from simlab import batched, tree_verifiers, verifiers
     from simlab.efficiency import draw_grid, grid_block_efficiency
     from simlab.pairs import ContextFreePair
-    from simlab.shapes import Delayed
+    from simlab.builders import Delayed
     from simlab.trees import DraftTree, NodeTable
 
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
@@ -166,8 +168,10 @@ def main(argv=None) -> int:
 
     if args.dry_run:
         args.device, args.vocab, args.nodes, args.trees, args.repeat, args.capture_depth, args.capture_roots = "cpu", [512], 16, 2, 1, 1, 2
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("scripts/gpu_bench.py: --device cuda but no CUDA device here (use --dry-run on a CPU)", file=sys.stderr)
+    try:
+        check_device(args.device, "--device")
+    except ValueError as exc:
+        print(f"scripts/gpu_bench.py: {exc} (use --dry-run on a CPU)", file=sys.stderr)
         return 2
     if min(args.vocab) < 2 or min(args.nodes, args.trees, args.repeat, args.capture_depth, args.capture_roots) < 1:
         print("scripts/gpu_bench.py: --vocab, --nodes, --trees, --repeat, --capture-* must be positive (vocab >= 2)", file=sys.stderr)

@@ -19,7 +19,7 @@ def main() -> int:
     import torch
 
     from backends.hf import HFPair
-    from simlab.shapes import Delayed
+    from simlab.builders import Delayed
     from simlab.trees import NodeTable
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

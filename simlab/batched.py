@@ -21,6 +21,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from simlab.checks import check_device
+from simlab.distributions import SUM_TOLERANCE, check_distribution
+from simlab.drafting import Drafting
+from simlab.trees import mass_request
+from simlab.verifiers.base import DISTINCT_LAWS, check_child_ids, check_drafted, drafted_mask
+
 if TYPE_CHECKING:  # torch is imported on first use: simlab's numpy core does not need it
     import torch
 
@@ -94,8 +102,6 @@ def _check_rows(P, Q) -> None:
     the first one (found on the device; float64 rows at its 1e-9, other dtypes at V machine epsilons)."""
     import torch
 
-    from simlab.distributions import SUM_TOLERANCE, check_distribution
-
     tolerance = max(SUM_TOLERANCE, P.shape[1] * torch.finfo(P.dtype).eps)
     for name, rows in (("P", P), ("Q", Q)):
         bad = ~torch.isfinite(rows).all(dim=1) | (rows.min(dim=1).values < 0) | ((rows.sum(dim=1) - 1.0).abs() > tolerance)
@@ -111,11 +117,6 @@ def _check_rows(P, Q) -> None:
 def _check_children(verifier, Q, X, laws) -> None:
     """The reference's children check (``check_child_ids`` ranges, ``check_drafted``) on every node,
     from the [N, k] ids and values of Q at them (one small copy to the host)."""
-    import numpy as np
-
-    from simlab.drafting import Drafting
-    from simlab.verifiers.base import DISTINCT_LAWS, check_child_ids, check_drafted, drafted_mask
-
     N, k = X.shape
     if laws is None:
         laws = [verifier.drafting] * N
@@ -299,13 +300,7 @@ def table_masses(table, requests, *, device=None, dtype=None, chunk: int = 256) 
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk: must be an integer >= 1, got {chunk!r}")
     dtype = torch.float64 if dtype is None else dtype
-    try:
-        device = None if device is None else torch.device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device: not a torch device ({exc})") from None
-    if device is not None and device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device: {device} asked for, but this torch has no CUDA device")
-    from simlab.trees import mass_request
+    device = None if device is None else torch.device(check_device(str(device), "device"))
 
     groups: dict = {}
     for request in requests:

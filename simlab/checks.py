@@ -7,7 +7,11 @@ starts with the argument's name (``"k: ..."``), so tools can map it onto their f
   ``bool``, floats (even ``4.0``) and strings are refused;
 * ``check_generator``: a ``numpy.random.Generator`` (never a seed, never ``None``);
 * ``check_seed``: an integer seed in [0, 2**63 - 1] (what NumPy and torch both accept);
-* ``check_token_ids``: a sequence of integer token ids in [0, V).
+* ``check_token_ids``: a sequence of integer token ids in [0, V);
+* ``check_in_range``: a real number in an interval such as (0, 1] or [0, 1) (probabilities,
+  learning rates, weights);
+* ``check_device``: a torch device name (``auto``, ``cpu``, ``cuda``, ``cuda:N``), one rule
+  wherever the lab takes one (torch is imported only when a name is checked).
 """
 
 from __future__ import annotations
@@ -40,6 +44,52 @@ def _range(minimum, maximum) -> str:
     if maximum is not None:
         return f" <= {maximum}"
     return ""
+
+
+def check_in_range(value, name: str, low: float = 0.0, high: float = 1.0, *, low_open: bool = False,
+                   high_open: bool = False) -> float:
+    """``value`` as a ``float`` in the interval from ``low`` to ``high``, each end closed unless
+    ``low_open`` / ``high_open`` (e.g. ``check_in_range(a, "alpha", low_open=True)``: a in (0, 1]).
+
+    Raises:
+        ValueError: ``"<name>: must lie in (0, 1], got ..."`` for a bool, a non-number, NaN, or a
+            value outside the interval.
+    """
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name}: must lie in {interval}, got {value!r}")
+    above = value > low if low_open else value >= low
+    below = value < high if high_open else value <= high
+    if not (above and below):  # NaN fails both
+        raise ValueError(f"{name}: must lie in {interval}, got {value!r}")
+    return float(value)
+
+
+def check_device(device, name: str = "device") -> str:
+    """A torch device name, resolved: ``"auto"`` is ``"cuda"`` where a CUDA device is usable, else
+    ``"cpu"``; ``"cpu"``, ``"cuda"`` and ``"cuda:N"`` are returned as given when usable here.
+
+    Raises:
+        ValueError: ``"<name>: ..."`` for a non-string, a name torch does not parse, a device type
+            other than cpu and cuda, or a CUDA device this machine does not have.
+    """
+    if not isinstance(device, str):
+        raise ValueError(f"{name}: must be a device name (auto, cpu, cuda or cuda:N), got {device!r}")
+    if device == "cpu":
+        return device
+    import torch  # deferred: importing simlab.checks (or checking "cpu") never loads torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{name}: unknown device {device!r}; use auto, cpu, cuda or cuda:N") from None
+    if parsed.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name}: {device!r} is not a device the lab runs on; use auto, cpu, cuda or cuda:N")
+    if parsed.type == "cuda" and not (torch.cuda.is_available() and (parsed.index or 0) < torch.cuda.device_count()):
+        raise ValueError(f"{name}: {device!r} asked for, but this torch build has no such usable CUDA device")
+    return device
 
 
 def check_seed(seed, name: str = "seed") -> int:

@@ -30,7 +30,7 @@ def speculative_decode(pair: ModelPair, prompt: Sequence[int], shape, verifier, 
     Args:
         pair: the model pair (drafts come from its q, verification uses its p).
         prompt: token ids in [0, V) (non-empty for real models).
-        shape: a tree shape (``simlab.shapes``).
+        shape: a tree builder (``simlab.builders``).
         verifier: a tree-verifier name or object.
         new_tokens: how many tokens to return (>= 0; the last step's surplus is cut).
         rng: all randomness (drafting and verification), a ``numpy.random.Generator``.

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simlab.sampling import check_settings
+
 if TYPE_CHECKING:  # torch is imported on first use: simlab's numpy core does not need it
     import torch
 
@@ -64,8 +66,6 @@ def probabilities(settings, logits: "torch.Tensor", dtype=None) -> "torch.Tensor
             2-D floating tensor, contain NaN or +inf, or have a row of -inf only.
     """
     import torch
-
-    from simlab.sampling import check_settings
 
     settings = check_settings(settings)
     if settings.top_p is not None and settings.top_p < 1.0:

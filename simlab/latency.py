@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simlab.builders.cost import DraftCost, delayed_levels
 from simlab.checks import check_int
 from simlab.files import atomic_write
 
@@ -141,68 +142,6 @@ class ForwardTime:
             raise ValueError(f"{name}.{exc}") from None
 
 
-def delayed_levels(K: int, L1: int, L2: int) -> tuple[int, ...]:
-    """Tokens at depths 1..L1+L2 of a delayed tree (K, L1, L2): L1 ones, then L2 times K."""
-    return (1,) * L1 + (K,) * L2
-
-
-@dataclass(frozen=True)
-class DraftForward:
-    """One draft forward while a tree is built: ``tokens`` new tokens, timed at context length
-    l + ``context`` (l = the root context; ``context`` = the drafted tokens already in the
-    draft's cache, by the convention of DDTE's T-hat)."""
-
-    tokens: int
-    context: int = 0
-    model: str = "draft"
-
-    def __post_init__(self):
-        object.__setattr__(self, "tokens", check_int(self.tokens, "tokens", 1))
-        object.__setattr__(self, "context", check_int(self.context, "context", 0))
-        if not isinstance(self.model, str) or not self.model or self.model == "target":
-            raise ValueError(f"model: a drafter's name (default 'draft'), got {self.model!r}")
-
-
-@dataclass(frozen=True)
-class DraftCost:
-    """What building one tree cost: its draft forwards in order, and the tree tokens the target
-    then verifies in one forward (root excluded).  Builders attach it to their trees
-    (``DraftTree.cost``); ``LatencyModel.step_time`` turns it into seconds."""
-
-    forwards: tuple[DraftForward, ...]
-    verified: int
-
-    def __post_init__(self):
-        object.__setattr__(self, "forwards", tuple(self.forwards))
-        object.__setattr__(self, "verified", check_int(self.verified, "verified", 0))
-        if not all(isinstance(f, DraftForward) for f in self.forwards):
-            raise ValueError("forwards: must be DraftForward values")
-
-    @classmethod
-    def levels(cls, levels: Sequence[int]) -> "DraftCost":
-        """One draft forward per depth level d = 0..D-1 over m_d tokens (m_0 = 1, the root;
-        m_d = levels[d - 1]) at context sum(levels[:d]) (DDTE's T-hat; a static or sampled
-        tree drafted level by level).
-
-        Raises:
-            ValueError: a level with fewer than 1 token.
-        """
-        if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence):
-            raise ValueError(f"levels: must be a sequence of integers >= 1 (tokens per depth level), got {levels!r}")
-        levels = [check_int(m, "levels", 1) for m in levels]
-        widths = [1] + levels[:-1]
-        return cls(tuple(DraftForward(widths[d], sum(levels[:d])) for d in range(len(levels))), sum(levels))
-
-    @classmethod
-    def of_tree(cls, tree) -> "DraftCost":
-        """The level-by-level cost of a tree's shape (its tokens per depth)."""
-        counts: dict[int, int] = {}
-        for path in tree.nodes():
-            if path:
-                counts[len(path)] = counts.get(len(path), 0) + 1
-        return cls.levels([counts[d] for d in sorted(counts)])
-
-
 @dataclass(frozen=True)
 class LatencyModel:
     """Draft and target forward times, and the time of one speculative step (module docstring).
@@ -285,7 +224,7 @@ class LatencyModel:
         """
         context = check_int(context, "context", 0)
         if not isinstance(cost, DraftCost):
-            raise ValueError(f"cost: must be a simlab.latency.DraftCost, got {type(cost).__name__}")
+            raise ValueError(f"cost: must be a simlab.builders.cost.DraftCost, got {type(cost).__name__}")
         total = sum(self.forward(f.model)(context + f.context, f.tokens) for f in cost.forwards)
         return total + self.target(context + cost.verified, 1 + cost.verified)
 
@@ -297,11 +236,11 @@ class LatencyModel:
         """DDTE's T-hat(x, a) for a = (K, L1, L2) at context length ``context`` (seconds).
 
         Raises:
-            ValueError: K < 1, L1 or L2 negative (``simlab.shapes.Delayed``'s checks), a bad context.
+            ValueError: K < 1, L1 or L2 negative (``simlab.builders.Delayed``'s checks), a bad context.
         """
-        from simlab.shapes import Delayed
-
-        Delayed(K, L1, L2)  # validates the action
+        check_int(K, "K", 1)  # the action's checks, as Delayed(K, L1, L2) makes them
+        check_int(L1, "L1", 0)
+        check_int(L2, "L2", 0)
         return self.tree_time(context, delayed_levels(K, L1, L2))
 
     def to_dict(self) -> dict:

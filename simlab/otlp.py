@@ -13,7 +13,7 @@ probability; ``optimal_acceptance`` evaluates the dual (min-cut) closed form
 
 minimised over the prefixes of the tokens with q > 0 sorted by p/q ascending.
 Sources: Sun et al. 2023 (SpecTr, the OT framing); Hu et al. 2025 (arXiv 2502.18779, the
-subset form); ``../shared/reference/verifiers.md`` Sec. 6 and 8.
+subset form; no official code).
 """
 
 from __future__ import annotations

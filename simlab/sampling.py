@@ -15,16 +15,47 @@ applied identically to the target and the draft, in the Hugging Face order:
 
 A result that is not a finite probability vector raises ``ValueError``; nothing is patched.
 ``DDTE_SETTINGS`` are the eight settings of DDTE's Tables 2-7.
+
+Seeded randomness: ``seeded_rng(seed, stream, *key)`` is the one way a study or source derives
+a generator from its ``--seed``; ``Stream`` names the streams, one per kind of draw, so that no two
+kinds ever share a generator.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
+from enum import IntEnum
 
 import numpy as np
 
-from simlab.checks import check_int
+from simlab.checks import check_in_range, check_int, check_seed
+
+
+class Stream(IntEnum):
+    """The named streams of ``seeded_rng(seed, stream, *key)`` (the values are what the lab has
+    always used, so seeded outputs are unchanged)."""
+
+    PROMPT = 0
+    """A real prompt's continuation by the target (``backends.roots.prompt_roots``; key: trajectory)."""
+    TREE = 1
+    """A root's tree draws (``backends.capture``, ``analyses.divergence_by_depth``; key: root id)."""
+    WALK = 2
+    """A synthetic trajectory: its start token, then the walk (``backends.sources.synthetic``; key: trajectory)."""
+    LABELS = 3
+    """A root's fresh grid drafts for labels (``analyses.labels.root_drafts``; key: verifier key, trajectory, root)."""
+
+
+def seeded_rng(seed: int, *key: int) -> np.random.Generator:
+    """A Generator determined by (seed, key...) only, via a stable hash (not Python's hash()); a
+    study's first key is its ``Stream``, a world's its own salt.
+
+    Raises:
+        ValueError: ``seed: ...`` outside [0, 2**63 - 1].
+    """
+    data = np.asarray((check_seed(seed),) + tuple(key), dtype=np.int64).tobytes()
+    return np.random.default_rng(int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little"))
 
 
 def _check_options(temperature, top_k, top_p) -> tuple[float, int | None, float | None]:
@@ -35,9 +66,7 @@ def _check_options(temperature, top_k, top_p) -> tuple[float, int | None, float 
     if top_k is not None:
         top_k = check_int(top_k, "top_k", 1)
     if top_p is not None:
-        if isinstance(top_p, (bool, np.bool_)) or not isinstance(top_p, (int, float, np.integer, np.floating)) or not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p: must lie in (0, 1], got {top_p!r}")
-        top_p = float(top_p)
+        top_p = check_in_range(top_p, "top_p", low_open=True)
     return float(temperature), top_k, top_p
 
 

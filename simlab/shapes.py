@@ -1,12 +1,11 @@
-"""Tree shapes: the sampled and static builders under their historical module name.
+"""Deprecated alias: the builders' old module name.  Import from ``simlab.builders`` instead.
 
-``Delayed``, ``iid``, ``chain`` and ``named_shape`` live in ``simlab.builders.delayed``;
-``Static`` in ``simlab.builders.static``; every builder (EAGLE-2, Sequoia, greedy draft too)
-is reachable by name through ``simlab.builders.get``.
+``Delayed``, ``iid``, ``chain`` and ``named_shape`` live in ``simlab.builders.delayed``; ``Static``
+in ``simlab.builders.static``; every builder is reachable by name through ``simlab.builders.get``.
+This module only re-exports them (no warning is raised) so that old imports keep working; the
+lab's own code imports ``simlab.builders``.
 """
 
-from simlab.builders.base import MAX_TREES
-from simlab.builders.delayed import Delayed, chain, iid, named_shape
-from simlab.builders.static import Static
+from simlab.builders import MAX_TREES, Delayed, Static, chain, iid, named_shape
 
 __all__ = ["MAX_TREES", "Delayed", "Static", "chain", "iid", "named_shape"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simlab.device_rows import is_tensor, to_host
+from simlab.device_rows import check_rows, is_tensor, probabilities, to_host
 from simlab.distributions import check_distribution
 from simlab.drafting import Drafting
 from simlab.pairs import ModelPair, NodeBatch, NodeLogits, WithSettings, check_context, eos_of
@@ -199,8 +199,6 @@ class NodeTable:
         """
         import torch
 
-        from simlab.device_rows import check_rows, probabilities
-
         paths = [tuple(pth) for pth in paths]
         self.fetch(paths)
         dtype = torch.float64 if dtype is None else dtype
@@ -319,7 +317,7 @@ class DraftTree:
             every node unless ``node_laws`` says otherwise.
         node_laws: node path -> the law of that node's children, where it differs from
             ``drafting`` (a greedy-draft tree whose tail was pruned at some nodes).
-        cost: the drafting cost (``simlab.latency.DraftCost``: the draft forwards that built
+        cost: the drafting cost (``simlab.builders.cost.DraftCost``: the draft forwards that built
             the tree), or None when unknown.
 
     Raises:

@@ -13,7 +13,7 @@ from simlab import tree_verifiers, verifiers
 from simlab.drafting import Drafting
 from simlab.efficiency import emitted_sequence_law, expected_block_efficiency, pairing_bias, target_sequence_law
 from simlab.pairs import MarkovPair
-from simlab.shapes import Delayed
+from simlab.builders import Delayed
 from simlab.trees import NodeTable
 
 PAIR = MarkovPair.random(4, np.random.default_rng(13), concentration=0.7, closeness=0.3)

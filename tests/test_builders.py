@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 
 from simlab import builders, tree_verifiers
-from simlab.builders import EAGLE2, GreedyDraftTree, Sequoia, Static
+from simlab.builders import EAGLE2, Delayed, GreedyDraftTree, Sequoia, Static
 from simlab.drafting import Drafting
 from simlab.efficiency import emitted_sequence_law, expected_block_efficiency, pairing_bias, target_sequence_law
 from simlab.pairs import ContextFreePair, MarkovPair
 from simlab.sampling import sampling_distribution
-from simlab.shapes import Delayed
 from simlab.trees import NodeTable
 from tree_checks import check_estimates_agree
 from variants import SAMPLED_T

@@ -15,7 +15,7 @@ from backends.sources.flags import parse_settings
 from simlab.sampling import SamplingSettings
 from simlab.efficiency import draw_grid, expected_block_efficiency, grid_block_efficiency
 from simlab.latency import LatencyModel
-from simlab.shapes import Delayed
+from simlab.builders import Delayed
 from simlab.trees import NodeTable
 from conftest import one_error_line
 

@@ -96,7 +96,6 @@ PATHS = {
     "batched": _batched,
 }
 LOGITS_CANNOT_CARRY = {"negative p", "negative q", "unnormalised p", "unnormalised q"}  # log: NaN, or valid logits
-NODE_LEVEL = {"child id out of range", "child not a token id"}  # a node path has no tree to refuse them: it refuses the children
 
 
 def expected(case, path):

@@ -13,7 +13,7 @@ from simlab import tree_verifiers, verifiers
 from simlab.distributions import inner, residual
 from simlab.drafting import hit_probability
 from simlab.pairs import ContextFreePair, MarkovPair
-from simlab.shapes import Delayed, chain, iid
+from simlab.builders import Delayed, chain, iid
 from simlab.trees import SPECULATIVE, NodeTable
 from simlab.verifiers import get
 from simlab.verifiers.khisti import _top_s

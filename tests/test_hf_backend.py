@@ -11,7 +11,7 @@ from backends.hf import HFPair, check_tokenizers
 from simlab.sampling import SamplingSettings
 from simlab import tree_verifiers
 from simlab.decoding import greedy_decode, speculative_decode
-from simlab.shapes import Delayed, chain, iid
+from simlab.builders import Delayed, chain, iid
 from simlab.trees import NodeTable
 from stats import assert_sampler_matches
 

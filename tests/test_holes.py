@@ -19,7 +19,7 @@ from simlab.decoding import greedy_decode, speculative_decode
 from simlab.efficiency import emitted_sequence_law, expected_block_efficiency, simulate_block_efficiency, target_sequence_law
 from simlab.files import STAGING_PREFIX
 from simlab.pairs import ContextFreePair, MarkovPair
-from simlab.shapes import Delayed, chain, iid
+from simlab.builders import Delayed, chain, iid
 from simlab.trees import DraftTree, NodeTable
 from conftest import one_error_line
 

@@ -6,7 +6,8 @@ import pytest
 
 from analyses import treegraft
 from conftest import one_error_line
-from simlab.latency import DraftCost, DraftForward, LatencyModel
+from simlab.builders.cost import DraftCost, DraftForward
+from simlab.latency import LatencyModel
 from simlab.latency_profiles import PROFILES, UNPUBLISHED, listing, names, profile
 
 SMALL = ["--vocab", "16", "--trajectories", "3", "--roots-per-trajectory", "1", "--spacing", "10", "--budget", "12",

@@ -23,7 +23,7 @@ from simlab.efficiency import (
     simulate_block_efficiency,
 )
 from simlab.pairs import MarkovPair
-from simlab.shapes import Delayed, iid
+from simlab.builders import Delayed, iid
 from simlab.trees import NodeTable
 from tree_checks import check_lossless_flag
 

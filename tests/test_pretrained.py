@@ -21,7 +21,7 @@ import pytest
 from backends import pretrained
 from simlab.decoding import greedy_decode, speculative_decode
 from simlab.sampling import SamplingSettings
-from simlab.shapes import Delayed, chain, iid
+from simlab.builders import Delayed, chain, iid
 from simlab.trees import NodeTable
 
 PROMPT = "The for statement is used to iterate over the elements of a sequence, such as a list"

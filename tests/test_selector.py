@@ -253,3 +253,14 @@ def test_foreign_run_folder(costly_drafts, tmp_path, capsys):
         evaluate_selector.main(["--run", str(run), "--out", str(tmp_path / "o"), "--quiet"])
     err = capsys.readouterr().err
     assert "--run" in err and one_error_line(err)
+
+
+def test_evaluate_selector_reads_train_selectors_default_run_by_default():
+    """evaluate_selector's default --run (``selector_data.DEFAULT_RUN``, so that neither study imports
+    the other) is where train_selector writes with its default flags."""
+    from analyses.grid_study import grid_source
+    from analyses.selector_data import DEFAULT_RUN
+
+    config, parser = train_selector.parse_args([])
+    source, _, _ = grid_source(train_selector.PROG, parser, config, study_honours={"capture": {"device"}})
+    assert train_selector.default_out(source.slug()) == DEFAULT_RUN

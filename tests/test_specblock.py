@@ -253,7 +253,7 @@ def test_trees_ranked_by_the_untempered_law_are_verified_under_the_setting():
     from backends.synthetic import make_world
     from simlab.builders import EAGLE2
     from simlab.sampling import SamplingSettings
-    from simlab.shapes import iid
+    from simlab.builders import iid
     from simlab.trees import NodeTable
 
     pair = make_world("depth_profile", vocab=25, seed=4, settings=SamplingSettings(0.0))

@@ -10,8 +10,7 @@ from simlab.sampling import SamplingSettings, sampling_distribution
 from simlab.drafting import Drafting
 from simlab.efficiency import emitted_sequence_law, target_sequence_law
 from simlab.pairs import MarkovPair
-from simlab.builders import GreedyDraftTree
-from simlab.shapes import Delayed, Static, chain, iid
+from simlab.builders import Delayed, GreedyDraftTree, Static, chain, iid
 from simlab.trees import DraftTree, NodeTable
 from stats import assert_sampler_matches
 from variants import lossless_tree_names

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simlab.builders import EAGLE2, GreedyDraftTree
+from simlab.builders import EAGLE2, Delayed, GreedyDraftTree, iid
 from simlab.pairs import MarkovPair
-from simlab.shapes import Delayed, iid
 from tree_checks import check_fast_efficiency, check_greedy_decoding, check_lossless_flag, check_simulation_matches_exact, check_tree_lossless
 from tree_mutants import BUILDER_MUTANTS, TREE_MUTANTS, SequoiaWeightsReversed
 

@@ -208,7 +208,6 @@ def test_the_diverse_repetitive_world():
 
 
 # -- losslessness ---------------------------------------------------------------------------------------
-SMALL_TG = TreeGraft(schedule=(1, 0, 1), depth=3, top_k=2, budget=4, ngram=NGramDrafter(max_n=2))
 
 
 @pytest.mark.parametrize("schedule", [(0, 0, 0), (1, 1, 1), (1, 0, 1), (0, 1, 0)])

@@ -10,8 +10,7 @@ from simlab import tree_verifiers
 from simlab.drafting import Drafting
 from simlab.efficiency import expected_block_efficiency
 from simlab.pairs import ContextFreePair, MarkovPair
-from simlab.builders import GreedyDraftTree
-from simlab.shapes import MAX_TREES, Delayed, Static, chain, iid
+from simlab.builders import MAX_TREES, Delayed, GreedyDraftTree, Static, chain, iid
 from simlab.trees import DraftTree, NodeTable, parse_tuples
 from variants import lossless_tree_names
 from tree_checks import check_estimates_agree, check_outcome_law_is_a_law, check_simulation_matches_exact

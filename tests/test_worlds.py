@@ -9,7 +9,7 @@ from backends.synthetic import DepthProfileWorld, DistilledWorld, LinearProfile,
 from simlab.sampling import SamplingSettings
 from simlab.distributions import total_variation
 from simlab.pairs import ModelPair, rooted, target_trajectory
-from simlab.shapes import iid
+from simlab.builders import iid
 from simlab.trees import NodeTable
 
 

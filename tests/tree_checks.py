@@ -98,7 +98,7 @@ def check_lossless_flag(verifier, pair, context, seed=5):
     """The one-pass flag of every result (``TreeVerifier.lossless_on(tree, depth)``, from
     ``lossless_depth``) agrees with the reference, ``mismatch`` on the cut tree, at every cut of a
     few sampled trees (per-path trunks, i.i.d. rollouts, delayed trees; lossy pairings included)."""
-    from simlab.shapes import Delayed, iid
+    from simlab.builders import Delayed, iid
     from simlab.trees import NodeTable
 
     rng = np.random.default_rng(seed)

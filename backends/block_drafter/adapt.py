@@ -18,7 +18,7 @@ over the update's slot tokens per step, plus the backward, twice the forward's F
 parameters it trains (heads: the heads' share of the multiply-adds).  Deterministic, unlike the
 wall-clock seconds ``update`` also returns.  ``snapshot`` / ``restore`` copy the weights out and
 back bit for bit (the three-window rollback).  The lab's own design: the paper gives no code,
-constants, features or windows (``../shared/reference/tree_builders.md`` Sec. 6).
+constants, features or windows (SpecBlock, arXiv 2605.07243; ``docs/sources.md``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch
 
 from backends.block_drafter.model import BlockDrafterModel, valid_prefix_mask
 from backends.block_drafter.train import target_pass
-from simlab.checks import check_int
+from simlab.checks import check_in_range, check_int
 from simlab.specblock.bandit import ARMS
 
 
@@ -54,8 +54,7 @@ class Adapter:
                  learning_rate: float = 5e-4):
         if not kl >= 0:
             raise ValueError(f"kl: must be >= 0, got {kl!r}")
-        if not 0 < learning_rate < 1:
-            raise ValueError(f"learning_rate: must lie in (0, 1), got {learning_rate!r}")
+        check_in_range(learning_rate, "learning_rate", low_open=True, high_open=True)
         self.model, self.target, self.layers = model, target, tuple(layers)
         self.kl, self.steps, self.learning_rate = float(kl), check_int(steps, "steps", 1), float(learning_rate)
         self.pretrained = copy.deepcopy(model).eval()

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from simlab.checks import check_int
+from simlab.checks import check_in_range, check_int
 from simlab.specblock.rank import CLASSES, EDGES, STATISTICS
 
 
@@ -88,10 +88,8 @@ class DrafterSpec:
         check_int(self.roots_per_step, "roots_per_step", 1)
         check_int(self.windows, "windows", 1)
         check_int(self.rank_freeze, "rank_freeze", 0)
-        if not 0 < self.learning_rate < 1:
-            raise ValueError(f"learning_rate: must lie in (0, 1), got {self.learning_rate!r}")
-        if not 0 <= self.rank_smoothing < 0.5:
-            raise ValueError(f"rank_smoothing: must lie in [0, 0.5), got {self.rank_smoothing!r}")
+        check_in_range(self.learning_rate, "learning_rate", low_open=True, high_open=True)
+        check_in_range(self.rank_smoothing, "rank_smoothing", 0.0, 0.5, high_open=True)
         if self.arch not in ARCHES:
             raise ValueError(f"arch: must be one of {', '.join(ARCHES)}, got {self.arch!r}")
         if self.losses not in LOSSES:

@@ -36,7 +36,7 @@ Deterministic: one ``torch.Generator`` (seed) draws windows, roots and seed slot
 count is pinned (``threads``).  ``slot_acceptance`` measures, on held-out roots, how often block
 1's greedy chain equals the target's greedy continuation through slot k (T = 0 acceptance by
 slot) and the rank head's accuracy.
-Source: SpecBlock@b7938c5 ``specforge/core/specblock.py`` (``../shared/reference/tree_builders.md`` Sec. 6).
+Source: SpecBlock (arXiv 2605.07243); shiweijiezero/SpecBlock@b7938c5 ``specforge/core/specblock.py``.
 """
 
 from __future__ import annotations

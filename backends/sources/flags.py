@@ -21,10 +21,14 @@ Sampling settings: ``--settings`` takes ``ddte`` (DDTE's eight) or a comma list 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from backends.cli import ToolParser, fail, flag_message, slow_step
-from backends.sources import SOURCES
+from backends.pretrained import DEFAULT_DRAFT, PAIRS
+from backends.sources import SOURCES, CaptureSource, HFSource, SyntheticSource
+from backends.synthetic import WORLDS
+from simlab.latency import LatencyModel
+from simlab.latency_profiles import listing, load
 from simlab.sampling import DDTE_SETTINGS, SamplingSettings
 
 SOURCE_FIELDS = ("backend", "pair", "world", "vocab", "target", "draft", "prompts", "capture", "trajectories",
@@ -92,9 +96,6 @@ def parse_settings(text: str) -> tuple[SamplingSettings, ...]:
 
 def add_source_flags(parser: ToolParser, d: SourceConfig, *, many_settings: bool = True) -> None:
     """Add the source flags to ``parser`` with the defaults of ``d`` (a study's ``Config()``)."""
-    from backends.pretrained import DEFAULT_DRAFT, PAIRS
-    from backends.synthetic import WORLDS
-
     group = parser.add_argument_group("source of roots")
     group.add_argument("--backend", choices=[n for n in SOURCES if n != "capture"], default=d.backend, action=_Backend,
                        help="a synthetic world, or two live Hugging Face models (--target, --draft)")
@@ -180,8 +181,6 @@ def make_source(prog: str, parser: ToolParser, config: SourceConfig, *, stream: 
         study_refusals, study_honours: see ``check_honoured``.
         quiet: no progress line even for a slow step (loading models).
     """
-    from backends.sources import CaptureSource, HFSource, SyntheticSource
-
     check_honoured(prog, parser, config, study_refusals, study_honours)
     try:
         if config.capture:
@@ -238,8 +237,6 @@ def note_hf_defaults(parser: ToolParser, defaults: dict) -> None:
 def with_hf_defaults(config, parser: ToolParser, defaults: dict, **also):
     """``config`` with a study's live-model defaults (``defaults``, then ``also``) for every field
     not given on the command line, when it runs on ``--backend hf`` (else unchanged)."""
-    from dataclasses import replace
-
     if config.backend != "hf" or config.capture:
         return config
     return replace(config, **{k: v for k, v in {**defaults, **also}.items() if k not in parser.given})
@@ -268,8 +265,6 @@ class _Latency(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         if values == "list":
-            from simlab.latency_profiles import listing
-
             print(listing())
             parser.exit(0)
         setattr(namespace, self.dest, values)
@@ -292,9 +287,6 @@ def make_latency(prog: str, parser: ToolParser, config, source, largest_tree: in
     ``simlab.latency_profiles``; the source's own measured times; a profile file); an explicit
     ``--cost-ratio``; the source's own (a capture's ``latency.json``, a warm-up benchmark of live
     models); else the cost-ratio model with the defaults.  Exit 2 on conflicting or unusable flags."""
-    from simlab.latency import LatencyModel
-    from simlab.latency_profiles import load
-
     given = parser.given
     if config.latency and "cost_ratio" in given:
         fail(prog, "--cost-ratio: a latency profile (--latency) was given; use one of the two")

@@ -2,7 +2,7 @@
 two model folders, or a named pretrained pair (``backends.pretrained``, ``--pair``).
 
 Prompt i (the first ``trajectories`` of the prompt file; default the shipped reference prompts)
-is continued by the target with ``seeded_rng(seed, 0, i)``; roots sit at the prompt's end and
+is continued by the target with ``seeded_rng(seed, Stream.PROMPT, i)``; roots sit at the prompt's end and
 every ``spacing`` tokens after it (``backends.roots.prompt_roots``), exactly as the capture tool
 places them, so a live run and a replayed capture of the same settings see the same roots.
 """
@@ -13,8 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
+from backends.latency_probe import measure
+from backends.pretrained import open_pair, parse_draft
 from backends.roots import SHIPPED_PROMPTS, RootPlacement, prompt_roots, prompt_texts, read_prompt_records
-from backends.sources import Root, register_source, slug
+from backends.sources.base import Root, register_source, slug
 from simlab.checks import check_int, check_seed
 from simlab.sampling import SamplingSettings
 
@@ -47,8 +49,6 @@ class HFSource:
     def __init__(self, target: str, draft: str, prompts: str | None = None, trajectories: int | None = None,
                  roots_per_trajectory: int = 2, spacing: int = 16, depth: int = 16, seed: int = 0,
                  device: str = "auto", dtype: str = "float32", pair: str | None = None):
-        from backends.pretrained import open_pair, parse_draft
-
         if pair and target:
             raise ValueError("target: a named pair brings its own target; give --pair or --target, not both")
         if not pair and (not target or not draft):
@@ -75,8 +75,6 @@ class HFSource:
     def latency(self, largest_tree: int):
         """A warm-up benchmark of the two models on this machine (``backends.latency_probe``),
         sized to trees of ``largest_tree`` tokens and the model's context."""
-        from backends.latency_probe import measure
-
         largest = 1 + largest_tree  # the target's forward over the root and the biggest tree
         tokens = tuple(sorted({n for n in (1, 4, 16, largest) if n <= largest}))
         room = (self.pair.max_context or 10**9) - 1  # positions are depths: only the prefix must fit

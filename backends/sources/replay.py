@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from backends import capture_store as store
-from backends.sources import Root, register_source, slug
+from backends.sources.base import Root, register_source, slug
 from simlab.labels import LABEL_COLUMNS
+from simlab.latency import LatencyModel
 from simlab.sampling import SamplingSettings
 
 
@@ -96,8 +97,6 @@ class CaptureSource:
 
     def latency(self, largest_tree: int):
         """The ``latency.json`` stored in the first capture folder, or None."""
-        from simlab.latency import LatencyModel
-
         path = Path(self.folders[0]) / "latency.json"
         return LatencyModel.load(path) if path.is_file() else None
 

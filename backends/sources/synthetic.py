@@ -3,7 +3,7 @@
 Two seeding conventions (``stream``), each a fixed function of ``seed``:
 
 * ``"per_trajectory"`` (the action-grid studies): trajectory i has its own generator
-  ``seeded_rng(seed, 2, i)``, which first draws a uniform start token, then the trajectory;
+  ``seeded_rng(seed, Stream.WALK, i)``, which first draws a uniform start token, then the trajectory;
   trajectories are independent, so a split by trajectory, or workers over settings, change
   nothing; studies seed their own draws per root;
 * ``"shared"`` (``divergence_by_depth``, ``block_efficiency_grid``): one generator
@@ -23,12 +23,12 @@ from typing import ClassVar
 import numpy as np
 
 from backends.roots import RootPlacement, place_roots
-from backends.sources import Root, register_source, slug
+from backends.sources.base import Root, register_source, slug
 from backends.synthetic import WORLDS, make_world
-from backends.synthetic.base import check_vocab, seeded_rng
+from backends.synthetic.base import check_vocab
 from simlab.checks import check_int, check_seed
 from simlab.pairs import rooted
-from simlab.sampling import SamplingSettings
+from simlab.sampling import SamplingSettings, Stream, seeded_rng
 
 STREAMS = ("per_trajectory", "shared")
 
@@ -94,7 +94,7 @@ class SyntheticSource:
             if shared is not None:
                 rng, prefix = shared, ()
             else:
-                rng = seeded_rng(self.seed, 2, i)
+                rng = seeded_rng(self.seed, Stream.WALK, i)
                 prefix = (int(rng.integers(self.vocab)),)
             for root, context in place_roots(world, prefix, placement, rng, trajectory=i):
                 yield Root(settings.name, i, root, context, rooted(world, len(context)), rng=shared)

@@ -9,22 +9,11 @@ module with a class decorated ``@register_world("name")`` and one import line in
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 import numpy as np
 
-from simlab.checks import check_int, check_seed
+from simlab.checks import check_int
 from simlab.sampling import SamplingSettings
-
-
-def seeded_rng(seed: int, *key: int) -> np.random.Generator:
-    """A Generator determined by (seed, key...) only, via a stable hash (not Python's hash()).
-
-    Raises:
-        ValueError: ``seed: ...`` outside [0, 2**63 - 1].
-    """
-    data = np.asarray((check_seed(seed),) + tuple(key), dtype=np.int64).tobytes()
-    return np.random.default_rng(int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little"))
 
 
 def memo_rows(vocab: int, budget_bytes: int = 2**27) -> int:

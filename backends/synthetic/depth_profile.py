@@ -14,10 +14,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from backends.synthetic.base import BoundedMemo, check_vocab, memo_rows, random_row, register_world, seeded_rng
+from backends.synthetic.base import BoundedMemo, check_vocab, memo_rows, random_row, register_world
 from simlab.checks import check_int, check_seed
 from simlab.pairs import check_contexts, check_eos
-from simlab.sampling import SamplingSettings, check_settings
+from simlab.sampling import SamplingSettings, check_settings, seeded_rng
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ import numpy as np
 
 import copy
 
-from backends.synthetic.base import BoundedMemo, check_vocab, memo_rows, random_row, register_world, seeded_rng
+from backends.synthetic.base import BoundedMemo, check_vocab, memo_rows, random_row, register_world
 from simlab.checks import check_int, check_seed
 from simlab.distributions import inverse_cdf
 from simlab.pairs import check_contexts, check_eos
-from simlab.sampling import SamplingSettings, check_settings
+from simlab.sampling import SamplingSettings, check_settings, seeded_rng
 
 
 @register_world("distilled")

@@ -23,10 +23,10 @@ import copy
 
 import numpy as np
 
-from backends.synthetic.base import BoundedMemo, check_vocab, memo_rows, random_row, register_world, seeded_rng
-from simlab.checks import check_int, check_seed
+from backends.synthetic.base import BoundedMemo, check_vocab, memo_rows, random_row, register_world
+from simlab.checks import check_in_range, check_int, check_seed
 from simlab.pairs import check_contexts, check_eos
-from simlab.sampling import SamplingSettings, check_settings
+from simlab.sampling import SamplingSettings, check_settings, seeded_rng
 
 
 @register_world("repetitive")
@@ -52,8 +52,7 @@ class RepetitiveWorld:
         self.vocab_size, self.seed = check_vocab(vocab), check_seed(seed)
         self.settings = check_settings(settings or SamplingSettings())
         for name, value in (("copy", copy), ("noise", noise)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name}: must lie in [0, 1], got {value!r}")
+            check_in_range(value, name)
         self.copy, self.noise, self.concentration = float(copy), float(noise), float(concentration)
         self.copy_order = check_int(copy_order, "copy_order", 1)
         self.eos_id = check_eos(eos_id, self.vocab_size)

@@ -26,7 +26,7 @@ from simlab.builders.base import too_many
 from simlab.checks import check_generator, check_int
 from simlab.distributions import sample_categorical
 from simlab.drafting import SAMPLED, Drafting, child_tuples, draw_children
-from simlab.latency import DraftCost, delayed_levels
+from simlab.builders.cost import DraftCost, delayed_levels
 from simlab.trees import DraftTree, NodeTable, Path
 
 

@@ -13,7 +13,7 @@ Ranking is by (score descending, creation order ascending).  Log scores are <= 0
 never outranks its parent, and with creation order as the tie-break (a parent is created before
 its children) every kept set is ancestor-closed, ties included.  A tree has up to depth + 1
 levels and at most ``budget`` draft tokens; its cost is one draft forward over the root, then
-one over each frontier (``simlab.latency.DraftCost``: the frontier tokens at a context that
+one over each frontier (``simlab.builders.cost.DraftCost``: the frontier tokens at a context that
 includes the frontiers forwarded so far).  A proposal is ``(token, log score, tail)``; ``tail``
 marks a sampled child, and a node keeps the law ``Drafting.MIXED`` if its tail is kept,
 ``Drafting.DETERMINISTIC`` otherwise.
@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from simlab.drafting import Drafting
-from simlab.latency import DraftCost, DraftForward
+from simlab.builders.cost import DraftCost, DraftForward
 from simlab.trees import DraftTree, NodeTable, Path
 
 

@@ -9,7 +9,7 @@ proposed.  The children are deterministic given the context (``Drafting.DETERMIN
 the lossless verifiers are the one-hot rule (EAGLE's T > 0 verification) and the greedy rule
 at T = 0; the i.i.d. verifiers are refused.
 
-Conventions (``../shared/reference/tree_builders.md`` Sec. 2, EAGLE@cb7e084
+Conventions (Li et al. 2024, EAGLE-2; SafeAILab/EAGLE@cb7e084
 ``eagle/model/cnets.py::topK_genrate``): EAGLE's ``total_token`` counts the root, so
 ``budget = total_token - 1`` draft tokens; ``depth`` counts expansion rounds, so a tree has up to
 ``depth + 1`` levels (EAGLE issue #118); the defaults of ``EaModel.from_pretrained`` are

@@ -18,7 +18,7 @@ lossy (a planted fault of the tests).
 Defaults follow the reference's description of RheoSampling (best 1: one deterministic child
 and one tail per node), with EAGLE-2's budget, depth and frontier.  Cost: as EAGLE-2.
 Sources: Hu et al. 2025 (arXiv 2502.18779); RheoSampling (arXiv 2609.21827, abstract) and the
-proxy rule of ``../shared/reference/tree_builders.md`` Sec. 4.
+proxy rule as ``docs/sources.md`` states it (no official code).
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ The builder (``Sequoia``) is that static topology (``simlab.builders.static.Stat
 drafted without replacement (``Drafting.WITHOUT_REPLACEMENT``: verify with ``rrs_wor`` or
 ``traversal``) or, at T = 0, the top-k (``children="topk"``, greedy verification).  The DP is
 optimal only under positional independence: the lab scores its trees exactly.
-Source: Sequoia@0ff3ff7 ``tree_search.py``, ``Tree/SpecTree.py``, ``tests/test_accept.py``;
-``../shared/reference/tree_builders.md`` Sec. 3.
+Source: Chen et al. 2024 (Sequoia); Infini-AI-Lab/Sequoia@0ff3ff7 ``tree_search.py``, ``Tree/SpecTree.py``,
+``tests/test_accept.py`` (``docs/sources.md``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Literal
 import numpy as np
 
 from simlab.builders.static import Static
-from simlab.checks import check_int
+from simlab.checks import check_generator, check_int
 from simlab.distributions import check_pair, residual
 from simlab.drafting import MAX_ENUMERATED_TUPLES, Drafting, draw_children
 from simlab.trees import DraftTree, NodeTable
@@ -78,8 +78,6 @@ def acceptance_vector(p, q, width: int, *, method: str = "exact", samples: int =
         _exact(p, q, 1.0, 0, out)
         return out
     if method == "mc":
-        from simlab.checks import check_generator
-
         check_generator(rng)
         samples = check_int(samples, "samples", 1)
         out = np.zeros(width)

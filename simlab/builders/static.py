@@ -17,7 +17,7 @@ import numpy as np
 
 from simlab.builders.base import too_many
 from simlab.drafting import Drafting, child_tuples, draw_children, top_tokens
-from simlab.latency import DraftCost
+from simlab.builders.cost import DraftCost
 from simlab.trees import DraftTree, NodeTable, Path, parse_tuples
 
 

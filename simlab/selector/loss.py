@@ -18,6 +18,8 @@ import math
 
 import torch
 
+from simlab.checks import check_in_range
+
 LAMBDA = 1.0
 ALPHA = 0.1
 
@@ -36,8 +38,7 @@ def selector_loss(logits: torch.Tensor, E: torch.Tensor, T: torch.Tensor, base_t
         ValueError: alpha outside (0, 1], lambda negative or infinite, shapes that disagree or an
             empty batch, E < 0, T <= 0 or base_tps <= 0.
     """
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= 1:
-        raise ValueError(f"alpha: must be a number in (0, 1], got {alpha!r}")
+    check_in_range(alpha, "alpha", low_open=True)
     if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0 <= lam < math.inf:
         raise ValueError(f"lam: must be a finite number >= 0, got {lam!r}")
     if logits.ndim != 2 or logits.shape[0] == 0 or E.shape != logits.shape or T.shape != logits.shape:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from simlab.checks import check_device
 from simlab.selector.loss import ALPHA, LAMBDA, selector_loss
 from simlab.selector.model import Selector, SelectorConfig
 
@@ -93,12 +94,6 @@ def split_by_trajectory(trajectories, seed: int = 0, fractions=(0.6, 0.2, 0.2)) 
     return np.array([part[int(t)] for t in trajectories])
 
 
-def _device(name: str) -> str:
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return name
-
-
 def train(train_set: SelectorData, validation: SelectorData, config: TrainConfig = TrainConfig(), log=None):
     """Fit a selector on DDTE's loss; returns (model in eval mode on the CPU, history: one dict
     per epoch with epoch, train_loss, validation_loss).
@@ -111,7 +106,7 @@ def train(train_set: SelectorData, validation: SelectorData, config: TrainConfig
         raise ValueError("train_set: no training roots")
     if len(validation) == 0:
         raise ValueError("validation: no validation roots (the split needs >= 3 trajectories)")
-    device = _device(config.device)
+    device = check_device(config.device, "device")
     torch.manual_seed(config.seed)
     model = Selector(SelectorConfig(tuple(x.shape[1] for x in train_set.h), train_set.scalars.shape[1], train_set.E.shape[1],
                                     config.d, tuple(config.hidden), config.dropout))
@@ -122,7 +117,7 @@ def train(train_set: SelectorData, validation: SelectorData, config: TrainConfig
     shuffle = torch.Generator().manual_seed(config.seed)
     best, best_state, history, stale = float("inf"), None, [], 0
 
-    def loss_of(data, grad: bool):
+    def loss_of(data):
         logits = model(*data.h, data.scalars)
         return selector_loss(logits, data.E.to(logits.dtype), data.T.to(logits.dtype), data.base_tps.to(logits.dtype),
                              lam=config.lam, alpha=config.alpha)
@@ -134,13 +129,13 @@ def train(train_set: SelectorData, validation: SelectorData, config: TrainConfig
         for start in range(0, len(order), config.batch):
             batch = train_set.subset(order[start : start + config.batch].to(device))
             optimiser.zero_grad()
-            loss = loss_of(batch, True)
+            loss = loss_of(batch)
             loss.backward()
             optimiser.step()
             total += float(loss.detach()) * len(batch)
         model.eval()
         with torch.no_grad():
-            val = float(loss_of(validation, False))
+            val = float(loss_of(validation))
         history.append({"epoch": epoch, "train_loss": total / len(train_set), "validation_loss": val})
         if log:
             log(history[-1])

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simlab.checks import check_generator, check_int
+from simlab.checks import check_generator, check_in_range, check_int
 
 ARMS = ("skip", "heads", "full")
 
@@ -52,10 +52,8 @@ class CostAwareBandit:
 
     def __post_init__(self):
         check_generator(self.rng)
-        if not 0.0 < self.ewma <= 1.0:
-            raise ValueError(f"ewma: must lie in (0, 1], got {self.ewma!r}")
-        if not 0.0 <= self.explore <= 1.0:
-            raise ValueError(f"explore: must lie in [0, 1], got {self.explore!r}")
+        check_in_range(self.ewma, "ewma", low_open=True)
+        check_in_range(self.explore, "explore")
 
     def value(self, arm: str, throughput: float, seconds: float) -> float:
         """Net value of ``arm`` (tokens/s): its estimated gain minus its cost (s) spread over ``seconds``
@@ -99,8 +97,7 @@ class Rollback:
 
     def __post_init__(self):
         self.window = check_int(self.window, "window", 1)
-        if not 0.0 <= self.drop < 1.0:
-            raise ValueError(f"drop: must lie in [0, 1), got {self.drop!r}")
+        check_in_range(self.drop, "drop", high_open=True)
 
     def record(self, acceptance: float) -> bool:
         self.acceptance.append(float(acceptance))

@@ -62,7 +62,7 @@ import numpy as np
 
 from simlab.checks import check_int
 from simlab.drafting import Drafting
-from simlab.latency import DraftCost, DraftForward
+from simlab.builders.cost import DraftCost, DraftForward
 from simlab.specblock.rank import CLASSES
 from simlab.trees import DraftTree, NodeTable, Path
 

@@ -6,7 +6,7 @@ Its inputs are the slot's detached hidden state and 15 statistics of the slot's 
 (``statistics``): the top-10 log-probabilities normalised by the log-sum-exp of the top 20 (10),
 the logit gaps between ranks 1-2, 1-3 and 1-5 (3), the top-1 probability (1) and the entropy of
 the top-20 renormalised (1).
-Source: SpecBlock@b7938c5 ``specforge/core/specblock.py``; ``../shared/reference/tree_builders.md`` Sec. 6.
+Source: SpecBlock (arXiv 2605.07243); shiweijiezero/SpecBlock@b7938c5 ``specforge/core/specblock.py``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simlab.checks import check_int
+from simlab.checks import check_in_range, check_int
 from simlab.specblock.builder import Block
 from simlab.specblock.rank import bucket, rank_of
 
@@ -41,8 +41,7 @@ class PairBlockDrafter:
     def __post_init__(self):
         object.__setattr__(self, "K", check_int(self.K, "K", 1))
         object.__setattr__(self, "vocab_size", check_int(self.vocab_size, "vocab_size", 2))
-        if not 0.0 <= self.noise <= 1.0:
-            raise ValueError(f"noise: must lie in [0, 1], got {self.noise!r}")
+        check_in_range(self.noise, "noise")
 
     def _block(self, table, seed: tuple[int, ...]) -> Block:
         if table.vocab_size != self.vocab_size:

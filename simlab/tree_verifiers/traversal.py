@@ -15,7 +15,8 @@ run the same recursion on ``_Masses`` (no law vectors; target and draft kept wit
 row never copied, so a rejection costs four passes over V and no allocation where the reference
 makes eight passes and four arrays); ``outcome_law`` is its reference (tests:
 equal to 1e-12, and a planted fault in the mass recursion is caught).
-Source: ``../shared/reference/verifiers.md`` Sec. 10 (reconstructed, checked lossless here).
+Source: Weng et al. 2025 (Traversal Verification, arXiv 2505.12398); no official code: reconstructed from the
+paper, checked lossless here (``docs/sources.md``).
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ Cost (``simlab.latency``): a skip is one forward of the drafter named ``"small"`
 n-gram step's time is constant), a call one ``"draft"`` (mid) forward over every node of the
 tree.  Defaults follow the main evaluation (``scripts/run_main_eval.sh``): budget 63 (B_ver),
 D = 5, top-k 10, lookback 5, schedule [1, 0, 1, 0, 1] (the ablation's fixed schedule), N = 5.
-Source: TreeGraft@f53e3a8 ``graft/combine_tree/generator.py`` (``CombineDraftGenerator._topK_genrate_combine``).
+Source: TreeGraft (arXiv 2608.26112); fjm9933/TreeGraft@f53e3a8 ``graft/combine_tree/generator.py``
+(``CombineDraftGenerator._topK_genrate_combine``).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ import numpy as np
 
 from simlab.checks import check_int
 from simlab.drafting import Drafting, top_tokens
-from simlab.latency import DraftCost, DraftForward
+from simlab.builders.cost import DraftCost, DraftForward
 from simlab.treegraft.ngram import NGramDrafter, NGramIndex, ScoreCache, prompt_cache
 from simlab.treegraft.rules import Rules
 from simlab.trees import DraftTree, NodeTable

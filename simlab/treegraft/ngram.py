@@ -24,7 +24,7 @@ probability at the node instead.  Deeper chain tokens score -inf until they beco
 children of a frontier node.  The lab's earlier rules (``simlab.treegraft.rules``:
 ``truncated_chains``, ``coverage_by_proposals``, ``recent_occurrences_first``,
 ``cache_without_last_row``) are options.
-Source: TreeGraft@f53e3a8 ``graft/ngram_tree/generator.py`` (``NgramDraftGenerator._collect_parent_suffixes``,
+Source: TreeGraft (arXiv 2608.26112); fjm9933/TreeGraft@f53e3a8 ``graft/ngram_tree/generator.py`` (``NgramDraftGenerator._collect_parent_suffixes``,
 ``_estimate_token_logprob_from_cache``): N = 5 in the main evaluation (``--max-matching-ngram-size``),
 top-10 cache, ``update_prefill_with_accepted=False``, ``stop_on_relax_zero=True``.
 """

@@ -18,7 +18,7 @@
   de-standardised output; it calls the mid drafter iff its margin is > 0 (and fewer than ``B0``
   calls were made; TreeGraft's preset B0 = D never binds).  ``train`` fits it deterministically
   on the CPU (fixed seed and thread count: bit-for-bit repeatable).
-Source: TreeGraft@f53e3a8 ``graft/combine_tree/scheduler*.py``; ``../shared/reference/tree_builders.md`` Sec. 5.
+Source: TreeGraft (arXiv 2608.26112); fjm9933/TreeGraft@f53e3a8 ``graft/combine_tree/scheduler*.py``.
 """
 
 from __future__ import annotations

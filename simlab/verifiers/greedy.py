@@ -8,7 +8,7 @@ token is t* and not a draw from p (``leaf_law``; ``tree_verifiers.get("greedy")`
 equals greedy decoding of the target token for token at every temperature.  It is lossless
 exactly when p is one-hot (a greedy target), for every drafting law (``needs_greedy_target``);
 at T > 0 (``allow_lossy=True``) its emitted law is the point mass on the greedy continuation.
-Sources: EAGLE and TreeGraft ``evaluate_posterior`` at T = 0; ``../shared/reference/testing.md``.
+Sources: SafeAILab/EAGLE@cb7e084 ``eagle/model/utils.py::evaluate_posterior`` and TreeGraft@f53e3a8's at T = 0.
 """
 
 from __future__ import annotations

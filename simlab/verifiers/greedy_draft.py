@@ -13,8 +13,7 @@ others, so the rule is also lossless for siblings drafted without replacement (t
 but the last draw is from q~ given it; a finding of the lab's exact tests).  At a node without a
 tail (every child deterministic, for example after the tail was pruned) it runs the one-hot rule
 (``for_law``).
-Sources: Hu et al. 2025 (arXiv 2502.18779, the greedy draft); ``../shared/reference/verifiers.md``
-Sec. 8, ``tree_builders.md`` Sec. 4.
+Sources: Hu et al. 2025 (arXiv 2502.18779, the greedy draft; no official code).
 """
 
 from __future__ import annotations

@@ -9,8 +9,7 @@ gives B(x, t) = p(t) for every t: the output is a sample from p, exactly as NSS,
 children, and the rule is lossless for every drafting law.  Accepted with probability
 p(set(x)) (DDTE's alpha for NSS given the children); at a deterministic node the children are
 the k most probable tokens of q (``Drafting.DETERMINISTIC``).
-Source: EAGLE, ``eagle/model/utils.py::evaluate_posterior`` (issues #93, #110);
-``../shared/reference/verifiers.md`` Sec. 3, ``tree_builders.md`` Sec. 1.
+Source: SafeAILab/EAGLE@cb7e084 ``eagle/model/utils.py::evaluate_posterior`` (issues #93, #110).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ probability min(1, p_{i-1}(X_i) / q^(i-1)(X_i)); on rejection p_i = norm((p_{i-1
 (the draft law *before* removing X_i).  If all are rejected, output Y ~ p_k.  Lossless because
 X_i ~ q^(i-1) given the history.  alpha has no closed form; ``acceptance_rate`` enumerates
 the ordered child tuples (limit ``simlab.drafting.MAX_ENUMERATED_TUPLES``).
-Source: ``../shared/reference/verifiers.md`` Sec. 3.
+Source: Jeon et al. 2024 (arXiv 2402.14160); Infini-AI-Lab/Sequoia@0ff3ff7 ``Tree/SpecTree.py::accept_step``.
 """
 
 from __future__ import annotations
