@@ -34,7 +34,7 @@ import numpy as np
 import polars as pl
 
 from simlab import tree_verifiers
-from simlab.tree_verifiers.base import reach_probabilities
+from simlab.valuation import tree_value
 
 from analyses import builder_roster as roster_module
 from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer, prepare_out, print_table, progress_bar, run_tool
@@ -188,29 +188,12 @@ def fit(config: Config, roster, train_roots: dict, verifiers, builders, source, 
         bar.update(len(roots))
 
 
-def value(builder, table, verifier: str, latency, samples: int, seed, draft_law: str = "raw") -> dict:
-    """E (mean over sampled trees, each exact), its standard error, mean T-hat, tokens and the mean
-    reach P(tau >= d) by depth (index d - 1); plus the sampled trees for the node gaps.  None when
-    the verifier is not lossless on a tree drawn (never valued lossily)."""
-
-    v = tree_verifiers.get(verifier)
-    if getattr(builder, "deterministic", False):
-        trees = [builder.sample(drafting_table(table, draft_law)).on(table)]
-    else:
-        rng = np.random.default_rng(seed)
-        trees = [builder.sample(table, rng) for _ in range(samples)]
-    if not all(v.lossless_on(tree) for tree in trees):
-        return None
-    E, T, reach = [], [], []
-    for tree in trees:
-        E.append(v.expected_block_efficiency(tree))
-        T.append(latency.tree_step_time(len(table.context), tree))
-        reach.append(reach_probabilities(v.accepted_length_distribution(tree)))
-    depth = max(len(r) for r in reach)
-    padded = np.array([np.pad(r, (0, depth - len(r))) for r in reach])
-    se = float(np.std(E, ddof=1) / np.sqrt(len(E))) if len(E) > 1 else 0.0
-    return {"E": float(np.mean(E)), "se": se, "T": float(np.mean(T)), "tokens": float(np.mean([t.tokens() for t in trees])),
-            "reach": padded.mean(0), "trees": trees}
+def value(builder, table, verifier: str, latency, samples: int, seed, draft_law: str = "raw") -> dict | None:
+    """``simlab.valuation.tree_value`` with the study's draft law (deterministic trees ranked on
+    ``drafting_table(table, draft_law)``) and ``samples`` trees from ``seed`` (sampled builders)."""
+    deterministic = getattr(builder, "deterministic", False)
+    return tree_value(builder, table, verifier, latency, drafting=drafting_table(table, draft_law) if deterministic else None,
+                      samples=samples, rng=None if deterministic else np.random.default_rng(seed))
 
 
 def node_gaps(trees, verifier: str) -> dict[int, list[float]]:

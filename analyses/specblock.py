@@ -218,6 +218,7 @@ def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list
     from simlab import tree_verifiers
     from simlab.latency import DraftCost
     from simlab.trees import NodeTable
+    from simlab.valuation import value_tree
 
     budgets = [int(b) for b in config.budgets.split(",")]
     rows, depth_rows, slot_rows = [], [], []
@@ -232,12 +233,12 @@ def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list
                     tree, origin = builder.build(drafting) if hasattr(builder, "build") else (builder.sample(drafting), None)
                     tree = tree.on(table)
                     cost = tree.cost if tree.cost is not None else DraftCost.of_tree(tree)
-                    T = latency.step_time(len(root.context), cost)
-                    draft = T - latency.target(len(root.context) + cost.verified, 1 + cost.verified)
                     for v in tree_verifiers.deterministic_verifiers(setting):
                         verifier = tree_verifiers.get(v)
+                        value = value_tree(tree, verifier, latency)
+                        E, T = value["E"], value["T"]
+                        draft = T - latency.target(len(root.context) + cost.verified, 1 + cost.verified)
                         law = verifier.outcome_law(tree)
-                        E = verifier.expected_block_efficiency(tree)
                         reach = reach_probabilities(accepted_lengths(law, tree.depth()))
                         rows.append({**key, "budget": budget, "builder": name, "verifier": v, "E": E, "T": T, "TPS": E / T,
                                      "draft_share": draft / T, "tokens": tree.tokens(), "depth": tree.depth()})

@@ -356,3 +356,26 @@ def test_sampling_loop_with_builders_emits_the_target_two_token_law(builder, ver
         return index[emitted[:2]]
 
     assert_sampler_matches(two_tokens, np.array([target[c] for c in cells]), seed=33)
+
+
+def test_tree_value_is_the_exact_value_of_the_builders_trees():
+    """``simlab.valuation.tree_value``: one exact tree for a deterministic builder (ranked on
+    ``drafting``, valued on the root's table), the mean of the drawn trees' exact values for a
+    sampled one (same seed, same trees), None where the verifier is not lossless on a tree."""
+    from simlab.latency import LatencyModel
+    from simlab.valuation import tree_value, value_tree
+
+    latency = LatencyModel.from_cost_ratio(0.3, per_token=0.002)
+    pair = WORLDS["markov"]
+    table, drafting = NodeTable(pair, (0,)), NodeTable(pair, (0,)).untempered()
+    eagle = BUILDERS["eagle2"]
+    out = tree_value(eagle, table, "onehot", latency, drafting=drafting)
+    exact = value_tree(eagle.sample(drafting).on(table), "onehot", latency)
+    assert (out["E"], out["T"], out["tokens"], out["se"]) == (exact["E"], exact["T"], exact["tokens"], 0.0)
+    assert tree_value(eagle, table, "specinfer", latency) is None
+    delayed = BUILDERS["delayed"]
+    out = tree_value(delayed, table, "specinfer", latency, samples=5, rng=np.random.default_rng(3))
+    rng = np.random.default_rng(3)
+    values = [value_tree(delayed.sample(table, rng), "specinfer", latency)["E"] for _ in range(5)]
+    assert out["E"] == pytest.approx(np.mean(values), abs=1e-15) and out["se"] > 0 and len(out["trees"]) == 5
+    assert out["E"] != pytest.approx(values[0], abs=1e-9)  # five different trees, not one
