@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from backends.cli import (OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer,
-                          prepare_out, print_table, progress_bar, run_tool)
-from backends.sources.flags import SourceConfig, add_source_flags, make_source
+                          print_table, progress_bar, run_tool)
+from backends.sources.flags import SourceConfig, add_source_flags, make_source, study_config, study_out
 from simlab import tree_verifiers
 from simlab.efficiency import action_grid_block_efficiency, expected_block_efficiency, grid_block_efficiency
 from simlab.shapes import Delayed
@@ -68,7 +68,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         verifiers = name_list(args.verifiers, "--verifiers", tree_verifiers.names())
     except ValueError as exc:
         fail(PROG, str(exc))
-    config = Config(**{**vars(args), "verifiers": verifiers, "K": ks, "capture": tuple(args.capture)})
+    config = study_config(Config, args, verifiers=verifiers, K=ks)
     check_flags(PROG, [
         ("rrs_wor" not in config.verifiers, "--verifiers: rrs_wor needs siblings drafted without replacement; the grid drafts i.i.d."),
         (config.L1_max >= 0 and config.L2_max >= 0, "--L1-max, --L2-max: must be >= 0"),
@@ -141,7 +141,7 @@ def _main(argv) -> int:
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
     source, (setting,) = make_source(PROG, parser, config, stream="shared", grid=True, depth=config.L1_max + config.L2_max,
                                      max_settings=1, study_refusals=REFUSALS, quiet=config.quiet)
-    out = prepare_out(PROG, config.out if config.out is not None else f"out/block_efficiency_grid/{source.slug()}")
+    out = study_out(PROG, config, source.slug())
     try:
         table = estimate(config, source, setting)
     except ValueError as exc:

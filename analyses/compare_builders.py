@@ -37,9 +37,9 @@ from simlab import tree_verifiers
 from simlab.valuation import tree_value
 
 from analyses import builder_roster as roster_module
-from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer, prepare_out, print_table, progress_bar, run_tool
-from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
-                                    note_hf_defaults, with_hf_defaults)
+from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer, print_table, progress_bar, run_tool
+from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, note_hf_defaults,
+                                    study_config, study_out, study_parser, with_hf_defaults)
 
 PROG = "python -m analyses.compare_builders"
 OT_VERIFIERS = ("nss", "naive", "spectr", "specinfer", "khisti")
@@ -114,8 +114,8 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
             verifiers = list(name_list(args.verifiers, "--verifiers", tree_verifiers.names()))
     except ValueError as exc:
         fail(PROG, str(exc))
-    config = Config(**{**vars(args), "budgets": ",".join(map(str, budgets)), "builders": ",".join(builders),
-                       "verifiers": ",".join(verifiers), "capture": tuple(args.capture)})
+    config = study_config(Config, args, budgets=",".join(map(str, budgets)), builders=",".join(builders),
+                          verifiers=",".join(verifiers))
     check_flags(PROG, [
         (config.trajectories >= 2, f"--trajectories: need >= 2 (fit and compare), got {config.trajectories}"),
         (0 < config.test_share < 1, f"--test-share: must lie in (0, 1), got {config.test_share}"),
@@ -369,7 +369,7 @@ def _main(argv) -> int:
             roster.selectors = nde_entry(config, roster)
     listed = {r["builder"] for r in roster.not_run}
     roster.not_run += unpaired_builders([b for b in builders if b not in listed], settings, verifiers)
-    out = prepare_out(PROG, config.out if config.out is not None else f"out/compare_builders/{source.slug()}")
+    out = study_out(PROG, config, source.slug())
     try:
         roots = {s: list(source.roots(s)) for s in settings}
         test = split([r.trajectory for rs in roots.values() for r in rs], config.test_share, config.seed)

@@ -47,9 +47,9 @@ import polars as pl
 from simlab import tree_verifiers
 from simlab.tree_verifiers.base import accepted_lengths, reach_probabilities
 
-from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, progress_bar, run_tool
-from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
-                                    note_hf_defaults, with_hf_defaults)
+from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, print_table, progress_bar, run_tool
+from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, note_hf_defaults,
+                                    study_config, study_out, study_parser, with_hf_defaults)
 
 PROG = "python -m analyses.specblock"
 BUILDERS = ("eagle2", "block_topk", "rank_guided", "no_shift", "no_valid_prefix", "attention_free")
@@ -134,7 +134,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         budgets = int_list(args.budgets, "--budgets", minimum=1)
     except ValueError as exc:
         fail(PROG, str(exc))
-    config = Config(**{**vars(args), "budgets": ",".join(map(str, budgets)), "capture": tuple(args.capture)})
+    config = study_config(Config, args, budgets=",".join(map(str, budgets)))
     check_flags(PROG, [
         (config.K >= 1, f"--K: must be >= 1, got {config.K}"),
         (1 <= config.blocks <= 16, f"--blocks: must lie in 1..16, got {config.blocks}"),
@@ -364,7 +364,7 @@ def _main(argv) -> int:
         latency = latency.with_drafter("block", forward_seconds(drafter_of["full"](source.pair).model))
     else:
         latency = latency.with_drafter("block", ForwardTime.constant(config.block_ratio * latency.target(0, 1)))
-    out = prepare_out(PROG, config.out if config.out is not None else f"out/specblock/{source.slug()}")
+    out = study_out(PROG, config, source.slug())
     try:
         rows, depth_rows, slot_rows = measure(config, source, settings, latency, drafter_of)
         trace_rows = run_stream(config, source, latency, drafter_of) if config.backend == "hf" else None

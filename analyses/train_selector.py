@@ -31,7 +31,8 @@ import polars as pl
 from analyses.grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
 from analyses.labels import PAPER_NAMES, grid_of, label_all
 from analyses.selector_data import STATIC_BASELINES, feature_arrays, fit_selector, value_matrices
-from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, parquet_writer, prepare_out, print_table, run_tool, slow_step
+from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, parquet_writer, print_table, run_tool, slow_step
+from backends.sources.flags import default_out, study_config, study_out
 
 PROG = "python -m analyses.train_selector"
 OT_VERIFIERS = ("nss", "naive", "spectr", "specinfer", "khisti")
@@ -60,12 +61,7 @@ class Config(GridStudyConfig):
     out: str | None = None
 
 
-def default_out(slug: str) -> str:
-    """Where a run goes by default: ``out/train_selector/<source>``."""
-    return f"out/train_selector/{slug}"
-
-
-DEFAULT_RUN = default_out("synthetic-distilled-V32")
+DEFAULT_RUN = default_out(PROG, "synthetic-distilled-V32")
 """The default run folder (the default source), which ``evaluate_selector --run`` reads by default."""
 
 
@@ -98,7 +94,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         (0 <= args.dropout < 1, f"--dropout: must lie in [0, 1), got {args.dropout}"),
         (train_device_ok(args.train_device), f"--train-device: cpu, auto, or an available cuda device, got {args.train_device!r}"),
     ], min_trajectories=3)
-    return Config(**{**vars(args), "verifiers": verifiers, "capture": tuple(args.capture)}), parser
+    return study_config(Config, args, verifiers=verifiers), parser
 
 
 def train_device_ok(name: str) -> bool:
@@ -131,7 +127,7 @@ def _main(argv) -> int:
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
     grid = grid_of(config)
     source, settings, latency = grid_source(PROG, parser, config, study_honours={"capture": {"device"}})
-    out = prepare_out(PROG, config.out if config.out is not None else default_out(source.slug()))
+    out = study_out(PROG, config, source.slug())
     config = replace(config, out=str(out))
     try:
         with slow_step(PROG, "loading the captured models for the features", config.quiet):
