@@ -23,7 +23,8 @@ from backends.cli import (OutputSet, ToolParser, add_output_flags, chart_writer,
                           print_table, progress_bar, run_tool)
 from backends.sources.flags import SourceConfig, add_source_flags, make_source, study_config, study_out
 from simlab import tree_verifiers
-from simlab.efficiency import action_grid_block_efficiency, expected_block_efficiency, grid_block_efficiency
+from simlab.efficiency import expected_block_efficiency
+from simlab.grid import action_grid_block_efficiency, grid_block_efficiency
 from simlab.shapes import Delayed
 from simlab.trees import NodeTable
 

@@ -99,7 +99,7 @@ class Roster:
 
 def fit_static(roster: Roster, roots, setting, verifiers, samples: int, seed: int) -> None:
     """The best static grid action per (verifier, budget) for ``iid`` and ``delayed`` on ``roots``."""
-    from simlab.efficiency import action_grid_block_efficiency
+    from simlab.grid import action_grid_block_efficiency
 
     times: dict = {}
     for v in verifiers:

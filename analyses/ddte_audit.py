@@ -116,7 +116,7 @@ def convention(verifier: str, name: str):
 def label(config: Config, source, settings, latency) -> tuple[list[dict], list[dict]]:
     """(one row per root, setting, verifier, convention and grid action; with ``config.selector``
     one feature record per root, ``simlab.selector.features.root_features``, else [])."""
-    from simlab.efficiency import draw_grid, grid_block_efficiency
+    from simlab.grid import draw_grid, grid_block_efficiency
     from simlab.selector.features import root_features
     from simlab.trees import NodeTable
 

@@ -2,7 +2,7 @@
 
 At each root, ``samples`` trees ``Delayed(K_max, L1, L2_max)`` are drawn per L1 (or replayed
 from a capture) and every action a = (K, L1, L2) of the grid is valued by DDTE's unbiased
-estimator (``simlab.efficiency.grid_block_efficiency``), the exact inner expectation averaged
+estimator (``simlab.grid.grid_block_efficiency``), the exact inner expectation averaged
 over the drawn trees; the same trees serve every verifier.  The draws are split in two halves
 by sample index, so a study can choose an action on one half (``E_select``) and report it on
 the other (``E_holdout``) without the winner's curse of a maximum over noisy estimates;
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from backends.synthetic.base import seeded_rng
 from simlab import tree_verifiers
-from simlab.efficiency import draw_grid
+from simlab.grid import draw_grid
 from simlab.labels import grid_labels, verifier_Ks
 from simlab.latency import LatencyModel
 from simlab.trees import NodeTable

@@ -9,7 +9,7 @@ both models' logits are kept and ``CapturedPair`` replays p and q bit for bit.
 
 ``--shape grid`` captures the trees behind the action-grid studies (``compare_verifiers``,
 ``train_selector``): at each root, ``--samples`` trees ``Delayed(width, L1, depth)`` for every
-L1 in 0..depth (``simlab.efficiency.draw_grid``); the node rows then cover the union of their
+L1 in 0..depth (``simlab.grid.draw_grid``); the node rows then cover the union of their
 nodes, once each.  ``--labels specinfer,spectr,...`` also values every action of the grid
 {1..width} x {0..depth}^2 for those verifiers while p and q are in memory
 (``simlab.labels.grid_labels``, the studies' own label function) and stores the labels
@@ -27,7 +27,7 @@ exists and produces no duplicate and no missing rows, because every root is seed
 ``--evaluation cached`` (the default) evaluates every node once: the G = ``--roots-per-forward``
 (default 8) consecutive roots of a group share one ``backends.tree_cache.TreeSession`` (one
 batch row each, both models' KV caches kept from level to level), grid trees are drawn in
-lockstep (``simlab.efficiency.draw_grids``: one forward per model and level for the group, only
+lockstep (``simlab.grid.draw_grids``: one forward per model and level for the group, only
 the new nodes), and the leaves come from the same caches.  ``--evaluation forward`` (captures
 made before the flag) drafts each root alone, every level a tree forward that evaluates the
 ancestors again, then evaluates the leaves of the G roots' trees in one masked forward per model
@@ -75,7 +75,7 @@ from backends.pretrained import DEFAULT_DRAFT, PAIRS, parse_draft
 from backends.roots import prompt_roots, prompt_texts, prompts_digest, read_prompt_records
 from backends.synthetic.base import seeded_rng
 from simlab import tree_verifiers
-from simlab.efficiency import draw_grid, draw_grids
+from simlab.grid import draw_grid, draw_grids
 from simlab.drafting import Drafting, lossless_pairing
 from simlab.labels import grid_labels, verifier_Ks
 from simlab.device_rows import SUMMARY_COLUMNS, summaries
@@ -168,7 +168,7 @@ def capture_group(pair, settings: store.CaptureSettings, group, max_batch: int, 
 
     ``settings.evaluation``: ``"cached"``: the group's roots share a ``backends.tree_cache.
     TreeSession`` (one batch row each, KV caches kept), grid trees are drawn in lockstep
-    (``simlab.efficiency.draw_grids``: one forward per model and level for the whole group) and
+    (``simlab.grid.draw_grids``: one forward per model and level for the whole group) and
     the leaves come from the same caches, so every node is evaluated once; other shapes use one
     session per root.  ``"forward"``: each root's levels are tree forwards that evaluate the
     ancestors again, and the leaves are evaluated by ``HFPair.forest_logits`` (``max_tokens``

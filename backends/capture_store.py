@@ -46,7 +46,7 @@ import polars as pl
 
 from backends.cli import atomic_write, write_parquet
 from backends.roots import RootPlacement
-from simlab.efficiency import GridDraft
+from simlab.grid import GridDraft
 from simlab.files import staging_file, umask
 from simlab.pairs import check_contexts
 from simlab.sampling import SamplingSettings

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from simlab import tree_verifiers
-from simlab.efficiency import action_grid_block_efficiency, draw_grid, grid_block_efficiency
+from simlab.grid import action_grid_block_efficiency, draw_grid, grid_block_efficiency
 from simlab.shapes import Delayed
 from simlab.trees import DraftTree, NodeTable
 
