@@ -24,7 +24,7 @@ from backends.cli import (OutputSet, ToolParser, add_output_flags, chart_writer,
 from backends.sources.flags import SourceConfig, add_source_flags, make_source, study_config, study_out
 from simlab import tree_verifiers
 from simlab.efficiency import expected_block_efficiency
-from simlab.grid import action_grid_block_efficiency, grid_block_efficiency
+from simlab.grid import GridAxes, action_grid_block_efficiency, grid_block_efficiency
 from simlab.shapes import Delayed
 from simlab.trees import NodeTable
 
@@ -51,6 +51,10 @@ class Config(SourceConfig):
     out: str | None = None
     quiet: bool = False
 
+    def axes(self) -> GridAxes:
+        """The grid's axes: ``K`` x {0..L1_max} x {0..L2_max}."""
+        return GridAxes(tuple(self.K), tuple(range(self.L1_max + 1)), tuple(range(self.L2_max + 1)))
+
 
 def parse_args(argv) -> tuple[Config, ToolParser]:
     d = Config()
@@ -73,6 +77,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     check_flags(PROG, [
         ("rrs_wor" not in config.verifiers, "--verifiers: rrs_wor needs siblings drafted without replacement; the grid drafts i.i.d."),
         (config.L1_max >= 0 and config.L2_max >= 0, "--L1-max, --L2-max: must be >= 0"),
+        (len(set(config.K)) == len(config.K), f"--K: must be distinct, got {','.join(map(str, config.K))}"),
         (config.samples >= 2, f"--samples: must be >= 2 (for a standard error), got {config.samples}"),
         (config.trajectories * config.roots_per_trajectory <= 10_000,
          f"--trajectories x --roots-per-trajectory: at most 10000 roots, got {config.trajectories * config.roots_per_trajectory}"),
@@ -83,7 +88,8 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
 
 def estimate(config: Config, source, setting) -> pl.DataFrame:
     """One row per (verifier, K, L1, L2): E[tau + 1] averaged over roots, standard error across roots."""
-    L1s, L2s = tuple(range(config.L1_max + 1)), tuple(range(config.L2_max + 1))
+    axes = config.axes()
+    L1s, L2s = axes.L1_values, axes.L2_values
     roots = list(source.roots(setting))
     rows = []
     jobs = [(v, r) for v in config.verifiers for r in range(len(roots))]

@@ -57,12 +57,6 @@ def verifiers_for(name: str, setting, allowed) -> list[str]:
     return out
 
 
-def grid_actions(budget: int, rollouts: bool) -> list[tuple[int, int, int]]:
-    """DDTE's grid actions (K, L1, L2) of at most ``budget`` draft tokens (``rollouts``: L1 = 0)."""
-    return [(K, L1, L2) for K in range(1, 5) for L1 in range(9) for L2 in range(9)
-            if L1 + K * L2 <= budget and (L1 + L2 > 0) and not (rollouts and L1)]
-
-
 @dataclass
 class Roster:
     """The fitted builders (module docstring); ``not_run`` lists (builder, reason) for those that cannot run."""
@@ -99,7 +93,7 @@ class Roster:
 
 def fit_static(roster: Roster, roots, setting, verifiers, samples: int, seed: int) -> None:
     """The best static grid action per (verifier, budget) for ``iid`` and ``delayed`` on ``roots``."""
-    from simlab.grid import action_grid_block_efficiency
+    from simlab.grid import GridAxes, action_grid_block_efficiency
 
     times: dict = {}
     for v in verifiers:
@@ -113,7 +107,7 @@ def fit_static(roster: Roster, roots, setting, verifiers, samples: int, seed: in
                 totals[action] = (E + estimate.mean, T + times[(root.root, action)])
         for budget in roster.budgets:
             for kind in ("iid", "delayed"):
-                candidates = [a for a in grid_actions(budget, kind == "iid") if a in totals]
+                candidates = [a for a in GridAxes().actions(budget, rollouts=kind == "iid") if a in totals]
                 if candidates:
                     best = max(candidates, key=lambda a: (totals[a][0] / totals[a][1], -sum(a)))
                     roster.static[(setting.name, v, budget, kind)] = best

@@ -99,8 +99,8 @@ def draft_root(pair, settings: store.CaptureSettings, root_id: int, context: tup
     rng = seeded_rng(settings.seed, 1, root_id)
     table = NodeTable(pair, context, rows="logits")  # float32 logits, not float64 rows: the same draws in half the memory
     if settings.shape == "grid":
-        drafts = draw_grid(table, K_max=settings.width, L1_values=range(settings.depth + 1),
-                           L2_max=settings.depth, samples=settings.samples, rng=rng)
+        axes = settings.grid_axes()
+        drafts = draw_grid(table, K_max=axes.width, L1_values=axes.L1_values, L2_max=axes.depth, samples=settings.samples, rng=rng)
         return union_tree(drafts), drafts, table
     return settings.tree_shape().sample(table, rng), None, table
 
@@ -215,8 +215,9 @@ def draft_cached(pair, settings: store.CaptureSettings, group):
             table.add_logits(paths, *both)
 
     rngs = [seeded_rng(settings.seed, 1, root_id) for root_id, _, _ in group]  # as draft_root's: (seed, root id) alone
-    every = draw_grids(tables, rngs, fetch=fetch, K_max=settings.width, L1_values=range(settings.depth + 1),
-                       L2_max=settings.depth, samples=settings.samples)
+    axes = settings.grid_axes()
+    every = draw_grids(tables, rngs, fetch=fetch, K_max=axes.width, L1_values=axes.L1_values, L2_max=axes.depth,
+                       samples=settings.samples)
     drafted = [(union_tree(drafts), drafts, table) for drafts, table in zip(every, tables)]
     fetch([[n for n in tree.nodes() if not table.known(n)] for tree, _, table in drafted])  # the leaves
     return drafted
@@ -230,9 +231,10 @@ def finish_root(pair, settings: store.CaptureSettings, root_id: int, prompt_inde
     nodes = tree.nodes()
     labels = None
     if settings.labels:
+        axes = settings.grid_axes()
         labels = [{"root": root_id, "prompt": prompt_index, **row}
-                  for row in grid_labels(table, drafts, settings.labels.split(","), K_values=range(1, settings.width + 1),
-                                         L2_values=range(settings.depth + 1), engine=engine, device=pair.device, stream=True)]
+                  for row in grid_labels(table, drafts, settings.labels.split(","), K_values=axes.K_values,
+                                         L2_values=axes.L2_values, engine=engine, device=pair.device, stream=True)]
     rows = []
     for path, summary in zip(nodes, node_rows(table, nodes, settings.store_top)):
         rows.append({

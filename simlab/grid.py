@@ -67,6 +67,11 @@ class GridAxes:
         """The longest L2 (the drafts' branch length)."""
         return max(self.L2_values)
 
+    @property
+    def largest_tree(self) -> int:
+        """Draft tokens of the grid's largest tree: max L1 + max K * max L2."""
+        return max(self.L1_values) + self.width * self.depth
+
     def actions(self, budget: int | None = None, rollouts: bool = False) -> list[tuple[int, int, int]]:
         """Every action (K, L1, L2), K slowest (the order of the selector's logits); with ``budget``
         only those of at most ``budget`` draft tokens (L1 + K L2) and at least one (L1 + L2 > 0);
