@@ -1,5 +1,49 @@
-"""Runnable studies: ``python -m analyses.<name>``.
+"""Studies: compositions of a source (``backends``) and the exact core (``simlab``).
 
-* ``divergence_by_depth``: divergence and per-verifier acceptance by draft-tree depth (the main job);
-* ``block_efficiency_grid``: E[tau + 1] over delayed-tree actions (K, L1, L2) per verifier.
+Runnable studies (``python -m analyses.<name>``; each module has ``main(argv) -> int``):
+
+* ``divergence_by_depth``: divergence and per-verifier acceptance by draft-tree depth (the main job,
+  pinned by ``tests/test_main_job.py``);
+* ``block_efficiency_grid``: E[tau + 1] over delayed-tree actions (K, L1, L2) per verifier;
+* ``compare_verifiers``: verification strategies under matched settings on the action grid;
+* ``train_selector`` / ``evaluate_selector``: DDTE's neural delayed-expansion selector, trained
+  on grid labels and evaluated against the static choices;
+* ``ddte_audit``: how much of a published DDTE number each public-code convention explains;
+* ``compare_builders``: every registered builder with every lossless verifier at matched budgets;
+* ``sequoia_tree``: Sequoia's hardware-aware tree from an acceptance vector and a latency profile;
+* ``treegraft``, ``specblock``: TreeGraft and SpecBlock measured exactly.
+
+Helper modules (no ``main``; imported by the studies above, never run):
+
+* ``grid_study``: what the action-grid studies share (config, grid and parallelism flags, set-up);
+* ``labels``: per-root action values (E[tau + 1] and T-hat of every grid action per verifier);
+* ``selector_data``: label rows and features to the selector's tensors, and the static choices;
+* ``builder_roster``: the builders ``compare_builders`` fits on training roots (each entry a
+  registered ``simlab.builders`` builder, its laws and defaults read from there);
+* ``specblock_serving``: the SpecBlock study's prompt-stream serving and bandit part.
+
+Anatomy of a study (``analyses/specblock.py`` is a compact example):
+
+1. **Source flags**: ``backends.sources.flags.study_parser(PROG, __doc__, Config())`` gives the
+   source group (``--backend``/``--world``/``--pair``/``--capture``, ``--settings``, roots) and the
+   latency group; the study adds its own flags.  ``make_source`` builds the source (refusing, with
+   exit 2, a flag it cannot honour: ``check_honoured``, the study's ``study_refusals``) and
+   ``make_latency`` the latency model.
+2. **Config dataclass**: ``Config(SourceConfig, LatencyConfig)`` with the study's fields and
+   defaults (the flags' defaults come from ``Config()``); ``study_config(Config, args, **parsed)``
+   makes it from the parsed flags.
+3. **Run**: the measuring function(s) take the config, the source and the latency model and
+   return rows (plain dicts); values come from the core (``simlab.valuation.tree_value`` for a
+   builder's tree at a root, ``simlab.efficiency``, the tree verifiers), never recomputed here.
+4. **Tables**: ``backends.cli.print_table`` prints the summary tables to stdout (``--quiet`` skips them).
+5. **Outputs**: under ``--out`` (default ``out/<study>/<source slug>``: ``default_out``,
+   ``study_out``) the parquet tables and HTML + PNG charts, staged with ``backends.cli.OutputSet``
+   and published atomically (an interrupted run leaves nothing half-written).
+6. **Progress**: ``backends.cli.progress_bar`` on stderr within seconds (``--quiet`` silences it).
+7. **Exit codes**: 0 done; 2 with one line on stderr for a bad flag or an input the study cannot
+   use (``backends.cli.fail``, ``check_flags``); 130 on Ctrl-C (``backends.cli.run_tool``).
+
+A study imports helpers and the core, not another runnable study; two exceptions remain:
+``evaluate_selector`` reads ``train_selector.DEFAULT_RUN`` and ``compare_builders`` borrows
+``specblock``'s block drafter set-up.
 """

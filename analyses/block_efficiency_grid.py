@@ -20,11 +20,12 @@ from dataclasses import dataclass
 import polars as pl
 
 from backends.cli import (OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer,
-                          prepare_out, print_table, progress_bar, run_tool)
-from backends.sources.flags import SourceConfig, add_source_flags, make_source
+                          print_table, progress_bar, run_tool)
+from backends.sources.flags import SourceConfig, add_source_flags, make_source, study_config, study_out
 from simlab import tree_verifiers
-from simlab.efficiency import action_grid_block_efficiency, expected_block_efficiency, grid_block_efficiency
 from simlab.builders import Delayed
+from simlab.efficiency import expected_block_efficiency
+from simlab.grid import GridAxes, action_grid_block_efficiency, grid_block_efficiency
 from simlab.trees import NodeTable
 
 PROG = "python -m analyses.block_efficiency_grid"
@@ -50,6 +51,10 @@ class Config(SourceConfig):
     out: str | None = None
     quiet: bool = False
 
+    def axes(self) -> GridAxes:
+        """The grid's axes: ``K`` x {0..L1_max} x {0..L2_max}."""
+        return GridAxes(tuple(self.K), tuple(range(self.L1_max + 1)), tuple(range(self.L2_max + 1)))
+
 
 def parse_args(argv) -> tuple[Config, ToolParser]:
     d = Config()
@@ -68,10 +73,11 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         verifiers = name_list(args.verifiers, "--verifiers", tree_verifiers.names())
     except ValueError as exc:
         fail(PROG, str(exc))
-    config = Config(**{**vars(args), "verifiers": verifiers, "K": ks, "capture": tuple(args.capture)})
+    config = study_config(Config, args, verifiers=verifiers, K=ks)
     check_flags(PROG, [
         ("rrs_wor" not in config.verifiers, "--verifiers: rrs_wor needs siblings drafted without replacement; the grid drafts i.i.d."),
         (config.L1_max >= 0 and config.L2_max >= 0, "--L1-max, --L2-max: must be >= 0"),
+        (len(set(config.K)) == len(config.K), f"--K: must be distinct, got {','.join(map(str, config.K))}"),
         (config.samples >= 2, f"--samples: must be >= 2 (for a standard error), got {config.samples}"),
         (config.trajectories * config.roots_per_trajectory <= 10_000,
          f"--trajectories x --roots-per-trajectory: at most 10000 roots, got {config.trajectories * config.roots_per_trajectory}"),
@@ -82,7 +88,8 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
 
 def estimate(config: Config, source, setting) -> pl.DataFrame:
     """One row per (verifier, K, L1, L2): E[tau + 1] averaged over roots, standard error across roots."""
-    L1s, L2s = tuple(range(config.L1_max + 1)), tuple(range(config.L2_max + 1))
+    axes = config.axes()
+    L1s, L2s = axes.L1_values, axes.L2_values
     roots = list(source.roots(setting))
     rows = []
     jobs = [(v, r) for v in config.verifiers for r in range(len(roots))]
@@ -141,7 +148,7 @@ def _main(argv) -> int:
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
     source, (setting,) = make_source(PROG, parser, config, stream="shared", grid=True, depth=config.L1_max + config.L2_max,
                                      max_settings=1, study_refusals=REFUSALS, quiet=config.quiet)
-    out = prepare_out(PROG, config.out if config.out is not None else f"out/block_efficiency_grid/{source.slug()}")
+    out = study_out(PROG, config, source.slug())
     try:
         table = estimate(config, source, setting)
     except ValueError as exc:

@@ -12,13 +12,16 @@ trajectories only (the comparison values the held-out ones):
   argmax over the actions within the budget at each root;
 * ``sequoia``: Sequoia's DP tree (children without replacement, depth <= 8) for the acceptance
   vector measured on the training roots (per setting; Monte Carlo, 512 draws per root);
-* ``eagle2``: EAGLE-2 (depth 7, top-k 10); ``greedy_draft``: Hu et al.'s greedy draft (same sizes);
-* ``treegraft_learned`` / ``treegraft_best``: TreeGraft (D = 5, top-k 10, lookback 5, N = 5) with
+* ``eagle2``: EAGLE-2 at its defaults (depth 7, top-k 10); ``greedy_draft``: Hu et al.'s greedy
+  draft (its defaults: the same sizes);
+* ``treegraft_learned`` / ``treegraft_best``: TreeGraft at its defaults (D = 5, top-k 10, lookback 5, N = 5) with
   its scheduler trained on the training roots' exact margins, or the exact best of the 32
   schedules at each root (an oracle);
 * ``specblock``: SpecBlock's rank-guided tree from the trained block drafter (real models) or
   the synthetic stand-in.
 
+Each entry is a registered builder (``KIND``); its drafting laws and its defaults are the ones the
+builder declares (``simlab.builders.laws``, ``simlab.builders.get``), never restated here.
 Deterministic trees are ranked by the drafters' untempered law (``--draft-law raw``) and valued
 on the setting's table (``NodeTable.untempered``, ``DraftTree.on``); sampled children come from
 the setting's q.
@@ -31,26 +34,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from backends.sources.flags import drafting_table
-from simlab import tree_verifiers
-from simlab.drafting import Drafting
+from simlab import builders, tree_verifiers
 
-NAMES = ("iid", "delayed", "nde", "sequoia", "eagle2", "greedy_draft", "treegraft_learned", "treegraft_best", "specblock")
-DETERMINISTIC = frozenset({"eagle2", "treegraft_learned", "treegraft_best", "specblock"})
-LAWS = {"iid": {Drafting.IID}, "delayed": {Drafting.IID}, "nde": {Drafting.IID}, "sequoia": {Drafting.WITHOUT_REPLACEMENT},
-        "greedy_draft": {Drafting.MIXED, Drafting.DETERMINISTIC}, **{n: {Drafting.DETERMINISTIC} for n in DETERMINISTIC}}
-"""The drafting laws of each builder's nodes (a greedy draft's pruned tails leave deterministic nodes)."""
+KIND = {"iid": "iid", "delayed": "delayed", "nde": "delayed", "sequoia": "sequoia", "eagle2": "eagle2",
+        "greedy_draft": "greedy_draft", "treegraft_learned": "treegraft", "treegraft_best": "treegraft",
+        "specblock": "specblock"}
+"""The registered builder (``simlab.builders``) behind each entry of the comparison."""
+NAMES = tuple(KIND)
+LAWS = {name: set(builders.laws(kind)) for name, kind in KIND.items()}
+"""The drafting laws of each entry's nodes, as its builder declares them."""
 
 
 def verifiers_for(name: str, setting, allowed) -> list[str]:
     """Every tree verifier among ``allowed`` lossless for the builder's drafting laws at ``setting``
     (``simlab.tree_verifiers.lossless_names``)."""
     return [v for v in tree_verifiers.lossless_names(LAWS[name], setting) if v in allowed]
-
-
-def grid_actions(budget: int, rollouts: bool) -> list[tuple[int, int, int]]:
-    """DDTE's grid actions (K, L1, L2) of at most ``budget`` draft tokens (``rollouts``: L1 = 0)."""
-    return [(K, L1, L2) for K in range(1, 5) for L1 in range(9) for L2 in range(9)
-            if L1 + K * L2 <= budget and (L1 + L2 > 0) and not (rollouts and L1)]
 
 
 @dataclass
@@ -69,9 +67,7 @@ class Roster:
     not_run: list = field(default_factory=list)
 
     def builder(self, name: str, root, setting, budget: int, verifier: str, table=None):
-        from simlab.builders import EAGLE2, GreedyDraftTree
-        from simlab.shapes import Delayed
-        from simlab.specblock import RankGuided
+        from simlab.builders import Delayed
 
         if name in ("iid", "delayed"):
             action = self.static.get((setting.name, verifier, budget, name))
@@ -80,12 +76,10 @@ class Roster:
             return self.selectors.get(verifier) and self.selectors[verifier](root, setting, budget)
         if name == "sequoia":
             return self.sequoia.get((setting.name, budget))
-        if name == "eagle2":
-            return EAGLE2(budget=budget, depth=7, top_k=10)
-        if name == "greedy_draft":
-            return GreedyDraftTree(budget=budget, depth=7, top_k=10)
+        if name in ("eagle2", "greedy_draft"):
+            return builders.get(name, budget=budget)
         if name == "specblock":
-            return None if self.block_drafter is None else RankGuided(self.block_drafter(root.pair), budget=budget)
+            return None if self.block_drafter is None else builders.get("specblock", drafter=self.block_drafter(root.pair), budget=budget)
         if name.startswith("treegraft"):
             return None if self.treegraft is None else self.treegraft(name, root, setting, budget, verifier, table)
         raise ValueError(f"builders: unknown builder {name!r}")
@@ -93,7 +87,7 @@ class Roster:
 
 def fit_static(roster: Roster, roots, setting, verifiers, samples: int, seed: int) -> None:
     """The best static grid action per (verifier, budget) for ``iid`` and ``delayed`` on ``roots``."""
-    from simlab.efficiency import action_grid_block_efficiency
+    from simlab.grid import GridAxes, action_grid_block_efficiency
 
     times: dict = {}
     for v in verifiers:
@@ -107,7 +101,7 @@ def fit_static(roster: Roster, roots, setting, verifiers, samples: int, seed: in
                 totals[action] = (E + estimate.mean, T + times[(root.root, action)])
         for budget in roster.budgets:
             for kind in ("iid", "delayed"):
-                candidates = [a for a in grid_actions(budget, kind == "iid") if a in totals]
+                candidates = [a for a in GridAxes().actions(budget, rollouts=kind == "iid") if a in totals]
                 if candidates:
                     best = max(candidates, key=lambda a: (totals[a][0] / totals[a][1], -sum(a)))
                     roster.static[(setting.name, v, budget, kind)] = best
@@ -116,14 +110,14 @@ def fit_static(roster: Roster, roots, setting, verifiers, samples: int, seed: in
 def fit_sequoia(roster: Roster, roots, setting, seed: int) -> None:
     """Sequoia's tree per budget from the acceptance vector measured on ``roots`` (width 8; Monte
     Carlo, 512 draws per root: the exact vector enumerates V^8 prefixes)."""
-    from simlab.builders import Sequoia
     from simlab.builders.sequoia import measure_acceptance
 
     vector = np.mean([measure_acceptance(root.pair, [root.context], 8, method="mc", samples=512,
                                          rng=np.random.default_rng([seed, root.root])) for root in roots], axis=0)
     for budget in roster.budgets:
         try:
-            roster.sequoia[(setting.name, budget)] = Sequoia(tuple(vector.tolist()), budget=budget, depth=min(budget, 8))
+            roster.sequoia[(setting.name, budget)] = builders.get("sequoia", acceptance=tuple(vector.tolist()), budget=budget,
+                                                                  depth=min(budget, 8))
         except ValueError as exc:
             roster.not_run.append({"builder": "sequoia", "setting": setting.name, "budget": budget, "reason": str(exc)})
 
@@ -136,10 +130,7 @@ class TreeGraftEntry:
         self.roster, self.epochs, self.seed, self.scheduler, self.best = roster, epochs, seed, {}, {}
 
     def base(self, root, budget: int):
-        from simlab.treegraft import NGramDrafter, TreeGraft
-
-        return TreeGraft(schedule=(1, 0, 1, 0, 1), budget=budget, depth=5, top_k=10, lookback=5, ngram=NGramDrafter(5, "code"),
-                         cached=root.prompt_length)
+        return builders.get("treegraft", budget=budget, cached=root.prompt_length)
 
     def values(self, root, budget: int, verifier: str, table):
         from simlab.treegraft.schedules import evaluate_schedules
@@ -184,7 +175,7 @@ class _Fixed:
 
     tree: object
     deterministic = True
-    laws = frozenset({Drafting.DETERMINISTIC})
+    laws = builders.laws("treegraft")
 
     def sample(self, table, rng=None):
         return self.tree

@@ -35,12 +35,12 @@ import polars as pl
 
 from simlab import tree_verifiers
 from simlab import verifiers as node_verifiers
-from simlab.tree_verifiers.base import reach_probabilities
+from simlab.valuation import tree_value
 
 from analyses import builder_roster as roster_module
-from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer, prepare_out, print_table, progress_bar, run_tool
-from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
-                                    note_hf_defaults, with_hf_defaults)
+from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer, print_table, progress_bar, run_tool
+from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, note_hf_defaults,
+                                    study_config, study_out, study_parser, with_hf_defaults)
 
 PROG = "python -m analyses.compare_builders"
 REFUSALS = {"capture": {"capture": "the builders build their own trees; use --backend hf or a synthetic world"},
@@ -114,8 +114,8 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
             verifiers = list(name_list(args.verifiers, "--verifiers", tree_verifiers.names()))
     except ValueError as exc:
         fail(PROG, str(exc))
-    config = Config(**{**vars(args), "budgets": ",".join(map(str, budgets)), "builders": ",".join(builders),
-                       "verifiers": ",".join(verifiers), "capture": tuple(args.capture)})
+    config = study_config(Config, args, budgets=",".join(map(str, budgets)), builders=",".join(builders),
+                          verifiers=",".join(verifiers))
     check_flags(PROG, [
         (config.trajectories >= 2, f"--trajectories: need >= 2 (fit and compare), got {config.trajectories}"),
         (0 < config.test_share < 1, f"--test-share: must lie in (0, 1), got {config.test_share}"),
@@ -187,29 +187,12 @@ def fit(config: Config, roster, train_roots: dict, verifiers, builders, source, 
         bar.update(len(roots))
 
 
-def value(builder, table, verifier: str, latency, samples: int, seed, draft_law: str = "raw") -> dict:
-    """E (mean over sampled trees, each exact), its standard error, mean T-hat, tokens and the mean
-    reach P(tau >= d) by depth (index d - 1); plus the sampled trees for the node gaps.  None when
-    the verifier is not lossless on a tree drawn (never valued lossily)."""
-
-    v = tree_verifiers.get(verifier)
-    if getattr(builder, "deterministic", False):
-        trees = [builder.sample(drafting_table(table, draft_law)).on(table)]
-    else:
-        rng = np.random.default_rng(seed)
-        trees = [builder.sample(table, rng) for _ in range(samples)]
-    if not all(v.lossless_on(tree) for tree in trees):
-        return None
-    E, T, reach = [], [], []
-    for tree in trees:
-        E.append(v.expected_block_efficiency(tree))
-        T.append(latency.tree_step_time(len(table.context), tree))
-        reach.append(reach_probabilities(v.accepted_length_distribution(tree)))
-    depth = max(len(r) for r in reach)
-    padded = np.array([np.pad(r, (0, depth - len(r))) for r in reach])
-    se = float(np.std(E, ddof=1) / np.sqrt(len(E))) if len(E) > 1 else 0.0
-    return {"E": float(np.mean(E)), "se": se, "T": float(np.mean(T)), "tokens": float(np.mean([t.tokens() for t in trees])),
-            "reach": padded.mean(0), "trees": trees}
+def value(builder, table, verifier: str, latency, samples: int, seed, draft_law: str = "raw") -> dict | None:
+    """``simlab.valuation.tree_value`` with the study's draft law (deterministic trees ranked on
+    ``drafting_table(table, draft_law)``) and ``samples`` trees from ``seed`` (sampled builders)."""
+    deterministic = getattr(builder, "deterministic", False)
+    return tree_value(builder, table, verifier, latency, drafting=drafting_table(table, draft_law) if deterministic else None,
+                      samples=samples, rng=None if deterministic else np.random.default_rng(seed))
 
 
 def node_gaps(trees, verifier: str) -> dict[int, list[float]]:
@@ -384,7 +367,7 @@ def _main(argv) -> int:
             roster.selectors = nde_entry(config, roster)
     listed = {r["builder"] for r in roster.not_run}
     roster.not_run += unpaired_builders([b for b in builders if b not in listed], settings, verifiers)
-    out = prepare_out(PROG, config.out if config.out is not None else f"out/compare_builders/{source.slug()}")
+    out = study_out(PROG, config, source.slug())
     try:
         roots = {s: list(source.roots(s)) for s in settings}
         test = split([r.trajectory for rs in roots.values() for r in rs], config.test_share, config.seed)

@@ -37,7 +37,8 @@ import polars as pl
 
 from analyses.grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
 from analyses.labels import DDTE_VERIFIERS, grid_of, label_all
-from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, name_list, parquet_writer, prepare_out, print_table, run_tool
+from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, name_list, parquet_writer, print_table, run_tool
+from backends.sources.flags import study_config, study_out
 from simlab import tree_verifiers
 from simlab.latency import LatencyModel
 
@@ -73,7 +74,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         ("rrs_wor" not in verifiers, "--verifiers: rrs_wor needs siblings drafted without replacement; the grid draws i.i.d. branches"),
         (args.baseline in verifiers, f"--baseline: {args.baseline!r} must be one of the --verifiers"),
     ])
-    return Config(**{**vars(args), "verifiers": verifiers, "capture": tuple(args.capture)}), parser
+    return study_config(Config, args, verifiers=verifiers), parser
 
 
 def aggregate(labels: pl.DataFrame) -> pl.DataFrame:
@@ -196,7 +197,7 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
     source, settings, latency = grid_source(PROG, parser, config)
-    out = prepare_out(PROG, config.out if config.out is not None else f"out/compare_verifiers/{source.slug()}")
+    out = study_out(PROG, config, source.slug())
     config = replace(config, out=str(out))
     try:
         labels, _ = label_all(source, settings, config.verifiers, grid_of(config), latency, seed=config.seed,

@@ -47,29 +47,11 @@ import numpy as np
 import polars as pl
 
 from analyses.selector_data import choose, feature_arrays, fit_selector, static_choice, value_matrices
-from backends.cli import (
-    OutputSet,
-    add_output_flags,
-    chart_writer,
-    check_flags,
-    fail_from,
-    parquet_writer,
-    prepare_out,
-    print_table,
-    progress_bar,
-    run_tool,
-)
-from backends.sources.flags import (
-    LatencyConfig,
-    SourceConfig,
-    make_latency,
-    make_source,
-    note_hf_defaults,
-    study_parser,
-    with_hf_defaults,
-)
+from backends.cli import OutputSet, add_output_flags, chart_writer, check_flags, fail_from, parquet_writer, print_table, progress_bar, run_tool
+from backends.sources.flags import (LatencyConfig, SourceConfig, make_latency, make_source, note_hf_defaults, study_config, study_out,
+                                    study_parser, with_hf_defaults)
 from simlab import tree_verifiers
-from simlab.efficiency import draw_grid, grid_block_efficiency
+from simlab.grid import draw_grid, grid_block_efficiency
 from simlab.selector.features import root_features
 from simlab.trees import NodeTable
 
@@ -110,7 +92,7 @@ def parse_args(argv) -> tuple[Config, object]:
     add_output_flags(parser, PROG)
     note_hf_defaults(parser, HF_DEFAULTS)
     args = parser.parse_args(argv)
-    config = Config(**{**vars(args), "capture": tuple(args.capture)})
+    config = study_config(Config, args)
     check_flags(PROG, [(config.samples >= 1, f"--samples: must be >= 1, got {config.samples}"),
                        (config.epochs >= 1, f"--epochs: must be >= 1, got {config.epochs}"),
                        (config.selector or "epochs" not in parser.given, "--epochs: trains the selector, which --no-selector skips"),
@@ -308,7 +290,7 @@ def _main(argv) -> int:
     source, settings = make_source(PROG, parser, config, stream="per_trajectory", grid=False, depth=16, study_refusals=REFUSALS,
                                    quiet=config.quiet)
     latency = make_latency(PROG, parser, config, source, 40)
-    out = prepare_out(PROG, config.out if config.out is not None else f"out/ddte_audit/{source.slug()}")
+    out = study_out(PROG, config, source.slug())
     try:
         rows, records = label(config, source, settings, latency)
         labels = pl.DataFrame(rows)

@@ -37,7 +37,6 @@ from backends.cli import (
     fail,
     fail_from,
     parquet_writer,
-    prepare_out,
     print_table,
     progress,
     progress_bar,
@@ -46,7 +45,8 @@ from backends.cli import (
 from backends.pretrained import parse_draft
 from backends.roots import SHIPPED_PROMPTS
 from backends.sources import CaptureSource
-from backends.sources.flags import SourceConfig, add_source_flags, check_honoured, make_source, note_hf_defaults, parse_settings
+from backends.sources.flags import (SourceConfig, add_source_flags, check_honoured, make_source, note_hf_defaults, parse_settings,
+                                    study_config, study_out)
 from simlab.builders import named_shape
 from simlab.measures import ACCEPTANCE_METHODS, node_acceptance, node_divergences
 from simlab.sampling import Stream, seeded_rng
@@ -93,7 +93,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     add_output_flags(parser, PROG)
     note_hf_defaults(parser, HF_DEFAULTS)
     args = parser.parse_args(argv)
-    config = Config(**{**vars(args), "capture": tuple(args.capture)})
+    config = study_config(Config, args)
     check_flags(PROG, [
         (1 <= config.depth <= 64, f"--depth: must lie in [1, 64], got {config.depth}"),
         (1 <= config.width <= 16, f"--width: must lie in [1, 16], got {config.width}"),
@@ -222,14 +222,14 @@ def _main(argv) -> int:
             check_honoured(PROG, parser, config, REFUSALS)
             (setting,) = _one_setting(parse_settings(config.settings), parser)
             models = f"{config.pair}-{config.draft or 'default'}" if config.pair else f"{Path(config.target).name}-{Path(config.draft).name}"
-            out = prepare_out(PROG, config.out if config.out is not None else _default_out(f"hf-{models}"))
+            out = study_out(PROG, config, f"hf-{models}")
             log(f"capturing p and q on the draft trees of every root into {out}/capture-*")
             source = CaptureSource((capture_live(config, setting, out, config.quiet),), grid=False)
         else:
             source, settings = make_source(PROG, parser, config, stream="shared", grid=False, depth=config.depth,
                                            max_settings=1, study_refusals=REFUSALS, quiet=config.quiet)
             (setting,) = settings
-            out = prepare_out(PROG, config.out if config.out is not None else _default_out(source.slug()))
+            out = study_out(PROG, config, source.slug())
         nodes = measure(config, source, setting)
     except ValueError as exc:
         fail_from(PROG, exc, parser, {"prompts": "--prompts", "capture": "--capture"})
@@ -254,10 +254,6 @@ def _main(argv) -> int:
                     f"Multi-draft gain alpha(k={k}) - alpha(k=1) by depth")
         print(f"wrote {out}/divergence_by_depth.parquet, nodes.parquet, divergence_by_depth.html/.png, acceptance_by_depth.html/.png")
     return 0
-
-
-def _default_out(slug: str) -> str:
-    return f"out/divergence_by_depth/{slug}"
 
 
 def _one_setting(settings, parser):

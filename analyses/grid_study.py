@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from backends.cli import ToolParser, check_flags, fail, progress
 from simlab.checks import check_device
 from backends.sources.flags import LatencyConfig, SourceConfig, add_latency_flags, add_source_flags, make_latency, make_source
+from simlab.grid import GridAxes
 
 _EXACT = ("--method exact enumerates the trees of synthetic worlds only", ("mc",))
 _JOBS = ("worker processes run over the settings of synthetic worlds only", (1,))
@@ -33,6 +34,11 @@ class GridStudyConfig(SourceConfig, LatencyConfig):
     engine_device: str = "cpu"
     jobs: int = 2
     quiet: bool = False
+
+    def axes(self) -> GridAxes:
+        """The grid's axes: {1..K_max} x {0..L_max}^2 (``simlab.grid.GridAxes``)."""
+        Ls = tuple(range(self.L_max + 1))
+        return GridAxes(tuple(range(1, self.K_max + 1)), Ls, Ls)
 
 
 def add_grid_study_flags(parser: ToolParser, d: GridStudyConfig) -> None:
@@ -87,10 +93,11 @@ def grid_source(prog: str, parser: ToolParser, config: GridStudyConfig, study_ho
             if "samples" in parser.given and config.samples != stored.samples:
                 fail(prog, f"--samples: the capture source cannot honour it ({folder!r} holds {stored.samples} trees per L1; "
                            "a capture brings its own trees)")
-            if stored.width < config.K_max or stored.depth < config.L_max:
+            held, wanted = stored.grid_axes(), config.axes()
+            if held.width < wanted.width or held.depth < wanted.depth:
                 fail(prog, f"--capture: {folder!r} holds K <= {stored.width} and L1, L2 <= {stored.depth}; "
                            f"pass --K-max {stored.width} --L-max {stored.depth} or less")
     if source.name == "hf" and "cost_ratio" not in parser.given and config.latency in (None, "probe"):
         progress(prog, "measuring the forward times of both models on this machine (warm-up benchmark)", config.quiet)
-    latency = make_latency(prog, parser, config, source, config.L_max + config.K_max * config.L_max)
+    latency = make_latency(prog, parser, config, source, config.axes().largest_tree)
     return source, settings, latency

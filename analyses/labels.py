@@ -2,7 +2,7 @@
 
 At each root, ``samples`` trees ``Delayed(K_max, L1, L2_max)`` are drawn per L1 (or replayed
 from a capture) and every action a = (K, L1, L2) of the grid is valued by DDTE's unbiased
-estimator (``simlab.efficiency.grid_block_efficiency``), the exact inner expectation averaged
+estimator (``simlab.grid.grid_block_efficiency``), the exact inner expectation averaged
 over the drawn trees; the same trees serve every verifier.  The draws are split in two halves
 by sample index, so a study can choose an action on one half (``E_select``) and report it on
 the other (``E_holdout``) without the winner's curse of a maximum over noisy estimates;
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from simlab.sampling import seeded_rng
 from simlab import tree_verifiers
-from simlab.efficiency import draw_grid
+from simlab.grid import GridAxes, draw_grid
 from simlab.labels import grid_labels, verifier_Ks
 from simlab.latency import LatencyModel
 from simlab.trees import NodeTable
@@ -46,16 +46,18 @@ class Grid:
             raise ValueError(f"method: must be 'mc' or 'exact', got {self.method!r}")
         if self.engine not in ("numpy", "torch"):
             raise ValueError(f"engine: must be 'numpy' or 'torch', got {self.engine!r}")
-        for name in ("K_values", "L1_values", "L2_values"):
-            values = getattr(self, name)
-            if not values or min(values) < (1 if name == "K_values" else 0) or len(set(values)) != len(values):
-                raise ValueError(f"{name}: must be distinct integers >= {1 if name == 'K_values' else 0}, got {values!r}")
+        _ = self.axes  # validates the axes (``simlab.grid.GridAxes``)
         if self.samples < 1:
             raise ValueError(f"samples: must be >= 1, got {self.samples}")
 
+    @property
+    def axes(self) -> GridAxes:
+        """The grid's axes (``simlab.grid.GridAxes``)."""
+        return GridAxes(self.K_values, self.L1_values, self.L2_values)
+
     def actions(self) -> list[tuple[int, int, int]]:
         """Every action (K, L1, L2), K slowest (the order of the selector's logits)."""
-        return [(K, L1, L2) for K in self.K_values for L1 in self.L1_values for L2 in self.L2_values]
+        return self.axes.actions()
 
 
 def root_drafts(root, grid: Grid, seed: int, key: int):
@@ -120,8 +122,8 @@ def _exact_values(root, verifiers, grid: Grid):
 def grid_of(config) -> Grid:
     """The grid {1..K_max} x {0..L_max}^2 with ``samples`` draws (and ``method``, ``engine``), from a study's
     flags (``analyses.grid_study.GridStudyConfig``)."""
-    Ls = tuple(range(config.L_max + 1))
-    return Grid(tuple(range(1, config.K_max + 1)), Ls, Ls, config.samples, config.method, config.engine, config.engine_device)
+    axes = config.axes()
+    return Grid(axes.K_values, axes.L1_values, axes.L2_values, config.samples, config.method, config.engine, config.engine_device)
 
 
 def _label_setting(task):

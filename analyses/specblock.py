@@ -47,10 +47,10 @@ from simlab import tree_verifiers
 from simlab.drafting import Drafting
 from simlab.tree_verifiers.base import accepted_lengths, reach_probabilities
 
-from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, progress_bar, run_tool
+from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, print_table, progress_bar, run_tool
 from analyses.block_drafters import TRAINED, drafter_folder, drafters_for
-from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
-                                    note_hf_defaults, with_hf_defaults)
+from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, note_hf_defaults,
+                                    study_config, study_out, study_parser, with_hf_defaults)
 
 PROG = "python -m analyses.specblock"
 BUILDERS = ("eagle2", "block_topk", "rank_guided", "no_shift", "no_valid_prefix", "attention_free")
@@ -132,7 +132,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         budgets = int_list(args.budgets, "--budgets", minimum=1)
     except ValueError as exc:
         fail(PROG, str(exc))
-    config = Config(**{**vars(args), "budgets": ",".join(map(str, budgets)), "capture": tuple(args.capture)})
+    config = study_config(Config, args, budgets=",".join(map(str, budgets)))
     check_flags(PROG, [
         (config.K >= 1, f"--K: must be >= 1, got {config.K}"),
         (1 <= config.blocks <= 16, f"--blocks: must lie in 1..16, got {config.blocks}"),
@@ -184,6 +184,7 @@ def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list
     from simlab import tree_verifiers
     from simlab.builders.cost import DraftCost
     from simlab.trees import NodeTable
+    from simlab.valuation import value_tree
 
     budgets = [int(b) for b in config.budgets.split(",")]
     rows, depth_rows, slot_rows = [], [], []
@@ -198,12 +199,12 @@ def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list
                     tree, origin = builder.build(drafting) if hasattr(builder, "build") else (builder.sample(drafting), None)
                     tree = tree.on(table)
                     cost = tree.cost if tree.cost is not None else DraftCost.of_tree(tree)
-                    T = latency.step_time(len(root.context), cost)
-                    draft = T - latency.target(len(root.context) + cost.verified, 1 + cost.verified)
                     for v in tree_verifiers.lossless_names({Drafting.DETERMINISTIC}, setting):
                         verifier = tree_verifiers.get(v)
+                        value = value_tree(tree, verifier, latency)
+                        E, T = value["E"], value["T"]
+                        draft = T - latency.target(len(root.context) + cost.verified, 1 + cost.verified)
                         law = verifier.outcome_law(tree)
-                        E = verifier.expected_block_efficiency(tree)
                         reach = reach_probabilities(accepted_lengths(law, tree.depth()))
                         rows.append({**key, "budget": budget, "builder": name, "verifier": v, "E": E, "T": T, "TPS": E / T,
                                      "draft_share": draft / T, "tokens": tree.tokens(), "depth": tree.depth()})
@@ -329,7 +330,7 @@ def _main(argv) -> int:
         latency = latency.with_drafter("block", forward_seconds(drafter_of["full"](source.pair).model))
     else:
         latency = latency.with_drafter("block", ForwardTime.constant(config.block_ratio * latency.target(0, 1)))
-    out = prepare_out(PROG, config.out if config.out is not None else f"out/specblock/{source.slug()}")
+    out = study_out(PROG, config, source.slug())
     try:
         rows, depth_rows, slot_rows = measure(config, source, settings, latency, drafter_of)
         trace_rows = run_stream(config, source, latency, drafter_of) if config.backend == "hf" else None

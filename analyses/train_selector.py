@@ -38,7 +38,6 @@ from backends.cli import (
     fail,
     fail_from,
     parquet_writer,
-    prepare_out,
     print_table,
     run_tool,
     slow_step,
@@ -47,6 +46,7 @@ from backends.pretrained import open_pair
 from simlab.checks import check_device
 from simlab import tree_verifiers
 from simlab import verifiers as node_verifiers
+from backends.sources.flags import default_out, study_config, study_out
 
 PROG = "python -m analyses.train_selector"
 
@@ -74,9 +74,8 @@ class Config(GridStudyConfig):
     out: str | None = None
 
 
-def default_out(slug: str) -> str:
-    """Where a run goes by default: ``out/train_selector/<source>``."""
-    return f"out/train_selector/{slug}"
+DEFAULT_RUN = default_out(PROG, "synthetic-distilled-V32")
+"""The default run folder (the default source), which ``evaluate_selector --run`` reads by default."""
 
 
 def parse_args(argv) -> tuple[Config, ToolParser]:
@@ -113,7 +112,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         (0 <= args.dropout < 1, f"--dropout: must lie in [0, 1), got {args.dropout}"),
         (device_error is None, device_error),
     ], min_trajectories=3)
-    return Config(**{**vars(args), "verifiers": verifiers, "capture": tuple(args.capture)}), parser
+    return study_config(Config, args, verifiers=verifiers), parser
 
 
 def capture_models(source, device: str):
@@ -133,7 +132,7 @@ def _main(argv) -> int:
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
     grid = grid_of(config)
     source, settings, latency = grid_source(PROG, parser, config, study_honours={"capture": {"device"}})
-    out = prepare_out(PROG, config.out if config.out is not None else default_out(source.slug()))
+    out = study_out(PROG, config, source.slug())
     config = replace(config, out=str(out))
     try:
         with slow_step(PROG, "loading the captured models for the features", config.quiet):

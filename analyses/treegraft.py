@@ -182,16 +182,13 @@ def measure(config: Config, source, settings, latency):
 
 
 def _value(builder, drafting, table, verifier, latency) -> dict:
-    """The builder's tree built on ``drafting``, valued on ``table`` (``--draft-law``)."""
-    from simlab import tree_verifiers
+    """The builder's tree built on ``drafting``, valued on ``table`` (``--draft-law``; ``simlab.valuation``)."""
+    from simlab.valuation import value_tree
 
     state = builder.start(builder.prepare(drafting))
     for call in builder.schedule:
         state.step(bool(call))
-    tree = state.finish().on(table)
-    E = tree_verifiers.get(verifier).expected_block_efficiency(tree)
-    T = latency.tree_step_time(len(table.context), tree)
-    return {"E": E, "T": T, "TPS": E / T, "tokens": tree.tokens(), "state": state}
+    return {**value_tree(state.finish().on(table), verifier, latency), "state": state}
 
 
 def _row(policy: str, verifier: str, value: dict, schedule) -> dict:

@@ -9,7 +9,7 @@ both models' logits are kept and ``CapturedPair`` replays p and q bit for bit.
 
 ``--shape grid`` captures the trees behind the action-grid studies (``compare_verifiers``,
 ``train_selector``): at each root, ``--samples`` trees ``Delayed(width, L1, depth)`` for every
-L1 in 0..depth (``simlab.efficiency.draw_grid``); the node rows then cover the union of their
+L1 in 0..depth (``simlab.grid.draw_grid``); the node rows then cover the union of their
 nodes, once each.  ``--labels specinfer,spectr,...`` also values every action of the grid
 {1..width} x {0..depth}^2 for those verifiers while p and q are in memory
 (``simlab.labels.grid_labels``, the studies' own label function) and stores the labels
@@ -27,7 +27,7 @@ exists and produces no duplicate and no missing rows, because every root is seed
 ``--evaluation cached`` (the default) evaluates every node once: the G = ``--roots-per-forward``
 (default 8) consecutive roots of a group share one ``backends.tree_cache.TreeSession`` (one
 batch row each, both models' KV caches kept from level to level), grid trees are drawn in
-lockstep (``simlab.efficiency.draw_grids``: one forward per model and level for the group, only
+lockstep (``simlab.grid.draw_grids``: one forward per model and level for the group, only
 the new nodes), and the leaves come from the same caches.  ``--evaluation forward`` (captures
 made before the flag) drafts each root alone, every level a tree forward that evaluates the
 ancestors again, then evaluates the leaves of the G roots' trees in one masked forward per model
@@ -77,11 +77,11 @@ from backends.roots import prompt_roots, prompt_texts, prompts_digest, read_prom
 from simlab import tree_verifiers
 from simlab.builders import Delayed
 from simlab.checks import check_device
+from simlab.grid import draw_grid, draw_grids
+from simlab.drafting import Drafting, lossless_pairing
+from simlab.labels import grid_labels, verifier_Ks
 from simlab.device_rows import SUMMARY_COLUMNS, summaries
 from simlab.distributions import top_ranked
-from simlab.drafting import Drafting, lossless_pairing
-from simlab.efficiency import draw_grid, draw_grids
-from simlab.labels import grid_labels, verifier_Ks
 from simlab.measures import node_divergences
 from simlab.sampling import Stream, seeded_rng
 from simlab.trees import DraftTree, NodeTable
@@ -101,8 +101,8 @@ def draft_root(pair, settings: store.CaptureSettings, root_id: int, context: tup
     rng = seeded_rng(settings.seed, Stream.TREE, root_id)
     table = NodeTable(pair, context, rows="logits")  # float32 logits, not float64 rows: the same draws in half the memory
     if settings.shape == "grid":
-        drafts = draw_grid(table, K_max=settings.width, L1_values=range(settings.depth + 1),
-                           L2_max=settings.depth, samples=settings.samples, rng=rng)
+        axes = settings.grid_axes()
+        drafts = draw_grid(table, K_max=axes.width, L1_values=axes.L1_values, L2_max=axes.depth, samples=settings.samples, rng=rng)
         return union_tree(drafts), drafts, table
     return settings.tree_shape().sample(table, rng), None, table
 
@@ -170,7 +170,7 @@ def capture_group(pair, settings: store.CaptureSettings, group, max_batch: int, 
 
     ``settings.evaluation``: ``"cached"``: the group's roots share a ``backends.tree_cache.
     TreeSession`` (one batch row each, KV caches kept), grid trees are drawn in lockstep
-    (``simlab.efficiency.draw_grids``: one forward per model and level for the whole group) and
+    (``simlab.grid.draw_grids``: one forward per model and level for the whole group) and
     the leaves come from the same caches, so every node is evaluated once; other shapes use one
     session per root.  ``"forward"``: each root's levels are tree forwards that evaluate the
     ancestors again, and the leaves are evaluated by ``HFPair.forest_logits`` (``max_tokens``
@@ -217,8 +217,9 @@ def draft_cached(pair, settings: store.CaptureSettings, group):
             table.add_logits(paths, *both)
 
     rngs = [seeded_rng(settings.seed, Stream.TREE, root_id) for root_id, _, _ in group]  # as draft_root's: (seed, root id) alone
-    every = draw_grids(tables, rngs, fetch=fetch, K_max=settings.width, L1_values=range(settings.depth + 1),
-                       L2_max=settings.depth, samples=settings.samples)
+    axes = settings.grid_axes()
+    every = draw_grids(tables, rngs, fetch=fetch, K_max=axes.width, L1_values=axes.L1_values, L2_max=axes.depth,
+                       samples=settings.samples)
     drafted = [(union_tree(drafts), drafts, table) for drafts, table in zip(every, tables)]
     fetch([[n for n in tree.nodes() if not table.known(n)] for tree, _, table in drafted])  # the leaves
     return drafted
@@ -232,9 +233,10 @@ def finish_root(pair, settings: store.CaptureSettings, root_id: int, prompt_inde
     nodes = tree.nodes()
     labels = None
     if settings.labels:
+        axes = settings.grid_axes()
         labels = [{"root": root_id, "prompt": prompt_index, **row}
-                  for row in grid_labels(table, drafts, settings.labels.split(","), K_values=range(1, settings.width + 1),
-                                         L2_values=range(settings.depth + 1), engine=engine, device=pair.device, stream=True)]
+                  for row in grid_labels(table, drafts, settings.labels.split(","), K_values=axes.K_values,
+                                         L2_values=axes.L2_values, engine=engine, device=pair.device, stream=True)]
     rows = []
     for path, summary in zip(nodes, node_rows(table, nodes, settings.store_top)):
         rows.append({

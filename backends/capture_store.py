@@ -49,7 +49,7 @@ import polars as pl
 
 from backends.cli import atomic_write, write_parquet
 from backends.roots import RootPlacement
-from simlab.efficiency import GridDraft
+from simlab.grid import GridAxes, GridDraft
 from simlab.files import staging_file, umask
 from simlab.pairs import check_contexts
 from simlab.sampling import SamplingSettings
@@ -96,6 +96,11 @@ class CaptureSettings:
     labels_engine: str = ""  # --labels: the engine the labels were computed with (numpy or torch; "unrecorded" before the field)
     trim_draft_vocab: bool = False  # --trim-draft-vocab: a draft with more ids than the target, q cut to the target's ids and renormalised
     pair: str = ""  # --pair: the named pretrained pair (backends.pretrained; target is then ""), else ""
+
+    def grid_axes(self) -> GridAxes:
+        """``shape == "grid"``: the stored width and depth as the grid's axes (K in 1..width, L1 and
+        L2 in 0..depth; ``simlab.grid.GridAxes.from_width_depth``)."""
+        return GridAxes.from_width_depth(self.width, self.depth)
 
     def tree_shape(self) -> Delayed:
         return named_shape(self.shape, self.width, self.depth, self.trunk)

@@ -36,7 +36,7 @@ from benchmarks import anchor_style
 from benchmarks.interleave import interleaved, report
 from benchmarks.test_trees import PrefetchedPair
 from simlab import tree_verifiers, verifiers
-from simlab.efficiency import draw_grid, grid_block_efficiency
+from simlab.grid import draw_grid, grid_block_efficiency
 from simlab.trees import NodeTable
 
 ROOT = 5

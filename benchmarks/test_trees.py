@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from simlab import tree_verifiers
-from simlab.efficiency import action_grid_block_efficiency, draw_grid, grid_block_efficiency
 from simlab.builders import Delayed
+from simlab.grid import action_grid_block_efficiency, draw_grid, grid_block_efficiency
 from simlab.trees import DraftTree, NodeTable
 
 VOCAB = 32_000

@@ -71,7 +71,7 @@ def bench(vocab: int, device: str, *, nodes: int, trees: int, repeat: int, cpu_n
     import torch
 
     from simlab import batched, tree_verifiers, verifiers
-    from simlab.efficiency import draw_grid, grid_block_efficiency
+    from simlab.grid import draw_grid, grid_block_efficiency
     from simlab.pairs import ContextFreePair
     from simlab.builders import Delayed
     from simlab.trees import DraftTree, NodeTable

@@ -2,7 +2,7 @@
 
 The values behind DDTE's selector labels (DDTE Sec. 6): for each verifier and action a = (K, L1,
 L2), DDTE's unbiased estimator over the ``samples`` drafts of its L1
-(``simlab.efficiency.grid_block_efficiency``).  The drafts are split in two halves by sample
+(``simlab.grid.grid_block_efficiency``).  The drafts are split in two halves by sample
 index, so a study can choose an action on one half (``E_select``) and report it on the other
 (``E_holdout``) without the winner's curse; ``E`` is the mean of both and ``E_se`` its standard
 error.  Computed by the studies (``analyses.labels``) and at capture time
@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 
 from simlab import tree_verifiers
 from simlab.batched import supports
-from simlab.efficiency import GridDraft, grid_block_efficiency
+from simlab.grid import GridDraft, grid_block_efficiency
 from simlab.trees import NodeTable
 
 LABEL_COLUMNS = ("verifier", "K", "L1", "L2", "E", "E_se", "E_select", "E_holdout")
@@ -53,7 +53,7 @@ def grid_labels(table: NodeTable, drafts: Sequence[GridDraft], verifiers: Sequen
 
     Args:
         table: p and q at the drafts' nodes (the root's ``NodeTable``).
-        drafts: the root's grid drafts (``simlab.efficiency.draw_grid``), ``samples`` per L1.
+        drafts: the root's grid drafts (``simlab.grid.draw_grid``), ``samples`` per L1.
         verifiers: tree-verifier names; single-path ones get K = 1 only (``verifier_Ks``).
         K_values, L2_values: the grid's K and L2 axes (its L1 axis is the drafts' L1 values).
         engine, device: as ``grid_block_efficiency``; with ``"torch"`` the verifiers the batched

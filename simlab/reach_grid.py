@@ -6,7 +6,7 @@ probability P(reach u) p_u(t): P(reach v) is the product of p along v's path, wh
 in, and E[tau + 1 | tree cut at depth d] = 1 + the sum of P(reach v) over the tree's distinct
 nodes at depths 1..d (``TopDown.by_depth_from_masses``; with an EOS id, nothing at or below an
 EOS child).  For the grid's delayed trees (a draft's trunk, then its first K branches:
-``simlab.efficiency.grid_block_efficiency``) that needs p and q at each drafted edge, one entry
+``simlab.grid.grid_block_efficiency``) that needs p and q at each drafted edge, one entry
 each (p for the mass; q to refuse a child q cannot have drawn, the refusal of
 ``NodePlan.check_children_rows``), and every K and cut-off of every draft follows from a few
 array operations over all drafts at once:

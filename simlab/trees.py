@@ -40,7 +40,7 @@ Path = tuple[int, ...]
 
 def mass_request(request) -> tuple:
     """(path, node verifier, children, law) of a mass request (``TopDown.mass_requests``, answered by
-    ``simlab.efficiency.streamed_masses`` and ``simlab.batched.table_masses``); a request of three
+    ``simlab.grid.streamed_masses`` and ``simlab.batched.table_masses``); a request of three
     items (path, node verifier, children) has the node verifier's own ``drafting`` as its law.
     The law decides which children must have q > 0 (``simlab.verifiers.base.check_drafted``)."""
     path, node, kids, *law = request

@@ -91,7 +91,7 @@ def test_bad_input_names_the_argument():
 @pytest.mark.parametrize("trunk_children", ["shared", "per_path"])
 def test_grid_labels_from_the_torch_engine_equal_the_numpy_path(name, trunk_children):
     from simlab import tree_verifiers
-    from simlab.efficiency import draw_grid, grid_block_efficiency
+    from simlab.grid import draw_grid, grid_block_efficiency
     from simlab.pairs import MarkovPair
     from simlab.trees import NodeTable
 
@@ -109,7 +109,7 @@ def test_grid_labels_from_the_torch_engine_equal_the_numpy_path(name, trunk_chil
 
 
 def test_the_torch_grid_refuses_what_it_cannot_compute():
-    from simlab.efficiency import draw_grid, grid_block_efficiency
+    from simlab.grid import draw_grid, grid_block_efficiency
     from simlab.pairs import MarkovPair
     from simlab.trees import NodeTable
 
@@ -132,7 +132,7 @@ def test_float32_terminates_and_stays_close():
 
 
 def test_grid_labels_refuse_a_bad_engine_and_uneven_drafts():
-    from simlab.efficiency import draw_grid
+    from simlab.grid import draw_grid
     from simlab.labels import grid_labels
     from simlab.pairs import MarkovPair
     from simlab.trees import NodeTable

@@ -13,7 +13,8 @@ from analyses.labels import Grid, label_root
 from backends.sources import SyntheticSource
 from backends.sources.flags import parse_settings
 from simlab.sampling import SamplingSettings
-from simlab.efficiency import draw_grid, expected_block_efficiency, grid_block_efficiency
+from simlab.efficiency import expected_block_efficiency
+from simlab.grid import draw_grid, grid_block_efficiency
 from simlab.latency import LatencyModel
 from simlab.builders import Delayed
 from simlab.trees import NodeTable

@@ -12,7 +12,7 @@ from backends.capture import node_rows
 from backends.hf import HFPair
 from simlab import batched, tree_verifiers, verifiers
 from simlab.device_rows import SUMMARY_COLUMNS, probabilities, summaries
-from simlab.efficiency import draw_grid, grid_block_efficiency
+from simlab.grid import draw_grid, grid_block_efficiency
 from simlab.measures import node_divergences
 from simlab.sampling import SamplingSettings, sampling_distribution
 from simlab.trees import NodeTable

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from simlab import batched, verifiers
-from simlab.efficiency import GridDraft, grid_block_efficiency
+from simlab.grid import GridDraft, grid_block_efficiency
 from simlab.labels import grid_labels
 from simlab.sampling import SamplingSettings
 from simlab.trees import NodeTable
@@ -154,7 +154,7 @@ def test_deterministic_children_with_q_zero_are_valued_alike_by_every_path():
     from simlab import tree_verifiers
     from simlab.batched import table_masses
     from simlab.drafting import Drafting
-    from simlab.efficiency import streamed_masses
+    from simlab.grid import streamed_masses
     from simlab.pairs import ContextFreePair
     from simlab.trees import DraftTree
 

@@ -291,7 +291,7 @@ def test_traversal_masses_on_edge_cases(case):
 def test_streamed_grid_equals_the_memoised_grid_bit_for_bit(name):
     """grid_block_efficiency(stream=True): node by node, no plan kept; the same numbers exactly
     (Traversal, not top-down, ignores the flag)."""
-    from simlab.efficiency import draw_grid, grid_block_efficiency
+    from simlab.grid import draw_grid, grid_block_efficiency
 
     pair = MarkovPair.random(6, np.random.default_rng(8), concentration=0.6, closeness=0.4)
     drafts = draw_grid(NodeTable(pair, (0,)), K_max=3, L1_values=(0, 1, 2), L2_max=3, samples=2, rng=np.random.default_rng(9))
@@ -309,7 +309,7 @@ def test_streamed_grid_equals_the_memoised_grid_bit_for_bit(name):
 def test_grouped_grid_equals_the_reference_grid_bit_for_bit(name, eos, trunk):
     """The default grid (trees built once per draw, each distinct (node, children) request once, a
     node's child lists in one vectorised call) against the plain per-tree path: the same bits."""
-    from simlab.efficiency import draw_grid, grid_block_efficiency
+    from simlab.grid import draw_grid, grid_block_efficiency
 
     base = MarkovPair.random(6, np.random.default_rng(8), concentration=0.6, closeness=0.4)
     pair = MarkovPair(base.target, base.draft, eos_id=eos)
@@ -330,7 +330,7 @@ def test_grouped_grid_equals_the_reference_grid_bit_for_bit(name, eos, trunk):
 
 @pytest.mark.parametrize("per_path", [False, True])
 def test_draft_trees_are_the_delayed_trees(per_path):
-    from simlab.efficiency import _draft_trees, draw_grid
+    from simlab.grid import _draft_trees, draw_grid
 
     table = NodeTable(MarkovPair.random(5, np.random.default_rng(3)), (0,))
     for draft in draw_grid(table, K_max=4, L1_values=(0, 2), L2_max=3, samples=2, rng=np.random.default_rng(4)):
@@ -344,7 +344,7 @@ def test_draft_trees_are_the_delayed_trees(per_path):
 def test_a_bad_child_list_is_refused_by_the_grouped_grid():
     """The grid's drafts are public inputs: a child the table's q cannot have drawn is refused
     (validated once per node and child lists, not skipped)."""
-    from simlab.efficiency import GridDraft, grid_block_efficiency
+    from simlab.grid import GridDraft, grid_block_efficiency
 
     p, q = np.array([0.5, 0.3, 0.2]), np.array([0.6, 0.4, 0.0])
     table = NodeTable(ContextFreePair(p, q), (0,))
@@ -517,7 +517,7 @@ def _reach_grid_agrees(V, eos, seed=5) -> bool:
     grid's delayed trees) at every cut-off down to the longest branch, bit for bit: hand-built drafts
     with trunks of 0-2 tokens (L1 = the trunk's length or not), 1-6 branches of 0-4 tokens."""
     from simlab import reach_grid
-    from simlab.efficiency import GridDraft, _draft_trees
+    from simlab.grid import GridDraft, _draft_trees
 
     rng = np.random.default_rng(seed)
     base = MarkovPair.random(V, rng, closeness=0.5)

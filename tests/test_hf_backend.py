@@ -258,7 +258,7 @@ def test_forest_bad_input_is_a_value_error(pair, prompt):
 def test_a_logits_table_gives_the_same_bits_as_a_rows_table(pair, prompt):
     """NodeTable(rows="logits") keeps float32 logits and computes p, q on access: the same bits as
     the float64 rows, the same draws, the same labels."""
-    from simlab.efficiency import draw_grid
+    from simlab.grid import draw_grid
     from simlab.labels import grid_labels
 
     tables = {mode: NodeTable(pair, prompt, rows=mode) for mode in ("float64", "logits")}

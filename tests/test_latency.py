@@ -136,7 +136,7 @@ def test_bad_calls():
 
 
 def test_draw_grid_checks_its_arguments():
-    from simlab.efficiency import draw_grid
+    from simlab.grid import draw_grid
     from simlab.pairs import ContextFreePair
     from simlab.trees import NodeTable
 

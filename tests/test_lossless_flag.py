@@ -15,13 +15,8 @@ import pytest
 
 from simlab import tree_verifiers
 from simlab.drafting import Drafting
-from simlab.efficiency import (
-    action_grid_block_efficiency,
-    draw_grid,
-    expected_block_efficiency,
-    grid_block_efficiency,
-    simulate_block_efficiency,
-)
+from simlab.efficiency import expected_block_efficiency, simulate_block_efficiency
+from simlab.grid import action_grid_block_efficiency, draw_grid, grid_block_efficiency
 from simlab.pairs import MarkovPair
 from simlab.builders import Delayed, iid
 from simlab.trees import NodeTable

@@ -14,7 +14,7 @@ from backends.capture import main
 from backends.capture_store import load_settings, read_capture
 from backends.hf import HFPair
 from conftest import capture_flags, write_prompts
-from simlab.efficiency import draw_grid, draw_grids
+from simlab.grid import draw_grid, draw_grids
 from simlab.pairs import MarkovPair
 from simlab.trees import NodeTable
 

@@ -188,7 +188,7 @@ def test_cut_offs_match_separate_trees(name):
 
 
 def test_action_grid_is_unbiased_against_exact():
-    from simlab.efficiency import action_grid_block_efficiency
+    from simlab.grid import action_grid_block_efficiency
 
     grid = action_grid_block_efficiency(PAIR, CONTEXT, "specinfer", K_values=(1, 2), L1_values=(0, 1), L2_values=(0, 1, 2), samples=300, seed=2)
     for (K, L1, L2), estimate in grid.items():

@@ -14,7 +14,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
-from simlab.efficiency import GridDraft
+from simlab.grid import GridDraft
 from simlab.pairs import ModelPair
 from simlab.sampling import SamplingSettings
 

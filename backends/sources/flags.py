@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, replace
+from pathlib import Path
 
-from backends.cli import ToolParser, fail, flag_message, slow_step
+from backends.cli import ToolParser, fail, flag_message, prepare_out, slow_step
 from backends.pretrained import DEFAULT_DRAFT, PAIRS
 from backends.sources import SOURCES, CaptureSource, HFSource, SyntheticSource
 from backends.synthetic import WORLDS
@@ -221,6 +222,24 @@ def study_parser(prog: str, doc: str, defaults) -> ToolParser:
     add_source_flags(parser, defaults)
     add_latency_flags(parser, defaults)
     return parser
+
+
+def study_config(config_type, args: argparse.Namespace, **fields):
+    """A study's config dataclass from its parsed flags: every flag's value, ``--capture`` as a
+    tuple of folders, and ``fields`` (the values a study normalised, e.g. parsed lists) overriding."""
+    return config_type(**{**vars(args), "capture": tuple(args.capture), **fields})
+
+
+def default_out(prog: str, slug: str) -> str:
+    """Where a study's run goes without ``--out``: ``out/<study>/<slug>`` (the study named by
+    ``prog``, ``python -m analyses.<study>``; ``slug`` names the source, ``Source.slug()``)."""
+    return f"out/{prog.rsplit('.', 1)[-1]}/{slug}"
+
+
+def study_out(prog: str, config, slug: str) -> Path:
+    """The run's output folder, ready to write (``backends.cli.prepare_out``): ``config.out``, else
+    ``default_out(prog, slug)``; exits 2 with one line when it cannot be written."""
+    return prepare_out(prog, config.out if config.out is not None else default_out(prog, slug))
 
 
 def note_hf_defaults(parser: ToolParser, defaults: dict) -> None:

@@ -16,13 +16,24 @@ name              builder                                              children 
 ``sequoia``       Sequoia's DP tree (``Sequoia``)                      w/o repl. (or top-k)     rrs_wor, traversal, ...
 ``greedy_draft``  greedy draft with proxy scores (``GreedyDraftTree``)  mixed / deterministic    greedy_draft, onehot
 ``treegraft``     TreeGraft: n-gram and mid drafters on one trie       deterministic            onehot, nss, greedy
+``specblock``     SpecBlock's rank-guided tree (``RankGuided``)        deterministic            onehot, nss, greedy
 ================  ===================================================  =======================  ===================
 
 A builder's trees state their node laws; a verifier that is not lossless for them refuses them
 (``simlab.tree_verifiers``).  Budgets count draft tokens (distinct non-root nodes).
+
+Every registered builder declares, once, on its class (or factory):
+
+* ``default_laws``: the drafting laws of its trees' nodes at its default options (an instance's
+  ``laws`` refines them for its options); ``laws(name)`` reads them;
+* its defaults: the dataclass fields' defaults (``get(name, budget=...)`` keeps the others);
+* ``example(vocab_size=4)``: a tiny instance the generic builder tests run (``example(name)``);
+  a registered builder without one fails ``tests/test_builders.py``.
 """
 
 from __future__ import annotations
+
+import importlib
 
 from simlab.builders.base import MAX_TREES, Builder, enumerate_draws
 from simlab.builders.delayed import Delayed, chain, iid, named_shape
@@ -31,22 +42,61 @@ from simlab.builders.greedy_draft import GreedyDraftTree
 from simlab.builders.sequoia import Sequoia
 from simlab.builders.static import Static
 
+
+
+class _Lazy:
+    """A builder class imported on first use: its module imports ``simlab.latency``, which imports
+    this package.  Calls and attributes (``default_laws``, ``example``) reach the class."""
+
+    def __init__(self, module: str, name: str):
+        self.module, self.name = module, name
+
+    def resolve(self) -> type:
+        return getattr(importlib.import_module(self.module), self.name)
+
+    def __call__(self, *args, **options):
+        return self.resolve()(*args, **options)
+
+    def __getattr__(self, attr: str):
+        if attr in ("module", "name"):
+            raise AttributeError(attr)
+        return getattr(self.resolve(), attr)
+
+
 REGISTRY = {"delayed": Delayed, "iid": iid, "chain": chain, "static": Static, "eagle2": EAGLE2, "sequoia": Sequoia,
-            "greedy_draft": GreedyDraftTree}
-
-
-def _treegraft(**options):
-    from simlab.treegraft import TreeGraft
-
-    return TreeGraft(**options)
-
-
-REGISTRY["treegraft"] = _treegraft
+            "greedy_draft": GreedyDraftTree, "treegraft": _Lazy("simlab.treegraft.builder", "TreeGraft"),
+            "specblock": _Lazy("simlab.specblock.builder", "RankGuided")}
 
 
 def names() -> list[str]:
     """Every builder name."""
     return list(REGISTRY)
+
+
+def _entry(name: str):
+    if not isinstance(name, str) or name not in REGISTRY:
+        raise ValueError(f"name: unknown builder {name!r}; choose one of {', '.join(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def laws(name: str) -> frozenset:
+    """The drafting laws (``simlab.drafting.Drafting``) the builder ``name`` declares for its
+    trees' nodes at its default options.
+
+    Raises:
+        ValueError: ``name: ...`` for an unknown name.
+    """
+    return frozenset(_entry(name).default_laws)
+
+
+def example(name: str, vocab_size: int = 4) -> Builder:
+    """The tiny instance the builder ``name`` declares for the generic tests (worlds of
+    ``vocab_size`` tokens; only builders with a drafter of their own use it).
+
+    Raises:
+        ValueError: ``name: ...`` for an unknown name.
+    """
+    return _entry(name).example(vocab_size)
 
 
 def get(name: str, **options) -> Builder:
@@ -56,13 +106,12 @@ def get(name: str, **options) -> Builder:
         ValueError: ``name: ...`` for an unknown name; ``options: ...`` for options the builder
             does not take; the builder's own ``ValueError`` for values out of range.
     """
-    if not isinstance(name, str) or name not in REGISTRY:
-        raise ValueError(f"name: unknown builder {name!r}; choose one of {', '.join(REGISTRY)}")
+    entry = _entry(name)
     try:
-        return REGISTRY[name](**options)
+        return entry(**options)
     except TypeError as exc:
         raise ValueError(f"options: {name} does not accept {sorted(options)} ({exc})") from None
 
 
 __all__ = ["Builder", "Delayed", "EAGLE2", "GreedyDraftTree", "MAX_TREES", "REGISTRY", "Sequoia", "Static", "chain",
-           "enumerate_draws", "get", "iid", "names", "named_shape"]
+           "enumerate_draws", "example", "get", "iid", "laws", "names", "named_shape"]

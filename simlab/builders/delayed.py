@@ -52,6 +52,12 @@ class Delayed:
     trunk_children: str = "shared"
 
     deterministic: ClassVar[bool] = False
+    default_laws: ClassVar[frozenset[Drafting]] = frozenset({Drafting.IID})
+
+    @classmethod
+    def example(cls, vocab_size: int = 4) -> "Delayed":
+        """A tiny instance for the generic builder tests (``simlab.builders.example``)."""
+        return cls(2, 1, 1)
 
     def __post_init__(self):
         check_int(self.K, "K", 1)
@@ -167,9 +173,17 @@ def iid(K: int, L: int, siblings: Drafting = Drafting.IID) -> Delayed:
     return Delayed(K, 0, L, siblings)
 
 
+iid.default_laws = Delayed.default_laws
+iid.example = lambda vocab_size=4: iid(2, 1)
+
+
 def chain(L: int) -> Delayed:
     """A single drafted path of L tokens: ``Delayed(1, L, 0)``."""
     return Delayed(1, L, 0)
+
+
+chain.default_laws = Delayed.default_laws
+chain.example = lambda vocab_size=4: chain(2)
 
 
 def named_shape(name: str, width: int, depth: int, trunk: int = 0) -> Delayed:

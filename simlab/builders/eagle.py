@@ -53,7 +53,13 @@ class EAGLE2:
     top_k: int = 10
 
     laws: ClassVar[frozenset[Drafting]] = frozenset({Drafting.DETERMINISTIC})
+    default_laws: ClassVar[frozenset[Drafting]] = laws
     deterministic: ClassVar[bool] = True
+
+    @classmethod
+    def example(cls, vocab_size: int = 4) -> "EAGLE2":
+        """A tiny instance for the generic builder tests (``simlab.builders.example``)."""
+        return cls(budget=3, depth=1, top_k=2)
 
     def __post_init__(self):
         object.__setattr__(self, "budget", check_int(self.budget, "budget", 1))

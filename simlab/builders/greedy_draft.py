@@ -56,7 +56,13 @@ class GreedyDraftTree:
     best: int = 1
 
     laws: ClassVar[frozenset[Drafting]] = frozenset({Drafting.MIXED, Drafting.DETERMINISTIC})
+    default_laws: ClassVar[frozenset[Drafting]] = laws
     deterministic: ClassVar[bool] = False
+
+    @classmethod
+    def example(cls, vocab_size: int = 4) -> "GreedyDraftTree":
+        """A tiny instance for the generic builder tests (``simlab.builders.example``)."""
+        return cls(budget=3, depth=1, top_k=2)
 
     def __post_init__(self):
         object.__setattr__(self, "budget", check_int(self.budget, "budget", 1))

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -321,6 +321,13 @@ class Sequoia:
     depth: int = 8
     children: Literal["without_replacement", "topk"] = "without_replacement"
     shape: Static = field(init=False, repr=False, compare=False)
+
+    default_laws: ClassVar[frozenset[Drafting]] = frozenset({Drafting.WITHOUT_REPLACEMENT})
+
+    @classmethod
+    def example(cls, vocab_size: int = 4) -> "Sequoia":
+        """A tiny instance for the generic builder tests (``simlab.builders.example``)."""
+        return cls((0.6, 0.25), budget=3, depth=2)
 
     def __post_init__(self):
         object.__setattr__(self, "acceptance", tuple(check_acceptance(self.acceptance).tolist()))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -33,6 +33,13 @@ class Static:
 
     spec: tuple[tuple[int, ...], ...]
     children: Literal["topk", "without_replacement"] = "topk"
+
+    default_laws: ClassVar[frozenset[Drafting]] = frozenset({Drafting.DETERMINISTIC})
+
+    @classmethod
+    def example(cls, vocab_size: int = 4) -> "Static":
+        """A tiny instance for the generic builder tests (``simlab.builders.example``)."""
+        return cls([(0,), (1,), (0, 0)], "topk")
 
     def __post_init__(self):
         object.__setattr__(self, "spec", tuple(tuple(int(r) for r in node) for node in self.spec))

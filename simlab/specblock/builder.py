@@ -148,7 +148,15 @@ class RankGuided:
     later_blocks: str = "official"
 
     laws: ClassVar[frozenset[Drafting]] = frozenset({Drafting.DETERMINISTIC})
+    default_laws: ClassVar[frozenset[Drafting]] = laws
     deterministic: ClassVar[bool] = True
+
+    @classmethod
+    def example(cls, vocab_size: int = 4) -> "RankGuided":
+        """A tiny instance for the generic builder tests: the synthetic stand-in drafter (2 slots)."""
+        from simlab.specblock.synthetic import PairBlockDrafter
+
+        return cls(PairBlockDrafter(vocab_size, K=2), budget=3, beam_width=2)
 
     def __post_init__(self):
         if not isinstance(self.drafter, BlockDrafter):

@@ -104,7 +104,7 @@ class TopDown(TreeVerifier):
         ``simlab.trees.NodeTable.plan`` prepares there (``for_law``, and the shared
         speculative-sampling plan for one child), and the law of the node's children
         (``simlab.trees.mass_request``).
-        A batched engine answers them all at once (``simlab.efficiency.grid_block_efficiency``)."""
+        A batched engine answers them all at once (``simlab.grid.grid_block_efficiency``)."""
         from simlab.trees import planning_verifier
 
         out = []

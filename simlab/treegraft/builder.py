@@ -409,7 +409,13 @@ class TreeGraft:
     rules: Rules | str = "official"
 
     laws: ClassVar[frozenset[Drafting]] = frozenset({Drafting.DETERMINISTIC})
+    default_laws: ClassVar[frozenset[Drafting]] = laws
     deterministic: ClassVar[bool] = True
+
+    @classmethod
+    def example(cls, vocab_size: int = 4) -> "TreeGraft":
+        """A tiny instance for the generic builder tests (``simlab.builders.example``)."""
+        return cls(schedule=(1, 0), budget=3, depth=2, top_k=2, lookback=2)
 
     def __post_init__(self):
         object.__setattr__(self, "budget", check_int(self.budget, "budget", 1))

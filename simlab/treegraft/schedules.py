@@ -51,10 +51,10 @@ def evaluate_schedules(builder, table, verifier, latency, verify_table=None) -> 
     the same root (``NodeTable.untempered``: ranked by the drafters' untempered law).
     """
     from simlab import tree_verifiers
+    from simlab.valuation import value_tree
 
     verifier = tree_verifiers.get(verifier) if isinstance(verifier, str) else verifier
     root = builder.prepare(table)
-    context = len(table.context)
     out = {}
     stack = [(builder.start(root), ())]
     while stack:
@@ -63,9 +63,7 @@ def evaluate_schedules(builder, table, verifier, latency, verify_table=None) -> 
             tree = state.finish()
             if verify_table is not None:
                 tree = tree.on(verify_table)
-            E = verifier.expected_block_efficiency(tree)
-            T = latency.tree_step_time(context, tree)
-            out[prefix] = {"E": E, "T": T, "TPS": E / T, "tokens": tree.tokens(), "tree": tree, "state": state}
+            out[prefix] = {**value_tree(tree, verifier, latency), "tree": tree, "state": state}
             continue
         for call in (1, 0):
             child = state.copy()
