@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from backends.block_drafter.model import BlockDrafterModel, DrafterSpec
-from simlab.specblock.builder import Block
+from simlab.specblock.block import Block
 
 VARIANTS = {"full": {}, "no_shift": {"shift": False}, "no_valid_prefix": {"valid_prefix": False},
             "attention_free": {"arch": "attention_free"}}

@@ -63,6 +63,7 @@ import numpy as np
 from simlab.checks import check_int
 from simlab.drafting import Drafting
 from simlab.builders.cost import DraftCost, DraftForward
+from simlab.specblock.block import Block
 from simlab.specblock.rank import CLASSES
 from simlab.trees import DraftTree, NodeTable, Path
 
@@ -70,16 +71,6 @@ SLIM_R2 = (2, 4, 6, 4)
 CLASS_DEFAULT = (2, 4, 10, 0)
 SLOT0_WIDTHS = ((0.9, 3), (0.8, 5), (0.6, 8))
 ALL_CAPS = ((0.95, 2), (0.85, 3))
-
-
-@dataclass(frozen=True)
-class Block:
-    """One block from a seed: slot log-probabilities float64 (K, V), rank classes int64 (K,), and
-    the drafter's states for seeds in this block (one per slot, opaque)."""
-
-    logprobs: np.ndarray
-    classes: np.ndarray
-    states: tuple
 
 
 @runtime_checkable

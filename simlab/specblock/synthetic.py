@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simlab.checks import check_in_range, check_int
-from simlab.specblock.builder import Block
+from simlab.specblock.block import Block
 from simlab.specblock.rank import bucket, rank_of
 
 
