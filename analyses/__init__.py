@@ -20,7 +20,9 @@ Helper modules (no ``main``; imported by the studies above, never run):
 * ``selector_data``: label rows and features to the selector's tensors, and the static choices;
 * ``builder_roster``: the builders ``compare_builders`` fits on training roots (each entry a
   registered ``simlab.builders`` builder, its laws and defaults read from there);
-* ``specblock_serving``: the SpecBlock study's prompt-stream serving and bandit part.
+* ``specblock_serving``: the SpecBlock study's prompt-stream serving and bandit part;
+* ``block_drafters``: the trained block drafters next to a pair (``specblock`` and
+  ``compare_builders`` both use them).
 
 Anatomy of a study (``analyses/specblock.py`` is a compact example):
 
@@ -43,7 +45,8 @@ Anatomy of a study (``analyses/specblock.py`` is a compact example):
 7. **Exit codes**: 0 done; 2 with one line on stderr for a bad flag or an input the study cannot
    use (``backends.cli.fail``, ``check_flags``); 130 on Ctrl-C (``backends.cli.run_tool``).
 
-A study imports helpers and the core, not another runnable study; two exceptions remain:
-``evaluate_selector`` reads ``train_selector.DEFAULT_RUN`` and ``compare_builders`` borrows
-``specblock``'s block drafter set-up.
+A study imports helpers and the core, never another runnable study (``tests/test_layers.py``):
+what two studies share lives in a helper (``selector_data.DEFAULT_RUN``, where ``train_selector``
+writes and ``evaluate_selector`` reads; ``block_drafters``, the block drafter set-up of
+``specblock`` and ``compare_builders``).
 """

@@ -46,7 +46,7 @@ from backends.pretrained import open_pair
 from simlab.checks import check_device
 from simlab import tree_verifiers
 from simlab import verifiers as node_verifiers
-from backends.sources.flags import default_out, study_config, study_out
+from backends.sources.flags import study_config, study_out
 
 PROG = "python -m analyses.train_selector"
 
@@ -74,8 +74,6 @@ class Config(GridStudyConfig):
     out: str | None = None
 
 
-DEFAULT_RUN = default_out(PROG, "synthetic-distilled-V32")
-"""The default run folder (the default source), which ``evaluate_selector --run`` reads by default."""
 
 
 def parse_args(argv) -> tuple[Config, ToolParser]:

@@ -76,10 +76,10 @@ def test_a_run_whose_folder_got_other_settings_while_it_loaded_is_refused(micro_
     take the folder's lock: an older version, another machine) writes its settings (T = 0.5) and
     a shard; A resumes: refused, with no shard of its own written (before: A exited 0 and wrote
     T = 1 roots under B's settings.json)."""
-    import backends.hf as hf
+    import backends.pretrained as pretrained
 
     out = tmp_path / "raced"
-    original = hf.HFPair
+    original = pretrained.HFPair  # what the capture's open_pair builds
 
     class WhileALoads(original):
         def __init__(self, *args, **kwargs):
@@ -88,7 +88,7 @@ def test_a_run_whose_folder_got_other_settings_while_it_loaded_is_refused(micro_
             shutil.copy(store.shard_path(tmp_path / "b", 0), store.shard_path(out, 0))
 
     assert main(flags(micro_pair_dir, prompts, tmp_path / "b", "--temperature", "0.5")) == 0
-    monkeypatch.setattr(hf, "HFPair", WhileALoads)
+    monkeypatch.setattr(pretrained, "HFPair", WhileALoads)
     err = exit_2(capsys, lambda: main(flags(micro_pair_dir, prompts, out)))
     assert "other settings (temperature 0.5, not 1.0)" in err
     assert store.completed_roots(out) == [0] and store.read_capture(out).equals(store.read_nodes(tmp_path / "b", 0))
@@ -162,15 +162,15 @@ def test_a_folder_is_held_by_one_run_and_shared_by_its_ranks(micro_pair_dir, pro
 
 HELD_CAPTURE = """
 import pathlib, sys, time
-from backends import capture, hf
-gate, original = pathlib.Path(sys.argv[1]), hf.HFPair
+from backends import capture, pretrained
+gate, original = pathlib.Path(sys.argv[1]), pretrained.HFPair
 class Held(original):  # holds the folder (its lock is taken before the models load) until the gate opens
     def __init__(self, *args, **kwargs):
         print("holding", flush=True)
         while not gate.exists():
             time.sleep(0.05)
         super().__init__(*args, **kwargs)
-hf.HFPair = Held
+pretrained.HFPair = Held  # what the capture's open_pair builds
 sys.exit(capture.main(sys.argv[2:]))
 """
 

@@ -21,7 +21,7 @@ def _interrupt(*args, **kwargs):
 
 
 @pytest.mark.parametrize("study, flags, target", [
-    (ddte_audit, DDTE, "simlab.grid.draw_grid"),
+    (ddte_audit, DDTE, "analyses.ddte_audit.draw_grid"),
     (treegraft, TREEGRAFT, "simlab.treegraft.schedules.evaluate_schedules"),
     (specblock, SPECBLOCK, "analyses.specblock.accepted_lengths"),
 ])
