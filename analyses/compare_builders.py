@@ -149,7 +149,7 @@ def nde_entry(config: Config, roster):
     from simlab.latency import LatencyModel
     from simlab.selector.features import SCALARS, root_features
     from simlab.selector.model import Selector
-    from simlab.shapes import Delayed
+    from simlab.builders import Delayed
 
     run = Path(config.selector)
     meta = json.loads((run / "run.json").read_text())

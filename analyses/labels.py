@@ -108,7 +108,7 @@ def _exact_values(root, verifiers, grid: Grid):
     """Yield (verifier, action, E, 0, E, E): exact E[tau + 1] of every action by enumerating its
     trees (tiny vocabularies only)."""
     from simlab.efficiency import expected_block_efficiency
-    from simlab.shapes import Delayed
+    from simlab.builders import Delayed
 
     for name in verifiers:
         verifier = tree_verifiers.get(name)

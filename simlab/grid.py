@@ -128,7 +128,7 @@ def draw_grids(tables: Sequence[NodeTable], rngs: Sequence[np.random.Generator],
     Raises:
         ValueError: as ``draw_grid``; tables and rngs of different lengths.
     """
-    from simlab.shapes import Delayed
+    from simlab.builders import Delayed
 
     samples = check_int(samples, "samples", 1)
     if len(tables) != len(rngs):
