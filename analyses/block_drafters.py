@@ -13,8 +13,13 @@ from pathlib import Path
 
 from simlab.specblock import PairBlockDrafter
 
-TRAINED = {"rank_guided": "full", "block_topk": "full", "no_shift": "no_shift", "no_valid_prefix": "no_valid_prefix",
-           "attention_free": "attention_free"}
+TRAINED = {
+    "rank_guided": "full",
+    "block_topk": "full",
+    "no_shift": "no_shift",
+    "no_valid_prefix": "no_valid_prefix",
+    "attention_free": "attention_free",
+}
 """The trained drafter variant each block builder uses with real models."""
 
 
@@ -34,7 +39,11 @@ class DrafterConfig:
 
 def drafter_folder(config) -> Path:
     """Where the trained drafters are (``--drafters``, default beside the target's folder)."""
-    return Path(config.drafters).expanduser() if config.drafters else Path(config.target or ".").expanduser().parent / "block_drafter"
+    return (
+        Path(config.drafters).expanduser()
+        if config.drafters
+        else Path(config.target or ".").expanduser().parent / "block_drafter"
+    )
 
 
 def drafters_for(config) -> tuple[dict, list[dict]]:
@@ -46,8 +55,9 @@ def drafters_for(config) -> tuple[dict, list[dict]]:
     if config.backend != "hf":
         make = lambda pair: PairBlockDrafter(pair.vocab_size, config.K, config.rank_noise, config.seed)
         reason = "the synthetic stand-in drafter is not trained (needs --backend hf and a trained drafter)"
-        return {"full": make}, [{"builder": b, "reason": reason} for b in ("no_shift", "no_valid_prefix", "attention_free")] + \
-            [{"builder": "stream", "reason": reason}]
+        return {"full": make}, [{"builder": b, "reason": reason} for b in ("no_shift", "no_valid_prefix", "attention_free")] + [
+            {"builder": "stream", "reason": reason}
+        ]
     from backends.block_drafter.drafter import VARIANTS, TorchBlockDrafter, load  # torch: loaded only when needed
 
     folder = drafter_folder(config)
@@ -55,9 +65,13 @@ def drafters_for(config) -> tuple[dict, list[dict]]:
     for variant in VARIANTS:
         if not (folder / variant / "manifest.json").is_file():
             pair = Path(config.target or ".").expanduser().parent
-            missing.append({"builder": next(b for b, v in TRAINED.items() if v == variant) if variant != "full" else "rank_guided",
-                            "reason": f"no drafter at {folder / variant}: python -m backends.block_drafter --pair {pair} "
-                                      f"--variant {variant} --out {folder / variant}"})
+            missing.append(
+                {
+                    "builder": next(b for b, v in TRAINED.items() if v == variant) if variant != "full" else "rank_guided",
+                    "reason": f"no drafter at {folder / variant}: python -m backends.block_drafter --pair {pair} "
+                    f"--variant {variant} --out {folder / variant}",
+                }
+            )
             continue
         model, _ = load(folder / variant, "drafters")
         out[variant] = partial(TorchBlockDrafter, model)

@@ -19,8 +19,21 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from backends.cli import (OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer,
-                          print_table, progress_bar, run_tool)
+from backends.cli import (
+    OutputSet,
+    ToolParser,
+    add_output_flags,
+    chart_writer,
+    check_flags,
+    fail,
+    fail_from,
+    int_list,
+    name_list,
+    parquet_writer,
+    print_table,
+    progress_bar,
+    run_tool,
+)
 from backends.sources.flags import SourceConfig, add_source_flags, make_source, study_config, study_out
 from simlab import tree_verifiers
 from simlab.builders import Delayed
@@ -60,7 +73,9 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     d = Config()
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
     add_source_flags(parser, d, many_settings=False)
-    parser.add_argument("--verifiers", default=",".join(d.verifiers), help=f"comma-separated tree verifiers: {', '.join(tree_verifiers.names())}")
+    parser.add_argument(
+        "--verifiers", default=",".join(d.verifiers), help=f"comma-separated tree verifiers: {', '.join(tree_verifiers.names())}"
+    )
     parser.add_argument("--K", default=",".join(map(str, d.K)), help="comma-separated numbers of branches")
     parser.add_argument("--L1-max", type=int, default=d.L1_max, help="largest trunk length")
     parser.add_argument("--L2-max", type=int, default=d.L2_max, help="largest branch length")
@@ -74,15 +89,23 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     except ValueError as exc:
         fail(PROG, str(exc))
     config = study_config(Config, args, verifiers=verifiers, K=ks)
-    check_flags(PROG, [
-        ("rrs_wor" not in config.verifiers, "--verifiers: rrs_wor needs siblings drafted without replacement; the grid drafts i.i.d."),
-        (config.L1_max >= 0 and config.L2_max >= 0, "--L1-max, --L2-max: must be >= 0"),
-        (len(set(config.K)) == len(config.K), f"--K: must be distinct, got {','.join(map(str, config.K))}"),
-        (config.samples >= 2, f"--samples: must be >= 2 (for a standard error), got {config.samples}"),
-        (config.trajectories * config.roots_per_trajectory <= 10_000,
-         f"--trajectories x --roots-per-trajectory: at most 10000 roots, got {config.trajectories * config.roots_per_trajectory}"),
-        (max(config.K) <= 16 and config.L1_max <= 32 and config.L2_max <= 32, "--K, --L1-max, --L2-max: at most 16, 32, 32"),
-    ])
+    check_flags(
+        PROG,
+        [
+            (
+                "rrs_wor" not in config.verifiers,
+                "--verifiers: rrs_wor needs siblings drafted without replacement; the grid drafts i.i.d.",
+            ),
+            (config.L1_max >= 0 and config.L2_max >= 0, "--L1-max, --L2-max: must be >= 0"),
+            (len(set(config.K)) == len(config.K), f"--K: must be distinct, got {','.join(map(str, config.K))}"),
+            (config.samples >= 2, f"--samples: must be >= 2 (for a standard error), got {config.samples}"),
+            (
+                config.trajectories * config.roots_per_trajectory <= 10_000,
+                f"--trajectories x --roots-per-trajectory: at most 10000 roots, got {config.trajectories * config.roots_per_trajectory}",
+            ),
+            (max(config.K) <= 16 and config.L1_max <= 32 and config.L2_max <= 32, "--K, --L1-max, --L2-max: at most 16, 32, 32"),
+        ],
+    )
     return config, parser
 
 
@@ -102,42 +125,74 @@ def estimate(config: Config, source, setting) -> pl.DataFrame:
             grid, method = grid_block_efficiency(table, drafts, name, K_values=config.K, L2_values=L2s), "mc"
         elif method in ("exact", "auto"):
             try:
-                grid = {(K, L1, L2): expected_block_efficiency(root.pair, root.context, Delayed(K, L1, L2), name)
-                        for K in config.K for L1 in L1s for L2 in L2s}
+                grid = {
+                    (K, L1, L2): expected_block_efficiency(root.pair, root.context, Delayed(K, L1, L2), name)
+                    for K in config.K
+                    for L1 in L1s
+                    for L2 in L2s
+                }
                 method = "exact"
             except ValueError as exc:
                 if config.method == "exact":
                     raise ValueError(f"method: exact: {exc}") from None
                 method = "mc"
         if grid is None:
-            grid = action_grid_block_efficiency(root.pair, root.context, name, K_values=config.K, L1_values=L1s, L2_values=L2s,
-                                                samples=config.samples, seed=config.seed + 1000 * index)
-        rows.extend({"verifier": name, "root": index, "K": K, "L1": L1, "L2": L2, "method": method, "value": e.mean}
-                    for (K, L1, L2), e in grid.items())
+            grid = action_grid_block_efficiency(
+                root.pair,
+                root.context,
+                name,
+                K_values=config.K,
+                L1_values=L1s,
+                L2_values=L2s,
+                samples=config.samples,
+                seed=config.seed + 1000 * index,
+            )
+        rows.extend(
+            {"verifier": name, "root": index, "K": K, "L1": L1, "L2": L2, "method": method, "value": e.mean}
+            for (K, L1, L2), e in grid.items()
+        )
     per_root = pl.DataFrame(rows)
-    return (per_root.group_by("verifier", "K", "L1", "L2")
-            .agg(pl.col("value").mean().alias("block_efficiency"),
-                 (pl.col("value").std() / pl.len().sqrt()).alias("stderr"),
-                 pl.col("method").first(), pl.len().alias("roots"))
-            .sort("verifier", "K", "L1", "L2"))
+    return (
+        per_root.group_by("verifier", "K", "L1", "L2")
+        .agg(
+            pl.col("value").mean().alias("block_efficiency"),
+            (pl.col("value").std() / pl.len().sqrt()).alias("stderr"),
+            pl.col("method").first(),
+            pl.len().alias("roots"),
+        )
+        .sort("verifier", "K", "L1", "L2")
+    )
 
 
 def best_per_verifier(table: pl.DataFrame) -> pl.DataFrame:
-    return (table.sort("block_efficiency", descending=True).group_by("verifier", maintain_order=True).first()
-            .select("verifier", "K", "L1", "L2", "block_efficiency", "stderr", "method").sort("block_efficiency", descending=True))
+    return (
+        table.sort("block_efficiency", descending=True)
+        .group_by("verifier", maintain_order=True)
+        .first()
+        .select("verifier", "K", "L1", "L2", "block_efficiency", "stderr", "method")
+        .sort("block_efficiency", descending=True)
+    )
 
 
 def heatmap(table: pl.DataFrame, subtitle: str):
     """A heatmap of E[tau+1] over (L1, L2), one panel per verifier and K; ``subtitle`` names the source."""
     import altair as alt
 
-    return alt.Chart(table).mark_rect().encode(
-        x=alt.X("L2:O", title="L2 (branch length)"),
-        y=alt.Y("L1:O", title="L1 (trunk length)", sort="descending"),
-        color=alt.Color("block_efficiency:Q", title="E[tau+1]", scale=alt.Scale(scheme="viridis")),
-        tooltip=["verifier", "K", "L1", "L2", "block_efficiency", "stderr"],
-    ).properties(width=140, height=140).facet(row=alt.Row("verifier:N"), column=alt.Column("K:O", title="K (branches)")).properties(
-        title=alt.TitleParams("Expected block efficiency E[tau+1] (tokens per step) of delayed trees", subtitle=subtitle))
+    return (
+        alt.Chart(table)
+        .mark_rect()
+        .encode(
+            x=alt.X("L2:O", title="L2 (branch length)"),
+            y=alt.Y("L1:O", title="L1 (trunk length)", sort="descending"),
+            color=alt.Color("block_efficiency:Q", title="E[tau+1]", scale=alt.Scale(scheme="viridis")),
+            tooltip=["verifier", "K", "L1", "L2", "block_efficiency", "stderr"],
+        )
+        .properties(width=140, height=140)
+        .facet(row=alt.Row("verifier:N"), column=alt.Column("K:O", title="K (branches)"))
+        .properties(
+            title=alt.TitleParams("Expected block efficiency E[tau+1] (tokens per step) of delayed trees", subtitle=subtitle)
+        )
+    )
 
 
 def main(argv=None) -> int:
@@ -146,8 +201,17 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
-    source, (setting,) = make_source(PROG, parser, config, stream="shared", grid=True, depth=config.L1_max + config.L2_max,
-                                     max_settings=1, study_refusals=REFUSALS, quiet=config.quiet)
+    source, (setting,) = make_source(
+        PROG,
+        parser,
+        config,
+        stream="shared",
+        grid=True,
+        depth=config.L1_max + config.L2_max,
+        max_settings=1,
+        study_refusals=REFUSALS,
+        quiet=config.quiet,
+    )
     out = study_out(PROG, config, source.slug())
     try:
         table = estimate(config, source, setting)

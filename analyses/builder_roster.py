@@ -36,9 +36,17 @@ import numpy as np
 from backends.sources.flags import drafting_table
 from simlab import builders, tree_verifiers
 
-KIND = {"iid": "iid", "delayed": "delayed", "nde": "delayed", "sequoia": "sequoia", "eagle2": "eagle2",
-        "greedy_draft": "greedy_draft", "treegraft_learned": "treegraft", "treegraft_best": "treegraft",
-        "specblock": "specblock"}
+KIND = {
+    "iid": "iid",
+    "delayed": "delayed",
+    "nde": "delayed",
+    "sequoia": "sequoia",
+    "eagle2": "eagle2",
+    "greedy_draft": "greedy_draft",
+    "treegraft_learned": "treegraft",
+    "treegraft_best": "treegraft",
+    "specblock": "specblock",
+}
 """The registered builder (``simlab.builders``) behind each entry of the comparison."""
 NAMES = tuple(KIND)
 LAWS = {name: set(builders.laws(kind)) for name, kind in KIND.items()}
@@ -79,7 +87,11 @@ class Roster:
         if name in ("eagle2", "greedy_draft"):
             return builders.get(name, budget=budget)
         if name == "specblock":
-            return None if self.block_drafter is None else builders.get("specblock", drafter=self.block_drafter(root.pair), budget=budget)
+            return (
+                None
+                if self.block_drafter is None
+                else builders.get("specblock", drafter=self.block_drafter(root.pair), budget=budget)
+            )
         if name.startswith("treegraft"):
             return None if self.treegraft is None else self.treegraft(name, root, setting, budget, verifier, table)
         raise ValueError(f"builders: unknown builder {name!r}")
@@ -112,12 +124,20 @@ def fit_sequoia(roster: Roster, roots, setting, seed: int) -> None:
     Carlo, 512 draws per root: the exact vector enumerates V^8 prefixes)."""
     from simlab.builders.sequoia import measure_acceptance
 
-    vector = np.mean([measure_acceptance(root.pair, [root.context], 8, method="mc", samples=512,
-                                         rng=np.random.default_rng([seed, root.root])) for root in roots], axis=0)
+    vector = np.mean(
+        [
+            measure_acceptance(
+                root.pair, [root.context], 8, method="mc", samples=512, rng=np.random.default_rng([seed, root.root])
+            )
+            for root in roots
+        ],
+        axis=0,
+    )
     for budget in roster.budgets:
         try:
-            roster.sequoia[(setting.name, budget)] = builders.get("sequoia", acceptance=tuple(vector.tolist()), budget=budget,
-                                                                  depth=min(budget, 8))
+            roster.sequoia[(setting.name, budget)] = builders.get(
+                "sequoia", acceptance=tuple(vector.tolist()), budget=budget, depth=min(budget, 8)
+            )
         except ValueError as exc:
             roster.not_run.append({"builder": "sequoia", "setting": setting.name, "budget": budget, "reason": str(exc)})
 
@@ -135,7 +155,13 @@ class TreeGraftEntry:
     def values(self, root, budget: int, verifier: str, table):
         from simlab.treegraft.schedules import evaluate_schedules
 
-        return evaluate_schedules(self.base(root, budget), drafting_table(table, self.roster.draft_law), verifier, self.roster.latency, verify_table=table)
+        return evaluate_schedules(
+            self.base(root, budget),
+            drafting_table(table, self.roster.draft_law),
+            verifier,
+            self.roster.latency,
+            verify_table=table,
+        )
 
     def fit(self, roots, setting, verifier: str) -> None:
         from simlab.treegraft.schedules import margins, train
@@ -147,7 +173,9 @@ class TreeGraftEntry:
                 table = NodeTable(root.pair, root.context)
                 prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
                 values = self.values(root, budget, verifier, table)
-                for z, margin, _ in margins(self.base(root, budget), drafting_table(table, self.roster.draft_law), values, self.roster.latency, prompt):
+                for z, margin, _ in margins(
+                    self.base(root, budget), drafting_table(table, self.roster.draft_law), values, self.roster.latency, prompt
+                ):
                     X.append(z)
                     y.append(margin)
             self.scheduler[(setting.name, budget)] = train(np.array(X), np.array(y), epochs=self.epochs, seed=self.seed)[0]
@@ -166,7 +194,9 @@ class TreeGraftEntry:
         scheduler = self.scheduler[(setting.name, budget)]
         prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
         base = self.base(root, budget)
-        return replace(base, schedule=scheduler.schedule(base, drafting_table(table, self.roster.draft_law), self.roster.latency, prompt))
+        return replace(
+            base, schedule=scheduler.schedule(base, drafting_table(table, self.roster.draft_law), self.roster.latency, prompt)
+        )
 
 
 @dataclass(frozen=True)

@@ -38,14 +38,41 @@ from simlab import verifiers as node_verifiers
 from simlab.valuation import tree_value
 
 from analyses import builder_roster as roster_module
-from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, name_list, parquet_writer, print_table, progress_bar, run_tool
-from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, note_hf_defaults,
-                                    study_config, study_out, study_parser, with_hf_defaults)
+from backends.cli import (
+    OutputSet,
+    ToolParser,
+    add_output_flags,
+    chart_writer,
+    check_flags,
+    fail,
+    fail_from,
+    int_list,
+    name_list,
+    parquet_writer,
+    print_table,
+    progress_bar,
+    run_tool,
+)
+from backends.sources.flags import (
+    LatencyConfig,
+    SourceConfig,
+    add_draft_law_flag,
+    drafting_table,
+    make_latency,
+    make_source,
+    note_hf_defaults,
+    study_config,
+    study_out,
+    study_parser,
+    with_hf_defaults,
+)
 
 PROG = "python -m analyses.compare_builders"
-REFUSALS = {"capture": {"capture": "the builders build their own trees; use --backend hf or a synthetic world"},
-            "synthetic": {"drafters": "the synthetic stand-in block drafter is not trained; --drafters needs --backend hf"},
-            "hf": {"rank_noise": "the trained drafter has its own rank head", "block_ratio": "the block drafter's forwards are measured"}}
+REFUSALS = {
+    "capture": {"capture": "the builders build their own trees; use --backend hf or a synthetic world"},
+    "synthetic": {"drafters": "the synthetic stand-in block drafter is not trained; --drafters needs --backend hf"},
+    "hf": {"rank_noise": "the trained drafter has its own rank head", "block_ratio": "the block drafter's forwards are measured"},
+}
 HF_DEFAULTS = {"roots_per_trajectory": 2, "spacing": 8}
 NOT_IN_ALL = ("optimal",)
 """Left out of ``--verifiers all``: the OT optimum as a tree verifier solves an LP over every child
@@ -89,15 +116,23 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     g = parser.add_argument_group("comparison")
     g.add_argument("--budgets", default=d.budgets, help="matched verify budgets (draft tokens, root excluded)")
     g.add_argument("--builders", default=d.builders, help=f"comma list of {', '.join(roster_module.NAMES)}")
-    g.add_argument("--verifiers", default=d.verifiers, help="comma list of tree verifiers, default (all but optimal and khisti) or all (all but optimal); each builder gets those lossless for it")
+    g.add_argument(
+        "--verifiers",
+        default=d.verifiers,
+        help="comma list of tree verifiers, default (all but optimal and khisti) or all (all but optimal); each builder gets those lossless for it",
+    )
     g.add_argument("--samples", type=int, default=d.samples, help="sampled trees per root for builders with sampled children")
     g.add_argument("--grid-samples", type=int, default=d.grid_samples, help="trees per L1 for the static delayed choice")
     g.add_argument("--test-share", type=float, default=d.test_share, help="share of trajectories held out for the comparison")
-    g.add_argument("--baseline", choices=roster_module.NAMES, default=d.baseline, help="the builder of the ratios and paired differences")
+    g.add_argument(
+        "--baseline", choices=roster_module.NAMES, default=d.baseline, help="the builder of the ratios and paired differences"
+    )
     g.add_argument("--selector", default=d.selector, help="a train_selector run folder (the NDE builder)")
     g.add_argument("--drafters", default=d.drafters, help="hf: trained block drafters (default <target>/../block_drafter)")
     g.add_argument("--small-ratio", type=float, default=d.small_ratio, help="TreeGraft's n-gram step / one-token target forward")
-    g.add_argument("--block-ratio", type=float, default=d.block_ratio, help="synthetic: block-drafter forward / one-token target forward")
+    g.add_argument(
+        "--block-ratio", type=float, default=d.block_ratio, help="synthetic: block-drafter forward / one-token target forward"
+    )
     g.add_argument("--rank-noise", type=float, default=d.rank_noise, help="synthetic: the stand-in rank head's error probability")
     g.add_argument("--epochs", type=int, default=d.epochs, help="TreeGraft scheduler's training epochs")
     add_draft_law_flag(g, d.draft_law)
@@ -114,21 +149,27 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
             verifiers = list(name_list(args.verifiers, "--verifiers", tree_verifiers.names()))
     except ValueError as exc:
         fail(PROG, str(exc))
-    config = study_config(Config, args, budgets=",".join(map(str, budgets)), builders=",".join(builders),
-                          verifiers=",".join(verifiers))
-    check_flags(PROG, [
-        (config.trajectories >= 2, f"--trajectories: need >= 2 (fit and compare), got {config.trajectories}"),
-        (0 < config.test_share < 1, f"--test-share: must lie in (0, 1), got {config.test_share}"),
-        (config.samples >= 2, f"--samples: need >= 2 (a standard error), got {config.samples}"),
-        (config.grid_samples >= 1, f"--grid-samples: must be >= 1, got {config.grid_samples}"),
-        (config.epochs >= 1, f"--epochs: must be >= 1, got {config.epochs}"),
-        (0 < config.small_ratio < float("inf"), f"--small-ratio: must be a finite number > 0, got {config.small_ratio}"),
-        (0 < config.block_ratio < float("inf"), f"--block-ratio: must be a finite number > 0, got {config.block_ratio}"),
-        (0 <= config.rank_noise <= 1, f"--rank-noise: must lie in [0, 1], got {config.rank_noise}"),
-        (config.baseline in builders, f"--baseline: {config.baseline} is not among --builders ({config.builders})"),
-        (config.selector is None or (Path(config.selector) / "run.json").is_file(),
-         f"--selector: {config.selector!r} is not a train_selector run (no run.json)"),
-    ])
+    config = study_config(
+        Config, args, budgets=",".join(map(str, budgets)), builders=",".join(builders), verifiers=",".join(verifiers)
+    )
+    check_flags(
+        PROG,
+        [
+            (config.trajectories >= 2, f"--trajectories: need >= 2 (fit and compare), got {config.trajectories}"),
+            (0 < config.test_share < 1, f"--test-share: must lie in (0, 1), got {config.test_share}"),
+            (config.samples >= 2, f"--samples: need >= 2 (a standard error), got {config.samples}"),
+            (config.grid_samples >= 1, f"--grid-samples: must be >= 1, got {config.grid_samples}"),
+            (config.epochs >= 1, f"--epochs: must be >= 1, got {config.epochs}"),
+            (0 < config.small_ratio < float("inf"), f"--small-ratio: must be a finite number > 0, got {config.small_ratio}"),
+            (0 < config.block_ratio < float("inf"), f"--block-ratio: must be a finite number > 0, got {config.block_ratio}"),
+            (0 <= config.rank_noise <= 1, f"--rank-noise: must lie in [0, 1], got {config.rank_noise}"),
+            (config.baseline in builders, f"--baseline: {config.baseline} is not among --builders ({config.builders})"),
+            (
+                config.selector is None or (Path(config.selector) / "run.json").is_file(),
+                f"--selector: {config.selector!r} is not a train_selector run (no run.json)",
+            ),
+        ],
+    )
     return config, parser
 
 
@@ -157,13 +198,17 @@ def nde_entry(config: Config, roster):
     latency = LatencyModel.load(run / "latency.json")
     out = {}
     for v in meta["verifiers"]:
-        model = Selector.from_checkpoint(torch.load(io.BytesIO((run / f"selector-{v}.pt").read_bytes()), weights_only=False)).eval()
+        model = Selector.from_checkpoint(
+            torch.load(io.BytesIO((run / f"selector-{v}.pt").read_bytes()), weights_only=False)
+        ).eval()
 
         def choose(root, setting, budget, model=model):
             h, scalars = root_features(root.pair, root.context, setting, latency)
             with torch.no_grad():
-                logits = model(*(torch.from_numpy(h[k])[None] for k in ("h_p_prev", "h_q_prev", "h_q_root")),
-                               torch.tensor([[scalars[s] for s in SCALARS]], dtype=torch.float32))[0].numpy()
+                logits = model(
+                    *(torch.from_numpy(h[k])[None] for k in ("h_p_prev", "h_q_prev", "h_q_root")),
+                    torch.tensor([[scalars[s] for s in SCALARS]], dtype=torch.float32),
+                )[0].numpy()
             allowed = [i for i, (K, L1, L2) in enumerate(actions) if L1 + K * L2 <= budget]
             return Delayed(*actions[max(allowed, key=lambda i: logits[i])]) if allowed else None
 
@@ -191,8 +236,15 @@ def value(builder, table, verifier: str, latency, samples: int, seed, draft_law:
     """``simlab.valuation.tree_value`` with the study's draft law (deterministic trees ranked on
     ``drafting_table(table, draft_law)``) and ``samples`` trees from ``seed`` (sampled builders)."""
     deterministic = getattr(builder, "deterministic", False)
-    return tree_value(builder, table, verifier, latency, drafting=drafting_table(table, draft_law) if deterministic else None,
-                      samples=samples, rng=None if deterministic else np.random.default_rng(seed))
+    return tree_value(
+        builder,
+        table,
+        verifier,
+        latency,
+        drafting=drafting_table(table, draft_law) if deterministic else None,
+        samples=samples,
+        rng=None if deterministic else np.random.default_rng(seed),
+    )
 
 
 def node_gaps(trees, verifier: str) -> dict[int, list[float]]:
@@ -225,25 +277,55 @@ def measure(config: Config, roster, test_roots: dict, verifiers, builders, bar):
                         if builder is None:
                             missing[(name, setting.name, budget, v)] = f"no {name} tree for {v} at this budget"
                             continue
-                        seed = [config.seed, root.root, budget, roster_module.NAMES.index(name)]  # shared by the verifiers: paired
+                        seed = [
+                            config.seed,
+                            root.root,
+                            budget,
+                            roster_module.NAMES.index(name),
+                        ]  # shared by the verifiers: paired
                         try:
                             out = value(builder, table, v, roster.latency, config.samples, seed, config.draft_law)
-                        except ValueError as exc:  # a builder that cannot draft here (e.g. k children w/o replacement from a one-hot q)
+                        except (
+                            ValueError
+                        ) as exc:  # a builder that cannot draft here (e.g. k children w/o replacement from a one-hot q)
                             missing[(name, setting.name, budget, v)] = str(exc)
                             continue
                         if out is None:
                             missing[(name, setting.name, budget, v)] = f"{v} is not lossless on a {name} tree drawn here"
                             continue
                         action = getattr(builder, "shape", None) or builder
-                        rows.append({**key, "context": list(root.context), "budget": budget, "builder": name, "verifier": v,
-                                     "E": out["E"], "se": out["se"],
-                                     "T": out["T"], "tokens": out["tokens"], "sampled": not getattr(builder, "deterministic", False),
-                                     "action": _describe(action)})
-                        depth_rows += [{**key, "budget": budget, "builder": name, "verifier": v, "depth": d + 1, "reach": float(r)}
-                                       for d, r in enumerate(out["reach"])]
+                        rows.append(
+                            {
+                                **key,
+                                "context": list(root.context),
+                                "budget": budget,
+                                "builder": name,
+                                "verifier": v,
+                                "E": out["E"],
+                                "se": out["se"],
+                                "T": out["T"],
+                                "tokens": out["tokens"],
+                                "sampled": not getattr(builder, "deterministic", False),
+                                "action": _describe(action),
+                            }
+                        )
+                        depth_rows += [
+                            {**key, "budget": budget, "builder": name, "verifier": v, "depth": d + 1, "reach": float(r)}
+                            for d, r in enumerate(out["reach"])
+                        ]
                         if name in ("iid", "delayed", "nde") and v in node_verifiers.ot_based():
-                            gap_rows += [{**key, "budget": budget, "builder": name, "verifier": v, "depth": d, "gap": float(np.mean(g)),
-                                          "nodes": len(g)} for d, g in sorted(node_gaps(out["trees"], v).items())]
+                            gap_rows += [
+                                {
+                                    **key,
+                                    "budget": budget,
+                                    "builder": name,
+                                    "verifier": v,
+                                    "depth": d,
+                                    "gap": float(np.mean(g)),
+                                    "nodes": len(g),
+                                }
+                                for d, g in sorted(node_gaps(out["trees"], v).items())
+                            ]
             bar.update()
     return rows, depth_rows, gap_rows, missing
 
@@ -259,17 +341,34 @@ def summarise(per_root: pl.DataFrame, baseline: str, rules: dict[str, str]) -> p
     """Per setting, budget, builder and verifier: roots, E, its standard error, T, throughput, the
     ratio to the baseline's throughput and the paired mean difference of E by root (with its SE)."""
     table = per_root.group_by("setting", "budget", "builder", "verifier", maintain_order=True).agg(
-        pl.len().alias("roots"), pl.col("E").mean(), (pl.col("se").pow(2).sum().sqrt() / pl.len()).alias("E_se"),
-        pl.col("T").mean(), (pl.col("E").sum() / pl.col("T").sum()).alias("TPS"), pl.col("tokens").mean(), pl.col("sampled").first())
-    base_rows = per_root.filter((pl.col("builder") == baseline) & (pl.col("verifier") == pl.col("setting").replace_strict(rules, return_dtype=pl.String)))
+        pl.len().alias("roots"),
+        pl.col("E").mean(),
+        (pl.col("se").pow(2).sum().sqrt() / pl.len()).alias("E_se"),
+        pl.col("T").mean(),
+        (pl.col("E").sum() / pl.col("T").sum()).alias("TPS"),
+        pl.col("tokens").mean(),
+        pl.col("sampled").first(),
+    )
+    base_rows = per_root.filter(
+        (pl.col("builder") == baseline) & (pl.col("verifier") == pl.col("setting").replace_strict(rules, return_dtype=pl.String))
+    )
     base = base_rows.select("setting", "budget", "root", pl.col("E").alias("E_base"), pl.col("se").alias("se_base"))
-    paired = per_root.join(base, on=["setting", "budget", "root"]).with_columns((pl.col("E") - pl.col("E_base")).alias("diff")).group_by(
-        "setting", "budget", "builder", "verifier").agg(pl.col("diff").mean().alias("paired_dE"),
-                                                        (pl.col("diff").std(ddof=1) / pl.len().sqrt()).alias("paired_dE_se"))
-    ref = table.join(base_rows.group_by("setting", "budget").agg((pl.col("E").sum() / pl.col("T").sum()).alias("TPS_base")),
-                     on=["setting", "budget"], how="left")
-    return ref.with_columns((pl.col("TPS") / pl.col("TPS_base")).alias("vs_baseline")).drop("TPS_base").join(
-        paired, on=["setting", "budget", "builder", "verifier"], how="left")
+    paired = (
+        per_root.join(base, on=["setting", "budget", "root"])
+        .with_columns((pl.col("E") - pl.col("E_base")).alias("diff"))
+        .group_by("setting", "budget", "builder", "verifier")
+        .agg(pl.col("diff").mean().alias("paired_dE"), (pl.col("diff").std(ddof=1) / pl.len().sqrt()).alias("paired_dE_se"))
+    )
+    ref = table.join(
+        base_rows.group_by("setting", "budget").agg((pl.col("E").sum() / pl.col("T").sum()).alias("TPS_base")),
+        on=["setting", "budget"],
+        how="left",
+    )
+    return (
+        ref.with_columns((pl.col("TPS") / pl.col("TPS_base")).alias("vs_baseline"))
+        .drop("TPS_base")
+        .join(paired, on=["setting", "budget", "builder", "verifier"], how="left")
+    )
 
 
 def baseline_notes(summary: pl.DataFrame, baseline: str, verifiers, rules: dict[str, str]) -> pl.DataFrame:
@@ -283,7 +382,9 @@ def baseline_notes(summary: pl.DataFrame, baseline: str, verifiers, rules: dict[
             return f"the baseline {baseline} with {v} was not run: {v} is not among --verifiers"
         return f"the baseline {baseline} with {v} did not run here (see Not run)"
 
-    notes = [None if ratio is not None else why(setting) for setting, ratio in summary.select("setting", "vs_baseline").iter_rows()]
+    notes = [
+        None if ratio is not None else why(setting) for setting, ratio in summary.select("setting", "vs_baseline").iter_rows()
+    ]
     return summary.with_columns(pl.Series("baseline_note", notes, dtype=pl.String))
 
 
@@ -295,8 +396,14 @@ def unpaired_builders(builders, settings, verifiers) -> list[dict]:
         for setting in settings:
             if not roster_module.verifiers_for(name, setting, verifiers):
                 lossless = roster_module.verifiers_for(name, setting, tree_verifiers.names())
-                rows.append({"builder": name, "setting": setting.name, "budget": None,
-                             "reason": f"no verifier among --verifiers is lossless for its trees (lossless: {', '.join(lossless)})"})
+                rows.append(
+                    {
+                        "builder": name,
+                        "setting": setting.name,
+                        "budget": None,
+                        "reason": f"no verifier among --verifiers is lossless for its trees (lossless: {', '.join(lossless)})",
+                    }
+                )
     return rows
 
 
@@ -305,25 +412,55 @@ def best_pairings(summary: pl.DataFrame, rules: dict[str, str]) -> pl.DataFrame:
     verifier of a deterministic tree gives: greedy at T = 0, one-hot at T > 0, then by name)."""
     primary = pl.col("setting").replace_strict(rules, return_dtype=pl.String)
     ranked = summary.with_columns(pl.col("TPS").round(12).alias("_tps"), (pl.col("verifier") != primary).alias("_other"))
-    return ranked.sort(["_tps", "_other", "verifier"], descending=[True, False, False]).group_by(
-        "setting", "budget", "builder", maintain_order=True).first().drop("_tps", "_other")
+    return (
+        ranked.sort(["_tps", "_other", "verifier"], descending=[True, False, False])
+        .group_by("setting", "budget", "builder", maintain_order=True)
+        .first()
+        .drop("_tps", "_other")
+    )
 
 
 def charts(summary: pl.DataFrame, by_depth: pl.DataFrame, subtitle: str, rules: dict[str, str]):
     import altair as alt
 
     best = best_pairings(summary, rules)
-    tps = alt.Chart(best).mark_line(point=True).encode(
-        x=alt.X("budget:Q", title="verify budget (draft tokens)"), y=alt.Y("TPS:Q", title="throughput (tokens/s)"), color="builder:N",
-        facet=alt.Facet("setting:N", columns=3, title=None), tooltip=["builder", "verifier", "budget", "E", "TPS", "vs_baseline"]).properties(
-        width=220, height=150, title=alt.TitleParams("Throughput vs budget, each builder with its best lossless verifier", subtitle=subtitle))
+    tps = (
+        alt.Chart(best)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("budget:Q", title="verify budget (draft tokens)"),
+            y=alt.Y("TPS:Q", title="throughput (tokens/s)"),
+            color="builder:N",
+            facet=alt.Facet("setting:N", columns=3, title=None),
+            tooltip=["builder", "verifier", "budget", "E", "TPS", "vs_baseline"],
+        )
+        .properties(
+            width=220,
+            height=150,
+            title=alt.TitleParams("Throughput vs budget, each builder with its best lossless verifier", subtitle=subtitle),
+        )
+    )
     top = int(by_depth["budget"].max())
-    reach = by_depth.filter(pl.col("budget") == top).group_by("setting", "builder", "verifier", "depth").agg(pl.col("reach").mean())
+    reach = (
+        by_depth.filter(pl.col("budget") == top).group_by("setting", "builder", "verifier", "depth").agg(pl.col("reach").mean())
+    )
     keep = best.filter(pl.col("budget") == top).select("setting", "builder", "verifier")
-    acc = alt.Chart(reach.join(keep, on=["setting", "builder", "verifier"])).mark_line(point=True).encode(
-        x=alt.X("depth:Q"), y=alt.Y("reach:Q", title="P(tau >= depth)"), color="builder:N",
-        facet=alt.Facet("setting:N", columns=3, title=None), tooltip=["builder", "verifier", "depth", "reach"]).properties(
-        width=220, height=150, title=alt.TitleParams(f"Acceptance by depth at budget {top} (best verifier per builder)", subtitle=subtitle))
+    acc = (
+        alt.Chart(reach.join(keep, on=["setting", "builder", "verifier"]))
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("depth:Q"),
+            y=alt.Y("reach:Q", title="P(tau >= depth)"),
+            color="builder:N",
+            facet=alt.Facet("setting:N", columns=3, title=None),
+            tooltip=["builder", "verifier", "depth", "reach"],
+        )
+        .properties(
+            width=220,
+            height=150,
+            title=alt.TitleParams(f"Acceptance by depth at budget {top} (best verifier per builder)", subtitle=subtitle),
+        )
+    )
     return tps, acc
 
 
@@ -339,15 +476,22 @@ def _main(argv) -> int:
     config = with_hf_defaults(config, parser, HF_DEFAULTS)
     builders = config.builders.split(",")
     verifiers = config.verifiers.split(",")
-    source, settings = make_source(PROG, parser, config, stream="per_trajectory", grid=False, depth=9, study_refusals=REFUSALS,
-                                   quiet=config.quiet)
+    source, settings = make_source(
+        PROG, parser, config, stream="per_trajectory", grid=False, depth=9, study_refusals=REFUSALS, quiet=config.quiet
+    )
     budgets = tuple(int(b) for b in config.budgets.split(","))
     latency = make_latency(PROG, parser, config, source, max(budgets))
     latency = latency.with_drafter("small", ForwardTime.constant(config.small_ratio * latency.target(0, 1)))
     roster = roster_module.Roster(budgets, latency, config.draft_law)
     if "specblock" in builders:
-        sb = DrafterConfig(backend=config.backend, target=config.target, K=4, rank_noise=config.rank_noise, seed=config.seed,
-                           drafters=config.drafters)
+        sb = DrafterConfig(
+            backend=config.backend,
+            target=config.target,
+            K=4,
+            rank_noise=config.rank_noise,
+            seed=config.seed,
+            drafters=config.drafters,
+        )
         try:
             drafter_of, missing = drafters_for(sb)
             roster.block_drafter = drafter_of["full"]
@@ -358,11 +502,19 @@ def _main(argv) -> int:
         except ValueError as exc:
             roster.not_run.append({"builder": "specblock", "setting": "all", "budget": None, "reason": str(exc)})
         if config.backend != "hf":
-            roster.latency = latency = latency.with_drafter("block", ForwardTime.constant(config.block_ratio * latency.target(0, 1)))
+            roster.latency = latency = latency.with_drafter(
+                "block", ForwardTime.constant(config.block_ratio * latency.target(0, 1))
+            )
     if "nde" in builders:
         if config.selector is None:
-            roster.not_run.append({"builder": "nde", "setting": "all", "budget": None,
-                                   "reason": "needs --selector RUN (a folder of python -m analyses.train_selector on this source)"})
+            roster.not_run.append(
+                {
+                    "builder": "nde",
+                    "setting": "all",
+                    "budget": None,
+                    "reason": "needs --selector RUN (a folder of python -m analyses.train_selector on this source)",
+                }
+            )
         else:
             roster.selectors = nde_entry(config, roster)
     listed = {r["builder"] for r in roster.not_run}
@@ -373,8 +525,9 @@ def _main(argv) -> int:
         test = split([r.trajectory for rs in roots.values() for r in rs], config.test_share, config.seed)
         train_roots = {s: [r for r in rs if r.trajectory not in test] for s, rs in roots.items()}
         test_roots = {s: [r for r in rs if r.trajectory in test] for s, rs in roots.items()}
-        with progress_bar(total=sum(len(r) for r in roots.values()), desc="roots (fit, then compare)", unit="root",
-                          quiet=config.quiet) as bar:
+        with progress_bar(
+            total=sum(len(r) for r in roots.values()), desc="roots (fit, then compare)", unit="root", quiet=config.quiet
+        ) as bar:
             fit(config, roster, train_roots, verifiers, set(builders), source, bar)
             rows, depth_rows, gap_rows, missing = measure(config, roster, test_roots, verifiers, builders, bar)
     except ValueError as exc:
@@ -389,20 +542,45 @@ def _main(argv) -> int:
     per_root = pl.DataFrame(rows)
     rules = tree_verifiers.deterministic_rules(settings)
     summary = baseline_notes(summarise(per_root, config.baseline, rules), config.baseline, verifiers, rules)
-    for note, where in summary.filter(pl.col("baseline_note").is_not_null()).group_by("baseline_note", maintain_order=True).agg(
-            pl.col("setting").unique(maintain_order=True).str.join(" ")).iter_rows():
+    for note, where in (
+        summary.filter(pl.col("baseline_note").is_not_null())
+        .group_by("baseline_note", maintain_order=True)
+        .agg(pl.col("setting").unique(maintain_order=True).str.join(" "))
+        .iter_rows()
+    ):
         print(f"{PROG}: note: vs_baseline and paired_dE are empty at {where}: {note}", file=sys.stderr)
-    by_depth, gaps = pl.DataFrame(depth_rows), pl.DataFrame(gap_rows, schema={"setting": pl.String, "trajectory": pl.Int64, "root": pl.Int64,
-                                                                              "context_length": pl.Int64, "budget": pl.Int64, "builder": pl.String,
-                                                                              "verifier": pl.String, "depth": pl.Int64, "gap": pl.Float64,
-                                                                              "nodes": pl.Int64})
-    not_run = pl.DataFrame([{"verifier": "all", **r} for r in roster.not_run],
-                           schema={"builder": pl.String, "setting": pl.String, "budget": pl.Int64, "verifier": pl.String, "reason": pl.String})
+    by_depth, gaps = (
+        pl.DataFrame(depth_rows),
+        pl.DataFrame(
+            gap_rows,
+            schema={
+                "setting": pl.String,
+                "trajectory": pl.Int64,
+                "root": pl.Int64,
+                "context_length": pl.Int64,
+                "budget": pl.Int64,
+                "builder": pl.String,
+                "verifier": pl.String,
+                "depth": pl.Int64,
+                "gap": pl.Float64,
+                "nodes": pl.Int64,
+            },
+        ),
+    )
+    not_run = pl.DataFrame(
+        [{"verifier": "all", **r} for r in roster.not_run],
+        schema={"builder": pl.String, "setting": pl.String, "budget": pl.Int64, "verifier": pl.String, "reason": pl.String},
+    )
     subtitle = f"source: {source.describe()}; latency: {latency.source}; {len(test)} held-out trajectories"
     tps_chart, acc_chart = charts(summary, by_depth, subtitle, rules)
     with OutputSet(out) as outputs:
-        for name, frame in (("compare_builders", summary), ("per_root", per_root), ("by_depth", by_depth), ("node_gaps", gaps),
-                            ("not_run", not_run)):
+        for name, frame in (
+            ("compare_builders", summary),
+            ("per_root", per_root),
+            ("by_depth", by_depth),
+            ("node_gaps", gaps),
+            ("not_run", not_run),
+        ):
             outputs.stage(f"{name}.parquet", parquet_writer(frame))
         for name, chart in (("throughput", tps_chart), ("acceptance_by_depth", acc_chart)):
             for fmt in ("html", "png"):
@@ -411,20 +589,46 @@ def _main(argv) -> int:
     if not config.quiet:
         print(f"Source: {source.describe()}; {per_root['root'].n_unique()} held-out roots per setting; latency: {latency.source}")
         best = best_pairings(summary, rules).sort("setting", "budget", "TPS", descending=[False, False, True])
-        print_table(best.select("setting", "budget", "builder", "verifier", "E", "E_se", pl.col("T").mul(1e3).alias("T (ms)"), "TPS",
-                                "vs_baseline", "paired_dE", "paired_dE_se", "tokens"),
-                    f"Each builder with its best lossless verifier (ratios and paired differences vs {config.baseline} with "
-                    "greedy at T = 0, one-hot at T > 0; every pairing: compare_builders.parquet)")
+        print_table(
+            best.select(
+                "setting",
+                "budget",
+                "builder",
+                "verifier",
+                "E",
+                "E_se",
+                pl.col("T").mul(1e3).alias("T (ms)"),
+                "TPS",
+                "vs_baseline",
+                "paired_dE",
+                "paired_dE_se",
+                "tokens",
+            ),
+            f"Each builder with its best lossless verifier (ratios and paired differences vs {config.baseline} with "
+            "greedy at T = 0, one-hot at T > 0; every pairing: compare_builders.parquet)",
+        )
         if gaps.height:
-            print_table(gaps.group_by("builder", "verifier", "depth").agg(pl.col("gap").mean()).sort("depth").pivot(
-                on="depth", index=["builder", "verifier"], values="gap").sort("builder", "verifier"),
-                "Mean gap alpha* - alpha to the per-node optimum, by node depth (columns; OT verifiers on i.i.d. trees, all settings and budgets)")
+            print_table(
+                gaps.group_by("builder", "verifier", "depth")
+                .agg(pl.col("gap").mean())
+                .sort("depth")
+                .pivot(on="depth", index=["builder", "verifier"], values="gap")
+                .sort("builder", "verifier"),
+                "Mean gap alpha* - alpha to the per-node optimum, by node depth (columns; OT verifiers on i.i.d. trees, all settings and budgets)",
+            )
         if not_run.height:
-            print_table(not_run.group_by("builder", "reason", maintain_order=True).agg(
-                pl.col("setting").unique().sort().str.join(" ").alias("settings"), pl.col("budget").unique().sort().cast(pl.String)
-                .str.join(" ").alias("budgets"), pl.col("verifier").unique().sort().str.join(" ").alias("verifiers")), "Not run")
-        print(f"wrote {out}/compare_builders.parquet, per_root, by_depth, node_gaps, not_run (.parquet), throughput.html/.png, "
-              "acceptance_by_depth.html/.png")
+            print_table(
+                not_run.group_by("builder", "reason", maintain_order=True).agg(
+                    pl.col("setting").unique().sort().str.join(" ").alias("settings"),
+                    pl.col("budget").unique().sort().cast(pl.String).str.join(" ").alias("budgets"),
+                    pl.col("verifier").unique().sort().str.join(" ").alias("verifiers"),
+                ),
+                "Not run",
+            )
+        print(
+            f"wrote {out}/compare_builders.parquet, per_root, by_depth, node_gaps, not_run (.parquet), throughput.html/.png, "
+            "acceptance_by_depth.html/.png"
+        )
     return 0
 
 

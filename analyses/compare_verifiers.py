@@ -44,8 +44,12 @@ from simlab.latency import LatencyModel
 
 PROG = "python -m analyses.compare_verifiers"
 DEFAULT_VERIFIERS = tuple(v for v in DDTE_VERIFIERS if v != "khisti")
-CHOICES = {"iid_E": (True, "E_select"), "iid_TPS": (True, "TPS_select"),
-           "delayed_E": (False, "E_select"), "delayed_TPS": (False, "TPS_select")}
+CHOICES = {
+    "iid_E": (True, "E_select"),
+    "iid_TPS": (True, "TPS_select"),
+    "delayed_E": (False, "E_select"),
+    "delayed_TPS": (False, "TPS_select"),
+}
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,11 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     d = Config()
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
     add_grid_study_flags(parser, d)
-    parser.add_argument("--verifiers", default=",".join(DEFAULT_VERIFIERS),
-                        help=f"comma-separated tree verifiers (khisti is slow): {', '.join(tree_verifiers.names())}")
+    parser.add_argument(
+        "--verifiers",
+        default=",".join(DEFAULT_VERIFIERS),
+        help=f"comma-separated tree verifiers (khisti is slow): {', '.join(tree_verifiers.names())}",
+    )
     parser.add_argument("--baseline", default=d.baseline, help="verifier whose throughput the ratios divide by")
     parser.add_argument("--out", default=None, help="output folder (default: out/compare_verifiers/<source>)")
     args = parser.parse_args(argv)
@@ -70,10 +77,17 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         verifiers = name_list(args.verifiers, "--verifiers", tree_verifiers.names())
     except ValueError as exc:
         fail(PROG, str(exc))
-    check_grid_study_flags(PROG, args, [
-        ("rrs_wor" not in verifiers, "--verifiers: rrs_wor needs siblings drafted without replacement; the grid draws i.i.d. branches"),
-        (args.baseline in verifiers, f"--baseline: {args.baseline!r} must be one of the --verifiers"),
-    ])
+    check_grid_study_flags(
+        PROG,
+        args,
+        [
+            (
+                "rrs_wor" not in verifiers,
+                "--verifiers: rrs_wor needs siblings drafted without replacement; the grid draws i.i.d. branches",
+            ),
+            (args.baseline in verifiers, f"--baseline: {args.baseline!r} must be one of the --verifiers"),
+        ],
+    )
     return study_config(Config, args, verifiers=verifiers), parser
 
 
@@ -83,11 +97,20 @@ def aggregate(labels: pl.DataFrame) -> pl.DataFrame:
     n = pl.len()
     se = lambda col: (pl.col(col).std() / n.sqrt()).fill_null(float("nan"))
     table = labels.group_by("setting", "verifier", "K", "L1", "L2", "tokens", maintain_order=True).agg(
-        pl.col("E").mean(), se("E").alias("E_se"), pl.col("E_select").mean(), pl.col("E_holdout").mean(),
-        se("E_holdout").alias("E_holdout_se"), pl.col("T").mean(), n.alias("roots"))
-    return table.with_columns((pl.col("E") / pl.col("T")).alias("TPS"), (pl.col("E_select") / pl.col("T")).alias("TPS_select"),
-                              (pl.col("E_holdout") / pl.col("T")).alias("TPS_holdout"),
-                              (pl.col("E_holdout_se") / pl.col("T")).alias("TPS_holdout_se"))
+        pl.col("E").mean(),
+        se("E").alias("E_se"),
+        pl.col("E_select").mean(),
+        pl.col("E_holdout").mean(),
+        se("E_holdout").alias("E_holdout_se"),
+        pl.col("T").mean(),
+        n.alias("roots"),
+    )
+    return table.with_columns(
+        (pl.col("E") / pl.col("T")).alias("TPS"),
+        (pl.col("E_select") / pl.col("T")).alias("TPS_select"),
+        (pl.col("E_holdout") / pl.col("T")).alias("TPS_holdout"),
+        (pl.col("E_holdout_se") / pl.col("T")).alias("TPS_holdout_se"),
+    )
 
 
 TIE = 1e-12
@@ -104,16 +127,42 @@ def choose(grid: pl.DataFrame, baseline: str) -> pl.DataFrame:
     for choice, (iid_only, criterion) in CHOICES.items():
         pool = grid.filter(pl.col("L1") == 0) if iid_only else grid
         top = pl.col(criterion).max().over("setting", "verifier")
-        best = (pool.filter(pl.col(criterion) >= top - TIE * top.abs())
-                .sort(["setting", "verifier", "K", "L1", "L2"]).group_by("setting", "verifier", maintain_order=True).first())
-        parts.append(best.with_columns(pl.lit(choice).alias("choice"), pl.lit("static_iid" if iid_only else "static_all_actions").alias("static")))
+        best = (
+            pool.filter(pl.col(criterion) >= top - TIE * top.abs())
+            .sort(["setting", "verifier", "K", "L1", "L2"])
+            .group_by("setting", "verifier", maintain_order=True)
+            .first()
+        )
+        parts.append(
+            best.with_columns(
+                pl.lit(choice).alias("choice"), pl.lit("static_iid" if iid_only else "static_all_actions").alias("static")
+            )
+        )
     chosen = pl.concat(parts)
     base = chosen.filter((pl.col("verifier") == baseline) & (pl.col("choice") == "iid_TPS")).select(
-        "setting", pl.col("TPS_holdout").alias("baseline_TPS"))
-    return chosen.join(base, on="setting", how="left").with_columns(
-        (pl.col("TPS_holdout") / pl.col("baseline_TPS")).alias("TPS_ratio")).select(
-        "setting", "verifier", "choice", "static", "K", "L1", "L2", "tokens", pl.col("E_holdout").alias("E"), pl.col("E_holdout_se").alias("E_se"),
-        "T", pl.col("TPS_holdout").alias("TPS"), pl.col("TPS_holdout_se").alias("TPS_se"), "TPS_ratio", "roots")
+        "setting", pl.col("TPS_holdout").alias("baseline_TPS")
+    )
+    return (
+        chosen.join(base, on="setting", how="left")
+        .with_columns((pl.col("TPS_holdout") / pl.col("baseline_TPS")).alias("TPS_ratio"))
+        .select(
+            "setting",
+            "verifier",
+            "choice",
+            "static",
+            "K",
+            "L1",
+            "L2",
+            "tokens",
+            pl.col("E_holdout").alias("E"),
+            pl.col("E_holdout_se").alias("E_se"),
+            "T",
+            pl.col("TPS_holdout").alias("TPS"),
+            pl.col("TPS_holdout_se").alias("TPS_se"),
+            "TPS_ratio",
+            "roots",
+        )
+    )
 
 
 def paired_difference(labels: pl.DataFrame, chosen: pl.DataFrame, left: tuple[str, str], right: tuple[str, str]) -> pl.DataFrame:
@@ -124,16 +173,19 @@ def paired_difference(labels: pl.DataFrame, chosen: pl.DataFrame, left: tuple[st
     - E_right,i / mean T_right; its standard error is sd(d) / sqrt(roots).  Pairing by root
     (same contexts, same sampled trees) removes the between-root variance both sides share.
     """
+
     def side(verifier, choice, tag):
         pick = chosen.filter((pl.col("verifier") == verifier) & (pl.col("choice") == choice)).select("setting", "K", "L1", "L2")
         rows = labels.filter(pl.col("verifier") == verifier).join(pick, on=["setting", "K", "L1", "L2"])
         return rows.select("setting", "trajectory", "root", pl.col("E_holdout").alias(f"E_{tag}"), pl.col("T").alias(f"T_{tag}"))
 
     both = side(*left, "l").join(side(*right, "r"), on=["setting", "trajectory", "root"])
-    both = both.with_columns((pl.col("E_l") / pl.col("T_l").mean().over("setting")
-                              - pl.col("E_r") / pl.col("T_r").mean().over("setting")).alias("d"))
+    both = both.with_columns(
+        (pl.col("E_l") / pl.col("T_l").mean().over("setting") - pl.col("E_r") / pl.col("T_r").mean().over("setting")).alias("d")
+    )
     return both.group_by("setting", maintain_order=True).agg(
-        pl.col("d").mean().alias("diff"), (pl.col("d").std() / pl.len().sqrt()).fill_null(float("nan")).alias("se"))
+        pl.col("d").mean().alias("diff"), (pl.col("d").std() / pl.len().sqrt()).fill_null(float("nan")).alias("se")
+    )
 
 
 def difference_table(labels, chosen, pairs, settings: list[str]) -> pl.DataFrame:
@@ -173,19 +225,40 @@ def charts(chosen: pl.DataFrame, order: list[str], subtitle: str):
 
     data = chosen.filter(pl.col("choice").is_in(["iid_TPS", "delayed_TPS", "iid_E", "delayed_E"])).with_columns(
         pl.col("verifier").replace_strict(tree_verifiers.paper_names(), default=pl.col("verifier")).alias("method"),
-        pl.when(pl.col("choice").str.starts_with("iid")).then(pl.lit("static i.i.d.")).otherwise(pl.lit("static delayed")).alias("tree"),
-        (pl.col("TPS") - 1.96 * pl.col("TPS_se").fill_nan(0.0)).alias("TPS_lo"), (pl.col("TPS") + 1.96 * pl.col("TPS_se").fill_nan(0.0)).alias("TPS_hi"),
-        (pl.col("E") - 1.96 * pl.col("E_se").fill_nan(0.0)).alias("E_lo"), (pl.col("E") + 1.96 * pl.col("E_se").fill_nan(0.0)).alias("E_hi"),
-        pl.format("K={} L1={} L2={}", "K", "L1", "L2").alias("action"))
+        pl.when(pl.col("choice").str.starts_with("iid"))
+        .then(pl.lit("static i.i.d."))
+        .otherwise(pl.lit("static delayed"))
+        .alias("tree"),
+        (pl.col("TPS") - 1.96 * pl.col("TPS_se").fill_nan(0.0)).alias("TPS_lo"),
+        (pl.col("TPS") + 1.96 * pl.col("TPS_se").fill_nan(0.0)).alias("TPS_hi"),
+        (pl.col("E") - 1.96 * pl.col("E_se").fill_nan(0.0)).alias("E_lo"),
+        (pl.col("E") + 1.96 * pl.col("E_se").fill_nan(0.0)).alias("E_hi"),
+        pl.format("K={} L1={} L2={}", "K", "L1", "L2").alias("action"),
+    )
     out = []
-    for metric, choice_suffix, title in (("TPS", "_TPS", "throughput (tokens/s)"), ("E", "_E", "block efficiency E[tau+1] (tokens/step)")):
+    for metric, choice_suffix, title in (
+        ("TPS", "_TPS", "throughput (tokens/s)"),
+        ("E", "_E", "block efficiency E[tau+1] (tokens/step)"),
+    ):
         part = data.filter(pl.col("choice").str.ends_with(choice_suffix))
-        base = alt.Chart(part).encode(x=alt.X("method:N", title=None, sort="-y"), xOffset="tree:N", color=alt.Color("tree:N", title="best static tree"))
-        chart = (base.mark_bar().encode(y=alt.Y(f"{metric}:Q", title=title), tooltip=["method", "tree", "action", metric, f"{metric}_se"])
-                 + base.mark_rule(color="black").encode(y=f"{metric}_lo:Q", y2=f"{metric}_hi:Q")).properties(width=230, height=180).facet(
-            facet=alt.Facet("setting:N", title=None, sort=order), columns=4).properties(
-            title=alt.TitleParams(f"Best static configuration per verifier and setting: {title} (held-out draws, 95% bars)",
-                                  subtitle=subtitle))
+        base = alt.Chart(part).encode(
+            x=alt.X("method:N", title=None, sort="-y"), xOffset="tree:N", color=alt.Color("tree:N", title="best static tree")
+        )
+        chart = (
+            (
+                base.mark_bar().encode(
+                    y=alt.Y(f"{metric}:Q", title=title), tooltip=["method", "tree", "action", metric, f"{metric}_se"]
+                )
+                + base.mark_rule(color="black").encode(y=f"{metric}_lo:Q", y2=f"{metric}_hi:Q")
+            )
+            .properties(width=230, height=180)
+            .facet(facet=alt.Facet("setting:N", title=None, sort=order), columns=4)
+            .properties(
+                title=alt.TitleParams(
+                    f"Best static configuration per verifier and setting: {title} (held-out draws, 95% bars)", subtitle=subtitle
+                )
+            )
+        )
         out.append(chart)
     return out
 
@@ -200,8 +273,9 @@ def _main(argv) -> int:
     out = study_out(PROG, config, source.slug())
     config = replace(config, out=str(out))
     try:
-        labels, _ = label_all(source, settings, config.verifiers, grid_of(config), latency, seed=config.seed,
-                              jobs=config.jobs, quiet=config.quiet)
+        labels, _ = label_all(
+            source, settings, config.verifiers, grid_of(config), latency, seed=config.seed, jobs=config.jobs, quiet=config.quiet
+        )
     except ValueError as exc:
         fail_from(PROG, exc, parser)
     grid = aggregate(labels)
@@ -221,37 +295,70 @@ def _main(argv) -> int:
     return 0
 
 
-def report(config: Config, source, latency: LatencyModel, chosen: pl.DataFrame, labels: pl.DataFrame, settings: list[str]) -> None:
+def report(
+    config: Config, source, latency: LatencyModel, chosen: pl.DataFrame, labels: pl.DataFrame, settings: list[str]
+) -> None:
     """Print the paper-layout tables."""
     roots = int(chosen["roots"].max())
     print(f"Source: {source.describe()}; {roots} roots per setting; latency: {latency.source}")
-    print_table(wide(chosen, "iid_E", "E", settings, config.verifiers),
-                "Block efficiency E[tau+1] (tokens per step), best static i.i.d. tree for E (cf. DDTE Table 2)")
-    print_table(wide(chosen, "iid_TPS", "TPS", settings, config.verifiers),
-                "Throughput (tokens/s), best static i.i.d. tree for throughput (cf. DDTE Table 3)")
-    print_table(wide(chosen, "iid_TPS", "TPS_ratio", settings, config.verifiers),
-                f"Throughput ratio to {tree_verifiers.paper_name(config.baseline)} (best static i.i.d. trees)")
-    print_table(wide(chosen, "delayed_TPS", "TPS", settings, config.verifiers),
-                "Throughput (tokens/s), best static delayed tree (K, L1, L2) for throughput")
+    print_table(
+        wide(chosen, "iid_E", "E", settings, config.verifiers),
+        "Block efficiency E[tau+1] (tokens per step), best static i.i.d. tree for E (cf. DDTE Table 2)",
+    )
+    print_table(
+        wide(chosen, "iid_TPS", "TPS", settings, config.verifiers),
+        "Throughput (tokens/s), best static i.i.d. tree for throughput (cf. DDTE Table 3)",
+    )
+    print_table(
+        wide(chosen, "iid_TPS", "TPS_ratio", settings, config.verifiers),
+        f"Throughput ratio to {tree_verifiers.paper_name(config.baseline)} (best static i.i.d. trees)",
+    )
+    print_table(
+        wide(chosen, "delayed_TPS", "TPS", settings, config.verifiers),
+        "Throughput (tokens/s), best static delayed tree (K, L1, L2) for throughput",
+    )
     base = tree_verifiers.paper_name(config.baseline)
-    versus = [(f"{base} - {tree_verifiers.paper_name(v)}", (config.baseline, "iid_TPS"), (v, "iid_TPS")) for v in config.verifiers if v != config.baseline]
-    print_table(difference_table(labels, chosen, versus, settings),
-                "Throughput difference (tokens/s) on best static i.i.d. trees, paired by root and tree draw (± standard error)")
-    delayed = [(tree_verifiers.paper_name(v), (v, "delayed_TPS"), (v, "iid_TPS")) for v in config.verifiers if not tree_verifiers.get(v).single_path]
-    print_table(difference_table(labels, chosen, delayed, settings),
-                "Delayed minus i.i.d.: throughput gain (tokens/s) of the best static delayed tree, paired (± standard error)")
+    versus = [
+        (f"{base} - {tree_verifiers.paper_name(v)}", (config.baseline, "iid_TPS"), (v, "iid_TPS"))
+        for v in config.verifiers
+        if v != config.baseline
+    ]
+    print_table(
+        difference_table(labels, chosen, versus, settings),
+        "Throughput difference (tokens/s) on best static i.i.d. trees, paired by root and tree draw (± standard error)",
+    )
+    delayed = [
+        (tree_verifiers.paper_name(v), (v, "delayed_TPS"), (v, "iid_TPS"))
+        for v in config.verifiers
+        if not tree_verifiers.get(v).single_path
+    ]
+    print_table(
+        difference_table(labels, chosen, delayed, settings),
+        "Delayed minus i.i.d.: throughput gain (tokens/s) of the best static delayed tree, paired (± standard error)",
+    )
     gains = []
     for v in config.verifiers:
         part = chosen.filter(pl.col("verifier") == v)
         iid, delayed = (part.filter(pl.col("choice") == c)["TPS"].mean() for c in ("iid_TPS", "delayed_TPS"))
         actions = part.filter(pl.col("choice") == "delayed_TPS").select(pl.format("({},{},{})", "K", "L1", "L2"))[:, 0].to_list()
-        gains.append({"verifier": tree_verifiers.paper_name(v), "iid TPS": iid, "delayed TPS": delayed, "delayed / iid": delayed / iid,
-                      "delayed actions by setting": " ".join(actions)})
-    print_table(pl.DataFrame(gains), "Delayed expansion: average throughput of the best static delayed vs i.i.d. tree (ratio of averages)")
+        gains.append(
+            {
+                "verifier": tree_verifiers.paper_name(v),
+                "iid TPS": iid,
+                "delayed TPS": delayed,
+                "delayed / iid": delayed / iid,
+                "delayed actions by setting": " ".join(actions),
+            }
+        )
+    print_table(
+        pl.DataFrame(gains), "Delayed expansion: average throughput of the best static delayed vs i.i.d. tree (ratio of averages)"
+    )
     chain = [tree_verifiers.paper_name(v) for v in config.verifiers if tree_verifiers.get(v).single_path]
     if chain:
         print(f"({', '.join(chain)} verify one path: valued at K = 1 only.)")
-    print(f"wrote {config.out}/compare_verifiers.parquet, grid.parquet, labels.parquet, latency.json, throughput.html/.png, block_efficiency.html/.png")
+    print(
+        f"wrote {config.out}/compare_verifiers.parquet, grid.parquet, labels.parquet, latency.json, throughput.html/.png, block_efficiency.html/.png"
+    )
 
 
 if __name__ == "__main__":

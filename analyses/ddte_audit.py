@@ -47,9 +47,28 @@ import numpy as np
 import polars as pl
 
 from analyses.selector_data import choose, feature_arrays, fit_selector, static_choice, value_matrices
-from backends.cli import OutputSet, add_output_flags, chart_writer, check_flags, fail_from, parquet_writer, print_table, progress_bar, run_tool
-from backends.sources.flags import (LatencyConfig, SourceConfig, make_latency, make_source, note_hf_defaults, study_config, study_out,
-                                    study_parser, with_hf_defaults)
+from backends.cli import (
+    OutputSet,
+    add_output_flags,
+    chart_writer,
+    check_flags,
+    fail_from,
+    parquet_writer,
+    print_table,
+    progress_bar,
+    run_tool,
+)
+from backends.sources.flags import (
+    LatencyConfig,
+    SourceConfig,
+    make_latency,
+    make_source,
+    note_hf_defaults,
+    study_config,
+    study_out,
+    study_parser,
+    with_hf_defaults,
+)
 from simlab import tree_verifiers
 from simlab.grid import draw_grid, grid_block_efficiency
 from simlab.selector.features import root_features
@@ -86,19 +105,27 @@ def parse_args(argv) -> tuple[Config, object]:
         if action.dest == "capture":
             action.help = f"refused here: {REFUSALS['capture']['capture']}"
     parser.add_argument("--samples", type=int, default=d.samples, help="grid trees per L1 (shared by verifiers and conventions)")
-    parser.add_argument("--no-selector", dest="selector", action="store_false",
-                        help="skip the selector's policies (they need >= 3 trajectories)")
+    parser.add_argument(
+        "--no-selector", dest="selector", action="store_false", help="skip the selector's policies (they need >= 3 trajectories)"
+    )
     parser.add_argument("--epochs", type=int, default=d.epochs, help="selector training epochs (per verifier and convention)")
     add_output_flags(parser, PROG)
     note_hf_defaults(parser, HF_DEFAULTS)
     args = parser.parse_args(argv)
     config = study_config(Config, args)
-    check_flags(PROG, [(config.samples >= 1, f"--samples: must be >= 1, got {config.samples}"),
-                       (config.epochs >= 1, f"--epochs: must be >= 1, got {config.epochs}"),
-                       (config.selector or "epochs" not in parser.given, "--epochs: trains the selector, which --no-selector skips"),
-                       (not config.selector or config.trajectories >= 3,
-                        f"--trajectories: the selector's train/validation/test split needs >= 3, got {config.trajectories} "
-                        "(or pass --no-selector)")])
+    check_flags(
+        PROG,
+        [
+            (config.samples >= 1, f"--samples: must be >= 1, got {config.samples}"),
+            (config.epochs >= 1, f"--epochs: must be >= 1, got {config.epochs}"),
+            (config.selector or "epochs" not in parser.given, "--epochs: trains the selector, which --no-selector skips"),
+            (
+                not config.selector or config.trajectories >= 3,
+                f"--trajectories: the selector's train/validation/test split needs >= 3, got {config.trajectories} "
+                "(or pass --no-selector)",
+            ),
+        ],
+    )
     return config, parser
 
 
@@ -124,8 +151,14 @@ def label(config: Config, source, settings, latency) -> tuple[list[dict], list[d
     for setting in settings:
         for root in source.roots(setting):
             table = NodeTable(root.pair, root.context)
-            drafts = draw_grid(table, K_max=4, L1_values=tuple(range(9)), L2_max=8, samples=config.samples,
-                               rng=np.random.default_rng([config.seed, root.root]))
+            drafts = draw_grid(
+                table,
+                K_max=4,
+                L1_values=tuple(range(9)),
+                L2_max=8,
+                samples=config.samples,
+                rng=np.random.default_rng([config.seed, root.root]),
+            )
             times = {}
             for v in VERIFIERS:
                 for name in CONVENTIONS:
@@ -137,12 +170,25 @@ def label(config: Config, source, settings, latency) -> tuple[list[dict], list[d
                     for action, estimate in grid.items():
                         if action not in times:
                             times[action] = latency.delayed_time(*action, len(root.context))
-                        rows.append({"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "verifier": v,
-                                     "convention": name, "K": action[0], "L1": action[1], "L2": action[2], "E": estimate.mean,
-                                     "T": times[action]})
+                        rows.append(
+                            {
+                                "setting": setting.name,
+                                "trajectory": root.trajectory,
+                                "root": root.root,
+                                "verifier": v,
+                                "convention": name,
+                                "K": action[0],
+                                "L1": action[1],
+                                "L2": action[2],
+                                "E": estimate.mean,
+                                "T": times[action],
+                            }
+                        )
             if config.selector:
                 embeddings, scalars = root_features(root.pair, root.context, setting, latency)
-                records.append({"setting": setting.name, "trajectory": root.trajectory, "root": root.root, **scalars, **embeddings})
+                records.append(
+                    {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, **scalars, **embeddings}
+                )
             bar.update()
     bar.close()
     return rows, records
@@ -167,21 +213,51 @@ def summarise(labels: pl.DataFrame) -> pl.DataFrame:
     inflation, the best static action of that kind on the convention's labels, its claimed and exact
     throughput, and the gap to Traversal's exact best of the same kind."""
     full = with_exact(labels)
-    inflation = full.group_by("setting", "verifier", "convention").agg((pl.col("E") - pl.col("E_exact")).mean().alias("inflation"),
-                                                                      (pl.col("E") - pl.col("E_exact")).max().alias("max_inflation"))
+    inflation = full.group_by("setting", "verifier", "convention").agg(
+        (pl.col("E") - pl.col("E_exact")).mean().alias("inflation"),
+        (pl.col("E") - pl.col("E_exact")).max().alias("max_inflation"),
+    )
     per_action = full.group_by("setting", "verifier", "convention", "K", "L1", "L2").agg(
-        (pl.col("E").sum() / pl.col("T").sum()).alias("claimed_TPS"), (pl.col("E_exact").sum() / pl.col("T").sum()).alias("exact_TPS"))
+        (pl.col("E").sum() / pl.col("T").sum()).alias("claimed_TPS"),
+        (pl.col("E_exact").sum() / pl.col("T").sum()).alias("exact_TPS"),
+    )
     kinds = {"static_iid": pl.col("L1") == 0, "static_all_actions": pl.lit(True)}
-    best = pl.concat([per_action.filter(pool).sort("claimed_TPS", "K", "L1", "L2", descending=[True, False, False, False])
-                      .group_by("setting", "verifier", "convention", maintain_order=True).first().with_columns(pl.lit(kind).alias("static"))
-                      for kind, pool in kinds.items()])
+    best = pl.concat(
+        [
+            per_action.filter(pool)
+            .sort("claimed_TPS", "K", "L1", "L2", descending=[True, False, False, False])
+            .group_by("setting", "verifier", "convention", maintain_order=True)
+            .first()
+            .with_columns(pl.lit(kind).alias("static"))
+            for kind, pool in kinds.items()
+        ]
+    )
     traversal = best.filter((pl.col("verifier") == "traversal") & (pl.col("convention") == "exact")).select(
-        "setting", "static", pl.col("exact_TPS").alias("traversal_TPS"))
-    out = best.join(inflation, on=["setting", "verifier", "convention"]).join(traversal, on=["setting", "static"]).with_columns(
-        (pl.col("claimed_TPS") / pl.col("traversal_TPS") - 1).alias("claimed_vs_traversal"),
-        (pl.col("exact_TPS") / pl.col("traversal_TPS") - 1).alias("exact_vs_traversal"))
-    return out.select("setting", "verifier", "convention", "static", "inflation", "max_inflation", "K", "L1", "L2", "claimed_TPS",
-                      "exact_TPS", "claimed_vs_traversal", "exact_vs_traversal").sort("setting", "verifier", "convention", "static")
+        "setting", "static", pl.col("exact_TPS").alias("traversal_TPS")
+    )
+    out = (
+        best.join(inflation, on=["setting", "verifier", "convention"])
+        .join(traversal, on=["setting", "static"])
+        .with_columns(
+            (pl.col("claimed_TPS") / pl.col("traversal_TPS") - 1).alias("claimed_vs_traversal"),
+            (pl.col("exact_TPS") / pl.col("traversal_TPS") - 1).alias("exact_vs_traversal"),
+        )
+    )
+    return out.select(
+        "setting",
+        "verifier",
+        "convention",
+        "static",
+        "inflation",
+        "max_inflation",
+        "K",
+        "L1",
+        "L2",
+        "claimed_TPS",
+        "exact_TPS",
+        "claimed_vs_traversal",
+        "exact_vs_traversal",
+    ).sort("setting", "verifier", "convention", "static")
 
 
 def select(config: Config, labels: pl.DataFrame, records: list[dict]) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -201,7 +277,9 @@ def select(config: Config, labels: pl.DataFrame, records: list[dict]) -> tuple[p
 
     roots, arrays = feature_arrays(records)
     if roots["trajectory"].n_unique() < 3:
-        raise ValueError(f"trajectories: the selector's split needs >= 3 trajectories, the source has {roots['trajectory'].n_unique()}")
+        raise ValueError(
+            f"trajectories: the selector's split needs >= 3 trajectories, the source has {roots['trajectory'].n_unique()}"
+        )
     split = split_by_trajectory(roots["trajectory"].to_list(), config.seed)
     settings, test = roots["setting"].to_numpy(), np.flatnonzero(split == "test")
     full = with_exact(labels)
@@ -213,15 +291,32 @@ def select(config: Config, labels: pl.DataFrame, records: list[dict]) -> tuple[p
     def record(verifier, name, policy, picks, claimed, exact, T):
         for i, r in enumerate(test):
             K, L1, L2 = actions[picks[i]]
-            per_root.append({"verifier": verifier, "convention": name, "policy": policy, "setting": settings[r],
-                             "trajectory": int(roots["trajectory"][int(r)]), "root": int(roots["root"][int(r)]), "K": K, "L1": L1,
-                             "L2": L2, "E_claimed": float(claimed[i]), "E_exact": float(exact[i]), "T": float(T[i])})
+            per_root.append(
+                {
+                    "verifier": verifier,
+                    "convention": name,
+                    "policy": policy,
+                    "setting": settings[r],
+                    "trajectory": int(roots["trajectory"][int(r)]),
+                    "root": int(roots["root"][int(r)]),
+                    "K": K,
+                    "L1": L1,
+                    "L2": L2,
+                    "E_claimed": float(claimed[i]),
+                    "E_exact": float(exact[i]),
+                    "T": float(T[i]),
+                }
+            )
 
     for kind, static in statics(trav).items():
         picks = np.array([static[str(settings[r])] for r in test])
         record("traversal", "exact", kind, picks, trav["E"][test, picks], trav["E"][test, picks], trav["T"][test, picks])
-    bar = progress_bar(total=sum(name == "exact" or convention(v, name) is not None for v in SELECTOR_VERIFIERS for name in CONVENTIONS),
-                       desc="selectors", unit="selector", quiet=config.quiet)
+    bar = progress_bar(
+        total=sum(name == "exact" or convention(v, name) is not None for v in SELECTOR_VERIFIERS for name in CONVENTIONS),
+        desc="selectors",
+        unit="selector",
+        quiet=config.quiet,
+    )
     for v in SELECTOR_VERIFIERS:
         for name in CONVENTIONS:
             if name != "exact" and convention(v, name) is None:
@@ -235,15 +330,31 @@ def select(config: Config, labels: pl.DataFrame, records: list[dict]) -> tuple[p
     bar.close()
     per_root = pl.DataFrame(per_root)
     groups = ["verifier", "convention", "policy"]
-    totals = [pl.len().alias("roots"), pl.col("E_claimed").mean(), pl.col("E_exact").mean(),
-              (pl.col("E_claimed").sum() / pl.col("T").sum()).alias("claimed_TPS"), (pl.col("E_exact").sum() / pl.col("T").sum()).alias("exact_TPS")]
-    table = pl.concat([per_root.group_by(*groups, "setting").agg(*totals),
-                       per_root.group_by(*groups).agg(*totals).with_columns(pl.lit("all").alias("setting"))], how="diagonal")
+    totals = [
+        pl.len().alias("roots"),
+        pl.col("E_claimed").mean(),
+        pl.col("E_exact").mean(),
+        (pl.col("E_claimed").sum() / pl.col("T").sum()).alias("claimed_TPS"),
+        (pl.col("E_exact").sum() / pl.col("T").sum()).alias("exact_TPS"),
+    ]
+    table = pl.concat(
+        [
+            per_root.group_by(*groups, "setting").agg(*totals),
+            per_root.group_by(*groups).agg(*totals).with_columns(pl.lit("all").alias("setting")),
+        ],
+        how="diagonal",
+    )
     reference = table.filter((pl.col("verifier") == "traversal") & (pl.col("policy") == "static_iid")).select(
-        "setting", pl.col("exact_TPS").alias("traversal_TPS"))
-    table = table.join(reference, on="setting").with_columns(
-        (pl.col("claimed_TPS") / pl.col("traversal_TPS") - 1).alias("claimed_vs_traversal"),
-        (pl.col("exact_TPS") / pl.col("traversal_TPS") - 1).alias("exact_vs_traversal")).drop("traversal_TPS")
+        "setting", pl.col("exact_TPS").alias("traversal_TPS")
+    )
+    table = (
+        table.join(reference, on="setting")
+        .with_columns(
+            (pl.col("claimed_TPS") / pl.col("traversal_TPS") - 1).alias("claimed_vs_traversal"),
+            (pl.col("exact_TPS") / pl.col("traversal_TPS") - 1).alias("exact_vs_traversal"),
+        )
+        .drop("traversal_TPS")
+    )
     return table.sort("setting", "verifier", "convention", "policy"), per_root
 
 
@@ -252,27 +363,53 @@ def selector_chart(table: pl.DataFrame, subtitle: str):
     convention and policy (all settings)."""
     import altair as alt
 
-    data = table.filter((pl.col("setting") == "all") & (pl.col("verifier") != "traversal")).unpivot(
-        index=["verifier", "convention", "policy"], on=["claimed_vs_traversal", "exact_vs_traversal"], variable_name="valued",
-        value_name="vs_traversal").with_columns(pl.col("valued").str.replace("_vs_traversal", ""))
-    return alt.Chart(data).mark_bar().encode(
-        x=alt.X("convention:N", sort=list(CONVENTIONS), title=None), xOffset="valued:N",
-        y=alt.Y("vs_traversal:Q", title="vs Traversal", axis=alt.Axis(format="%")),
-        color=alt.Color("valued:N", title="valued"), row=alt.Row("policy:N", title=None), column=alt.Column("verifier:N", title=None),
-        tooltip=list(data.columns)).properties(width=160, height=150, title=alt.TitleParams(
-            "Static and selector policies on held-out roots, as each convention claims them and exactly", subtitle=subtitle))
+    data = (
+        table.filter((pl.col("setting") == "all") & (pl.col("verifier") != "traversal"))
+        .unpivot(
+            index=["verifier", "convention", "policy"],
+            on=["claimed_vs_traversal", "exact_vs_traversal"],
+            variable_name="valued",
+            value_name="vs_traversal",
+        )
+        .with_columns(pl.col("valued").str.replace("_vs_traversal", ""))
+    )
+    return (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            x=alt.X("convention:N", sort=list(CONVENTIONS), title=None),
+            xOffset="valued:N",
+            y=alt.Y("vs_traversal:Q", title="vs Traversal", axis=alt.Axis(format="%")),
+            color=alt.Color("valued:N", title="valued"),
+            row=alt.Row("policy:N", title=None),
+            column=alt.Column("verifier:N", title=None),
+            tooltip=list(data.columns),
+        )
+        .properties(
+            width=160,
+            height=150,
+            title=alt.TitleParams(
+                "Static and selector policies on held-out roots, as each convention claims them and exactly", subtitle=subtitle
+            ),
+        )
+    )
 
 
 def selector_view(table: pl.DataFrame) -> pl.DataFrame:
     """The printed form of ``select``'s summary: one row per verifier and convention (setting "all")."""
     rows = []
-    for (verifier, name), group in table.filter(pl.col("setting") == "all").group_by("verifier", "convention", maintain_order=True):
+    for (verifier, name), group in table.filter(pl.col("setting") == "all").group_by(
+        "verifier", "convention", maintain_order=True
+    ):
         by = {r["policy"]: r for r in group.iter_rows(named=True)}
         row = {"verifier": verifier, "convention": name}
         for policy in POLICIES if verifier != "traversal" else STATIC_POLICIES:
             r = by[policy]
-            row |= {f"{policy} E": r["E_exact"], f"{policy} claimed": f"{r['claimed_vs_traversal'] + 0.0:+.1%}",
-                    f"{policy} exact": f"{r['exact_vs_traversal'] + 0.0:+.1%}"}  # + 0.0: no "-0.0%"
+            row |= {
+                f"{policy} E": r["E_exact"],
+                f"{policy} claimed": f"{r['claimed_vs_traversal'] + 0.0:+.1%}",
+                f"{policy} exact": f"{r['exact_vs_traversal'] + 0.0:+.1%}",
+            }  # + 0.0: no "-0.0%"
         rows.append(row)
     order = {name: i for i, name in enumerate(CONVENTIONS)}
     return pl.DataFrame(rows).sort(pl.col("verifier"), pl.col("convention").replace_strict(order, return_dtype=pl.Int64))
@@ -287,8 +424,9 @@ def _main(argv) -> int:
 
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
     config = with_hf_defaults(config, parser, HF_DEFAULTS)
-    source, settings = make_source(PROG, parser, config, stream="per_trajectory", grid=False, depth=16, study_refusals=REFUSALS,
-                                   quiet=config.quiet)
+    source, settings = make_source(
+        PROG, parser, config, stream="per_trajectory", grid=False, depth=16, study_refusals=REFUSALS, quiet=config.quiet
+    )
     latency = make_latency(PROG, parser, config, source, 40)
     out = study_out(PROG, config, source.slug())
     try:
@@ -298,14 +436,35 @@ def _main(argv) -> int:
     except ValueError as exc:
         fail_from(PROG, exc, parser)
     summary = summarise(labels)
-    overall = summary.group_by("verifier", "convention", "static", maintain_order=True).agg(
-        pl.col("inflation").mean(), pl.col("max_inflation").max(), pl.col("claimed_vs_traversal").mean(),
-        pl.col("exact_vs_traversal").mean()).sort("verifier", "convention", "static")
-    chart = alt.Chart(overall.filter(pl.col("static") == "static_iid")).mark_bar().encode(  # inflation: one bar per verifier and convention
-        x=alt.X("convention:N", sort=list(CONVENTIONS), title=None), y=alt.Y("inflation:Q", title="mean label inflation (tokens)"),
-        color="convention:N", column=alt.Column("verifier:N", title=None), tooltip=list(overall.columns)).properties(
-        width=140, height=180, title=alt.TitleParams("Label inflation of the public-code conventions over DDTE's grid (mean over settings)",
-                                                     subtitle=f"source: {source.describe()}; latency: {latency.source}"))
+    overall = (
+        summary.group_by("verifier", "convention", "static", maintain_order=True)
+        .agg(
+            pl.col("inflation").mean(),
+            pl.col("max_inflation").max(),
+            pl.col("claimed_vs_traversal").mean(),
+            pl.col("exact_vs_traversal").mean(),
+        )
+        .sort("verifier", "convention", "static")
+    )
+    chart = (
+        alt.Chart(overall.filter(pl.col("static") == "static_iid"))
+        .mark_bar()
+        .encode(  # inflation: one bar per verifier and convention
+            x=alt.X("convention:N", sort=list(CONVENTIONS), title=None),
+            y=alt.Y("inflation:Q", title="mean label inflation (tokens)"),
+            color="convention:N",
+            column=alt.Column("verifier:N", title=None),
+            tooltip=list(overall.columns),
+        )
+        .properties(
+            width=140,
+            height=180,
+            title=alt.TitleParams(
+                "Label inflation of the public-code conventions over DDTE's grid (mean over settings)",
+                subtitle=f"source: {source.describe()}; latency: {latency.source}",
+            ),
+        )
+    )
     with OutputSet(out) as outputs:
         outputs.stage("ddte_audit.parquet", parquet_writer(summary))
         outputs.stage("labels.parquet", parquet_writer(labels))
@@ -320,14 +479,22 @@ def _main(argv) -> int:
         outputs.publish()
     if not config.quiet:
         print(f"Source: {source.describe()}; {labels['root'].n_unique()} roots per setting; latency: {latency.source}")
-        print_table(overall, "Mean over settings: label inflation, and the best static action's throughput vs Traversal's "
-                             "(claimed under the convention, exact for the same action)")
+        print_table(
+            overall,
+            "Mean over settings: label inflation, and the best static action's throughput vs Traversal's "
+            "(claimed under the convention, exact for the same action)",
+        )
         if selected is not None:
-            print_table(selector_view(selected[0]), f"Held-out roots ({selected[1].filter(pl.col('verifier') == 'traversal').height}, "
-                        "all settings): E[tau+1] (exact) and throughput vs Traversal's exact static_iid policy, as the convention "
-                        "claims it and exactly")
-        print(f"wrote {out}/ddte_audit.parquet, labels.parquet, inflation.html/.png"
-              + (", selector.parquet, selector_roots.parquet, selector.html/.png" if selected is not None else ""))
+            print_table(
+                selector_view(selected[0]),
+                f"Held-out roots ({selected[1].filter(pl.col('verifier') == 'traversal').height}, "
+                "all settings): E[tau+1] (exact) and throughput vs Traversal's exact static_iid policy, as the convention "
+                "claims it and exactly",
+            )
+        print(
+            f"wrote {out}/ddte_audit.parquet, labels.parquet, inflation.html/.png"
+            + (", selector.parquet, selector_roots.parquet, selector.html/.png" if selected is not None else "")
+        )
     return 0
 
 

@@ -45,8 +45,16 @@ from backends.cli import (
 from backends.pretrained import parse_draft
 from backends.roots import SHIPPED_PROMPTS
 from backends.sources import CaptureSource
-from backends.sources.flags import (SourceConfig, add_source_flags, check_honoured, make_source, note_hf_defaults, parse_settings,
-                                    study_config, study_out)
+from backends.sources.flags import (
+    SourceConfig,
+    add_source_flags,
+    check_honoured,
+    make_source,
+    note_hf_defaults,
+    parse_settings,
+    study_config,
+    study_out,
+)
 from simlab.builders import named_shape
 from simlab.measures import ACCEPTANCE_METHODS, node_acceptance, node_divergences
 from simlab.sampling import Stream, seeded_rng
@@ -88,22 +96,34 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     parser.add_argument("--width", type=int, default=d.width, help="K: rollouts (iid) or branches (delayed), 1..16")
     parser.add_argument("--trunk", type=int, default=d.trunk, help="L1 of a delayed tree (L2 = depth - L1)")
     parser.add_argument("--k", type=int, default=d.k, help="acceptance is reported for k = 1..K children (1..8)")
-    parser.add_argument("--child-samples", type=int, default=d.child_samples,
-                        help="sampled child tuples per node for verifiers without a closed form (khisti, rrs_wor)")
+    parser.add_argument(
+        "--child-samples",
+        type=int,
+        default=d.child_samples,
+        help="sampled child tuples per node for verifiers without a closed form (khisti, rrs_wor)",
+    )
     add_output_flags(parser, PROG)
     note_hf_defaults(parser, HF_DEFAULTS)
     args = parser.parse_args(argv)
     config = study_config(Config, args)
-    check_flags(PROG, [
-        (1 <= config.depth <= 64, f"--depth: must lie in [1, 64], got {config.depth}"),
-        (1 <= config.width <= 16, f"--width: must lie in [1, 16], got {config.width}"),
-        (config.trajectories * config.roots_per_trajectory <= 100_000,
-         f"--trajectories x --roots-per-trajectory: at most 100000 roots, got {config.trajectories * config.roots_per_trajectory}"),
-        (config.shape != "delayed" or 0 <= config.trunk < config.depth, f"--trunk: must lie in [0, depth), got {config.trunk}"),
-        ("trunk" not in parser.given or config.shape == "delayed", "--trunk: only --shape delayed has a trunk"),
-        (1 <= config.k <= 8, f"--k: must lie in [1, 8], got {config.k}"),
-        (config.child_samples >= 1, f"--child-samples: must be >= 1, got {config.child_samples}"),
-    ])
+    check_flags(
+        PROG,
+        [
+            (1 <= config.depth <= 64, f"--depth: must lie in [1, 64], got {config.depth}"),
+            (1 <= config.width <= 16, f"--width: must lie in [1, 16], got {config.width}"),
+            (
+                config.trajectories * config.roots_per_trajectory <= 100_000,
+                f"--trajectories x --roots-per-trajectory: at most 100000 roots, got {config.trajectories * config.roots_per_trajectory}",
+            ),
+            (
+                config.shape != "delayed" or 0 <= config.trunk < config.depth,
+                f"--trunk: must lie in [0, depth), got {config.trunk}",
+            ),
+            ("trunk" not in parser.given or config.shape == "delayed", "--trunk: only --shape delayed has a trunk"),
+            (1 <= config.k <= 8, f"--k: must lie in [1, 8], got {config.k}"),
+            (config.child_samples >= 1, f"--child-samples: must be >= 1, got {config.child_samples}"),
+        ],
+    )
     return config, parser
 
 
@@ -126,23 +146,47 @@ def measure(config: Config, source, setting) -> pl.DataFrame:
             tree = shape.sample(table, root.rng or seeded_rng(config.seed, Stream.TREE, root.root))
         rng = root.rng or fallback
         for path in tree.nodes():
-            rows.append(node_rows(root.root, path, len(tree.child_list(path)), table.p(path), table.q(path), k_values, rng,
-                                  config.child_samples))
+            rows.append(
+                node_rows(
+                    root.root, path, len(tree.child_list(path)), table.p(path), table.q(path), k_values, rng, config.child_samples
+                )
+            )
     return pl.DataFrame(rows)
 
 
 def node_rows(root: int, path: tuple[int, ...], children: int, p, q, k_values, rng, child_samples: int) -> dict:
-    return {"root": root, "path": " ".join(map(str, path)), "depth": len(path), "children": children,
-            **node_divergences(p, q), **node_acceptance(p, q, k_values, rng, child_samples)}
+    return {
+        "root": root,
+        "path": " ".join(map(str, path)),
+        "depth": len(path),
+        "children": children,
+        **node_divergences(p, q),
+        **node_acceptance(p, q, k_values, rng, child_samples),
+    }
 
 
 def capture_live(config: Config, setting, out: Path, quiet: bool) -> str:
     """Run ``backends.capture`` (with --full) for the hf backend into ``<out>/capture-<hash>``
     (one folder per capture setting: reruns resume, other settings never collide); returns it."""
     target, draft = ("", f"early-exit:{parse_draft(config.draft)}") if config.pair else (config.target, config.draft)
-    settings = CaptureSettings(target, draft, config.prompts or str(SHIPPED_PROMPTS), config.roots_per_trajectory,
-                               config.spacing, config.shape, config.width, config.depth, config.trunk, setting.temperature,
-                               setting.top_p, setting.top_k, dtype=config.dtype, full=True, seed=config.seed, pair=config.pair or "")
+    settings = CaptureSettings(
+        target,
+        draft,
+        config.prompts or str(SHIPPED_PROMPTS),
+        config.roots_per_trajectory,
+        config.spacing,
+        config.shape,
+        config.width,
+        config.depth,
+        config.trunk,
+        setting.temperature,
+        setting.top_p,
+        setting.top_k,
+        dtype=config.dtype,
+        full=True,
+        seed=config.seed,
+        pair=config.pair or "",
+    )
     digest = hashlib.sha256(json.dumps(asdict(settings), sort_keys=True).encode()).hexdigest()[:10]
     folder = out / f"capture-{digest}"
     folder.mkdir(exist_ok=True)
@@ -161,8 +205,10 @@ def aggregate(nodes: pl.DataFrame, k_max: int) -> pl.DataFrame:
         for k in range(1, k_max + 1):
             col = f"alpha_{method}_k{k}"
             valid = pl.col(col).is_not_nan()
-            exprs += [pl.col(col).filter(valid).mean().alias(f"{col}_mean"),
-                      (pl.col(col).filter(valid).std() / valid.sum().sqrt()).alias(f"{col}_se")]
+            exprs += [
+                pl.col(col).filter(valid).mean().alias(f"{col}_mean"),
+                (pl.col(col).filter(valid).std() / valid.sum().sqrt()).alias(f"{col}_se"),
+            ]
     table = nodes.group_by("depth").agg(exprs).sort("depth")
     gains = [(pl.col(f"alpha_{m}_k{k_max}_mean") - pl.col(f"alpha_{m}_k1_mean")).alias(f"gain_{m}") for m in ACCEPTANCE_METHODS]
     return table.with_columns(gains)
@@ -173,8 +219,16 @@ def long_acceptance(table: pl.DataFrame, k_max: int) -> pl.DataFrame:
     for method in ACCEPTANCE_METHODS:
         for k in range(1, k_max + 1):
             mean, se = pl.col(f"alpha_{method}_k{k}_mean"), pl.col(f"alpha_{method}_k{k}_se").fill_null(0.0)
-            parts.append(table.select("depth", pl.lit(method).alias("verifier"), pl.lit(f"k={k}").alias("k"),
-                                      mean.alias("alpha"), (mean - 1.96 * se).alias("lo"), (mean + 1.96 * se).alias("hi")))
+            parts.append(
+                table.select(
+                    "depth",
+                    pl.lit(method).alias("verifier"),
+                    pl.lit(f"k={k}").alias("k"),
+                    mean.alias("alpha"),
+                    (mean - 1.96 * se).alias("lo"),
+                    (mean + 1.96 * se).alias("hi"),
+                )
+            )
     return pl.concat(parts)
 
 
@@ -184,26 +238,42 @@ def charts(table: pl.DataFrame, k_max: int, subtitle: str):
     import altair as alt
 
     divergence = table.select(
-        "depth", "nodes",
+        "depth",
+        "nodes",
         pl.col("tv_mean").alias("mean"),
         (pl.col("tv_mean") - 1.96 * pl.col("tv_sd").fill_null(0.0) / pl.col("nodes").sqrt()).alias("lo"),
         (pl.col("tv_mean") + 1.96 * pl.col("tv_sd").fill_null(0.0) / pl.col("nodes").sqrt()).alias("hi"),
-        pl.col("tv_q25"), pl.col("tv_q75"),
+        pl.col("tv_q25"),
+        pl.col("tv_q75"),
     )
-    base = alt.Chart(divergence).encode(x=alt.X("depth:Q", title="draft-tree depth (tokens below the root)", axis=alt.Axis(tickMinStep=1)))
+    base = alt.Chart(divergence).encode(
+        x=alt.X("depth:Q", title="draft-tree depth (tokens below the root)", axis=alt.Axis(tickMinStep=1))
+    )
     div_chart = (
         base.mark_area(opacity=0.15).encode(y="tv_q25:Q", y2="tv_q75:Q")
         + base.mark_area(opacity=0.35).encode(y=alt.Y("lo:Q", title="TV(p, q)"), y2="hi:Q")
         + base.mark_line(point=True).encode(y="mean:Q", tooltip=["depth", "nodes", "mean"])
-    ).properties(title=alt.TitleParams("Draft-target divergence by depth (mean, 95% band; light: quartiles)", subtitle=subtitle),
-                 width=480, height=300)
+    ).properties(
+        title=alt.TitleParams("Draft-target divergence by depth (mean, 95% band; light: quartiles)", subtitle=subtitle),
+        width=480,
+        height=300,
+    )
     acc = long_acceptance(table, k_max)
-    acc_base = alt.Chart(acc).encode(x=alt.X("depth:Q", title="draft-tree depth", axis=alt.Axis(tickMinStep=1)), color=alt.Color("verifier:N"))
+    acc_base = alt.Chart(acc).encode(
+        x=alt.X("depth:Q", title="draft-tree depth", axis=alt.Axis(tickMinStep=1)), color=alt.Color("verifier:N")
+    )
     acc_chart = (
-        acc_base.mark_area(opacity=0.2).encode(y=alt.Y("lo:Q", title="acceptance rate", scale=alt.Scale(zero=False)), y2="hi:Q")
-        + acc_base.mark_line(point=True).encode(y="alpha:Q", tooltip=["depth", "verifier", "k", "alpha"])
-    ).properties(width=260, height=220).facet(column=alt.Column("k:N", title=None)).properties(
-        title=alt.TitleParams("Acceptance by depth for k i.i.d. children (mean, 95% band)", subtitle=subtitle)).configure_legend(symbolOpacity=1)
+        (
+            acc_base.mark_area(opacity=0.2).encode(
+                y=alt.Y("lo:Q", title="acceptance rate", scale=alt.Scale(zero=False)), y2="hi:Q"
+            )
+            + acc_base.mark_line(point=True).encode(y="alpha:Q", tooltip=["depth", "verifier", "k", "alpha"])
+        )
+        .properties(width=260, height=220)
+        .facet(column=alt.Column("k:N", title=None))
+        .properties(title=alt.TitleParams("Acceptance by depth for k i.i.d. children (mean, 95% band)", subtitle=subtitle))
+        .configure_legend(symbolOpacity=1)
+    )
     return div_chart, acc_chart
 
 
@@ -221,13 +291,26 @@ def _main(argv) -> int:
         if live:
             check_honoured(PROG, parser, config, REFUSALS)
             (setting,) = _one_setting(parse_settings(config.settings), parser)
-            models = f"{config.pair}-{config.draft or 'default'}" if config.pair else f"{Path(config.target).name}-{Path(config.draft).name}"
+            models = (
+                f"{config.pair}-{config.draft or 'default'}"
+                if config.pair
+                else f"{Path(config.target).name}-{Path(config.draft).name}"
+            )
             out = study_out(PROG, config, f"hf-{models}")
             log(f"capturing p and q on the draft trees of every root into {out}/capture-*")
             source = CaptureSource((capture_live(config, setting, out, config.quiet),), grid=False)
         else:
-            source, settings = make_source(PROG, parser, config, stream="shared", grid=False, depth=config.depth,
-                                           max_settings=1, study_refusals=REFUSALS, quiet=config.quiet)
+            source, settings = make_source(
+                PROG,
+                parser,
+                config,
+                stream="shared",
+                grid=False,
+                depth=config.depth,
+                max_settings=1,
+                study_refusals=REFUSALS,
+                quiet=config.quiet,
+            )
             (setting,) = settings
             out = study_out(PROG, config, source.slug())
         nodes = measure(config, source, setting)
@@ -244,15 +327,37 @@ def _main(argv) -> int:
                 outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
         outputs.publish()
     if not config.quiet:
-        shown = table.select("depth", "nodes", "l1_mean", "tv_mean", "tv_q25", "tv_q50", "tv_q75", "kl_pq_mean", "kl_qp_mean", "h_p_mean", "h_q_mean")
+        shown = table.select(
+            "depth",
+            "nodes",
+            "l1_mean",
+            "tv_mean",
+            "tv_q25",
+            "tv_q50",
+            "tv_q75",
+            "kl_pq_mean",
+            "kl_qp_mean",
+            "h_p_mean",
+            "h_q_mean",
+        )
         print_table(shown, f"Divergence by depth ({described}, trees: {_trees(config, source)})")
         k = config.k
-        print_table(table.select("depth", (1 - pl.col("tv_mean")).alias("k=1: 1-TV"), pl.col("alpha_nss_k1_mean").alias("k=1: nss"),
-                                 *[pl.col(f"alpha_{m}_k{k}_mean").alias(m) for m in ACCEPTANCE_METHODS]),
-                    f"Acceptance by depth at k = {k} children (optimal = alpha*); at k = 1 every verifier but nss accepts 1 - TV")
-        print_table(table.select("depth", *[pl.col(f"gain_{m}").alias(m) for m in ACCEPTANCE_METHODS]),
-                    f"Multi-draft gain alpha(k={k}) - alpha(k=1) by depth")
-        print(f"wrote {out}/divergence_by_depth.parquet, nodes.parquet, divergence_by_depth.html/.png, acceptance_by_depth.html/.png")
+        print_table(
+            table.select(
+                "depth",
+                (1 - pl.col("tv_mean")).alias("k=1: 1-TV"),
+                pl.col("alpha_nss_k1_mean").alias("k=1: nss"),
+                *[pl.col(f"alpha_{m}_k{k}_mean").alias(m) for m in ACCEPTANCE_METHODS],
+            ),
+            f"Acceptance by depth at k = {k} children (optimal = alpha*); at k = 1 every verifier but nss accepts 1 - TV",
+        )
+        print_table(
+            table.select("depth", *[pl.col(f"gain_{m}").alias(m) for m in ACCEPTANCE_METHODS]),
+            f"Multi-draft gain alpha(k={k}) - alpha(k=1) by depth",
+        )
+        print(
+            f"wrote {out}/divergence_by_depth.parquet, nodes.parquet, divergence_by_depth.html/.png, acceptance_by_depth.html/.png"
+        )
     return 0
 
 

@@ -40,12 +40,29 @@ import numpy as np
 import polars as pl
 
 from analyses.selector_data import DEFAULT_RUN, STATIC_BASELINES, choose, static_choice, value_matrices
-from backends.cli import OutputSet, ToolParser, chart_writer, check_flags, fail, parquet_writer, prepare_out, print_table, run_tool
+from backends.cli import (
+    OutputSet,
+    ToolParser,
+    chart_writer,
+    check_flags,
+    fail,
+    parquet_writer,
+    prepare_out,
+    print_table,
+    run_tool,
+)
 from simlab import tree_verifiers
 
 PROG = "python -m analyses.evaluate_selector"
-POLICIES = ("static_iid", "static_all_actions", "selector", "oracle", "oracle_in_sample", "traversal_static_iid",
-            "traversal_static_all_actions")
+POLICIES = (
+    "static_iid",
+    "static_all_actions",
+    "selector",
+    "oracle",
+    "oracle_in_sample",
+    "traversal_static_iid",
+    "traversal_static_all_actions",
+)
 REFERENCE, TRAVERSAL_REFERENCE = "static_iid", "traversal_static_iid"
 """The policies the ratios divide by: DDTE's static baseline, for the verifier and for Traversal."""
 LOSS_THRESHOLD = 0.05
@@ -59,8 +76,13 @@ def parse_args(argv):
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     run = Path(args.run)
-    check_flags(PROG, [(run.is_dir(), f"--run: {args.run!r} is not a folder"),
-                       ((run / "run.json").is_file(), f"--run: {args.run!r} is not a train_selector output (no run.json)")])
+    check_flags(
+        PROG,
+        [
+            (run.is_dir(), f"--run: {args.run!r} is not a folder"),
+            ((run / "run.json").is_file(), f"--run: {args.run!r} is not a train_selector output (no run.json)"),
+        ],
+    )
     return args
 
 
@@ -76,7 +98,9 @@ def load_run(run: Path):
         arrays = {k: data[k] for k in data.files}
     if any(a.shape[0] != roots.height for a in arrays.values()) or meta.get("roots", roots.height) != roots.height:
         raise ValueError("roots.parquet, embeddings.npz and run.json disagree on the number of roots")
-    checkpoints = {v: torch.load(io.BytesIO((run / f"selector-{v}.pt").read_bytes()), weights_only=False) for v in meta["verifiers"]}
+    checkpoints = {
+        v: torch.load(io.BytesIO((run / f"selector-{v}.pt").read_bytes()), weights_only=False) for v in meta["verifiers"]
+    }
     return meta, labels, roots, arrays, checkpoints
 
 
@@ -116,22 +140,60 @@ def evaluate(meta, labels, roots, arrays, checkpoints, split: str) -> tuple[pl.D
             E = source["E" if policy == "oracle_in_sample" else "E_holdout"][rows, picks]
             T = source["T"][rows, picks]
             for i, r in enumerate(rows):
-                per_root.append({"verifier": verifier, "policy": policy, "setting": settings[r], "trajectory": int(roots["trajectory"][int(r)]),
-                                 "root": int(roots["root"][int(r)]), "K": actions[picks[i]][0], "L1": actions[picks[i]][1],
-                                 "L2": actions[picks[i]][2], "E": float(E[i]), "T": float(T[i])})
+                per_root.append(
+                    {
+                        "verifier": verifier,
+                        "policy": policy,
+                        "setting": settings[r],
+                        "trajectory": int(roots["trajectory"][int(r)]),
+                        "root": int(roots["root"][int(r)]),
+                        "K": actions[picks[i]][0],
+                        "L1": actions[picks[i]][1],
+                        "L2": actions[picks[i]][2],
+                        "E": float(E[i]),
+                        "T": float(T[i]),
+                    }
+                )
     per_root = pl.DataFrame(per_root)
     for (verifier, setting, policy), group in per_root.group_by("verifier", "setting", "policy", maintain_order=True):
-        summary.append({"verifier": verifier, "setting": setting, "policy": policy, "roots": group.height,
-                        "E": group["E"].mean(), "TPS": group["E"].sum() / group["T"].sum()})
+        summary.append(
+            {
+                "verifier": verifier,
+                "setting": setting,
+                "policy": policy,
+                "roots": group.height,
+                "E": group["E"].mean(),
+                "TPS": group["E"].sum() / group["T"].sum(),
+            }
+        )
     for (verifier, policy), group in per_root.group_by("verifier", "policy", maintain_order=True):
-        summary.append({"verifier": verifier, "setting": "all", "policy": policy, "roots": group.height,
-                        "E": group["E"].mean(), "TPS": group["E"].sum() / group["T"].sum()})
+        summary.append(
+            {
+                "verifier": verifier,
+                "setting": "all",
+                "policy": policy,
+                "roots": group.height,
+                "E": group["E"].mean(),
+                "TPS": group["E"].sum() / group["T"].sum(),
+            }
+        )
     table = pl.DataFrame(summary).with_columns(pl.col("verifier").replace_strict(loss_baseline).alias("loss_baseline"))
-    static = table.filter(pl.col("policy") == REFERENCE).select("verifier", "setting", pl.col("E").alias("E_static"), pl.col("TPS").alias("TPS_static"))
-    trav_tps = table.filter(pl.col("policy") == TRAVERSAL_REFERENCE).select("verifier", "setting", pl.col("TPS").alias("TPS_traversal"))
-    table = table.join(static, on=["verifier", "setting"]).join(trav_tps, on=["verifier", "setting"]).with_columns(
-        (pl.col("E") / pl.col("E_static")).alias("E_ratio_static"), (pl.col("TPS") / pl.col("TPS_static")).alias("TPS_ratio_static"),
-        (pl.col("TPS") / pl.col("TPS_traversal")).alias("TPS_ratio_traversal")).drop("E_static", "TPS_static", "TPS_traversal")
+    static = table.filter(pl.col("policy") == REFERENCE).select(
+        "verifier", "setting", pl.col("E").alias("E_static"), pl.col("TPS").alias("TPS_static")
+    )
+    trav_tps = table.filter(pl.col("policy") == TRAVERSAL_REFERENCE).select(
+        "verifier", "setting", pl.col("TPS").alias("TPS_traversal")
+    )
+    table = (
+        table.join(static, on=["verifier", "setting"])
+        .join(trav_tps, on=["verifier", "setting"])
+        .with_columns(
+            (pl.col("E") / pl.col("E_static")).alias("E_ratio_static"),
+            (pl.col("TPS") / pl.col("TPS_static")).alias("TPS_ratio_static"),
+            (pl.col("TPS") / pl.col("TPS_traversal")).alias("TPS_ratio_traversal"),
+        )
+        .drop("E_static", "TPS_static", "TPS_traversal")
+    )
     return table, per_root
 
 
@@ -142,18 +204,32 @@ def losses(per_root: pl.DataFrame) -> pl.DataFrame:
     tps = lambda p: per_root.filter(pl.col("policy") == p).select(*key, (pl.col("E") / pl.col("T")).alias(p))
     both = tps("selector").join(tps(REFERENCE), on=key)
     return both.group_by("verifier", maintain_order=True).agg(
-        pl.len().alias("contexts"), (pl.col("selector") < (1 - LOSS_THRESHOLD) * pl.col(REFERENCE)).mean().alias("fraction losing > 5%"),
-        (pl.col("selector") > pl.col(REFERENCE)).mean().alias("fraction winning"))
+        pl.len().alias("contexts"),
+        (pl.col("selector") < (1 - LOSS_THRESHOLD) * pl.col(REFERENCE)).mean().alias("fraction losing > 5%"),
+        (pl.col("selector") > pl.col(REFERENCE)).mean().alias("fraction winning"),
+    )
 
 
 def chart(table: pl.DataFrame):
     import altair as alt
 
-    data = table.filter(pl.col("setting") == "all").with_columns(pl.col("verifier").replace_strict(tree_verifiers.paper_names(), default=pl.col("verifier")))
-    return alt.Chart(data).mark_bar().encode(
-        x=alt.X("policy:N", sort=list(POLICIES), title=None), y=alt.Y("TPS:Q", title="throughput (tokens/s)"), color="policy:N",
-        column=alt.Column("verifier:N", title=None), tooltip=["verifier", "policy", "E", "TPS", "TPS_ratio_static"]).properties(
-        width=180, height=220, title="Static vs selector vs per-context oracle vs Traversal (held-out roots and draws)")
+    data = table.filter(pl.col("setting") == "all").with_columns(
+        pl.col("verifier").replace_strict(tree_verifiers.paper_names(), default=pl.col("verifier"))
+    )
+    return (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            x=alt.X("policy:N", sort=list(POLICIES), title=None),
+            y=alt.Y("TPS:Q", title="throughput (tokens/s)"),
+            color="policy:N",
+            column=alt.Column("verifier:N", title=None),
+            tooltip=["verifier", "policy", "E", "TPS", "TPS_ratio_static"],
+        )
+        .properties(
+            width=180, height=220, title="Static vs selector vs per-context oracle vs Traversal (held-out roots and draws)"
+        )
+    )
 
 
 def main(argv=None) -> int:
@@ -185,19 +261,30 @@ def _main(argv) -> int:
 
 
 def report(table: pl.DataFrame, lost: pl.DataFrame, split: str, per_root: pl.DataFrame) -> None:
-    named = lambda frame: frame.with_columns(pl.col("verifier").replace_strict(tree_verifiers.paper_names(), default=pl.col("verifier")))
+    named = lambda frame: frame.with_columns(
+        pl.col("verifier").replace_strict(tree_verifiers.paper_names(), default=pl.col("verifier"))
+    )
     overall = table.filter(pl.col("setting") == "all")
     for metric, title in (("E", "Block efficiency E[tau+1] (tokens per step)"), ("TPS", "Throughput (tokens/s)")):
-        print_table(named(overall.pivot(on="policy", index="verifier", values=metric).select("verifier", *POLICIES)),
-                    f"{title} on the {split} roots, by policy (cf. DDTE Tables 6-7; oracle = per-context best action)")
+        print_table(
+            named(overall.pivot(on="policy", index="verifier", values=metric).select("verifier", *POLICIES)),
+            f"{title} on the {split} roots, by policy (cf. DDTE Tables 6-7; oracle = per-context best action)",
+        )
     ratios = table.filter(pl.col("policy") == "selector").pivot(on="setting", index="verifier", values="TPS_ratio_static")
-    print_table(named(ratios), "Selector / static_iid (DDTE's static baseline) throughput by setting (cf. DDTE Table 5; 'all' = ratio of totals)")
+    print_table(
+        named(ratios),
+        "Selector / static_iid (DDTE's static baseline) throughput by setting (cf. DDTE Table 5; 'all' = ratio of totals)",
+    )
     ratios = table.filter(pl.col("policy") == "selector").pivot(on="setting", index="verifier", values="E_ratio_static")
     print_table(named(ratios), "Selector / static_iid block efficiency by setting (cf. DDTE Table 4)")
     vs = overall.filter(pl.col("policy").is_in(["selector", "oracle", "static_all_actions"])).pivot(
-        on="policy", index="verifier", values="TPS_ratio_traversal")
+        on="policy", index="verifier", values="TPS_ratio_traversal"
+    )
     print_table(named(vs), "Throughput relative to Traversal on its best static i.i.d. rollouts (traversal_static_iid)")
-    baselines = ", ".join(f"{tree_verifiers.paper_name(v)}: {b}" for v, b in overall.select("verifier", "loss_baseline").unique(maintain_order=True).iter_rows())
+    baselines = ", ".join(
+        f"{tree_verifiers.paper_name(v)}: {b}"
+        for v, b in overall.select("verifier", "loss_baseline").unique(maintain_order=True).iter_rows()
+    )
     print(f"(the selectors' loss baseline: {baselines})")
     print_table(named(lost), f"Contexts where the selector's throughput is more than {LOSS_THRESHOLD:.0%} below static_iid's")
 

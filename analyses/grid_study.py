@@ -48,14 +48,25 @@ def add_grid_study_flags(parser: ToolParser, d: GridStudyConfig) -> None:
     group = parser.add_argument_group("action grid")
     group.add_argument("--K-max", type=int, default=d.K_max, help="largest K of the grid (1..8)")
     group.add_argument("--L-max", type=int, default=d.L_max, help="largest L1 and L2 of the grid (0..16)")
-    group.add_argument("--samples", type=int, default=d.samples,
-                       help="trees drawn per L1 and root (DDTE: s = 4; >= 2: half choose, half report)")
-    group.add_argument("--method", choices=["mc", "exact"], default=d.method,
-                       help="exact: enumerate every tree of every action (tiny synthetic worlds only)")
-    group.add_argument("--engine", choices=["numpy", "torch"], default=d.engine,
-                       help="labels from the numpy plans, or from the batched torch engine (simlab.batched) for the verifiers it implements")
+    group.add_argument(
+        "--samples", type=int, default=d.samples, help="trees drawn per L1 and root (DDTE: s = 4; >= 2: half choose, half report)"
+    )
+    group.add_argument(
+        "--method",
+        choices=["mc", "exact"],
+        default=d.method,
+        help="exact: enumerate every tree of every action (tiny synthetic worlds only)",
+    )
+    group.add_argument(
+        "--engine",
+        choices=["numpy", "torch"],
+        default=d.engine,
+        help="labels from the numpy plans, or from the batched torch engine (simlab.batched) for the verifiers it implements",
+    )
     group.add_argument("--engine-device", default=d.engine_device, help="--engine torch: its device (auto, cpu, cuda, cuda:N)")
-    group.add_argument("--jobs", type=int, default=min(d.jobs, os.cpu_count() or 1), help="worker processes over settings (synthetic worlds)")
+    group.add_argument(
+        "--jobs", type=int, default=min(d.jobs, os.cpu_count() or 1), help="worker processes over settings (synthetic worlds)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
 
 
@@ -68,35 +79,59 @@ def check_grid_study_flags(prog: str, args, checks, *, min_trajectories: int = 1
             engine_device = check_device(args.engine_device, "--engine-device")
         except ValueError as exc:
             device_error = str(exc)
-    check_flags(prog, list(checks) + [
-        (args.trajectories >= min_trajectories, f"--trajectories: must be >= {min_trajectories}, got {args.trajectories}"),
-        (args.trajectories <= 10_000, f"--trajectories: at most 10000, got {args.trajectories}"),
-        (1 <= args.K_max <= 8, f"--K-max: must lie in [1, 8], got {args.K_max}"),
-        (0 <= args.L_max <= 16, f"--L-max: must lie in [0, 16], got {args.L_max}"),
-        (args.samples >= 2, f"--samples: must be >= 2 (half the draws choose, half report), got {args.samples}"),
-        (args.jobs >= 1, f"--jobs: must be >= 1, got {args.jobs}"),
-        (args.engine == "numpy" or args.method == "mc", "--engine: --method exact enumerates trees; only --method mc uses an engine"),
-        (args.engine_device == "cpu" or args.engine == "torch", "--engine-device: only with --engine torch"),
-        (device_error is None, device_error),
-        (args.engine == "numpy" or not engine_device.startswith("cuda") or args.jobs == 1,
-         "--jobs: must be 1 with a CUDA --engine-device (worker processes are forked)"),
-    ])
+    check_flags(
+        prog,
+        list(checks)
+        + [
+            (args.trajectories >= min_trajectories, f"--trajectories: must be >= {min_trajectories}, got {args.trajectories}"),
+            (args.trajectories <= 10_000, f"--trajectories: at most 10000, got {args.trajectories}"),
+            (1 <= args.K_max <= 8, f"--K-max: must lie in [1, 8], got {args.K_max}"),
+            (0 <= args.L_max <= 16, f"--L-max: must lie in [0, 16], got {args.L_max}"),
+            (args.samples >= 2, f"--samples: must be >= 2 (half the draws choose, half report), got {args.samples}"),
+            (args.jobs >= 1, f"--jobs: must be >= 1, got {args.jobs}"),
+            (
+                args.engine == "numpy" or args.method == "mc",
+                "--engine: --method exact enumerates trees; only --method mc uses an engine",
+            ),
+            (args.engine_device == "cpu" or args.engine == "torch", "--engine-device: only with --engine torch"),
+            (device_error is None, device_error),
+            (
+                args.engine == "numpy" or not engine_device.startswith("cuda") or args.jobs == 1,
+                "--jobs: must be 1 with a CUDA --engine-device (worker processes are forked)",
+            ),
+        ],
+    )
 
 
 def grid_source(prog: str, parser: ToolParser, config: GridStudyConfig, study_honours: dict | None = None):
     """(source, settings, latency) for a grid study's flags, or exit 2 with one line
     (``study_honours``: see ``backends.sources.flags.check_honoured``)."""
-    source, settings = make_source(prog, parser, config, stream="per_trajectory", grid=True, depth=2 * config.L_max,
-                                   study_refusals=GRID_REFUSALS, study_honours=study_honours, quiet=config.quiet)
+    source, settings = make_source(
+        prog,
+        parser,
+        config,
+        stream="per_trajectory",
+        grid=True,
+        depth=2 * config.L_max,
+        study_refusals=GRID_REFUSALS,
+        study_honours=study_honours,
+        quiet=config.quiet,
+    )
     if source.name == "capture":
         for folder, stored in source.captures.values():
             if "samples" in parser.given and config.samples != stored.samples:
-                fail(prog, f"--samples: the capture source cannot honour it ({folder!r} holds {stored.samples} trees per L1; "
-                           "a capture brings its own trees)")
+                fail(
+                    prog,
+                    f"--samples: the capture source cannot honour it ({folder!r} holds {stored.samples} trees per L1; "
+                    "a capture brings its own trees)",
+                )
             held, wanted = stored.grid_axes(), config.axes()
             if held.width < wanted.width or held.depth < wanted.depth:
-                fail(prog, f"--capture: {folder!r} holds K <= {stored.width} and L1, L2 <= {stored.depth}; "
-                           f"pass --K-max {stored.width} --L-max {stored.depth} or less")
+                fail(
+                    prog,
+                    f"--capture: {folder!r} holds K <= {stored.width} and L1, L2 <= {stored.depth}; "
+                    f"pass --K-max {stored.width} --L-max {stored.depth} or less",
+                )
     if source.name == "hf" and "cost_ratio" not in parser.given and config.latency in (None, "probe"):
         progress(prog, "measuring the forward times of both models on this machine (warm-up benchmark)", config.quiet)
     latency = make_latency(prog, parser, config, source, config.axes().largest_tree)

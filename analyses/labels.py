@@ -67,8 +67,9 @@ def root_drafts(root, grid: Grid, seed: int, key: int):
     if root.drafts is not None:
         return table, [d for d in root.drafts if d.L1 in grid.L1_values]
     rng = seeded_rng(seed, 3, key, root.trajectory, root.root)
-    return table, draw_grid(table, K_max=max(grid.K_values), L1_values=grid.L1_values, L2_max=max(grid.L2_values),
-                            samples=grid.samples, rng=rng)
+    return table, draw_grid(
+        table, K_max=max(grid.K_values), L1_values=grid.L1_values, L2_max=max(grid.L2_values), samples=grid.samples, rng=rng
+    )
 
 
 def label_root(root, verifiers, grid: Grid, latency: LatencyModel, *, seed: int = 0, key: int = 0) -> list[dict]:
@@ -80,11 +81,28 @@ def label_root(root, verifiers, grid: Grid, latency: LatencyModel, *, seed: int 
     """
     length = len(root.context)
     times = {a: latency.delayed_time(*a, length) for a in grid.actions()}  # T-hat depends on the action, not the verifier
-    values = _exact_values(root, verifiers, grid) if grid.method == "exact" else _estimated_values(root, verifiers, grid, seed, key)
-    return [{"setting": root.setting, "trajectory": root.trajectory, "root": root.root, "context_length": length,
-             "verifier": name, "K": K, "L1": L1, "L2": L2, "tokens": L1 + K * L2,
-             "E": E, "E_se": se, "E_select": E_select, "E_holdout": E_holdout, "T": times[(K, L1, L2)]}
-            for name, (K, L1, L2), E, se, E_select, E_holdout in values]
+    values = (
+        _exact_values(root, verifiers, grid) if grid.method == "exact" else _estimated_values(root, verifiers, grid, seed, key)
+    )
+    return [
+        {
+            "setting": root.setting,
+            "trajectory": root.trajectory,
+            "root": root.root,
+            "context_length": length,
+            "verifier": name,
+            "K": K,
+            "L1": L1,
+            "L2": L2,
+            "tokens": L1 + K * L2,
+            "E": E,
+            "E_se": se,
+            "E_select": E_select,
+            "E_holdout": E_holdout,
+            "T": times[(K, L1, L2)],
+        }
+        for name, (K, L1, L2), E, se, E_select, E_holdout in values
+    ]
 
 
 def _estimated_values(root, verifiers, grid: Grid, seed: int, key: int):
@@ -92,15 +110,21 @@ def _estimated_values(root, verifiers, grid: Grid, seed: int, key: int):
     (``simlab.labels.grid_labels``), or the labels a ``--labels`` capture stored for this root
     when they cover every verifier and action asked for (the same function computed them)."""
     if root.labels is not None:
-        wanted = [(name, (K, L1, L2)) for name in verifiers for L1 in grid.L1_values for K in verifier_Ks(name, grid.K_values)
-                  for L2 in grid.L2_values]  # grid_labels' order
+        wanted = [
+            (name, (K, L1, L2))
+            for name in verifiers
+            for L1 in grid.L1_values
+            for K in verifier_Ks(name, grid.K_values)
+            for L2 in grid.L2_values
+        ]  # grid_labels' order
         if all((name, *a) in root.labels for name, a in wanted):
             for name, a in wanted:
                 yield (name, a, *root.labels[(name, *a)])
             return
     table, drafts = root_drafts(root, grid, seed, key)
-    for row in grid_labels(table, drafts, verifiers, K_values=grid.K_values, L2_values=grid.L2_values, engine=grid.engine,
-                           device=grid.device):
+    for row in grid_labels(
+        table, drafts, verifiers, K_values=grid.K_values, L2_values=grid.L2_values, engine=grid.engine, device=grid.device
+    ):
         yield row["verifier"], (row["K"], row["L1"], row["L2"]), row["E"], row["E_se"], row["E_select"], row["E_holdout"]
 
 
@@ -141,8 +165,19 @@ def _label_setting(task):
     return rows, records
 
 
-def label_all(source, settings, verifiers, grid: Grid, latency: LatencyModel, *, seed: int = 0, jobs: int = 1,
-              quiet: bool = False, features: bool = False, feature_pair=None):
+def label_all(
+    source,
+    settings,
+    verifiers,
+    grid: Grid,
+    latency: LatencyModel,
+    *,
+    seed: int = 0,
+    jobs: int = 1,
+    quiet: bool = False,
+    features: bool = False,
+    feature_pair=None,
+):
     """Labels (a polars DataFrame of ``label_root`` rows) for every setting, and, with
     ``features``, one record per root of ``simlab.selector.features.root_features``.
 

@@ -69,8 +69,9 @@ def static_candidates(actions, baseline: str = "static_iid") -> np.ndarray:
     return out
 
 
-def static_choice(values: dict[str, np.ndarray], settings: np.ndarray, mask: np.ndarray, actions,
-                  baseline: str = "static_iid") -> dict[str, int]:
+def static_choice(
+    values: dict[str, np.ndarray], settings: np.ndarray, mask: np.ndarray, actions, baseline: str = "static_iid"
+) -> dict[str, int]:
     """Per setting, the action index (into ``actions``, the columns of ``values``) maximising
     sum E / sum T over the roots in ``mask`` among the ``baseline``'s candidates
     (``static_candidates``; default DDTE's i.i.d. rollouts); ties to the first candidate.
@@ -105,13 +106,24 @@ def tensors(roots: pl.DataFrame, arrays: dict[str, np.ndarray], values: dict[str
     cols = np.array([base[str(s)] for s in settings])
     rows = np.arange(roots.height)
     base_tps = values["E"][rows, cols] / values["T"][rows, cols]
-    return SelectorData(tuple(torch.from_numpy(arrays[n]) for n in ("h_p_prev", "h_q_prev", "h_q_root")),
-                        torch.from_numpy(roots.select(*SCALARS).to_numpy().astype(np.float32)),
-                        torch.from_numpy(values["E"]), torch.from_numpy(values["T"]), torch.from_numpy(base_tps))
+    return SelectorData(
+        tuple(torch.from_numpy(arrays[n]) for n in ("h_p_prev", "h_q_prev", "h_q_root")),
+        torch.from_numpy(roots.select(*SCALARS).to_numpy().astype(np.float32)),
+        torch.from_numpy(values["E"]),
+        torch.from_numpy(values["T"]),
+        torch.from_numpy(base_tps),
+    )
 
 
-def fit_selector(roots: pl.DataFrame, arrays: dict[str, np.ndarray], values: dict[str, np.ndarray], split: np.ndarray, config,
-                 actions, baseline: str = "static_iid"):
+def fit_selector(
+    roots: pl.DataFrame,
+    arrays: dict[str, np.ndarray],
+    values: dict[str, np.ndarray],
+    split: np.ndarray,
+    config,
+    actions,
+    baseline: str = "static_iid",
+):
     """Train one selector on the labels ``values`` (``value_matrices``: E and T, columns in the
     order of ``actions``) of the roots whose ``split`` is ``"train"``, validated on
     ``"validation"``; the baseline of DDTE's loss is each setting's static choice on the training
@@ -128,7 +140,9 @@ def fit_selector(roots: pl.DataFrame, arrays: dict[str, np.ndarray], values: dic
 
     base = static_choice(values, roots["setting"].to_numpy(), split == "train", actions, baseline)
     data = tensors(roots, arrays, values, base)
-    model, history = train(data.subset(np.flatnonzero(split == "train")), data.subset(np.flatnonzero(split == "validation")), config)
+    model, history = train(
+        data.subset(np.flatnonzero(split == "train")), data.subset(np.flatnonzero(split == "validation")), config
+    )
     return model, history, base
 
 

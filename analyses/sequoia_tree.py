@@ -66,12 +66,18 @@ def read_tensor_vector(path: Path) -> list[float]:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"acceptance: cannot load {str(path)!r} as a tensor file ({first})") from None
     if not isinstance(data, torch.Tensor) or data.ndim != 1 or not data.dtype.is_floating_point or data.numel() < 3:
-        what = f"a {data.ndim}-D {data.dtype} tensor of {data.numel()} entries" if isinstance(data, torch.Tensor) else type(data).__name__
+        what = (
+            f"a {data.ndim}-D {data.dtype} tensor of {data.numel()} entries"
+            if isinstance(data, torch.Tensor)
+            else type(data).__name__
+        )
         raise ValueError(f"acceptance: {str(path)!r} must hold a 1-D float tensor [0, p_1, ..., p_W, p_none], got {what}")
     vector = data.detach().to(torch.float64).tolist()
     if not all(math.isfinite(v) and 0.0 <= v <= 1.0 for v in vector) or abs(sum(vector) - 1.0) > 1e-6 or vector[0] != 0.0:
-        raise ValueError(f"acceptance: {str(path)!r} must hold probabilities [0, p_1, ..., p_W, p_none] (in [0, 1], first 0, "
-                         f"summing to 1), got first {vector[0]!r} and sum {sum(vector)!r}")
+        raise ValueError(
+            f"acceptance: {str(path)!r} must hold probabilities [0, p_1, ..., p_W, p_none] (in [0, 1], first 0, "
+            f"summing to 1), got first {vector[0]!r} and sum {sum(vector)!r}"
+        )
     return vector[1:-1]
 
 
@@ -100,13 +106,17 @@ def read_acceptance(path: str) -> tuple[list[float], dict | None]:
                 raise ValueError(f"acceptance: {path!r} names {vector!r}, which is not a file next to it ({str(named)!r})")
             vector = read_tensor_vector(named)
         elif not isinstance(vector, list) or len(vector) < 3:
-            raise ValueError(f"acceptance: {path!r}: acceptance_rate_vector must be [0, p_1, ..., p_W, p_none] or a .pt file name")
+            raise ValueError(
+                f"acceptance: {path!r}: acceptance_rate_vector must be [0, p_1, ..., p_W, p_none] or a .pt file name"
+            )
         else:
             vector = vector[1:-1]
         present = [k for k in SIZE_RULE if k in data]
         if present and len(present) < len(SIZE_RULE):
-            raise ValueError(f"acceptance: {path!r} carries part of Sequoia's size rule ({', '.join(present)}); "
-                             f"it needs all of {', '.join(SIZE_RULE)}")
+            raise ValueError(
+                f"acceptance: {path!r} carries part of Sequoia's size rule ({', '.join(present)}); "
+                f"it needs all of {', '.join(SIZE_RULE)}"
+            )
         return vector, ({k: data[k] for k in (*SIZE_RULE, "max_budget") if k in data} if present else None)
     if isinstance(data, dict) and "acceptance" in data:
         return data["acceptance"], None
@@ -132,8 +142,15 @@ def sequoia_rule(acceptance, rule: dict) -> dict:
         raise ValueError(f"acceptance: max_depth must be an integer >= 1, got {levels!r}")
     table = tree_dp(acceptance, max(budgets), levels)
     m, l, seconds = sequoia_size(table, draft_time=rule["draft_time"], budgets=budgets, target_times=times, levels=levels)
-    return {"best_by_budget": {b: table.value(b, levels) for b in budgets}, "nodes": m, "levels": l, "time_per_token": seconds,
-            "speedup": float(times[0]) / seconds, "expected_tokens": table.value(m, l), "spec": table.spec(m, l)}
+    return {
+        "best_by_budget": {b: table.value(b, levels) for b in budgets},
+        "nodes": m,
+        "levels": l,
+        "time_per_token": seconds,
+        "speedup": float(times[0]) / seconds,
+        "expected_tokens": table.value(m, l),
+        "spec": table.spec(m, l),
+    }
 
 
 def print_tree(spec) -> None:
@@ -147,8 +164,12 @@ def print_tree(spec) -> None:
 def main(argv=None) -> int:
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--acceptance", required=True, help="the acceptance vector: JSON, a .pt tensor file, or Sequoia's config")
-    parser.add_argument("--latency", default=None, help="a published profile name (simlab.latency_profiles, e.g. sequoia-demo) "
-                        "or a profile file (.json or .toml; see simlab.latency)")
+    parser.add_argument(
+        "--latency",
+        default=None,
+        help="a published profile name (simlab.latency_profiles, e.g. sequoia-demo) "
+        "or a profile file (.json or .toml; see simlab.latency)",
+    )
     parser.add_argument("--cost-ratio", type=float, default=0.1, help="c = t_q / t_p when no --latency is given")
     parser.add_argument("--budgets", default="16,32,63,90", help="draft-token budgets to choose among")
     parser.add_argument("--depth", type=int, default=8, help="the most draft levels")
@@ -162,8 +183,11 @@ def main(argv=None) -> int:
         if rule is not None:
             clash = [f for f in ("latency", "cost_ratio", "budgets", "depth", "context") if f in parser.given]
             if clash:
-                fail(PROG, f"--{clash[0].replace('_', '-')}: {args.acceptance!r} carries Sequoia's own size rule "
-                           "(valid_budget, target_time, draft_time, max_depth); pass its .pt vector for the lab's latency model")
+                fail(
+                    PROG,
+                    f"--{clash[0].replace('_', '-')}: {args.acceptance!r} carries Sequoia's own size rule "
+                    "(valid_budget, target_time, draft_time, max_depth); pass its .pt vector for the lab's latency model",
+                )
             facts = sequoia_rule(acceptance, rule)
         else:
             budgets = int_list(args.budgets, "--budgets", minimum=1)
@@ -173,16 +197,36 @@ def main(argv=None) -> int:
         fail_from(PROG, exc, parser, {"c": "--cost-ratio", "levels": "--depth"})
     if rule is not None:
         print(f"acceptance p_1..p_W = {[round(float(a), 4) for a in acceptance]}; Sequoia's size rule from {args.acceptance}")
-        print_table(pl.DataFrame([{"budget m (nodes, root included)": m, f"best expected tokens (<= {rule['max_depth']} levels)": v}
-                                  for m, v in facts["best_by_budget"].items()]), "Sequoia's DP by valid budget (tree_search.py)")
-        print(f"chosen: m = {facts['nodes']} nodes, l = {facts['levels']} levels (root included), expected tokens "
-              f"{facts['expected_tokens']:.6f}, time per token {facts['time_per_token']:.6f}, speedup {facts['speedup']:.6f}")
+        print_table(
+            pl.DataFrame(
+                [
+                    {"budget m (nodes, root included)": m, f"best expected tokens (<= {rule['max_depth']} levels)": v}
+                    for m, v in facts["best_by_budget"].items()
+                ]
+            ),
+            "Sequoia's DP by valid budget (tree_search.py)",
+        )
+        print(
+            f"chosen: m = {facts['nodes']} nodes, l = {facts['levels']} levels (root included), expected tokens "
+            f"{facts['expected_tokens']:.6f}, time per token {facts['time_per_token']:.6f}, speedup {facts['speedup']:.6f}"
+        )
         print_tree(facts["spec"])
         return 0
     print(f"acceptance p_1..p_W = {[round(float(a), 4) for a in acceptance]}; latency: {latency.source}")
-    print_table(pl.DataFrame([{"budget": facts["budget"], "levels": facts["levels"], "expected tokens": facts["expected_tokens"],
-                               "T-hat (s)": facts["T"], "tokens/s": facts["tokens_per_second"]}]),
-                f"Sequoia's tree for budgets {', '.join(map(str, budgets))} and depth <= {args.depth} (context {args.context})")
+    print_table(
+        pl.DataFrame(
+            [
+                {
+                    "budget": facts["budget"],
+                    "levels": facts["levels"],
+                    "expected tokens": facts["expected_tokens"],
+                    "T-hat (s)": facts["T"],
+                    "tokens/s": facts["tokens_per_second"],
+                }
+            ]
+        ),
+        f"Sequoia's tree for budgets {', '.join(map(str, budgets))} and depth <= {args.depth} (context {args.context})",
+    )
     print_tree(spec)
     return 0
 

@@ -47,18 +47,60 @@ from simlab import tree_verifiers
 from simlab.drafting import Drafting
 from simlab.tree_verifiers.base import accepted_lengths, reach_probabilities
 
-from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, print_table, progress_bar, run_tool
+from backends.cli import (
+    OutputSet,
+    ToolParser,
+    add_output_flags,
+    chart_writer,
+    check_flags,
+    fail,
+    fail_from,
+    int_list,
+    parquet_writer,
+    print_table,
+    progress_bar,
+    run_tool,
+)
 from analyses.block_drafters import TRAINED, drafter_folder, drafters_for
-from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, note_hf_defaults,
-                                    study_config, study_out, study_parser, with_hf_defaults)
+from backends.sources.flags import (
+    LatencyConfig,
+    SourceConfig,
+    add_draft_law_flag,
+    drafting_table,
+    make_latency,
+    make_source,
+    note_hf_defaults,
+    study_config,
+    study_out,
+    study_parser,
+    with_hf_defaults,
+)
 
 PROG = "python -m analyses.specblock"
 BUILDERS = ("eagle2", "block_topk", "rank_guided", "no_shift", "no_valid_prefix", "attention_free")
-STREAM_FLAGS = ("drafters", "stream_prompts", "stream_tokens", "stream_setting", "update_steps", "kl", "adapt_lr", "explore",
-                "ewma", "window")
-REFUSALS = {"capture": {"capture": "SpecBlock builds its own trees; use --backend hf or a synthetic world"},
-            "synthetic": {**{k: "the stand-in drafter is not trained: the stream and its adaptation need --backend hf" for k in STREAM_FLAGS}},
-            "hf": {"K": "the trained drafter has its own K", "rank_noise": "the trained drafter has its own rank head", "block_ratio": "the block drafter's forwards are measured"}}
+STREAM_FLAGS = (
+    "drafters",
+    "stream_prompts",
+    "stream_tokens",
+    "stream_setting",
+    "update_steps",
+    "kl",
+    "adapt_lr",
+    "explore",
+    "ewma",
+    "window",
+)
+REFUSALS = {
+    "capture": {"capture": "SpecBlock builds its own trees; use --backend hf or a synthetic world"},
+    "synthetic": {
+        **{k: "the stand-in drafter is not trained: the stream and its adaptation need --backend hf" for k in STREAM_FLAGS}
+    },
+    "hf": {
+        "K": "the trained drafter has its own K",
+        "rank_noise": "the trained drafter has its own rank head",
+        "block_ratio": "the block drafter's forwards are measured",
+    },
+}
 HF_DEFAULTS = {"roots_per_trajectory": 2, "spacing": 8}
 """Defaults that differ with --backend hf (the reference models see at most 64 tokens)."""
 
@@ -106,18 +148,28 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     g.add_argument("--blocks", type=int, default=d.blocks, help="blocks per tree (the evaluation's 2)")
     g.add_argument("--beam-width", type=int, default=d.beam_width, help="slot-0 width of block 1 and seeds per depth")
     g.add_argument("--table", choices=["slim_r2", "class_default"], default=d.table, help="sibling widths per rank class")
-    g.add_argument("--later-blocks", choices=["official", "cut"], default=d.later_blocks,
-                   help="blocks after the first: the official production path, or the lab's earlier reading (docs/departures.md)")
+    g.add_argument(
+        "--later-blocks",
+        choices=["official", "cut"],
+        default=d.later_blocks,
+        help="blocks after the first: the official production path, or the lab's earlier reading (docs/departures.md)",
+    )
     add_draft_law_flag(g, d.draft_law)
     g.add_argument("--fixed-width", type=int, default=d.fixed_width, help="children per slot without the rank head")
     g.add_argument("--eagle-depth", type=int, default=d.eagle_depth, help="EAGLE-2's expansion rounds")
     g.add_argument("--eagle-top-k", type=int, default=d.eagle_top_k, help="EAGLE-2's top-k")
-    g.add_argument("--block-ratio", type=float, default=d.block_ratio, help="synthetic: block-drafter forward / one-token target forward")
-    g.add_argument("--rank-noise", type=float, default=d.rank_noise, help="synthetic: probability the stand-in rank head is wrong")
+    g.add_argument(
+        "--block-ratio", type=float, default=d.block_ratio, help="synthetic: block-drafter forward / one-token target forward"
+    )
+    g.add_argument(
+        "--rank-noise", type=float, default=d.rank_noise, help="synthetic: probability the stand-in rank head is wrong"
+    )
     s = parser.add_argument_group("shifted stream and adaptation (hf)")
     s.add_argument("--drafters", default=d.drafters, help="folder of the trained drafters (default <target>/../block_drafter)")
     s.add_argument("--stream-prompts", type=int, default=d.stream_prompts, help="standard-library source prompts served in order")
-    s.add_argument("--stream-tokens", type=int, default=d.stream_tokens, help="tokens decoded per prompt (fewer at the context limit)")
+    s.add_argument(
+        "--stream-tokens", type=int, default=d.stream_tokens, help="tokens decoded per prompt (fewer at the context limit)"
+    )
     s.add_argument("--stream-setting", default=d.stream_setting, help="sampling setting of the stream (T[:top_p[:top_k]])")
     s.add_argument("--update-steps", type=int, default=d.update_steps, help="optimiser steps per update")
     s.add_argument("--kl", type=float, default=d.kl, help="weight of the KL anchor to the pretrained drafter")
@@ -133,24 +185,27 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     except ValueError as exc:
         fail(PROG, str(exc))
     config = study_config(Config, args, budgets=",".join(map(str, budgets)))
-    check_flags(PROG, [
-        (config.K >= 1, f"--K: must be >= 1, got {config.K}"),
-        (1 <= config.blocks <= 16, f"--blocks: must lie in 1..16, got {config.blocks}"),
-        (config.beam_width >= 1, f"--beam-width: must be >= 1, got {config.beam_width}"),
-        (config.fixed_width >= 1, f"--fixed-width: must be >= 1, got {config.fixed_width}"),
-        (config.eagle_top_k >= 1, f"--eagle-top-k: must be >= 1, got {config.eagle_top_k}"),
-        (config.eagle_depth >= 0, f"--eagle-depth: must be >= 0, got {config.eagle_depth}"),
-        (0 < config.block_ratio < float("inf"), f"--block-ratio: must be a finite number > 0, got {config.block_ratio}"),
-        (0 <= config.rank_noise <= 1, f"--rank-noise: must lie in [0, 1], got {config.rank_noise}"),
-        (config.stream_prompts >= 2, f"--stream-prompts: need >= 2, got {config.stream_prompts}"),
-        (config.stream_tokens >= 1, f"--stream-tokens: must be >= 1, got {config.stream_tokens}"),
-        (config.update_steps >= 1, f"--update-steps: must be >= 1, got {config.update_steps}"),
-        (config.kl >= 0, f"--kl: must be >= 0, got {config.kl}"),
-        (0 < config.adapt_lr < 1, f"--adapt-lr: must lie in (0, 1), got {config.adapt_lr}"),
-        (0 <= config.explore <= 1, f"--explore: must lie in [0, 1], got {config.explore}"),
-        (0 < config.ewma <= 1, f"--ewma: must lie in (0, 1], got {config.ewma}"),
-        (config.window >= 1, f"--window: must be >= 1, got {config.window}"),
-    ])
+    check_flags(
+        PROG,
+        [
+            (config.K >= 1, f"--K: must be >= 1, got {config.K}"),
+            (1 <= config.blocks <= 16, f"--blocks: must lie in 1..16, got {config.blocks}"),
+            (config.beam_width >= 1, f"--beam-width: must be >= 1, got {config.beam_width}"),
+            (config.fixed_width >= 1, f"--fixed-width: must be >= 1, got {config.fixed_width}"),
+            (config.eagle_top_k >= 1, f"--eagle-top-k: must be >= 1, got {config.eagle_top_k}"),
+            (config.eagle_depth >= 0, f"--eagle-depth: must be >= 0, got {config.eagle_depth}"),
+            (0 < config.block_ratio < float("inf"), f"--block-ratio: must be a finite number > 0, got {config.block_ratio}"),
+            (0 <= config.rank_noise <= 1, f"--rank-noise: must lie in [0, 1], got {config.rank_noise}"),
+            (config.stream_prompts >= 2, f"--stream-prompts: need >= 2, got {config.stream_prompts}"),
+            (config.stream_tokens >= 1, f"--stream-tokens: must be >= 1, got {config.stream_tokens}"),
+            (config.update_steps >= 1, f"--update-steps: must be >= 1, got {config.update_steps}"),
+            (config.kl >= 0, f"--kl: must be >= 0, got {config.kl}"),
+            (0 < config.adapt_lr < 1, f"--adapt-lr: must lie in (0, 1), got {config.adapt_lr}"),
+            (0 <= config.explore <= 1, f"--explore: must lie in [0, 1], got {config.explore}"),
+            (0 < config.ewma <= 1, f"--ewma: must lie in (0, 1], got {config.ewma}"),
+            (config.window >= 1, f"--window: must be >= 1, got {config.window}"),
+        ],
+    )
     return config, parser
 
 
@@ -169,10 +224,19 @@ def builders_for(config: Config, budget: int, drafter_of: dict, pair) -> dict:
     from simlab.specblock import CLASS_DEFAULT, SLIM_R2, RankGuided
 
     table = SLIM_R2 if config.table == "slim_r2" else CLASS_DEFAULT
-    base = lambda variant: RankGuided(drafter_of[variant](pair), budget=budget, blocks=config.blocks,
-                                      beam_width=config.beam_width, table=table, later_blocks=config.later_blocks)
-    out = {"eagle2": EAGLE2(budget=budget, depth=config.eagle_depth, top_k=config.eagle_top_k),
-           "block_topk": replace(base("full"), rank_head=False, fixed_width=config.fixed_width), "rank_guided": base("full")}
+    base = lambda variant: RankGuided(
+        drafter_of[variant](pair),
+        budget=budget,
+        blocks=config.blocks,
+        beam_width=config.beam_width,
+        table=table,
+        later_blocks=config.later_blocks,
+    )
+    out = {
+        "eagle2": EAGLE2(budget=budget, depth=config.eagle_depth, top_k=config.eagle_top_k),
+        "block_topk": replace(base("full"), rank_head=False, fixed_width=config.fixed_width),
+        "rank_guided": base("full"),
+    }
     for name in ("no_shift", "no_valid_prefix", "attention_free"):
         if TRAINED[name] in drafter_of:
             out[name] = base(TRAINED[name])
@@ -206,17 +270,33 @@ def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list
                         draft = T - latency.target(len(root.context) + cost.verified, 1 + cost.verified)
                         law = verifier.outcome_law(tree)
                         reach = reach_probabilities(accepted_lengths(law, tree.depth()))
-                        rows.append({**key, "budget": budget, "builder": name, "verifier": v, "E": E, "T": T, "TPS": E / T,
-                                     "draft_share": draft / T, "tokens": tree.tokens(), "depth": tree.depth()})
-                        depth_rows += [{**key, "budget": budget, "builder": name, "verifier": v, "depth": d, "reach": float(r)}
-                                       for d, r in enumerate(reach, start=1)]
+                        rows.append(
+                            {
+                                **key,
+                                "budget": budget,
+                                "builder": name,
+                                "verifier": v,
+                                "E": E,
+                                "T": T,
+                                "TPS": E / T,
+                                "draft_share": draft / T,
+                                "tokens": tree.tokens(),
+                                "depth": tree.depth(),
+                            }
+                        )
+                        depth_rows += [
+                            {**key, "budget": budget, "builder": name, "verifier": v, "depth": d, "reach": float(r)}
+                            for d, r in enumerate(reach, start=1)
+                        ]
                         if origin is not None:
                             counts: dict[tuple[int, int], float] = {}
                             for path, vector in law.items():
                                 for d in range(1, len(path) + 1):
                                     counts[origin[path[:d]]] = counts.get(origin[path[:d]], 0.0) + float(vector.sum())
-                            slot_rows += [{**key, "budget": budget, "builder": name, "verifier": v, "block": b, "slot": k,
-                                           "accepted": a} for (b, k), a in sorted(counts.items())]
+                            slot_rows += [
+                                {**key, "budget": budget, "builder": name, "verifier": v, "block": b, "slot": k, "accepted": a}
+                                for (b, k), a in sorted(counts.items())
+                            ]
             bar.update()
     bar.close()
     return rows, depth_rows, slot_rows
@@ -226,12 +306,20 @@ def summarise(per_root: pl.DataFrame) -> pl.DataFrame:
     """Per setting, verifier, budget and builder: roots, mean E and T, throughput (sum E / sum T), the
     ratio to eagle2's throughput, the drafting share of the mean step time, mean tokens and depth."""
     table = per_root.group_by("setting", "verifier", "budget", "builder", maintain_order=True).agg(
-        pl.len().alias("roots"), pl.col("E").mean(), pl.col("T").mean(), (pl.col("E").sum() / pl.col("T").sum()).alias("TPS"),
+        pl.len().alias("roots"),
+        pl.col("E").mean(),
+        pl.col("T").mean(),
+        (pl.col("E").sum() / pl.col("T").sum()).alias("TPS"),
         (pl.col("draft_share") * pl.col("T")).sum().truediv(pl.col("T").sum()).alias("draft_share"),
-        pl.col("tokens").mean(), pl.col("depth").mean())
+        pl.col("tokens").mean(),
+        pl.col("depth").mean(),
+    )
     ref = table.filter(pl.col("builder") == "eagle2").select("setting", "verifier", "budget", pl.col("TPS").alias("eagle2_TPS"))
-    return table.join(ref, on=["setting", "verifier", "budget"]).with_columns(
-        (pl.col("TPS") / pl.col("eagle2_TPS")).alias("vs_eagle2")).drop("eagle2_TPS")
+    return (
+        table.join(ref, on=["setting", "verifier", "budget"])
+        .with_columns((pl.col("TPS") / pl.col("eagle2_TPS")).alias("vs_eagle2"))
+        .drop("eagle2_TPS")
+    )
 
 
 def run_stream(config: Config, source, latency, drafter_of) -> list[dict]:
@@ -252,8 +340,10 @@ def run_stream(config: Config, source, latency, drafter_of) -> list[dict]:
     room = pair.max_context or 10**9
     length = room - config.stream_tokens - config.blocks * drafter.K
     if length < 2:
-        raise ValueError(f"stream_tokens: {config.stream_tokens} tokens and trees of depth {config.blocks * drafter.K} leave "
-                         f"no room for a prompt in the model's context of {room}")
+        raise ValueError(
+            f"stream_tokens: {config.stream_tokens} tokens and trees of depth {config.blocks * drafter.K} leave "
+            f"no room for a prompt in the model's context of {room}"
+        )
     try:
         texts = source_code_prompts(config.stream_prompts)
     except ValueError as exc:
@@ -261,16 +351,36 @@ def run_stream(config: Config, source, latency, drafter_of) -> list[dict]:
     prompts = [pair.encode(t)[:length] for t in texts]
     budget = max(int(b) for b in config.budgets.split(","))
     table = SLIM_R2 if config.table == "slim_r2" else CLASS_DEFAULT
-    builder_for = lambda model: RankGuided(TorchBlockDrafter(model, pair), budget=budget, blocks=config.blocks,
-                                           beam_width=config.beam_width, table=table, later_blocks=config.later_blocks)
-    make_adapter = lambda model: Adapter(model, pair.target, pair.feature_layers(), kl=config.kl, steps=config.update_steps,
-                                         learning_rate=config.adapt_lr)
+    builder_for = lambda model: RankGuided(
+        TorchBlockDrafter(model, pair),
+        budget=budget,
+        blocks=config.blocks,
+        beam_width=config.beam_width,
+        table=table,
+        later_blocks=config.later_blocks,
+    )
+    make_adapter = lambda model: Adapter(
+        model, pair.target, pair.feature_layers(), kl=config.kl, steps=config.update_steps, learning_rate=config.adapt_lr
+    )
     bar = progress_bar(total=len(POLICIES) * len(prompts), desc="stream", unit="prompt", quiet=config.quiet)
     rows = []
     for policy in POLICIES:
-        rows += stream(policy, drafter.model, pair, prompts, make_adapter, builder_for, latency, new_tokens=config.stream_tokens,
-                       room=room, seed=config.seed, ewma=config.ewma, explore=config.explore, window=config.window,
-                       progress=bar.update)
+        rows += stream(
+            policy,
+            drafter.model,
+            pair,
+            prompts,
+            make_adapter,
+            builder_for,
+            latency,
+            new_tokens=config.stream_tokens,
+            room=room,
+            seed=config.seed,
+            ewma=config.ewma,
+            explore=config.explore,
+            window=config.window,
+            progress=bar.update,
+        )
     bar.close()
     return [{**r, "setting": setting.name, "budget": budget} for r in rows]
 
@@ -278,10 +388,13 @@ def run_stream(config: Config, source, latency, drafter_of) -> list[dict]:
 def stream_summary(trace: pl.DataFrame) -> pl.DataFrame:
     """Per policy: mean acceptance, serving throughput, net throughput (update seconds charged), arms, roll-backs."""
     out = trace.group_by("policy", maintain_order=True).agg(
-        pl.col("acceptance").mean(), (pl.col("tokens").sum() / pl.col("serving_seconds").sum()).alias("tokens_per_s"),
+        pl.col("acceptance").mean(),
+        (pl.col("tokens").sum() / pl.col("serving_seconds").sum()).alias("tokens_per_s"),
         (pl.col("tokens").sum() / (pl.col("serving_seconds").sum() + pl.col("update_seconds").sum())).alias("net_tokens_per_s"),
-        (pl.col("arm") == "heads").sum().alias("heads"), (pl.col("arm") == "full").sum().alias("full"),
-        pl.col("rolled_back").sum().alias("rollbacks"))
+        (pl.col("arm") == "heads").sum().alias("heads"),
+        (pl.col("arm") == "full").sum().alias("full"),
+        pl.col("rolled_back").sum().alias("rollbacks"),
+    )
     none = out.filter(pl.col("policy") == "none")["net_tokens_per_s"][0]
     return out.with_columns((pl.col("net_tokens_per_s") / none).alias("vs_none"))
 
@@ -290,19 +403,44 @@ def charts(summary: pl.DataFrame, trace: pl.DataFrame | None, subtitle: str, rul
     import altair as alt
 
     primary = summary.filter(pl.col("verifier") == pl.col("setting").replace_strict(rules, return_dtype=pl.String))
-    tps = alt.Chart(primary).mark_bar().encode(
-        x=alt.X("builder:N", sort=list(BUILDERS), title=None), y=alt.Y("TPS:Q", title="throughput (tokens/s)"), color="builder:N",
-        column=alt.Column("budget:O", title="budget"), row=alt.Row("setting:N", title=None),
-        tooltip=["builder", "verifier", "E", "TPS", "vs_eagle2", "draft_share"]).properties(
-        width=220, height=150, title=alt.TitleParams("SpecBlock vs EAGLE-2 at matched budgets (exact E / T-hat; greedy at T = 0, one-hot at T > 0)",
-                                                     subtitle=subtitle))
+    tps = (
+        alt.Chart(primary)
+        .mark_bar()
+        .encode(
+            x=alt.X("builder:N", sort=list(BUILDERS), title=None),
+            y=alt.Y("TPS:Q", title="throughput (tokens/s)"),
+            color="builder:N",
+            column=alt.Column("budget:O", title="budget"),
+            row=alt.Row("setting:N", title=None),
+            tooltip=["builder", "verifier", "E", "TPS", "vs_eagle2", "draft_share"],
+        )
+        .properties(
+            width=220,
+            height=150,
+            title=alt.TitleParams(
+                "SpecBlock vs EAGLE-2 at matched budgets (exact E / T-hat; greedy at T = 0, one-hot at T > 0)", subtitle=subtitle
+            ),
+        )
+    )
     if trace is None:
         return tps, None
-    line = alt.Chart(trace).mark_line(point=True).encode(
-        x=alt.X("prompt:Q", title="prompt of the shifted stream"), y=alt.Y("throughput:Q", title="throughput (tokens/s)"),
-        color="policy:N", tooltip=["policy", "prompt", "acceptance", "throughput", "arm", "rolled_back"]).properties(
-        width=520, height=220, title=alt.TitleParams("Serving-time adaptation on standard-library source (drafter trained on the docs)",
-                                                     subtitle=subtitle))
+    line = (
+        alt.Chart(trace)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("prompt:Q", title="prompt of the shifted stream"),
+            y=alt.Y("throughput:Q", title="throughput (tokens/s)"),
+            color="policy:N",
+            tooltip=["policy", "prompt", "acceptance", "throughput", "arm", "rolled_back"],
+        )
+        .properties(
+            width=520,
+            height=220,
+            title=alt.TitleParams(
+                "Serving-time adaptation on standard-library source (drafter trained on the docs)", subtitle=subtitle
+            ),
+        )
+    )
     return tps, line
 
 
@@ -316,8 +454,9 @@ def _main(argv) -> int:
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
     config = with_hf_defaults(config, parser, HF_DEFAULTS)
     depth = max(config.blocks * slots(config), config.eagle_depth + 1)
-    source, settings = make_source(PROG, parser, config, stream="per_trajectory", grid=False, depth=depth,
-                                   study_refusals=REFUSALS, quiet=config.quiet)
+    source, settings = make_source(
+        PROG, parser, config, stream="per_trajectory", grid=False, depth=depth, study_refusals=REFUSALS, quiet=config.quiet
+    )
     largest = max(int(b) for b in config.budgets.split(","))
     latency = make_latency(PROG, parser, config, source, largest)
     try:
@@ -341,7 +480,10 @@ def _main(argv) -> int:
     trace = pl.DataFrame(trace_rows) if trace_rows else None
     not_run_frame = pl.DataFrame(not_run, schema={"builder": pl.String, "reason": pl.String})
     subtitle = f"source: {source.describe()}; latency: {latency.source}; block drafter: " + (
-        "measured" if config.backend == "hf" else f"{config.block_ratio:g} t_p (stand-in: pair q, rank noise {config.rank_noise:g})")
+        "measured"
+        if config.backend == "hf"
+        else f"{config.block_ratio:g} t_p (stand-in: pair q, rank noise {config.rank_noise:g})"
+    )
     tps_chart, stream_chart = charts(summary, trace, subtitle, tree_verifiers.deterministic_rules(settings))
     with OutputSet(out) as outputs:
         outputs.stage("specblock.parquet", parquet_writer(summary))
@@ -360,18 +502,41 @@ def _main(argv) -> int:
     if not config.quiet:
         print(f"Source: {source.describe()}; {per_root['root'].n_unique()} roots per setting; latency: {latency.source}")
         primary = [tree_verifiers.deterministic_rule(s) for s in settings]
-        shown = pl.concat([summary.filter((pl.col("setting") == s.name) & (pl.col("verifier") == v)) for s, v in zip(settings, primary)])
-        print_table(shown.select("setting", "verifier", "budget", "builder", "roots", "E", pl.col("T").mul(1e3).alias("T (ms)"), "TPS",
-                                 "vs_eagle2", "draft_share", "tokens", "depth"),
-                    "Exact E[tau+1], T-hat, throughput (sum E / sum T), drafting share (the other lossless verifiers "
-                    "of these deterministic trees give the same exact values: specblock.parquet)")
+        shown = pl.concat(
+            [summary.filter((pl.col("setting") == s.name) & (pl.col("verifier") == v)) for s, v in zip(settings, primary)]
+        )
+        print_table(
+            shown.select(
+                "setting",
+                "verifier",
+                "budget",
+                "builder",
+                "roots",
+                "E",
+                pl.col("T").mul(1e3).alias("T (ms)"),
+                "TPS",
+                "vs_eagle2",
+                "draft_share",
+                "tokens",
+                "depth",
+            ),
+            "Exact E[tau+1], T-hat, throughput (sum E / sum T), drafting share (the other lossless verifiers "
+            "of these deterministic trees give the same exact values: specblock.parquet)",
+        )
         if trace is not None:
-            print_table(stream_summary(trace), f"Shifted stream ({config.stream_prompts} standard-library source prompts, "
-                                               f"{trace['setting'][0]}): acceptance (mean exact E[tau+1]) and throughput by policy")
+            print_table(
+                stream_summary(trace),
+                f"Shifted stream ({config.stream_prompts} standard-library source prompts, "
+                f"{trace['setting'][0]}): acceptance (mean exact E[tau+1]) and throughput by policy",
+            )
         if len(not_run_frame):
             print_table(not_run_frame, "Not run")
-        print(f"wrote {out}/specblock.parquet, per_root, by_depth, by_slot, not_run" + (", stream" if trace is not None else "")
-              + " (.parquet), throughput.html/.png" + (", stream.html/.png" if trace is not None else ""))
+        print(
+            f"wrote {out}/specblock.parquet, per_root, by_depth, by_slot, not_run"
+            + (", stream" if trace is not None else "")
+            + " (.parquet), throughput.html/.png"
+            + (", stream.html/.png" if trace is not None else "")
+        )
     return 0
 
 

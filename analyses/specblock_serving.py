@@ -45,8 +45,9 @@ def chain_signal(table: NodeTable, tree, accepted: tuple[int, ...]) -> float:
     return signal(r, matched)
 
 
-def serve(pair, prompt: tuple[int, ...], builder: RankGuided, latency, new_tokens: int, rng: np.random.Generator,
-          room: int) -> dict:
+def serve(
+    pair, prompt: tuple[int, ...], builder: RankGuided, latency, new_tokens: int, rng: np.random.Generator, room: int
+) -> dict:
     """Decode ``new_tokens`` after ``prompt`` (fewer if the context would exceed ``room`` tokens);
     returns the step count, tokens, sum E, sum T, sum s and the served sequence."""
     greedy = pair.settings.greedy
@@ -66,8 +67,23 @@ def serve(pair, prompt: tuple[int, ...], builder: RankGuided, latency, new_token
     return {"steps": steps, "tokens": len(context) - len(prompt), "E": sum_e, "T": sum_t, "signal": signal, "sequence": context}
 
 
-def stream(policy: str, model, pair, prompts, make_adapter, builder_for, latency, *, new_tokens: int, room: int,
-           seed: int, ewma: float, explore: float, window: int, progress=None) -> list[dict]:
+def stream(
+    policy: str,
+    model,
+    pair,
+    prompts,
+    make_adapter,
+    builder_for,
+    latency,
+    *,
+    new_tokens: int,
+    room: int,
+    seed: int,
+    ewma: float,
+    explore: float,
+    window: int,
+    progress=None,
+) -> list[dict]:
     """One row per prompt: acceptance, throughput, signal, the arm applied after it, its modelled
     and wall seconds, roll-backs.  ``model`` is copied (the caller's weights stay as they are)."""
     model = copy.deepcopy(model)
@@ -96,10 +112,23 @@ def stream(policy: str, model, pair, prompts, make_adapter, builder_for, latency
             if (i + 1) % window == 0:
                 snapshots.append(adapter.snapshot())
         pending = (arm, cost)
-        rows.append({"policy": policy, "prompt": i, "steps": served["steps"], "tokens": served["tokens"],
-                     "acceptance": served["E"] / max(served["steps"], 1), "throughput": tps, "serving_seconds": served["T"],
-                     "signal": served["signal"], "arm": arm, "update_roots": roots, "update_seconds": cost,
-                     "update_wall_seconds": wall, "rolled_back": rolled})
+        rows.append(
+            {
+                "policy": policy,
+                "prompt": i,
+                "steps": served["steps"],
+                "tokens": served["tokens"],
+                "acceptance": served["E"] / max(served["steps"], 1),
+                "throughput": tps,
+                "serving_seconds": served["T"],
+                "signal": served["signal"],
+                "arm": arm,
+                "update_roots": roots,
+                "update_seconds": cost,
+                "update_wall_seconds": wall,
+                "rolled_back": rolled,
+            }
+        )
         if progress is not None:
             progress()
     return rows

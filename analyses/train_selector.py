@@ -74,22 +74,28 @@ class Config(GridStudyConfig):
     out: str | None = None
 
 
-
-
 def parse_args(argv) -> tuple[Config, ToolParser]:
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
     d = Config()
     add_grid_study_flags(parser, d)
-    parser.add_argument("--verifiers", default=",".join(d.verifiers), help=f"OT-based verifiers, one selector each: {', '.join(node_verifiers.ot_based())}")
+    parser.add_argument(
+        "--verifiers",
+        default=",".join(d.verifiers),
+        help=f"OT-based verifiers, one selector each: {', '.join(node_verifiers.ot_based())}",
+    )
     parser.add_argument("--epochs", type=int, default=d.epochs)
     parser.add_argument("--batch", type=int, default=d.batch)
     parser.add_argument("--lr", type=float, default=d.lr)
     parser.add_argument("--lam", type=float, default=d.lam, help="loss: weight of the tail penalty (lambda)")
     parser.add_argument("--alpha", type=float, default=d.alpha, help="loss: tail fraction of the batch (alpha)")
     parser.add_argument("--dropout", type=float, default=d.dropout)
-    parser.add_argument("--loss-baseline", choices=STATIC_BASELINES, default=d.loss_baseline,
-                        help="the static baseline of the loss: static_iid = DDTE's i.i.d. rollouts (L1 = 0); "
-                             "static_all_actions = the best of every delayed action (the lab's option)")
+    parser.add_argument(
+        "--loss-baseline",
+        choices=STATIC_BASELINES,
+        default=d.loss_baseline,
+        help="the static baseline of the loss: static_iid = DDTE's i.i.d. rollouts (L1 = 0); "
+        "static_all_actions = the best of every delayed action (the lab's option)",
+    )
     parser.add_argument("--train-device", default=d.train_device, help="torch device for training: cpu, cuda, auto")
     parser.add_argument("--out", default=None, help="output folder (default: out/train_selector/<source>)")
     args = parser.parse_args(argv)
@@ -100,16 +106,24 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         check_device(args.train_device, "--train-device")
     except ValueError as exc:
         device_error = str(exc)
-    check_grid_study_flags(PROG, args, [
-        (bool(verifiers) and not bad, f"--verifiers: must be OT-based verifiers ({', '.join(node_verifiers.ot_based())}), got {args.verifiers!r}"),
-        (args.epochs >= 1, f"--epochs: must be >= 1, got {args.epochs}"),
-        (args.batch >= 1, f"--batch: must be >= 1, got {args.batch}"),
-        (0 < args.lr < 1, f"--lr: must lie in (0, 1), got {args.lr}"),
-        (0 <= args.lam < float("inf"), f"--lam: must be a finite number >= 0, got {args.lam}"),
-        (0 < args.alpha <= 1, f"--alpha: must lie in (0, 1], got {args.alpha}"),
-        (0 <= args.dropout < 1, f"--dropout: must lie in [0, 1), got {args.dropout}"),
-        (device_error is None, device_error),
-    ], min_trajectories=3)
+    check_grid_study_flags(
+        PROG,
+        args,
+        [
+            (
+                bool(verifiers) and not bad,
+                f"--verifiers: must be OT-based verifiers ({', '.join(node_verifiers.ot_based())}), got {args.verifiers!r}",
+            ),
+            (args.epochs >= 1, f"--epochs: must be >= 1, got {args.epochs}"),
+            (args.batch >= 1, f"--batch: must be >= 1, got {args.batch}"),
+            (0 < args.lr < 1, f"--lr: must lie in (0, 1), got {args.lr}"),
+            (0 <= args.lam < float("inf"), f"--lam: must be a finite number >= 0, got {args.lam}"),
+            (0 < args.alpha <= 1, f"--alpha: must lie in (0, 1], got {args.alpha}"),
+            (0 <= args.dropout < 1, f"--dropout: must lie in [0, 1), got {args.dropout}"),
+            (device_error is None, device_error),
+        ],
+        min_trajectories=3,
+    )
     return study_config(Config, args, verifiers=verifiers), parser
 
 
@@ -120,8 +134,14 @@ def capture_models(source, device: str):
         return None
 
     stored = source.stored
-    return open_pair(stored.pair, stored.target, stored.draft, device=device, dtype=stored.dtype,  # as captured
-                     trim_draft_vocab=stored.trim_draft_vocab)
+    return open_pair(
+        stored.pair,
+        stored.target,
+        stored.draft,
+        device=device,
+        dtype=stored.dtype,  # as captured
+        trim_draft_vocab=stored.trim_draft_vocab,
+    )
 
 
 def _main(argv) -> int:
@@ -136,35 +156,70 @@ def _main(argv) -> int:
         with slow_step(PROG, "loading the captured models for the features", config.quiet):
             models = capture_models(source, config.device)
         started = time.perf_counter()
-        labels, records = label_all(source, settings, [*config.verifiers, "traversal"], grid, latency, seed=config.seed,
-                                    jobs=config.jobs, quiet=config.quiet, features=True, feature_pair=models)
+        labels, records = label_all(
+            source,
+            settings,
+            [*config.verifiers, "traversal"],
+            grid,
+            latency,
+            seed=config.seed,
+            jobs=config.jobs,
+            quiet=config.quiet,
+            features=True,
+            feature_pair=models,
+        )
         label_seconds = time.perf_counter() - started
     except ValueError as exc:
         fail_from(PROG, exc, parser)
     if len({r["trajectory"] for r in records}) < 3:
-        fail(PROG, f"--trajectories: the source has {len({r['trajectory'] for r in records})} trajectories; "
-                   "train, validation and test need >= 3 (captures: capture more prompts)")
+        fail(
+            PROG,
+            f"--trajectories: the source has {len({r['trajectory'] for r in records})} trajectories; "
+            "train, validation and test need >= 3 (captures: capture more prompts)",
+        )
     roots, arrays = feature_arrays(records)
     roots = roots.with_columns(pl.Series("split", split_by_trajectory(roots["trajectory"].to_list(), config.seed)))
     split = roots["split"].to_numpy()
     checkpoints, histories, summary = {}, [], []
     for verifier in config.verifiers:
         values = value_matrices(labels, verifier, roots, grid.actions())
-        train_config = TrainConfig(config.epochs, config.batch, config.lr, lam=config.lam, alpha=config.alpha,
-                                   dropout=config.dropout, seed=config.seed, device=config.train_device)
+        train_config = TrainConfig(
+            config.epochs,
+            config.batch,
+            config.lr,
+            lam=config.lam,
+            alpha=config.alpha,
+            dropout=config.dropout,
+            seed=config.seed,
+            device=config.train_device,
+        )
         t0 = time.perf_counter()
         try:
             model, history, base = fit_selector(roots, arrays, values, split, train_config, grid.actions(), config.loss_baseline)
         except ValueError as exc:
             fail(PROG, str(exc))
-        checkpoints[verifier] = {**model.checkpoint(), "verifier": verifier, "actions": grid.actions(), "static": base,
-                                 "static_baseline": config.loss_baseline, "train_config": asdict(train_config)}
+        checkpoints[verifier] = {
+            **model.checkpoint(),
+            "verifier": verifier,
+            "actions": grid.actions(),
+            "static": base,
+            "static_baseline": config.loss_baseline,
+            "train_config": asdict(train_config),
+        }
         histories.append(pl.DataFrame(history).with_columns(pl.lit(verifier).alias("verifier")))
         best = min(history, key=lambda h: h["validation_loss"])
-        summary.append({"verifier": tree_verifiers.paper_name(verifier), "train roots": int((split == "train").sum()),
-                        "validation roots": int((split == "validation").sum()), "test roots": int((split == "test").sum()),
-                        "epochs": len(history), "best epoch": best["epoch"], "validation loss": best["validation_loss"],
-                        "seconds": time.perf_counter() - t0})
+        summary.append(
+            {
+                "verifier": tree_verifiers.paper_name(verifier),
+                "train roots": int((split == "train").sum()),
+                "validation roots": int((split == "validation").sum()),
+                "test roots": int((split == "test").sum()),
+                "epochs": len(history),
+                "best epoch": best["epoch"],
+                "validation loss": best["validation_loss"],
+                "seconds": time.perf_counter() - t0,
+            }
+        )
     history = pl.concat(histories)
     with OutputSet(out) as outputs:
         import torch
@@ -177,31 +232,47 @@ def _main(argv) -> int:
         run = {**asdict(config), "actions": grid.actions(), "label_seconds": label_seconds, "roots": roots.height}
         outputs.stage("run.json", lambda tmp: open(tmp, "w").write(json.dumps(run, indent=2)))
         for verifier, ckpt in checkpoints.items():
+
             def write(tmp, ckpt=ckpt):
                 buffer = io.BytesIO()
                 torch.save(ckpt, buffer)
                 open(tmp, "wb").write(buffer.getvalue())
+
             outputs.stage(f"selector-{verifier}.pt", write)
         chart = training_chart(history)
         for fmt in ("html", "png"):
             outputs.stage(f"training.{fmt}", chart_writer(chart, fmt))
         outputs.publish()
     if not config.quiet:
-        print(f"Labelled {roots.height} roots x {len(grid.actions())} actions x {len(config.verifiers) + 1} verifiers in "
-              f"{label_seconds:.1f} s ({roots.height / label_seconds:.2f} roots/s); latency: {latency.source}")
-        print_table(pl.DataFrame(summary), f"Selector training (DDTE loss, baseline {config.loss_baseline}; weights of the best validation epoch kept)")
-        print(f"wrote {out}/selector-*.pt, labels.parquet, roots.parquet, embeddings.npz, history.parquet, training.html/.png; "
-              f"evaluate with: python -m analyses.evaluate_selector --run {out}")
+        print(
+            f"Labelled {roots.height} roots x {len(grid.actions())} actions x {len(config.verifiers) + 1} verifiers in "
+            f"{label_seconds:.1f} s ({roots.height / label_seconds:.2f} roots/s); latency: {latency.source}"
+        )
+        print_table(
+            pl.DataFrame(summary),
+            f"Selector training (DDTE loss, baseline {config.loss_baseline}; weights of the best validation epoch kept)",
+        )
+        print(
+            f"wrote {out}/selector-*.pt, labels.parquet, roots.parquet, embeddings.npz, history.parquet, training.html/.png; "
+            f"evaluate with: python -m analyses.evaluate_selector --run {out}"
+        )
     return 0
 
 
 def training_chart(history: pl.DataFrame):
     import altair as alt
 
-    long = history.unpivot(index=["epoch", "verifier"], on=["train_loss", "validation_loss"], variable_name="split", value_name="loss")
-    return alt.Chart(long).mark_line().encode(x="epoch:Q", y=alt.Y("loss:Q", scale=alt.Scale(zero=False)), color="split:N",
-                                              tooltip=["epoch", "loss"]).properties(width=320, height=200).facet(
-        column=alt.Column("verifier:N", title=None)).properties(title="Selector loss by epoch (DDTE loss)")
+    long = history.unpivot(
+        index=["epoch", "verifier"], on=["train_loss", "validation_loss"], variable_name="split", value_name="loss"
+    )
+    return (
+        alt.Chart(long)
+        .mark_line()
+        .encode(x="epoch:Q", y=alt.Y("loss:Q", scale=alt.Scale(zero=False)), color="split:N", tooltip=["epoch", "loss"])
+        .properties(width=320, height=200)
+        .facet(column=alt.Column("verifier:N", title=None))
+        .properties(title="Selector loss by epoch (DDTE loss)")
+    )
 
 
 def main(argv=None) -> int:

@@ -42,10 +42,33 @@ from simlab import tree_verifiers
 from simlab.drafting import Drafting
 from simlab.treegraft.rules import DEPARTURES, Rules
 
-from backends.cli import OutputSet, ToolParser, add_output_flags, chart_writer, check_flags, fail, fail_from, int_list, parquet_writer, prepare_out, print_table, progress_bar, run_tool
+from backends.cli import (
+    OutputSet,
+    ToolParser,
+    add_output_flags,
+    chart_writer,
+    check_flags,
+    fail,
+    fail_from,
+    int_list,
+    parquet_writer,
+    prepare_out,
+    print_table,
+    progress_bar,
+    run_tool,
+)
 from backends.roots import SHIPPED_PROMPTS
-from backends.sources.flags import (LatencyConfig, SourceConfig, add_draft_law_flag, drafting_table, make_latency, make_source, study_parser,
-                                    note_hf_defaults, with_hf_defaults)
+from backends.sources.flags import (
+    LatencyConfig,
+    SourceConfig,
+    add_draft_law_flag,
+    drafting_table,
+    make_latency,
+    make_source,
+    study_parser,
+    note_hf_defaults,
+    with_hf_defaults,
+)
 
 PROG = "python -m analyses.treegraft"
 REPETITIVE_PROMPTS = str(SHIPPED_PROMPTS.parent / "repetitive_prompts.txt")
@@ -94,11 +117,18 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     group.add_argument("--top-k", type=int, default=d.top_k, help="frontier size and proposals per node")
     group.add_argument("--lookback", type=int, default=d.lookback, help="depths below the frontier in the graft pool")
     group.add_argument("--ngram", type=int, default=d.ngram, help="N, the longest suffix the n-gram drafter matches")
-    group.add_argument("--scoring", choices=["code", "clean"], default=d.scoring,
-                       help="n-gram scores: the official code's prompt cache, or the target's true probabilities")
-    group.add_argument("--rules", default=d.rules,
-                       help="'official' (the official code's rules), 'lab' (the lab's earlier ones), or comma-separated "
-                            "departures: " + ", ".join(DEPARTURES))
+    group.add_argument(
+        "--scoring",
+        choices=["code", "clean"],
+        default=d.scoring,
+        help="n-gram scores: the official code's prompt cache, or the target's true probabilities",
+    )
+    group.add_argument(
+        "--rules",
+        default=d.rules,
+        help="'official' (the official code's rules), 'lab' (the lab's earlier ones), or comma-separated "
+        "departures: " + ", ".join(DEPARTURES),
+    )
     group.add_argument("--fixed", default=d.fixed, help="the fixed schedule (and the ablations'), one 0/1 per layer")
     add_draft_law_flag(group, d.draft_law)
     group.add_argument("--epochs", type=int, default=d.epochs, help="training epochs of the learned scheduler")
@@ -115,17 +145,20 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         Rules.parse(config.rules)
     except ValueError as exc:
         fail(PROG, "--" + str(exc))
-    check_flags(PROG, [
-        (config.depth >= 1, f"--depth: must be >= 1, got {config.depth}"),
-        (config.ngram >= 1, f"--ngram: must be >= 1, got {config.ngram}"),
-        (config.epochs >= 1, f"--epochs: must be >= 1, got {config.epochs}"),
-        (set(fixed) <= {0, 1}, f"--fixed: one 0 or 1 per layer, got {config.fixed}"),
-        (config.trajectories >= 2, f"--trajectories: need >= 2 (train and test), got {config.trajectories}"),
-        (0 < config.test_share < 1, f"--test-share: must lie in (0, 1), got {config.test_share}"),
-        (config.depth <= 5, f"--depth: the learned scheduler's features hold 5 layers; got {config.depth}"),
-        (0 < config.small_ratio < float("inf"), f"--small-ratio: must be a finite number > 0, got {config.small_ratio}"),
-        (len(fixed) == config.depth, f"--fixed: needs {config.depth} entries (one per layer), got {len(fixed)}"),
-    ])
+    check_flags(
+        PROG,
+        [
+            (config.depth >= 1, f"--depth: must be >= 1, got {config.depth}"),
+            (config.ngram >= 1, f"--ngram: must be >= 1, got {config.ngram}"),
+            (config.epochs >= 1, f"--epochs: must be >= 1, got {config.epochs}"),
+            (set(fixed) <= {0, 1}, f"--fixed: one 0 or 1 per layer, got {config.fixed}"),
+            (config.trajectories >= 2, f"--trajectories: need >= 2 (train and test), got {config.trajectories}"),
+            (0 < config.test_share < 1, f"--test-share: must lie in (0, 1), got {config.test_share}"),
+            (config.depth <= 5, f"--depth: the learned scheduler's features hold 5 layers; got {config.depth}"),
+            (0 < config.small_ratio < float("inf"), f"--small-ratio: must be a finite number > 0, got {config.small_ratio}"),
+            (len(fixed) == config.depth, f"--fixed: needs {config.depth} entries (one per layer), got {len(fixed)}"),
+        ],
+    )
     return config, parser
 
 
@@ -133,13 +166,23 @@ def builders_for(config: Config, prompt_length: int | None):
     """The builder of every fixed policy (the schedule of ``best`` and ``learned`` is chosen per root)."""
     from simlab.treegraft import NGramDrafter, TreeGraft
 
-    base = TreeGraft(schedule=tuple(int(c) for c in config.fixed.split(",")), budget=config.budget, depth=config.depth,
-                     top_k=config.top_k, lookback=config.lookback, ngram=NGramDrafter(config.ngram, config.scoring),
-                     cached=prompt_length, rules=config.rules)
+    base = TreeGraft(
+        schedule=tuple(int(c) for c in config.fixed.split(",")),
+        budget=config.budget,
+        depth=config.depth,
+        top_k=config.top_k,
+        lookback=config.lookback,
+        ngram=NGramDrafter(config.ngram, config.scoring),
+        cached=prompt_length,
+        rules=config.rules,
+    )
     return base, {
-        "all_small": replace(base, schedule=(0,) * config.depth), "all_mid": replace(base, schedule=(1,) * config.depth),
-        "fixed": base, "no_expanded_positions": replace(base, pool="frontier"),
-        "destructive": replace(base, grafting="destructive"), "sequence_level": replace(base, mode="sequence"),
+        "all_small": replace(base, schedule=(0,) * config.depth),
+        "all_mid": replace(base, schedule=(1,) * config.depth),
+        "fixed": base,
+        "no_expanded_positions": replace(base, pool="frontier"),
+        "destructive": replace(base, grafting="destructive"),
+        "sequence_level": replace(base, mode="sequence"),
     }
 
 
@@ -163,9 +206,20 @@ def measure(config: Config, source, settings, latency):
                 values = evaluate_schedules(base, drafting, v, latency, verify_table=table)
                 top = best(values)
                 for s, value in values.items():
-                    schedule_rows.append({**key, "verifier": v, "schedule": "".join(map(str, s)), "E": value["E"], "T": value["T"],
-                                          "TPS": value["TPS"], "tokens": value["tokens"], "best": s == top,
-                                          "stop": value["state"].stop or "", "early_stop": value["state"].stopped_early})
+                    schedule_rows.append(
+                        {
+                            **key,
+                            "verifier": v,
+                            "schedule": "".join(map(str, s)),
+                            "E": value["E"],
+                            "T": value["T"],
+                            "TPS": value["TPS"],
+                            "tokens": value["tokens"],
+                            "best": s == top,
+                            "stop": value["state"].stop or "",
+                            "early_stop": value["state"].stopped_early,
+                        }
+                    )
                 rows.append({**key, **_row("best", v, values[top], top)})
                 for name, builder in fixed.items():
                     if builder.mode == "tree" and builder.pool == "window" and builder.grafting == "non_destructive":
@@ -175,7 +229,9 @@ def measure(config: Config, source, settings, latency):
                     rows.append({**key, **_row(name, v, value, builder.schedule)})
                 if v == verifiers[0]:
                     training.setdefault(setting.name, []).extend(
-                        {**key, "z": z, "y": y, "prefix": prefix} for z, y, prefix in margins(base, drafting, values, latency, prompt))
+                        {**key, "z": z, "y": y, "prefix": prefix}
+                        for z, y, prefix in margins(base, drafting, values, latency, prompt)
+                    )
             bar.update()
     bar.close()
     return rows, schedule_rows, training
@@ -193,10 +249,21 @@ def _value(builder, drafting, table, verifier, latency) -> dict:
 
 def _row(policy: str, verifier: str, value: dict, schedule) -> dict:
     state = value["state"]
-    return {"policy": policy, "verifier": verifier, "schedule": "".join(map(str, schedule)), "E": value["E"], "T": value["T"],
-            "TPS": value["TPS"], "tokens": value["tokens"], "graft_positions": state.graft_positions,
-            "graft_from_earlier": state.graft_from_earlier, "pool_size": float(np.mean(state.pool_sizes)) if state.pool_sizes else None,
-            "stop": state.stop or "", "layers_run": state.ran, "early_stop": state.stopped_early}
+    return {
+        "policy": policy,
+        "verifier": verifier,
+        "schedule": "".join(map(str, schedule)),
+        "E": value["E"],
+        "T": value["T"],
+        "TPS": value["TPS"],
+        "tokens": value["tokens"],
+        "graft_positions": state.graft_positions,
+        "graft_from_earlier": state.graft_from_earlier,
+        "pool_size": float(np.mean(state.pool_sizes)) if state.pool_sizes else None,
+        "stop": state.stop or "",
+        "layers_run": state.ran,
+        "early_stop": state.stopped_early,
+    }
 
 
 def split(trajectories: list[int], share: float, seed: int) -> set[int]:
@@ -217,8 +284,9 @@ def learn(config: Config, source, settings, latency, training, test: set[int], r
         examples = [e for e in training.get(setting.name, []) if e["trajectory"] not in test]
         if len(examples) < 2:
             raise ValueError("trajectories: too few training roots for the scheduler; raise --trajectories")
-        scheduler, losses = train(np.array([e["z"] for e in examples]), np.array([e["y"] for e in examples]),
-                                  epochs=config.epochs, seed=config.seed)
+        scheduler, losses = train(
+            np.array([e["z"] for e in examples]), np.array([e["y"] for e in examples]), epochs=config.epochs, seed=config.seed
+        )
         for root in source.roots(setting):
             if root.trajectory not in test:
                 continue
@@ -229,7 +297,9 @@ def learn(config: Config, source, settings, latency, training, test: set[int], r
             schedule = scheduler.schedule(base, drafting, latency, prompt)
             key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
             for v in tree_verifiers.lossless_names({Drafting.DETERMINISTIC}, setting):
-                out.append({**key, **_row("learned", v, _value(replace(base, schedule=schedule), drafting, table, v, latency), schedule)})
+                out.append(
+                    {**key, **_row("learned", v, _value(replace(base, schedule=schedule), drafting, table, v, latency), schedule)}
+                )
         facts.append({"setting": setting.name, "training examples": len(examples), "final training loss": losses[-1]})
     return out, facts
 
@@ -239,34 +309,80 @@ def summarise(per_root: pl.DataFrame) -> pl.DataFrame:
     graft statistics, and (learned) agreement with the best schedule and mean regret."""
     test = per_root.filter(pl.col("test"))
     table = test.group_by("setting", "verifier", "policy", maintain_order=True).agg(
-        pl.len().alias("roots"), pl.col("E").mean(), pl.col("T").mean(), (pl.col("E").sum() / pl.col("T").sum()).alias("TPS"),
-        pl.col("tokens").mean(), (pl.col("graft_from_earlier").sum() / pl.col("graft_positions").sum()).alias("graft_from_earlier_share"),
-        pl.col("pool_size").mean().alias("mean_pool"), pl.col("early_stop").mean().alias("early_stop_share"))
-    ref = table.filter(pl.col("policy").is_in(["all_small", "all_mid"])).pivot(on="policy", index=["setting", "verifier"], values="TPS")
-    table = table.join(ref, on=["setting", "verifier"]).with_columns(
-        (pl.col("TPS") / pl.col("all_small")).alias("vs_all_small"), (pl.col("TPS") / pl.col("all_mid")).alias("vs_all_mid")).drop("all_small", "all_mid")
+        pl.len().alias("roots"),
+        pl.col("E").mean(),
+        pl.col("T").mean(),
+        (pl.col("E").sum() / pl.col("T").sum()).alias("TPS"),
+        pl.col("tokens").mean(),
+        (pl.col("graft_from_earlier").sum() / pl.col("graft_positions").sum()).alias("graft_from_earlier_share"),
+        pl.col("pool_size").mean().alias("mean_pool"),
+        pl.col("early_stop").mean().alias("early_stop_share"),
+    )
+    ref = table.filter(pl.col("policy").is_in(["all_small", "all_mid"])).pivot(
+        on="policy", index=["setting", "verifier"], values="TPS"
+    )
+    table = (
+        table.join(ref, on=["setting", "verifier"])
+        .with_columns(
+            (pl.col("TPS") / pl.col("all_small")).alias("vs_all_small"), (pl.col("TPS") / pl.col("all_mid")).alias("vs_all_mid")
+        )
+        .drop("all_small", "all_mid")
+    )
     key = ["setting", "verifier", "trajectory", "root"]
-    best = test.filter(pl.col("policy") == "best").select(*key, pl.col("schedule").alias("best_schedule"), pl.col("TPS").alias("best_TPS"))
-    learned = test.filter(pl.col("policy") == "learned").join(best, on=key).group_by("setting", "verifier").agg(
-        (pl.col("schedule") == pl.col("best_schedule")).mean().alias("agreement"),
-        ((pl.col("best_TPS") - pl.col("TPS")) / pl.col("best_TPS")).mean().alias("regret"))
+    best = test.filter(pl.col("policy") == "best").select(
+        *key, pl.col("schedule").alias("best_schedule"), pl.col("TPS").alias("best_TPS")
+    )
+    learned = (
+        test.filter(pl.col("policy") == "learned")
+        .join(best, on=key)
+        .group_by("setting", "verifier")
+        .agg(
+            (pl.col("schedule") == pl.col("best_schedule")).mean().alias("agreement"),
+            ((pl.col("best_TPS") - pl.col("TPS")) / pl.col("best_TPS")).mean().alias("regret"),
+        )
+    )
     return table.join(learned.with_columns(pl.lit("learned").alias("policy")), on=["setting", "verifier", "policy"], how="left")
 
 
 def charts(summary: pl.DataFrame, schedules: pl.DataFrame, subtitle: str, rules: dict[str, str]):
     import altair as alt
 
-    tps = alt.Chart(summary).mark_bar().encode(
-        x=alt.X("policy:N", sort=list(POLICIES), title=None), y=alt.Y("TPS:Q", title="throughput (tokens/s)"), color="policy:N",
-        column=alt.Column("setting:N", title=None), row=alt.Row("verifier:N", title=None),
-        tooltip=["policy", "E", "TPS", "vs_all_small", "vs_all_mid"]).properties(
-        width=260, height=160, title=alt.TitleParams("TreeGraft policies on the test roots (exact E / T-hat)", subtitle=subtitle))
+    tps = (
+        alt.Chart(summary)
+        .mark_bar()
+        .encode(
+            x=alt.X("policy:N", sort=list(POLICIES), title=None),
+            y=alt.Y("TPS:Q", title="throughput (tokens/s)"),
+            color="policy:N",
+            column=alt.Column("setting:N", title=None),
+            row=alt.Row("verifier:N", title=None),
+            tooltip=["policy", "E", "TPS", "vs_all_small", "vs_all_mid"],
+        )
+        .properties(
+            width=260,
+            height=160,
+            title=alt.TitleParams("TreeGraft policies on the test roots (exact E / T-hat)", subtitle=subtitle),
+        )
+    )
     primary = pl.col("setting").replace_strict(rules, return_dtype=pl.String)
     best = schedules.filter(pl.col("best") & (pl.col("verifier") == primary)).group_by("setting", "schedule").len("roots")
-    sched = alt.Chart(best).mark_bar().encode(x=alt.X("schedule:N", sort="-y"), y=alt.Y("roots:Q", title="roots (all, training and test)"),
-                                              column=alt.Column("setting:N", title=None)).properties(
-        width=300, height=160, title=alt.TitleParams("How often each schedule is the exact best (1 = call the mid drafter; "
-                                                     "greedy at T = 0, one-hot at T > 0)", subtitle=subtitle))
+    sched = (
+        alt.Chart(best)
+        .mark_bar()
+        .encode(
+            x=alt.X("schedule:N", sort="-y"),
+            y=alt.Y("roots:Q", title="roots (all, training and test)"),
+            column=alt.Column("setting:N", title=None),
+        )
+        .properties(
+            width=300,
+            height=160,
+            title=alt.TitleParams(
+                "How often each schedule is the exact best (1 = call the mid drafter; greedy at T = 0, one-hot at T > 0)",
+                subtitle=subtitle,
+            ),
+        )
+    )
     return tps, sched
 
 
@@ -279,8 +395,16 @@ def _main(argv) -> int:
 
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
     config = with_hf_defaults(config, parser, HF_DEFAULTS, prompts=REPETITIVE_PROMPTS)
-    source, settings = make_source(PROG, parser, config, stream="per_trajectory", grid=False, depth=config.depth + config.ngram,
-                                   study_refusals=REFUSALS, quiet=config.quiet)
+    source, settings = make_source(
+        PROG,
+        parser,
+        config,
+        stream="per_trajectory",
+        grid=False,
+        depth=config.depth + config.ngram,
+        study_refusals=REFUSALS,
+        quiet=config.quiet,
+    )
     latency = make_latency(PROG, parser, config, source, config.budget)
     latency = latency.with_drafter("small", ForwardTime.constant(config.small_ratio * latency.target(0, 1)))
     out = prepare_out(PROG, config.out if config.out is not None else f"out/treegraft/{source.slug()}")
@@ -305,15 +429,35 @@ def _main(argv) -> int:
                 outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
         outputs.publish()
     if not config.quiet:
-        print(f"Source: {source.describe()}; {per_root.filter(pl.col('test'))['root'].n_unique()} test roots per setting; latency: {latency.source}; "
-              f"rules: {Rules.parse(config.rules).name}; context {per_root['context_length'].min()}-{per_root['context_length'].max()} tokens")
+        print(
+            f"Source: {source.describe()}; {per_root.filter(pl.col('test'))['root'].n_unique()} test roots per setting; latency: {latency.source}; "
+            f"rules: {Rules.parse(config.rules).name}; context {per_root['context_length'].min()}-{per_root['context_length'].max()} tokens"
+        )
         primary = [tree_verifiers.deterministic_rule(s) for s in settings]
-        shown = pl.concat([summary.filter((pl.col("setting") == s.name) & (pl.col("verifier") == v)) for s, v in zip(settings, primary)])
-        print_table(shown.select("setting", "verifier", "policy", "roots", "E", pl.col("T").mul(1e3).alias("T (ms)"), "TPS",
-                                 "vs_all_small", "vs_all_mid", "tokens", "graft_from_earlier_share", "mean_pool", "early_stop_share",
-                                 "agreement", "regret"),
-                    "TreeGraft on the test roots: exact E[tau+1], T-hat, throughput (sum E / sum T) and ratios "
-                    "(every other lossless verifier of these deterministic trees gives the same exact values: treegraft.parquet)")
+        shown = pl.concat(
+            [summary.filter((pl.col("setting") == s.name) & (pl.col("verifier") == v)) for s, v in zip(settings, primary)]
+        )
+        print_table(
+            shown.select(
+                "setting",
+                "verifier",
+                "policy",
+                "roots",
+                "E",
+                pl.col("T").mul(1e3).alias("T (ms)"),
+                "TPS",
+                "vs_all_small",
+                "vs_all_mid",
+                "tokens",
+                "graft_from_earlier_share",
+                "mean_pool",
+                "early_stop_share",
+                "agreement",
+                "regret",
+            ),
+            "TreeGraft on the test roots: exact E[tau+1], T-hat, throughput (sum E / sum T) and ratios "
+            "(every other lossless verifier of these deterministic trees gives the same exact values: treegraft.parquet)",
+        )
         print_table(pl.DataFrame(facts), "Learned scheduler (g_psi, trained on the other trajectories' exact margins)")
         print(f"wrote {out}/treegraft.parquet, per_root.parquet, schedules.parquet, throughput.html/.png, schedules.html/.png")
     return 0

@@ -102,7 +102,9 @@ def draft_root(pair, settings: store.CaptureSettings, root_id: int, context: tup
     table = NodeTable(pair, context, rows="logits")  # float32 logits, not float64 rows: the same draws in half the memory
     if settings.shape == "grid":
         axes = settings.grid_axes()
-        drafts = draw_grid(table, K_max=axes.width, L1_values=axes.L1_values, L2_max=axes.depth, samples=settings.samples, rng=rng)
+        drafts = draw_grid(
+            table, K_max=axes.width, L1_values=axes.L1_values, L2_max=axes.depth, samples=settings.samples, rng=rng
+        )
         return union_tree(drafts), drafts, table
     return settings.tree_shape().sample(table, rng), None, table
 
@@ -122,8 +124,10 @@ def label_refusal(name: str, width: int, temperature: float, top_k: int | None) 
     verifier = tree_verifiers.get(name)
     for K in {1, *verifier_Ks(name, range(1, width + 1))}:
         if not lossless_pairing(verifier.lossless_for, Drafting.IID, K):
-            return (f"--labels: {name} is not lossless for the grid's i.i.d. children (K = {K}); it is lossless for "
-                    f"{', '.join(sorted(law.value for law in verifier.lossless_for))}")
+            return (
+                f"--labels: {name} is not lossless for the grid's i.i.d. children (K = {K}); it is lossless for "
+                f"{', '.join(sorted(law.value for law in verifier.lossless_for))}"
+            )
     if verifier.needs_greedy_target and temperature > 0 and top_k != 1:
         return f"--labels: {name} is lossless only for a greedy target (--temperature 0 or --top-k 1)"
     return None
@@ -148,15 +152,26 @@ def node_rows(table: NodeTable, nodes, top: int) -> list[dict]:
         for path in nodes:
             p, q = table.p(path), table.q(path)
             order_p, order_q = top_ranked(p, top), top_ranked(q, top)  # np.argsort(-p, kind="stable")[:top]
-            out.append({**node_divergences(p, q), "p_top_ids": order_p.tolist(), "p_top_probs": p[order_p].tolist(),
-                        "q_top_ids": order_q.tolist(), "q_top_probs": q[order_q].tolist()})
+            out.append(
+                {
+                    **node_divergences(p, q),
+                    "p_top_ids": order_p.tolist(),
+                    "p_top_probs": p[order_p].tolist(),
+                    "q_top_ids": order_q.tolist(),
+                    "q_top_probs": q[order_q].tolist(),
+                }
+            )
         return out
     out = []
     for start in range(0, len(nodes), SUMMARY_CHUNK):
-        part = summaries(*table.torch_rows(nodes[start:start + SUMMARY_CHUNK]), top)
+        part = summaries(*table.torch_rows(nodes[start : start + SUMMARY_CHUNK]), top)
         for j in range(len(part["l1"])):
-            out.append({**{name: float(part[name][j]) for name in SUMMARY_COLUMNS},
-                        **{name: part[name][j].tolist() for name in ("p_top_ids", "p_top_probs", "q_top_ids", "q_top_probs")}})
+            out.append(
+                {
+                    **{name: float(part[name][j]) for name in SUMMARY_COLUMNS},
+                    **{name: part[name][j].tolist() for name in ("p_top_ids", "p_top_probs", "q_top_ids", "q_top_probs")},
+                }
+            )
     return out
 
 
@@ -183,14 +198,18 @@ def capture_group(pair, settings: store.CaptureSettings, group, max_batch: int, 
         drafted = draft_cached(drafting, settings, group)
     else:
         drafted = draft_forward(drafting, settings, group, max_tokens)
-    return [finish_root(pair, settings, *root, tree, drafts, table, engine) for root, (tree, drafts, table) in zip(group, drafted)]
+    return [
+        finish_root(pair, settings, *root, tree, drafts, table, engine) for root, (tree, drafts, table) in zip(group, drafted)
+    ]
 
 
 def draft_forward(pair, settings: store.CaptureSettings, group, max_tokens: int):
     """(tree, grid drafts or None, table) per root by ``--evaluation forward`` (``capture_group``):
     each root drafted alone, then the leaves of the group's trees in ``forest_logits`` packs."""
     drafted = [draft_root(pair, settings, root_id, context) for root_id, _, context in group]
-    leaves = [(context, [n for n in tree.nodes() if not table.known(n)]) for (_, _, context), (tree, _, table) in zip(group, drafted)]
+    leaves = [
+        (context, [n for n in tree.nodes() if not table.known(n)]) for (_, _, context), (tree, _, table) in zip(group, drafted)
+    ]
     if settings.roots_per_forward > 1:
         logits = pair.forest_logits(leaves, max_tokens=max_tokens, max_batch=pair.max_batch)
     else:
@@ -218,15 +237,25 @@ def draft_cached(pair, settings: store.CaptureSettings, group):
 
     rngs = [seeded_rng(settings.seed, Stream.TREE, root_id) for root_id, _, _ in group]  # as draft_root's: (seed, root id) alone
     axes = settings.grid_axes()
-    every = draw_grids(tables, rngs, fetch=fetch, K_max=axes.width, L1_values=axes.L1_values, L2_max=axes.depth,
-                       samples=settings.samples)
+    every = draw_grids(
+        tables, rngs, fetch=fetch, K_max=axes.width, L1_values=axes.L1_values, L2_max=axes.depth, samples=settings.samples
+    )
     drafted = [(union_tree(drafts), drafts, table) for drafts, table in zip(every, tables)]
     fetch([[n for n in tree.nodes() if not table.known(n)] for tree, _, table in drafted])  # the leaves
     return drafted
 
 
-def finish_root(pair, settings: store.CaptureSettings, root_id: int, prompt_index: int, context: tuple[int, ...], tree, drafts,
-                table: NodeTable, engine: str = "numpy"):
+def finish_root(
+    pair,
+    settings: store.CaptureSettings,
+    root_id: int,
+    prompt_index: int,
+    context: tuple[int, ...],
+    tree,
+    drafts,
+    table: NodeTable,
+    engine: str = "numpy",
+):
     """(rows, logits or None, drafts, labels or None) of one root from the logits of every node of
     its tree in ``table`` (p and q computed per node, never all at once; the logits ``--full``
     stores, so labels replay equal)."""
@@ -234,17 +263,35 @@ def finish_root(pair, settings: store.CaptureSettings, root_id: int, prompt_inde
     labels = None
     if settings.labels:
         axes = settings.grid_axes()
-        labels = [{"root": root_id, "prompt": prompt_index, **row}
-                  for row in grid_labels(table, drafts, settings.labels.split(","), K_values=axes.K_values,
-                                         L2_values=axes.L2_values, engine=engine, device=pair.device, stream=True)]
+        labels = [
+            {"root": root_id, "prompt": prompt_index, **row}
+            for row in grid_labels(
+                table,
+                drafts,
+                settings.labels.split(","),
+                K_values=axes.K_values,
+                L2_values=axes.L2_values,
+                engine=engine,
+                device=pair.device,
+                stream=True,
+            )
+        ]
     rows = []
     for path, summary in zip(nodes, node_rows(table, nodes, settings.store_top)):
-        rows.append({
-            "root": root_id, "prompt": prompt_index, "position": len(context), "root_context": list(context),
-            "path": list(path), "depth": len(path),
-            "token": path[-1] if path else -1, "multiplicity": multiplicity(tree, path) if drafts is None else 1,
-            "children": len(tree.child_list(path)), **summary,
-        })
+        rows.append(
+            {
+                "root": root_id,
+                "prompt": prompt_index,
+                "position": len(context),
+                "root_context": list(context),
+                "path": list(path),
+                "depth": len(path),
+                "token": path[-1] if path else -1,
+                "multiplicity": multiplicity(tree, path) if drafts is None else 1,
+                "children": len(tree.child_list(path)),
+                **summary,
+            }
+        )
     return rows, (table.logits(nodes) if settings.full else None), drafts, labels
 
 
@@ -268,8 +315,16 @@ def run_settings(settings: store.CaptureSettings, records: list, device: str, la
     return replace(settings, prompts_sha256=prompts_digest(records), labels_engine=engine)
 
 
-def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", quiet: bool = False, rank: int = 0,
-        world: int = 1, labels_engine: str = "auto") -> int:
+def run(
+    settings: store.CaptureSettings,
+    out: Path,
+    *,
+    device: str = "auto",
+    quiet: bool = False,
+    rank: int = 0,
+    world: int = 1,
+    labels_engine: str = "auto",
+) -> int:
     """Capture every root of this process's share not already in ``out``; returns roots captured.
 
     The folder is held (``backends.capture_lock``) from the first check of its settings to the
@@ -283,7 +338,9 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
     """
     records = read_prompt_records(settings.prompts)
     settings = run_settings(settings, records, device, labels_engine)
-    with CaptureLock(out, rank, world, store.settings_hash(settings), note=lambda line: print(f"{PROG}: {line}", file=sys.stderr)):
+    with CaptureLock(
+        out, rank, world, store.settings_hash(settings), note=lambda line: print(f"{PROG}: {line}", file=sys.stderr)
+    ):
         store.check_resumable(out, settings)  # before the models load: a wrong folder is refused at once
         return _capture(settings, records, out, device, quiet, rank, world)
 
@@ -291,14 +348,26 @@ def run(settings: store.CaptureSettings, out: Path, *, device: str = "auto", qui
 def _capture(settings: store.CaptureSettings, records: list, out: Path, device: str, quiet: bool, rank: int, world: int) -> int:
     """``run``'s work, the folder held: load the models, claim the settings, capture this rank's groups."""
     with slow_step(PROG, f"loading {settings.pair or settings.target} and {settings.draft}", quiet):
-        pair = open_pair(settings.pair, settings.target, settings.draft, device=device, dtype=settings.dtype,
-                         settings=settings.sampling(), trim_draft_vocab=settings.trim_draft_vocab)
+        pair = open_pair(
+            settings.pair,
+            settings.target,
+            settings.draft,
+            device=device,
+            dtype=settings.dtype,
+            settings=settings.sampling(),
+            trim_draft_vocab=settings.trim_draft_vocab,
+        )
     if settings.trim_draft_vocab:
         if pair.draft_vocab_size <= pair.vocab_size:
-            raise ValueError(f"trim_draft_vocab: the draft's vocabulary ({pair.draft_vocab_size} ids) is not larger than the "
-                             f"target's ({pair.vocab_size}); there is nothing to trim")
-        print(f"{PROG}: note: q is the draft's softmax over the target's {pair.vocab_size} ids of its {pair.draft_vocab_size}, "
-              "renormalised (--trim-draft-vocab; recorded in settings.json)", file=sys.stderr)
+            raise ValueError(
+                f"trim_draft_vocab: the draft's vocabulary ({pair.draft_vocab_size} ids) is not larger than the "
+                f"target's ({pair.vocab_size}); there is nothing to trim"
+            )
+        print(
+            f"{PROG}: note: q is the draft's softmax over the target's {pair.vocab_size} ids of its {pair.draft_vocab_size}, "
+            "renormalised (--trim-draft-vocab; recorded in settings.json)",
+            file=sys.stderr,
+        )
     prompts = prompt_texts(pair, records)  # chat prompts in the target's template
     with slow_step(PROG, f"sampling the continuations of {len(prompts)} prompts", quiet):
         roots = list(prompt_roots(pair, prompts, settings.placement(), settings.seed, settings.tree_depth()))
@@ -308,11 +377,16 @@ def _capture(settings: store.CaptureSettings, records: list, out: Path, device: 
     mine = [g for j, g in enumerate(groups) if j % world == rank]
     todo = [g for g in mine if not all(store.shard_path(out, r[0]).exists() for r in g)]
     if not mine:
-        print(f"{PROG}: rank {rank} of {world} has nothing to do: {len(roots)} roots make {len(groups)} groups of up to {G} "
-              f"(--roots-per-forward), fewer than the {world} ranks", file=sys.stderr)
+        print(
+            f"{PROG}: rank {rank} of {world} has nothing to do: {len(roots)} roots make {len(groups)} groups of up to {G} "
+            f"(--roots-per-forward), fewer than the {world} ranks",
+            file=sys.stderr,
+        )
     elif not todo:
-        print(f"{PROG}: rank {rank} of {world} has nothing to do: its {sum(len(g) for g in mine)} roots are captured already",
-              file=sys.stderr)
+        print(
+            f"{PROG}: rank {rank} of {world} has nothing to do: its {sum(len(g) for g in mine)} roots are captured already",
+            file=sys.stderr,
+        )
     done, max_batch, max_tokens = 0, pair.max_batch, pair.forest_tokens
     bar = progress_bar(total=sum(len(g) for g in todo), desc="roots", unit="root", quiet=quiet)
     try:  # closed on every exit, so an error's line never shares the bar's
@@ -326,8 +400,11 @@ def _capture(settings: store.CaptureSettings, records: list, out: Path, device: 
                         raise
                     max_batch, max_tokens = max(1, max_batch // 2), max(1, max_tokens // 2)
                     _empty_cuda_cache()
-                    print(f"{PROG}: out of GPU memory at root {group[0][0]}; retrying with {max_batch} tree tokens per forward "
-                          f"({max_tokens} per multi-root forward)", file=sys.stderr)
+                    print(
+                        f"{PROG}: out of GPU memory at root {group[0][0]}; retrying with {max_batch} tree tokens per forward "
+                        f"({max_tokens} per multi-root forward)",
+                        file=sys.stderr,
+                    )
             store.check_unchanged(out, drawn_under)
             for (root_id, prompt_index, context), (rows, logits, drafts, labels) in zip(group, results):
                 if store.shard_path(out, root_id).exists():  # captured before a kill; its group is evaluated whole again
@@ -338,8 +415,12 @@ def _capture(settings: store.CaptureSettings, records: list, out: Path, device: 
                     store.save_drafts(out, root_id, prompt_index, context, drafts, settings_sha256=drawn_under)
                 if labels is not None:
                     store.save_labels(out, root_id, labels, settings_sha256=drawn_under)
-                store.save_nodes(out, root_id, [{**row, "category": records[prompt_index].category} for row in rows],
-                                 settings_sha256=drawn_under)
+                store.save_nodes(
+                    out,
+                    root_id,
+                    [{**row, "category": records[prompt_index].category} for row in rows],
+                    settings_sha256=drawn_under,
+                )
                 done += 1
             bar.update(len(group))
     finally:
@@ -357,16 +438,30 @@ def _empty_cuda_cache():
 def parse_args(argv):
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default=None, help="target model: local folder or hub id (or --pair)")
-    parser.add_argument("--draft", default=None, help="draft model: local folder or hub id (with --pair: its draft, early-exit:L)")
-    parser.add_argument("--pair", choices=list(PAIRS), default=None,
-                        help=f"a named pretrained pair instead of --target (backends.pretrained; --draft default {DEFAULT_DRAFT})")
-    parser.add_argument("--prompts", required=True, help="prompt file: text (one per line) or .jsonl (prompt, category, chat), "
-                        "or a prompt set (backends.prompt_sets: workloads, long-context)")
+    parser.add_argument(
+        "--draft", default=None, help="draft model: local folder or hub id (with --pair: its draft, early-exit:L)"
+    )
+    parser.add_argument(
+        "--pair",
+        choices=list(PAIRS),
+        default=None,
+        help=f"a named pretrained pair instead of --target (backends.pretrained; --draft default {DEFAULT_DRAFT})",
+    )
+    parser.add_argument(
+        "--prompts",
+        required=True,
+        help="prompt file: text (one per line) or .jsonl (prompt, category, chat), "
+        "or a prompt set (backends.prompt_sets: workloads, long-context)",
+    )
     parser.add_argument("--out", required=True, help="output folder (resumes if it holds the same capture)")
     parser.add_argument("--roots-per-prompt", type=int, default=4, help="roots along each prompt's continuation")
     parser.add_argument("--spacing", type=int, default=8, help="tokens between roots")
-    parser.add_argument("--shape", choices=SHAPES, default="iid",
-                        help="draft trees: iid, chain, delayed; grid: --samples trees Delayed(width, L1, depth) for every L1 in 0..depth")
+    parser.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="iid",
+        help="draft trees: iid, chain, delayed; grid: --samples trees Delayed(width, L1, depth) for every L1 in 0..depth",
+    )
     parser.add_argument("--width", type=int, default=4, help="K (grid: the largest K)")
     parser.add_argument("--depth", type=int, default=4, help="tree depth in tokens (grid: the largest L1 and L2)")
     parser.add_argument("--samples", type=int, default=4, help="grid: trees per L1 and root (labels: E_se needs 4 or more)")
@@ -378,54 +473,104 @@ def parse_args(argv):
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     parser.add_argument("--store-top", type=int, default=8, help="top ids and probabilities stored per node")
     parser.add_argument("--full", action="store_true", help="also store float32 logits of every node (replayable)")
-    parser.add_argument("--labels", default=None, help="--shape grid: label every root's grid at capture time for these "
-                        "verifiers (comma-separated; simlab.labels.grid_labels), stored beside the node summaries")
-    parser.add_argument("--labels-engine", choices=["auto", "numpy", "torch"], default="auto",
-                        help="--labels: the label computation (auto: the batched torch engine on CUDA, numpy on a CPU; "
-                             "equal to 1e-12, not bit for bit)")
-    parser.add_argument("--roots-per-forward", type=int, default=8,
-                        help="roots whose trees share each forward per model (cached: one batch row each, at every "
-                             "drafting level and for the leaves; forward: the leaves' masked forward; 1: one root per forward)")
-    parser.add_argument("--evaluation", choices=["cached", "forward"], default="cached",
-                        help="cached: KV caches kept from level to level, every node evaluated once; forward: each "
-                             "drafting level a tree forward that evaluates the ancestors again (captures made before "
-                             "this flag; resume them with --evaluation forward)")
-    parser.add_argument("--trim-draft-vocab", action="store_true",
-                        help="accept a draft whose vocabulary is larger than the target's: q is cut to the target's ids and "
-                             "renormalised (recorded in settings.json); without it such a pair is refused")
+    parser.add_argument(
+        "--labels",
+        default=None,
+        help="--shape grid: label every root's grid at capture time for these "
+        "verifiers (comma-separated; simlab.labels.grid_labels), stored beside the node summaries",
+    )
+    parser.add_argument(
+        "--labels-engine",
+        choices=["auto", "numpy", "torch"],
+        default="auto",
+        help="--labels: the label computation (auto: the batched torch engine on CUDA, numpy on a CPU; "
+        "equal to 1e-12, not bit for bit)",
+    )
+    parser.add_argument(
+        "--roots-per-forward",
+        type=int,
+        default=8,
+        help="roots whose trees share each forward per model (cached: one batch row each, at every "
+        "drafting level and for the leaves; forward: the leaves' masked forward; 1: one root per forward)",
+    )
+    parser.add_argument(
+        "--evaluation",
+        choices=["cached", "forward"],
+        default="cached",
+        help="cached: KV caches kept from level to level, every node evaluated once; forward: each "
+        "drafting level a tree forward that evaluates the ancestors again (captures made before "
+        "this flag; resume them with --evaluation forward)",
+    )
+    parser.add_argument(
+        "--trim-draft-vocab",
+        action="store_true",
+        help="accept a draft whose vocabulary is larger than the target's: q is cut to the target's ids and "
+        "renormalised (recorded in settings.json); without it such a pair is refused",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the continuations and the trees")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no progress lines")
     args = parser.parse_args(argv)
-    check_flags(PROG, [
-        (not (args.pair and args.target), "--target: --pair brings its own target; drop --target"),
-        (bool(args.pair or args.target), "--target: give --target and --draft, or --pair"),
-        (bool(args.pair or args.draft), "--draft: give --target and --draft, or --pair"),
-        (args.width >= 1, "--width: must be >= 1"), (args.depth >= 1, "--depth: must be >= 1"),
-        (args.shape != "delayed" or 0 <= args.trunk < args.depth, "--trunk: must lie in [0, depth)"),
-        (args.store_top >= 1, "--store-top: must be >= 1"), (args.samples >= 1, "--samples: must be >= 1"),
-        (args.roots_per_forward >= 1, f"--roots-per-forward: must be >= 1, got {args.roots_per_forward}"),
-        (not {"samples"} & parser.given or args.shape == "grid", "--samples: only --shape grid draws several trees per root"),
-        (not {"trunk"} & parser.given or args.shape == "delayed", "--trunk: only --shape delayed has a trunk"),
-        (not args.labels or args.shape == "grid", "--labels: only --shape grid has a label grid"),
-        (not {"labels_engine"} & parser.given or args.labels, "--labels-engine: only with --labels"),
-        (args.labels is None or args.labels.strip(), "--labels: give at least one verifier"),
-    ])
+    check_flags(
+        PROG,
+        [
+            (not (args.pair and args.target), "--target: --pair brings its own target; drop --target"),
+            (bool(args.pair or args.target), "--target: give --target and --draft, or --pair"),
+            (bool(args.pair or args.draft), "--draft: give --target and --draft, or --pair"),
+            (args.width >= 1, "--width: must be >= 1"),
+            (args.depth >= 1, "--depth: must be >= 1"),
+            (args.shape != "delayed" or 0 <= args.trunk < args.depth, "--trunk: must lie in [0, depth)"),
+            (args.store_top >= 1, "--store-top: must be >= 1"),
+            (args.samples >= 1, "--samples: must be >= 1"),
+            (args.roots_per_forward >= 1, f"--roots-per-forward: must be >= 1, got {args.roots_per_forward}"),
+            (not {"samples"} & parser.given or args.shape == "grid", "--samples: only --shape grid draws several trees per root"),
+            (not {"trunk"} & parser.given or args.shape == "delayed", "--trunk: only --shape delayed has a trunk"),
+            (not args.labels or args.shape == "grid", "--labels: only --shape grid has a label grid"),
+            (not {"labels_engine"} & parser.given or args.labels, "--labels-engine: only with --labels"),
+            (args.labels is None or args.labels.strip(), "--labels: give at least one verifier"),
+        ],
+    )
     try:
         args.labels = ",".join(name_list(args.labels, "--labels", tree_verifiers.names())) if args.labels else ""
     except ValueError as exc:
         fail_from(PROG, exc, parser)
-    check_flags(PROG, [(reason is None, reason) for reason in
-                       [label_refusal(name, args.width, args.temperature, args.top_k) for name in args.labels.split(",") if name]])
+    check_flags(
+        PROG,
+        [
+            (reason is None, reason)
+            for reason in [
+                label_refusal(name, args.width, args.temperature, args.top_k) for name in args.labels.split(",") if name
+            ]
+        ],
+    )
     if args.pair:
         try:
             args.target, args.draft = "", f"early-exit:{parse_draft(args.draft)}"
         except ValueError as exc:
             fail_from(PROG, exc, parser)
-    settings = store.CaptureSettings(args.target, args.draft, args.prompts, args.roots_per_prompt, args.spacing, args.shape,
-                                     args.width, args.depth, args.trunk, args.temperature, args.top_p, args.top_k, args.dtype,
-                                     args.store_top, args.full, args.seed, samples=args.samples, labels=args.labels,
-                                     roots_per_forward=args.roots_per_forward, evaluation=args.evaluation,
-                                     trim_draft_vocab=args.trim_draft_vocab, pair=args.pair or "")
+    settings = store.CaptureSettings(
+        args.target,
+        args.draft,
+        args.prompts,
+        args.roots_per_prompt,
+        args.spacing,
+        args.shape,
+        args.width,
+        args.depth,
+        args.trunk,
+        args.temperature,
+        args.top_p,
+        args.top_k,
+        args.dtype,
+        args.store_top,
+        args.full,
+        args.seed,
+        samples=args.samples,
+        labels=args.labels,
+        roots_per_forward=args.roots_per_forward,
+        evaluation=args.evaluation,
+        trim_draft_vocab=args.trim_draft_vocab,
+        pair=args.pair or "",
+    )
     try:
         settings.sampling()
         settings.placement()
@@ -442,6 +587,7 @@ def shard_environment(environ) -> tuple[int, int, int]:
         ValueError: ``"RANK: ..."`` (or the other name) for a value that is not an integer, a
             WORLD_SIZE below 1, a negative rank, or a RANK outside 0..WORLD_SIZE - 1.
     """
+
     def number(name: str, default: int, minimum: int) -> int:
         text = environ.get(name)
         if text is None:

@@ -58,8 +58,10 @@ def _flocked(fd: int) -> bool:
     except BlockingIOError:
         return False
     except OSError as exc:  # a file system without locks (ENOLCK): no run could be kept out
-        raise ValueError(f"out: the capture folder's file system does not lock files ({exc.strerror or exc}); "
-                         "capture into a folder on one that does (a local disk, NFS v4)") from None
+        raise ValueError(
+            f"out: the capture folder's file system does not lock files ({exc.strerror or exc}); "
+            "capture into a folder on one that does (a local disk, NFS v4)"
+        ) from None
 
 
 def _record(fd: int) -> dict | None:
@@ -78,8 +80,10 @@ def _record(fd: int) -> dict | None:
 def _owner(record: dict | None) -> str:
     if not record:
         return "an unknown process (its lock file names none)"
-    return (f"process {record.get('pid')} on {record.get('host')} (rank {record.get('rank')} of {record.get('world_size')}, "
-            f"settings hash {str(record.get('settings_sha256'))[:12]})")
+    return (
+        f"process {record.get('pid')} on {record.get('host')} (rank {record.get('rank')} of {record.get('world_size')}, "
+        f"settings hash {str(record.get('settings_sha256'))[:12]})"
+    )
 
 
 class CaptureLock:
@@ -146,10 +150,17 @@ class CaptureLock:
                 continue
             stale = _record(fd)
             if stale:
-                self.note(f"taking over the stale lock {self.path.name} of process {stale.get('pid')} on {stale.get('host')} "
-                          "(no longer running)")
-            mine = {"pid": os.getpid(), "host": socket.gethostname(), "rank": self.rank, "world_size": self.world,
-                    "settings_sha256": self.settings_sha256}
+                self.note(
+                    f"taking over the stale lock {self.path.name} of process {stale.get('pid')} on {stale.get('host')} "
+                    "(no longer running)"
+                )
+            mine = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "rank": self.rank,
+                "world_size": self.world,
+                "settings_sha256": self.settings_sha256,
+            }
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
             os.write(fd, json.dumps(mine).encode())
@@ -165,8 +176,10 @@ class CaptureLock:
             if _flocked(fd):
                 if _same_file(fd, other):
                     record = _record(fd)
-                    self.note(f"removing the stale lock {other.name} of process {record.get('pid') if record else '?'} on "
-                              f"{record.get('host') if record else '?'} (no longer running)")
+                    self.note(
+                        f"removing the stale lock {other.name} of process {record.get('pid') if record else '?'} on "
+                        f"{record.get('host') if record else '?'} (no longer running)"
+                    )
                     other.unlink(missing_ok=True)
                 return
             record = self._live_record(fd)
@@ -186,8 +199,10 @@ class CaptureLock:
             who = "another run with another WORLD_SIZE"
         else:
             who = "another run with other settings"
-        return ValueError(f"out: {str(self.out)!r} is being captured into by {who}: {_owner(record)}; wait for it to finish "
-                          "or use another folder")
+        return ValueError(
+            f"out: {str(self.out)!r} is being captured into by {who}: {_owner(record)}; wait for it to finish "
+            "or use another folder"
+        )
 
     @staticmethod
     def _live_record(fd: int) -> dict | None:

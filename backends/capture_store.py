@@ -59,8 +59,27 @@ SHAPES = ("iid", "chain", "delayed", "grid")
 LABEL_ENGINES = ("", "numpy", "torch", "unrecorded")
 HASH_KEY = "simlab.settings_sha256"
 """The key of a parquet shard's metadata (and the member of a logits archive) holding its settings hash."""
-NODE_COLUMNS = ("root", "prompt", "position", "root_context", "path", "depth", "token", "multiplicity", "children",
-                "l1", "tv", "kl_pq", "kl_qp", "h_p", "h_q", "p_top_ids", "p_top_probs", "q_top_ids", "q_top_probs")
+NODE_COLUMNS = (
+    "root",
+    "prompt",
+    "position",
+    "root_context",
+    "path",
+    "depth",
+    "token",
+    "multiplicity",
+    "children",
+    "l1",
+    "tv",
+    "kl_pq",
+    "kl_qp",
+    "h_p",
+    "h_q",
+    "p_top_ids",
+    "p_top_probs",
+    "q_top_ids",
+    "q_top_probs",
+)
 DRAFT_COLUMNS = ("root", "prompt", "root_context", "L1", "sample", "trunk", "branches")
 
 
@@ -92,9 +111,13 @@ class CaptureSettings:
     samples: int = 4  # --shape grid: draws per L1
     labels: str = ""  # --shape grid --labels: comma-separated verifiers labelled at capture time
     roots_per_forward: int = 8  # roots whose trees share one forward (settings.json without it: 1, the earlier captures)
-    evaluation: str = "cached"  # "cached": kept KV caches, each node once; "forward" (settings.json without it): levels re-run ancestors
+    evaluation: str = (
+        "cached"  # "cached": kept KV caches, each node once; "forward" (settings.json without it): levels re-run ancestors
+    )
     labels_engine: str = ""  # --labels: the engine the labels were computed with (numpy or torch; "unrecorded" before the field)
-    trim_draft_vocab: bool = False  # --trim-draft-vocab: a draft with more ids than the target, q cut to the target's ids and renormalised
+    trim_draft_vocab: bool = (
+        False  # --trim-draft-vocab: a draft with more ids than the target, q cut to the target's ids and renormalised
+    )
     pair: str = ""  # --pair: the named pretrained pair (backends.pretrained; target is then ""), else ""
 
     def grid_axes(self) -> GridAxes:
@@ -160,7 +183,9 @@ def logits_path(out: Path, root: int) -> Path:
 
 # -- writer -----------------------------------------------------------------------------------
 def save_settings(out: Path, settings: CaptureSettings) -> None:
-    atomic_write(Path(out) / "settings.json", lambda tmp: Path(tmp).write_text(json.dumps(asdict(settings), indent=2, sort_keys=True)))
+    atomic_write(
+        Path(out) / "settings.json", lambda tmp: Path(tmp).write_text(json.dumps(asdict(settings), indent=2, sort_keys=True))
+    )
 
 
 def check_resumable(out: Path, settings: CaptureSettings) -> None:
@@ -175,8 +200,9 @@ def check_resumable(out: Path, settings: CaptureSettings) -> None:
     differ = differing_settings(held, asdict(settings))
     if differ:
         detail = ", ".join(f"{key} {held[key]!r}, not {getattr(settings, key)!r}" for key in differ)
-        raise ValueError(f"out: {str(out)!r} holds a capture with other settings ({detail}); resume it with its own "
-                         "flags, or use a new folder")
+        raise ValueError(
+            f"out: {str(out)!r} holds a capture with other settings ({detail}); resume it with its own flags, or use a new folder"
+        )
 
 
 def claim_settings(out: Path, settings: CaptureSettings) -> str:
@@ -191,8 +217,9 @@ def claim_settings(out: Path, settings: CaptureSettings) -> str:
     path = out / "settings.json"
     if not path.exists():
         if next(iter(_shards(out)), None) is not None:
-            raise ValueError(f"out: {str(out)!r} holds capture shards but no settings.json (drawn under unknown settings); "
-                             "use a new folder")
+            raise ValueError(
+                f"out: {str(out)!r} holds capture shards but no settings.json (drawn under unknown settings); use a new folder"
+            )
         tmp = staging_file(out, "settings.json")
         try:
             tmp.write_text(json.dumps(asdict(settings), indent=2, sort_keys=True))
@@ -212,8 +239,10 @@ def check_unchanged(out: Path, expected: str) -> None:
     (another capture rewrote it during this run); checked before each group's shards are written."""
     held = settings_hash(load_settings(out))
     if held != expected:
-        raise ValueError(f"out: {str(out)!r}: settings.json changed during this run (settings hash {held[:12]}, not "
-                         f"{expected[:12]}): another capture with other settings wrote into the folder; use a new folder")
+        raise ValueError(
+            f"out: {str(out)!r}: settings.json changed during this run (settings hash {held[:12]}, not "
+            f"{expected[:12]}): another capture with other settings wrote into the folder; use a new folder"
+        )
 
 
 def _shards(folder: Path):
@@ -246,10 +275,22 @@ def save_drafts(out: Path, root: int, prompt: int, context, drafts, *, settings_
     rows = []
     for d in drafts:
         seen[d.L1] = seen.get(d.L1, -1) + 1
-        rows.append({"root": root, "prompt": prompt, "root_context": list(context), "L1": d.L1, "sample": seen[d.L1],
-                     "trunk": list(d.trunk), "branches": [list(b) for b in d.branches]})
-    write_parquet(pl.DataFrame(rows, schema_overrides={"trunk": pl.List(pl.Int64), "branches": pl.List(pl.List(pl.Int64))}),
-                  drafts_path(out, root), metadata=_stamped(settings_sha256))
+        rows.append(
+            {
+                "root": root,
+                "prompt": prompt,
+                "root_context": list(context),
+                "L1": d.L1,
+                "sample": seen[d.L1],
+                "trunk": list(d.trunk),
+                "branches": [list(b) for b in d.branches],
+            }
+        )
+    write_parquet(
+        pl.DataFrame(rows, schema_overrides={"trunk": pl.List(pl.Int64), "branches": pl.List(pl.List(pl.Int64))}),
+        drafts_path(out, root),
+        metadata=_stamped(settings_sha256),
+    )
 
 
 def save_logits(path: Path, target: np.ndarray, draft: np.ndarray, *, settings_sha256: str) -> None:
@@ -333,7 +374,9 @@ def _settings_from(data) -> CaptureSettings:
     if missing:
         raise ValueError(f"{missing[0]}: missing")
     defaults = {"roots_per_forward": 1, "evaluation": "forward", "labels_engine": "unrecorded" if data.get("labels") else ""}
-    settings = CaptureSettings(**{k: _field_value(k, v, hints[k]) for k, v in {**defaults, **data}.items()})  # captures made before the flags
+    settings = CaptureSettings(
+        **{k: _field_value(k, v, hints[k]) for k, v in {**defaults, **data}.items()}
+    )  # captures made before the flags
     for name in ("roots_per_prompt", "spacing", "width", "depth", "samples", "store_top", "roots_per_forward"):
         if getattr(settings, name) < 1:
             raise ValueError(f"{name}: must be >= 1, got {getattr(settings, name)}")
@@ -360,8 +403,10 @@ def check_drawn_under(folder, file, recorded: str | None, expected: str) -> None
         ValueError: ``capture: ...`` naming the shard and both hashes.
     """
     if recorded is not None and recorded != expected:
-        raise ValueError(f"capture: {str(file)!r} was drawn under other settings than {str(Path(folder) / 'settings.json')!r} "
-                         f"(settings hash {recorded[:12]}, not {expected[:12]}): the folder mixes two captures; recapture into a new folder")
+        raise ValueError(
+            f"capture: {str(file)!r} was drawn under other settings than {str(Path(folder) / 'settings.json')!r} "
+            f"(settings hash {recorded[:12]}, not {expected[:12]}): the folder mixes two captures; recapture into a new folder"
+        )
 
 
 def _parquet_hash(file) -> str | None:
@@ -407,7 +452,9 @@ def read_capture(folder) -> pl.DataFrame:
     if not roots:
         raise ValueError(f"capture: no capture shards in {str(folder)!r}")
     expected = folder_hash(folder)
-    return pl.concat([read_nodes(folder, r, expected) for r in roots], how="diagonal")  # shards from before the category column too
+    return pl.concat(
+        [read_nodes(folder, r, expected) for r in roots], how="diagonal"
+    )  # shards from before the category column too
 
 
 def root_category(folder, root: int) -> str | None:
@@ -429,8 +476,10 @@ def read_grid_drafts(folder):
         if not file.exists():
             raise ValueError(f"capture: {str(folder)!r} is damaged (root {root} has no drafts file)")
         table = _check_columns(_read_shard(folder, file, expected), DRAFT_COLUMNS, file)
-        drafts = tuple(GridDraft(int(L1), tuple(trunk), tuple(tuple(b) for b in branches))
-                       for L1, trunk, branches in table.select("L1", "trunk", "branches").iter_rows())
+        drafts = tuple(
+            GridDraft(int(L1), tuple(trunk), tuple(tuple(b) for b in branches))
+            for L1, trunk, branches in table.select("L1", "trunk", "branches").iter_rows()
+        )
         yield int(table["root"][0]), int(table["prompt"][0]), tuple(table["root_context"][0].to_list()), drafts
 
 
@@ -461,6 +510,7 @@ def read_labels(folder) -> pl.LazyFrame:
 def read_logits(folder, root: int, expected: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(target, draft) float32 logits (nodes, V) of one root of a ``full`` capture (its settings
     hash checked against ``expected``, default the folder's)."""
+
     def read(file):
         with np.load(file) as stored:  # each read of a member decompresses it: read once
             recorded = str(stored["settings_sha256"]) if "settings_sha256" in stored.files else None
@@ -499,8 +549,10 @@ class LabelsOnlyPair:
         self.folder, self.labels = str(folder), labels
 
     def _refuse(self):
-        raise ValueError(f"capture: {self.folder!r} was captured without --full and holds labels for {self.labels} only "
-                         "(with its grid); for other verifiers, grids or p and q, recapture with --full")
+        raise ValueError(
+            f"capture: {self.folder!r} was captured without --full and holds labels for {self.labels} only "
+            "(with its grid); for other verifiers, grids or p and q, recapture with --full"
+        )
 
     @property
     def vocab_size(self) -> int:
@@ -538,7 +590,9 @@ class CapturedPair:
             nodes = read_nodes(folder, root, expected)
             target, draft = read_logits(folder, root, expected)
             if target.shape[0] != nodes.height or draft.shape != target.shape:
-                raise ValueError(f"capture: {self.folder!r} is damaged (root {root}: {target.shape[0]} logit rows for {nodes.height} nodes)")
+                raise ValueError(
+                    f"capture: {self.folder!r} is damaged (root {root}: {target.shape[0]} logit rows for {nodes.height} nodes)"
+                )
             p, q = transform(target), transform(draft)
             context = tuple(nodes["root_context"][0].to_list())
             for i, path in enumerate(nodes["path"].to_list()):

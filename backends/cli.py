@@ -287,12 +287,37 @@ def run_tool(prog: str, body) -> int:
 
 def print_table(frame: pl.DataFrame, title: str) -> None:
     """Print an aligned table with a title line to stdout."""
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, tbl_width_chars=250, float_precision=3,
-                   tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True, fmt_str_lengths=120):
+    with pl.Config(
+        tbl_rows=-1,
+        tbl_cols=-1,
+        tbl_width_chars=250,
+        float_precision=3,
+        tbl_hide_dataframe_shape=True,
+        tbl_hide_column_data_types=True,
+        fmt_str_lengths=120,
+    ):
         print(title)
         print(frame)
 
 
-__all__ = ["OutputSet", "ToolParser", "atomic_write", "chart_writer", "check_flags", "close_bars", "fail", "fail_from", "flag_message",
-           "int_list", "name_list", "parquet_writer", "prepare_out", "print_table", "progress", "progress_bar", "run_tool", "slow_step",
-           "write_parquet"]
+__all__ = [
+    "OutputSet",
+    "ToolParser",
+    "atomic_write",
+    "chart_writer",
+    "check_flags",
+    "close_bars",
+    "fail",
+    "fail_from",
+    "flag_message",
+    "int_list",
+    "name_list",
+    "parquet_writer",
+    "prepare_out",
+    "print_table",
+    "progress",
+    "progress_bar",
+    "run_tool",
+    "slow_step",
+    "write_parquet",
+]

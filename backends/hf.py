@@ -111,8 +111,9 @@ def load_model(name: str, device: str, dtype: str, what: str):
         raise ValueError(f"{what}: {name!r} is not a model folder (no config.json)")
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(Path(name).expanduser()) if looks_local else name)
-        model = AutoModelForCausalLM.from_pretrained(str(Path(name).expanduser()) if looks_local else name,
-                                                     dtype=getattr(_torch(), dtype))
+        model = AutoModelForCausalLM.from_pretrained(
+            str(Path(name).expanduser()) if looks_local else name, dtype=getattr(_torch(), dtype)
+        )
     except Exception as exc:  # OSError, ValueError, safetensors and config errors alike: one line naming the model
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ValueError(f"{what}: cannot load {name!r} ({first})") from None
@@ -149,8 +150,11 @@ def context_length(config) -> int:
 def oom_errors() -> tuple[type[BaseException], ...]:
     """The exception types of running out of accelerator or host memory."""
     torch = _torch()
-    return tuple(t for t in (getattr(torch.cuda, "OutOfMemoryError", None), getattr(torch, "OutOfMemoryError", None),
-                             MemoryError) if t is not None)
+    return tuple(
+        t
+        for t in (getattr(torch.cuda, "OutOfMemoryError", None), getattr(torch, "OutOfMemoryError", None), MemoryError)
+        if t is not None
+    )
 
 
 class HFPair:
@@ -178,10 +182,21 @@ class HFPair:
             dtype, device, settings, max_batch, forest_tokens or eos_id.
     """
 
-    def __init__(self, target: str, draft: str, *, device: str = "auto", dtype: str = "float32",
-                 settings: SamplingSettings | None = None, max_batch: int = 64, tree_attention: bool = True,
-                 eos_id: int | str | None = None, forest_tokens: int = 8192, trim_draft_vocab: bool = False,
-                 models=None):
+    def __init__(
+        self,
+        target: str,
+        draft: str,
+        *,
+        device: str = "auto",
+        dtype: str = "float32",
+        settings: SamplingSettings | None = None,
+        max_batch: int = 64,
+        tree_attention: bool = True,
+        eos_id: int | str | None = None,
+        forest_tokens: int = 8192,
+        trim_draft_vocab: bool = False,
+        models=None,
+    ):
         self.device = check_device(device, "device")
         self.settings = check_settings(settings or SamplingSettings())
         self.max_batch = check_int(max_batch, "max_batch", 1)
@@ -193,9 +208,11 @@ class HFPair:
         self.vocab_size = int(self.target.get_output_embeddings().weight.shape[0])
         self.draft_vocab_size = int(self.draft.get_output_embeddings().weight.shape[0])
         if self.draft_vocab_size > self.vocab_size and not trim_draft_vocab:
-            raise ValueError(f"draft: its vocabulary ({self.draft_vocab_size} ids, {draft!r}) is larger than the target's "
-                             f"({self.vocab_size} ids, {target!r}); cutting q to the target's ids renormalises it: ask for "
-                             "that explicitly (trim_draft_vocab=True, --trim-draft-vocab) or use a matching draft")
+            raise ValueError(
+                f"draft: its vocabulary ({self.draft_vocab_size} ids, {draft!r}) is larger than the target's "
+                f"({self.vocab_size} ids, {target!r}); cutting q to the target's ids renormalises it: ask for "
+                "that explicitly (trim_draft_vocab=True, --trim-draft-vocab) or use a matching draft"
+            )
         if eos_id == "tokenizer":
             eos_id = self.target_tokenizer.eos_token_id
         self.eos_id = check_eos(eos_id, self.vocab_size)
@@ -203,8 +220,10 @@ class HFPair:
         draft_context = context_length(self.draft.config)
         if draft_context and (not self.max_context or draft_context < self.max_context):
             if self.max_context:
-                raise ValueError(f"draft: its context ({draft_context} tokens, {draft!r}) is shorter than the target's "
-                                 f"({self.max_context} tokens, {target!r}); use a draft that reads every context the target can")
+                raise ValueError(
+                    f"draft: its context ({draft_context} tokens, {draft!r}) is shorter than the target's "
+                    f"({self.max_context} tokens, {target!r}); use a draft that reads every context the target can"
+                )
             self.max_context = draft_context
         self.resident = False
         self.tree_attention = bool(tree_attention) and self._probe_tree_attention()
@@ -235,7 +254,9 @@ class HFPair:
 
     def _check_resident(self) -> None:
         if self.resident and not self.resident_possible():
-            raise ValueError(f"settings: top-p ({self.settings.name}) is computed on the host; resident logits need settings without it")
+            raise ValueError(
+                f"settings: top-p ({self.settings.name}) is computed on the host; resident logits need settings without it"
+            )
 
     def with_max_batch(self, max_batch: int) -> "HFPair":
         """The same models with another ``max_batch`` (a new pair; this one is unchanged): what a
@@ -279,7 +300,10 @@ class HFPair:
         try:
             nodes = [pth for pth in paths if pth]
             tree = [self._logits(self._tree_rows(m, root, nodes, self.max_batch)) for m in (self.target, self.draft)]
-            forest = [[self._logits(r) for r in self._forest_rows(m, [(root, nodes), (other, nodes)])] for m in (self.target, self.draft)]
+            forest = [
+                [self._logits(r) for r in self._forest_rows(m, [(root, nodes), (other, nodes)])]
+                for m in (self.target, self.draft)
+            ]
             levels = [[paths[:3], paths[:2]], [paths[3:], [paths[2], paths[3]]]]  # per level: (root, other)
             cached = []
             for m in (self.target, self.draft):
@@ -291,20 +315,32 @@ class HFPair:
         except MASK_REJECTIONS as exc:
             if _raised_here(exc):
                 raise
-            warnings.warn(f"tree attention: {type(self.target).__name__} rejects a 4-D tree mask ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0] if str(exc) else ''}); evaluating trees by batching their paths",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"tree attention: {type(self.target).__name__} rejects a 4-D tree mask ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else ''}); evaluating trees by batching their paths",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             return False
         plain = self._path_logits([root + pth for pth in paths], self.max_batch)
         plain_other = self._path_logits([other + pth for pth in paths], self.max_batch)
         soft = SamplingSettings().probabilities
         pairs = [*zip(tree, plain), *zip((f[0] for f in forest), plain), *zip((f[1] for f in forest), plain_other)]
         for rows, mine, theirs in zip(cached, plain, plain_other):  # per model: level 1 root's (), (1,), (2,), other's (), (1,);
-            pairs += [(rows[0], mine[:3]), (rows[1], theirs[:2]), (rows[2], mine[3:]), (rows[3], theirs[2:])]  # level 2: (1, 0); (2,), (1, 0)
+            pairs += [
+                (rows[0], mine[:3]),
+                (rows[1], theirs[:2]),
+                (rows[2], mine[3:]),
+                (rows[3], theirs[2:]),
+            ]  # level 2: (1, 0); (2,), (1, 0)
         worst = max(float(np.abs(soft(t) - soft(p)).max()) for t, p in pairs)
         if worst > PROBE_TOLERANCE:
-            warnings.warn(f"tree attention: {type(self.target).__name__} does not honour a 4-D tree mask (probe differs "
-                          f"by {worst:.2g}); evaluating trees by batching their paths", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"tree attention: {type(self.target).__name__} does not honour a 4-D tree mask (probe differs "
+                f"by {worst:.2g}); evaluating trees by batching their paths",
+                RuntimeWarning,
+                stacklevel=3,
+            )
             return False
         return True
 
@@ -356,8 +392,9 @@ class HFPair:
             for indices in by_length.values():
                 for start in range(0, len(indices), self.max_batch):
                     chunk = indices[start : start + self.max_batch]
-                    states = self.target(torch.tensor([contexts[i] for i in chunk], device=self.device),
-                                         output_hidden_states=True).hidden_states
+                    states = self.target(
+                        torch.tensor([contexts[i] for i in chunk], device=self.device), output_hidden_states=True
+                    ).hidden_states
                     out[chunk] = torch.cat([states[l][:, -2] for l in layers], dim=-1).float().cpu().numpy()
         return out
 
@@ -379,8 +416,9 @@ class HFPair:
         logits_p, logits_q = self.node_logits(root, paths)
         return self.settings.probabilities(to_host(logits_p)), self.settings.probabilities(to_host(logits_q))
 
-    def node_logits(self, root: Sequence[int], paths: Sequence[tuple[int, ...]],
-                    max_batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def node_logits(
+        self, root: Sequence[int], paths: Sequence[tuple[int, ...]], max_batch: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """float32 (n, V) logits of target and draft at ``root + path`` for each path (host arrays;
         device tensors for a ``with_resident_logits`` pair).
 
@@ -401,11 +439,17 @@ class HFPair:
         self._check_length(len(root) + max((len(n) for n in nodes), default=0))
         index = {(): 0, **{n: i + 1 for i, n in enumerate(nodes)}}
         take = [index[pth] for pth in paths]  # only these rows are kept (the ancestors' logits are dropped per chunk)
-        return (self._logits(self._tree_rows(self.target, root, nodes, chunk, take)),
-                self._logits(self._tree_rows(self.draft, root, nodes, chunk, take)))
+        return (
+            self._logits(self._tree_rows(self.target, root, nodes, chunk, take)),
+            self._logits(self._tree_rows(self.draft, root, nodes, chunk, take)),
+        )
 
-    def forest_logits(self, trees: Sequence[tuple[Sequence[int], Sequence[tuple[int, ...]]]],
-                      max_tokens: int | None = None, max_batch: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    def forest_logits(
+        self,
+        trees: Sequence[tuple[Sequence[int], Sequence[tuple[int, ...]]]],
+        max_tokens: int | None = None,
+        max_batch: int | None = None,
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Logits of target and draft at ``root + path`` for every path of every ``(root, paths)``,
         several roots' trees in one masked forward per model: one pair of float32 (len(paths), V)
         arrays per tree, in order (device tensors for a ``with_resident_logits`` pair).
@@ -481,9 +525,14 @@ class HFPair:
         with torch.no_grad():
             mask = additive_mask(allowed, dtype, self.device)
             keep = {"logits_to_keep": S - C + 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-            logits = model(torch.from_numpy(ids).to(self.device), attention_mask=mask,
-                           position_ids=torch.from_numpy(positions).to(self.device), use_cache=False, **keep).logits
-            logits = logits[:, -(S - C + 1):]  # the last context column, then the node columns
+            logits = model(
+                torch.from_numpy(ids).to(self.device),
+                attention_mask=mask,
+                position_ids=torch.from_numpy(positions).to(self.device),
+                use_cache=False,
+                **keep,
+            ).logits
+            logits = logits[:, -(S - C + 1) :]  # the last context column, then the node columns
             return [logits[b, : 1 + len(nodes)] for b, (_, nodes) in enumerate(items)]
 
     def _path_logits(self, contexts, max_batch: int):

@@ -80,8 +80,16 @@ def forward_seconds(pair, model, context: int, tokens: int, *, repeats: int, war
     return max(statistics.median(times), sys.float_info.min)  # a timer too coarse for the forward reads 0
 
 
-def measure(pair, *, contexts: Sequence[int] = (16, 64, 256), tokens: Sequence[int] = (1, 4, 16, 64),
-            repeats: int = 5, warmup: int = 2, seed: int = 0, progress=None) -> LatencyModel:
+def measure(
+    pair,
+    *,
+    contexts: Sequence[int] = (16, 64, 256),
+    tokens: Sequence[int] = (1, 4, 16, 64),
+    repeats: int = 5,
+    warmup: int = 2,
+    seed: int = 0,
+    progress=None,
+) -> LatencyModel:
     """Measure t_q (``pair.draft``) and t_p (``pair.target``) on this machine (DDTE Sec. 6, App. E).
 
     For every context length l in ``contexts`` and every block size n in ``tokens`` the time of
@@ -111,8 +119,10 @@ def measure(pair, *, contexts: Sequence[int] = (16, 64, 256), tokens: Sequence[i
     repeats, warmup = check_int(repeats, "repeats", 1), check_int(warmup, "warmup", 0)
     limit = int(getattr(pair, "max_context", 0) or 0)
     if limit and contexts[-1] >= limit:
-        raise ValueError(f"contexts: the largest context {contexts[-1]} does not fit the model's context of {limit} tokens "
-                         "(with room for one new position)")
+        raise ValueError(
+            f"contexts: the largest context {contexts[-1]} does not fit the model's context of {limit} tokens "
+            "(with room for one new position)"
+        )
     tables = {}
     for name in ("draft", "target"):
         model = getattr(pair, name)
@@ -121,31 +131,41 @@ def measure(pair, *, contexts: Sequence[int] = (16, 64, 256), tokens: Sequence[i
         for l in contexts:
             if progress:
                 progress(f"{name}: context {l}, tokens {', '.join(map(str, tokens))}")
-            rows.append([forward_seconds(pair, model, l, n, repeats=repeats, warmup=warmup, generator=generator)
-                         for n in tokens])
+            rows.append([forward_seconds(pair, model, l, n, repeats=repeats, warmup=warmup, generator=generator) for n in tokens])
         tables[name] = ForwardTime(contexts, tokens, rows)
     dtype = str(next(pair.target.parameters()).dtype).removeprefix("torch.")
-    names = {name: getattr(getattr(pair, name), "name_or_path", "") or type(getattr(pair, name)).__name__
-             for name in ("target", "draft")}
-    source = (f"latency_probe: target {names['target']}, draft {names['draft']}, device {pair.device}, dtype {dtype}, "
-              f"torch {torch.__version__} ({torch.get_num_threads()} threads), median of {repeats} after {warmup} warm-up, "
-              f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}")
+    names = {
+        name: getattr(getattr(pair, name), "name_or_path", "") or type(getattr(pair, name)).__name__
+        for name in ("target", "draft")
+    }
+    source = (
+        f"latency_probe: target {names['target']}, draft {names['draft']}, device {pair.device}, dtype {dtype}, "
+        f"torch {torch.__version__} ({torch.get_num_threads()} threads), median of {repeats} after {warmup} warm-up, "
+        f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}"
+    )
     return LatencyModel(tables["draft"], tables["target"], source)
 
 
 def table(latency: LatencyModel) -> pl.DataFrame:
     """One row per (model, context, tokens) with the time in milliseconds."""
-    rows = [{"model": name, "context": l, "tokens": n, "milliseconds": 1e3 * t}
-            for name, forward in (("draft", latency.draft), ("target", latency.target))
-            for l, row in zip(forward.contexts, forward.seconds) for n, t in zip(forward.tokens, row)]
+    rows = [
+        {"model": name, "context": l, "tokens": n, "milliseconds": 1e3 * t}
+        for name, forward in (("draft", latency.draft), ("target", latency.target))
+        for l, row in zip(forward.contexts, forward.seconds)
+        for n, t in zip(forward.tokens, row)
+    ]
     return pl.DataFrame(rows)
 
 
 def parse_args(argv):
     parser = ToolParser(prog=PROG, description="Measure draft and target forward times (a latency profile).")
     parser.add_argument("--target", default=None, help="target model: local folder or hub id (or --pair)")
-    parser.add_argument("--draft", default=None, help="draft model: local folder or hub id (with --pair: its draft, early-exit:L)")
-    parser.add_argument("--pair", choices=list(PAIRS), default=None, help="a named pretrained pair instead of --target (backends.pretrained)")
+    parser.add_argument(
+        "--draft", default=None, help="draft model: local folder or hub id (with --pair: its draft, early-exit:L)"
+    )
+    parser.add_argument(
+        "--pair", choices=list(PAIRS), default=None, help="a named pretrained pair instead of --target (backends.pretrained)"
+    )
     parser.add_argument("--out", required=True, help="profile file to write (.json)")
     parser.add_argument("--contexts", default="16,64,256", help="context lengths l (tokens), comma-separated")
     parser.add_argument("--tokens", default="1,4,16,64", help="new tokens per forward n, comma-separated")
@@ -157,8 +177,13 @@ def parse_args(argv):
     parser.add_argument("--quiet", action="store_true", help="print nothing (no table, no progress)")
     args = parser.parse_args(argv)
     args.parser = parser
-    check_flags(PROG, [(not (args.pair and args.target), "--target: --pair brings its own target; drop --target"),
-                       (bool(args.pair or (args.target and args.draft)), "--target: give --target and --draft, or --pair")])
+    check_flags(
+        PROG,
+        [
+            (not (args.pair and args.target), "--target: --pair brings its own target; drop --target"),
+            (bool(args.pair or (args.target and args.draft)), "--target: give --target and --draft, or --pair"),
+        ],
+    )
     try:
         args.contexts, args.tokens = int_list(args.contexts, "--contexts"), int_list(args.tokens, "--tokens")
         check_axis(args.contexts, "contexts", 1), check_axis(args.tokens, "tokens", 1)
@@ -167,12 +192,15 @@ def parse_args(argv):
         fail_from(PROG, exc, parser)
     out = Path(args.out)
     parent = out.parent if str(out.parent) else Path(".")
-    check_flags(PROG, [
-        (out.suffix == ".json", f"--out: the profile must be a .json file, got {args.out!r}"),
-        (not out.is_dir(), f"--out: {args.out!r} is a folder; name a .json file"),
-        (parent.is_dir(), f"--out: no such folder {str(parent)!r}"),
-        (not parent.is_dir() or os.access(parent, os.W_OK), f"--out: cannot write to folder {str(parent)!r}"),
-    ])
+    check_flags(
+        PROG,
+        [
+            (out.suffix == ".json", f"--out: the profile must be a .json file, got {args.out!r}"),
+            (not out.is_dir(), f"--out: {args.out!r} is a folder; name a .json file"),
+            (parent.is_dir(), f"--out: no such folder {str(parent)!r}"),
+            (not parent.is_dir() or os.access(parent, os.W_OK), f"--out: cannot write to folder {str(parent)!r}"),
+        ],
+    )
     return args
 
 
@@ -183,8 +211,15 @@ def main(argv=None) -> int:
     try:
         with slow_step(PROG, f"loading {args.pair or args.target} and {args.draft}", args.quiet):
             pair = open_pair(args.pair, args.target, args.draft, device=args.device, dtype=args.dtype)
-        latency = measure(pair, contexts=args.contexts, tokens=args.tokens, repeats=args.repeats,
-                          warmup=args.warmup, seed=args.seed, progress=log)
+        latency = measure(
+            pair,
+            contexts=args.contexts,
+            tokens=args.tokens,
+            repeats=args.repeats,
+            warmup=args.warmup,
+            seed=args.seed,
+            progress=log,
+        )
     except ValueError as exc:
         fail_from(PROG, exc, args.parser)
     try:

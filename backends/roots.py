@@ -71,8 +71,9 @@ class RootPlacement:
         return trajectory * self.roots_per_trajectory + j
 
 
-def place_roots(pair: ModelPair, prefix, placement: RootPlacement, rng: np.random.Generator,
-                trajectory: int = 0) -> Iterator[tuple[int, tuple[int, ...]]]:
+def place_roots(
+    pair: ModelPair, prefix, placement: RootPlacement, rng: np.random.Generator, trajectory: int = 0
+) -> Iterator[tuple[int, tuple[int, ...]]]:
     """Sample one trajectory after ``prefix`` and yield ``(root id, root context)`` for its roots.
 
     The trajectory is sampled whole (``placement.sampled`` tokens, one uniform of ``rng`` each)
@@ -127,8 +128,9 @@ def prompt_texts(pair, records: list[Prompt]) -> list[str]:
         tokenizer = getattr(pair, "target_tokenizer", None)
         if tokenizer is None or not getattr(tokenizer, "chat_template", None):
             raise ValueError(f"prompts: prompt {i + 1} asks for the chat template, but the target's tokenizer has none")
-        out.append(tokenizer.apply_chat_template([{"role": "user", "content": record.text}], tokenize=False,
-                                                 add_generation_prompt=True))
+        out.append(
+            tokenizer.apply_chat_template([{"role": "user", "content": record.text}], tokenize=False, add_generation_prompt=True)
+        )
     return out
 
 
@@ -140,8 +142,9 @@ def prompts_digest(records: list[Prompt]) -> str:
     return hashlib.sha256(json.dumps([[r.text, r.category, r.chat] for r in records]).encode()).hexdigest()
 
 
-def prompt_roots(pair, prompts: list[str], placement: RootPlacement, seed: int, depth: int,
-                 with_prompt_length: bool = False) -> Iterator[tuple]:
+def prompt_roots(
+    pair, prompts: list[str], placement: RootPlacement, seed: int, depth: int, with_prompt_length: bool = False
+) -> Iterator[tuple]:
     """Yield ``(root id, prompt index, root context)`` for the roots along every prompt's continuation
     (``with_prompt_length``: and the prompt's length in tokens, a fourth entry).
 
@@ -161,8 +164,10 @@ def prompt_roots(pair, prompts: list[str], placement: RootPlacement, seed: int, 
         need = placement.tokens_needed(len(prompt), depth)
         limit = int(getattr(pair, "max_context", 0) or 0)
         if limit and need > limit:
-            raise ValueError(f"prompts: prompt {i + 1} has {len(prompt)} tokens; with its roots and trees it needs {need}, "
-                             f"above the model's context of {limit}")
+            raise ValueError(
+                f"prompts: prompt {i + 1} has {len(prompt)} tokens; with its roots and trees it needs {need}, "
+                f"above the model's context of {limit}"
+            )
         encoded.append(prompt)
     for i, prompt in enumerate(encoded):
         for root, context in place_roots(pair, prompt, placement, seeded_rng(seed, Stream.PROMPT, i), trajectory=i):

@@ -105,8 +105,10 @@ class CachedTree:
         ids, positions, allowed = left_padded(roots, self.length)
         options = {}
         if len(set(self.lengths)) > 1:  # equal lengths need no mask: the model's own causal attention
-            options = {"attention_mask": additive_mask(allowed, self.dtype, self.device),
-                       "position_ids": torch.from_numpy(positions).to(self.device)}
+            options = {
+                "attention_mask": additive_mask(allowed, self.dtype, self.device),
+                "position_ids": torch.from_numpy(positions).to(self.device),
+            }
         options.update(last_only(model))  # only the last column's logits are kept
         with torch.no_grad():
             prefix = model(torch.from_numpy(ids).to(self.device), use_cache=True, **options)
@@ -155,9 +157,13 @@ class CachedTree:
                         self.column[b].setdefault(node, self.width + i)  # a node fed again: a copy nobody sees
                         tokens[b, i] = node[-1]
                         positions[b, i] = self.lengths[b] + len(node) - 1
-                output = self.model(torch.from_numpy(tokens).to(self.device), attention_mask=additive_mask(allowed, self.dtype, self.device),
-                                    position_ids=torch.from_numpy(positions).to(self.device), use_cache=True,
-                                    **{cache_kwarg(self.model): self.cache})
+                output = self.model(
+                    torch.from_numpy(tokens).to(self.device),
+                    attention_mask=additive_mask(allowed, self.dtype, self.device),
+                    position_ids=torch.from_numpy(positions).to(self.device),
+                    use_cache=True,
+                    **{cache_kwarg(self.model): self.cache},
+                )
                 self.cache = cache_of(output)
                 for b, part in enumerate(parts):
                     for i, node in enumerate(part):
@@ -187,7 +193,9 @@ class TreeSession:
     def __init__(self, pair, roots: Sequence[Sequence[int]], max_batch: int | None = None):
         self.roots = check_contexts(roots, pair.vocab_size)
         if not self.roots or any(not r for r in self.roots):
-            raise ValueError("roots: at least one, each non-empty (a real model needs at least one token, for example a BOS token)")
+            raise ValueError(
+                "roots: at least one, each non-empty (a real model needs at least one token, for example a BOS token)"
+            )
         for root in self.roots:
             pair._check_length(len(root))
         self.pair = pair

@@ -122,8 +122,9 @@ def expected_depths(paths, rows, method: str, L1: int, cache: dict) -> list[floa
                 continue
             moved = branch[node]
             stay = max(0.0, 1.0 - sum(moved.values()))
-            depth[node] = stay * len(node) + sum(v * depth.get(node + (t,), float(min(len(node) + 1, cut)))
-                                                 for t, v in moved.items())
+            depth[node] = stay * len(node) + sum(
+                v * depth.get(node + (t,), float(min(len(node) + 1, cut))) for t, v in moved.items()
+            )
         out.append(1.0 + depth[()])
     return out
 

@@ -30,7 +30,7 @@ def official_tree(root_row: torch.Tensor, frontier_rows, *, total_tokens: int = 
     mask_init = torch.eye(top_k)[None, None]
     tree_mask = mask_init
     for i in range(depth):
-        bias = 1 + top_k ** 2 * max(0, i - 1) + (top_k if i > 0 else 0)
+        bias = 1 + top_k**2 * max(0, i - 1) + (top_k if i > 0 else 0)
         parents_list.append(frontier_index + bias)
         rows = frontier_rows(i, out_ids, frontier_tokens)
         top = torch.topk(rows, top_k, dim=-1)

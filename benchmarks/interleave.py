@@ -29,13 +29,19 @@ def report(title: str, times: dict, lab: str = "lab", benchmark=None) -> str:
     """A table of medians and lab / other ratios (printed; kept in ``benchmark.extra_info``)."""
     median = {n: (float(np.median(w)), float(np.median(c))) for n, (w, c) in times.items()}
     rounds = len(next(iter(times.values()))[0])
-    lines = [f"{title}: torch threads {torch.get_num_threads()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
-             f"load {os.getloadavg()[0]:.2f}, {rounds} rounds (medians; ratios are {lab} / other)"]
+    lines = [
+        f"{title}: torch threads {torch.get_num_threads()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
+        f"load {os.getloadavg()[0]:.2f}, {rounds} rounds (medians; ratios are {lab} / other)"
+    ]
     lab_w, lab_c = median[lab]
     for other, (w, c) in median.items():
-        lines.append(f"  {other:13s} wall {w * 1e3:9.2f} ms  cpu {c * 1e3:9.2f} ms   {lab}/{other}: wall {lab_w / w:.3f}  cpu {lab_c / c:.3f}")
+        lines.append(
+            f"  {other:13s} wall {w * 1e3:9.2f} ms  cpu {c * 1e3:9.2f} ms   {lab}/{other}: wall {lab_w / w:.3f}  cpu {lab_c / c:.3f}"
+        )
     text = "\n".join(lines)
     print("\n" + text)
     if benchmark is not None:
-        benchmark.extra_info.update({f"{n}_{kind}_ms": v * 1e3 for n, (w, c) in median.items() for kind, v in (("wall", w), ("cpu", c))})
+        benchmark.extra_info.update(
+            {f"{n}_{kind}_ms": v * 1e3 for n, (w, c) in median.items() for kind, v in (("wall", w), ("cpu", c))}
+        )
     return text

@@ -73,8 +73,9 @@ def test_build_eagle2_beside_the_official_construction(benchmark, table, dtype):
     assert int(depths.max()) == tree.depth()
     runs = {
         "lab": lambda: EAGLE.sample(table.without_plans()),
-        "official": lambda: official_tree(root_row, lambda i, parents, tokens: rounds[i], total_tokens=EAGLE.budget + 1,
-                                          depth=EAGLE.depth, top_k=EAGLE.top_k),
+        "official": lambda: official_tree(
+            root_row, lambda i, parents, tokens: rounds[i], total_tokens=EAGLE.budget + 1, depth=EAGLE.depth, top_k=EAGLE.top_k
+        ),
     }
     times = benchmark.pedantic(interleaved, args=(runs, 200), rounds=1, iterations=1)
     report(f"EAGLE-2 build (59 tokens, depth 7, top-k 10, V = 32,000), official rows in {dtype}", times, benchmark=benchmark)

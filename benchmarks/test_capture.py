@@ -27,8 +27,12 @@ def setup():
     from simlab.trees import NodeTable
 
     pair = HFPair(str(PAIR / "target"), str(PAIR / "draft"), device="cpu")
-    texts = ["The for statement is used to iterate over the elements of a sequence", "A class definition defines a class object",
-             "Exceptions are raised by the raise statement", "The import statement finds a module"]
+    texts = [
+        "The for statement is used to iterate over the elements of a sequence",
+        "A class definition defines a class object",
+        "Exceptions are raised by the raise statement",
+        "The import statement finds a module",
+    ]
     rng = np.random.default_rng(0)
     trees = []
     for i in range(8):
@@ -71,8 +75,12 @@ def group(setup):
     from backends import capture_store
 
     pair, _, _ = setup
-    texts = ["The for statement is used to iterate over the elements of a sequence", "A class definition defines a class object",
-             "Exceptions are raised by the raise statement", "The import statement finds a module"]
+    texts = [
+        "The for statement is used to iterate over the elements of a sequence",
+        "A class definition defines a class object",
+        "Exceptions are raised by the raise statement",
+        "The import statement finds a module",
+    ]
     return [(i, i % 4, pair.encode(texts[i % 4])) for i in range(8)], capture_store
 
 
@@ -87,8 +95,18 @@ def test_grid_capture_group(benchmark, setup, group, evaluation, labels):
 
     pair, _, _ = setup
     roots, store = group
-    settings = store.CaptureSettings(str(PAIR / "target"), str(PAIR / "draft"), "", shape="grid", width=4, depth=4, samples=2,
-                                     labels=labels, roots_per_forward=8, evaluation=evaluation)
+    settings = store.CaptureSettings(
+        str(PAIR / "target"),
+        str(PAIR / "draft"),
+        "",
+        shape="grid",
+        width=4,
+        depth=4,
+        samples=2,
+        labels=labels,
+        roots_per_forward=8,
+        evaluation=evaluation,
+    )
     results = benchmark.pedantic(lambda: capture_group(pair, settings, roots, pair.max_batch, pair.forest_tokens), rounds=3)
     benchmark.extra_info["nodes"] = sum(len(rows) for rows, *_ in results)
 
@@ -101,8 +119,21 @@ def test_grid_drafting_and_leaves(benchmark, setup, group, evaluation):
 
     pair, _, _ = setup
     roots, store = group
-    settings = store.CaptureSettings(str(PAIR / "target"), str(PAIR / "draft"), "", shape="grid", width=4, depth=4, samples=2,
-                                     roots_per_forward=8, evaluation=evaluation)
-    run = (lambda: draft_cached(pair, settings, roots)) if evaluation == "cached" else (lambda: draft_forward(pair, settings, roots, pair.forest_tokens))
+    settings = store.CaptureSettings(
+        str(PAIR / "target"),
+        str(PAIR / "draft"),
+        "",
+        shape="grid",
+        width=4,
+        depth=4,
+        samples=2,
+        roots_per_forward=8,
+        evaluation=evaluation,
+    )
+    run = (
+        (lambda: draft_cached(pair, settings, roots))
+        if evaluation == "cached"
+        else (lambda: draft_forward(pair, settings, roots, pair.forest_tokens))
+    )
     drafted = benchmark.pedantic(run, rounds=3)
     benchmark.extra_info["nodes"] = sum(len(tree.nodes()) for tree, _, _ in drafted)

@@ -73,8 +73,10 @@ def _anchor_runner(trees, rows, method):
     def run():
         for cache in ("naive_cache", "spectr_cache", "specinfer_cache"):
             getattr(node_module.Node, cache).clear()
-        return [getattr(verifier_module.TreeVerifier(paths, prefixes, q_dict, p_dict), f"expected_{method}_depths")(8)
-                for paths, prefixes in inputs]
+        return [
+            getattr(verifier_module.TreeVerifier(paths, prefixes, q_dict, p_dict), f"expected_{method}_depths")(8)
+            for paths, prefixes in inputs
+        ]
 
     return run
 

@@ -72,18 +72,22 @@ def test_node_beside_the_anchor(benchmark, node, name, what):
         reference = anchor_style.node_branch(pt, qt, x.tolist(), name)
         assert np.allclose(plan.children_mass(x), [reference[int(t)] for t in x], rtol=0, atol=1e-12) or name == "spectr"
         repeat, rounds = 20, 15
-        runs = {"lab": lambda: v.prepare(p, q, K, checked=True).children_mass(x),
-                "lab_validated": lambda: v.prepare(p, q, K).children_mass(x),
-                "anchor-style": lambda: anchor_style.node_branch(pt, qt, x.tolist(), name)}
+        runs = {
+            "lab": lambda: v.prepare(p, q, K, checked=True).children_mass(x),
+            "lab_validated": lambda: v.prepare(p, q, K).children_mass(x),
+            "anchor-style": lambda: anchor_style.node_branch(pt, qt, x.tolist(), name),
+        }
         if ANCHOR:
             fresh = _anchor_node(x.tolist())
             runs["anchor"] = lambda: getattr(fresh(), f"{name}_otlp_branch")(pt, qt)
     else:
         assert abs(plan.acceptance_rate() - anchor_style.ACCEPT[name](pt, qt, K)) <= (1e-3 if name == "spectr" else 1e-12)
         repeat, rounds = 5, 9
-        runs = {"lab": lambda: v.prepare(p, q, K, checked=True).acceptance_rate(),
-                "lab_validated": lambda: v.prepare(p, q, K).acceptance_rate(),
-                "anchor-style": lambda: anchor_style.ACCEPT[name](pt, qt, K)}
+        runs = {
+            "lab": lambda: v.prepare(p, q, K, checked=True).acceptance_rate(),
+            "lab_validated": lambda: v.prepare(p, q, K).acceptance_rate(),
+            "anchor-style": lambda: anchor_style.ACCEPT[name](pt, qt, K),
+        }
         if ANCHOR:
             fresh = _anchor_node(x.tolist())
             runs["anchor"] = lambda: getattr(fresh(), f"{name}_otlp_accept")(pt, qt, K)

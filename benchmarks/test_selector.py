@@ -24,7 +24,9 @@ from simlab.selector.model import Selector, SelectorConfig
 CAPTURE = Path(os.environ.get("SIMLAB_GRID_CAPTURE", "out/results/refgrid/T1.0"))
 
 
-@pytest.mark.parametrize("dims", [(32, 32, 32), (256, 64, 64), (4096, 2048, 2048)], ids=["synthetic-V32", "reference-pair", "7B-sized"])
+@pytest.mark.parametrize(
+    "dims", [(32, 32, 32), (256, 64, 64), (4096, 2048, 2048)], ids=["synthetic-V32", "reference-pair", "7B-sized"]
+)
 def test_selector_inference_one_context(benchmark, dims):
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -53,9 +55,35 @@ def reference_capture(tmp_path_factory) -> Path:
     prompts = tmp_path_factory.mktemp("prompts") / "p.txt"
     prompts.write_text("The for statement is used to iterate over the elements of a sequence\n")
     out = tmp_path_factory.mktemp("grid")
-    assert capture.main(["--target", str(pair / "target"), "--draft", str(pair / "draft"), "--prompts", str(prompts), "--out", str(out),
-                         "--shape", "grid", "--width", "4", "--depth", "8", "--samples", "2", "--roots-per-prompt", "1",
-                         "--full", "--device", "cpu", "--quiet"]) == 0
+    assert (
+        capture.main(
+            [
+                "--target",
+                str(pair / "target"),
+                "--draft",
+                str(pair / "draft"),
+                "--prompts",
+                str(prompts),
+                "--out",
+                str(out),
+                "--shape",
+                "grid",
+                "--width",
+                "4",
+                "--depth",
+                "8",
+                "--samples",
+                "2",
+                "--roots-per-prompt",
+                "1",
+                "--full",
+                "--device",
+                "cpu",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     return out
 
 

@@ -36,5 +36,7 @@ def test_build_one_tree(benchmark, table):
 
 
 def test_exact_oracle_of_32_schedules(benchmark, table):
-    values = benchmark.pedantic(evaluate_schedules, args=(TreeGraft(), table.without_plans(), "onehot", LATENCY), rounds=3, iterations=1)
+    values = benchmark.pedantic(
+        evaluate_schedules, args=(TreeGraft(), table.without_plans(), "onehot", LATENCY), rounds=3, iterations=1
+    )
     assert len(values) == 32

@@ -80,7 +80,9 @@ class PrefetchedPair(HashedPair):
 def test_action_grid_labels_one_root(benchmark, name):
     pair = PrefetchedPair()
     action_grid_block_efficiency(pair, [5], name, samples=4, seed=0)  # warm-up: fetch every node once
-    grid = benchmark.pedantic(action_grid_block_efficiency, args=(pair, [5], name), kwargs=dict(samples=4, seed=0), rounds=1, iterations=1)
+    grid = benchmark.pedantic(
+        action_grid_block_efficiency, args=(pair, [5], name), kwargs=dict(samples=4, seed=0), rounds=1, iterations=1
+    )
     assert len(grid) == 4 * 9 * 9
 
 

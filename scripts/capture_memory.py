@@ -44,15 +44,26 @@ def main(argv=None) -> int:
         folder = args.models or Path(tmp)
         if not (folder / "target").is_dir():
             random_pair(folder, args.vocab)
-        settings = capture_store.CaptureSettings(f"{folder}/target", f"{folder}/draft", "", shape="grid", width=4, depth=args.depth,
-                                                 samples=args.samples, labels="specinfer", roots_per_forward=1)
+        settings = capture_store.CaptureSettings(
+            f"{folder}/target",
+            f"{folder}/draft",
+            "",
+            shape="grid",
+            width=4,
+            depth=args.depth,
+            samples=args.samples,
+            labels="specinfer",
+            roots_per_forward=1,
+        )
         pair = HFPair(settings.target, settings.draft, device="cpu")
         loaded = peak_gb()
         root = (0, 0, tuple(int(t) for t in np.random.default_rng(0).integers(0, args.vocab, 16)))
         start = time.perf_counter()
         ((rows, _, _, labels),) = capture_group(pair, settings, [root], pair.max_batch, pair.forest_tokens)
-        print(f"V = {args.vocab}: {len(rows)} nodes, {len(labels)} labels in {time.perf_counter() - start:.1f} s; "
-              f"peak RSS {peak_gb():.2f} GB (after loading the models {loaded:.2f} GB)")
+        print(
+            f"V = {args.vocab}: {len(rows)} nodes, {len(labels)} labels in {time.perf_counter() - start:.1f} s; "
+            f"peak RSS {peak_gb():.2f} GB (after loading the models {loaded:.2f} GB)"
+        )
     return 0
 
 

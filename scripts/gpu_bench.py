@@ -84,8 +84,12 @@ def bench(vocab: int, device: str, *, nodes: int, trees: int, repeat: int, cpu_n
     P_cpu, Q_cpu, X_cpu = P[:cpu_nodes].cpu().numpy(), Q[:cpu_nodes].cpu().numpy(), X[:cpu_nodes].cpu().numpy()
     for name in VERIFIERS:
         v = verifiers.get(name)
-        cpu = _timed(lambda: [v.prepare(p, q, 4, checked=True).children_mass(x) for p, q, x in zip(P_cpu, Q_cpu, X_cpu)], lambda: None, 1)
-        dev = _timed(lambda: batched.children_mass(v, P, Q, X, checked=True), sync, repeat)  # rows valid by construction, as the CPU side's
+        cpu = _timed(
+            lambda: [v.prepare(p, q, 4, checked=True).children_mass(x) for p, q, x in zip(P_cpu, Q_cpu, X_cpu)], lambda: None, 1
+        )
+        dev = _timed(
+            lambda: batched.children_mass(v, P, Q, X, checked=True), sync, repeat
+        )  # rows valid by construction, as the CPU side's
         rows.append({"V": vocab, "level": "node", "verifier": name, "cpu_per_s": cpu_nodes / cpu, "device_per_s": nodes / dev})
     # Trees and the grid: structures drawn on the CPU from a context-free pair at this V (its p, q
     # rows are the device rows' first two), masses on the device from rows resident there.
@@ -95,16 +99,34 @@ def bench(vocab: int, device: str, *, nodes: int, trees: int, repeat: int, cpu_n
     drafts = draw_grid(grid_table, K_max=4, L1_values=range(9), L2_max=8, samples=4, rng=np.random.default_rng(0))
     for name in ("specinfer", "spectr"):
         tv = tree_verifiers.get(name)
-        cpu_tree = _timed(lambda: [tv.expected_block_efficiency(DraftTree(t.table.without_plans(), t.children)) for t in tree_list],
-                          lambda: None, 1)  # every round without memoised plans
+        cpu_tree = _timed(
+            lambda: [tv.expected_block_efficiency(DraftTree(t.table.without_plans(), t.children)) for t in tree_list],
+            lambda: None,
+            1,
+        )  # every round without memoised plans
         requests = [r for t in tree_list for r in tv.mass_requests(t)]
         cpu_grid = _timed(lambda: grid_block_efficiency(grid_table.without_plans(), drafts, tv), lambda: None, 1)
-        grid_requests = [r for d in drafts for K in (1, 2, 3, 4)
-                         for r in tv.mass_requests(Delayed.build(grid_table, d.trunk, d.branches[:K]))]
-        rows.append({"V": vocab, "level": "tree", "verifier": name, "cpu_per_s": trees / cpu_tree,
-                     "device_per_s": 1.0 / _engine_time(requests, vocab, device, gen, sync, repeat) * trees})
-        rows.append({"V": vocab, "level": "grid", "verifier": name, "cpu_per_s": 1.0 / cpu_grid,
-                     "device_per_s": 1.0 / _engine_time(grid_requests, vocab, device, gen, sync, repeat)})
+        grid_requests = [
+            r for d in drafts for K in (1, 2, 3, 4) for r in tv.mass_requests(Delayed.build(grid_table, d.trunk, d.branches[:K]))
+        ]
+        rows.append(
+            {
+                "V": vocab,
+                "level": "tree",
+                "verifier": name,
+                "cpu_per_s": trees / cpu_tree,
+                "device_per_s": 1.0 / _engine_time(requests, vocab, device, gen, sync, repeat) * trees,
+            }
+        )
+        rows.append(
+            {
+                "V": vocab,
+                "level": "grid",
+                "verifier": name,
+                "cpu_per_s": 1.0 / cpu_grid,
+                "device_per_s": 1.0 / _engine_time(grid_requests, vocab, device, gen, sync, repeat),
+            }
+        )
     return rows
 
 
@@ -140,14 +162,25 @@ def bench_capture(vocab: int, device: str, *, depth: int, roots: int) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         random_pair(Path(tmp), vocab)
-        settings = capture_store.CaptureSettings(f"{tmp}/target", f"{tmp}/draft", "", shape="grid", width=4, depth=depth, samples=2,
-                                                 labels="specinfer", roots_per_forward=roots)
+        settings = capture_store.CaptureSettings(
+            f"{tmp}/target",
+            f"{tmp}/draft",
+            "",
+            shape="grid",
+            width=4,
+            depth=depth,
+            samples=2,
+            labels="specinfer",
+            roots_per_forward=roots,
+        )
         group = [(r, 0, tuple(int(t) for t in np.random.default_rng(r).integers(0, vocab, 16))) for r in range(roots)]
         rates = {}
         for where in ("cpu", device):
             pair = HFPair(f"{tmp}/target", f"{tmp}/draft", device=where)
             engine = label_engine(pair.device, "auto")  # the torch engine on CUDA
-            seconds = _timed(lambda: capture_group(pair, settings, group, pair.max_batch, pair.forest_tokens, engine), lambda: None, 1)
+            seconds = _timed(
+                lambda: capture_group(pair, settings, group, pair.max_batch, pair.forest_tokens, engine), lambda: None, 1
+            )
             rates[where] = roots / seconds
     return {"V": vocab, "level": "capture", "verifier": "specinfer", "cpu_per_s": rates["cpu"], "device_per_s": rates[device]}
 
@@ -167,18 +200,34 @@ def main(argv=None) -> int:
     import torch
 
     if args.dry_run:
-        args.device, args.vocab, args.nodes, args.trees, args.repeat, args.capture_depth, args.capture_roots = "cpu", [512], 16, 2, 1, 1, 2
+        args.device, args.vocab, args.nodes, args.trees, args.repeat, args.capture_depth, args.capture_roots = (
+            "cpu",
+            [512],
+            16,
+            2,
+            1,
+            1,
+            2,
+        )
     try:
         check_device(args.device, "--device")
     except ValueError as exc:
         print(f"scripts/gpu_bench.py: {exc} (use --dry-run on a CPU)", file=sys.stderr)
         return 2
     if min(args.vocab) < 2 or min(args.nodes, args.trees, args.repeat, args.capture_depth, args.capture_roots) < 1:
-        print("scripts/gpu_bench.py: --vocab, --nodes, --trees, --repeat, --capture-* must be positive (vocab >= 2)", file=sys.stderr)
+        print(
+            "scripts/gpu_bench.py: --vocab, --nodes, --trees, --repeat, --capture-* must be positive (vocab >= 2)",
+            file=sys.stderr,
+        )
         return 2
-    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": args.device,
-           "device_name": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu",
-           "threads": torch.get_num_threads(), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")}
+    env = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": args.device,
+        "device_name": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "cpu",
+        "threads": torch.get_num_threads(),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+    }
     print(" ".join(f"{k}={v}" for k, v in env.items()), flush=True)
     rows = []
     for vocab in args.vocab:

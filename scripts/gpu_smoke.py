@@ -52,7 +52,9 @@ def main() -> int:
     plain_seconds = time.perf_counter() - start
     print(f"device {torch.cuda.get_device_name()} dtype {args.dtype}")
     print(f"tree evaluation: {nodes_total} nodes in {tree_seconds:.3f} s = {nodes_total / tree_seconds:.0f} nodes/s")
-    print(f"plain batched forward (both models): {tokens.numel()} tokens in {plain_seconds:.3f} s = {tokens.numel() / plain_seconds:.0f} tokens/s")
+    print(
+        f"plain batched forward (both models): {tokens.numel()} tokens in {plain_seconds:.3f} s = {tokens.numel() / plain_seconds:.0f} tokens/s"
+    )
     return 0
 
 

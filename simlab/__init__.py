@@ -40,7 +40,23 @@ from simlab.pairs import ContextFreePair, MarkovPair, ModelPair
 from simlab.builders import Delayed, Static, chain, iid
 
 __all__ = [
-    "ContextFreePair", "Delayed", "Drafting", "Estimate", "MarkovPair", "ModelPair", "Static", "chain",
-    "distributions", "drafting", "expected_block_efficiency", "iid", "otlp", "pairs", "shapes",
-    "simulate_block_efficiency", "tree_verifiers", "trees", "verifiers",
+    "ContextFreePair",
+    "Delayed",
+    "Drafting",
+    "Estimate",
+    "MarkovPair",
+    "ModelPair",
+    "Static",
+    "chain",
+    "distributions",
+    "drafting",
+    "expected_block_efficiency",
+    "iid",
+    "otlp",
+    "pairs",
+    "shapes",
+    "simulate_block_efficiency",
+    "tree_verifiers",
+    "trees",
+    "verifiers",
 ]

@@ -45,8 +45,9 @@ def supports(verifier) -> bool:
     return getattr(verifier, "name", None) in SUPPORTED
 
 
-def children_mass(verifier, P: "torch.Tensor", Q: "torch.Tensor", X: "torch.Tensor", *, laws=None,
-                  checked: bool = False) -> "torch.Tensor":
+def children_mass(
+    verifier, P: "torch.Tensor", Q: "torch.Tensor", X: "torch.Tensor", *, laws=None, checked: bool = False
+) -> "torch.Tensor":
     """B(X[n], X[n, j]) for every node n and child j: the batched ``NodePlan.children_mass``.
 
     Validates its inputs as the numpy reference does (``NodeVerifier.prepare`` and
@@ -80,12 +81,16 @@ def children_mass(verifier, P: "torch.Tensor", Q: "torch.Tensor", X: "torch.Tens
     import torch
 
     if not supports(verifier):
-        raise ValueError(f"verifier: the batched engine implements {', '.join(SUPPORTED)}, not {getattr(verifier, 'name', verifier)!r}")
+        raise ValueError(
+            f"verifier: the batched engine implements {', '.join(SUPPORTED)}, not {getattr(verifier, 'name', verifier)!r}"
+        )
     for name, t in (("P", P), ("Q", Q), ("X", X)):
         if not isinstance(t, torch.Tensor) or t.ndim != 2:
             raise ValueError(f"{name}: must be a 2-D torch tensor, got {type(t).__name__} {getattr(t, 'shape', '')}")
     if P.shape != Q.shape or not P.dtype.is_floating_point or P.dtype != Q.dtype:
-        raise ValueError(f"P, Q: must be floating tensors of one shape and dtype, got {P.shape} {P.dtype} and {Q.shape} {Q.dtype}")
+        raise ValueError(
+            f"P, Q: must be floating tensors of one shape and dtype, got {P.shape} {P.dtype} and {Q.shape} {Q.dtype}"
+        )
     if X.shape[0] != P.shape[0] or X.shape[1] < 1 or X.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"X: must be an [N, k >= 1] integer tensor with N = {P.shape[0]}, got {tuple(X.shape)} {X.dtype}")
     if not (P.device == Q.device == X.device):
@@ -110,8 +115,10 @@ def _check_rows(P, Q) -> None:
             row = rows[i].to("cpu", torch.float64).numpy()
             if P.dtype == torch.float64:
                 check_distribution(row, f"{name} row {i}")  # raises: the reference's message
-            raise ValueError(f"{name} row {i}: not a probability vector (NaN, inf or negative entries, or a sum off 1 "
-                             f"by more than {tolerance:.3g})")
+            raise ValueError(
+                f"{name} row {i}: not a probability vector (NaN, inf or negative entries, or a sum off 1 "
+                f"by more than {tolerance:.3g})"
+            )
 
 
 def _check_children(verifier, Q, X, laws) -> None:
@@ -312,7 +319,7 @@ def table_masses(table, requests, *, device=None, dtype=None, chunk: int = 256) 
     for (node, _), keys in groups.items():
         keys = list(keys)
         for start in range(0, len(keys), chunk):
-            part = keys[start:start + chunk]
+            part = keys[start : start + chunk]
             P, Q = table.torch_rows([path for path, _, _ in part], device=device, dtype=dtype)
             X = torch.tensor([kids for _, kids, _ in part], dtype=torch.int64, device=P.device)
             # the table validated every row once (torch_rows); the children are checked here

@@ -46,8 +46,9 @@ def _range(minimum, maximum) -> str:
     return ""
 
 
-def check_in_range(value, name: str, low: float = 0.0, high: float = 1.0, *, low_open: bool = False,
-                   high_open: bool = False) -> float:
+def check_in_range(
+    value, name: str, low: float = 0.0, high: float = 1.0, *, low_open: bool = False, high_open: bool = False
+) -> float:
     """``value`` as a ``float`` in the interval from ``low`` to ``high``, each end closed unless
     ``low_open`` / ``high_open`` (e.g. ``check_in_range(a, "alpha", low_open=True)``: a in (0, 1]).
 

@@ -23,8 +23,9 @@ def _check_pair(pair) -> None:
         raise ValueError(f"pair: must implement the ModelPair protocol (vocab_size, distributions), got {type(pair).__name__}")
 
 
-def speculative_decode(pair: ModelPair, prompt: Sequence[int], shape, verifier, new_tokens: int,
-                       rng: np.random.Generator) -> tuple[list[int], list[int]]:
+def speculative_decode(
+    pair: ModelPair, prompt: Sequence[int], shape, verifier, new_tokens: int, rng: np.random.Generator
+) -> tuple[list[int], list[int]]:
     """Generate ``new_tokens`` tokens after ``prompt`` by speculative decoding.
 
     Args:

@@ -34,6 +34,7 @@ from simlab.sampling import check_settings
 if TYPE_CHECKING:  # torch is imported on first use: simlab's numpy core does not need it
     import torch
 
+
 def is_tensor(x) -> bool:
     """True for a torch tensor, without importing torch (a tensor exists only if torch was imported)."""
     torch = sys.modules.get("torch")
@@ -69,10 +70,14 @@ def probabilities(settings, logits: "torch.Tensor", dtype=None) -> "torch.Tensor
 
     settings = check_settings(settings)
     if settings.top_p is not None and settings.top_p < 1.0:
-        raise ValueError("settings: top-p is not computed on the device (its nucleus cut could differ from the host's by a "
-                         "token at the threshold); keep the logits on the host (simlab.sampling.sampling_distribution)")
+        raise ValueError(
+            "settings: top-p is not computed on the device (its nucleus cut could differ from the host's by a "
+            "token at the threshold); keep the logits on the host (simlab.sampling.sampling_distribution)"
+        )
     if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or not logits.dtype.is_floating_point or logits.shape[1] == 0:
-        raise ValueError(f"logits: must be a 2-D floating torch tensor, got {type(logits).__name__} {getattr(logits, 'shape', '')}")
+        raise ValueError(
+            f"logits: must be a 2-D floating torch tensor, got {type(logits).__name__} {getattr(logits, 'shape', '')}"
+        )
     z = logits.to(torch.float64 if dtype is None else dtype, copy=True)
     if bool(torch.isnan(z).any()) or bool((z == float("inf")).any()):
         raise ValueError("logits: contains NaN or +inf entries")
@@ -109,7 +114,9 @@ def check_rows(P: "torch.Tensor", Q: "torch.Tensor", names) -> None:
         bad = ~torch.isfinite(rows).all(dim=1) | (rows.min(dim=1).values < 0) | ((rows.sum(dim=1) - 1.0).abs() > 1e-9)
         if bool(bad.any()):
             i = int(torch.nonzero(bad)[0, 0])
-            raise ValueError(f"{label} at node {names[i]}: not a probability vector (NaN, inf or negative entries, or a sum off 1 by more than 1e-9)")
+            raise ValueError(
+                f"{label} at node {names[i]}: not a probability vector (NaN, inf or negative entries, or a sum off 1 by more than 1e-9)"
+            )
 
 
 def summaries(P: "torch.Tensor", Q: "torch.Tensor", top: int) -> dict:
@@ -127,8 +134,9 @@ def summaries(P: "torch.Tensor", Q: "torch.Tensor", top: int) -> dict:
 
     def kl(a, b):  # sum_{a > 0} a (log a - log b); inf where b = 0 < a; clipped at 0 as the reference
         support = a > 0
-        terms = torch.where(support, a * (torch.log(torch.where(support, a, 1.0)) - torch.log(torch.where(support, b, 1.0))),
-                            torch.zeros_like(a))
+        terms = torch.where(
+            support, a * (torch.log(torch.where(support, a, 1.0)) - torch.log(torch.where(support, b, 1.0))), torch.zeros_like(a)
+        )
         value = terms.sum(dim=1).clamp_min(0.0)
         return torch.where((support & (b == 0)).any(dim=1), torch.full_like(value, float("inf")), value)
 

@@ -205,7 +205,7 @@ def top_positive(x: np.ndarray, n: int, *, block: int = 2048) -> np.ndarray:
     n = int(n)
     if n <= 0:
         return np.zeros(0, dtype=np.int64)
-    head = x[:max(block, n)]
+    head = x[: max(block, n)]
     t = np.partition(head, head.size - n)[head.size - n] if head.size >= n else 0.0  # the block's n-th largest
     candidates = np.flatnonzero(x >= t) if t > 0.0 else np.flatnonzero(x > 0.0)
     if candidates.size > 64 * n:

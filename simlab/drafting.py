@@ -50,10 +50,13 @@ class Drafting(str, enum.Enum):
 
     @property
     def description(self) -> str:
-        return {"iid": "i.i.d. from q", "without_replacement": "from q without replacement",
-                "deterministic": "deterministically (a function of the context)",
-                "mixed": "as a greedy draft (deterministic best children, one tail sampled from q on the rest)",
-                "repeated": "as one draw from q repeated k times (the DDTE public code's trunk children)"}[self.value]
+        return {
+            "iid": "i.i.d. from q",
+            "without_replacement": "from q without replacement",
+            "deterministic": "deterministically (a function of the context)",
+            "mixed": "as a greedy draft (deterministic best children, one tail sampled from q on the rest)",
+            "repeated": "as one draw from q repeated k times (the DDTE public code's trunk children)",
+        }[self.value]
 
 
 SAMPLED = frozenset({Drafting.IID, Drafting.WITHOUT_REPLACEMENT})

@@ -90,12 +90,23 @@ def _check(pair, shape) -> None:
     if not isinstance(pair, ModelPair):
         raise ValueError(f"pair: must implement the ModelPair protocol (vocab_size, distributions), got {type(pair).__name__}")
     if not isinstance(shape, Builder):
-        raise ValueError(f"shape: must be a tree builder (simlab.builders.get(name): delayed, iid, chain, static, eagle2, "
-                         f"sequoia, greedy_draft), got {shape!r}")
+        raise ValueError(
+            f"shape: must be a tree builder (simlab.builders.get(name): delayed, iid, chain, static, eagle2, "
+            f"sequoia, greedy_draft), got {shape!r}"
+        )
 
 
-def expected_block_efficiency(pair: ModelPair, context: Sequence[int], shape, verifier, *, method: str = "exact",
-                              samples: int = 4, seed: int = 0, allow_lossy: bool = False) -> Estimate:
+def expected_block_efficiency(
+    pair: ModelPair,
+    context: Sequence[int],
+    shape,
+    verifier,
+    *,
+    method: str = "exact",
+    samples: int = 4,
+    seed: int = 0,
+    allow_lossy: bool = False,
+) -> Estimate:
     """E[tau + 1] for drafting with the builder ``shape`` at ``context`` and verifying with ``verifier``.
 
     Args:
@@ -159,8 +170,9 @@ def pairing_bias(pair: ModelPair, context: Sequence[int], shape, verifier, n: in
     return 0.5 * sum(abs(law.get(s, 0.0) - target.get(s, 0.0)) for s in set(law) | set(target))
 
 
-def simulate_block_efficiency(pair: ModelPair, context: Sequence[int], shape, verifier, *, steps: int,
-                              seed: int = 0, allow_lossy: bool = False) -> Estimate:
+def simulate_block_efficiency(
+    pair: ModelPair, context: Sequence[int], shape, verifier, *, steps: int, seed: int = 0, allow_lossy: bool = False
+) -> Estimate:
     """Brute force: draw a tree and run ``verify`` ``steps`` times; mean and standard error of tau + 1
     (with an EOS id, of the tokens kept: ``simlab.tree_verifiers.base.counted_tokens``)."""
     verifier = _verifier(verifier, allow_lossy)
@@ -176,8 +188,9 @@ def simulate_block_efficiency(pair: ModelPair, context: Sequence[int], shape, ve
     return Estimate(float(lengths.mean()), float(lengths.std(ddof=1) / math.sqrt(steps)), "simulation", steps, lossless)
 
 
-def emitted_sequence_law(pair: ModelPair, context: Sequence[int], shape, verifier, n: int,
-                         allow_lossy: bool = False) -> dict[tuple[int, ...], float]:
+def emitted_sequence_law(
+    pair: ModelPair, context: Sequence[int], shape, verifier, n: int, allow_lossy: bool = False
+) -> dict[tuple[int, ...], float]:
     """Exact law of the first ``n`` tokens emitted by repeated speculative steps from ``context``.
 
     Each step enumerates the trees of ``shape`` at the current context, takes the exact

@@ -54,8 +54,11 @@ class GridAxes:
     @classmethod
     def from_width_depth(cls, width: int, depth: int) -> "GridAxes":
         """The axes a capture stores as width and depth: K in 1..width, L1 and L2 in 0..depth."""
-        return cls(tuple(range(1, check_int(width, "width", 1) + 1)), tuple(range(check_int(depth, "depth", 0) + 1)),
-                   tuple(range(depth + 1)))
+        return cls(
+            tuple(range(1, check_int(width, "width", 1) + 1)),
+            tuple(range(check_int(depth, "depth", 0) + 1)),
+            tuple(range(depth + 1)),
+        )
 
     @property
     def width(self) -> int:
@@ -76,8 +79,13 @@ class GridAxes:
         """Every action (K, L1, L2), K slowest (the order of the selector's logits); with ``budget``
         only those of at most ``budget`` draft tokens (L1 + K L2) and at least one (L1 + L2 > 0);
         ``rollouts``: only L1 = 0 (i.i.d. rollouts)."""
-        return [(K, L1, L2) for K in self.K_values for L1 in self.L1_values for L2 in self.L2_values
-                if (budget is None or (L1 + K * L2 <= budget and L1 + L2 > 0)) and not (rollouts and L1)]
+        return [
+            (K, L1, L2)
+            for K in self.K_values
+            for L1 in self.L1_values
+            for L2 in self.L2_values
+            if (budget is None or (L1 + K * L2 <= budget and L1 + L2 > 0)) and not (rollouts and L1)
+        ]
 
 
 @dataclass(frozen=True)
@@ -91,8 +99,9 @@ class GridDraft:
     branches: tuple[tuple[int, ...], ...]
 
 
-def draw_grid(table: NodeTable, *, K_max: int = 4, L1_values=tuple(range(9)), L2_max: int = 8, samples: int = 4,
-              rng: np.random.Generator) -> list[GridDraft]:
+def draw_grid(
+    table: NodeTable, *, K_max: int = 4, L1_values=tuple(range(9)), L2_max: int = 8, samples: int = 4, rng: np.random.Generator
+) -> list[GridDraft]:
     """``samples`` draws of ``Delayed(K_max, L1, L2_max)`` for each L1 (the trees behind DDTE's labels).
 
     All draws advance together, one depth level at a time, so p and q are fetched in one
@@ -108,8 +117,16 @@ def draw_grid(table: NodeTable, *, K_max: int = 4, L1_values=tuple(range(9)), L2
     return draw_grids([table], [rng], K_max=K_max, L1_values=L1_values, L2_max=L2_max, samples=samples)[0]
 
 
-def draw_grids(tables: Sequence[NodeTable], rngs: Sequence[np.random.Generator], *, fetch=None, K_max: int = 4,
-               L1_values=tuple(range(9)), L2_max: int = 8, samples: int = 4) -> list[list[GridDraft]]:
+def draw_grids(
+    tables: Sequence[NodeTable],
+    rngs: Sequence[np.random.Generator],
+    *,
+    fetch=None,
+    K_max: int = 4,
+    L1_values=tuple(range(9)),
+    L2_max: int = 8,
+    samples: int = 4,
+) -> list[list[GridDraft]]:
     """``draw_grid`` at several roots in lockstep: at each depth level, ``fetch`` is called once
     with every root's frontier, then each root draws its tokens from its own table and ``rng``
     (the same draws as ``draw_grid`` one root at a time, given the same p and q).
@@ -253,9 +270,18 @@ def grouped_masses(table: NodeTable, verifier, trees) -> dict:
     return out
 
 
-def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifier, *, K_values=(1, 2, 3, 4),
-                          L2_values=tuple(range(9)), trunk_children: str = "shared", engine: str = "numpy",
-                          device=None, stream: bool = False) -> dict[tuple[int, int, int], Estimate]:
+def grid_block_efficiency(
+    table: NodeTable,
+    drafts: Sequence[GridDraft],
+    verifier,
+    *,
+    K_values=(1, 2, 3, 4),
+    L2_values=tuple(range(9)),
+    trunk_children: str = "shared",
+    engine: str = "numpy",
+    device=None,
+    stream: bool = False,
+) -> dict[tuple[int, int, int], Estimate]:
     """E[tau + 1] of every action (K, L1, L2) from sampled grid drafts (DDTE's unbiased estimator).
 
     For each draft the trees of its first K branches are built once for every K (``_draft_trees``)
@@ -300,7 +326,9 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
     verifier = _verifier(verifier)
     top_down = isinstance(verifier, tree_verifiers.TopDown)
     if engine == "torch" and not top_down:
-        raise ValueError(f"engine: the torch engine serves top-down verifiers (nss, naive, spectr, specinfer), not {verifier.name}")
+        raise ValueError(
+            f"engine: the torch engine serves top-down verifiers (nss, naive, spectr, specinfer), not {verifier.name}"
+        )
     by_L1: dict[int, list[int]] = {}
     for i, draft in enumerate(drafts):
         by_L1.setdefault(draft.L1, []).append(i)
@@ -313,8 +341,11 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
         K_values = list(dict.fromkeys(K_values))
         values = reach_grid.grid_values(table, drafts, K_values, L2_values)
         depths = {L1: [L1 + L2 for L2 in L2_values] for L1 in by_L1}
-        return _estimates({(L1, K): values[group, j] for L1, group in by_L1.items() for j, K in enumerate(K_values)}, L2_values,
-                          {(L1, K): lossless_over(verifier, None, depths[L1]) for L1 in by_L1 for K in K_values})
+        return _estimates(
+            {(L1, K): values[group, j] for L1, group in by_L1.items() for j, K in enumerate(K_values)},
+            L2_values,
+            {(L1, K): lossless_over(verifier, None, depths[L1]) for L1 in by_L1 for K in K_values},
+        )
     trees: dict[tuple[int, int], list] = {}
     for L1, indices in by_L1.items():
         group = [drafts[i] for i in indices]
@@ -350,11 +381,18 @@ def grid_block_efficiency(table: NodeTable, drafts: Sequence[GridDraft], verifie
         def by_depth(key, i, tree, depths):
             return verifier.by_depth_from_masses(tree, depths, lambda path, kids: grouped[(path, tree.law(path), kids)])
     else:
+
         def by_depth(key, i, tree, depths):
             return verifier.block_efficiency_by_depth(tree, depths)
-    return _estimates({(L1, K): np.array([by_depth((L1, K), i, tree, [L1 + L2 for L2 in L2_values]) for i, tree in enumerate(group)])
-                       for (L1, K), group in trees.items()}, L2_values,
-                      {(L1, K): lossless_over(verifier, group, [L1 + L2 for L2 in L2_values]) for (L1, K), group in trees.items()})
+
+    return _estimates(
+        {
+            (L1, K): np.array([by_depth((L1, K), i, tree, [L1 + L2 for L2 in L2_values]) for i, tree in enumerate(group)])
+            for (L1, K), group in trees.items()
+        },
+        L2_values,
+        {(L1, K): lossless_over(verifier, group, [L1 + L2 for L2 in L2_values]) for (L1, K), group in trees.items()},
+    )
 
 
 def _estimates(values: dict, L2_values, flags: dict) -> dict[tuple[int, int, int], Estimate]:
@@ -382,9 +420,17 @@ def _grid_nodes(trees) -> list:
     return list(nodes)
 
 
-def action_grid_block_efficiency(pair: ModelPair, context: Sequence[int], verifier, *, K_values=(1, 2, 3, 4),
-                                 L1_values=tuple(range(9)), L2_values=tuple(range(9)), samples: int = 4,
-                                 seed: int = 0) -> dict[tuple[int, int, int], Estimate]:
+def action_grid_block_efficiency(
+    pair: ModelPair,
+    context: Sequence[int],
+    verifier,
+    *,
+    K_values=(1, 2, 3, 4),
+    L1_values=tuple(range(9)),
+    L2_values=tuple(range(9)),
+    samples: int = 4,
+    seed: int = 0,
+) -> dict[tuple[int, int, int], Estimate]:
     """E[tau + 1] for every delayed-tree action (K, L1, L2) of a grid, by DDTE's estimator.
 
     ``samples`` trees ``Delayed(max K, L1, max L2)`` are drawn per L1 (``draw_grid``, seeded by
@@ -396,6 +442,7 @@ def action_grid_block_efficiency(pair: ModelPair, context: Sequence[int], verifi
     """
     verifier = _verifier(verifier)
     table = NodeTable(pair, context)
-    drafts = draw_grid(table, K_max=max(K_values), L1_values=L1_values, L2_max=max(L2_values), samples=samples,
-                       rng=np.random.default_rng(seed))
+    drafts = draw_grid(
+        table, K_max=max(K_values), L1_values=L1_values, L2_max=max(L2_values), samples=samples, rng=np.random.default_rng(seed)
+    )
     return grid_block_efficiency(table, drafts, verifier, K_values=K_values, L2_values=L2_values)

@@ -47,8 +47,17 @@ def halves(drafts: Sequence[GridDraft]) -> tuple[list[GridDraft], list[GridDraft
     return first, second or first
 
 
-def grid_labels(table: NodeTable, drafts: Sequence[GridDraft], verifiers: Sequence[str], *, K_values=(1, 2, 3, 4),
-                L2_values=tuple(range(9)), engine: str = "numpy", device=None, stream: bool = False) -> Iterator[dict]:
+def grid_labels(
+    table: NodeTable,
+    drafts: Sequence[GridDraft],
+    verifiers: Sequence[str],
+    *,
+    K_values=(1, 2, 3, 4),
+    L2_values=tuple(range(9)),
+    engine: str = "numpy",
+    device=None,
+    stream: bool = False,
+) -> Iterator[dict]:
     """One row per (verifier, action): verifier, K, L1, L2, E, E_se, E_select, E_holdout (tokens per step).
 
     Args:
@@ -74,6 +83,14 @@ def grid_labels(table: NodeTable, drafts: Sequence[GridDraft], verifiers: Sequen
         b = grid_block_efficiency(table, second, verifier, **options) if second is not first else a
         for (K, L1, L2), est in a.items():
             other = b[(K, L1, L2)]
-            se = math.sqrt(est.stderr ** 2 + other.stderr ** 2) / 2 if second is not first else est.stderr
-            yield {"verifier": name, "K": K, "L1": L1, "L2": L2, "E": (est.mean + other.mean) / 2, "E_se": se,
-                   "E_select": est.mean, "E_holdout": other.mean}
+            se = math.sqrt(est.stderr**2 + other.stderr**2) / 2 if second is not first else est.stderr
+            yield {
+                "verifier": name,
+                "K": K,
+                "L1": L1,
+                "L2": L2,
+                "E": (est.mean + other.mean) / 2,
+                "E_se": se,
+                "E_select": est.mean,
+                "E_holdout": other.mean,
+            }

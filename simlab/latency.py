@@ -95,7 +95,9 @@ class ForwardTime:
         except (TypeError, ValueError):
             raise ValueError(f"seconds: must be a table of numbers, got {self.seconds!r}") from None
         if table.shape != (len(self.contexts), len(self.tokens)):
-            raise ValueError(f"seconds: must have shape ({len(self.contexts)}, {len(self.tokens)}) = (contexts, tokens), got {table.shape}")
+            raise ValueError(
+                f"seconds: must have shape ({len(self.contexts)}, {len(self.tokens)}) = (contexts, tokens), got {table.shape}"
+            )
         if not np.all(np.isfinite(table)) or np.any(table <= 0):
             raise ValueError("seconds: every time must be positive and finite")
         object.__setattr__(self, "seconds", tuple(tuple(float(v) for v in row) for row in table))
@@ -121,8 +123,12 @@ class ForwardTime:
             ValueError: a context below 0 or a token count below 1 (or either not finite).
         """
         for name, value, low in (("context", context, 0), ("tokens", tokens, 1)):
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not value >= low \
-                    or not math.isfinite(value):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float, np.integer, np.floating))
+                or not value >= low
+                or not math.isfinite(value)
+            ):
                 raise ValueError(f"{name}: must be a finite number >= {low}, got {value!r}")
         table = np.asarray(self.seconds)
         row = _interp(float(context), self.contexts, table)
@@ -181,13 +187,16 @@ class LatencyModel:
         for name, table in self.drafters:
             if name == model:
                 return table
-        raise ValueError(f"model: the latency model has no times for drafter {model!r}; it has "
-                         f"{', '.join(['draft'] + [n for n, _ in self.drafters])}")
+        raise ValueError(
+            f"model: the latency model has no times for drafter {model!r}; it has "
+            f"{', '.join(['draft'] + [n for n, _ in self.drafters])}"
+        )
 
     def with_drafter(self, name: str, table: ForwardTime) -> "LatencyModel":
         """The same model with one more (or a replaced) named drafter."""
-        return LatencyModel(self.draft, self.target, self.source,
-                            tuple((n, t) for n, t in self.drafters if n != name) + ((name, table),))
+        return LatencyModel(
+            self.draft, self.target, self.source, tuple((n, t) for n, t in self.drafters if n != name) + ((name, table),)
+        )
 
     @classmethod
     def from_cost_ratio(cls, c: float, *, target_seconds: float = 1.0, per_token: float = 0.0) -> "LatencyModel":
@@ -199,8 +208,11 @@ class LatencyModel:
         for name, value in (("c", c), ("target_seconds", target_seconds)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{name}: must be a positive finite number, got {value!r}")
-        return cls(ForwardTime.affine(c * target_seconds, per_token), ForwardTime.affine(target_seconds, per_token),
-                   f"cost ratio c = {c:g}, t_p = {target_seconds:g} s, +{per_token:g} per extra token")
+        return cls(
+            ForwardTime.affine(c * target_seconds, per_token),
+            ForwardTime.affine(target_seconds, per_token),
+            f"cost ratio c = {c:g}, t_p = {target_seconds:g} s, +{per_token:g} per extra token",
+        )
 
     def tree_time(self, context: int, levels: Sequence[int]) -> float:
         """T-hat in seconds for a tree with ``levels[d - 1]`` tokens at depth d (d = 1..D).
@@ -283,5 +295,9 @@ class LatencyModel:
         extra = data.get("drafters", {})
         if not isinstance(extra, dict):
             raise ValueError(f"latency: 'drafters' must be a table of named drafters, got {extra!r:.100}")
-        return cls(ForwardTime.from_dict(data["draft"], "draft"), ForwardTime.from_dict(data["target"], "target"),
-                   str(data.get("source", file.name)), tuple((str(n), ForwardTime.from_dict(t, str(n))) for n, t in extra.items()))
+        return cls(
+            ForwardTime.from_dict(data["draft"], "draft"),
+            ForwardTime.from_dict(data["target"], "target"),
+            str(data.get("source", file.name)),
+            tuple((str(n), ForwardTime.from_dict(t, str(n))) for n, t in extra.items()),
+        )

@@ -71,30 +71,44 @@ def _tokens(tokens, values) -> ForwardTime:
     return ForwardTime((0,), tuple(tokens), (tuple(values),))
 
 
-PROFILES: dict[str, Profile] = {p.name: p for p in (
-    Profile("sequoia-demo", "ratio",
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile(
+            "sequoia-demo",
+            "ratio",
             target=_tokens((1, 2, 4, 8, 16, 32), (1.0, 1.0, 1.0, 1.2, 1.4, 1.8)),
             draft=ForwardTime.constant(0.03),
             source="Sequoia, official repo Infini-AI-Lab/Sequoia@0ff3ff7 demo-config.json (target_time [10,10,10,12,14,18] "
-                   "at valid_budget [1,2,4,8,16,32], draft_time 0.3), divided by target_time[0]",
-            note="no unit and no GPU given; t(n) beyond 32 tokens extrapolated linearly; no context dependence given"),
-    Profile("treegraft-a100", "seconds",
+            "at valid_budget [1,2,4,8,16,32], draft_time 0.3), divided by target_time[0]",
+            note="no unit and no GPU given; t(n) beyond 32 tokens extrapolated linearly; no context dependence given",
+        ),
+        Profile(
+            "treegraft-a100",
+            "seconds",
             target=ForwardTime.constant(0.08198963666666646),
             draft=ForwardTime.constant(0.048087486666666656),
             drafters=(("small", ForwardTime.constant(0.00092)),),
             source="TreeGraft, official repo fjm9933/TreeGraft@f53e3a8 graft/combine_tree/scheduler_artifacts.py (x_mean[1:3]: "
-                   "T_tgt and T_mid in ms, the order of scheduler_runtime.py::_context_features; 2 x A100 fp16); n-gram step 0.92 ms: paper arXiv 2608.26112 (All-Small baseline)",
-            note="means over the scheduler's training runs (which pairs is not recorded); one number each: constant in n and context"),
-    Profile("specblock-a100", "seconds",
+            "T_tgt and T_mid in ms, the order of scheduler_runtime.py::_context_features; 2 x A100 fp16); n-gram step 0.92 ms: paper arXiv 2608.26112 (All-Small baseline)",
+            note="means over the scheduler's training runs (which pairs is not recorded); one number each: constant in n and context",
+        ),
+        Profile(
+            "specblock-a100",
+            "seconds",
             target=ForwardTime.constant(0.037),
             draft=ForwardTime.constant(0.017 / 7),
             drafters=(("block", ForwardTime.constant(0.007 / 2)),),
             source="SpecBlock, paper arXiv 2605.07243 (main results and drafting-latency analysis, Llama-3.1-8B, A100-80GB, "
-                   "batch 1): verify about 37 ms, EAGLE-3 drafting 17 ms over 7 levels, SpecBlock 7 ms over 2 block forwards",
-            note="per-forward draft times derived (total / forwards, equal forwards assumed); constant in n and context"),
-)}
+            "batch 1): verify about 37 ms, EAGLE-3 drafting 17 ms over 7 levels, SpecBlock 7 ms over 2 block forwards",
+            note="per-forward draft times derived (total / forwards, equal forwards assumed); constant in n and context",
+        ),
+    )
+}
 
-UNPUBLISHED = {"ddte": "DDTE measures t_p(l), t_q(l) in a warm-up microbenchmark and publishes no values (arXiv 2602.16994, App. E)"}
+UNPUBLISHED = {
+    "ddte": "DDTE measures t_p(l), t_q(l) in a warm-up microbenchmark and publishes no values (arXiv 2602.16994, App. E)"
+}
 """Seed systems without a published profile, and why."""
 
 
@@ -122,8 +136,9 @@ def load(text: str) -> LatencyModel:
     if text in PROFILES:
         return profile(text)
     if not str(text).endswith((".json", ".toml")):
-        raise ValueError(f"latency: unknown profile {text!r}; use one of {', '.join(PROFILES)}, or a .json/.toml profile "
-                         "file (--latency list)")
+        raise ValueError(
+            f"latency: unknown profile {text!r}; use one of {', '.join(PROFILES)}, or a .json/.toml profile file (--latency list)"
+        )
     return LatencyModel.load(text)
 
 
@@ -133,7 +148,9 @@ def listing() -> str:
     lines = []
     for p in PROFILES.values():
         scale, suffix = (1000.0, " ms") if p.unit == "seconds" else (1.0, "")
-        times = ", ".join(f"t_{n}(1) {t(0, 1) * scale:.4g}{suffix}" for n, t in (("target", p.target), ("draft", p.draft), *p.drafters))
+        times = ", ".join(
+            f"t_{n}(1) {t(0, 1) * scale:.4g}{suffix}" for n, t in (("target", p.target), ("draft", p.draft), *p.drafters)
+        )
         unit = "seconds" if p.unit == "seconds" else "ratio profile, units of t_target(1)"
         lines.append(f"{p.name} ({unit}): {times}; source: {p.source}; note: {p.note}")
     lines += [f"({name}: no profile; {why})" for name, why in UNPUBLISHED.items()]

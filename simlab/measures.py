@@ -35,12 +35,19 @@ def node_divergences(p, q) -> dict[str, float]:
     """
     p, q = check_pair(p, q)  # once, not in every measure
     l1 = l1_distance(p, q, checked=True)
-    return {"l1": l1, "tv": 0.5 * l1, "kl_pq": kl_divergence(p, q, checked=True), "kl_qp": kl_divergence(q, p, checked=True),
-            "h_p": entropy(p, checked=True), "h_q": entropy(q, checked=True)}
+    return {
+        "l1": l1,
+        "tv": 0.5 * l1,
+        "kl_pq": kl_divergence(p, q, checked=True),
+        "kl_qp": kl_divergence(q, p, checked=True),
+        "h_p": entropy(p, checked=True),
+        "h_q": entropy(q, checked=True),
+    }
 
 
-def node_acceptance(p, q, k_values: Iterable[int], rng: np.random.Generator, samples: int = 32,
-                    methods: Iterable[str] = ACCEPTANCE_METHODS) -> dict[str, float]:
+def node_acceptance(
+    p, q, k_values: Iterable[int], rng: np.random.Generator, samples: int = 32, methods: Iterable[str] = ACCEPTANCE_METHODS
+) -> dict[str, float]:
     """``alpha_<method>_k<k>`` for each method and k; floats in [0, 1] (NaN where undefined).
 
     Args:

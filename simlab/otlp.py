@@ -183,4 +183,3 @@ def _all_drawn_from(q_subset: np.ndarray, k: int) -> float:
             removed += q_subset[i]
         total += prob
     return total
-

@@ -219,13 +219,23 @@ class MarkovPair:
             check_distribution(target[a], f"target[{a}]")
             check_distribution(draft[a], f"draft[{a}]")
         self.target, self.draft = target, draft
-        self.target_start = check_distribution(target[0] if target_start is None else target_start, "target_start", size=self.vocab_size)
-        self.draft_start = check_distribution(draft[0] if draft_start is None else draft_start, "draft_start", size=self.vocab_size)
+        self.target_start = check_distribution(
+            target[0] if target_start is None else target_start, "target_start", size=self.vocab_size
+        )
+        self.draft_start = check_distribution(
+            draft[0] if draft_start is None else draft_start, "draft_start", size=self.vocab_size
+        )
         self.eos_id = check_eos(eos_id, self.vocab_size)
 
     @classmethod
-    def random(cls, vocab_size: int, rng: np.random.Generator, concentration: float = 1.0, closeness: float = 0.5,
-               eos_id: int | None = None):
+    def random(
+        cls,
+        vocab_size: int,
+        rng: np.random.Generator,
+        concentration: float = 1.0,
+        closeness: float = 0.5,
+        eos_id: int | None = None,
+    ):
         """A random pair: Dirichlet target rows, draft rows = mix of the target row and an independent Dirichlet row.
 
         ``closeness`` in [0, 1] is the weight of the target row in the draft (1 gives q = p).
@@ -237,7 +247,9 @@ class MarkovPair:
         vocab_size = check_int(vocab_size, "vocab_size", 2)
         check_generator(rng)
         if not concentration > 0 or not 0 <= closeness <= 1:
-            raise ValueError(f"concentration, closeness: need concentration > 0 and closeness in [0, 1], got {concentration}, {closeness}")
+            raise ValueError(
+                f"concentration, closeness: need concentration > 0 and closeness in [0, 1], got {concentration}, {closeness}"
+            )
         alpha = np.full(vocab_size, concentration)
         target = rng.dirichlet(alpha, size=vocab_size)
         noise = rng.dirichlet(alpha, size=vocab_size)

@@ -106,7 +106,7 @@ def grid_values(table: NodeTable, drafts, K_values, L2_values) -> np.ndarray:
     counted = np.take_along_axis(counted, order, axis=1)
     by_depth = np.zeros((D, len(K_values), 1 + lt + lb))
     by_depth[:, :, 0] = 1.0
-    by_depth[:, :, 1:1 + lt] = np.where(in_trunk & trunk_alive, trunk_reach, 0.0)[:, None, :]
+    by_depth[:, :, 1 : 1 + lt] = np.where(in_trunk & trunk_alive, trunk_reach, 0.0)[:, None, :]
     K = np.array(K_values)[None, :, None]
     level = np.zeros((D, len(K_values), lb))
     for s in range(kb):  # sequential sums, as the walk adds its nodes one by one

@@ -70,8 +70,9 @@ def _check_options(temperature, top_k, top_p) -> tuple[float, int | None, float 
     return float(temperature), top_k, top_p
 
 
-def sampling_distribution(logits, *, temperature: float = 1.0, top_k: int | None = None,
-                          top_p: float | None = None) -> np.ndarray:
+def sampling_distribution(
+    logits, *, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> np.ndarray:
     """The distribution sampled from, for one row (V,) or a batch (n, V) of logits.
 
     Args:
@@ -203,5 +204,7 @@ def check_settings(settings, name: str = "settings") -> SamplingSettings:
 
 
 DDTE_SETTINGS = tuple(SamplingSettings(t) for t in (0.2, 0.4, 0.6, 0.8, 1.0, 1.2)) + (
-    SamplingSettings(1.0, top_p=0.9), SamplingSettings(1.0, top_p=0.99))
+    SamplingSettings(1.0, top_p=0.9),
+    SamplingSettings(1.0, top_p=0.99),
+)
 """DDTE's eight sampling settings (Tables 2-7): T in {0.2, ..., 1.2}, and T = 1 with top-p 0.9 and 0.99."""

@@ -35,6 +35,7 @@ def planning_verifier(verifier, k: int):
     ``SPECULATIVE`` when k = 1 and the verifier declares ``speculative_at_one``, else itself."""
     return SPECULATIVE if k == 1 and getattr(verifier, "speculative_at_one", False) else verifier
 
+
 Path = tuple[int, ...]
 
 
@@ -128,7 +129,9 @@ class NodeTable:
         for i, pth in enumerate(paths):
             pth = tuple(pth)
             if pth in self._logits:
-                raise ValueError(f"paths: node {pth} is already known as logits (add_logits); add its rows or its logits, not both")
+                raise ValueError(
+                    f"paths: node {pth} is already known as logits (add_logits); add its rows or its logits, not both"
+                )
             row_p = check_distribution(p[i], f"p at node {pth}", size=self.vocab_size)
             row_q = check_distribution(q[i], f"q at node {pth}", size=self.vocab_size)
             if pth in self._p and not (np.array_equal(self._p[pth], row_p) and np.array_equal(self._q[pth], row_q)):
@@ -163,7 +166,9 @@ class NodeTable:
             pth = tuple(pth)
             if pth in self._p:
                 raise ValueError(f"paths: node {pth} is already known as rows (add); add its rows or its logits, not both")
-            if pth in self._logits and not (_same(self._logits[pth][0], logits_p[i]) and _same(self._logits[pth][1], logits_q[i])):
+            if pth in self._logits and not (
+                _same(self._logits[pth][0], logits_p[i]) and _same(self._logits[pth][1], logits_q[i])
+            ):
                 raise ValueError(f"paths: node {pth} is already known with other logits")
             self._logits[pth] = (logits_p[i], logits_q[i])
 
@@ -362,7 +367,9 @@ class DraftTree:
             raise ValueError("table: must have the tree's root context and vocabulary")
         sampled = sorted(law.value for law in self.laws() if law is not Drafting.DETERMINISTIC)
         if sampled:
-            raise ValueError(f"table: children drawn {', '.join(sampled)} (partly from q) belong to the table they were drawn from")
+            raise ValueError(
+                f"table: children drawn {', '.join(sampled)} (partly from q) belong to the table they were drawn from"
+            )
         return DraftTree(table, dict(self.children), self.drafting, dict(self.node_laws), self.cost)
 
     def tokens(self) -> int:
@@ -398,8 +405,12 @@ class DraftTree:
 
     def truncate(self, depth: int) -> "DraftTree":
         """The same tree cut at ``depth`` tokens (nodes deeper than that dropped; the cost is unknown)."""
-        return DraftTree(self.table, {path: kids for path, kids in self.children.items() if len(path) < depth}, self.drafting,
-                         {path: law for path, law in self.node_laws.items() if len(path) < depth})
+        return DraftTree(
+            self.table,
+            {path: kids for path, kids in self.children.items() if len(path) < depth},
+            self.drafting,
+            {path: law for path, law in self.node_laws.items() if len(path) < depth},
+        )
 
     def first_path(self) -> Path:
         """The path that follows the first child at every node (the "first draft")."""

@@ -76,5 +76,11 @@ def tree_value(builder, table, verifier, latency, *, drafting=None, samples: int
     depth = max(len(r) for r in reach)
     padded = np.array([np.pad(r, (0, depth - len(r))) for r in reach])
     se = float(np.std(E, ddof=1) / np.sqrt(len(E))) if len(E) > 1 else 0.0
-    return {"E": float(np.mean(E)), "se": se, "T": float(np.mean(T)), "tokens": float(np.mean([t.tokens() for t in trees])),
-            "reach": padded.mean(0), "trees": trees}
+    return {
+        "E": float(np.mean(E)),
+        "se": se,
+        "T": float(np.mean(T)),
+        "tokens": float(np.mean([t.tokens() for t in trees])),
+        "reach": padded.mean(0),
+        "trees": trees,
+    }

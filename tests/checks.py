@@ -21,11 +21,13 @@ def pairs(draw, max_vocab=6):
     """(p, q): two distributions over V in [2, max_vocab], with exact zeros allowed."""
     vocab = draw(st.integers(2, max_vocab))
     weight = st.one_of(st.just(0.0), st.floats(1e-3, 1.0))
+
     def dist():
         w = np.array(draw(st.lists(weight, min_size=vocab, max_size=vocab)))
         if w.sum() == 0:
             w[draw(st.integers(0, vocab - 1))] = 1.0
         return w / w.sum()
+
     return dist(), dist()
 
 
@@ -92,7 +94,8 @@ def check_children_mass(verifier: NodeVerifier, p, q, k: int) -> None:
         batched = plan.children_masses(rows)
         for x, row in zip(tuples, batched):
             assert np.array_equal(row, plan.children_mass(x)), (
-                f"{verifier.name}: children_masses differs from children_mass at x={np.asarray(x).tolist()}")
+                f"{verifier.name}: children_masses differs from children_mass at x={np.asarray(x).tolist()}"
+            )
 
 
 def check_sampler_given_children(verifier: NodeVerifier, p, q, children, seed: int) -> None:
@@ -135,7 +138,7 @@ def check_zero_target_never_accepted(verifier: NodeVerifier) -> None:
         assert p[out] > 0, f"{verifier.name}: emitted token {out} with p = 0 at U = 0 (children {children})"
 
 
-BOUNDARY_UNIFORMS = (0.0, 1.0 - 2.0 ** -53)
+BOUNDARY_UNIFORMS = (0.0, 1.0 - 2.0**-53)
 """The ends of the uniform's range: 0 and the largest float below 1."""
 
 _THIRDS = np.array([1 / 3, 1 / 3, 0.0, 1 / 3])
@@ -146,8 +149,13 @@ BOUNDARY_CASES = {  # (p, q, children): the children cover p's support (a rounde
     "zeros and ties": (np.array([0.05, 0.30, 0.15, 0.0, 0.25, 0.25]), np.array([0.30, 0.10, 0.15, 0.20, 0.05, 0.20]), [0, 5, 1]),
     "one-hot p": (np.eye(6)[4], np.array([0.30, 0.10, 0.15, 0.20, 0.05, 0.20]), [4, 0, 5]),
 }
-DRAW_CASES = (_THIRDS, np.eye(6)[3], np.array([5e-324, 0.0, 0.0]), np.array([0.0, 1e-310, 1e-310, 0.0]),
-              np.array([0.0, 0.5, 0.5 - 2 ** -53, 0.0, 0.0]))
+DRAW_CASES = (
+    _THIRDS,
+    np.eye(6)[3],
+    np.array([5e-324, 0.0, 0.0]),
+    np.array([0.0, 1e-310, 1e-310, 0.0]),
+    np.array([0.0, 0.5, 0.5 - 2**-53, 0.0, 0.0]),
+)
 """Vectors an inverse-CDF draw meets: zeros before and after the support, subnormal totals
 (U * total rounds up to the total at U = 1 - 2^-53)."""
 
@@ -171,4 +179,6 @@ def check_boundary_uniforms(verifier: NodeVerifier) -> None:
             except ValueError as exc:
                 raise AssertionError(f"{verifier.name}: {exc} at U = {u!r} ({case})") from None
             assert 0 <= out < p.size, f"{verifier.name}: token {out} outside [0, {p.size}) at U = {u!r} ({case})"
-            assert plan.output_distribution(children)[out] > 0.0, f"{verifier.name}: token {out} has no mass at U = {u!r} ({case})"
+            assert plan.output_distribution(children)[out] > 0.0, (
+                f"{verifier.name}: token {out} has no mass at U = {u!r} ({case})"
+            )

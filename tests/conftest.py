@@ -48,8 +48,22 @@ def write_prompts(folder: Path, count: int) -> str:
 
 def capture_flags(pair_dir, prompts, out, *extra) -> list[str]:
     """``backends.capture`` flags for the micro pair: one root per prompt, spacing 4, quiet, then ``extra``."""
-    return ["--target", str(Path(pair_dir) / "target"), "--draft", str(Path(pair_dir) / "draft"), "--prompts", str(prompts),
-            "--out", str(out), "--roots-per-prompt", "1", "--spacing", "4", "--quiet", *extra]
+    return [
+        "--target",
+        str(Path(pair_dir) / "target"),
+        "--draft",
+        str(Path(pair_dir) / "draft"),
+        "--prompts",
+        str(prompts),
+        "--out",
+        str(out),
+        "--roots-per-prompt",
+        "1",
+        "--spacing",
+        "4",
+        "--quiet",
+        *extra,
+    ]
 
 
 KILLED_CAPTURE = """

@@ -72,8 +72,14 @@ def check_widths(make=RankGuided) -> None:
     for table_, slot0, caps, head in itertools.product((SLIM_R2, CLASS_DEFAULT), (True, False), (True, False), (True, False)):
         for cls in range(4):
             for p in (0.5, 0.65, 0.82, 0.87, 0.93, 0.97):
-                builder = make(ScriptedDrafter(4), table=table_, adaptive_slot0=slot0, adaptive_all=caps, rank_head=head,
-                               beam_width=4 if cls % 2 else 10)
+                builder = make(
+                    ScriptedDrafter(4),
+                    table=table_,
+                    adaptive_slot0=slot0,
+                    adaptive_all=caps,
+                    rank_head=head,
+                    beam_width=4 if cls % 2 else 10,
+                )
                 logprobs = np.full((4, V), np.log((1 - p) / (V - 1)))
                 logprobs[:, 0] = np.log(p)
                 block = Block(logprobs, np.full(4, cls, dtype=np.int64), (None,) * 4)
@@ -96,10 +102,12 @@ def check_block_one(make=RankGuided) -> None:
     block = drafter.first_block(None)
     order = [list(np.argsort(-block.logprobs[k], kind="stable")) for k in range(4)]
     g = [int(o[0]) for o in order]
-    expected = {(): tuple(int(t) for t in order[0][:2]),          # slot 0: beam_width 2
-                (g[0],): tuple(int(t) for t in order[1][:2]),     # slot 1: class 0 -> table[0] = 2
-                (g[0], g[1]): tuple(int(t) for t in order[2][:4]),  # slot 2: class 1 -> 4
-                (g[0], g[1], g[2]): tuple(int(t) for t in order[3][:2])}  # slot 3: class 0 -> 2
+    expected = {
+        (): tuple(int(t) for t in order[0][:2]),  # slot 0: beam_width 2
+        (g[0],): tuple(int(t) for t in order[1][:2]),  # slot 1: class 0 -> table[0] = 2
+        (g[0], g[1]): tuple(int(t) for t in order[2][:4]),  # slot 2: class 1 -> 4
+        (g[0], g[1], g[2]): tuple(int(t) for t in order[3][:2]),
+    }  # slot 3: class 0 -> 2
     got = {path: tuple(kids) for path, kids in tree.children.items() if kids}
     assert got == expected, (got, expected)
 
@@ -127,8 +135,11 @@ def check_pruning(make=RankGuided) -> None:
         kept = [p for p in pruned.nodes() if p]
         assert len(kept) == min(budget, len(nodes)), (len(kept), budget)
         assert all(p[:-1] in set(kept) | {()} for p in kept), "ancestor closure"
-        best = max(sum(s[p] for p in subset) for subset in itertools.combinations(nodes, min(budget, len(nodes)))
-                   if all(p[:-1] in set(subset) | {()} for p in subset))
+        best = max(
+            sum(s[p] for p in subset)
+            for subset in itertools.combinations(nodes, min(budget, len(nodes)))
+            if all(p[:-1] in set(subset) | {()} for p in subset)
+        )
         assert abs(sum(s[p] for p in kept) - best) <= 1e-12, (seed, budget)
         assert pruned.cost.verified == len(kept) and pruned.tokens() == len(kept)
 
@@ -267,8 +278,14 @@ def loss_batch():
     corpus = target_p.argmax(-1).clone()
     corpus[0, 0], corpus[3, 1], corpus[4, 1] = (corpus[0, 0] + 1) % V, (corpus[3, 1] + 2) % V, (corpus[4, 1] + 1) % V
     ranks = torch.randn(N, K, 4, generator=g, dtype=torch.float64)
-    labels = torch.stack([torch.stack([torch.tensor(int(bucket(rank_of(int(target_p[i, k].argmax()), logits[i, k].numpy()))))
-                                       for k in range(K)]) for i in range(N)])
+    labels = torch.stack(
+        [
+            torch.stack(
+                [torch.tensor(int(bucket(rank_of(int(target_p[i, k].argmax()), logits[i, k].numpy())))) for k in range(K)]
+            )
+            for i in range(N)
+        ]
+    )
     right = torch.tensor([[1, 0, 1], [1, 1, 0], [0, 1, 1], [1, 1, 1], [1, 1, 0], [0, 0, 1]], dtype=torch.bool)
     for i, k in right.nonzero().tolist():  # plant the rank head's correct classes
         ranks[i, k, int(labels[i, k])] = 10.0

@@ -16,8 +16,15 @@ class CapsIgnored(RankGuided):
     """The probability caps of the shipped default are not applied to slots >= 1."""
 
     def widths(self, block, first):
-        return RankGuided(self.drafter, table=self.table, adaptive_slot0=self.adaptive_slot0, adaptive_all=False,
-                          rank_head=self.rank_head, fixed_width=self.fixed_width, beam_width=self.beam_width).widths(block, first)
+        return RankGuided(
+            self.drafter,
+            table=self.table,
+            adaptive_slot0=self.adaptive_slot0,
+            adaptive_all=False,
+            rank_head=self.rank_head,
+            fixed_width=self.fixed_width,
+            beam_width=self.beam_width,
+        ).widths(block, first)
 
 
 class _NodeScored(specblock_builder._Growth):
@@ -91,8 +98,20 @@ class HitchhikerDespiteGiveUp(RankGuided):
         return False
 
 
-def _block_losses(logits, ranks, target_p, corpus, valid_prefix, budget, rank_on, *, mask_tokens=None, rank_chain=None,
-                  distance=True, weights=None):
+def _block_losses(
+    logits,
+    ranks,
+    target_p,
+    corpus,
+    valid_prefix,
+    budget,
+    rank_on,
+    *,
+    mask_tokens=None,
+    rank_chain=None,
+    distance=True,
+    weights=None,
+):
     """The official block losses with one piece replaced (the planted faults below)."""
     from backends.block_drafter.model import rank_labels, valid_prefix_mask
     from backends.block_drafter.train import class_budget_weights, distance_weights, draft_loss, ordinal_targets

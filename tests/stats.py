@@ -61,4 +61,6 @@ def assert_sampler_matches(draw, law: np.ndarray, seed: int) -> None:
     rng = np.random.default_rng(seed)
     counts = np.bincount([draw(rng) for _ in range(n)], minlength=law.size)
     pvalue = g_test_pvalue(counts, law)
-    assert pvalue > FALSE_ALARM, f"G-test rejects (p-value {pvalue:.3g}, N = {n}): counts {counts.tolist()} vs law {np.round(law, 4).tolist()}"
+    assert pvalue > FALSE_ALARM, (
+        f"G-test rejects (p-value {pvalue:.3g}, N = {n}): counts {counts.tolist()} vs law {np.round(law, 4).tolist()}"
+    )

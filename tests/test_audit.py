@@ -19,9 +19,16 @@ from simlab.trees import NodeTable
 PAIR = MarkovPair.random(4, np.random.default_rng(13), concentration=0.7, closeness=0.3)
 PER_PATH = Delayed(2, 1, 1, trunk_children="per_path")
 _TREE = PER_PATH.sample(NodeTable(PAIR, (0,)), np.random.default_rng(0))
-_IID = [v for v in tree_verifiers.names() if not tree_verifiers.get(v).needs_greedy_target
-        and Drafting.IID in tree_verifiers.get(v).lossless_for]
-DECLARED = [v for v in tree_verifiers.names() if not tree_verifiers.get(v).needs_greedy_target and tree_verifiers.get(v).lossless_on(_TREE)]
+_IID = [
+    v
+    for v in tree_verifiers.names()
+    if not tree_verifiers.get(v).needs_greedy_target and Drafting.IID in tree_verifiers.get(v).lossless_for
+]
+DECLARED = [
+    v
+    for v in tree_verifiers.names()
+    if not tree_verifiers.get(v).needs_greedy_target and tree_verifiers.get(v).lossless_on(_TREE)
+]
 REFUSED = [v for v in _IID if v not in DECLARED]
 
 

@@ -11,11 +11,21 @@ from hypothesis import strategies as st
 from simlab import batched, verifiers
 from simlab.drafting import child_tuples
 
-VARIANTS = [verifiers.get("nss"), verifiers.get("naive"), verifiers.get("specinfer"), verifiers.get("specinfer", order="fixed"),
-            verifiers.get("spectr"), verifiers.get("spectr", rho="four_step")]
+VARIANTS = [
+    verifiers.get("nss"),
+    verifiers.get("naive"),
+    verifiers.get("specinfer"),
+    verifiers.get("specinfer", order="fixed"),
+    verifiers.get("spectr"),
+    verifiers.get("spectr", rho="four_step"),
+]
 EDGES = [
-    ([0.2, 0.3, 0.5], [0.2, 0.3, 0.5]), ([0.0, 1.0, 0.0], [0.4, 0.3, 0.3]), ([0.4, 0.3, 0.3], [0.0, 0.0, 1.0]),
-    ([0.5, 0.5, 0.0], [0.0, 0.3, 0.7]), ([0.3, 0.3, 0.4], [0.0, 0.5, 0.5]), ([1.0, 1e-300, 0.0], [0.5, 0.5 - 1e-300, 1e-300]),
+    ([0.2, 0.3, 0.5], [0.2, 0.3, 0.5]),
+    ([0.0, 1.0, 0.0], [0.4, 0.3, 0.3]),
+    ([0.4, 0.3, 0.3], [0.0, 0.0, 1.0]),
+    ([0.5, 0.5, 0.0], [0.0, 0.3, 0.7]),
+    ([0.3, 0.3, 0.4], [0.0, 0.5, 0.5]),
+    ([1.0, 1e-300, 0.0], [0.5, 0.5 - 1e-300, 1e-300]),
     ([0.4, 0.4, 0.2], [0.4, 0.2, 0.4]),
 ]
 
@@ -37,7 +47,9 @@ def test_edge_cases_every_child_tuple(verifier, k):
         p, q = np.array(p), np.array(q)
         for x in child_tuples(q, k, verifier.drafting)[0]:
             rows_p.append(p), rows_q.append(q), rows_x.append(x)
-    np.testing.assert_allclose(engine(verifier, rows_p, rows_q, rows_x), reference(verifier, rows_p, rows_q, rows_x), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        engine(verifier, rows_p, rows_q, rows_x), reference(verifier, rows_p, rows_q, rows_x), rtol=0, atol=1e-12
+    )
 
 
 @st.composite

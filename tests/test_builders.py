@@ -74,8 +74,12 @@ def test_lossless_pairings_emit_the_target_law(world, builder, verifier):
     assert tv(law, target_sequence_law(pair, context, N)) <= 1e-12
 
 
-LOSSY = [(b, v) for b in BUILDERS for v in tree_verifiers.names()
-         if v not in lossless_verifiers(BUILDERS[b]) and not tree_verifiers.get(v).needs_greedy_target and b != "chain"]
+LOSSY = [
+    (b, v)
+    for b in BUILDERS
+    for v in tree_verifiers.names()
+    if v not in lossless_verifiers(BUILDERS[b]) and not tree_verifiers.get(v).needs_greedy_target and b != "chain"
+]
 """(A chain's nodes have one child each, where every sampled verifier is lossless: the k = 1 clause
 of ``simlab.tree_verifiers.lossless_pairing``.)"""
 
@@ -105,7 +109,9 @@ def test_the_issue_example_top1_with_specinfer():
         expected_block_efficiency(pair, (), Static([(0,)], "topk"), "specinfer")
     lossy = expected_block_efficiency(pair, (), Static([(0,)], "topk"), "specinfer", allow_lossy=True)
     assert lossy.mean == pytest.approx(1.75, abs=1e-15) and not lossy.lossless
-    assert emitted_sequence_law(pair, (), Static([(0,)], "topk"), "specinfer", 1, allow_lossy=True) == pytest.approx({(0,): 0.75, (1,): 0.25})
+    assert emitted_sequence_law(pair, (), Static([(0,)], "topk"), "specinfer", 1, allow_lossy=True) == pytest.approx(
+        {(0,): 0.75, (1,): 0.25}
+    )
     assert pairing_bias(pair, (), Static([(0,)], "topk"), "specinfer", n=1) == pytest.approx(0.15, abs=1e-15)
     exact = expected_block_efficiency(pair, (), Static([(0,)], "topk"), "onehot")
     assert exact.mean == pytest.approx(1.6, abs=1e-15) and exact.lossless
@@ -128,7 +134,9 @@ def test_deterministic_builders_give_one_exact_value_per_root():
     assert estimate.samples == 1 and estimate.stderr == 0.0 and estimate.method == "exact"
     # one-hot on a deterministic tree: 1 + the target mass of the drafted prefixes
     tree = BUILDERS["eagle2"].sample(NodeTable(pair, (0,)))
-    mass = sum(np.prod([pair.distributions([(0,) + path[:i]])[0][0][path[i]] for i in range(len(path))]) for path in tree.nodes() if path)
+    mass = sum(
+        np.prod([pair.distributions([(0,) + path[:i]])[0][0][path[i]] for i in range(len(path))]) for path in tree.nodes() if path
+    )
     assert estimate.mean == pytest.approx(1 + mass, abs=1e-12)
 
 
@@ -153,11 +161,16 @@ def test_greedy_draft_verifier_attains_hu_et_al_at_a_node():
 def test_builders_by_name_and_bad_options():
     assert set(builders.names()) >= {"delayed", "iid", "chain", "static", "eagle2", "sequoia", "greedy_draft"}
     assert builders.get("eagle2").budget == 59 and builders.get("eagle2").depth == 7 and builders.get("eagle2").top_k == 10
-    for name, options, message in (("eagle2", dict(budget=0), "budget"), ("eagle2", dict(top_k=0), "top_k"),
-                                   ("eagle2", dict(depth=-1), "depth"), ("greedy_draft", dict(best=-1), "best"),
-                                   ("sequoia", dict(acceptance=(0.7, 0.5)), "acceptance"),
-                                   ("sequoia", dict(acceptance=(0.5,), budget=5, depth=2), "budget"),
-                                   ("nope", {}, "name"), ("eagle2", dict(width=3), "options")):
+    for name, options, message in (
+        ("eagle2", dict(budget=0), "budget"),
+        ("eagle2", dict(top_k=0), "top_k"),
+        ("eagle2", dict(depth=-1), "depth"),
+        ("greedy_draft", dict(best=-1), "best"),
+        ("sequoia", dict(acceptance=(0.7, 0.5)), "acceptance"),
+        ("sequoia", dict(acceptance=(0.5,), budget=5, depth=2), "budget"),
+        ("nope", {}, "name"),
+        ("eagle2", dict(width=3), "options"),
+    ):
         with pytest.raises(ValueError, match=f"^{message}: "):
             builders.get(name, **options)
 
@@ -179,6 +192,7 @@ def test_builders_report_their_drafting_cost():
 def eagle_reference(pair, context, budget, depth, top_k):
     """Score every candidate EAGLE-2 creates, sort all of them, keep the best ``budget``: written
     from the description alone (lists, no shared code)."""
+
     def q_at(path):
         return pair.distributions([tuple(context) + path])[1][0]
 
@@ -304,10 +318,29 @@ def test_sequoia_tool_prints_the_chosen_tree(tmp_path, capsys):
     from analyses import sequoia_tree
 
     (tmp_path / "acc.json").write_text(json.dumps([0.55, 0.2, 0.1]))
-    (tmp_path / "lat.json").write_text(json.dumps({"draft": {"contexts": [0], "tokens": [1], "seconds": [[0.002]]},
-                                                   "target": {"contexts": [0, 100], "tokens": [1, 64], "seconds": [[0.02, 0.03], [0.021, 0.031]]}}))
-    assert sequoia_tree.main(["--acceptance", str(tmp_path / "acc.json"), "--latency", str(tmp_path / "lat.json"),
-                              "--budgets", "4,8,16", "--depth", "5"]) == 0
+    (tmp_path / "lat.json").write_text(
+        json.dumps(
+            {
+                "draft": {"contexts": [0], "tokens": [1], "seconds": [[0.002]]},
+                "target": {"contexts": [0, 100], "tokens": [1, 64], "seconds": [[0.02, 0.03], [0.021, 0.031]]},
+            }
+        )
+    )
+    assert (
+        sequoia_tree.main(
+            [
+                "--acceptance",
+                str(tmp_path / "acc.json"),
+                "--latency",
+                str(tmp_path / "lat.json"),
+                "--budgets",
+                "4,8,16",
+                "--depth",
+                "5",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "expected tokens" in out and "nodes per depth" in out
 

@@ -39,8 +39,25 @@ def capture(micro_pair_dir, prompts, tmp_path_factory):
 def test_rows_and_columns(capture):
     table = read_capture(str(capture))
     assert table["root"].n_unique() == N_PROMPTS
-    for column in ("root", "prompt", "position", "path", "depth", "token", "multiplicity", "children", "tv", "kl_pq",
-                   "kl_qp", "h_p", "h_q", "p_top_ids", "p_top_probs", "q_top_ids", "q_top_probs"):
+    for column in (
+        "root",
+        "prompt",
+        "position",
+        "path",
+        "depth",
+        "token",
+        "multiplicity",
+        "children",
+        "tv",
+        "kl_pq",
+        "kl_qp",
+        "h_p",
+        "h_q",
+        "p_top_ids",
+        "p_top_probs",
+        "q_top_ids",
+        "q_top_probs",
+    ):
         assert column in table.columns
     assert table.filter(pl.col("depth") == 0)["multiplicity"].to_list() == [1] * N_PROMPTS
     assert (table.group_by("root", "path").len()["len"] == 1).all()  # no duplicate node
@@ -72,7 +89,18 @@ def test_bad_prompt_files(tmp_path, content, message):
 
 def test_missing_model_and_long_prompt(micro_pair_dir, tmp_path, capsys, prompts):
     with pytest.raises(SystemExit) as exc:
-        main(["--target", str(tmp_path / "none"), "--draft", str(tmp_path / "none"), "--prompts", prompts, "--out", str(tmp_path / "o")])
+        main(
+            [
+                "--target",
+                str(tmp_path / "none"),
+                "--draft",
+                str(tmp_path / "none"),
+                "--prompts",
+                prompts,
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
     assert exc.value.code == 2 and "does not exist" in capsys.readouterr().err
     long_prompt = tmp_path / "long.txt"
     long_prompt.write_text("word " * 400 + "\n")
@@ -124,7 +152,10 @@ def test_out_of_memory_retries_with_a_smaller_batch(micro_pair_dir, tmp_path, mo
     monkeypatch.setattr(capture_module, "capture_group", flaky)
     loud = [f for f in flags(micro_pair_dir, prompts, tmp_path / "oom", "--roots-per-forward", "2") if f != "--quiet"]
     assert main(loud) == 0
-    assert "out of GPU memory at root 2; retrying with 32 tree tokens per forward (4096 per multi-root forward)" in capsys.readouterr().err
+    assert (
+        "out of GPU memory at root 2; retrying with 32 tree tokens per forward (4096 per multi-root forward)"
+        in capsys.readouterr().err
+    )
     assert read_capture(str(tmp_path / "oom"))["root"].n_unique() == N_PROMPTS
 
 

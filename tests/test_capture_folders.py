@@ -31,8 +31,25 @@ def flags(pair_dir, prompts, out, *extra):
 
 
 def grid_flags(pair_dir, prompts, out, *extra):
-    return capture_flags(pair_dir, prompts, out, "--shape", "grid", "--width", "2", "--depth", "1", "--samples", "2",
-                         "--labels", "specinfer", "--roots-per-forward", "1", "--full", *extra)
+    return capture_flags(
+        pair_dir,
+        prompts,
+        out,
+        "--shape",
+        "grid",
+        "--width",
+        "2",
+        "--depth",
+        "1",
+        "--samples",
+        "2",
+        "--labels",
+        "specinfer",
+        "--roots-per-forward",
+        "1",
+        "--full",
+        *extra,
+    )
 
 
 def exit_2(capsys, call) -> str:
@@ -139,8 +156,9 @@ def test_a_folder_is_held_by_one_run_and_shared_by_its_ranks(micro_pair_dir, pro
     out, gate = tmp_path / "held", tmp_path / "gate"
     out.mkdir()
     argv = flags(micro_pair_dir, prompts, out)
-    holder = subprocess.Popen([sys.executable, "-c", HELD_LOCK, str(out), "0", "2", _run_hash(argv), str(gate)], stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HELD_LOCK, str(out), "0", "2", _run_hash(argv), str(gate)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "holding"
         owner = json.loads(lock_path(out, 0).read_text())
@@ -179,13 +197,19 @@ sys.exit(capture.main(sys.argv[2:]))
 def test_two_capture_processes_the_second_refused_while_the_first_holds(micro_pair_dir, prompts, tmp_path):
     out, gate = tmp_path / "held", tmp_path / "gate"
     argv = flags(micro_pair_dir, prompts, out)
-    first = subprocess.Popen([sys.executable, "-c", HELD_CAPTURE, str(gate), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-c", HELD_CAPTURE, str(gate), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert first.stdout.readline().strip() == "holding"
-        second = subprocess.run([sys.executable, "-m", "backends.capture", *flags(micro_pair_dir, prompts, out, "--seed", "3")],
-                                capture_output=True, text=True)
-        assert second.returncode == 2 and one_error_line(second.stderr) and f"process {first.pid} on" in second.stderr, second.stderr
+        second = subprocess.run(
+            [sys.executable, "-m", "backends.capture", *flags(micro_pair_dir, prompts, out, "--seed", "3")],
+            capture_output=True,
+            text=True,
+        )
+        assert second.returncode == 2 and one_error_line(second.stderr) and f"process {first.pid} on" in second.stderr, (
+            second.stderr
+        )
     finally:
         gate.touch()
         first.wait(timeout=120)
@@ -199,8 +223,9 @@ def test_a_dead_runs_lock_is_taken_over_with_a_note(micro_pair_dir, prompts, tmp
     out.mkdir()
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
     for rank in (0, 3):
-        lock_path(out, rank).write_text(json.dumps({"pid": int(dead), "host": "elsewhere", "rank": rank, "world_size": 4,
-                                                    "settings_sha256": "0" * 64}))
+        lock_path(out, rank).write_text(
+            json.dumps({"pid": int(dead), "host": "elsewhere", "rank": rank, "world_size": 4, "settings_sha256": "0" * 64})
+        )
     assert main(flags(micro_pair_dir, prompts, out)) == 0
     err = capsys.readouterr().err
     assert f"taking over the stale lock lock-rank0.json of process {dead} on elsewhere (no longer running)" in err
@@ -219,10 +244,15 @@ def two_captures(micro_pair_dir, prompts, tmp_path_factory):
 
 
 def _readers(folder):
-    return {"read_capture": lambda: store.read_capture(folder), "read_labels": lambda: store.read_labels(folder).collect(),
-            "read_grid_drafts": lambda: list(store.read_grid_drafts(folder)), "read_logits": lambda: store.read_logits(folder, 0),
-            "CapturedPair": lambda: store.CapturedPair(folder), "CaptureSource": lambda: list(CaptureSource([str(folder)]).roots(
-                CaptureSource([str(folder)]).fixed_settings()[0])), "tree CaptureSource": lambda: CaptureSource([str(folder)], grid=False)}
+    return {
+        "read_capture": lambda: store.read_capture(folder),
+        "read_labels": lambda: store.read_labels(folder).collect(),
+        "read_grid_drafts": lambda: list(store.read_grid_drafts(folder)),
+        "read_logits": lambda: store.read_logits(folder, 0),
+        "CapturedPair": lambda: store.CapturedPair(folder),
+        "CaptureSource": lambda: list(CaptureSource([str(folder)]).roots(CaptureSource([str(folder)]).fixed_settings()[0])),
+        "tree CaptureSource": lambda: CaptureSource([str(folder)], grid=False),
+    }
 
 
 @pytest.mark.parametrize("shard", ["nodes", "drafts", "labels", "logits"])
@@ -230,13 +260,21 @@ def test_readers_refuse_a_shard_drawn_under_other_settings(two_captures, tmp_pat
     a, b = two_captures
     mixed = tmp_path / "mixed"
     shutil.copytree(a, mixed)
-    name = {"nodes": store.shard_path, "drafts": store.drafts_path, "labels": store.labels_path, "logits": store.logits_path}[shard]
+    name = {"nodes": store.shard_path, "drafts": store.drafts_path, "labels": store.labels_path, "logits": store.logits_path}[
+        shard
+    ]
     shutil.copy(name(b, 0), name(mixed, 0))  # root 0 of the seed-1 capture in the seed-0 folder
     for reader, read in _readers(mixed).items():
-        touches = {"nodes": {"read_capture", "CapturedPair", "tree CaptureSource", "CaptureSource"}, "drafts": {"read_grid_drafts", "CaptureSource"},
-                   "labels": {"read_labels", "CaptureSource"}, "logits": {"read_logits", "CapturedPair", "CaptureSource"}}[shard]
+        touches = {
+            "nodes": {"read_capture", "CapturedPair", "tree CaptureSource", "CaptureSource"},
+            "drafts": {"read_grid_drafts", "CaptureSource"},
+            "labels": {"read_labels", "CaptureSource"},
+            "logits": {"read_logits", "CapturedPair", "CaptureSource"},
+        }[shard]
         if reader in touches:
-            with pytest.raises(ValueError, match=rf"^capture: '.*{name(mixed, 0).name}' was drawn under other settings than") as exc:
+            with pytest.raises(
+                ValueError, match=rf"^capture: '.*{name(mixed, 0).name}' was drawn under other settings than"
+            ) as exc:
                 read()
             assert "\n" not in str(exc.value), reader
         else:
@@ -262,11 +300,16 @@ def test_shards_without_a_hash_are_read_as_legacy(two_captures, tmp_path):
 
 
 # -- RANK, WORLD_SIZE and settings.json fields ------------------------------------------------------------------------
-@pytest.mark.parametrize("env, says", [({"WORLD_SIZE": "0"}, "WORLD_SIZE: must be >= 1, got 0"),
-                                       ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK: 2 is not a rank of WORLD_SIZE 2 (ranks 0 to 1)"),
-                                       ({"RANK": "abc"}, "RANK: must be an integer, got 'abc'"),
-                                       ({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK: must be >= 0, got -1"),
-                                       ({"WORLD_SIZE": "2", "LOCAL_RANK": "x"}, "LOCAL_RANK: must be an integer")])
+@pytest.mark.parametrize(
+    "env, says",
+    [
+        ({"WORLD_SIZE": "0"}, "WORLD_SIZE: must be >= 1, got 0"),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, "RANK: 2 is not a rank of WORLD_SIZE 2 (ranks 0 to 1)"),
+        ({"RANK": "abc"}, "RANK: must be an integer, got 'abc'"),
+        ({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK: must be >= 0, got -1"),
+        ({"WORLD_SIZE": "2", "LOCAL_RANK": "x"}, "LOCAL_RANK: must be an integer"),
+    ],
+)
 def test_ranks_that_cannot_shard_exit_2_with_one_line(micro_pair_dir, prompts, tmp_path, monkeypatch, capsys, env, says):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -283,12 +326,17 @@ def test_a_rank_with_nothing_to_do_says_so(micro_pair_dir, tmp_path, monkeypatch
     assert (tmp_path / "o" / "settings.json").is_file() and not store.completed_roots(tmp_path / "o")
 
 
-@pytest.mark.parametrize("field, value, says", [("width", "two", "width: expected an integer, got 'two'"),
-                                                ("temperature", None, "temperature: expected a number, got None"),
-                                                ("full", "yes", "full: expected true or false"),
-                                                ("samples", 0, "samples: must be >= 1, got 0"),
-                                                ("evaluation", "eager", "evaluation: must be one of"),
-                                                ("colour", 1, "colour: not a capture setting")])
+@pytest.mark.parametrize(
+    "field, value, says",
+    [
+        ("width", "two", "width: expected an integer, got 'two'"),
+        ("temperature", None, "temperature: expected a number, got None"),
+        ("full", "yes", "full: expected true or false"),
+        ("samples", 0, "samples: must be >= 1, got 0"),
+        ("evaluation", "eager", "evaluation: must be one of"),
+        ("colour", 1, "colour: not a capture setting"),
+    ],
+)
 def test_a_settings_field_of_the_wrong_type_is_one_line_naming_it(two_captures, tmp_path, capsys, field, value, says):
     """Issue 28: ``width: "two"`` in settings.json was a TypeError in compare_verifiers."""
     from analyses import compare_verifiers
@@ -299,8 +347,12 @@ def test_a_settings_field_of_the_wrong_type_is_one_line_naming_it(two_captures, 
     (damaged / "settings.json").write_text(json.dumps({**data, field: value}))
     with pytest.raises(ValueError, match=f"settings.json \\({says}"):
         store.load_settings(damaged)
-    err = exit_2(capsys, lambda: compare_verifiers.main(["--capture", str(damaged), "--K-max", "2", "--L-max", "1", "--samples", "2",
-                                                         "--quiet", "--out", str(tmp_path / "o")]))
+    err = exit_2(
+        capsys,
+        lambda: compare_verifiers.main(
+            ["--capture", str(damaged), "--K-max", "2", "--L-max", "1", "--samples", "2", "--quiet", "--out", str(tmp_path / "o")]
+        ),
+    )
     assert "--capture" in err and says in err, err
 
 

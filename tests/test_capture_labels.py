@@ -26,8 +26,24 @@ def prompts(tmp_path_factory):
 
 
 def flags(pair_dir, prompts, out, *extra):
-    return capture_flags(pair_dir, prompts, out, "--shape", "grid", "--width", "2", "--depth", "2", "--samples", "2",
-                         "--labels", VERIFIERS, "--roots-per-forward", "2", *extra)
+    return capture_flags(
+        pair_dir,
+        prompts,
+        out,
+        "--shape",
+        "grid",
+        "--width",
+        "2",
+        "--depth",
+        "2",
+        "--samples",
+        "2",
+        "--labels",
+        VERIFIERS,
+        "--roots-per-forward",
+        "2",
+        *extra,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +60,10 @@ def test_labels_equal_the_labels_of_the_replayed_logits(labelled):
     rows = []
     for root in source.roots(setting):
         table = NodeTable(root.pair, root.context)
-        rows += [{"root": root.root, **r} for r in grid_labels(table, root.drafts, VERIFIERS.split(","), K_values=(1, 2),
-                                                               L2_values=(0, 1, 2))]
+        rows += [
+            {"root": root.root, **r}
+            for r in grid_labels(table, root.drafts, VERIFIERS.split(","), K_values=(1, 2), L2_values=(0, 1, 2))
+        ]
     replayed = pl.DataFrame(rows).sort("root", "verifier", "K", "L1", "L2")
     assert stored.height == replayed.height == 4 * (2 * 3 * 3 * 3 + 3 * 3)  # 4 roots; naive_chain has K = 1 only
     assert stored.drop("prompt").equals(replayed)
@@ -104,7 +122,7 @@ def test_bad_labels_flags_exit_2(micro_pair_dir, prompts, tmp_path, capsys):
     assert exc.value.code == 2 and "--labels" in capsys.readouterr().err
     iid = flags(micro_pair_dir, prompts, tmp_path / "b")
     iid[iid.index("grid")] = "iid"
-    del iid[iid.index("--samples"):iid.index("--samples") + 2]
+    del iid[iid.index("--samples") : iid.index("--samples") + 2]
     with pytest.raises(SystemExit) as exc:
         main(iid)
     assert exc.value.code == 2 and "--labels" in capsys.readouterr().err
@@ -113,7 +131,11 @@ def test_bad_labels_flags_exit_2(micro_pair_dir, prompts, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(no_labels + ["--labels-engine", "torch"])
     assert exc.value.code == 2 and "--labels-engine" in capsys.readouterr().err
-    for labels, says in (("", "at least one verifier"), ("specinfer,greedy", "greedy target"), ("rrs_wor", "not lossless for the grid")):
+    for labels, says in (
+        ("", "at least one verifier"),
+        ("specinfer,greedy", "greedy target"),
+        ("rrs_wor", "not lossless for the grid"),
+    ):
         with pytest.raises(SystemExit) as exc:  # refused before any model is loaded: no folder is left behind
             main(flags(micro_pair_dir, prompts, tmp_path / "d", "--labels", labels))
         err = capsys.readouterr().err
@@ -179,8 +201,23 @@ def test_a_label_only_capture_refuses_what_it_cannot_replay(light, tmp_path, cap
     from analyses import compare_verifiers
 
     with pytest.raises(SystemExit) as exc:  # a verifier it was not labelled for
-        compare_verifiers.main(["--capture", str(light), "--K-max", "2", "--L-max", "2", "--samples", "2", "--verifiers",
-                                "nss,traversal", "--out", str(tmp_path / "c"), "--quiet"])
+        compare_verifiers.main(
+            [
+                "--capture",
+                str(light),
+                "--K-max",
+                "2",
+                "--L-max",
+                "2",
+                "--samples",
+                "2",
+                "--verifiers",
+                "nss,traversal",
+                "--out",
+                str(tmp_path / "c"),
+                "--quiet",
+            ]
+        )
     err = capsys.readouterr().err
     assert exc.value.code == 2 and one_error_line(err) and "--full" in err, err
     assert not (tmp_path / "c").exists() or not any((tmp_path / "c").iterdir())  # nothing written
@@ -193,8 +230,28 @@ def test_the_selector_trains_on_a_label_only_capture(light, tmp_path):
     capture names (hidden states are never stored)."""
     from analyses import train_selector
 
-    assert train_selector.main(["--capture", str(light), "--K-max", "2", "--L-max", "2", "--samples", "2", "--verifiers",
-                                "specinfer", "--epochs", "2", "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    assert (
+        train_selector.main(
+            [
+                "--capture",
+                str(light),
+                "--K-max",
+                "2",
+                "--L-max",
+                "2",
+                "--samples",
+                "2",
+                "--verifiers",
+                "specinfer",
+                "--epochs",
+                "2",
+                "--out",
+                str(tmp_path / "run"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     labels = pl.read_parquet(tmp_path / "run" / "labels.parquet")
     assert set(labels["verifier"]) == {"specinfer", "traversal"} and labels["root"].n_unique() == 4
 
@@ -209,7 +266,7 @@ def test_under_top_k_every_drafted_child_keeps_its_q_in_the_stored_rows(micro_pa
     pair = CapturedPair(str(out))
     for root in CaptureSource([str(out)]).roots(CaptureSource([str(out)]).fixed_settings()[0]):
         for draft in root.drafts:
-            for branch in (draft.branches or ((),)):
+            for branch in draft.branches or ((),):
                 path = draft.trunk + branch
                 for d in range(len(path)):
                     q = pair.distributions([root.context + path[:d]])[1][0]

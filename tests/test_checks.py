@@ -14,20 +14,38 @@ from simlab.checks import check_device, check_in_range
 from simlab.sampling import Stream, seeded_rng
 
 
-@pytest.mark.parametrize("value, kwargs", [
-    (0.0, {}), (1.0, {}), (0.5, {"low_open": True}), (1, {"low_open": True}), (np.float32(0.25), {"high_open": True}),
-    (0.49, {"low": 0.0, "high": 0.5, "high_open": True}), (np.int64(0), {}),
-])
+@pytest.mark.parametrize(
+    "value, kwargs",
+    [
+        (0.0, {}),
+        (1.0, {}),
+        (0.5, {"low_open": True}),
+        (1, {"low_open": True}),
+        (np.float32(0.25), {"high_open": True}),
+        (0.49, {"low": 0.0, "high": 0.5, "high_open": True}),
+        (np.int64(0), {}),
+    ],
+)
 def test_in_range_accepts_the_interval_and_returns_a_float(value, kwargs):
     out = check_in_range(value, "x", **kwargs)
     assert type(out) is float and out == float(value)
 
 
-@pytest.mark.parametrize("value, kwargs, interval", [
-    (0.0, {"low_open": True}, "(0, 1]"), (1.0, {"high_open": True}, "[0, 1)"), (-1e-300, {}, "[0, 1]"),
-    (1 + 1e-15, {}, "[0, 1]"), (math.nan, {}, "[0, 1]"), (math.inf, {}, "[0, 1]"), (True, {}, "[0, 1]"),
-    ("0.5", {}, "[0, 1]"), (None, {}, "[0, 1]"), (0.5, {"low": 0.0, "high": 0.5, "high_open": True}, "[0, 0.5)"),
-])
+@pytest.mark.parametrize(
+    "value, kwargs, interval",
+    [
+        (0.0, {"low_open": True}, "(0, 1]"),
+        (1.0, {"high_open": True}, "[0, 1)"),
+        (-1e-300, {}, "[0, 1]"),
+        (1 + 1e-15, {}, "[0, 1]"),
+        (math.nan, {}, "[0, 1]"),
+        (math.inf, {}, "[0, 1]"),
+        (True, {}, "[0, 1]"),
+        ("0.5", {}, "[0, 1]"),
+        (None, {}, "[0, 1]"),
+        (0.5, {"low": 0.0, "high": 0.5, "high_open": True}, "[0, 0.5)"),
+    ],
+)
 def test_in_range_refuses_with_one_line_naming_the_argument(value, kwargs, interval):
     with pytest.raises(ValueError) as info:
         check_in_range(value, "top_p", **kwargs)
@@ -39,10 +57,15 @@ def test_device_rule_resolves_auto_and_keeps_cpu():
     assert check_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
-@pytest.mark.parametrize("device, message", [
-    ("nonsense", "--engine-device: unknown device 'nonsense'"), ("meta", "--engine-device: 'meta' is not a device"),
-    (0, "--engine-device: must be a device name"), (None, "--engine-device: must be a device name"),
-])
+@pytest.mark.parametrize(
+    "device, message",
+    [
+        ("nonsense", "--engine-device: unknown device 'nonsense'"),
+        ("meta", "--engine-device: 'meta' is not a device"),
+        (0, "--engine-device: must be a device name"),
+        (None, "--engine-device: must be a device name"),
+    ],
+)
 def test_device_rule_refuses_names_it_cannot_use(device, message):
     with pytest.raises(ValueError) as info:
         check_device(device, "--engine-device")

@@ -9,8 +9,27 @@ import pytest
 from analyses import compare_builders
 from conftest import one_error_line
 
-SMALL = ["--vocab", "12", "--trajectories", "2", "--roots-per-trajectory", "1", "--spacing", "6", "--settings", "0,1",
-         "--budgets", "4,8", "--samples", "2", "--grid-samples", "1", "--epochs", "3", "--quiet"]
+SMALL = [
+    "--vocab",
+    "12",
+    "--trajectories",
+    "2",
+    "--roots-per-trajectory",
+    "1",
+    "--spacing",
+    "6",
+    "--settings",
+    "0,1",
+    "--budgets",
+    "4,8",
+    "--samples",
+    "2",
+    "--grid-samples",
+    "1",
+    "--epochs",
+    "3",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +40,17 @@ def run(tmp_path_factory):
 
 
 def test_outputs_and_reasons(run):
-    for name in ("compare_builders.parquet", "per_root.parquet", "by_depth.parquet", "node_gaps.parquet", "not_run.parquet",
-                 "throughput.html", "throughput.png", "acceptance_by_depth.html", "acceptance_by_depth.png"):
+    for name in (
+        "compare_builders.parquet",
+        "per_root.parquet",
+        "by_depth.parquet",
+        "node_gaps.parquet",
+        "not_run.parquet",
+        "throughput.html",
+        "throughput.png",
+        "acceptance_by_depth.html",
+        "acceptance_by_depth.png",
+    ):
         assert (run / name).stat().st_size > 0, name
     per_root = pl.read_parquet(run / "per_root.parquet")
     not_run = pl.read_parquet(run / "not_run.parquet")
@@ -42,7 +70,8 @@ def test_budgets_are_matched_and_pairings_lossless(run):
         assert compare_builders.roster_module.LAWS[builder] <= set(tree_verifiers.get(verifier).lossless_for), (builder, verifier)
     assert Drafting.DETERMINISTIC in compare_builders.roster_module.LAWS["eagle2"]
     best = per_root.filter(pl.col("builder") == "treegraft_best").join(
-        per_root.filter(pl.col("builder") == "treegraft_learned"), on=["setting", "root", "budget", "verifier"], suffix="_l")
+        per_root.filter(pl.col("builder") == "treegraft_learned"), on=["setting", "root", "budget", "verifier"], suffix="_l"
+    )
     assert (best["E"] / best["T"] >= best["E_l"] / best["T_l"] - 1e-12).all()  # the exact best schedule dominates
 
 
@@ -57,22 +86,35 @@ def test_exact_values_equal_the_core(run):
     world = make_world("depth_profile", vocab=12, seed=0, settings=SamplingSettings(1.0))
     assert per_root.height
     for row in per_root.iter_rows(named=True):
-        direct = expected_block_efficiency(rooted(world, len(row["context"])), row["context"], EAGLE2(budget=row["budget"], depth=7, top_k=10), row["verifier"])
+        direct = expected_block_efficiency(
+            rooted(world, len(row["context"])), row["context"], EAGLE2(budget=row["budget"], depth=7, top_k=10), row["verifier"]
+        )
         assert abs(direct.mean - row["E"]) <= 1e-12
 
 
 def test_with_one_builder_the_ratios_are_one(tmp_path):
     assert compare_builders.main(SMALL + ["--builders", "eagle2", "--baseline", "eagle2", "--out", str(tmp_path)]) == 0
     summary = pl.read_parquet(tmp_path / "compare_builders.parquet")
-    primary = summary.filter(pl.col("verifier") == pl.when(pl.col("setting") == "T=0").then(pl.lit("greedy")).otherwise(pl.lit("onehot")))
+    primary = summary.filter(
+        pl.col("verifier") == pl.when(pl.col("setting") == "T=0").then(pl.lit("greedy")).otherwise(pl.lit("onehot"))
+    )
     assert primary.height and (primary["vs_baseline"] - 1).abs().max() <= 1e-12 and primary["paired_dE"].abs().max() <= 1e-12
 
 
-@pytest.mark.parametrize("flags, flag", [(["--budgets", "0"], "--budgets"), (["--builders", "medusa"], "--builders"),
-                                         (["--verifiers", "x"], "--verifiers"), (["--samples", "1"], "--samples"),
-                                         (["--capture", "x"], "--capture"), (["--selector", "nowhere"], "--selector"),
-                                         (["--trajectories", "1"], "--trajectories"), (["--drafters", "x"], "--drafters"),
-                                         (["--builders", "iid"], "--baseline")])
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--budgets", "0"], "--budgets"),
+        (["--builders", "medusa"], "--builders"),
+        (["--verifiers", "x"], "--verifiers"),
+        (["--samples", "1"], "--samples"),
+        (["--capture", "x"], "--capture"),
+        (["--selector", "nowhere"], "--selector"),
+        (["--trajectories", "1"], "--trajectories"),
+        (["--drafters", "x"], "--drafters"),
+        (["--builders", "iid"], "--baseline"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         compare_builders.main(flags + ["--out", str(tmp_path / "o"), "--quiet"])
@@ -81,10 +123,33 @@ def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
 
 
 def test_on_the_micro_pair_with_the_trained_block_drafter(micro_pair_dir, drafters, tmp_path):
-    flags = ["--backend", "hf", "--target", str(micro_pair_dir / "target"), "--draft", str(micro_pair_dir / "draft"),
-             "--trajectories", "2", "--roots-per-trajectory", "1", "--settings", "1", "--budgets", "6",
-             "--builders", "eagle2,specblock,iid", "--verifiers", "onehot,specinfer", "--samples", "2", "--grid-samples", "1",
-             "--out", str(tmp_path), "--quiet"]
+    flags = [
+        "--backend",
+        "hf",
+        "--target",
+        str(micro_pair_dir / "target"),
+        "--draft",
+        str(micro_pair_dir / "draft"),
+        "--trajectories",
+        "2",
+        "--roots-per-trajectory",
+        "1",
+        "--settings",
+        "1",
+        "--budgets",
+        "6",
+        "--builders",
+        "eagle2,specblock,iid",
+        "--verifiers",
+        "onehot,specinfer",
+        "--samples",
+        "2",
+        "--grid-samples",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+    ]
     assert compare_builders.main(flags) == 0
     per_root = pl.read_parquet(tmp_path / "per_root.parquet")
     assert set(per_root["builder"]) == {"eagle2", "specblock", "iid"} and (per_root["tokens"] <= 6).all()
@@ -93,14 +158,33 @@ def test_on_the_micro_pair_with_the_trained_block_drafter(micro_pair_dir, drafte
 def test_a_builder_without_a_lossless_verifier_is_listed_and_a_missing_baseline_is_said(tmp_path, capsys):
     """Issue 28: with --verifiers traversal EAGLE-2 (deterministic trees: no lossless pairing with
     traversal) got neither rows nor a not-run reason, and vs_baseline was null with no note."""
-    assert compare_builders.main(SMALL + ["--settings", "1", "--budgets", "4", "--builders", "sequoia,eagle2", "--verifiers", "traversal",
-                                          "--out", str(tmp_path)]) == 0
+    assert (
+        compare_builders.main(
+            SMALL
+            + [
+                "--settings",
+                "1",
+                "--budgets",
+                "4",
+                "--builders",
+                "sequoia,eagle2",
+                "--verifiers",
+                "traversal",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     not_run = pl.read_parquet(tmp_path / "not_run.parquet").filter(pl.col("builder") == "eagle2")
     assert not_run["setting"].to_list() == ["T=1"] and not_run["reason"].str.contains("--verifiers").all()
     summary = pl.read_parquet(tmp_path / "compare_builders.parquet")
     assert set(summary["builder"]) == {"sequoia"} and summary["vs_baseline"].is_null().all()
-    assert summary["baseline_note"].str.contains("onehot is not among --verifiers").sum() == summary.filter(pl.col("setting") == "T=1").height
+    assert (
+        summary["baseline_note"].str.contains("onehot is not among --verifiers").sum()
+        == summary.filter(pl.col("setting") == "T=1").height
+    )
     assert "note: vs_baseline and paired_dE are empty at T=1" in err
 
 

@@ -20,8 +20,27 @@ from simlab.builders import Delayed
 from simlab.trees import NodeTable
 from conftest import one_error_line
 
-SMALL = ["--vocab", "6", "--trajectories", "2", "--roots-per-trajectory", "1", "--settings", "1,0.5", "--K-max", "2",
-         "--L-max", "2", "--samples", "2", "--verifiers", "specinfer,bv,traversal", "--jobs", "1", "--quiet"]
+SMALL = [
+    "--vocab",
+    "6",
+    "--trajectories",
+    "2",
+    "--roots-per-trajectory",
+    "1",
+    "--settings",
+    "1,0.5",
+    "--K-max",
+    "2",
+    "--L-max",
+    "2",
+    "--samples",
+    "2",
+    "--verifiers",
+    "specinfer,bv,traversal",
+    "--jobs",
+    "1",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +51,16 @@ def small(tmp_path_factory):
 
 
 def test_outputs(small):
-    for name in ("compare_verifiers.parquet", "grid.parquet", "labels.parquet", "latency.json", "throughput.html",
-                 "throughput.png", "block_efficiency.html", "block_efficiency.png"):
+    for name in (
+        "compare_verifiers.parquet",
+        "grid.parquet",
+        "labels.parquet",
+        "latency.json",
+        "throughput.html",
+        "throughput.png",
+        "block_efficiency.html",
+        "block_efficiency.png",
+    ):
         assert (small / name).stat().st_size > 0, name
     chosen = pl.read_parquet(small / "compare_verifiers.parquet")
     assert chosen.height == 2 * 3 * 4  # settings x verifiers x choices
@@ -62,12 +89,24 @@ def test_the_choice_is_the_true_maximum_of_the_grid(small):
 def test_throughput_is_mean_E_over_mean_T(small):
     labels = pl.read_parquet(small / "labels.parquet")
     grid = pl.read_parquet(small / "grid.parquet")
-    one = labels.filter((pl.col("verifier") == "specinfer") & (pl.col("K") == 2) & (pl.col("L1") == 1) & (pl.col("L2") == 2)
-                        & (pl.col("setting") == "T=1"))
-    row = grid.filter((pl.col("verifier") == "specinfer") & (pl.col("K") == 2) & (pl.col("L1") == 1) & (pl.col("L2") == 2)
-                      & (pl.col("setting") == "T=1")).row(0, named=True)
+    one = labels.filter(
+        (pl.col("verifier") == "specinfer")
+        & (pl.col("K") == 2)
+        & (pl.col("L1") == 1)
+        & (pl.col("L2") == 2)
+        & (pl.col("setting") == "T=1")
+    )
+    row = grid.filter(
+        (pl.col("verifier") == "specinfer")
+        & (pl.col("K") == 2)
+        & (pl.col("L1") == 1)
+        & (pl.col("L2") == 2)
+        & (pl.col("setting") == "T=1")
+    ).row(0, named=True)
     assert row["TPS"] == pytest.approx(one["E"].mean() / one["T"].mean(), rel=1e-12)
-    assert row["T"] == pytest.approx(LatencyModel.from_cost_ratio(0.1, per_token=0.01).delayed_time(2, 1, 2, one["context_length"][0]))
+    assert row["T"] == pytest.approx(
+        LatencyModel.from_cost_ratio(0.1, per_token=0.01).delayed_time(2, 1, 2, one["context_length"][0])
+    )
 
 
 def test_same_seed_same_labels(small, tmp_path):
@@ -105,21 +144,24 @@ def test_holdout_half_is_independent_of_the_choice_half():
         assert r["E"] == pytest.approx((r["E_select"] + r["E_holdout"]) / 2)
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--samples", "1"], "--samples"),
-    (["--verifiers", "specinfer,nope"], "--verifiers: unknown nope"),
-    (["--baseline", "nss", "--verifiers", "specinfer"], "--baseline"),
-    (["--settings", "hot"], "--settings"),
-    (["--settings", "1:1.5"], "--settings: top-p"),
-    (["--L-max", "17"], "--L-max"),
-    (["--cost-ratio", "0"], "--cost-ratio"),
-    (["--backend", "hf"], "--backend hf"),
-    (["--capture", "/nonexistent"], "--capture"),
-    (["--latency", "/nonexistent.json"], "latency: no such profile"),
-    (["--engine", "torch", "--method", "exact"], "--engine"),
-    (["--engine-device", "cuda"], "--engine-device: only with --engine torch"),
-    (["--engine", "torch", "--engine-device", "nonsense"], "--engine-device"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--samples", "1"], "--samples"),
+        (["--verifiers", "specinfer,nope"], "--verifiers: unknown nope"),
+        (["--baseline", "nss", "--verifiers", "specinfer"], "--baseline"),
+        (["--settings", "hot"], "--settings"),
+        (["--settings", "1:1.5"], "--settings: top-p"),
+        (["--L-max", "17"], "--L-max"),
+        (["--cost-ratio", "0"], "--cost-ratio"),
+        (["--backend", "hf"], "--backend hf"),
+        (["--capture", "/nonexistent"], "--capture"),
+        (["--latency", "/nonexistent.json"], "latency: no such profile"),
+        (["--engine", "torch", "--method", "exact"], "--engine"),
+        (["--engine-device", "cuda"], "--engine-device: only with --engine torch"),
+        (["--engine", "torch", "--engine-device", "nonsense"], "--engine-device"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(flags, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         cv.main(flags + ["--out", str(tmp_path), "--quiet"])
@@ -156,8 +198,26 @@ def test_capture_replay_equals_live_models_on_the_same_drafts(grid_capture, micr
 
 
 def test_study_on_a_grid_capture(grid_capture, tmp_path):
-    assert cv.main(["--capture", str(grid_capture), "--K-max", "2", "--L-max", "2", "--samples", "2", "--verifiers",
-                    "specinfer,traversal", "--out", str(tmp_path), "--quiet"]) == 0
+    assert (
+        cv.main(
+            [
+                "--capture",
+                str(grid_capture),
+                "--K-max",
+                "2",
+                "--L-max",
+                "2",
+                "--samples",
+                "2",
+                "--verifiers",
+                "specinfer,traversal",
+                "--out",
+                str(tmp_path),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     labels = pl.read_parquet(tmp_path / "labels.parquet")
     assert labels["root"].n_unique() == 2 and set(labels["setting"]) == {"T=1"}
 
@@ -182,12 +242,39 @@ def test_every_action_is_labelled_once():
 
 
 def test_exact_method_enumerates_every_tree(tmp_path):
-    assert cv.main(["--method", "exact", "--vocab", "2", "--K-max", "2", "--L-max", "2", "--settings", "1", "--verifiers",
-                    "specinfer,traversal", "--trajectories", "1", "--roots-per-trajectory", "1", "--jobs", "1",
-                    "--out", str(tmp_path), "--quiet"]) == 0
+    assert (
+        cv.main(
+            [
+                "--method",
+                "exact",
+                "--vocab",
+                "2",
+                "--K-max",
+                "2",
+                "--L-max",
+                "2",
+                "--settings",
+                "1",
+                "--verifiers",
+                "specinfer,traversal",
+                "--trajectories",
+                "1",
+                "--roots-per-trajectory",
+                "1",
+                "--jobs",
+                "1",
+                "--out",
+                str(tmp_path),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     labels = pl.read_parquet(tmp_path / "labels.parquet")
     assert (labels["E_se"] == 0).all() and labels.height == 2 * 2 * 3 * 3
-    row = labels.filter((pl.col("verifier") == "specinfer") & (pl.col("K") == 2) & (pl.col("L1") == 1) & (pl.col("L2") == 1)).row(0, named=True)
+    row = labels.filter((pl.col("verifier") == "specinfer") & (pl.col("K") == 2) & (pl.col("L1") == 1) & (pl.col("L2") == 1)).row(
+        0, named=True
+    )
     root = next(SyntheticSource(vocab=2, trajectories=1, roots_per_trajectory=1).roots(SamplingSettings()))
     assert row["E"] == expected_block_efficiency(root.pair, root.context, Delayed(2, 1, 1), "specinfer").mean
 
@@ -200,16 +287,44 @@ def test_exact_method_is_refused_for_real_models(capsys, tmp_path):
 
 def test_one_root_per_setting_runs(tmp_path, capsys):
     """A single root has no standard error across roots: NaN, never a crash."""
-    assert cv.main(["--settings", "1", "--trajectories", "1", "--roots-per-trajectory", "1", "--K-max", "2", "--L-max", "1",
-                    "--samples", "2", "--verifiers", "specinfer,traversal", "--vocab", "5", "--jobs", "1", "--out", str(tmp_path)]) == 0
+    assert (
+        cv.main(
+            [
+                "--settings",
+                "1",
+                "--trajectories",
+                "1",
+                "--roots-per-trajectory",
+                "1",
+                "--K-max",
+                "2",
+                "--L-max",
+                "1",
+                "--samples",
+                "2",
+                "--verifiers",
+                "specinfer,traversal",
+                "--vocab",
+                "5",
+                "--jobs",
+                "1",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     assert "nan" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--settings", "1,1"], "names a setting twice"),
-    (["--settings", "inf"], "--settings: temperature"),
-    (["--verifiers", "rrs_wor,traversal"], "rrs_wor"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--settings", "1,1"], "names a setting twice"),
+        (["--settings", "inf"], "--settings: temperature"),
+        (["--verifiers", "rrs_wor,traversal"], "rrs_wor"),
+    ],
+)
 def test_more_bad_arguments(flags, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         cv.main(flags + ["--out", str(tmp_path), "--quiet"])

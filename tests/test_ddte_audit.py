@@ -24,8 +24,16 @@ def run(tmp_path_factory):
 
 
 def test_outputs_and_inflation(run):
-    for name in ("ddte_audit.parquet", "labels.parquet", "inflation.html", "inflation.png", "selector.parquet", "selector_roots.parquet",
-                 "selector.html", "selector.png"):
+    for name in (
+        "ddte_audit.parquet",
+        "labels.parquet",
+        "inflation.html",
+        "inflation.png",
+        "selector.parquet",
+        "selector_roots.parquet",
+        "selector.html",
+        "selector.png",
+    ):
         assert (run / name).stat().st_size > 0, name
     summary = pl.read_parquet(run / "ddte_audit.parquet")
     assert set(summary["convention"]) == set(ddte_audit.CONVENTIONS) and set(summary["verifier"]) == set(ddte_audit.VERIFIERS)
@@ -42,27 +50,43 @@ def test_the_inflation_chart_shows_the_mean_over_settings(run):
     """One bar per verifier and convention (the mean over the two settings), not one per setting."""
     summary = pl.read_parquet(run / "ddte_audit.parquet")
     assert summary["setting"].n_unique() == 2
-    assert (run / "inflation.html").read_text().count('"max_inflation":') == len(ddte_audit.VERIFIERS) * len(ddte_audit.CONVENTIONS)
+    assert (run / "inflation.html").read_text().count('"max_inflation":') == len(ddte_audit.VERIFIERS) * len(
+        ddte_audit.CONVENTIONS
+    )
 
 
 def test_selector_policies_are_valued_by_the_labels(run):
     labels, roots = pl.read_parquet(run / "labels.parquet"), pl.read_parquet(run / "selector_roots.parquet")
     table = pl.read_parquet(run / "selector.parquet")
-    touched = {("specinfer", c) for c in ("exact", "per_path", "public")} | {("spectr", c) for c in ("exact", "per_path", "four_step", "public")} \
-        | {("khisti", c) for c in ("exact", "per_path", "rank", "public")} | {("traversal", "exact")}
+    touched = (
+        {("specinfer", c) for c in ("exact", "per_path", "public")}
+        | {("spectr", c) for c in ("exact", "per_path", "four_step", "public")}
+        | {("khisti", c) for c in ("exact", "per_path", "rank", "public")}
+        | {("traversal", "exact")}
+    )
     assert set(zip(table["verifier"], table["convention"])) == touched
     key = ["setting", "trajectory", "root", "verifier", "K", "L1", "L2"]
     label_of = {(r["convention"], *(r[k] for k in key)): r["E"] for r in labels.iter_rows(named=True)}
-    test_trajectories = {t for t, part in zip(labels["trajectory"], split_by_trajectory(labels["trajectory"].to_list(), 0)) if part == "test"}
+    test_trajectories = {
+        t for t, part in zip(labels["trajectory"], split_by_trajectory(labels["trajectory"].to_list(), 0)) if part == "test"
+    }
     assert set(roots["trajectory"]) == test_trajectories
     for r in roots.iter_rows(named=True):
         own = r["convention"] if (r["convention"], *(r[k] for k in key)) in label_of else "exact"
-        assert r["E_claimed"] == label_of[(own, *(r[k] for k in key))] and r["E_exact"] == label_of[("exact", *(r[k] for k in key))]
-    for _, group in roots.filter(pl.col("policy").str.starts_with("static")).group_by("verifier", "convention", "policy", "setting"):
+        assert (
+            r["E_claimed"] == label_of[(own, *(r[k] for k in key))] and r["E_exact"] == label_of[("exact", *(r[k] for k in key))]
+        )
+    for _, group in roots.filter(pl.col("policy").str.starts_with("static")).group_by(
+        "verifier", "convention", "policy", "setting"
+    ):
         assert group.select("K", "L1", "L2").unique().height == 1  # one static action per setting
     for (verifier, convention, policy), group in roots.group_by("verifier", "convention", "policy"):
-        row = table.filter((pl.col("verifier") == verifier) & (pl.col("convention") == convention) & (pl.col("policy") == policy)
-                           & (pl.col("setting") == "all")).row(0, named=True)
+        row = table.filter(
+            (pl.col("verifier") == verifier)
+            & (pl.col("convention") == convention)
+            & (pl.col("policy") == policy)
+            & (pl.col("setting") == "all")
+        ).row(0, named=True)
         assert row["claimed_TPS"] == pytest.approx(group["E_claimed"].sum() / group["T"].sum(), rel=1e-12)
         assert row["exact_TPS"] == pytest.approx(group["E_exact"].sum() / group["T"].sum(), rel=1e-12)
     exact = table.filter(pl.col("convention") == "exact")
@@ -91,9 +115,17 @@ def test_static_choice_is_the_training_roots_argmax(run):
         assert tuple(group.row(0, named=True)[k] for k in ("K", "L1", "L2")) == best
 
 
-@pytest.mark.parametrize("flags, flag", [(["--samples", "0"], "--samples"), (["--capture", "x"], "--capture"),
-                                         (["--settings", "x"], "--settings"), (["--trajectories", "2"], "--trajectories"),
-                                         (["--epochs", "0"], "--epochs"), (["--no-selector", "--epochs", "5"], "--epochs")])
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--samples", "0"], "--samples"),
+        (["--capture", "x"], "--capture"),
+        (["--settings", "x"], "--settings"),
+        (["--trajectories", "2"], "--trajectories"),
+        (["--epochs", "0"], "--epochs"),
+        (["--no-selector", "--epochs", "5"], "--epochs"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         ddte_audit.main(flags + ["--out", str(tmp_path / "o"), "--quiet"])

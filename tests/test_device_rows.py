@@ -30,8 +30,12 @@ def logit_rows(seed, n=6, vocab=40):
     return z
 
 
-@pytest.mark.parametrize("settings", [SamplingSettings(t) for t in (0.0, 0.3, 1.0, 2.5)]
-                         + [SamplingSettings(1.0, top_k=k) for k in (1, 3, 5, 40)] + [SamplingSettings(0.7, top_k=4)])
+@pytest.mark.parametrize(
+    "settings",
+    [SamplingSettings(t) for t in (0.0, 0.3, 1.0, 2.5)]
+    + [SamplingSettings(1.0, top_k=k) for k in (1, 3, 5, 40)]
+    + [SamplingSettings(0.7, top_k=4)],
+)
 def test_probabilities_equal_the_host_transform(settings):
     for seed in range(5):
         z = logit_rows(seed)
@@ -106,8 +110,10 @@ def test_resident_logits_are_the_host_logits(pair):
     context = pair.encode("The for statement is used to iterate over")
     paths = [(), (5,), (5, 7), (9,)]
     resident = pair.with_resident_logits()
-    for host, device in ((pair.node_logits(context, paths), resident.node_logits(context, paths)),
-                         (pair.forest_logits([(context, paths)])[0], resident.forest_logits([(context, paths)])[0])):
+    for host, device in (
+        (pair.node_logits(context, paths), resident.node_logits(context, paths)),
+        (pair.forest_logits([(context, paths)])[0], resident.forest_logits([(context, paths)])[0]),
+    ):
         for a, b in zip(host, device):
             assert isinstance(a, np.ndarray) and isinstance(b, torch.Tensor)
             np.testing.assert_array_equal(a, b.numpy())

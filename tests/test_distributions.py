@@ -145,8 +145,13 @@ def _top_positive_cases(vocab, seed, kind):
     return rng.dirichlet(np.ones(vocab))
 
 
-@given(st.integers(1, 5000), st.integers(0, 12), st.integers(0, 2**31 - 1), st.sampled_from(["ties", "zeros", "smooth", "rising"]),
-       st.sampled_from([4, 64, 2048]))
+@given(
+    st.integers(1, 5000),
+    st.integers(0, 12),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from(["ties", "zeros", "smooth", "rising"]),
+    st.sampled_from([4, 64, 2048]),
+)
 def test_top_positive_equals_the_stable_argsort_of_the_positive_entries(vocab, n, seed, kind, block):
     """EAGLE-2's proposal fast path (a block's n-th largest as the threshold) against the full sort."""
     x = _top_positive_cases(vocab, seed, kind)
@@ -156,6 +161,7 @@ def test_top_positive_equals_the_stable_argsort_of_the_positive_entries(vocab, n
 def test_a_top_positive_that_drops_ties_at_the_threshold_is_caught():
     """The planted fault (candidates strictly above the block's n-th largest) fails the reference
     comparison above on a tie case, so that test can fail."""
+
     def broken(x, n, block=4):
         head = x[:block]
         t = np.partition(head, head.size - n)[head.size - n]

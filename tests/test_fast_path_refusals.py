@@ -71,7 +71,9 @@ def _grid(p, q, kids, rows="float64", **options):
 
 def _labels(p, q, kids):
     drafts = [GridDraft(0, (), tuple((t,) for t in kids))]
-    return list(grid_labels(NodeTable(RowsPair(p, q), (0,)), drafts, ["naive"], K_values=(len(kids),), L2_values=(1,), engine="torch"))
+    return list(
+        grid_labels(NodeTable(RowsPair(p, q), (0,)), drafts, ["naive"], K_values=(len(kids),), L2_values=(1,), engine="torch")
+    )
 
 
 def _node(p, q, kids):
@@ -135,8 +137,10 @@ def test_every_fast_path_refuses_as_the_reference(case, path):
 
 def test_the_reference_takes_the_valid_inputs_every_path_takes():
     """The table's valid rows: every path values them, and alike (the refusals above are real)."""
-    values = [_grid(GOOD_P, GOOD_Q, (0, 2), **options)[(2, 0, 1)].mean
-              for options in ({}, {"stream": True}, {"engine": "torch"}, {"rows": "logits"})]
+    values = [
+        _grid(GOOD_P, GOOD_Q, (0, 2), **options)[(2, 0, 1)].mean
+        for options in ({}, {"stream": True}, {"engine": "torch"}, {"rows": "logits"})
+    ]
     assert max(values) - min(values) <= 1e-12
     node = _node(GOOD_P, GOOD_Q, (0, 2))
     assert np.abs(_batched(GOOD_P, GOOD_Q, (0, 2)).numpy() - node).max() <= 1e-12

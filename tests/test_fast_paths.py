@@ -113,15 +113,20 @@ def test_top_s_matches_a_stable_sort():
 # -- children-only branch mass, the shared single-child plan, prepared-once inputs (issue 16) -----
 
 
-
 NODE_VERIFIERS = [verifiers.get(n) for n in verifiers.names()] + [
-    verifiers.get("specinfer", order="fixed"), verifiers.get("spectr", rho="four_step"),
-    verifiers.get("khisti", mode="truncated", s=2)]
+    verifiers.get("specinfer", order="fixed"),
+    verifiers.get("spectr", rho="four_step"),
+    verifiers.get("khisti", mode="truncated", s=2),
+]
 EDGES = [
-    ([0.2, 0.3, 0.5], [0.2, 0.3, 0.5]), ([0.0, 1.0, 0.0, 0.0], [0.4, 0.3, 0.2, 0.1]),
-    ([0.4, 0.3, 0.2, 0.1], [0.0, 0.0, 1.0, 0.0]), ([0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.3, 0.7]),
-    ([0.3, 0.3, 0.4], [0.0, 0.5, 0.5]), ([1.0, 1e-300, 1e-300, 0.0], [0.5, 0.5, 1e-300, 1e-300]),
-    ([0.25, 0.25, 0.25, 0.25], [1.0, 1e-300, 1e-300, 1e-300]), ([0.4, 0.4, 0.2], [0.4, 0.2, 0.4]),  # ties
+    ([0.2, 0.3, 0.5], [0.2, 0.3, 0.5]),
+    ([0.0, 1.0, 0.0, 0.0], [0.4, 0.3, 0.2, 0.1]),
+    ([0.4, 0.3, 0.2, 0.1], [0.0, 0.0, 1.0, 0.0]),
+    ([0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.3, 0.7]),
+    ([0.3, 0.3, 0.4], [0.0, 0.5, 0.5]),
+    ([1.0, 1e-300, 1e-300, 0.0], [0.5, 0.5, 1e-300, 1e-300]),
+    ([0.25, 0.25, 0.25, 0.25], [1.0, 1e-300, 1e-300, 1e-300]),
+    ([0.4, 0.4, 0.2], [0.4, 0.2, 0.4]),  # ties
 ]
 
 
@@ -239,8 +244,12 @@ def _check_traversal_masses(tree):
     masses = verifier.accept_masses(tree)
     for path in set(law) | set(masses):  # a path one of them gives a rounding-level mass may be absent from the other
         assert abs(masses.get(path, 0.0) - law.get(path, 0.0)) <= 1e-12, (path, masses.get(path), law.get(path))
-    np.testing.assert_allclose(verifier.accepted_length_distribution(tree), accepted_lengths(verifier.outcome_law(tree), tree.depth()),
-                               rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        verifier.accepted_length_distribution(tree),
+        accepted_lengths(verifier.outcome_law(tree), tree.depth()),
+        rtol=0,
+        atol=1e-12,
+    )
     assert abs(verifier.expected_block_efficiency(tree) - law_block_efficiency(verifier, tree)) <= 1e-12
 
 
@@ -277,10 +286,14 @@ def test_traversal_masses_on_edge_cases(case):
     from simlab.pairs import ContextFreePair
 
     base = np.array([0.4, 0.3, 0.2, 0.1])
-    p, q = {"p == q": (base, base), "one-hot p": (np.array([0, 1.0, 0, 0]), base), "one-hot q": (base, np.array([0, 0, 1.0, 0])),
-            "disjoint": (np.array([0.5, 0.5, 0, 0]), np.array([0, 0, 0.5, 0.5])),
-            "tiny masses": (np.array([1 - 3e-15, 1e-15, 1e-15, 1e-15]), np.array([1e-15, 1 - 3e-15, 1e-15, 1e-15])),
-            "ties": (np.full(4, 0.25), np.array([0.25, 0.25, 0.25, 0.25]))}[case]
+    p, q = {
+        "p == q": (base, base),
+        "one-hot p": (np.array([0, 1.0, 0, 0]), base),
+        "one-hot q": (base, np.array([0, 0, 1.0, 0])),
+        "disjoint": (np.array([0.5, 0.5, 0, 0]), np.array([0, 0, 0.5, 0.5])),
+        "tiny masses": (np.array([1 - 3e-15, 1e-15, 1e-15, 1e-15]), np.array([1e-15, 1 - 3e-15, 1e-15, 1e-15])),
+        "ties": (np.full(4, 0.25), np.array([0.25, 0.25, 0.25, 0.25])),
+    }[case]
     support = [int(t) for t in np.flatnonzero(q > 0)]
     kids_of = {(): support, **{(t,): support[::-1] for t in support}}  # every drafted token, twice deep
     _check_traversal_masses(_distinct_tree(ContextFreePair(p, q), kids_of, Drafting.WITHOUT_REPLACEMENT))
@@ -324,8 +337,13 @@ def test_grouped_grid_equals_the_reference_grid_bit_for_bit(name, eos, trunk):
         return
     grouped = grid_block_efficiency(NodeTable(pair, (0,)), drafts, verifier, **options)
     assert grouped.keys() == reference.keys()
-    assert all(grouped[a].mean == reference[a].mean and grouped[a].stderr == reference[a].stderr
-               or np.isnan(grouped[a].stderr) and np.isnan(reference[a].stderr) for a in grouped)
+    assert all(
+        grouped[a].mean == reference[a].mean
+        and grouped[a].stderr == reference[a].stderr
+        or np.isnan(grouped[a].stderr)
+        and np.isnan(reference[a].stderr)
+        for a in grouped
+    )
 
 
 @pytest.mark.parametrize("per_path", [False, True])
@@ -384,7 +402,7 @@ def test_has_excess_is_a_positive_residual_mass():
     rng = np.random.default_rng(12)
     q = rng.dirichlet(np.full(3 * _BLOCK + 5, 0.5))
     late = q.copy()
-    late[: -3] *= 1 - 1e-12  # p below q everywhere but in the last block
+    late[:-3] *= 1 - 1e-12  # p below q everywhere but in the last block
     late[-3:] += (1 - late.sum()) / 3
     for p in (q, q * (1 - 1e-12), late, rng.dirichlet(np.full(q.size, 0.5))):
         single = SingleDraft(p, q)
@@ -494,8 +512,11 @@ def test_traversal_weight_update_keeps_a_small_excess():
 
     q = np.array([0.99882379, 1.35e-12, 0.00117584, 9.48e-11, 3.63e-07])
     q = q / q.sum()
-    tree = DraftTree(NodeTable(ContextFreePair(np.array([1.0, 0, 0, 0, 0]), q), (0,)), {(): (0,), (0,): (2, 3, 4, 1)},
-                     drafting=Drafting.WITHOUT_REPLACEMENT)
+    tree = DraftTree(
+        NodeTable(ContextFreePair(np.array([1.0, 0, 0, 0, 0]), q), (0,)),
+        {(): (0,), (0,): (2, 3, 4, 1)},
+        drafting=Drafting.WITHOUT_REPLACEMENT,
+    )
     verifier = tree_verifiers.get("traversal")
     assert _exact_traversal(tree) == {(0,): 1.0}
     assert verifier.accept_masses(tree) == {(0,): 1.0}
@@ -526,7 +547,7 @@ def _reach_grid_agrees(V, eos, seed=5) -> bool:
     for _ in range(200):
         trunk = _walk(table, (), int(rng.integers(0, 3)), rng)
         lengths = [int(rng.integers(1, 5)) if rng.random() > 0.1 else 0 for _ in range(int(rng.integers(1, 7)))]
-        branches = tuple(_walk(table, trunk, n, rng)[len(trunk):] for n in lengths)
+        branches = tuple(_walk(table, trunk, n, rng)[len(trunk) :] for n in lengths)
         drafts.append(GridDraft(len(trunk) - int(rng.integers(0, 2)) if trunk else 0, trunk, branches))
     K_values, L2_values = (3, 1, 6, 2, 4), range(7)
     fast = reach_grid.grid_values(NodeTable(table.pair, (0,)), drafts, K_values, L2_values)
@@ -553,7 +574,9 @@ def test_reach_grid_agreement_catches_planted_faults(monkeypatch):
     from simlab import reach_grid
 
     with monkeypatch.context() as m:
-        m.setattr(reach_grid, "first_copies", lambda tokens: np.broadcast_to(np.arange(tokens.shape[1])[None, :, None], tokens.shape))
+        m.setattr(
+            reach_grid, "first_copies", lambda tokens: np.broadcast_to(np.arange(tokens.shape[1])[None, :, None], tokens.shape)
+        )
         assert not _reach_grid_agrees(3, None)
     with monkeypatch.context() as m:
         walk_order = reach_grid.walk_order

@@ -13,8 +13,13 @@ def test_actions_within_a_budget_match_a_written_out_reference():
     assert len(axes.actions()) == 4 * 9 * 9 and axes.actions()[:2] == [(1, 0, 0), (1, 0, 1)]
     for budget in (1, 4, 8, 16):
         for rollouts in (False, True):
-            reference = [(K, L1, L2) for K in range(1, 5) for L1 in range(9) for L2 in range(9)
-                         if L1 + K * L2 <= budget and L1 + L2 > 0 and not (rollouts and L1)]
+            reference = [
+                (K, L1, L2)
+                for K in range(1, 5)
+                for L1 in range(9)
+                for L2 in range(9)
+                if L1 + K * L2 <= budget and L1 + L2 > 0 and not (rollouts and L1)
+            ]
             assert axes.actions(budget, rollouts=rollouts) == reference
 
 
@@ -24,8 +29,15 @@ def test_capture_width_and_depth_map_onto_the_axes():
     assert (axes.width, axes.depth, axes.largest_tree) == (3, 2, 2 + 3 * 2)
 
 
-@pytest.mark.parametrize("kwargs, name", [(dict(K_values=()), "K_values"), (dict(K_values=(0, 1)), "K_values"),
-                                          (dict(L1_values=(1, 1)), "L1_values"), (dict(L2_values=(-1,)), "L2_values")])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(K_values=()), "K_values"),
+        (dict(K_values=(0, 1)), "K_values"),
+        (dict(L1_values=(1, 1)), "L1_values"),
+        (dict(L2_values=(-1,)), "L2_values"),
+    ],
+)
 def test_bad_axes_are_refused_by_name(kwargs, name):
     with pytest.raises(ValueError, match=f"^{name}: "):
         GridAxes(**kwargs)

@@ -55,13 +55,16 @@ def test_width_one_tree_equals_the_chain(pair, prompt):
 def test_path_batching_fallback_agrees(micro_pair_dir, pair, prompt):
     fallback = HFPair(str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu", tree_attention=False)
     paths = [(), (4,), (4, 9)]
-    np.testing.assert_allclose(fallback.node_distributions(prompt, paths)[0], pair.node_distributions(prompt, paths)[0], atol=1e-4)
+    np.testing.assert_allclose(
+        fallback.node_distributions(prompt, paths)[0], pair.node_distributions(prompt, paths)[0], atol=1e-4
+    )
 
 
 @pytest.mark.parametrize("verifier", tree_verifiers.names())
 def test_temperature_zero_equals_greedy_decoding(micro_pair_dir, prompt, verifier):
-    greedy = HFPair(str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu",
-                    settings=SamplingSettings(temperature=0.0))
+    greedy = HFPair(
+        str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu", settings=SamplingSettings(temperature=0.0)
+    )
     shape = chain(3) if verifier == "rrs_wor" else iid(2, 2)
     if verifier == "greedy_draft":
         from simlab.builders import GreedyDraftTree
@@ -189,7 +192,9 @@ def test_models_without_tree_masks_fall_back_once_with_a_warning(micro_pair_dir,
     monkeypatch.setattr(GPT2LMHeadModel, "forward", real)
     plain = HFPair(str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu")
     paths = [(), (4,), (4, 9), (5,)]
-    np.testing.assert_allclose(fallback.node_distributions(prompt, paths)[0], plain.node_distributions(prompt, paths)[0], atol=1e-4)
+    np.testing.assert_allclose(
+        fallback.node_distributions(prompt, paths)[0], plain.node_distributions(prompt, paths)[0], atol=1e-4
+    )
 
 
 def test_the_reference_pair_manifest_records_its_machine(micro_pair_dir):
@@ -262,15 +267,19 @@ def test_a_logits_table_gives_the_same_bits_as_a_rows_table(pair, prompt):
     from simlab.labels import grid_labels
 
     tables = {mode: NodeTable(pair, prompt, rows=mode) for mode in ("float64", "logits")}
-    drafts = {mode: draw_grid(t, K_max=2, L1_values=(0, 1, 2), L2_max=2, samples=2, rng=np.random.default_rng(3))
-              for mode, t in tables.items()}
+    drafts = {
+        mode: draw_grid(t, K_max=2, L1_values=(0, 1, 2), L2_max=2, samples=2, rng=np.random.default_rng(3))
+        for mode, t in tables.items()
+    }
     assert drafts["float64"] == drafts["logits"]
     rows, logits = tables["float64"], tables["logits"]
     assert not logits._p and logits._logits  # nothing float64 kept
     for path in rows._p:
         assert np.array_equal(rows.p(path), logits.p(path)) and np.array_equal(rows.q(path), logits.q(path))
-    labels = {mode: list(grid_labels(t, drafts[mode], ["specinfer", "traversal"], K_values=(1, 2), L2_values=(0, 1, 2)))
-              for mode, t in tables.items()}
+    labels = {
+        mode: list(grid_labels(t, drafts[mode], ["specinfer", "traversal"], K_values=(1, 2), L2_values=(0, 1, 2)))
+        for mode, t in tables.items()
+    }
     import polars as pl
 
     assert pl.DataFrame(labels["float64"]).equals(pl.DataFrame(labels["logits"]))  # NaN standard errors compare equal
@@ -310,7 +319,10 @@ def test_an_error_of_our_own_in_the_probe_is_raised_not_taken_for_a_mask_refusal
     import backends.hf as hf
 
     namespace = {}
-    exec(compile("def broken(self, model, items):\n    raise TypeError('a bug in the forest mask')\n", hf.__file__, "exec"), namespace)
+    exec(
+        compile("def broken(self, model, items):\n    raise TypeError('a bug in the forest mask')\n", hf.__file__, "exec"),
+        namespace,
+    )
     monkeypatch.setattr(HFPair, "_forest_rows", namespace["broken"])
     with pytest.raises(TypeError, match="a bug in the forest mask"):
         HFPair(str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu")
@@ -321,8 +333,14 @@ def test_an_error_of_tree_cache_in_the_probe_is_raised_too(micro_pair_dir, monke
     import backends.tree_cache as tree_cache
 
     namespace = {}
-    exec(compile("def broken(self, blocks, chunk, takes):\n    raise IndexError('a bug in the cached mask')\n",
-                 tree_cache.__file__, "exec"), namespace)
+    exec(
+        compile(
+            "def broken(self, blocks, chunk, takes):\n    raise IndexError('a bug in the cached mask')\n",
+            tree_cache.__file__,
+            "exec",
+        ),
+        namespace,
+    )
     monkeypatch.setattr(tree_cache.CachedTree, "feed", namespace["broken"])
     with pytest.raises(IndexError, match="a bug in the cached mask"):
         HFPair(str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu")
@@ -353,7 +371,9 @@ def test_a_draft_with_a_shorter_context_is_refused_at_load(micro_pair_dir, tmp_p
 
     short = _variant_draft(micro_pair_dir, tmp_path / "short", n_positions=64)
     capsys.readouterr()  # saving's own progress bar
-    with pytest.raises(ValueError, match=r"^draft: its context \(64 tokens, '.*short'\) is shorter than the target's \(128 tokens, "):
+    with pytest.raises(
+        ValueError, match=r"^draft: its context \(64 tokens, '.*short'\) is shorter than the target's \(128 tokens, "
+    ):
         HFPair(str(micro_pair_dir / "target"), short, device="cpu")
     flags = capture_flags(micro_pair_dir, write_prompts(tmp_path, 1), tmp_path / "o", "--depth", "1") + ["--draft", short]
     with pytest.raises(SystemExit) as exc:
@@ -386,13 +406,20 @@ def test_a_draft_with_a_larger_vocabulary_is_cut_only_when_asked(micro_pair_dir,
 
     prompts = write_prompts(tmp_path, 1)
     base = capture_flags(micro_pair_dir, prompts, tmp_path / "o", "--depth", "1", "--width", "2", "--roots-per-forward", "1")
-    for extra, says in (([], "--draft: its vocabulary (408 ids"), (["--trim-draft-vocab"], "--trim-draft-vocab: the draft's vocabulary (400 ids) "
-                                                                                            "is not larger than the target's (400)")):
+    for extra, says in (
+        ([], "--draft: its vocabulary (408 ids"),
+        (["--trim-draft-vocab"], "--trim-draft-vocab: the draft's vocabulary (400 ids) is not larger than the target's (400)"),
+    ):
         with pytest.raises(SystemExit) as exc:
             main(base + extra + (["--draft", wide] if not extra else []))
         err = capsys.readouterr().err
         assert exc.value.code == 2 and one_error_line(err) and says in err, err
     out = tmp_path / "trimmed"
-    assert main(capture_flags(micro_pair_dir, prompts, out, "--depth", "1", "--width", "2") + ["--draft", wide, "--trim-draft-vocab"]) == 0
+    assert (
+        main(
+            capture_flags(micro_pair_dir, prompts, out, "--depth", "1", "--width", "2") + ["--draft", wide, "--trim-draft-vocab"]
+        )
+        == 0
+    )
     assert "renormalised (--trim-draft-vocab" in capsys.readouterr().err
     assert json.loads((out / "settings.json").read_text())["trim_draft_vocab"] is True

@@ -42,7 +42,9 @@ def test_tiny_temperature_runs_the_synthetic_study(tmp_path):
 
 
 def test_tiny_temperature_world_rows_are_laws():
-    world = DepthProfileWorld(vocab=64, seed=0).with_settings(__import__("simlab.sampling", fromlist=["x"]).SamplingSettings(1e-310))
+    world = DepthProfileWorld(vocab=64, seed=0).with_settings(
+        __import__("simlab.sampling", fromlist=["x"]).SamplingSettings(1e-310)
+    )
     p, q = world.distributions([(3, 4)])
     assert np.isfinite(p).all() and p.sum() == 1.0 and q.sum() == 1.0
 
@@ -67,10 +69,15 @@ def test_whole_tree_verifiers_refuse_a_child_with_q_zero(verifier):
         tree_verifiers.get(verifier).outcome_law(tree)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: PAIR, lambda: ContextFreePair([0.5, 0.5], [0.5, 0.5]), lambda: DepthProfileWorld(vocab=4, seed=0),
-    lambda: DistilledWorld(vocab=4, seed=0, train_tokens=200),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: PAIR,
+        lambda: ContextFreePair([0.5, 0.5], [0.5, 0.5]),
+        lambda: DepthProfileWorld(vocab=4, seed=0),
+        lambda: DistilledWorld(vocab=4, seed=0, train_tokens=200),
+    ],
+)
 @pytest.mark.parametrize("context", [(1, -1), (4,), (1.0,)])
 def test_every_pair_refuses_bad_contexts(make, context):
     pair = make()
@@ -104,17 +111,29 @@ def test_damaged_capture_exits_2_with_one_line(tree_capture, tmp_path, capsys, d
         logits.unlink()
     else:
         (broken / "settings.json").write_text("{not json")
-    err = one_line_exit_2(capsys, lambda: divergence_by_depth.main(["--capture", str(broken), "--quiet", "--out", str(tmp_path / "o")]))
+    err = one_line_exit_2(
+        capsys, lambda: divergence_by_depth.main(["--capture", str(broken), "--quiet", "--out", str(tmp_path / "o")])
+    )
     assert "--capture" in err and ("damaged" in err or "settings.json" in err), err
 
 
-@pytest.mark.parametrize("flags, flag", [
-    (["--settings", "0.5"], "--settings"), (["--shape", "chain"], "--shape"), (["--depth", "3"], "--depth"),
-    (["--width", "3"], "--width"), (["--vocab", "8"], "--vocab"), (["--trajectories", "2"], "--trajectories"),
-    (["--backend", "synthetic"], "--backend"), (["--device", "cpu"], "--device"),
-])
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--settings", "0.5"], "--settings"),
+        (["--shape", "chain"], "--shape"),
+        (["--depth", "3"], "--depth"),
+        (["--width", "3"], "--width"),
+        (["--vocab", "8"], "--vocab"),
+        (["--trajectories", "2"], "--trajectories"),
+        (["--backend", "synthetic"], "--backend"),
+        (["--device", "cpu"], "--device"),
+    ],
+)
 def test_flags_a_capture_cannot_honour_are_refused(tree_capture, tmp_path, capsys, flags, flag):
-    err = one_line_exit_2(capsys, lambda: divergence_by_depth.main(["--capture", str(tree_capture), *flags, "--out", str(tmp_path)]))
+    err = one_line_exit_2(
+        capsys, lambda: divergence_by_depth.main(["--capture", str(tree_capture), *flags, "--out", str(tmp_path)])
+    )
     assert err.split("error: ")[1].startswith(flag) and "cannot honour" in err, err
 
 
@@ -122,14 +141,20 @@ def test_flags_the_synthetic_source_cannot_honour_are_refused(tmp_path, capsys):
     for flags, flag in ((["--target", "x"], "--target"), (["--device", "cpu"], "--device"), (["--dtype", "bfloat16"], "--dtype")):
         err = one_line_exit_2(capsys, lambda: divergence_by_depth.main(flags + ["--out", str(tmp_path)]))
         assert f"error: {flag}: the synthetic source cannot honour it" in err
-    err = one_line_exit_2(capsys, lambda: compare_verifiers.main(["--latency", "x.json", "--cost-ratio", "0.2", "--out", str(tmp_path)]))
+    err = one_line_exit_2(
+        capsys, lambda: compare_verifiers.main(["--latency", "x.json", "--cost-ratio", "0.2", "--out", str(tmp_path)])
+    )
     assert "--cost-ratio" in err
 
 
 def test_grid_flags_a_capture_cannot_honour(grid_capture, tmp_path, capsys):
     for flags, flag in ((["--samples", "3"], "--samples"), (["--jobs", "2"], "--jobs"), (["--method", "exact"], "--method")):
-        err = one_line_exit_2(capsys, lambda: compare_verifiers.main(
-            ["--capture", str(grid_capture), "--K-max", "2", "--L-max", "2", *flags, "--out", str(tmp_path), "--quiet"]))
+        err = one_line_exit_2(
+            capsys,
+            lambda: compare_verifiers.main(
+                ["--capture", str(grid_capture), "--K-max", "2", "--L-max", "2", *flags, "--out", str(tmp_path), "--quiet"]
+            ),
+        )
         assert f"error: {flag}: the capture source cannot honour it" in err, err
 
 
@@ -153,18 +178,22 @@ def test_core_errors_are_mapped_onto_the_flag(capsys, tmp_path):
 
 
 # -- decoding loops --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("call, name", [
-    (lambda: speculative_decode(PAIR, [0], iid(2, 2), "specinfer", 5, 42), "rng"),
-    (lambda: speculative_decode(PAIR, [0], iid(2, 2), "specinfer", 5, None), "rng"),
-    (lambda: speculative_decode(PAIR, [9], iid(2, 2), "specinfer", 5, np.random.default_rng(0)), "prompt"),
-    (lambda: speculative_decode(PAIR, [-1], iid(2, 2), "specinfer", 5, np.random.default_rng(0)), "prompt"),
-    (lambda: speculative_decode(PAIR, [0], "iid", "specinfer", 5, np.random.default_rng(0)), "shape"),
-    (lambda: speculative_decode(PAIR, [0], iid(2, 2), "nope", 5, np.random.default_rng(0)), "name"),
-    (lambda: speculative_decode(PAIR, [0], iid(2, 2), 3, 5, np.random.default_rng(0)), "verifier"),
-    (lambda: speculative_decode(PAIR, [0], iid(2, 2), "specinfer", -1, np.random.default_rng(0)), "new_tokens"),
-    (lambda: speculative_decode("pair", [0], iid(2, 2), "specinfer", 1, np.random.default_rng(0)), "pair"),
-    (lambda: greedy_decode(PAIR, [7], 3), "prompt"), (lambda: greedy_decode(PAIR, [0], 2.5), "new_tokens"),
-])
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: speculative_decode(PAIR, [0], iid(2, 2), "specinfer", 5, 42), "rng"),
+        (lambda: speculative_decode(PAIR, [0], iid(2, 2), "specinfer", 5, None), "rng"),
+        (lambda: speculative_decode(PAIR, [9], iid(2, 2), "specinfer", 5, np.random.default_rng(0)), "prompt"),
+        (lambda: speculative_decode(PAIR, [-1], iid(2, 2), "specinfer", 5, np.random.default_rng(0)), "prompt"),
+        (lambda: speculative_decode(PAIR, [0], "iid", "specinfer", 5, np.random.default_rng(0)), "shape"),
+        (lambda: speculative_decode(PAIR, [0], iid(2, 2), "nope", 5, np.random.default_rng(0)), "name"),
+        (lambda: speculative_decode(PAIR, [0], iid(2, 2), 3, 5, np.random.default_rng(0)), "verifier"),
+        (lambda: speculative_decode(PAIR, [0], iid(2, 2), "specinfer", -1, np.random.default_rng(0)), "new_tokens"),
+        (lambda: speculative_decode("pair", [0], iid(2, 2), "specinfer", 1, np.random.default_rng(0)), "pair"),
+        (lambda: greedy_decode(PAIR, [7], 3), "prompt"),
+        (lambda: greedy_decode(PAIR, [0], 2.5), "new_tokens"),
+    ],
+)
 def test_decoding_loops_raise_value_errors_naming_the_argument(call, name):
     with pytest.raises(ValueError, match=f"^{name}: "):
         call()
@@ -208,10 +237,17 @@ def test_a_sigkilled_study_leaves_files_the_next_run_removes(tmp_path):
     import signal
     import time
 
-    command = [sys.executable, "-c", "import sys, analyses.divergence_by_depth as d, backends.cli as c\n"
-               "orig = c.OutputSet.stage\n"
-               "def slow(self, name, write):\n    orig(self, name, write)\n    import time; time.sleep(60)\n"
-               "c.OutputSet.stage = slow\nsys.exit(d.main(sys.argv[1:]))\n", *SMALL_DBD, "--out", str(tmp_path)]
+    command = [
+        sys.executable,
+        "-c",
+        "import sys, analyses.divergence_by_depth as d, backends.cli as c\n"
+        "orig = c.OutputSet.stage\n"
+        "def slow(self, name, write):\n    orig(self, name, write)\n    import time; time.sleep(60)\n"
+        "c.OutputSet.stage = slow\nsys.exit(d.main(sys.argv[1:]))\n",
+        *SMALL_DBD,
+        "--out",
+        str(tmp_path),
+    ]
     process = subprocess.Popen(command, cwd=Path(__file__).resolve().parent.parent)
     deadline = time.time() + 120
     while time.time() < deadline and not list(tmp_path.glob(f"{STAGING_PREFIX}*")):
@@ -244,7 +280,10 @@ def test_no_token_after_an_eos_is_counted(verifier):
         assert v.expected_block_efficiency(tree) == pytest.approx(kept, abs=1e-12)
         assert v.block_efficiency_by_depth(tree, [tree.depth()])[0] == pytest.approx(kept, abs=1e-12)
     plain = MarkovPair(pair.target, pair.draft)
-    assert expected_block_efficiency(pair, (0,), Delayed(2, 1, 2), verifier).mean < expected_block_efficiency(plain, (0,), Delayed(2, 1, 2), verifier).mean
+    assert (
+        expected_block_efficiency(pair, (0,), Delayed(2, 1, 2), verifier).mean
+        < expected_block_efficiency(plain, (0,), Delayed(2, 1, 2), verifier).mean
+    )
 
 
 @pytest.mark.parametrize("verifier", ["specinfer", "traversal"])
@@ -265,21 +304,27 @@ def test_decoding_stops_at_eos_and_nothing_changes_without_one():
     assert EOS not in greedy[:-1]
     plain = MarkovPair(pair.target, pair.draft)
     a = simulate_block_efficiency(plain, (0,), iid(2, 2), "specinfer", steps=50, seed=3)
-    b = simulate_block_efficiency(MarkovPair(pair.target, pair.draft, eos_id=None), (0,), iid(2, 2), "specinfer", steps=50, seed=3)
+    b = simulate_block_efficiency(
+        MarkovPair(pair.target, pair.draft, eos_id=None), (0,), iid(2, 2), "specinfer", steps=50, seed=3
+    )
     assert a == b
 
 
 # -- --help shows defaults and the valid names ---------------------------------------------------------
-@pytest.mark.parametrize("module, names", [
-    ("analyses.divergence_by_depth", ["depth_profile", "distilled", "iid", "chain", "delayed"]),
-    ("analyses.block_efficiency_grid", ["depth_profile", "specinfer", "traversal", "bv"]),
-    ("analyses.compare_verifiers", ["depth_profile", "specinfer", "traversal"]),
-    ("analyses.train_selector", ["distilled", "specinfer", "spectr"]),
-    ("backends.capture", ["iid", "grid"]),
-])
+@pytest.mark.parametrize(
+    "module, names",
+    [
+        ("analyses.divergence_by_depth", ["depth_profile", "distilled", "iid", "chain", "delayed"]),
+        ("analyses.block_efficiency_grid", ["depth_profile", "specinfer", "traversal", "bv"]),
+        ("analyses.compare_verifiers", ["depth_profile", "specinfer", "traversal"]),
+        ("analyses.train_selector", ["distilled", "specinfer", "spectr"]),
+        ("backends.capture", ["iid", "grid"]),
+    ],
+)
 def test_help_shows_defaults_and_valid_names(module, names):
-    result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True,
-                            cwd=Path(__file__).resolve().parent.parent)
+    result = subprocess.run(
+        [sys.executable, "-m", module, "--help"], capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent
+    )
     assert result.returncode == 0 and "(default:" in result.stdout
     for name in names:
         assert name in result.stdout, (module, name)
@@ -287,6 +332,24 @@ def test_help_shows_defaults_and_valid_names(module, names):
 
 def test_studies_write_to_a_folder_named_after_their_source(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert block_efficiency_grid.main(["--vocab", "3", "--roots-per-trajectory", "1", "--K", "1", "--L1-max", "1",
-                                       "--L2-max", "1", "--verifiers", "specinfer", "--quiet"]) == 0
+    assert (
+        block_efficiency_grid.main(
+            [
+                "--vocab",
+                "3",
+                "--roots-per-trajectory",
+                "1",
+                "--K",
+                "1",
+                "--L1-max",
+                "1",
+                "--L2-max",
+                "1",
+                "--verifiers",
+                "specinfer",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "out" / "block_efficiency_grid" / "synthetic-depth_profile-V3" / "block_efficiency_grid.parquet").exists()

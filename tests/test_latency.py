@@ -71,14 +71,17 @@ def test_table_points_interpolation_and_floor():
     assert falling(1000) == 1.0  # extrapolation never goes below the smallest measured time
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(contexts=(0, 0), tokens=(1,), seconds=((1.0,), (1.0,))), "contexts"),
-    (dict(contexts=(0,), tokens=(0,), seconds=((1.0,),)), "tokens"),
-    (dict(contexts=(0,), tokens=(1, 2), seconds=((1.0,),)), "seconds"),
-    (dict(contexts=(0,), tokens=(1,), seconds=((0.0,),)), "seconds"),
-    (dict(contexts=(0,), tokens=(1,), seconds=((float("nan"),),)), "seconds"),
-    (dict(contexts="16", tokens=(1,), seconds=((1.0,),)), "contexts"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(contexts=(0, 0), tokens=(1,), seconds=((1.0,), (1.0,))), "contexts"),
+        (dict(contexts=(0,), tokens=(0,), seconds=((1.0,),)), "tokens"),
+        (dict(contexts=(0,), tokens=(1, 2), seconds=((1.0,),)), "seconds"),
+        (dict(contexts=(0,), tokens=(1,), seconds=((0.0,),)), "seconds"),
+        (dict(contexts=(0,), tokens=(1,), seconds=((float("nan"),),)), "seconds"),
+        (dict(contexts="16", tokens=(1,), seconds=((1.0,),)), "contexts"),
+    ],
+)
 def test_bad_tables(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ForwardTime(**kwargs)
@@ -96,20 +99,25 @@ def test_bad_cost_ratio_and_levels():
 def test_json_round_trip_and_toml(tmp_path):
     MODEL.save(tmp_path / "p.json")
     assert LatencyModel.load(tmp_path / "p.json") == MODEL
-    (tmp_path / "p.toml").write_text('unit = "seconds"\nsource = "hand"\n[draft]\ncontexts = [0]\ntokens = [1]\nseconds = [[0.002]]\n'
-                                     '[target]\ncontexts = [0, 64]\ntokens = [1]\nseconds = [[0.02], [0.03]]\n')
+    (tmp_path / "p.toml").write_text(
+        'unit = "seconds"\nsource = "hand"\n[draft]\ncontexts = [0]\ntokens = [1]\nseconds = [[0.002]]\n'
+        "[target]\ncontexts = [0, 64]\ntokens = [1]\nseconds = [[0.02], [0.03]]\n"
+    )
     model = LatencyModel.load(tmp_path / "p.toml")
     assert model.source == "hand" and model.target(32) == pytest.approx(0.025)
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("a.json", "{", "cannot parse"),
-    ("a.yaml", "{}", "json or .toml"),
-    ("a.json", json.dumps({"draft": {}}), "'draft' and a 'target'"),
-    ("a.json", json.dumps({"unit": "ms", "draft": {}, "target": {}}), "unit"),
-    ("a.json", json.dumps({"draft": {"contexts": [0], "tokens": [1]}, "target": {}}), "draft: must be a table"),
-    ("a.json", json.dumps({"draft": {"contexts": [0], "tokens": [1], "seconds": [[-1]]}, "target": {}}), "draft.seconds"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("a.json", "{", "cannot parse"),
+        ("a.yaml", "{}", "json or .toml"),
+        ("a.json", json.dumps({"draft": {}}), "'draft' and a 'target'"),
+        ("a.json", json.dumps({"unit": "ms", "draft": {}, "target": {}}), "unit"),
+        ("a.json", json.dumps({"draft": {"contexts": [0], "tokens": [1]}, "target": {}}), "draft: must be a table"),
+        ("a.json", json.dumps({"draft": {"contexts": [0], "tokens": [1], "seconds": [[-1]]}, "target": {}}), "draft.seconds"),
+    ],
+)
 def test_bad_profiles(tmp_path, name, content, message):
     (tmp_path / name).write_text(content)
     with pytest.raises(ValueError, match=message):

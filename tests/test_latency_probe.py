@@ -23,8 +23,25 @@ def pair(micro_pair_dir):
 
 
 def flags(pair_dir, out, *extra):
-    return ["--target", str(pair_dir / "target"), "--draft", str(pair_dir / "draft"), "--out", str(out),
-            "--contexts", "4,8", "--tokens", "1,2", "--repeats", "1", "--warmup", "0", "--device", "cpu", *extra]
+    return [
+        "--target",
+        str(pair_dir / "target"),
+        "--draft",
+        str(pair_dir / "draft"),
+        "--out",
+        str(out),
+        "--contexts",
+        "4,8",
+        "--tokens",
+        "1,2",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--device",
+        "cpu",
+        *extra,
+    ]
 
 
 def test_measure_gives_positive_tables_on_the_grid(pair):
@@ -57,11 +74,18 @@ def test_cache_is_cut_back_between_runs(pair):
     assert [(n, cached, p.tolist()) for n, cached, p in calls[1:]] == [(3, 5, [[5, 6, 7]])] * 5
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    ({"repeats": 0}, "repeats"), ({"warmup": -1}, "warmup"), ({"contexts": ()}, "contexts"),
-    ({"contexts": (8, 4)}, "contexts"), ({"contexts": (0, 4)}, "contexts"), ({"tokens": (0,)}, "tokens"),
-    ({"contexts": (4, 200)}, "contexts"),  # beyond the micro pair's context of 128 tokens
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"repeats": 0}, "repeats"),
+        ({"warmup": -1}, "warmup"),
+        ({"contexts": ()}, "contexts"),
+        ({"contexts": (8, 4)}, "contexts"),
+        ({"contexts": (0, 4)}, "contexts"),
+        ({"tokens": (0,)}, "tokens"),
+        ({"contexts": (4, 200)}, "contexts"),  # beyond the micro pair's context of 128 tokens
+    ],
+)
 def test_measure_rejects_bad_arguments(pair, kwargs, name):
     with pytest.raises(ValueError, match=f"^{name}:"):
         measure(pair, **{"contexts": CONTEXTS, "tokens": TOKENS, "repeats": 1, "warmup": 0, **kwargs})
@@ -87,10 +111,17 @@ def test_cli_quiet_prints_nothing(micro_pair_dir, tmp_path, capsys):
     assert captured.out == "" and captured.err == ""
 
 
-@pytest.mark.parametrize("extra, flag", [
-    (["--contexts", "a,b"], "--contexts"), (["--tokens", "1,,2"], "--tokens"), (["--repeats", "0"], "--repeats"),
-    (["--contexts", "4,500"], "--contexts"), (["--tokens", "2,1"], "--tokens"), (["--dtype", "int8"], "--dtype"),
-])
+@pytest.mark.parametrize(
+    "extra, flag",
+    [
+        (["--contexts", "a,b"], "--contexts"),
+        (["--tokens", "1,,2"], "--tokens"),
+        (["--repeats", "0"], "--repeats"),
+        (["--contexts", "4,500"], "--contexts"),
+        (["--tokens", "2,1"], "--tokens"),
+        (["--dtype", "int8"], "--dtype"),
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line(micro_pair_dir, tmp_path, capsys, extra, flag):
     out = tmp_path / "p.json"
     with pytest.raises(SystemExit) as exc:

@@ -10,8 +10,27 @@ from simlab.builders.cost import DraftCost, DraftForward
 from simlab.latency import LatencyModel
 from simlab.latency_profiles import PROFILES, UNPUBLISHED, listing, names, profile
 
-SMALL = ["--vocab", "16", "--trajectories", "3", "--roots-per-trajectory", "1", "--spacing", "10", "--budget", "12",
-         "--top-k", "3", "--depth", "3", "--fixed", "1,0,1", "--epochs", "5", "--quiet"]
+SMALL = [
+    "--vocab",
+    "16",
+    "--trajectories",
+    "3",
+    "--roots-per-trajectory",
+    "1",
+    "--spacing",
+    "10",
+    "--budget",
+    "12",
+    "--top-k",
+    "3",
+    "--depth",
+    "3",
+    "--fixed",
+    "1,0,1",
+    "--epochs",
+    "5",
+    "--quiet",
+]
 
 
 @pytest.mark.parametrize("name", names())
@@ -51,10 +70,13 @@ def test_latency_list_prints_every_profile_and_exits_0(capsys):
     assert all(name in out for name in [*PROFILES, *UNPUBLISHED]) and "81.99 ms" in out
 
 
-@pytest.mark.parametrize("value, message", [
-    ("h100", "--latency: unknown profile 'h100'; use one of sequoia-demo"),
-    ("probe", "--latency: probe measures live models"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("h100", "--latency: unknown profile 'h100'; use one of sequoia-demo"),
+        ("probe", "--latency: probe measures live models"),
+    ],
+)
 def test_bad_latency_names_exit_2_with_one_line(tmp_path, capsys, value, message):
     with pytest.raises(SystemExit) as info:
         treegraft.main(SMALL + ["--latency", value, "--out", str(tmp_path)])
@@ -77,9 +99,11 @@ def test_the_shared_flag_gives_the_profile_and_probe_gives_the_sources_own():
         def latency(self, largest_tree):
             return LatencyModel.from_cost_ratio(0.5)
 
-    for flags, expected in ((["--latency", "sequoia-demo"], profile("sequoia-demo")),
-                            (["--latency", "probe"], LatencyModel.from_cost_ratio(0.5)),
-                            ([], LatencyModel.from_cost_ratio(0.5))):  # no flag: the source's own, as before
+    for flags, expected in (
+        (["--latency", "sequoia-demo"], profile("sequoia-demo")),
+        (["--latency", "probe"], LatencyModel.from_cost_ratio(0.5)),
+        ([], LatencyModel.from_cost_ratio(0.5)),
+    ):  # no flag: the source's own, as before
         parser = study_parser("prog", "doc", Config())
         config = Config(**{**vars(parser.parse_args(flags)), "capture": ()})
         assert make_latency("prog", parser, config, Source(), 8) == expected
@@ -89,8 +113,30 @@ def test_the_shared_flag_gives_the_profile_and_probe_gives_the_sources_own():
 def test_a_study_runs_under_a_named_profile_and_says_which(tmp_path, capsys):
     from analyses import compare_verifiers
 
-    flags = ["--vocab", "6", "--trajectories", "2", "--roots-per-trajectory", "1", "--settings", "1", "--K-max", "2",
-             "--L-max", "2", "--samples", "2", "--verifiers", "specinfer,traversal", "--jobs", "1", "--latency", "specblock-a100", "--out", str(tmp_path)]
+    flags = [
+        "--vocab",
+        "6",
+        "--trajectories",
+        "2",
+        "--roots-per-trajectory",
+        "1",
+        "--settings",
+        "1",
+        "--K-max",
+        "2",
+        "--L-max",
+        "2",
+        "--samples",
+        "2",
+        "--verifiers",
+        "specinfer,traversal",
+        "--jobs",
+        "1",
+        "--latency",
+        "specblock-a100",
+        "--out",
+        str(tmp_path),
+    ]
     assert compare_verifiers.main(flags) == 0
     assert "latency: specblock-a100 (seconds): SpecBlock, paper arXiv 2605.07243" in capsys.readouterr().out
 
@@ -101,8 +147,12 @@ def test_sequoias_tool_takes_a_profile_name(tmp_path, capsys):
     from analyses import sequoia_tree
 
     (tmp_path / "acc.json").write_text(json.dumps([0.55, 0.2, 0.1]))
-    assert sequoia_tree.main(["--acceptance", str(tmp_path / "acc.json"), "--latency", "sequoia-demo", "--budgets", "4,8,16",
-                              "--depth", "5"]) == 0
+    assert (
+        sequoia_tree.main(
+            ["--acceptance", str(tmp_path / "acc.json"), "--latency", "sequoia-demo", "--budgets", "4,8,16", "--depth", "5"]
+        )
+        == 0
+    )
     assert "latency: sequoia-demo (ratio profile, units of t_target(1))" in capsys.readouterr().out
     with pytest.raises(SystemExit) as info:
         sequoia_tree.main(["--acceptance", str(tmp_path / "acc.json"), "--latency", "nope"])

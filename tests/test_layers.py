@@ -71,7 +71,7 @@ def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
                 base = node.module or ""
                 if node.level:
                     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-                    package = package[:len(package) - (node.level - 1)]
+                    package = package[: len(package) - (node.level - 1)]
                     base = ".".join(package + ([node.module] if node.module else []))
                 wanted = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
             else:
@@ -143,8 +143,14 @@ def test_the_cycle_check_sees_a_cycle_hidden_in_a_function(tmp_path):
 
 def runnable_studies(known: dict[str, Path]) -> set[str]:
     """The ``analyses`` modules run as ``python -m analyses.X``: those defining a top-level ``main``."""
-    return {name for name, path in known.items() if name.startswith("analyses.") and any(
-        isinstance(node, ast.FunctionDef) and node.name == "main" for node in ast.parse(path.read_text(encoding="utf-8")).body)}
+    return {
+        name
+        for name, path in known.items()
+        if name.startswith("analyses.")
+        and any(
+            isinstance(node, ast.FunctionDef) and node.name == "main" for node in ast.parse(path.read_text(encoding="utf-8")).body
+        )
+    }
 
 
 def test_no_runnable_study_imports_another():

@@ -26,8 +26,13 @@ PAIR = MarkovPair.random(3, np.random.default_rng(7), concentration=0.7, closene
 CONTEXT = (1,)
 PER_PATH = Delayed(2, 1, 1, trunk_children="per_path")  # trunk children REPEATED: SpecInfer is lossy there
 # (verifier, shape, lossless?): the flag each entry point must report
-PAIRINGS = [("specinfer", PER_PATH, False), ("traversal", PER_PATH, True), ("specinfer", iid(2, 2), True),
-            ("specinfer", Delayed(2, 0, 1, siblings=Drafting.WITHOUT_REPLACEMENT), False), ("greedy", iid(2, 1), False)]
+PAIRINGS = [
+    ("specinfer", PER_PATH, False),
+    ("traversal", PER_PATH, True),
+    ("specinfer", iid(2, 2), True),
+    ("specinfer", Delayed(2, 0, 1, siblings=Drafting.WITHOUT_REPLACEMENT), False),
+    ("greedy", iid(2, 1), False),
+]
 
 
 def _mismatch_free(verifier, trees) -> bool:
@@ -56,15 +61,17 @@ def _grid_trees(table, drafts, K, trunk_children):
 
 
 @pytest.mark.parametrize("engine, stream", [("numpy", False), ("numpy", True), ("torch", False)])
-@pytest.mark.parametrize("name, trunk_children", [("specinfer", "per_path"), ("nss", "per_path"), ("specinfer", "shared"),
-                                                  ("naive", "per_path")])
+@pytest.mark.parametrize(
+    "name, trunk_children", [("specinfer", "per_path"), ("nss", "per_path"), ("specinfer", "shared"), ("naive", "per_path")]
+)
 def test_every_grid_action_carries_the_flag_of_its_cut_trees(name, trunk_children, engine, stream):
     """Issue 28: the grid reported lossless=True for SpecInfer on per-path trunk children."""
     table = NodeTable(PAIR, CONTEXT)
     drafts = draw_grid(table, K_max=2, L1_values=(0, 1, 2), L2_max=2, samples=2, rng=np.random.default_rng(3))
     verifier = tree_verifiers.get(name, allow_lossy=True)
-    grid = grid_block_efficiency(table, drafts, verifier, K_values=(1, 2), L2_values=(0, 1, 2), trunk_children=trunk_children,
-                                 engine=engine, stream=stream)
+    grid = grid_block_efficiency(
+        table, drafts, verifier, K_values=(1, 2), L2_values=(0, 1, 2), trunk_children=trunk_children, engine=engine, stream=stream
+    )
     for (K, L1, L2), estimate in grid.items():
         trees = _grid_trees(table, [d for d in drafts if d.L1 == L1], K, trunk_children)
         expected = _mismatch_free(verifier, [tree.truncate(L1 + L2) for tree in trees])

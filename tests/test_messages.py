@@ -20,11 +20,14 @@ def _interrupt(*args, **kwargs):
     raise KeyboardInterrupt
 
 
-@pytest.mark.parametrize("study, flags, target", [
-    (ddte_audit, DDTE, "analyses.ddte_audit.draw_grid"),
-    (treegraft, TREEGRAFT, "simlab.treegraft.schedules.evaluate_schedules"),
-    (specblock, SPECBLOCK, "analyses.specblock.accepted_lengths"),
-])
+@pytest.mark.parametrize(
+    "study, flags, target",
+    [
+        (ddte_audit, DDTE, "analyses.ddte_audit.draw_grid"),
+        (treegraft, TREEGRAFT, "simlab.treegraft.schedules.evaluate_schedules"),
+        (specblock, SPECBLOCK, "analyses.specblock.accepted_lengths"),
+    ],
+)
 def test_an_interrupt_closes_the_bar_before_its_line(study, flags, target, monkeypatch, capsys, tmp_path):
     """SIGINT (a KeyboardInterrupt) inside the roots loop, the progress bar open: the
     "interrupted" line starts a line of its own and is the last thing on stderr (no bar drawn
@@ -46,7 +49,10 @@ def test_treegraft_refuses_zero_epochs_before_any_work(capsys, tmp_path):
 def test_sequoia_says_what_does_not_fit_in_the_callers_units():
     from simlab.builders.sequoia import Sequoia
 
-    with pytest.raises(ValueError, match=r"^budget: no tree of 5 draft tokens \(root excluded\) fits in depth 3 with width 1 "
-                                         r"\(at most 3 draft tokens\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^budget: no tree of 5 draft tokens \(root excluded\) fits in depth 3 with width 1 "
+        r"\(at most 3 draft tokens\)$",
+    ):
         Sequoia((0.5,), budget=5, depth=3)
     assert len(Sequoia((0.5,), budget=3, depth=3).spec) == 3  # exactly the most that fits

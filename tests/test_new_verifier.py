@@ -103,7 +103,10 @@ def test_generic_sampler_tests(registered):
 
 def test_generic_tree_losslessness_tests(registered):
     shapes = {**test_tree_lossless.IID_SHAPES, **test_tree_lossless.WOR_SHAPES}
-    for law, names in ((Drafting.IID, test_tree_lossless.IID_SHAPES), (Drafting.WITHOUT_REPLACEMENT, test_tree_lossless.WOR_SHAPES)):
+    for law, names in (
+        (Drafting.IID, test_tree_lossless.IID_SHAPES),
+        (Drafting.WITHOUT_REPLACEMENT, test_tree_lossless.WOR_SHAPES),
+    ):
         if NAME in lossless_tree_names(law):
             for shape in names:
                 test_tree_lossless.test_first_three_tokens_have_the_target_law(NAME, shape)

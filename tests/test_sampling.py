@@ -49,8 +49,12 @@ def test_input_is_not_modified_and_float32_is_widened():
     assert probs.dtype == np.float64 and np.array_equal(z, before)
 
 
-@given(hnp.arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(1, 12)), elements=st.floats(-30, 30)),
-       st.sampled_from([0.0, 0.3, 1.0, 1.7]), st.sampled_from([None, 1, 3]), st.sampled_from([None, 0.5, 0.9, 1.0]))
+@given(
+    hnp.arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(1, 12)), elements=st.floats(-30, 30)),
+    st.sampled_from([0.0, 0.3, 1.0, 1.7]),
+    st.sampled_from([None, 1, 3]),
+    st.sampled_from([None, 0.5, 0.9, 1.0]),
+)
 def test_a_batch_equals_its_rows_bit_for_bit(z, temperature, top_k, top_p):
     batch = sampling_distribution(z, temperature=temperature, top_k=top_k, top_p=top_p)
     rows = np.array([sampling_distribution(row, temperature=temperature, top_k=top_k, top_p=top_p) for row in z])
@@ -61,15 +65,25 @@ def test_a_batch_equals_its_rows_bit_for_bit(z, temperature, top_k, top_p):
 def test_settings_validate_and_name_themselves():
     assert SamplingSettings(0.6).name == "T=0.6" and SamplingSettings(1, 40, 0.9).name == "T=1,p=0.9,k=40"
     assert SamplingSettings(np.float64(0.5), np.int64(3)).top_k == 3
-    for bad, name in ((dict(temperature=-1), "temperature"), (dict(temperature=True), "temperature"),
-                      (dict(top_k=0), "top_k"), (dict(top_k=2.0), "top_k"), (dict(top_p=0.0), "top_p")):
+    for bad, name in (
+        (dict(temperature=-1), "temperature"),
+        (dict(temperature=True), "temperature"),
+        (dict(top_k=0), "top_k"),
+        (dict(top_k=2.0), "top_k"),
+        (dict(top_p=0.0), "top_p"),
+    ):
         with pytest.raises(ValueError, match=f"^{name}: "):
             SamplingSettings(**bad)
     assert len(DDTE_SETTINGS) == 8
 
 
-@pytest.mark.parametrize("make", [lambda s: DepthProfileWorld(vocab=12, seed=1, settings=s),
-                                  lambda s: DistilledWorld(vocab=12, seed=1, settings=s, train_tokens=500)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s: DepthProfileWorld(vocab=12, seed=1, settings=s),
+        lambda s: DistilledWorld(vocab=12, seed=1, settings=s, train_tokens=500),
+    ],
+)
 def test_with_settings_returns_a_new_pair_and_leaves_the_old_one_alone(make):
     world = make(SamplingSettings())
     assert isinstance(world, WithSettings)

@@ -125,8 +125,29 @@ def test_real_model_hidden_states(micro_pair_dir):
     assert not np.allclose(h_q, h_root)
 
 
-SMALL = ["--trajectories", "6", "--roots-per-trajectory", "2", "--settings", "1", "--K-max", "2", "--L-max", "2",
-         "--samples", "2", "--vocab", "8", "--epochs", "40", "--verifiers", "specinfer", "--jobs", "1", "--quiet"]
+SMALL = [
+    "--trajectories",
+    "6",
+    "--roots-per-trajectory",
+    "2",
+    "--settings",
+    "1",
+    "--K-max",
+    "2",
+    "--L-max",
+    "2",
+    "--samples",
+    "2",
+    "--vocab",
+    "8",
+    "--epochs",
+    "40",
+    "--verifiers",
+    "specinfer",
+    "--jobs",
+    "1",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +159,17 @@ def costly_drafts(tmp_path_factory):
 
 
 def test_train_outputs(costly_drafts):
-    for name in ("labels.parquet", "roots.parquet", "embeddings.npz", "selector-specinfer.pt", "history.parquet",
-                 "training.html", "training.png", "latency.json", "run.json"):
+    for name in (
+        "labels.parquet",
+        "roots.parquet",
+        "embeddings.npz",
+        "selector-specinfer.pt",
+        "history.parquet",
+        "training.html",
+        "training.png",
+        "latency.json",
+        "run.json",
+    ):
         assert (costly_drafts / name).stat().st_size > 0, name
     roots = pl.read_parquet(costly_drafts / "roots.parquet")
     assert roots.group_by("trajectory").agg(pl.col("split").n_unique())["split"].max() == 1
@@ -200,15 +230,18 @@ def test_static_choice_iid_rollouts_or_all_actions():
         static_candidates([(1, 1, 1)], "static_iid")
 
 
-@pytest.mark.parametrize("module, flags, message", [
-    (train_selector, ["--verifiers", "traversal"], "--verifiers"),
-    (train_selector, ["--trajectories", "2"], "--trajectories"),
-    (train_selector, ["--alpha", "0"], "--alpha"),
-    (train_selector, ["--settings", "x"], "--settings"),
-    (train_selector, ["--samples", "1"], "--samples"),
-    (train_selector, ["--loss-baseline", "static"], "--loss-baseline"),
-    (evaluate_selector, ["--run", "/nonexistent"], "--run"),
-])
+@pytest.mark.parametrize(
+    "module, flags, message",
+    [
+        (train_selector, ["--verifiers", "traversal"], "--verifiers"),
+        (train_selector, ["--trajectories", "2"], "--trajectories"),
+        (train_selector, ["--alpha", "0"], "--alpha"),
+        (train_selector, ["--settings", "x"], "--settings"),
+        (train_selector, ["--samples", "1"], "--samples"),
+        (train_selector, ["--loss-baseline", "static"], "--loss-baseline"),
+        (evaluate_selector, ["--run", "/nonexistent"], "--run"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(module, flags, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         module.main(flags + ["--out", str(tmp_path), "--quiet"])

@@ -14,29 +14,105 @@ from conftest import one_error_line
 from simlab.builders.sequoia import sequoia_size, tree_dp
 
 DEMO_VECTOR = [
-    0.0, 0.6341829299926758, 0.10794602334499359, 0.056971512734889984, 0.022488756105303764, 0.019490255042910576,
-    0.014992503449320793, 0.004497751127928495, 0.002998500829562545, 0.01199400331825018, 0.004497751127928495,
-    0.007496251724660397, 0.004497751127928495, 0.00599700165912509, 0.002998500829562545, 0.0014992504147812724,
-    0.002998500829562545, 0.0014992504147812724, 0.002998500829562545, 0.0, 0.002998500829562545, 0.002998500829562545,
-    0.002998500829562545, 0.0, 0.0014992504147812724, 0.0, 0.0014992504147812724, 0.0, 0.0, 0.0, 0.0014992504147812724,
-    0.0014992504147812724, 0.0014992504147812724, 0.07346326857805252,
+    0.0,
+    0.6341829299926758,
+    0.10794602334499359,
+    0.056971512734889984,
+    0.022488756105303764,
+    0.019490255042910576,
+    0.014992503449320793,
+    0.004497751127928495,
+    0.002998500829562545,
+    0.01199400331825018,
+    0.004497751127928495,
+    0.007496251724660397,
+    0.004497751127928495,
+    0.00599700165912509,
+    0.002998500829562545,
+    0.0014992504147812724,
+    0.002998500829562545,
+    0.0014992504147812724,
+    0.002998500829562545,
+    0.0,
+    0.002998500829562545,
+    0.002998500829562545,
+    0.002998500829562545,
+    0.0,
+    0.0014992504147812724,
+    0.0,
+    0.0014992504147812724,
+    0.0,
+    0.0,
+    0.0,
+    0.0014992504147812724,
+    0.0014992504147812724,
+    0.0014992504147812724,
+    0.07346326857805252,
 ]
 """Sequoia@0ff3ff7 ``acceptance-rate-vector.pt`` as shipped: a float32 tensor of 34 entries
 [0, p_1..p_32, p_none] (saved from a CUDA device), its values printed exactly in float64 (data,
 read with ``torch.load(..., map_location="cpu", weights_only=True)``)."""
 
-DEMO_CONFIG = {"acceptance_rate_vector": "acceptance-rate-vector.pt", "max_depth": 10, "max_budget": 128, "draft_time": 0.3,
-               "valid_budget": [1, 2, 4, 8, 16, 32], "target_time": [10, 10, 10, 12, 14, 18], "dst": "demo_tree.pt"}
+DEMO_CONFIG = {
+    "acceptance_rate_vector": "acceptance-rate-vector.pt",
+    "max_depth": 10,
+    "max_budget": 128,
+    "draft_time": 0.3,
+    "valid_budget": [1, 2, 4, 8, 16, 32],
+    "target_time": [10, 10, 10, 12, 14, 18],
+    "dst": "demo_tree.pt",
+}
 """Sequoia@0ff3ff7 ``demo-config.json`` as shipped."""
 
-LAB_BEST = {1: 1.0, 2: 1.6341829299926758, 4: 2.2914316757646533, 8: 2.732172775609381, 16: 3.130289344659335,
-            32: 3.5007385477189357}
-OFFICIAL_BEST = {1: 1.0, 2: 1.6341829299926758, 4: 2.291431427001953, 8: 2.732172727584839, 16: 3.130289316177368,
-                 32: 3.5007388591766357}
-OFFICIAL_TREE_M32 = ((0,), (1,), (2,), (3,), (4,), (5,), (0, 0), (0, 1), (0, 2), (1, 0), (2, 0), (0, 0, 0), (0, 0, 1), (0, 0, 2),
-                     (0, 1, 0), (0, 2, 0), (1, 0, 0), (2, 0, 0), (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0), (0, 1, 0, 0),
-                     (0, 2, 0, 0), (1, 0, 0, 0), (2, 0, 0, 0), (0, 0, 0, 0, 0), (0, 0, 0, 0, 1), (0, 0, 0, 1, 0),
-                     (0, 0, 1, 0, 0), (0, 1, 0, 0, 0), (1, 0, 0, 0, 0))
+LAB_BEST = {
+    1: 1.0,
+    2: 1.6341829299926758,
+    4: 2.2914316757646533,
+    8: 2.732172775609381,
+    16: 3.130289344659335,
+    32: 3.5007385477189357,
+}
+OFFICIAL_BEST = {
+    1: 1.0,
+    2: 1.6341829299926758,
+    4: 2.291431427001953,
+    8: 2.732172727584839,
+    16: 3.130289316177368,
+    32: 3.5007388591766357,
+}
+OFFICIAL_TREE_M32 = (
+    (0,),
+    (1,),
+    (2,),
+    (3,),
+    (4,),
+    (5,),
+    (0, 0),
+    (0, 1),
+    (0, 2),
+    (1, 0),
+    (2, 0),
+    (0, 0, 0),
+    (0, 0, 1),
+    (0, 0, 2),
+    (0, 1, 0),
+    (0, 2, 0),
+    (1, 0, 0),
+    (2, 0, 0),
+    (0, 0, 0, 0),
+    (0, 0, 0, 1),
+    (0, 0, 1, 0),
+    (0, 1, 0, 0),
+    (0, 2, 0, 0),
+    (1, 0, 0, 0),
+    (2, 0, 0, 0),
+    (0, 0, 0, 0, 0),
+    (0, 0, 0, 0, 1),
+    (0, 0, 0, 1, 0),
+    (0, 0, 1, 0, 0),
+    (0, 1, 0, 0, 0),
+    (1, 0, 0, 0, 0),
+)
 
 
 @pytest.fixture()
@@ -91,10 +167,16 @@ def test_the_pt_vector_alone_goes_through_the_labs_latency_model(demo, capsys):
 
 def bad_tensor_files(folder):
     """(file, expected message) for tensor files the loader must refuse."""
-    cases = {"dict.pt": ({"v": torch.tensor(DEMO_VECTOR)}, "1-D float tensor"), "two_d.pt": (torch.tensor([DEMO_VECTOR]), "1-D float tensor"),
-             "ints.pt": (torch.tensor([0, 1, 0]), "1-D float tensor"), "short.pt": (torch.tensor([0.0, 1.0]), "1-D float tensor"),
-             "negative.pt": (torch.tensor([0.0, 1.2, -0.2]), "probabilities"), "nan.pt": (torch.tensor([0.0, float("nan"), 1.0]), "probabilities"),
-             "first.pt": (torch.tensor([0.5, 0.25, 0.25]), "first 0"), "sum.pt": (torch.tensor([0.0, 0.5, 0.2]), "summing to 1")}
+    cases = {
+        "dict.pt": ({"v": torch.tensor(DEMO_VECTOR)}, "1-D float tensor"),
+        "two_d.pt": (torch.tensor([DEMO_VECTOR]), "1-D float tensor"),
+        "ints.pt": (torch.tensor([0, 1, 0]), "1-D float tensor"),
+        "short.pt": (torch.tensor([0.0, 1.0]), "1-D float tensor"),
+        "negative.pt": (torch.tensor([0.0, 1.2, -0.2]), "probabilities"),
+        "nan.pt": (torch.tensor([0.0, float("nan"), 1.0]), "probabilities"),
+        "first.pt": (torch.tensor([0.5, 0.25, 0.25]), "first 0"),
+        "sum.pt": (torch.tensor([0.0, 0.5, 0.2]), "summing to 1"),
+    }
     out = []
     for name, (value, message) in cases.items():
         torch.save(value, folder / name)
@@ -114,15 +196,18 @@ def test_bad_tensor_files_exit_2_with_one_line(tmp_path, capsys):
         assert exc.value.code == 2 and one_error_line(err) and "--acceptance" in err and message in err, (name, err)
 
 
-@pytest.mark.parametrize("change, flags, message", [
-    ({"acceptance_rate_vector": "missing.pt"}, [], "not a file next to it"),
-    ({"draft_time": None}, [], "part of Sequoia's size rule"),
-    ({"valid_budget": [1, 2], "target_time": [10]}, [], "one length"),
-    ({"valid_budget": [256], "target_time": [10]}, [], "exceeds max_budget"),
-    ({"draft_time": -1}, [], "draft_time"),
-    ({}, ["--budgets", "4"], "--budgets"),
-    ({}, ["--cost-ratio", "0.2"], "--cost-ratio"),
-])
+@pytest.mark.parametrize(
+    "change, flags, message",
+    [
+        ({"acceptance_rate_vector": "missing.pt"}, [], "not a file next to it"),
+        ({"draft_time": None}, [], "part of Sequoia's size rule"),
+        ({"valid_budget": [1, 2], "target_time": [10]}, [], "one length"),
+        ({"valid_budget": [256], "target_time": [10]}, [], "exceeds max_budget"),
+        ({"draft_time": -1}, [], "draft_time"),
+        ({}, ["--budgets", "4"], "--budgets"),
+        ({}, ["--cost-ratio", "0.2"], "--cost-ratio"),
+    ],
+)
 def test_bad_configs_exit_2_with_one_line(demo, change, flags, message, capsys):
     config = {k: v for k, v in {**DEMO_CONFIG, **change}.items() if v is not None}
     (demo / "demo-config.json").write_text(json.dumps(config))

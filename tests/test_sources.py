@@ -48,11 +48,48 @@ def test_a_registered_world_is_a_pair_with_settings(coin_world):
 
 def test_every_study_picks_up_a_new_world(coin_world, tmp_path):
     world = ["--world", coin_world, "--vocab", "5", "--quiet"]
-    assert divergence_by_depth.main(world + ["--roots-per-trajectory", "2", "--depth", "2", "--k", "2", "--out", str(tmp_path / "d")]) == 0
-    assert block_efficiency_grid.main(world + ["--roots-per-trajectory", "2", "--K", "1,2", "--L1-max", "1", "--L2-max", "1",
-                                               "--verifiers", "specinfer", "--out", str(tmp_path / "b")]) == 0
-    grid = ["--trajectories", "3", "--roots-per-trajectory", "1", "--settings", "1", "--K-max", "2", "--L-max", "1",
-            "--samples", "2", "--jobs", "1"]
+    assert (
+        divergence_by_depth.main(
+            world + ["--roots-per-trajectory", "2", "--depth", "2", "--k", "2", "--out", str(tmp_path / "d")]
+        )
+        == 0
+    )
+    assert (
+        block_efficiency_grid.main(
+            world
+            + [
+                "--roots-per-trajectory",
+                "2",
+                "--K",
+                "1,2",
+                "--L1-max",
+                "1",
+                "--L2-max",
+                "1",
+                "--verifiers",
+                "specinfer",
+                "--out",
+                str(tmp_path / "b"),
+            ]
+        )
+        == 0
+    )
+    grid = [
+        "--trajectories",
+        "3",
+        "--roots-per-trajectory",
+        "1",
+        "--settings",
+        "1",
+        "--K-max",
+        "2",
+        "--L-max",
+        "1",
+        "--samples",
+        "2",
+        "--jobs",
+        "1",
+    ]
     assert compare_verifiers.main(world + grid + ["--verifiers", "specinfer,traversal", "--out", str(tmp_path / "c")]) == 0
     assert train_selector.main(world + grid + ["--verifiers", "specinfer", "--epochs", "2", "--out", str(tmp_path / "t")]) == 0
     assert pl.read_parquet(tmp_path / "d" / "nodes.parquet").height > 0
@@ -86,15 +123,27 @@ def test_the_two_synthetic_streams():
     roots = list(independent.roots(SamplingSettings()))
     assert [len(r.context) for r in roots] == [4, 7, 4, 7] and all(r.rng is None for r in roots)
     assert [r.context for r in roots] == [r.context for r in independent.roots(SamplingSettings())]
-    walk = list(SyntheticSource(vocab=8, trajectories=1, roots_per_trajectory=2, spacing=3, stream="shared").roots(SamplingSettings()))
+    walk = list(
+        SyntheticSource(vocab=8, trajectories=1, roots_per_trajectory=2, spacing=3, stream="shared").roots(SamplingSettings())
+    )
     assert [len(r.context) for r in walk] == [3, 6] and walk[0].rng is walk[1].rng is not None
 
 
 def test_settings_syntax():
-    assert parse_settings("0.6, 1:0.9, 1::40, 0") == (SamplingSettings(0.6), SamplingSettings(1.0, top_p=0.9),
-                                                      SamplingSettings(1.0, top_k=40), SamplingSettings(0.0))
-    for bad, message in (("hot", "is not T"), ("1:2", "top-p"), ("1::0", "top-k"), ("-1", "temperature"), ("1,1", "twice"),
-                         ("1:0.5:3:4", "is not T")):
+    assert parse_settings("0.6, 1:0.9, 1::40, 0") == (
+        SamplingSettings(0.6),
+        SamplingSettings(1.0, top_p=0.9),
+        SamplingSettings(1.0, top_k=40),
+        SamplingSettings(0.0),
+    )
+    for bad, message in (
+        ("hot", "is not T"),
+        ("1:2", "top-p"),
+        ("1::0", "top-k"),
+        ("-1", "temperature"),
+        ("1,1", "twice"),
+        ("1:0.5:3:4", "is not T"),
+    ):
         with pytest.raises(ValueError, match=f"^settings: .*{message}"):
             parse_settings(bad)
 
@@ -107,8 +156,29 @@ def test_live_models_and_the_capture_tool_place_the_same_roots(micro_pair_dir, t
     prompts = tmp_path / "p.txt"
     prompts.write_text("\n".join(SHIPPED.read_text().splitlines()[:2]) + "\n")
     target, draft = str(micro_pair_dir / "target"), str(micro_pair_dir / "draft")
-    assert capture_main(["--target", target, "--draft", draft, "--prompts", str(prompts), "--out", str(tmp_path / "c"),
-                         "--roots-per-prompt", "2", "--spacing", "3", "--depth", "2", "--full", "--quiet"]) == 0
+    assert (
+        capture_main(
+            [
+                "--target",
+                target,
+                "--draft",
+                draft,
+                "--prompts",
+                str(prompts),
+                "--out",
+                str(tmp_path / "c"),
+                "--roots-per-prompt",
+                "2",
+                "--spacing",
+                "3",
+                "--depth",
+                "2",
+                "--full",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     live = HFSource(target, draft, str(prompts), roots_per_trajectory=2, spacing=3, depth=2, device="cpu")
     replay = CaptureSource((str(tmp_path / "c"),), grid=False)
     a = [(r.root, r.trajectory, r.context) for r in live.roots(SamplingSettings())]

@@ -17,8 +17,20 @@ from simlab.specblock import Block, PairBlockDrafter, RankGuided
 from simlab.specblock.bandit import CostAwareBandit, Rollback, signal
 from simlab.specblock.rank import statistics
 from simlab.trees import NodeTable
-from specblock_checks import (RepeatingDrafter, ScriptedDrafter, check_bandit_costs, check_block_one, check_later_blocks, check_official_losses, check_pruning,
-                              check_rank_labels, check_valid_prefix, check_widths, path_of, table)
+from specblock_checks import (
+    RepeatingDrafter,
+    ScriptedDrafter,
+    check_bandit_costs,
+    check_block_one,
+    check_later_blocks,
+    check_official_losses,
+    check_pruning,
+    check_rank_labels,
+    check_valid_prefix,
+    check_widths,
+    path_of,
+    table,
+)
 
 FEATURES, VOCAB = 12, 40
 
@@ -69,7 +81,9 @@ def test_slot_k_does_not_depend_on_later_slots(shift, arch):
 
 def truncated(m: BlockDrafterModel, K: int) -> BlockDrafterModel:
     """The same weights with only the first K slots."""
-    one = BlockDrafterModel(DrafterSpec.micro(**{**{f: getattr(m.spec, f) for f in ("shift", "arch")}, "K": K}), FEATURES, VOCAB, 16).eval()
+    one = BlockDrafterModel(
+        DrafterSpec.micro(**{**{f: getattr(m.spec, f) for f in ("shift", "arch")}, "K": K}), FEATURES, VOCAB, 16
+    ).eval()
     one.load_state_dict({name: (value[:K] if name == "slots" else value) for name, value in m.state_dict().items()})
     return one
 
@@ -93,7 +107,9 @@ def test_the_parallel_shift_is_w_times_h_k_and_h_k_minus_1():
     with torch.no_grad():
         shift.weight.normal_()
         s = h[:, 1:]
-        expected = torch.stack([shift.weight @ torch.cat([s[i, k], s[i, max(k - 1, 0)]]) for i in range(2) for k in range(m.spec.K)])
+        expected = torch.stack(
+            [shift.weight @ torch.cat([s[i, k], s[i, max(k - 1, 0)]]) for i in range(2) for k in range(m.spec.K)]
+        )
         m.attns[1].out.weight.zero_()  # isolate the shift: layer 1's attention and MLP add nothing
         m.mlps[1].down.weight.zero_()
         for module in (m.attns[0].out, m.mlps[0].down):
@@ -204,12 +220,19 @@ def test_merging_duplicate_siblings_keeps_the_exact_block_efficiency():
     from backends.synthetic import make_world
     from simlab.sampling import SamplingSettings
 
-    worlds = [(MarkovPair.random(4, np.random.default_rng(9), concentration=0.7), "onehot"),
-              (make_world("depth_profile", vocab=5, seed=2, settings=SamplingSettings(0.0)), "greedy")]
+    worlds = [
+        (MarkovPair.random(4, np.random.default_rng(9), concentration=0.7), "onehot"),
+        (make_world("depth_profile", vocab=5, seed=2, settings=SamplingSettings(0.0)), "greedy"),
+    ]
     for pair, verifier in worlds:
         for classes, budget in (((1, 1, 0), 14), ((1, 0, 1), 30), ((2, 1, 1), 200)):
-            builder = RankGuided(RepeatingDrafter(3, classes, vocab=pair.vocab_size), budget=budget, beam_width=3,
-                                 adaptive_slot0=False, adaptive_all=False)
+            builder = RankGuided(
+                RepeatingDrafter(3, classes, vocab=pair.vocab_size),
+                budget=budget,
+                beam_width=3,
+                adaptive_slot0=False,
+                adaptive_all=False,
+            )
             t = NodeTable(pair, (1,))
             buffer, tree = builder.buffer(t), builder.sample(t)
             assert len(buffer) > tree.tokens()  # duplicates were merged

@@ -24,8 +24,14 @@ def small_run(tmp_path_factory):
 
 
 def test_outputs_exist(small_run):
-    for name in ("divergence_by_depth.parquet", "nodes.parquet", "divergence_by_depth.html", "divergence_by_depth.png",
-                 "acceptance_by_depth.html", "acceptance_by_depth.png"):
+    for name in (
+        "divergence_by_depth.parquet",
+        "nodes.parquet",
+        "divergence_by_depth.html",
+        "divergence_by_depth.png",
+        "acceptance_by_depth.html",
+        "acceptance_by_depth.png",
+    ):
         assert (small_run / name).stat().st_size > 0, name
     assert not [p for p in small_run.iterdir() if p.name.startswith(".")]  # no temporary files left
 
@@ -49,12 +55,19 @@ def test_table_printed(tmp_path, capsys):
     assert "Divergence by depth" in out and "Acceptance by depth" in out and "tv_mean" in out
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--world", "nope"], "--world"), (["--depth", "0"], "--depth"), (["--vocab", "1"], "--vocab"),
-    (["--settings", "1:0"], "--settings: top-p"), (["--settings", "1:1.5"], "--settings: top-p"),
-    (["--settings", "-1"], "--settings: temperature"),
-    (["--depth", "x"], "--depth"), (["--shape", "star"], "--shape"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--world", "nope"], "--world"),
+        (["--depth", "0"], "--depth"),
+        (["--vocab", "1"], "--vocab"),
+        (["--settings", "1:0"], "--settings: top-p"),
+        (["--settings", "1:1.5"], "--settings: top-p"),
+        (["--settings", "-1"], "--settings: temperature"),
+        (["--depth", "x"], "--depth"),
+        (["--shape", "star"], "--shape"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(flags, message, capsys):
     with pytest.raises(SystemExit) as exc:
         divergence_by_depth.main(flags + ["--out", "/tmp/unused-simlab"])
@@ -72,7 +85,9 @@ def test_unwritable_out(tmp_path, capsys):
 
 
 def test_command_line_entry_point(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "analyses.divergence_by_depth", "--depth", "0"], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "analyses.divergence_by_depth", "--depth", "0"], capture_output=True, text=True
+    )
     assert result.returncode == 2 and one_error_line(result.stderr) and "--depth" in result.stderr
 
 
@@ -102,8 +117,10 @@ def test_outputs_are_readable_by_others(small_run):
     assert (small_run / "divergence_by_depth.parquet").stat().st_mode & 0o044 == 0o044
 
 
-@pytest.mark.parametrize("flags, message", [(["--seed", "-1"], "--seed"), (["--out", ""], "--out"), (["--depth", "1000"], "--depth"),
-                                            (["--k", "20"], "--k")])
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--seed", "-1"], "--seed"), (["--out", ""], "--out"), (["--depth", "1000"], "--depth"), (["--k", "20"], "--k")],
+)
 def test_more_bad_arguments(flags, message, capsys):
     with pytest.raises(SystemExit) as exc:
         divergence_by_depth.main((["--out", "/tmp/unused-simlab"] if "--out" not in flags else []) + flags)
@@ -111,8 +128,24 @@ def test_more_bad_arguments(flags, message, capsys):
 
 
 def test_grid_study_small(tmp_path, capsys):
-    args = ["--vocab", "3", "--roots-per-trajectory", "2", "--K", "1,2", "--L1-max", "1", "--L2-max", "2", "--method", "auto",
-            "--verifiers", "specinfer,bv", "--out", str(tmp_path)]
+    args = [
+        "--vocab",
+        "3",
+        "--roots-per-trajectory",
+        "2",
+        "--K",
+        "1,2",
+        "--L1-max",
+        "1",
+        "--L2-max",
+        "2",
+        "--method",
+        "auto",
+        "--verifiers",
+        "specinfer,bv",
+        "--out",
+        str(tmp_path),
+    ]
     assert block_efficiency_grid.main(args) == 0
     table = pl.read_parquet(tmp_path / "block_efficiency_grid.parquet")
     assert table.height == 2 * 2 * 2 * 3 and set(table["method"]) == {"exact"}

@@ -1,7 +1,6 @@
 """Style: ``ruff check`` with the project's small rule set (``[tool.ruff]`` in pyproject.toml:
-syntax errors, undefined names, unused imports and locals, redefinitions) finds nothing.
-
-``ruff format`` is not enforced: the codebase is not in its layout (it would rewrite most files).
+syntax errors, undefined names, unused imports and locals, redefinitions) finds nothing, and
+``ruff format --check`` finds every file in its layout (run ``ruff format`` before committing).
 """
 
 from __future__ import annotations
@@ -36,6 +35,18 @@ def test_ruff_check_finds_nothing():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_ruff_format_finds_every_file_formatted():
+    result = subprocess.run([*ruff(), "format", "--check", "--no-cache", *CHECKED], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format_check_fails_on_an_unformatted_file(tmp_path):
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    (tmp_path / "m.py").write_text("x = [1,2 ,3]\n")
+    result = subprocess.run([*ruff(), "format", "--check", "--no-cache", "m.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 1 and "m.py" in result.stdout
+
+
 def test_ruff_check_fails_on_an_unused_import(tmp_path):
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     (tmp_path / "m.py").write_text("import os\n\n\ndef f():\n    return undefined_name\n")
@@ -46,7 +57,12 @@ def test_ruff_check_fails_on_an_unused_import(tmp_path):
 def test_no_docstring_cites_a_path_outside_the_repository():
     """Sources are cited as paper + official repo@commit, or a page under docs/ (docs/sources.md)."""
     outside = ("../shared/", "/work/", "shared/reference/")
-    offenders = [f"{path.relative_to(ROOT)}:{n}" for package in CHECKED for path in sorted((ROOT / package).rglob("*.py"))
-                 if path.name != "test_style.py"
-                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if any(o in line for o in outside)]
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for package in CHECKED
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path.name != "test_style.py"
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if any(o in line for o in outside)
+    ]
     assert not offenders, offenders

@@ -81,8 +81,10 @@ def test_other_pairings_are_reported_not_hidden():
     distinct children of i.i.d. draws, in order of first appearance, follow the without-replacement law."""
     target = target_sequence_law(PAIR, CONTEXT, 2)
     shape = WOR_SHAPES["iid(2,2) w/o repl."]
-    biases = {v: total_variation(emitted_sequence_law(PAIR, CONTEXT, shape, v, 2, allow_lossy=True), target)
-              for v in ["spectr", "specinfer", "khisti", "optimal"]}
+    biases = {
+        v: total_variation(emitted_sequence_law(PAIR, CONTEXT, shape, v, 2, allow_lossy=True), target)
+        for v in ["spectr", "specinfer", "khisti", "optimal"]
+    }
     print("exact TV bias on siblings drafted without replacement:", {k: f"{b:.3g}" for k, b in biases.items()})
     assert all(b > 1e-3 for b in biases.values())
     for v in biases:  # refused without allow_lossy, naming the verifier and the law

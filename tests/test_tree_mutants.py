@@ -7,7 +7,13 @@ import pytest
 
 from simlab.builders import EAGLE2, Delayed, GreedyDraftTree, iid
 from simlab.pairs import MarkovPair
-from tree_checks import check_fast_efficiency, check_greedy_decoding, check_lossless_flag, check_simulation_matches_exact, check_tree_lossless
+from tree_checks import (
+    check_fast_efficiency,
+    check_greedy_decoding,
+    check_lossless_flag,
+    check_simulation_matches_exact,
+    check_tree_lossless,
+)
 from tree_mutants import BUILDER_MUTANTS, TREE_MUTANTS, SequoiaWeightsReversed
 
 PAIR = MarkovPair.random(3, np.random.default_rng(13), concentration=0.7, closeness=0.3)
@@ -18,7 +24,9 @@ CHECKS = {
     "simulation": lambda v: check_simulation_matches_exact(PAIR, CONTEXT, iid(1, 3), v, steps=3000, seed=5),
     "fast E": lambda v: check_fast_efficiency(v),
     "lossless on deterministic trees": lambda v: check_tree_lossless(PAIR, CONTEXT, EAGLE2(budget=3, depth=1, top_k=2), v),
-    "greedy decoding at T > 0": lambda v: [check_greedy_decoding(PAIR, CONTEXT, shape, v) for shape in (EAGLE2(budget=3, depth=1, top_k=2), iid(2, 1))],
+    "greedy decoding at T > 0": lambda v: [
+        check_greedy_decoding(PAIR, CONTEXT, shape, v) for shape in (EAGLE2(budget=3, depth=1, top_k=2), iid(2, 1))
+    ],
     "lossless flag": lambda v: check_lossless_flag(v, PAIR, CONTEXT),
 }
 BUILDER_CHECKS = {

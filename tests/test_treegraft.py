@@ -101,7 +101,9 @@ def test_trie_reuse_and_rescoring():
     assert state.nodes[three].score == pytest.approx(log(0.5)) and state.nodes[root.children[4]].score == pytest.approx(log(0.3))
     below = state.nodes[three].children
     assert list(below) == [4, 3]
-    assert state.nodes[below[4]].score == pytest.approx(log(0.5) + log(0.3)) and state.nodes[below[3]].score == pytest.approx(2 * log(0.5))
+    assert state.nodes[below[4]].score == pytest.approx(log(0.5) + log(0.3)) and state.nodes[below[3]].score == pytest.approx(
+        2 * log(0.5)
+    )
     assert sorted(state.frontier) == sorted([three, root.children[4], below[4], below[3]])[:2] or len(state.frontier) == 2
     assert state.pool_sizes == [3] and state.graft_from_earlier == 1  # the root lies below the frontier's depth
 
@@ -271,7 +273,9 @@ def test_features_and_margins(repetitive_root):
     assert len(rows) == 2**5 - 1 and len(FEATURES) == 17
     z, y, prefix = rows[0]
     assert z.shape == (17,) and np.isfinite(z).all() and prefix == ()
-    assert y == pytest.approx(max(v["TPS"] for s, v in values.items() if s[0] == 1) - max(v["TPS"] for s, v in values.items() if s[0] == 0))
+    assert y == pytest.approx(
+        max(v["TPS"] for s, v in values.items() if s[0] == 1) - max(v["TPS"] for s, v in values.items() if s[0] == 0)
+    )
 
 
 def test_scheduler_training_is_bit_for_bit_repeatable(repetitive_root):
@@ -290,11 +294,20 @@ def test_scheduler_training_is_bit_for_bit_repeatable(repetitive_root):
     assert len(a.schedule(builder, table, LATENCY, 1)) == 5
 
 
-@pytest.mark.parametrize("options, name", [
-    (dict(budget=0), "budget"), (dict(depth=0), "depth"), (dict(depth=17), "depth"), (dict(top_k=0), "top_k"),
-    (dict(schedule=(1, 0)), "schedule"), (dict(schedule="sometimes"), "schedule"), (dict(pool="all"), "pool"),
-    (dict(grafting="maybe"), "grafting"), (dict(ngram=5), "ngram"),
-])
+@pytest.mark.parametrize(
+    "options, name",
+    [
+        (dict(budget=0), "budget"),
+        (dict(depth=0), "depth"),
+        (dict(depth=17), "depth"),
+        (dict(top_k=0), "top_k"),
+        (dict(schedule=(1, 0)), "schedule"),
+        (dict(schedule="sometimes"), "schedule"),
+        (dict(pool="all"), "pool"),
+        (dict(grafting="maybe"), "grafting"),
+        (dict(ngram=5), "ngram"),
+    ],
+)
 def test_bad_options(options, name):
     with pytest.raises(ValueError, match=f"^{name}: "):
         TreeGraft(**options)

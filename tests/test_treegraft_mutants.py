@@ -32,12 +32,18 @@ def test_fault_is_caught(fault):
     assert caught(TREEGRAFT_MUTANTS[fault]), f"planted fault '{fault}' not caught"
 
 
-@pytest.mark.parametrize("rule, case", [("continue_after_empty_frontier", "empty frontier"), ("top_k_fallback", "fallback"),
-                                        ("truncated_chains", "truncated chain"),
-                                        ("coverage_by_proposals", "coverage with existing children"),
-                                        ("frontier_attached_only", "coverage with existing children"),
-                                        ("overwrite_scores", "max score / existing path"),
-                                        ("cache_without_last_row", "last prompt row")])
+@pytest.mark.parametrize(
+    "rule, case",
+    [
+        ("continue_after_empty_frontier", "empty frontier"),
+        ("top_k_fallback", "fallback"),
+        ("truncated_chains", "truncated chain"),
+        ("coverage_by_proposals", "coverage with existing children"),
+        ("frontier_attached_only", "coverage with existing children"),
+        ("overwrite_scores", "max score / existing path"),
+        ("cache_without_last_row", "last prompt row"),
+    ],
+)
 def test_each_corrected_rule_has_its_hand_case(rule, case):
     """The hand case written for a corrected rule fails with the lab's rule (it changes the tree)."""
     with pytest.raises(AssertionError):

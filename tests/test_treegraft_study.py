@@ -8,8 +8,27 @@ import pytest
 from analyses import treegraft
 from conftest import one_error_line
 
-SMALL = ["--vocab", "16", "--trajectories", "3", "--roots-per-trajectory", "1", "--spacing", "10", "--budget", "12",
-         "--top-k", "3", "--depth", "3", "--fixed", "1,0,1", "--epochs", "5", "--quiet"]
+SMALL = [
+    "--vocab",
+    "16",
+    "--trajectories",
+    "3",
+    "--roots-per-trajectory",
+    "1",
+    "--spacing",
+    "10",
+    "--budget",
+    "12",
+    "--top-k",
+    "3",
+    "--depth",
+    "3",
+    "--fixed",
+    "1,0,1",
+    "--epochs",
+    "5",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="module")
@@ -20,14 +39,23 @@ def run(tmp_path_factory):
 
 
 def test_outputs(run):
-    for name in ("treegraft.parquet", "per_root.parquet", "schedules.parquet", "throughput.html", "throughput.png",
-                 "schedules.html", "schedules.png"):
+    for name in (
+        "treegraft.parquet",
+        "per_root.parquet",
+        "schedules.parquet",
+        "throughput.html",
+        "throughput.png",
+        "schedules.html",
+        "schedules.png",
+    ):
         assert (run / name).stat().st_size > 0, name
     summary = pl.read_parquet(run / "treegraft.parquet")
     assert set(summary["policy"]) == set(treegraft.POLICIES) and set(summary["setting"]) == {"T=0", "T=1"}
     assert set(summary.filter(pl.col("setting") == "T=0")["verifier"]) == {"greedy", "onehot", "nss", "greedy_draft"}
     per_root = pl.read_parquet(run / "per_root.parquet")  # every lossless verifier of a deterministic tree: the same exact E
-    spread = per_root.group_by("setting", "policy", "trajectory", "root").agg((pl.col("E").max() - pl.col("E").min()).alias("spread"))
+    spread = per_root.group_by("setting", "policy", "trajectory", "root").agg(
+        (pl.col("E").max() - pl.col("E").min()).alias("spread")
+    )
     assert spread["spread"].max() <= 1e-12
     stopped = per_root.filter(pl.col("early_stop"))
     assert (stopped["layers_run"] < 3).all() and set(stopped["stop"]) <= {"empty frontier", "fallback", "node cap"}
@@ -48,17 +76,29 @@ def test_the_best_schedule_dominates_every_schedule_and_budgets_hold(run):
     top = schedules.group_by("setting", "verifier", "root").agg(pl.col("TPS").max().alias("top"))
     best = per_root.filter(pl.col("policy") == "best").join(top, on=["setting", "verifier", "root"])
     assert (best["TPS"] == best["top"]).all()
-    fixed = per_root.filter(pl.col("policy").is_in(["all_small", "all_mid", "fixed", "learned"])).join(top, on=["setting", "verifier", "root"])
+    fixed = per_root.filter(pl.col("policy").is_in(["all_small", "all_mid", "fixed", "learned"])).join(
+        top, on=["setting", "verifier", "root"]
+    )
     assert (fixed["TPS"] <= fixed["top"] + 1e-12).all()
     for verifiers in per_root.group_by("setting", "root", "policy").agg(pl.col("E").n_unique()).iter_rows():
         assert verifiers[-1] == 1  # every lossless verifier of deterministic trees gives the same exact value
 
 
-@pytest.mark.parametrize("flags, flag", [(["--fixed", "1,0"], "--fixed"), (["--depth", "6"], "--depth"),
-                                         (["--trajectories", "1"], "--trajectories"), (["--budget", "0"], "--budget"),
-                                         (["--capture", "x"], "--capture"), (["--small-ratio", "0"], "--small-ratio"),
-                                         (["--depth", "0"], "--depth"), (["--fixed", "1,0,2,0,1"], "--fixed"), (["--ngram", "0"], "--ngram"),
-                                         (["--rules", "official,nonsense"], "--rules")])
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--fixed", "1,0"], "--fixed"),
+        (["--depth", "6"], "--depth"),
+        (["--trajectories", "1"], "--trajectories"),
+        (["--budget", "0"], "--budget"),
+        (["--capture", "x"], "--capture"),
+        (["--small-ratio", "0"], "--small-ratio"),
+        (["--depth", "0"], "--depth"),
+        (["--fixed", "1,0,2,0,1"], "--fixed"),
+        (["--ngram", "0"], "--ngram"),
+        (["--rules", "official,nonsense"], "--rules"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         treegraft.main(flags + ["--out", str(tmp_path), "--quiet"])

@@ -76,7 +76,9 @@ def test_width_one_tree_equals_the_chain(name):
     assert wide == narrow
 
 
-@pytest.mark.parametrize("name", [n for n in tree_verifiers.names() if n not in ("rrs_wor", "greedy_draft")])  # distinct children only
+@pytest.mark.parametrize(
+    "name", [n for n in tree_verifiers.names() if n not in ("rrs_wor", "greedy_draft")]
+)  # distinct children only
 def test_outcome_laws_are_laws(name):
     table = NodeTable(PAIR, CONTEXT)
     for tree, _ in Delayed(2, 1, 2).enumerate(table):
@@ -120,13 +122,17 @@ def test_tuple_notation_round_trip():
     assert list(tree.child_list(())) == np.argsort(-q_root, kind="stable")[:2].tolist()
 
 
-@pytest.mark.parametrize("spec, message", [([(1,)], "ranks"), ([(0, 0)], "no parent"), ([(0,), (0,)], "twice"), ([()], "non-empty")])
+@pytest.mark.parametrize(
+    "spec, message", [([(1,)], "ranks"), ([(0, 0)], "no parent"), ([(0,), (0,)], "twice"), ([()], "non-empty")]
+)
 def test_bad_tuple_notation(spec, message):
     with pytest.raises(ValueError, match=f"^spec: .*{message}"):
         parse_tuples(spec)
 
 
-@pytest.mark.parametrize("kwargs, name", [(dict(K=0, L1=1, L2=1), "K"), (dict(K=1, L1=-1, L2=1), "L1"), (dict(K=1, L1=0, L2=1.5), "L2")])
+@pytest.mark.parametrize(
+    "kwargs, name", [(dict(K=0, L1=1, L2=1), "K"), (dict(K=1, L1=-1, L2=1), "L1"), (dict(K=1, L1=0, L2=1.5), "L2")]
+)
 def test_bad_shape(kwargs, name):
     with pytest.raises(ValueError, match=f"^{name}: "):
         Delayed(**kwargs)
@@ -190,15 +196,24 @@ def test_cut_offs_match_separate_trees(name):
 def test_action_grid_is_unbiased_against_exact():
     from simlab.grid import action_grid_block_efficiency
 
-    grid = action_grid_block_efficiency(PAIR, CONTEXT, "specinfer", K_values=(1, 2), L1_values=(0, 1), L2_values=(0, 1, 2), samples=300, seed=2)
+    grid = action_grid_block_efficiency(
+        PAIR, CONTEXT, "specinfer", K_values=(1, 2), L1_values=(0, 1), L2_values=(0, 1, 2), samples=300, seed=2
+    )
     for (K, L1, L2), estimate in grid.items():
         exact = expected_block_efficiency(PAIR, CONTEXT, Delayed(K, L1, L2), "specinfer")
         check_estimates_agree(exact, estimate)
 
 
-@pytest.mark.parametrize("law, kids", [(Drafting.REPEATED, (1, 2)), (Drafting.REPEATED, (1, 1, 2)),
-                                       (Drafting.WITHOUT_REPLACEMENT, (1, 1)), (Drafting.DETERMINISTIC, (2, 0, 2)),
-                                       (Drafting.MIXED, (0, 0))])
+@pytest.mark.parametrize(
+    "law, kids",
+    [
+        (Drafting.REPEATED, (1, 2)),
+        (Drafting.REPEATED, (1, 1, 2)),
+        (Drafting.WITHOUT_REPLACEMENT, (1, 1)),
+        (Drafting.DETERMINISTIC, (2, 0, 2)),
+        (Drafting.MIXED, (0, 0)),
+    ],
+)
 def test_a_child_list_its_law_cannot_produce_is_refused(law, kids):
     """Issue 28: such trees were built, and naive, bv and traversal verified them."""
     table = NodeTable(ContextFreePair([0.2, 0.3, 0.5], [0.4, 0.3, 0.3]), (0,))

@@ -72,10 +72,15 @@ def test_sampling_settings_apply_to_both_models():
     assert np.count_nonzero(p[0]) < 16 and np.count_nonzero(q[0]) < 16
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(name="nope", vocab=8), "world"), (dict(name="depth_profile", vocab=1), "vocab"),
-    (dict(name="depth_profile", vocab=60_000), "vocab"), (dict(name="distilled", vocab=8, smoothing=0), "smoothing"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(name="nope", vocab=8), "world"),
+        (dict(name="depth_profile", vocab=1), "vocab"),
+        (dict(name="depth_profile", vocab=60_000), "vocab"),
+        (dict(name="distilled", vocab=8, smoothing=0), "smoothing"),
+    ],
+)
 def test_bad_world_arguments(kwargs, message):
     with pytest.raises(ValueError, match=f"^{message}: "):
         make_world(kwargs.pop("name"), **kwargs)

@@ -20,7 +20,9 @@ class BonusFromParent(TopDown):
 
     def outcome_law(self, tree):
         law = super().outcome_law(tree)
-        return {path: (vec if tree.child_list(path) or not path else vec.sum() * tree.table.p(path[:-1])) for path, vec in law.items()}
+        return {
+            path: (vec if tree.child_list(path) or not path else vec.sum() * tree.table.p(path[:-1])) for path, vec in law.items()
+        }
 
     def verify(self, tree, rng):
         path, token = super().verify(tree, rng)

@@ -108,7 +108,7 @@ def reference_tree(pair, context, schedule, *, budget, k, lookback, N, cached=No
                         i = j + n
                         if ctx[j:i] != text[-n:] or i + length > len(ctx):
                             continue
-                        chain = tuple(ctx[i:i + length])
+                        chain = tuple(ctx[i : i + length])
                         mlen.setdefault(chain[0], n)
                         cover.add(chain[0])
                         if chain not in found and not exists(u, chain):
@@ -194,12 +194,14 @@ def check_reference(make, roots=None, options=SWEEP_OPTIONS):
         for o in options:
             builder = make(budget=o["budget"], depth=5, top_k=o["top_k"], lookback=o["lookback"], N=o["N"], cached=cached)
             for schedule in itertools.product((0, 1), repeat=5):
-                want = reference_tree(world, context, schedule, budget=o["budget"], k=o["top_k"], lookback=o["lookback"],
-                                      N=o["N"], cached=cached)
+                want = reference_tree(
+                    world, context, schedule, budget=o["budget"], k=o["top_k"], lookback=o["lookback"], N=o["N"], cached=cached
+                )
                 got = built(builder, world, context, schedule)
                 assert got[0] == want[0] and got[2] == want[2], (context, o, schedule, got, want)
                 assert got[1].keys() == want[1].keys() and all(
-                    math.isclose(got[1][p], want[1][p], abs_tol=1e-12) or got[1][p] == want[1][p] for p in want[1]), (context, o, schedule)
+                    math.isclose(got[1][p], want[1][p], abs_tol=1e-12) or got[1][p] == want[1][p] for p in want[1]
+                ), (context, o, schedule)
 
 
 # -- hand-built cases ------------------------------------------------------------------------------

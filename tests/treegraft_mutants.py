@@ -49,5 +49,3 @@ TREEGRAFT_MUTANTS = {
     "cache row shifted by one": factory(CacheRowShifted),
 }
 """fault -> builder factory ``make(N=5, **options)`` (``treegraft_checks.factory``)."""
-
-

@@ -17,8 +17,12 @@ from simlab.sampling import SamplingSettings
 
 OPTION_VARIANTS = {
     "specinfer": [{"order": "fixed"}],
-    "khisti": [{"mode": "truncated", "s": 2}, {"mode": "truncated", "s": 3}, {"mode": "truncated", "s": 2, "tail": "champion"},
-               {"mode": "truncated", "s": 2, "tail": "rank"}],
+    "khisti": [
+        {"mode": "truncated", "s": 2},
+        {"mode": "truncated", "s": 3},
+        {"mode": "truncated", "s": 2, "tail": "champion"},
+        {"mode": "truncated", "s": 2, "tail": "rank"},
+    ],
     "optimal": [{"replacement": False}],
     "spectr": [{"rho": "four_step"}],
 }
@@ -27,8 +31,9 @@ OPTION_VARIANTS = {
 
 def node_variants() -> list:
     """Every registered node verifier with its default options, then the option variants."""
-    return ([verifiers.get(name) for name in verifiers.names()]
-            + [verifiers.get(name, **options) for name in verifiers.names() for options in OPTION_VARIANTS.get(name, [])])
+    return [verifiers.get(name) for name in verifiers.names()] + [
+        verifiers.get(name, **options) for name in verifiers.names() for options in OPTION_VARIANTS.get(name, [])
+    ]
 
 
 def variant_id(verifier) -> str:

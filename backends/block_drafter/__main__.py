@@ -37,13 +37,23 @@ def train_variant(pair_dir: Path, variant: str, spec, seed: int, log) -> tuple:
     train_ids, test_ids = encode_documents(tokenizer, train_docs), encode_documents(tokenizer, test_docs)
     spec = replace(spec, **VARIANTS[variant])
     trainer = Trainer(spec, target, layers, train_ids, seed)
-    log(f"block drafter ({variant}): {sum(p.numel() for p in trainer.model.parameters()) / 1e6:.2f}M parameters, "
-        f"{spec.steps} steps on {len(train_ids)} training tokens")
+    log(
+        f"block drafter ({variant}): {sum(p.numel() for p in trainer.model.parameters()) / 1e6:.2f}M parameters, "
+        f"{spec.steps} steps on {len(train_ids)} training tokens"
+    )
     seconds = trainer.train(log)
     acceptance = slot_acceptance(trainer.model, target, layers, test_ids)
     log(f"block drafter ({variant}): held-out acceptance by slot {acceptance['acceptance_by_slot']}")
-    info = {"variant": variant, "seed": seed, "pair": str(pair_dir), "feature_layers": list(layers), **machine(),
-            "seconds": round(seconds, 1), "held_out": acceptance, "torch_threads": torch.get_num_threads()}
+    info = {
+        "variant": variant,
+        "seed": seed,
+        "pair": str(pair_dir),
+        "feature_layers": list(layers),
+        **machine(),
+        "seconds": round(seconds, 1),
+        "held_out": acceptance,
+        "torch_threads": torch.get_num_threads(),
+    }
     return trainer.model, info
 
 
@@ -63,20 +73,30 @@ def main(argv=None) -> int:
         parser.add_argument("--variant", choices=[*VARIANTS, "all"], default="full", help="the drafter or an ablation")
         parser.add_argument("--out", default=None, help="output folder (default <pair>/block_drafter/<variant>)")
         parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the batches")
-        parser.add_argument("--steps", type=int, default=None, help=f"training steps (default {d.steps}; micro {DrafterSpec.micro().steps})")
+        parser.add_argument(
+            "--steps", type=int, default=None, help=f"training steps (default {d.steps}; micro {DrafterSpec.micro().steps})"
+        )
         parser.add_argument("--threads", type=int, default=1, help="torch threads (the weights depend on it)")
         parser.add_argument("--micro", action="store_true", help="the tiny drafter of the tests (for the micro pair)")
         parser.add_argument("--quiet", action="store_true", help="no progress lines")
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
         pair = Path(args.pair).expanduser()
-        check_flags(PROG, [
-            ((pair / "manifest.json").is_file() and (pair / "target").is_dir(),
-             f"--pair: {str(pair)!r} is not a reference pair (build one with python -m backends.reference_pair)"),
-            (args.threads >= 1, f"--threads: must be >= 1, got {args.threads}"),
-            (args.steps is None or args.steps >= 1, f"--steps: must be >= 1, got {args.steps}"),
-            (args.seed >= 0, f"--seed: must be >= 0, got {args.seed}"),
-            (args.out is None or args.variant != "all", "--out: with --variant all each variant goes to <pair>/block_drafter/<variant>"),
-        ])
+        check_flags(
+            PROG,
+            [
+                (
+                    (pair / "manifest.json").is_file() and (pair / "target").is_dir(),
+                    f"--pair: {str(pair)!r} is not a reference pair (build one with python -m backends.reference_pair)",
+                ),
+                (args.threads >= 1, f"--threads: must be >= 1, got {args.threads}"),
+                (args.steps is None or args.steps >= 1, f"--steps: must be >= 1, got {args.steps}"),
+                (args.seed >= 0, f"--seed: must be >= 0, got {args.seed}"),
+                (
+                    args.out is None or args.variant != "all",
+                    "--out: with --variant all each variant goes to <pair>/block_drafter/<variant>",
+                ),
+            ],
+        )
         spec = DrafterSpec.micro() if args.micro else d
         if args.steps is not None:
             spec = replace(spec, steps=args.steps, rank_freeze=min(spec.rank_freeze, args.steps // 4))
@@ -92,9 +112,11 @@ def main(argv=None) -> int:
                 except ValueError as exc:
                     fail_from(PROG, exc, parser)
                 save(model, out, info)
-                print(f"{variant}: acceptance by slot {info['held_out']['acceptance_by_slot']} (held-out roots, T = 0 chain), "
-                      f"expected chain length {info['held_out']['expected_chain_length']}, rank-head accuracy (slot 0) "
-                      f"{info['held_out']['rank_head_accuracy_slot0']}; {info['seconds']} s on {args.threads} thread(s); saved to {out}")
+                print(
+                    f"{variant}: acceptance by slot {info['held_out']['acceptance_by_slot']} (held-out roots, T = 0 chain), "
+                    f"expected chain length {info['held_out']['expected_chain_length']}, rank-head accuracy (slot 0) "
+                    f"{info['held_out']['rank_head_accuracy_slot0']}; {info['seconds']} s on {args.threads} thread(s); saved to {out}"
+                )
         finally:
             torch.set_num_threads(previous)
         return 0

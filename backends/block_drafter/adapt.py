@@ -50,8 +50,7 @@ class Adapter:
         learning_rate: in (0, 1).
     """
 
-    def __init__(self, model: BlockDrafterModel, target, layers, *, kl: float = 0.1, steps: int = 4,
-                 learning_rate: float = 5e-4):
+    def __init__(self, model: BlockDrafterModel, target, layers, *, kl: float = 0.1, steps: int = 4, learning_rate: float = 5e-4):
         if not kl >= 0:
             raise ValueError(f"kl: must be >= 0, got {kl!r}")
         check_in_range(learning_rate, "learning_rate", low_open=True, high_open=True)
@@ -88,7 +87,9 @@ class Adapter:
                 continue
             features, p = target_pass(self.target, ids, self.layers)
             n = torch.arange(1, ids.shape[1] - K)
-            rows.append((features[0, n - 1], ids[0, n], p[0, n[:, None] + torch.arange(K)], ids[0, n[:, None] + 1 + torch.arange(K)]))
+            rows.append(
+                (features[0, n - 1], ids[0, n], p[0, n[:, None] + torch.arange(K)], ids[0, n[:, None] + 1 + torch.arange(K)])
+            )
         if not rows:
             return None
         return tuple(torch.cat(parts) for parts in zip(*rows))
@@ -114,7 +115,9 @@ class Adapter:
         for _ in range(self.steps):
             _, logits, _ = self.model(token, feature=feature)
             logq = torch.log_softmax(logits, dim=-1)
-            mask = valid_prefix_mask(logits.argmax(-1) == corpus) if self.model.spec.valid_prefix else torch.ones(logits.shape[:2])
+            mask = (
+                valid_prefix_mask(logits.argmax(-1) == corpus) if self.model.spec.valid_prefix else torch.ones(logits.shape[:2])
+            )
             ce = -(target_p * logq).sum(-1)
             kl = (logq.exp() * (logq - anchor)).sum(-1)
             loss = ((ce + self.kl * kl) * mask).sum() / mask.sum().clamp_min(1.0)

@@ -26,8 +26,12 @@ import torch
 from backends.block_drafter.model import BlockDrafterModel, DrafterSpec
 from simlab.specblock.block import Block
 
-VARIANTS = {"full": {}, "no_shift": {"shift": False}, "no_valid_prefix": {"valid_prefix": False},
-            "attention_free": {"arch": "attention_free"}}
+VARIANTS = {
+    "full": {},
+    "no_shift": {"shift": False},
+    "no_valid_prefix": {"valid_prefix": False},
+    "attention_free": {"arch": "attention_free"},
+}
 """The trained variants: the drafter, the paper's two training-time ablations, and the lab's
 earlier attention-free drafter (a departure kept for comparison: ``docs/departures.md``)."""
 
@@ -42,7 +46,9 @@ class TorchBlockDrafter:
 
     def __init__(self, model: BlockDrafterModel, pair):
         if not hasattr(pair, "target_features"):
-            raise ValueError(f"pair: the block drafter reads the target's hidden states; {type(pair).__name__} has no target_features")
+            raise ValueError(
+                f"pair: the block drafter reads the target's hidden states; {type(pair).__name__} has no target_features"
+            )
         if model.vocab_size != pair.vocab_size:
             raise ValueError(f"vocab_size: the drafter has {model.vocab_size} tokens, the target {pair.vocab_size}")
         width = int(pair.target.config.hidden_size) * len(pair.feature_layers())
@@ -76,8 +82,13 @@ def save(model: BlockDrafterModel, out: Path, manifest: dict) -> None:
     from backends.cli import OutputSet
 
     out.mkdir(parents=True, exist_ok=True)
-    full = {"spec": asdict(model.spec), "feature_dim": model.feature_dim, "vocab_size": model.vocab_size, "width": model.width,
-            **manifest}
+    full = {
+        "spec": asdict(model.spec),
+        "feature_dim": model.feature_dim,
+        "vocab_size": model.vocab_size,
+        "width": model.width,
+        **manifest,
+    }
     with OutputSet(out) as outputs:
         outputs.stage("drafter.pt", lambda path: torch.save(model.state_dict(), path))
         outputs.stage("manifest.json", lambda path: Path(path).write_text(json.dumps(full, indent=2)))
@@ -92,11 +103,15 @@ def load(folder, what: str = "drafter") -> tuple[BlockDrafterModel, dict]:
     """
     folder = Path(folder).expanduser()
     if not (folder / "manifest.json").is_file() or not (folder / "drafter.pt").is_file():
-        raise ValueError(f"{what}: {str(folder)!r} holds no block drafter (drafter.pt, manifest.json); "
-                         "train one with python -m backends.block_drafter")
+        raise ValueError(
+            f"{what}: {str(folder)!r} holds no block drafter (drafter.pt, manifest.json); "
+            "train one with python -m backends.block_drafter"
+        )
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
-        model = BlockDrafterModel(DrafterSpec(**manifest["spec"]), manifest["feature_dim"], manifest["vocab_size"], manifest["width"])
+        model = BlockDrafterModel(
+            DrafterSpec(**manifest["spec"]), manifest["feature_dim"], manifest["vocab_size"], manifest["width"]
+        )
         model.load_state_dict(torch.load(folder / "drafter.pt", weights_only=True))
     except (OSError, KeyError, TypeError, RuntimeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{what}: cannot load the block drafter in {str(folder)!r} ({type(exc).__name__}: {exc})") from None

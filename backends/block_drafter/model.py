@@ -102,8 +102,18 @@ class DrafterSpec:
     @classmethod
     def micro(cls, **changes) -> "DrafterSpec":
         """The tiny drafter of the tests (seconds on the micro pair)."""
-        return cls(**{"width": None, "layers": 2, "steps": 40, "roots_per_step": 64, "windows": 4, "learning_rate": 5e-3,
-                      "rank_freeze": 10, **changes})
+        return cls(
+            **{
+                "width": None,
+                "layers": 2,
+                "steps": 40,
+                "roots_per_step": 64,
+                "windows": 4,
+                "learning_rate": 5e-3,
+                "rank_freeze": 10,
+                **changes,
+            }
+        )
 
 
 class BlockDrafterModel(nn.Module):
@@ -120,7 +130,11 @@ class BlockDrafterModel(nn.Module):
         super().__init__()
         W, K = spec.width or check_int(width, "width", 4), spec.K
         self.width = W
-        self.spec, self.feature_dim, self.vocab_size = spec, check_int(feature_dim, "feature_dim", 1), check_int(vocab_size, "vocab_size", 2)
+        self.spec, self.feature_dim, self.vocab_size = (
+            spec,
+            check_int(feature_dim, "feature_dim", 1),
+            check_int(vocab_size, "vocab_size", 2),
+        )
         self.fuse = nn.Linear(feature_dim, W)
         self.inherit = nn.Linear(W, W)
         self.embed = nn.Embedding(vocab_size, W)
@@ -134,7 +148,9 @@ class BlockDrafterModel(nn.Module):
             self.mlps = nn.ModuleList(GatedMLP(W) for _ in range(spec.layers))
             self.shifts = nn.ModuleList(parallel_shift(W) for _ in range(spec.layers - 1)) if spec.shift else None
         else:
-            self.mlps = nn.ModuleList(nn.Sequential(nn.Linear(W, 2 * W), nn.GELU(), nn.Linear(2 * W, W)) for _ in range(spec.layers))
+            self.mlps = nn.ModuleList(
+                nn.Sequential(nn.Linear(W, 2 * W), nn.GELU(), nn.Linear(2 * W, W)) for _ in range(spec.layers)
+            )
             self.shifts = nn.ModuleList(nn.Linear(2 * W, W) for _ in range(spec.layers - 1)) if spec.shift else None
         self.norm = nn.LayerNorm(W)
         self.lm_head = nn.Linear(W, vocab_size, bias=False)
@@ -178,7 +194,6 @@ class BlockDrafterModel(nn.Module):
         logits = self.lm_head(normed)
         ranks = self.rank_head(torch.cat([normed.detach(), rank_statistics(logits.detach())], dim=-1))
         return h, logits, ranks
-
 
     def _decode(self, start: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """The attention layers over [seed, slots]; the slots' final hidden states (N, K, W)."""
@@ -226,8 +241,11 @@ class GatedMLP(nn.Module):
 
     def __init__(self, width: int):
         super().__init__()
-        self.gate, self.up, self.down = nn.Linear(width, 2 * width, bias=False), nn.Linear(width, 2 * width, bias=False), \
-            nn.Linear(2 * width, width, bias=False)
+        self.gate, self.up, self.down = (
+            nn.Linear(width, 2 * width, bias=False),
+            nn.Linear(width, 2 * width, bias=False),
+            nn.Linear(2 * width, width, bias=False),
+        )
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.down(nn.functional.silu(self.gate(h)) * self.up(h))

@@ -111,8 +111,15 @@ def smoothed(labels: torch.Tensor, smoothing: float) -> torch.Tensor:
     return out
 
 
-def official_block_losses(logits: torch.Tensor, ranks: torch.Tensor, target_p: torch.Tensor, corpus: torch.Tensor,
-                          valid_prefix: bool, budget: int, rank_on: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def official_block_losses(
+    logits: torch.Tensor,
+    ranks: torch.Tensor,
+    target_p: torch.Tensor,
+    corpus: torch.Tensor,
+    valid_prefix: bool,
+    budget: int,
+    rank_on: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(draft loss, rank loss) of one block under ``losses="official"`` (module docstring).
 
     Args:
@@ -143,13 +150,16 @@ class Trainer:
             raise ValueError(f"K: {spec.K} slots need a context of at least {2 * spec.K + 2}, the target has {self.context}")
         torch.manual_seed(seed)
         width = int(target.config.hidden_size) * len(self.layers)
-        self.model = BlockDrafterModel(spec, width, int(target.get_output_embeddings().weight.shape[0]), int(target.config.hidden_size))
+        self.model = BlockDrafterModel(
+            spec, width, int(target.get_output_embeddings().weight.shape[0]), int(target.config.hidden_size)
+        )
         if spec.width is None:
             self.model.initialise_from(target)
         self.generator = torch.Generator().manual_seed(seed)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=spec.learning_rate, weight_decay=0.01)
-        self.schedule = torch.optim.lr_scheduler.OneCycleLR(self.optimizer, max_lr=spec.learning_rate, total_steps=spec.steps,
-                                                            pct_start=0.1)
+        self.schedule = torch.optim.lr_scheduler.OneCycleLR(
+            self.optimizer, max_lr=spec.learning_rate, total_steps=spec.steps, pct_start=0.1
+        )
         self.frequency = torch.ones(CLASSES)
         self.step_count = 0
 
@@ -177,8 +187,15 @@ class Trainer:
         if self.spec.losses == "official":
             draft = rank = 0.0
             for logits, ranks, pos in blocks:
-                d, r = official_block_losses(logits, ranks, p[b[:, None], pos], windows[b[:, None], pos + 1], self.spec.valid_prefix,
-                                             self.spec.rank_budget, rank_on)
+                d, r = official_block_losses(
+                    logits,
+                    ranks,
+                    p[b[:, None], pos],
+                    windows[b[:, None], pos + 1],
+                    self.spec.valid_prefix,
+                    self.spec.rank_budget,
+                    rank_on,
+                )
                 draft, rank = draft + d, rank + r
             return draft, rank, correct1
         return self._corpus_mask_losses(windows, p, b, j, blocks, rank_on) + (correct1,)
@@ -218,7 +235,11 @@ class Trainer:
         self.optimizer.step()
         self.schedule.step()
         self.step_count += 1
-        return {"draft": float(draft.detach()), "rank": float(torch.as_tensor(rank).detach()), "slot0": float(correct1[:, 0].float().mean())}
+        return {
+            "draft": float(draft.detach()),
+            "rank": float(torch.as_tensor(rank).detach()),
+            "slot0": float(correct1[:, 0].float().mean()),
+        }
 
     def train(self, log) -> float:
         started = time.time()
@@ -226,8 +247,10 @@ class Trainer:
         for s in range(self.spec.steps):
             out = self.step()
             if s % max(1, self.spec.steps // 10) == 0 or s == self.spec.steps - 1:
-                log(f"block drafter: step {s + 1}/{self.spec.steps} draft loss {out['draft']:.3f} rank loss {out['rank']:.3f} "
-                    f"slot-0 corpus accuracy {out['slot0']:.2f}")
+                log(
+                    f"block drafter: step {s + 1}/{self.spec.steps} draft loss {out['draft']:.3f} rank loss {out['rank']:.3f} "
+                    f"slot-0 corpus accuracy {out['slot0']:.2f}"
+                )
         self.model.eval()
         return time.time() - started
 
@@ -243,8 +266,7 @@ def greedy_chain(target, contexts: torch.Tensor, K: int) -> torch.Tensor:
     return torch.stack(out, dim=1)
 
 
-def slot_acceptance(model: BlockDrafterModel, target, layers, test_ids: torch.Tensor, roots: int = 256,
-                    prefix: int = 24) -> dict:
+def slot_acceptance(model: BlockDrafterModel, target, layers, test_ids: torch.Tensor, roots: int = 256, prefix: int = 24) -> dict:
     """On ``roots`` held-out roots (prefixes of ``prefix`` tokens at a fixed stride): the share of
     roots whose block-1 greedy chain equals the target's greedy continuation through slot k (the
     T = 0 acceptance by slot, chain), the per-slot agreement given the correct prefix, and the
@@ -259,6 +281,9 @@ def slot_acceptance(model: BlockDrafterModel, target, layers, test_ids: torch.Te
     drafted = logits.argmax(-1)
     chained = torch.cumprod((drafted == chain).float(), dim=1)
     labels = rank_labels(logits[:, 0], chain[:, 0])
-    return {"roots": len(contexts), "acceptance_by_slot": [round(float(v), 4) for v in chained.mean(0)],
-            "expected_chain_length": round(1.0 + float(chained.sum(1).mean()), 4),
-            "rank_head_accuracy_slot0": round(float((ranks[:, 0].argmax(-1) == labels).float().mean()), 4)}
+    return {
+        "roots": len(contexts),
+        "acceptance_by_slot": [round(float(v), 4) for v in chained.mean(0)],
+        "expected_chain_length": round(1.0 + float(chained.sum(1).mean()), 4),
+        "rank_head_accuracy_slot0": round(float((ranks[:, 0].argmax(-1) == labels).float().mean()), 4),
+    }

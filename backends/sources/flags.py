@@ -32,8 +32,23 @@ from simlab.latency import LatencyModel
 from simlab.latency_profiles import listing, load
 from simlab.sampling import DDTE_SETTINGS, SamplingSettings
 
-SOURCE_FIELDS = ("backend", "pair", "world", "vocab", "target", "draft", "prompts", "capture", "trajectories",
-                 "roots_per_trajectory", "spacing", "settings", "seed", "device", "dtype")
+SOURCE_FIELDS = (
+    "backend",
+    "pair",
+    "world",
+    "vocab",
+    "target",
+    "draft",
+    "prompts",
+    "capture",
+    "trajectories",
+    "roots_per_trajectory",
+    "spacing",
+    "settings",
+    "seed",
+    "device",
+    "dtype",
+)
 NOT_HONOURED = {
     "synthetic": "it applies to --backend hf only",
     "hf": "it applies to synthetic worlds only",
@@ -98,25 +113,45 @@ def parse_settings(text: str) -> tuple[SamplingSettings, ...]:
 def add_source_flags(parser: ToolParser, d: SourceConfig, *, many_settings: bool = True) -> None:
     """Add the source flags to ``parser`` with the defaults of ``d`` (a study's ``Config()``)."""
     group = parser.add_argument_group("source of roots")
-    group.add_argument("--backend", choices=[n for n in SOURCES if n != "capture"], default=d.backend, action=_Backend,
-                       help="a synthetic world, or two live Hugging Face models (--target, --draft)")
-    group.add_argument("--pair", choices=list(PAIRS), default=d.pair, action=_Pair,
-                       help=f"a named pretrained pair on --backend hf (fetched and converted on first use; --draft: "
-                            f"early-exit:L, default {DEFAULT_DRAFT})")
+    group.add_argument(
+        "--backend",
+        choices=[n for n in SOURCES if n != "capture"],
+        default=d.backend,
+        action=_Backend,
+        help="a synthetic world, or two live Hugging Face models (--target, --draft)",
+    )
+    group.add_argument(
+        "--pair",
+        choices=list(PAIRS),
+        default=d.pair,
+        action=_Pair,
+        help=f"a named pretrained pair on --backend hf (fetched and converted on first use; --draft: "
+        f"early-exit:L, default {DEFAULT_DRAFT})",
+    )
     group.add_argument("--world", default=d.world, help=f"synthetic world: {', '.join(WORLDS)}")
     group.add_argument("--vocab", type=int, default=d.vocab, help="synthetic: vocabulary size V (2..50000)")
     group.add_argument("--target", default=d.target, help="hf: target model folder or hub id")
     group.add_argument("--draft", default=d.draft, help="hf: draft model folder or hub id")
-    group.add_argument("--prompts", default=d.prompts, help="hf: prompt file, text or .jsonl (default: the shipped reference prompts)")
-    group.add_argument("--capture", nargs="+", default=d.capture,
-                       help="replay captures (python -m backends.capture --full), one folder per sampling setting")
-    group.add_argument("--trajectories", type=int, default=d.trajectories,
-                       help="trajectories (hf: prompts used, from the top of the file)")
+    group.add_argument(
+        "--prompts", default=d.prompts, help="hf: prompt file, text or .jsonl (default: the shipped reference prompts)"
+    )
+    group.add_argument(
+        "--capture",
+        nargs="+",
+        default=d.capture,
+        help="replay captures (python -m backends.capture --full), one folder per sampling setting",
+    )
+    group.add_argument(
+        "--trajectories", type=int, default=d.trajectories, help="trajectories (hf: prompts used, from the top of the file)"
+    )
     group.add_argument("--roots-per-trajectory", type=int, default=d.roots_per_trajectory, help="roots along each trajectory")
     group.add_argument("--spacing", type=int, default=d.spacing, help="tokens between roots")
-    group.add_argument("--settings", default=d.settings,
-                       help=("'ddte' (DDTE's eight) or a comma list of " if many_settings else "one sampling setting: ")
-                       + "T, T:top_p or T:top_p:top_k (e.g. 0.6, 1:0.9, 1::40; T = 0 is greedy)")
+    group.add_argument(
+        "--settings",
+        default=d.settings,
+        help=("'ddte' (DDTE's eight) or a comma list of " if many_settings else "one sampling setting: ")
+        + "T, T:top_p or T:top_p:top_k (e.g. 0.6, 1:0.9, 1::40; T = 0 is greedy)",
+    )
     group.add_argument("--seed", type=int, default=d.seed, help="seed of the world, trajectories and draws")
     group.add_argument("--device", default=d.device, help="hf: device of the models (auto, cpu, cuda, cuda:N)")
     group.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=d.dtype, help="hf: model weights")
@@ -142,8 +177,9 @@ def source_kind(config: SourceConfig) -> str:
     return "capture" if config.capture else config.backend
 
 
-def check_honoured(prog: str, parser: ToolParser, config: SourceConfig, study_refusals: dict | None = None,
-                   study_honours: dict | None = None) -> None:
+def check_honoured(
+    prog: str, parser: ToolParser, config: SourceConfig, study_refusals: dict | None = None, study_honours: dict | None = None
+) -> None:
     """Exit 2 if a flag given on the command line cannot be honoured by the chosen source.
 
     ``study_refusals``: ``{source name: {dest: reason}}`` for the study's own flags, or
@@ -169,9 +205,19 @@ def check_honoured(prog: str, parser: ToolParser, config: SourceConfig, study_re
             fail(prog, f"{parser.flag(dest)}: the {kind} source cannot honour it ({reason})")
 
 
-def make_source(prog: str, parser: ToolParser, config: SourceConfig, *, stream: str = "per_trajectory", grid: bool = True,
-                depth: int = 16, max_settings: int | None = None, study_refusals: dict | None = None,
-                study_honours: dict | None = None, quiet: bool = False):
+def make_source(
+    prog: str,
+    parser: ToolParser,
+    config: SourceConfig,
+    *,
+    stream: str = "per_trajectory",
+    grid: bool = True,
+    depth: int = 16,
+    max_settings: int | None = None,
+    study_refusals: dict | None = None,
+    study_honours: dict | None = None,
+    quiet: bool = False,
+):
     """(source, settings) for a study's flags, or exit 2 with one line.
 
     Args:
@@ -191,17 +237,37 @@ def make_source(prog: str, parser: ToolParser, config: SourceConfig, *, stream: 
             settings = parse_settings(config.settings)
             if config.backend == "hf":
                 with slow_step(prog, f"loading {config.pair or config.target} and {config.draft}", quiet):
-                    source = HFSource(config.target, config.draft, config.prompts, config.trajectories, config.roots_per_trajectory,
-                                      config.spacing, depth=depth, seed=config.seed, device=config.device, dtype=config.dtype,
-                                      pair=config.pair)
+                    source = HFSource(
+                        config.target,
+                        config.draft,
+                        config.prompts,
+                        config.trajectories,
+                        config.roots_per_trajectory,
+                        config.spacing,
+                        depth=depth,
+                        seed=config.seed,
+                        device=config.device,
+                        dtype=config.dtype,
+                        pair=config.pair,
+                    )
             else:
-                source = SyntheticSource(config.world, config.vocab, config.trajectories, config.roots_per_trajectory,
-                                         config.spacing, config.seed, stream=stream)
+                source = SyntheticSource(
+                    config.world,
+                    config.vocab,
+                    config.trajectories,
+                    config.roots_per_trajectory,
+                    config.spacing,
+                    config.seed,
+                    stream=stream,
+                )
     except ValueError as exc:
         fail(prog, flag_message(str(exc), parser, {"backend": "--backend"}))
     if max_settings is not None and len(settings) > max_settings:
         where = "--capture" if config.capture else "--settings"
-        fail(prog, f"{where}: this study takes {max_settings} sampling setting{'s' if max_settings > 1 else ''} at a time, got {len(settings)}")
+        fail(
+            prog,
+            f"{where}: this study takes {max_settings} sampling setting{'s' if max_settings > 1 else ''} at a time, got {len(settings)}",
+        )
     return source, settings
 
 
@@ -266,9 +332,13 @@ DRAFT_LAWS = ("raw", "setting")
 
 def add_draft_law_flag(group, default: str = "raw") -> None:
     """``--draft-law``: what deterministic trees are ranked by (``drafting_table``)."""
-    group.add_argument("--draft-law", choices=DRAFT_LAWS, default=default,
-                       help="what deterministic trees rank by: the drafters' untempered (T = 1) law, as EAGLE's, TreeGraft's "
-                            "and SpecBlock's code do, or the setting's tempered q (at T = 0 one-hot: every tree a chain)")
+    group.add_argument(
+        "--draft-law",
+        choices=DRAFT_LAWS,
+        default=default,
+        help="what deterministic trees rank by: the drafters' untempered (T = 1) law, as EAGLE's, TreeGraft's "
+        "and SpecBlock's code do, or the setting's tempered q (at T = 0 one-hot: every tree a chain)",
+    )
 
 
 def drafting_table(table, draft_law: str):
@@ -291,14 +361,26 @@ class _Latency(argparse.Action):
 
 def add_latency_flags(parser: ToolParser, d: LatencyConfig) -> None:
     group = parser.add_argument_group("latency model")
-    group.add_argument("--latency", default=d.latency, action=_Latency,
-                       help="a published profile NAME (--latency list shows them; simlab.latency_profiles), 'probe' (the "
-                            "source's measured forward times: live models on this machine, or a capture's latency.json), "
-                            "or a profile file (.json or .toml; see simlab.latency)")
-    group.add_argument("--cost-ratio", type=float, default=d.cost_ratio,
-                       help="c = t_q / t_p of a synthetic latency model (the default for synthetic worlds and for captures without latency.json)")
-    group.add_argument("--per-token", type=float, default=d.per_token,
-                       help="extra time per extra token in a forward, as a fraction of the one-token time (cost-ratio model)")
+    group.add_argument(
+        "--latency",
+        default=d.latency,
+        action=_Latency,
+        help="a published profile NAME (--latency list shows them; simlab.latency_profiles), 'probe' (the "
+        "source's measured forward times: live models on this machine, or a capture's latency.json), "
+        "or a profile file (.json or .toml; see simlab.latency)",
+    )
+    group.add_argument(
+        "--cost-ratio",
+        type=float,
+        default=d.cost_ratio,
+        help="c = t_q / t_p of a synthetic latency model (the default for synthetic worlds and for captures without latency.json)",
+    )
+    group.add_argument(
+        "--per-token",
+        type=float,
+        default=d.per_token,
+        help="extra time per extra token in a forward, as a fraction of the one-token time (cost-ratio model)",
+    )
 
 
 def make_latency(prog: str, parser: ToolParser, config, source, largest_tree: int):
@@ -316,16 +398,22 @@ def make_latency(prog: str, parser: ToolParser, config, source, largest_tree: in
             if config.latency == "probe":
                 own = source.latency(largest_tree)
                 if own is None:
-                    fail(prog, f"--latency: probe measures live models (--backend hf, --pair) or replays a capture's latency.json; "
-                               f"the {source.name} source has none")
+                    fail(
+                        prog,
+                        f"--latency: probe measures live models (--backend hf, --pair) or replays a capture's latency.json; "
+                        f"the {source.name} source has none",
+                    )
                 return own
             return load(config.latency)
         if "cost_ratio" not in given:
             own = source.latency(largest_tree)
             if own is not None:
                 if "per_token" in given:
-                    fail(prog, f"--per-token: the {source.name} source brings its own latency ({own.source}); "
-                               "--per-token applies to the cost-ratio model")
+                    fail(
+                        prog,
+                        f"--per-token: the {source.name} source brings its own latency ({own.source}); "
+                        "--per-token applies to the cost-ratio model",
+                    )
                 return own
         return LatencyModel.from_cost_ratio(config.cost_ratio, per_token=config.per_token)
     except ValueError as exc:

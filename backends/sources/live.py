@@ -43,12 +43,36 @@ class HFSource:
             ``dtype: ...``, or a bad placement or seed.
     """
 
-    honours: ClassVar[frozenset[str]] = frozenset({"pair", "target", "draft", "prompts", "trajectories", "roots_per_trajectory",
-                                                   "spacing", "seed", "device", "dtype", "settings"})
+    honours: ClassVar[frozenset[str]] = frozenset(
+        {
+            "pair",
+            "target",
+            "draft",
+            "prompts",
+            "trajectories",
+            "roots_per_trajectory",
+            "spacing",
+            "seed",
+            "device",
+            "dtype",
+            "settings",
+        }
+    )
 
-    def __init__(self, target: str, draft: str, prompts: str | None = None, trajectories: int | None = None,
-                 roots_per_trajectory: int = 2, spacing: int = 16, depth: int = 16, seed: int = 0,
-                 device: str = "auto", dtype: str = "float32", pair: str | None = None):
+    def __init__(
+        self,
+        target: str,
+        draft: str,
+        prompts: str | None = None,
+        trajectories: int | None = None,
+        roots_per_trajectory: int = 2,
+        spacing: int = 16,
+        depth: int = 16,
+        seed: int = 0,
+        device: str = "auto",
+        dtype: str = "float32",
+        pair: str | None = None,
+    ):
         if pair and target:
             raise ValueError("target: a named pair brings its own target; give --pair or --target, not both")
         if not pair and (not target or not draft):

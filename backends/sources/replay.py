@@ -51,12 +51,16 @@ class CaptureSource:
         for folder in folders:
             stored = store.load_settings(folder)
             if not stored.full and not (grid and stored.labels):
-                raise ValueError(f"capture: {folder!r} was captured without --full; recapture with --full to replay p and q "
-                                 "(a --labels grid capture replays its stored labels in the grid studies)")
+                raise ValueError(
+                    f"capture: {folder!r} was captured without --full; recapture with --full to replay p and q "
+                    "(a --labels grid capture replays its stored labels in the grid studies)"
+                )
             if grid and stored.shape != "grid":
                 raise ValueError(f"capture: {folder!r} holds {stored.shape!r} trees; the grid studies need --shape grid")
             if grid and stored.samples < 2:
-                raise ValueError(f"capture: {folder!r} has {stored.samples} tree per L1; the studies need >= 2 (half choose, half report)")
+                raise ValueError(
+                    f"capture: {folder!r} has {stored.samples} tree per L1; the studies need >= 2 (half choose, half report)"
+                )
             name = stored.sampling().name
             if name in self.captures:
                 raise ValueError(f"capture: two captures with the setting {name}")
@@ -77,8 +81,16 @@ class CaptureSource:
         for root in store.completed_roots(folder):
             nodes = store.read_nodes(folder, root)
             category = nodes["category"][0] if "category" in nodes.columns else None
-            out.append((root, int(nodes["prompt"][0]), tuple(nodes["root_context"][0].to_list()), None, store.captured_tree(nodes),
-                        category))
+            out.append(
+                (
+                    root,
+                    int(nodes["prompt"][0]),
+                    tuple(nodes["root_context"][0].to_list()),
+                    None,
+                    store.captured_tree(nodes),
+                    category,
+                )
+            )
         return out
 
     @property
@@ -108,8 +120,11 @@ class CaptureSource:
         if name not in self.captures:
             raise ValueError(f"settings: no capture holds the setting {name}")
         folder, stored = self.captures[name]
-        pair = store.CapturedPair(folder, roots=[e[0] for e in self.entries[name]]) if stored.full else \
-            store.LabelsOnlyPair(folder, stored.labels)
+        pair = (
+            store.CapturedPair(folder, roots=[e[0] for e in self.entries[name]])
+            if stored.full
+            else store.LabelsOnlyPair(folder, stored.labels)
+        )
         labels: dict[int, dict] = {}
         if self.grid and stored.labels:
             table = store.read_labels(folder).select("root", *LABEL_COLUMNS).collect()

@@ -51,8 +51,9 @@ class SyntheticSource:
     seed: int = 0
     stream: str = "per_trajectory"
 
-    honours: ClassVar[frozenset[str]] = frozenset({"world", "vocab", "trajectories", "roots_per_trajectory", "spacing",
-                                                   "seed", "settings"})
+    honours: ClassVar[frozenset[str]] = frozenset(
+        {"world", "vocab", "trajectories", "roots_per_trajectory", "spacing", "seed", "settings"}
+    )
 
     def __post_init__(self):
         if self.world not in WORLDS:

@@ -20,4 +20,13 @@ from backends.synthetic.depth_profile import DepthProfileWorld, LinearProfile
 from backends.synthetic.distilled import DistilledWorld
 from backends.synthetic.repetitive import DiverseRepetitiveWorld, RepetitiveWorld
 
-__all__ = ["DepthProfileWorld", "DistilledWorld", "DiverseRepetitiveWorld", "LinearProfile", "RepetitiveWorld", "WORLDS", "make_world", "register_world"]
+__all__ = [
+    "DepthProfileWorld",
+    "DistilledWorld",
+    "DiverseRepetitiveWorld",
+    "LinearProfile",
+    "RepetitiveWorld",
+    "WORLDS",
+    "make_world",
+    "register_world",
+]

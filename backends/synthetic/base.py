@@ -75,8 +75,9 @@ def check_vocab(vocab) -> int:
     return check_int(vocab, "vocab", 2, 50_000)
 
 
-def make_world(name: str, *, vocab: int, seed: int = 0, settings: SamplingSettings | None = None,
-               eos_id: int | None = None, **options):
+def make_world(
+    name: str, *, vocab: int, seed: int = 0, settings: SamplingSettings | None = None, eos_id: int | None = None, **options
+):
     """Build the synthetic world registered as ``name``.
 
     Raises:

@@ -76,14 +76,32 @@ class DepthProfileWorld:
             ``root_length``, ``eos_id``).
     """
 
-    def __init__(self, vocab: int, seed: int = 0, settings: SamplingSettings | None = None,
-                 profile: LinearProfile | None = None, order: int = 1, family: str = "zipf",
-                 concentration: float = 1.0, root_length: int = 0, eos_id: int | None = None):
+    def __init__(
+        self,
+        vocab: int,
+        seed: int = 0,
+        settings: SamplingSettings | None = None,
+        profile: LinearProfile | None = None,
+        order: int = 1,
+        family: str = "zipf",
+        concentration: float = 1.0,
+        root_length: int = 0,
+        eos_id: int | None = None,
+    ):
         vocab = check_vocab(vocab)
         order = check_int(order, "order", 1)
         random_row(np.random.default_rng(0), 2, family, concentration)  # validates family
-        self.spec = _Spec(vocab, check_seed(seed), check_settings(settings or SamplingSettings()), profile or LinearProfile(),
-                          order, family, float(concentration), check_int(root_length, "root_length", 0), check_eos(eos_id, vocab))
+        self.spec = _Spec(
+            vocab,
+            check_seed(seed),
+            check_settings(settings or SamplingSettings()),
+            profile or LinearProfile(),
+            order,
+            family,
+            float(concentration),
+            check_int(root_length, "root_length", 0),
+            check_eos(eos_id, vocab),
+        )
         self.vocab_size = vocab
         self._memo = BoundedMemo(memo_rows(vocab))
 
@@ -125,7 +143,7 @@ class DepthProfileWorld:
         s = self.spec
         p_rows, q_rows = [], []
         for ctx in check_contexts(contexts, s.vocab):
-            key = tuple([-1] * max(s.order - len(ctx), 0)) + ctx[-s.order:] if ctx else tuple([-1] * s.order)
+            key = tuple([-1] * max(s.order - len(ctx), 0)) + ctx[-s.order :] if ctx else tuple([-1] * s.order)
             depth = max(len(ctx) - s.root_length, 0)
             p, q = self._memo.get((key, depth), lambda kd: self._rows(*kd))
             p_rows.append(p)

@@ -44,9 +44,18 @@ class DistilledWorld:
             ``smoothing``, ``eos_id``, ``settings``).
     """
 
-    def __init__(self, vocab: int, seed: int = 0, settings: SamplingSettings | None = None, order: int = 2,
-                 concentration: float = 1.3, spread: float = 0.7, train_tokens: int = 50_000, smoothing: float = 8.0,
-                 eos_id: int | None = None):
+    def __init__(
+        self,
+        vocab: int,
+        seed: int = 0,
+        settings: SamplingSettings | None = None,
+        order: int = 2,
+        concentration: float = 1.3,
+        spread: float = 0.7,
+        train_tokens: int = 50_000,
+        smoothing: float = 8.0,
+        eos_id: int | None = None,
+    ):
         vocab = check_vocab(vocab)
         order = check_int(order, "order", 1)
         train_tokens = check_int(train_tokens, "train_tokens", order + 1)
@@ -62,7 +71,7 @@ class DistilledWorld:
 
     def _key(self, ctx: tuple[int, ...]) -> tuple[int, ...]:
         pad = max(self.order - len(ctx), 0)
-        return tuple([-1] * pad) + (ctx[len(ctx) - (self.order - pad):] if self.order - pad else ())
+        return tuple([-1] * pad) + (ctx[len(ctx) - (self.order - pad) :] if self.order - pad else ())
 
     def target_row(self, key: tuple[int, ...]) -> np.ndarray:
         """The target's base row (before the sampling transform) for the last-``order``-tokens key."""
@@ -75,12 +84,12 @@ class DistilledWorld:
         text: list[int] = []
         cdfs = BoundedMemo(size=max(16, 2**26 // (8 * self.vocab_size)))  # at most ~64 MB of rows
         for _ in range(n):
-            key = self._key(tuple(text[-self.order:]))
+            key = self._key(tuple(text[-self.order :]))
             cdf = cdfs.get(key, lambda k: np.cumsum(self.target_row(k)))
             text.append(inverse_cdf(cdf, rng))
         self.counts: dict[tuple[int, ...], dict[int, int]] = {}
         for i in range(n):
-            key = self._key(tuple(text[max(0, i - self.order):i]))
+            key = self._key(tuple(text[max(0, i - self.order) : i]))
             bucket = self.counts.setdefault(key, {})
             bucket[text[i]] = bucket.get(text[i], 0) + 1
         self.train_tokens = n
@@ -111,7 +120,9 @@ class DistilledWorld:
         p_rows, q_rows = [], []
         for ctx in check_contexts(contexts, self.vocab_size):
             key = self._key(ctx)
-            p, q = self._memo.get(key, lambda k: (self.settings.apply(self.target_row(k)), self.settings.apply(self.draft_row(k))))
+            p, q = self._memo.get(
+                key, lambda k: (self.settings.apply(self.target_row(k)), self.settings.apply(self.draft_row(k)))
+            )
             p_rows.append(p)
             q_rows.append(q)
         return np.array(p_rows), np.array(q_rows)

@@ -47,8 +47,17 @@ class RepetitiveWorld:
         ValueError: naming the argument.
     """
 
-    def __init__(self, vocab: int, seed: int = 0, settings: SamplingSettings | None = None, copy: float = 0.7,
-                 copy_order: int = 3, noise: float = 0.1, concentration: float = 1.1, eos_id: int | None = None):
+    def __init__(
+        self,
+        vocab: int,
+        seed: int = 0,
+        settings: SamplingSettings | None = None,
+        copy: float = 0.7,
+        copy_order: int = 3,
+        noise: float = 0.1,
+        concentration: float = 1.1,
+        eos_id: int | None = None,
+    ):
         self.vocab_size, self.seed = check_vocab(vocab), check_seed(seed)
         self.settings = check_settings(settings or SamplingSettings())
         for name, value in (("copy", copy), ("noise", noise)):
@@ -71,7 +80,7 @@ class RepetitiveWorld:
         for n in range(min(self.copy_order, len(context) - 1), 0, -1):
             suffix = context[-n:]
             for j in range(len(context) - n - 1, -1, -1):
-                if context[j:j + n] == suffix:
+                if context[j : j + n] == suffix:
                     return context[j + n]
         return None
 
@@ -110,7 +119,17 @@ class DiverseRepetitiveWorld(RepetitiveWorld):
     Arguments as ``RepetitiveWorld``'s, with these two defaults.
     """
 
-    def __init__(self, vocab: int, seed: int = 0, settings: SamplingSettings | None = None, copy: float = 0.5,
-                 copy_order: int = 3, noise: float = 0.1, concentration: float = 0.5, eos_id: int | None = None):
-        super().__init__(vocab, seed, settings, copy=copy, copy_order=copy_order, noise=noise, concentration=concentration,
-                         eos_id=eos_id)
+    def __init__(
+        self,
+        vocab: int,
+        seed: int = 0,
+        settings: SamplingSettings | None = None,
+        copy: float = 0.5,
+        copy_order: int = 3,
+        noise: float = 0.1,
+        concentration: float = 0.5,
+        eos_id: int | None = None,
+    ):
+        super().__init__(
+            vocab, seed, settings, copy=copy, copy_order=copy_order, noise=noise, concentration=concentration, eos_id=eos_id
+        )

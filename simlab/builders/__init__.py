@@ -43,7 +43,6 @@ from simlab.builders.sequoia import Sequoia
 from simlab.builders.static import Static
 
 
-
 class _Lazy:
     """A builder class imported on first use: its module imports ``simlab.latency``, which imports
     this package.  Calls and attributes (``default_laws``, ``example``) reach the class."""
@@ -63,9 +62,17 @@ class _Lazy:
         return getattr(self.resolve(), attr)
 
 
-REGISTRY = {"delayed": Delayed, "iid": iid, "chain": chain, "static": Static, "eagle2": EAGLE2, "sequoia": Sequoia,
-            "greedy_draft": GreedyDraftTree, "treegraft": _Lazy("simlab.treegraft.builder", "TreeGraft"),
-            "specblock": _Lazy("simlab.specblock.builder", "RankGuided")}
+REGISTRY = {
+    "delayed": Delayed,
+    "iid": iid,
+    "chain": chain,
+    "static": Static,
+    "eagle2": EAGLE2,
+    "sequoia": Sequoia,
+    "greedy_draft": GreedyDraftTree,
+    "treegraft": _Lazy("simlab.treegraft.builder", "TreeGraft"),
+    "specblock": _Lazy("simlab.specblock.builder", "RankGuided"),
+}
 
 
 def names() -> list[str]:
@@ -113,5 +120,21 @@ def get(name: str, **options) -> Builder:
         raise ValueError(f"options: {name} does not accept {sorted(options)} ({exc})") from None
 
 
-__all__ = ["Builder", "Delayed", "EAGLE2", "GreedyDraftTree", "MAX_TREES", "REGISTRY", "Sequoia", "Static", "chain",
-           "enumerate_draws", "example", "get", "iid", "laws", "names", "named_shape"]
+__all__ = [
+    "Builder",
+    "Delayed",
+    "EAGLE2",
+    "GreedyDraftTree",
+    "MAX_TREES",
+    "REGISTRY",
+    "Sequoia",
+    "Static",
+    "chain",
+    "enumerate_draws",
+    "example",
+    "get",
+    "iid",
+    "laws",
+    "names",
+    "named_shape",
+]

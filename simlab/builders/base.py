@@ -41,11 +41,9 @@ class Builder(Protocol):
     deterministic: bool
     budget: int | None
 
-    def sample(self, table, rng: np.random.Generator | None = None):
-        ...
+    def sample(self, table, rng: np.random.Generator | None = None): ...
 
-    def enumerate(self, table) -> Iterator:
-        ...
+    def enumerate(self, table) -> Iterator: ...
 
 
 def too_many(count: int) -> None:
@@ -60,6 +58,7 @@ def sampler(rng: np.random.Generator | None) -> Callable[[np.ndarray], int]:
     Raises:
         ValueError: ``rng: ...`` when a draw is needed and ``rng`` is not a Generator.
     """
+
     def draw(dist: np.ndarray) -> int:
         return sample_categorical(dist, check_generator(rng))
 

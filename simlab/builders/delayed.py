@@ -96,8 +96,14 @@ class Delayed:
         return self.K if self.L2 > 0 else 0
 
     @staticmethod
-    def build(table: NodeTable, trunk: Path, branches: Sequence[Path], siblings: Drafting = Drafting.IID,
-              cost: DraftCost | None = None, repeats: int = 1) -> DraftTree:
+    def build(
+        table: NodeTable,
+        trunk: Path,
+        branches: Sequence[Path],
+        siblings: Drafting = Drafting.IID,
+        cost: DraftCost | None = None,
+        repeats: int = 1,
+    ) -> DraftTree:
         """The tree with a trunk and branches from its end (child lists in branch order); a trunk
         node lists its child ``repeats`` times (``Drafting.REPEATED`` when > 1)."""
         children: dict[Path, tuple[int, ...]] = {}
@@ -214,5 +220,3 @@ def _sequences(table: NodeTable, start: Path, length: int) -> list[tuple[Path, f
         too_many(len(nxt))
         seqs = nxt
     return seqs
-
-

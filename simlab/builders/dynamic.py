@@ -60,8 +60,9 @@ def _index(c: Candidate) -> int:
     return c.index
 
 
-def grow(table: NodeTable, *, depth: int, top_k: int, budget: int,
-         propose: Callable[[np.ndarray], list[tuple[int, float, bool]]]) -> DraftTree:
+def grow(
+    table: NodeTable, *, depth: int, top_k: int, budget: int, propose: Callable[[np.ndarray], list[tuple[int, float, bool]]]
+) -> DraftTree:
     """The tree grown at ``table``'s root (module docstring); p and q fetched one frontier at a time."""
     created: list[Candidate] = []
 

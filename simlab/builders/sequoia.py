@@ -50,8 +50,9 @@ from simlab.trees import DraftTree, NodeTable
 
 
 # -- positional acceptance ------------------------------------------------------------------------
-def acceptance_vector(p, q, width: int, *, method: str = "exact", samples: int = 256,
-                      rng: np.random.Generator | None = None) -> np.ndarray:
+def acceptance_vector(
+    p, q, width: int, *, method: str = "exact", samples: int = 256, rng: np.random.Generator | None = None
+) -> np.ndarray:
     """(p_1..p_W) at one node: P(the j-th sibling drafted without replacement is the accepted one).
 
     Args:
@@ -72,8 +73,10 @@ def acceptance_vector(p, q, width: int, *, method: str = "exact", samples: int =
         support = int(np.count_nonzero(q))
         prefixes = sum(math.perm(support, j) for j in range(1, min(width, support) + 1))
         if prefixes > MAX_ENUMERATED_TUPLES:
-            raise ValueError(f"width: exact positional acceptance would enumerate {prefixes} prefixes, above the limit "
-                             f"{MAX_ENUMERATED_TUPLES}; use method='mc'")
+            raise ValueError(
+                f"width: exact positional acceptance would enumerate {prefixes} prefixes, above the limit "
+                f"{MAX_ENUMERATED_TUPLES}; use method='mc'"
+            )
         out = np.zeros(width)
         _exact(p, q, 1.0, 0, out)
         return out
@@ -121,14 +124,17 @@ def _conditional(p: np.ndarray, q: np.ndarray, children) -> np.ndarray:
     return out
 
 
-def measure_acceptance(pair, contexts, width: int, *, method: str = "exact", samples: int = 256,
-                       rng: np.random.Generator | None = None) -> np.ndarray:
+def measure_acceptance(
+    pair, contexts, width: int, *, method: str = "exact", samples: int = 256, rng: np.random.Generator | None = None
+) -> np.ndarray:
     """``acceptance_vector`` at each root context, averaged (Sequoia's measured vector)."""
     contexts = list(contexts)
     if not contexts:
         raise ValueError("contexts: name at least one root context")
     p_rows, q_rows = pair.distributions(contexts)
-    return np.mean([acceptance_vector(p, q, width, method=method, samples=samples, rng=rng) for p, q in zip(p_rows, q_rows)], axis=0)
+    return np.mean(
+        [acceptance_vector(p, q, width, method=method, samples=samples, rng=rng) for p, q in zip(p_rows, q_rows)], axis=0
+    )
 
 
 def check_acceptance(acceptance) -> np.ndarray:
@@ -170,8 +176,10 @@ class TreeTable:
             ValueError: no tree with m nodes fits in l levels.
         """
         if not math.isfinite(self.value(m, l)):
-            raise ValueError(f"budget: no tree of {m} nodes (root included) fits in {l} levels (root = level 1) with width "
-                             f"{len(self.acceptance)}")
+            raise ValueError(
+                f"budget: no tree of {m} nodes (root included) fits in {l} levels (root = level 1) with width "
+                f"{len(self.acceptance)}"
+            )
         out: list[tuple[int, ...]] = []
         queue = [((), m, l)]
         while queue:
@@ -206,10 +214,12 @@ def tree_dp(acceptance, nodes: int, levels: int) -> TreeTable:
         for l in range(2, levels + 1):
             if math.isfinite(S[m - 1, l - 1]):
                 T[m, l, 1] = 1.0 + p[0] * S[m - 1, l - 1]
-            right = S[m - 1:0:-1, l - 1]  # S[m - y][l - 1] for y = 1..m-1
+            right = S[m - 1 : 0 : -1, l - 1]  # S[m - y][l - 1] for y = 1..m-1
             for b in range(2, width + 1):
                 left = T[1:m, l, b - 1]  # T[y][l][b - 1] for y = 1..m-1
-                candidates = np.where(np.isfinite(left) & np.isfinite(right), left + p[b - 1] * np.where(np.isfinite(right), right, 0.0), -math.inf)
+                candidates = np.where(
+                    np.isfinite(left) & np.isfinite(right), left + p[b - 1] * np.where(np.isfinite(right), right, 0.0), -math.inf
+                )
                 y = int(np.argmax(candidates))  # the first strictly better y wins ties
                 if math.isfinite(candidates[y]):
                     T[m, l, b] = candidates[y]
@@ -254,14 +264,18 @@ def choose(acceptance, latency, *, context: int, budgets: Sequence[int], levels:
             seconds = latency.step_time(context, Static(spec).cost())
             rate = value / seconds
             if best is None or rate > best[1]["tokens_per_second"]:
-                best = (spec, {"budget": budget, "levels": l - 1, "expected_tokens": value, "T": seconds, "tokens_per_second": rate})
+                best = (
+                    spec,
+                    {"budget": budget, "levels": l - 1, "expected_tokens": value, "T": seconds, "tokens_per_second": rate},
+                )
     if best is None:
         raise ValueError("budgets: no tree fits")
     return best
 
 
-def sequoia_size(table: TreeTable, *, draft_time: float, budgets: Sequence[int], target_times: Sequence[float],
-                 levels: int) -> tuple[int, int, float]:
+def sequoia_size(
+    table: TreeTable, *, draft_time: float, budgets: Sequence[int], target_times: Sequence[float], levels: int
+) -> tuple[int, int, float]:
     """Sequoia's own size rule (``tree_search.py``; module docstring) on a solved DP.
 
     Args:
@@ -337,8 +351,10 @@ class Sequoia:
         if not math.isfinite(table.value(self.budget + 1, self.depth + 1)):  # said in the caller's units, not the DP's m and l
             width = len(self.acceptance)
             most = sum(width**d for d in range(1, self.depth + 1))
-            raise ValueError(f"budget: no tree of {self.budget} draft tokens (root excluded) fits in depth {self.depth} with width "
-                             f"{width} (at most {most} draft tokens)")
+            raise ValueError(
+                f"budget: no tree of {self.budget} draft tokens (root excluded) fits in depth {self.depth} with width "
+                f"{width} (at most {most} draft tokens)"
+            )
         object.__setattr__(self, "shape", Static(table.spec(self.budget + 1, self.depth + 1), self.children))
 
     @property

@@ -20,8 +20,19 @@ from simlab.distributions import entropy, kl_divergence, l1_distance
 from simlab.latency import LatencyModel
 from simlab.pairs import HiddenStates, rooted
 
-SCALARS = ("H_p_prev", "H_q_prev", "H_q_root", "kl_pq_prev", "kl_qp_prev", "l1_prev", "context_length",
-           "temperature", "top_p", "t_q", "t_p")
+SCALARS = (
+    "H_p_prev",
+    "H_q_prev",
+    "H_q_root",
+    "kl_pq_prev",
+    "kl_qp_prev",
+    "l1_prev",
+    "context_length",
+    "temperature",
+    "top_p",
+    "t_q",
+    "t_p",
+)
 KL_CAP = 100.0
 LOG_FLOOR = 1e-12
 
@@ -58,11 +69,20 @@ def root_features(pair, context, settings, latency: LatencyModel) -> tuple[dict[
         h_p_prev, h_q_prev, h_q_root = _log(p_prev), _log(q_prev), _log(q_root)
     l = len(context)
     scalars = {
-        "H_p_prev": entropy(p_prev), "H_q_prev": entropy(q_prev), "H_q_root": entropy(q_root),
-        "kl_pq_prev": min(kl_divergence(p_prev, q_prev), KL_CAP), "kl_qp_prev": min(kl_divergence(q_prev, p_prev), KL_CAP),
-        "l1_prev": l1_distance(p_prev, q_prev), "context_length": float(l), "temperature": float(settings.temperature),
+        "H_p_prev": entropy(p_prev),
+        "H_q_prev": entropy(q_prev),
+        "H_q_root": entropy(q_root),
+        "kl_pq_prev": min(kl_divergence(p_prev, q_prev), KL_CAP),
+        "kl_qp_prev": min(kl_divergence(q_prev, p_prev), KL_CAP),
+        "l1_prev": l1_distance(p_prev, q_prev),
+        "context_length": float(l),
+        "temperature": float(settings.temperature),
         "top_p": float(settings.top_p if settings.top_p is not None else 1.0),
-        "t_q": latency.draft(l, 1), "t_p": latency.target(l, 1),
+        "t_q": latency.draft(l, 1),
+        "t_p": latency.target(l, 1),
     }
-    return {"h_p_prev": np.asarray(h_p_prev, np.float32), "h_q_prev": np.asarray(h_q_prev, np.float32),
-            "h_q_root": np.asarray(h_q_root, np.float32)}, {k: float(v) for k, v in scalars.items()}
+    return {
+        "h_p_prev": np.asarray(h_p_prev, np.float32),
+        "h_q_prev": np.asarray(h_q_prev, np.float32),
+        "h_q_root": np.asarray(h_q_root, np.float32),
+    }, {k: float(v) for k, v in scalars.items()}

@@ -29,8 +29,9 @@ def policy_throughput(probs: torch.Tensor, E: torch.Tensor, T: torch.Tensor) -> 
     return (probs * E).sum(-1) / (probs * T).sum(-1)
 
 
-def selector_loss(logits: torch.Tensor, E: torch.Tensor, T: torch.Tensor, base_tps: torch.Tensor, *,
-                  lam: float = LAMBDA, alpha: float = ALPHA) -> torch.Tensor:
+def selector_loss(
+    logits: torch.Tensor, E: torch.Tensor, T: torch.Tensor, base_tps: torch.Tensor, *, lam: float = LAMBDA, alpha: float = ALPHA
+) -> torch.Tensor:
     """DDTE's loss for a batch (Sec. 6, App. E): logits, E (tokens per step), T (seconds), all
     (B, |A|), base_tps (B,) tokens per second -> scalar tensor.
 
@@ -42,7 +43,9 @@ def selector_loss(logits: torch.Tensor, E: torch.Tensor, T: torch.Tensor, base_t
     if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0 <= lam < math.inf:
         raise ValueError(f"lam: must be a finite number >= 0, got {lam!r}")
     if logits.ndim != 2 or logits.shape[0] == 0 or E.shape != logits.shape or T.shape != logits.shape:
-        raise ValueError(f"logits, E, T: must share one shape (B >= 1, |A|), got {tuple(logits.shape)}, {tuple(E.shape)}, {tuple(T.shape)}")
+        raise ValueError(
+            f"logits, E, T: must share one shape (B >= 1, |A|), got {tuple(logits.shape)}, {tuple(E.shape)}, {tuple(T.shape)}"
+        )
     if base_tps.shape != logits.shape[:1]:
         raise ValueError(f"base_tps: must have shape ({logits.shape[0]},), got {tuple(base_tps.shape)}")
     if not (torch.all(T > 0) and torch.all(E >= 0) and torch.all(base_tps > 0)):

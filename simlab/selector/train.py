@@ -68,11 +68,18 @@ class SelectorData:
 
     def subset(self, index) -> "SelectorData":
         index = torch.as_tensor(index, dtype=torch.long)
-        return SelectorData(tuple(x[index] for x in self.h), self.scalars[index], self.E[index], self.T[index], self.base_tps[index])
+        return SelectorData(
+            tuple(x[index] for x in self.h), self.scalars[index], self.E[index], self.T[index], self.base_tps[index]
+        )
 
     def to(self, device) -> "SelectorData":
-        return SelectorData(tuple(x.to(device) for x in self.h), self.scalars.to(device), self.E.to(device), self.T.to(device),
-                            self.base_tps.to(device))
+        return SelectorData(
+            tuple(x.to(device) for x in self.h),
+            self.scalars.to(device),
+            self.E.to(device),
+            self.T.to(device),
+            self.base_tps.to(device),
+        )
 
 
 def split_by_trajectory(trajectories, seed: int = 0, fractions=(0.6, 0.2, 0.2)) -> np.ndarray:
@@ -108,8 +115,16 @@ def train(train_set: SelectorData, validation: SelectorData, config: TrainConfig
         raise ValueError("validation: no validation roots (the split needs >= 3 trajectories)")
     device = check_device(config.device, "device")
     torch.manual_seed(config.seed)
-    model = Selector(SelectorConfig(tuple(x.shape[1] for x in train_set.h), train_set.scalars.shape[1], train_set.E.shape[1],
-                                    config.d, tuple(config.hidden), config.dropout))
+    model = Selector(
+        SelectorConfig(
+            tuple(x.shape[1] for x in train_set.h),
+            train_set.scalars.shape[1],
+            train_set.E.shape[1],
+            config.d,
+            tuple(config.hidden),
+            config.dropout,
+        )
+    )
     model.set_scaling(train_set.scalars)
     model.to(device)
     train_set, validation = train_set.to(device), validation.to(device)
@@ -119,8 +134,14 @@ def train(train_set: SelectorData, validation: SelectorData, config: TrainConfig
 
     def loss_of(data):
         logits = model(*data.h, data.scalars)
-        return selector_loss(logits, data.E.to(logits.dtype), data.T.to(logits.dtype), data.base_tps.to(logits.dtype),
-                             lam=config.lam, alpha=config.alpha)
+        return selector_loss(
+            logits,
+            data.E.to(logits.dtype),
+            data.T.to(logits.dtype),
+            data.base_tps.to(logits.dtype),
+            lam=config.lam,
+            alpha=config.alpha,
+        )
 
     for epoch in range(config.epochs):
         model.train()

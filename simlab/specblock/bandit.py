@@ -30,7 +30,7 @@ def signal(target_probabilities, accepted: int) -> float:
     """s = sum_{k >= accepted} (1 - r_k) over the drafted positions past the accepted prefix
     (``target_probabilities``: r_k = p(x_k) of each drafted token along the verified path)."""
     r = np.asarray(target_probabilities, dtype=np.float64)
-    return float(np.sum(1.0 - r[check_int(accepted, "accepted", 0):]))
+    return float(np.sum(1.0 - r[check_int(accepted, "accepted", 0) :]))
 
 
 @dataclass
@@ -104,6 +104,6 @@ class Rollback:
         n = len(self.acceptance)
         if n < 2 * self.window or n % self.window:
             return False
-        last = np.mean(self.acceptance[-self.window:])
-        before = np.mean(self.acceptance[-2 * self.window:-self.window])
+        last = np.mean(self.acceptance[-self.window :])
+        before = np.mean(self.acceptance[-2 * self.window : -self.window])
         return bool(last < (1.0 - self.drop) * before)

@@ -120,5 +120,18 @@ def get(name: str, allow_lossy: bool = False, **options) -> TreeVerifier:
     raise ValueError(f"name: unknown tree verifier {name!r}; choose one of {', '.join(names())}")
 
 
-__all__ = ["REGISTRY", "BlockVerification", "NaiveChain", "TopDown", "Traversal", "TreeVerifier", "deterministic_rule", "deterministic_rules",
-           "get", "lossless_names", "names", "paper_name", "paper_names"]
+__all__ = [
+    "REGISTRY",
+    "BlockVerification",
+    "NaiveChain",
+    "TopDown",
+    "Traversal",
+    "TreeVerifier",
+    "deterministic_rule",
+    "deterministic_rules",
+    "get",
+    "lossless_names",
+    "names",
+    "paper_name",
+    "paper_names",
+]

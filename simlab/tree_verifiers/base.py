@@ -74,14 +74,18 @@ class TreeVerifier(abc.ABC):
         """Why this verifier is not lossless on ``tree`` (None when it is)."""
         for path, kids in tree.children.items():
             if kids and not self.node_lossless(tree, path):
-                return (f"verifier: {self.name} is not lossless for children drafted {tree.law(path).description} "
-                        f"(node {path}, {len(kids)} children); it is lossless for "
-                        f"{', '.join(sorted(law.value for law in self.lossless_for))}")
+                return (
+                    f"verifier: {self.name} is not lossless for children drafted {tree.law(path).description} "
+                    f"(node {path}, {len(kids)} children); it is lossless for "
+                    f"{', '.join(sorted(law.value for law in self.lossless_for))}"
+                )
         if self.needs_greedy_target:
             where = self._greedy_target(tree)
             if where is not None:
-                return (f"verifier: {self.name} is lossless only for a greedy (one-hot) target, and p at node {where} "
-                        "is not one-hot (temperature > 0)")
+                return (
+                    f"verifier: {self.name} is lossless only for a greedy (one-hot) target, and p at node {where} "
+                    "is not one-hot (temperature > 0)"
+                )
         return None
 
     def lossless_on(self, tree: DraftTree, depth: int | None = None) -> bool:
@@ -109,8 +113,9 @@ class TreeVerifier(abc.ABC):
         if not self.allow_lossy:
             reason = self.mismatch(tree)
             if reason is not None:
-                raise ValueError(f"{reason}; pass allow_lossy=True for its biased result "
-                                 "(simlab.efficiency.pairing_bias gives the exact bias)")
+                raise ValueError(
+                    f"{reason}; pass allow_lossy=True for its biased result (simlab.efficiency.pairing_bias gives the exact bias)"
+                )
 
     # -- to implement --------------------------------------------------------------------------
     @abc.abstractmethod

@@ -96,7 +96,9 @@ class TopDown(TreeVerifier):
         id, nodes whose path holds an EOS add nothing (no token after an EOS is kept).  Reads
         only the children's branch masses (``NodePlan.children_mass``), never a V-vector per node."""
         self.check(tree)
-        return self.by_depth_from_masses(tree, depths, lambda path, kids: self._plan(tree, path, kids).children_mass(np.asarray(kids)))
+        return self.by_depth_from_masses(
+            tree, depths, lambda path, kids: self._plan(tree, path, kids).children_mass(np.asarray(kids))
+        )
 
     def mass_requests(self, tree):
         """What ``block_efficiency_by_depth`` asks of the node plans: (path, node verifier, children,

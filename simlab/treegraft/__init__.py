@@ -13,5 +13,14 @@ from simlab.treegraft.builder import GraftState, TreeGraft, check_schedule
 from simlab.treegraft.ngram import NGramDrafter, NGramIndex, ScoreCache, prompt_cache
 from simlab.treegraft.rules import DEPARTURES, Rules
 
-__all__ = ["DEPARTURES", "GraftState", "NGramDrafter", "NGramIndex", "Rules", "ScoreCache", "TreeGraft", "check_schedule",
-           "prompt_cache"]
+__all__ = [
+    "DEPARTURES",
+    "GraftState",
+    "NGramDrafter",
+    "NGramIndex",
+    "Rules",
+    "ScoreCache",
+    "TreeGraft",
+    "check_schedule",
+    "prompt_cache",
+]

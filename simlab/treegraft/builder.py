@@ -199,8 +199,9 @@ class GraftState:
                 if "overwrite_scores" not in rules and self._has_path(u, chain.tokens):
                     continue  # the official code attaches nothing for an existing path
                 token = chain.tokens[0]
-                score = node.score + (root.cache.score(chain.position, token) if b.ngram.scoring == "code"
-                                      else _log(root.table.p(node.path)[token]))
+                score = node.score + (
+                    root.cache.score(chain.position, token) if b.ngram.scoring == "code" else _log(root.table.p(node.path)[token])
+                )
                 self._attach(u, chain, score, scored)
             if found.match:
                 reached.add(node.depth + 1)
@@ -429,8 +430,11 @@ class TreeGraft:
         object.__setattr__(self, "schedule", check_schedule(self.schedule, self.depth))
         if not isinstance(self.ngram, NGramDrafter):
             raise ValueError(f"ngram: must be a simlab.treegraft.ngram.NGramDrafter, got {self.ngram!r}")
-        for name, allowed in (("pool", ("window", "frontier")), ("grafting", ("non_destructive", "destructive")),
-                              ("mode", ("tree", "sequence"))):
+        for name, allowed in (
+            ("pool", ("window", "frontier")),
+            ("grafting", ("non_destructive", "destructive")),
+            ("mode", ("tree", "sequence")),
+        ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}: must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         if self.cached is not None:

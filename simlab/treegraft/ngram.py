@@ -57,7 +57,7 @@ class NGramIndex:
         self.positions: dict[tuple[int, ...], list[int]] = {}
         for n in range(1, self.max_n + 1):
             for j in range(len(self.tokens) - n):  # a continuation token must follow the n-gram
-                self.positions.setdefault(self.tokens[j:j + n], []).append(j)
+                self.positions.setdefault(self.tokens[j : j + n], []).append(j)
 
     def matches(self, suffix: tuple[int, ...]) -> list[int]:
         """Positions i of the continuation token after each occurrence of ``suffix``, oldest first."""
@@ -155,8 +155,9 @@ class NGramDrafter:
         """Tokens attached per occurrence at layer l (1-based): max(1, N - (l - 1))."""
         return max(1, self.max_n - (check_int(layer, "layer", 1) - 1))
 
-    def collect(self, index: NGramIndex, text: Sequence[int], k: int, layer: int, existing=(),
-                rules: Rules = Rules()) -> Collection:
+    def collect(
+        self, index: NGramIndex, text: Sequence[int], k: int, layer: int, existing=(), rules: Rules = Rules()
+    ) -> Collection:
         """The chains for a node whose text is ``text`` and whose children are ``existing`` (tokens),
         under the official rules (module docstring) or the departures in ``rules``."""
         check_token_ids(text, 2**63, "text")
@@ -167,8 +168,8 @@ class NGramDrafter:
         match: dict[int, int] = {}
         for n in range(min(self.max_n, len(text)), 0, -1):
             positions = index.matches(text[-n:])
-            for i in (reversed(positions) if "recent_occurrences_first" in rules else positions):
-                chain = index.tokens[i:i + length]
+            for i in reversed(positions) if "recent_occurrences_first" in rules else positions:
+                chain = index.tokens[i : i + length]
                 if len(chain) < length and "truncated_chains" not in rules:
                     continue  # the official code skips an occurrence whose chain does not fit
                 match.setdefault(chain[0], n)

@@ -15,34 +15,25 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 DEPARTURES = {
-    "continue_after_empty_frontier":
-        "when every frontier parent is terminated the layer loop goes on (official: it stops); a later call "
-        "grafts on the pool around the depths the last skip reached",
-    "top_k_fallback":
-        "if layer 1 leaves the root childless, the root takes the top_k most frequent context tokens (ties: smaller id), "
-        "scored by their log relative frequency, and the loop goes on (official: one token, ties to the most recent, "
-        "score 0.0, and the loop stops)",
-    "truncated_chains":
-        "an occurrence whose chain runs past the end of the context attaches the chain truncated (official: skipped)",
-    "coverage_by_proposals":
-        "a parent's coverage counts only the first tokens its matches propose in this layer, and collection stops at "
-        "the k-th distinct one (official: the parent's existing children count too, tested after each whole n level)",
-    "overwrite_scores":
-        "the first chain of a layer that reaches an existing child overwrites its score, also by re-matching an "
-        "existing path (official: an existing path attaches nothing; otherwise the score becomes max(old, new))",
-    "cache_without_last_row":
-        "the score cache holds no row for p(. | whole prompt): a match continuing at the prompt's end scores 0.0 "
-        "(official: that row is cached; only positions beyond the prompt score 0.0)",
-    "frontier_attached_only":
-        "the next frontier is the children this layer's matches reached (official: every child of a non-terminated "
-        "parent, earlier ones included, unmatched ones with match length 0)",
-    "recent_occurrences_first":
-        "occurrences are taken most recent first and attach in that order, a chain scored at its most recent "
-        "occurrence (official: a chain is scored at its first occurrence, oldest first, and chains attach sorted by "
-        "match length, position (recent first), tokens)",
-    "no_node_cap":
-        "no cap on the nodes built before pruning (official: max(B + 1, 1 + k + D k^2) nodes; a chain or graft "
-        "stops at the cap, and the layer loop stops once it is reached)",
+    "continue_after_empty_frontier": "when every frontier parent is terminated the layer loop goes on (official: it stops); a later call "
+    "grafts on the pool around the depths the last skip reached",
+    "top_k_fallback": "if layer 1 leaves the root childless, the root takes the top_k most frequent context tokens (ties: smaller id), "
+    "scored by their log relative frequency, and the loop goes on (official: one token, ties to the most recent, "
+    "score 0.0, and the loop stops)",
+    "truncated_chains": "an occurrence whose chain runs past the end of the context attaches the chain truncated (official: skipped)",
+    "coverage_by_proposals": "a parent's coverage counts only the first tokens its matches propose in this layer, and collection stops at "
+    "the k-th distinct one (official: the parent's existing children count too, tested after each whole n level)",
+    "overwrite_scores": "the first chain of a layer that reaches an existing child overwrites its score, also by re-matching an "
+    "existing path (official: an existing path attaches nothing; otherwise the score becomes max(old, new))",
+    "cache_without_last_row": "the score cache holds no row for p(. | whole prompt): a match continuing at the prompt's end scores 0.0 "
+    "(official: that row is cached; only positions beyond the prompt score 0.0)",
+    "frontier_attached_only": "the next frontier is the children this layer's matches reached (official: every child of a non-terminated "
+    "parent, earlier ones included, unmatched ones with match length 0)",
+    "recent_occurrences_first": "occurrences are taken most recent first and attach in that order, a chain scored at its most recent "
+    "occurrence (official: a chain is scored at its first occurrence, oldest first, and chains attach sorted by "
+    "match length, position (recent first), tokens)",
+    "no_node_cap": "no cap on the nodes built before pruning (official: max(B + 1, 1 + k + D k^2) nodes; a chain or graft "
+    "stops at the cap, and the layer loop stops once it is reached)",
 }
 """The lab's departures from the official code: name -> what the lab does instead (official in brackets)."""
 
@@ -74,8 +65,9 @@ class Rules:
         names = frozenset(value)
         unknown = sorted(str(n) for n in names - set(DEPARTURES))
         if unknown:
-            raise ValueError(f"rules: unknown departure {', '.join(unknown)}; choose 'official', 'lab' or any of "
-                             f"{', '.join(DEPARTURES)}")
+            raise ValueError(
+                f"rules: unknown departure {', '.join(unknown)}; choose 'official', 'lab' or any of {', '.join(DEPARTURES)}"
+            )
         return cls(names)
 
     def __contains__(self, name: str) -> bool:

@@ -31,10 +31,25 @@ import numpy as np
 
 from simlab.checks import check_int
 
-FEATURES = ("log1p_prompt", "t_target_ms", "t_mid_ms", "log_t_ratio", "layer_share", "calls_share",
-            "called_1", "called_2", "called_3", "called_4", "called_5",
-            "frontier_depth", "frontier_leaf_ratio", "collapse_debt", "reselect_outside_share", "reselect_overlap",
-            "reselect_score")
+FEATURES = (
+    "log1p_prompt",
+    "t_target_ms",
+    "t_mid_ms",
+    "log_t_ratio",
+    "layer_share",
+    "calls_share",
+    "called_1",
+    "called_2",
+    "called_3",
+    "called_4",
+    "called_5",
+    "frontier_depth",
+    "frontier_leaf_ratio",
+    "collapse_debt",
+    "reselect_outside_share",
+    "reselect_overlap",
+    "reselect_score",
+)
 MASK_BITS = 5
 
 
@@ -94,15 +109,23 @@ def features(state, latency, prompt_length: int) -> np.ndarray:
     would_depths = [nodes[g].depth for g in would] or [0]
     frontier_depths = state.frontier_depths
     scores = [nodes[g].score for g in would if math.isfinite(nodes[g].score)]
-    return np.array([
-        math.log1p(prompt_length), t_target, t_mid, math.log(t_target / t_mid),
-        (state.layer + 1) / b.depth, sum(state.calls) / b.depth, *called,
-        float(np.mean(depths)), float(np.mean(leaves)),
-        max(0.0, -(float(np.mean(would_depths)) - float(np.mean(depths)))),
-        float(np.mean([d not in frontier_depths for d in would_depths])) if would else 0.0,
-        len(set(would) & set(frontier)) / max(1, len(would)),
-        float(np.mean(scores)) if scores else 0.0,
-    ])
+    return np.array(
+        [
+            math.log1p(prompt_length),
+            t_target,
+            t_mid,
+            math.log(t_target / t_mid),
+            (state.layer + 1) / b.depth,
+            sum(state.calls) / b.depth,
+            *called,
+            float(np.mean(depths)),
+            float(np.mean(leaves)),
+            max(0.0, -(float(np.mean(would_depths)) - float(np.mean(depths)))),
+            float(np.mean([d not in frontier_depths for d in would_depths])) if would else 0.0,
+            len(set(would) & set(frontier)) / max(1, len(would)),
+            float(np.mean(scores)) if scores else 0.0,
+        ]
+    )
 
 
 def margins(builder, table, values: dict, latency, prompt_length: int) -> list[tuple[np.ndarray, float, tuple[int, ...]]]:
@@ -157,12 +180,22 @@ def network(seed: int):
     import torch
 
     torch.manual_seed(seed)
-    return torch.nn.Sequential(torch.nn.Linear(len(FEATURES), 64), torch.nn.ReLU(), torch.nn.Linear(64, 32), torch.nn.ReLU(),
-                               torch.nn.Linear(32, 1))
+    return torch.nn.Sequential(
+        torch.nn.Linear(len(FEATURES), 64), torch.nn.ReLU(), torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)
+    )
 
 
-def train(X: np.ndarray, y: np.ndarray, *, epochs: int = 300, lr: float = 3e-3, batch: int = 64, seed: int = 0,
-          calls_cap: int = 5, threads: int = 1) -> tuple[Scheduler, list[float]]:
+def train(
+    X: np.ndarray,
+    y: np.ndarray,
+    *,
+    epochs: int = 300,
+    lr: float = 3e-3,
+    batch: int = 64,
+    seed: int = 0,
+    calls_cap: int = 5,
+    threads: int = 1,
+) -> tuple[Scheduler, list[float]]:
     """Fit g_psi on (features, margins) by mean squared error (Adam), deterministically.
 
     Args:
@@ -198,7 +231,7 @@ def train(X: np.ndarray, y: np.ndarray, *, epochs: int = 300, lr: float = 3e-3, 
             order = torch.randperm(xs.shape[0], generator=generator)
             total = 0.0
             for start in range(0, xs.shape[0], batch):
-                rows = order[start:start + batch]
+                rows = order[start : start + batch]
                 loss = torch.nn.functional.mse_loss(net(xs[rows]), ys[rows])
                 optimizer.zero_grad()
                 loss.backward()

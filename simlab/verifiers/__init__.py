@@ -94,4 +94,15 @@ def get(name: str, **options) -> NodeVerifier:
         raise ValueError(f"options: {name} does not accept {sorted(options)} ({exc})") from None
 
 
-__all__ = ["ALL_LAWS", "NodePlan", "NodeVerifier", "REGISTRY", "accept_draw", "get", "names", "ot_based", "register", "unregister"] + [c.__name__ for c in REGISTRY.values()]
+__all__ = [
+    "ALL_LAWS",
+    "NodePlan",
+    "NodeVerifier",
+    "REGISTRY",
+    "accept_draw",
+    "get",
+    "names",
+    "ot_based",
+    "register",
+    "unregister",
+] + [c.__name__ for c in REGISTRY.values()]

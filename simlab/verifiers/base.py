@@ -145,7 +145,9 @@ def check_drafted(verifier: "NodeVerifier", law: Drafting, children: np.ndarray,
     if verifier.divides_by_q and np.any(zero):
         raise ValueError(f"children: token {children[zero][0]} has q = 0; {verifier.name}'s acceptance test divides by q there")
     if verifier.drafting in DISTINCT_LAWS and np.unique(children).size != children.size:
-        raise ValueError(f"children: {children.tolist()} repeats a token, impossible when drafting {verifier.drafting.description}")
+        raise ValueError(
+            f"children: {children.tolist()} repeats a token, impossible when drafting {verifier.drafting.description}"
+        )
 
 
 class NodePlan(abc.ABC):
@@ -397,8 +399,9 @@ class NodeVerifier(abc.ABC):
         """
         return self.prepare(p, q, _count(children)).output_distribution(children)
 
-    def acceptance_rate(self, p, q, k: int, method: str = "auto", *, rng: np.random.Generator | None = None,
-                        samples: int = 32) -> float:
+    def acceptance_rate(
+        self, p, q, k: int, method: str = "auto", *, rng: np.random.Generator | None = None, samples: int = 32
+    ) -> float:
         """Acceptance rate alpha = P(output in set(X)) for X ~ Q with k children.
 
         Args:
@@ -418,8 +421,14 @@ class NodeVerifier(abc.ABC):
             if rng is not None and method != "auto":
                 raise ValueError(f"rng: only method='auto' estimates, got method={method!r}")
             return plan.acceptance_rate(method)
-        return float(np.mean([plan.output_distribution(x)[np.unique(x)].sum()
-                              for x in (draw_children(plan.q, plan.k, self.drafting, rng) for _ in range(samples))]))
+        return float(
+            np.mean(
+                [
+                    plan.output_distribution(x)[np.unique(x)].sum()
+                    for x in (draw_children(plan.q, plan.k, self.drafting, rng) for _ in range(samples))
+                ]
+            )
+        )
 
     def sample(self, p, q, children, rng: np.random.Generator) -> int:
         """Run the algorithm once with randomness from ``rng``; returns the output token id."""
@@ -431,5 +440,7 @@ def _count(children) -> int:
     if x.ndim != 1:
         raise ValueError(f"children: must be a 1-D sequence of token ids, got shape {x.shape}")
     if x.size == 0:
-        raise ValueError("children: k = 0; a node verifier needs at least one child (a leaf emits the bonus token: NodeVerifier.leaf_law)")
+        raise ValueError(
+            "children: k = 0; a node verifier needs at least one child (a leaf emits the bonus token: NodeVerifier.leaf_law)"
+        )
     return int(x.size)

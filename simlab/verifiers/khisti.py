@@ -74,10 +74,12 @@ class _FullLPSelection:
         # variables: beta entries, then z (V)
         cost = np.concatenate([np.zeros(n_beta), -np.ones(vocab)])
         a_eq = sp.csr_matrix((np.ones(n_beta), (m_idx, np.arange(n_beta))), shape=(len(multisets), n_beta + vocab))
-        a_ub = sp.hstack([
-            sp.csr_matrix((-probs[m_idx], (t_idx, np.arange(n_beta))), shape=(vocab, n_beta)),
-            sp.identity(vocab, format="csr"),
-        ]).tocsr()
+        a_ub = sp.hstack(
+            [
+                sp.csr_matrix((-probs[m_idx], (t_idx, np.arange(n_beta))), shape=(vocab, n_beta)),
+                sp.identity(vocab, format="csr"),
+            ]
+        ).tocsr()
         bounds = np.column_stack([np.zeros(n_beta + vocab), np.concatenate([np.ones(n_beta), p])])
         beta = np.maximum(_solve(cost, a_ub, np.zeros(vocab), a_eq, np.ones(len(multisets)), bounds, "full")[:n_beta], 0.0)
         sums = np.bincount(m_idx, weights=beta, minlength=len(multisets))

@@ -29,7 +29,9 @@ def _p_acc(beta: float, k: int) -> float:
     return -math.expm1(k * math.log1p(-beta)) if beta < 1.0 else 1.0
 
 
-def optimal_rho(p: np.ndarray, q: np.ndarray, k: int, tol: float = RHO_TOLERANCE, buckets: int = 256, out: np.ndarray | None = None) -> float:
+def optimal_rho(
+    p: np.ndarray, q: np.ndarray, k: int, tol: float = RHO_TOLERANCE, buckets: int = 256, out: np.ndarray | None = None
+) -> float:
     """rho* = the smallest rho in [1, k] with p_acc(rho) <= rho beta(rho), by bisection to ``tol``.
 
     Tokens with p <= q add p / rho to beta(rho) = sum min(q, p / rho) on all of [1, k], tokens
@@ -109,6 +111,7 @@ def four_step_rho(p: np.ndarray, q: np.ndarray, k: int, steps: int = 4) -> float
     reading of the 4-step search in the DDTE authors' public code (DDTE audit, issue 17)."""
     if k == 1:
         return 1.0
+
     def g(rho: float) -> float:
         beta = float(np.minimum(q, p / rho).sum())
         return _p_acc(beta, k) - rho * beta

@@ -82,7 +82,7 @@ class SingleDraft:
         if "excess" in self.__dict__:
             return self.excess > 0.0
         for start in range(0, self.p.size, _BLOCK):
-            if np.any(self.p[start:start + _BLOCK] > self.r[start:start + _BLOCK]):
+            if np.any(self.p[start : start + _BLOCK] > self.r[start : start + _BLOCK]):
                 return True
         return False
 
