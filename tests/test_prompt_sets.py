@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import capture_flags
 
 from backends.prompt_sets import LONG_CONTEXT, PROMPT_SETS, WORKLOADS, long_context_prompts
 from backends.roots import Prompt, prompt_texts, prompts_digest, read_prompt_records, read_prompts
@@ -104,24 +105,9 @@ def test_roots_carry_their_prompts_category_live_and_replayed(micro_pair_dir, tm
     target, draft = str(micro_pair_dir / "target"), str(micro_pair_dir / "draft")
     assert (
         capture_main(
-            [
-                "--target",
-                target,
-                "--draft",
-                draft,
-                "--prompts",
-                str(prompts),
-                "--out",
-                str(tmp_path / "c"),
-                "--roots-per-prompt",
-                "2",
-                "--spacing",
-                "3",
-                "--depth",
-                "2",
-                "--full",
-                "--quiet",
-            ]
+            capture_flags(
+                micro_pair_dir, prompts, tmp_path / "c", "--roots-per-prompt", "2", "--spacing", "3", "--depth", "2", "--full"
+            )
         )
         == 0
     )
