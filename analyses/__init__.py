@@ -13,15 +13,15 @@ Runnable studies (``python -m analyses.<name>``; each module has ``main(argv) ->
 * ``sequoia_tree``: Sequoia's hardware-aware tree from an acceptance vector and a latency profile;
 * ``treegraft``, ``specblock``: TreeGraft and SpecBlock measured exactly.
 
-Helper modules (no ``main``; imported by the studies above, never run):
+Helper modules (their names start with ``_``; no ``main``; imported by the studies above, never run):
 
-* ``grid_study``: what the action-grid studies share (config, grid and parallelism flags, set-up);
-* ``labels``: per-root action values (E[tau + 1] and T-hat of every grid action per verifier);
-* ``selector_data``: label rows and features to the selector's tensors, and the static choices;
-* ``builder_roster``: the builders ``compare_builders`` fits on training roots (each entry a
+* ``_grid_study``: what the action-grid studies share (config, grid and parallelism flags, set-up);
+* ``_labels``: per-root action values (E[tau + 1] and T-hat of every grid action per verifier);
+* ``_selector_data``: label rows and features to the selector's tensors, and the static choices;
+* ``_builder_roster``: the builders ``compare_builders`` fits on training roots (each entry a
   registered ``simlab.builders`` builder, its laws and defaults read from there);
-* ``specblock_serving``: the SpecBlock study's prompt-stream serving and bandit part;
-* ``block_drafters``: the trained block drafters next to a pair (``specblock`` and
+* ``_specblock_serving``: the SpecBlock study's prompt-stream serving and bandit part;
+* ``_block_drafters``: the trained block drafters next to a pair (``specblock`` and
   ``compare_builders`` both use them).
 
 Anatomy of a study (``analyses/specblock.py`` is a compact example):
@@ -46,7 +46,7 @@ Anatomy of a study (``analyses/specblock.py`` is a compact example):
    use (``backends.cli.fail``, ``check_flags``); 130 on Ctrl-C (``backends.cli.run_tool``).
 
 A study imports helpers and the core, never another runnable study (``tests/test_layers.py``):
-what two studies share lives in a helper (``selector_data.DEFAULT_RUN``, where ``train_selector``
-writes and ``evaluate_selector`` reads; ``block_drafters``, the block drafter set-up of
+what two studies share lives in a helper (``_selector_data.DEFAULT_RUN``, where ``train_selector``
+writes and ``evaluate_selector`` reads; ``_block_drafters``, the block drafter set-up of
 ``specblock`` and ``compare_builders``).
 """

@@ -2,7 +2,7 @@
 
 For each source (a synthetic world, or live models) and each sampling setting (default T = 0
 and DDTE's eight), the roots are split by trajectory: the builders that need fitting
-(``analyses.builder_roster``: the best static delayed tree and i.i.d. rollouts, Sequoia's
+(``analyses._builder_roster``: the best static delayed tree and i.i.d. rollouts, Sequoia's
 acceptance vector, TreeGraft's learned scheduler) are fitted on the training trajectories and
 every builder is valued on the held-out ones, at each verify budget (default 16, 32, 63, 90
 draft tokens, root excluded, counted as distinct tree nodes for every builder), with every
@@ -37,7 +37,7 @@ from simlab import tree_verifiers
 from simlab import verifiers as node_verifiers
 from simlab.valuation import tree_value
 
-from analyses import builder_roster as roster_module
+from analyses import _builder_roster as roster_module
 from backends.cli import (
     OutputSet,
     ToolParser,
@@ -469,7 +469,7 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    from analyses.block_drafters import DrafterConfig, drafters_for
+    from analyses._block_drafters import DrafterConfig, drafters_for
     from simlab.latency import ForwardTime
 
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)

@@ -2,7 +2,7 @@
 
 For each sampling setting (default: DDTE's eight) and each tree verifier, every delayed-tree
 action a = (K, L1, L2) of the grid {1..4} x {0..8}^2 is valued at every root
-(``analyses.labels``: E[tau + 1] by DDTE's unbiased estimator over sampled trees, the same
+(``analyses._labels``: E[tau + 1] by DDTE's unbiased estimator over sampled trees, the same
 trees for every verifier, and T-hat(a) from the latency model), and the study picks, per
 setting and verifier, the best **static** configuration (one action for all roots):
 
@@ -35,8 +35,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import polars as pl
 
-from analyses.grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
-from analyses.labels import DDTE_VERIFIERS, grid_of, label_all
+from analyses._grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
+from analyses._labels import DDTE_VERIFIERS, grid_of, label_all
 from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, name_list, parquet_writer, print_table, run_tool
 from backends.sources.flags import study_config, study_out
 from simlab import tree_verifiers

@@ -19,7 +19,7 @@ the convention minus exact E, per action, paired by tree), the best static actio
 convention's labels with its claimed throughput and its exact one (the value of that choice
 under the lab's exact conventions), and the gap to Traversal's exact best static throughput of
 the same kind.  Two kinds of static action, labelled in the ``static`` column
-(``analyses.selector_data``): ``static_iid``, DDTE's static baseline (plain i.i.d. rollouts,
+(``analyses._selector_data``): ``static_iid``, DDTE's static baseline (plain i.i.d. rollouts,
 L1 = 0), and ``static_all_actions``, the lab's option (the best of every delayed action).
 
 **The selector's policy under each convention** (unless ``--no-selector``): the roots are split
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from analyses.selector_data import choose, feature_arrays, fit_selector, static_choice, value_matrices
+from analyses._selector_data import choose, feature_arrays, fit_selector, static_choice, value_matrices
 from backends.cli import (
     OutputSet,
     add_output_flags,
@@ -79,7 +79,7 @@ CONVENTIONS = ("exact", "per_path", "four_step", "rank", "public")
 VERIFIERS = ("specinfer", "spectr", "khisti", "traversal")
 SELECTOR_VERIFIERS = ("specinfer", "spectr", "khisti")
 POLICIES = ("static_iid", "static_all_actions", "selector")
-STATIC_POLICIES = ("static_iid", "static_all_actions")  # = analyses.selector_data.STATIC_BASELINES
+STATIC_POLICIES = ("static_iid", "static_all_actions")  # = analyses._selector_data.STATIC_BASELINES
 REFUSALS = {"capture": {"capture": "the audit draws its own grid trees; use --backend hf or a synthetic world"}}
 HF_DEFAULTS = {"roots_per_trajectory": 2, "spacing": 8}
 
@@ -265,7 +265,7 @@ def select(config: Config, labels: pl.DataFrame, records: list[dict]) -> tuple[p
     touches it (and ``exact``), on the test roots: (summary per verifier, convention, policy and
     setting, with ``all`` for the ratio of totals; per test root and policy).
 
-    The selector is trained on the convention's labels (``analyses.selector_data.fit_selector``,
+    The selector is trained on the convention's labels (``analyses._selector_data.fit_selector``,
     ``config.epochs``, seeded by ``config.seed``); ``claimed`` values a policy's choices by the
     convention's labels, ``exact`` by the exact labels of the same trees.  Traversal's exact
     ``static_iid`` policy (chosen on the training roots) is the reference of both ratios.

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from analyses.selector_data import DEFAULT_RUN, STATIC_BASELINES, choose, static_choice, value_matrices
+from analyses._selector_data import DEFAULT_RUN, STATIC_BASELINES, choose, static_choice, value_matrices
 from backends.cli import (
     OutputSet,
     ToolParser,

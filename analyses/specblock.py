@@ -22,7 +22,7 @@ eagle2, the drafting share of the step time, acceptance by depth and accepted to
 ``--drafters`` (default ``<target's folder>/../block_drafter``; ``python -m backends.block_drafter
 --variant all``), and the study then serves a **shifted stream** (standard-library source code,
 ``--stream-prompts`` prompts) with the rank-guided drafter under no adaptation, always heads,
-always full, and the cost-aware bandit (``analyses.specblock_serving``), reporting acceptance and
+always full, and the cost-aware bandit (``analyses._specblock_serving``), reporting acceptance and
 throughput by prompt and the arms chosen.  Synthetic worlds use ``PairBlockDrafter`` (slots from
 the pair's q along the greedy chain, a rank head that reports the true class except with
 probability ``--rank-noise``): it is not trained, so the training ablations and the stream are
@@ -61,7 +61,7 @@ from backends.cli import (
     progress_bar,
     run_tool,
 )
-from analyses.block_drafters import TRAINED, drafter_folder, drafters_for
+from analyses._block_drafters import TRAINED, drafter_folder, drafters_for
 from backends.sources.flags import (
     LatencyConfig,
     SourceConfig,
@@ -324,7 +324,7 @@ def summarise(per_root: pl.DataFrame) -> pl.DataFrame:
 
 def run_stream(config: Config, source, latency, drafter_of) -> list[dict]:
     """The shifted stream under every policy (live sources with a trained drafter)."""
-    from analyses.specblock_serving import POLICIES, stream
+    from analyses._specblock_serving import POLICIES, stream
     from backends.block_drafter.adapt import Adapter
     from backends.block_drafter.drafter import TorchBlockDrafter
     from backends.roots import source_code_prompts

@@ -1,7 +1,7 @@
 """Train the neural delayed-expansion selector (NDE): ``python -m analyses.train_selector``.
 
 Labels every root of the source with E[tau + 1] and T-hat for every action of the grid
-{1..K} x {0..L}^2 (``analyses.labels``; DDTE's estimator with ``--samples`` trees, s = 4, or
+{1..K} x {0..L}^2 (``analyses._labels``; DDTE's estimator with ``--samples`` trees, s = 4, or
 ``--method exact`` enumeration where a tiny synthetic world allows it),
 for each OT-based verifier and for Traversal (the baseline of ``evaluate_selector``), computes
 the selector's features at each root (``simlab.selector.features``), splits the roots by
@@ -9,7 +9,7 @@ trajectory into train / validation / test (60 / 20 / 20), and trains one selecto
 verifier on DDTE's loss (``simlab.selector``), deterministically from ``--seed``.  The loss's
 baseline is each setting's static choice on the training roots (``--loss-baseline``, default
 ``static_iid``: DDTE's plain i.i.d. rollouts, K in 1..4, L in 0..8; ``static_all_actions``: the
-lab's choice over every delayed action; ``analyses.selector_data``).
+lab's choice over every delayed action; ``analyses._selector_data``).
 
 Output under ``--out`` (read by ``python -m analyses.evaluate_selector --run DIR``):
 ``labels.parquet``, ``roots.parquet`` (keys, split, scalar features), ``embeddings.npz``,
@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import polars as pl
 
-from analyses.grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
-from analyses.labels import grid_of, label_all
-from analyses.selector_data import STATIC_BASELINES, feature_arrays, fit_selector, value_matrices
+from analyses._grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
+from analyses._labels import grid_of, label_all
+from analyses._selector_data import STATIC_BASELINES, feature_arrays, fit_selector, value_matrices
 from backends.cli import (
     OutputSet,
     ToolParser,

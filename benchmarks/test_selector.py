@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from analyses.labels import Grid, label_root
+from analyses._labels import Grid, label_root
 from backends.sources import SyntheticSource
 from simlab.sampling import SamplingSettings
 from simlab.latency import LatencyModel

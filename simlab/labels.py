@@ -5,7 +5,7 @@ L2), DDTE's unbiased estimator over the ``samples`` drafts of its L1
 (``simlab.grid.grid_block_efficiency``).  The drafts are split in two halves by sample
 index, so a study can choose an action on one half (``E_select``) and report it on the other
 (``E_holdout``) without the winner's curse; ``E`` is the mean of both and ``E_se`` its standard
-error.  Computed by the studies (``analyses.labels``) and at capture time
+error.  Computed by the studies (``analyses._labels``) and at capture time
 (``backends.capture --labels``) with this one function, so both give the same numbers.
 """
 

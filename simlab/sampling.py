@@ -44,7 +44,7 @@ class Stream(IntEnum):
     WALK = 2
     """A synthetic trajectory: its start token, then the walk (``backends.sources.synthetic``; key: trajectory)."""
     LABELS = 3
-    """A root's fresh grid drafts for labels (``analyses.labels.root_drafts``; key: verifier key, trajectory, root)."""
+    """A root's fresh grid drafts for labels (``analyses._labels.root_drafts``; key: verifier key, trajectory, root)."""
 
 
 def seeded_rng(seed: int, *key: int) -> np.random.Generator:

@@ -162,10 +162,10 @@ def test_the_label_engine_is_part_of_the_settings(micro_pair_dir, prompts, label
 
 
 def test_the_studies_use_stored_labels_with_unchanged_results(labelled):
-    """analyses.labels reads a labelled capture's labels instead of recomputing them: same rows."""
+    """analyses._labels reads a labelled capture's labels instead of recomputing them: same rows."""
     import dataclasses
 
-    from analyses.labels import Grid, label_root
+    from analyses._labels import Grid, label_root
     from simlab.latency import LatencyModel
 
     source = CaptureSource([str(labelled)])

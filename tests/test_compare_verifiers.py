@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from analyses import compare_verifiers as cv
-from analyses.labels import Grid, label_root
+from analyses._labels import Grid, label_root
 from backends.sources import SyntheticSource
 from backends.sources.flags import parse_settings
 from simlab.sampling import SamplingSettings

@@ -44,7 +44,7 @@ def test_no_draft_costs_one_target_forward(K):
 
 
 def test_no_draft_throughput_is_one_over_t_p():
-    from analyses.labels import Grid, label_root
+    from analyses._labels import Grid, label_root
     from backends.sources import SyntheticSource
     from simlab.sampling import SamplingSettings
 

@@ -44,7 +44,7 @@ def test_no_module_imports_upward(package):
 
 def test_the_walk_sees_function_local_imports(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from analyses import labels\n    import backends.hf\n")
+    module.write_text("def f():\n    from analyses import _labels\n    import backends.hf\n")
     assert imported_packages(module) == {"analyses", "backends"}
 
 
@@ -157,7 +157,7 @@ def test_no_runnable_study_imports_another():
     known = modules(ROOT)
     graph, studies = import_graph(known), runnable_studies(known)
     assert {"analyses.compare_builders", "analyses.specblock", "analyses.train_selector"} <= studies
-    assert "analyses.builder_roster" not in studies
+    assert "analyses._builder_roster" not in studies
     offenders = []
     for study in sorted(studies):
         seen, todo = set(), [study]
@@ -167,3 +167,12 @@ def test_no_runnable_study_imports_another():
                 todo.append(nxt)
         offenders += [f"{study} -> {other}" for other in sorted((seen & studies) - {study})]
     assert not offenders, f"a study imports another study (move the shared part into a helper module): {offenders}"
+
+
+def test_helpers_and_studies_are_told_apart_by_name():
+    """In ``analyses``, a runnable study (a module with ``main``) has a plain name and a helper a
+    leading underscore (the map in ``analyses/__init__.py``)."""
+    studies = {name.rsplit(".", 1)[-1] for name in runnable_studies(modules(ROOT)) if name.startswith("analyses.")}
+    files = {path.stem for path in (ROOT / "analyses").glob("*.py") if path.stem not in ("__init__", "__main__")}
+    assert studies and all(not name.startswith("_") for name in studies)
+    assert all(name.startswith("_") for name in files - studies), sorted(files - studies)

@@ -210,7 +210,7 @@ def test_static_choice_iid_rollouts_or_all_actions():
     is (1, 0, 1), all actions' (1, 2, 1).  Root 2 (setting a, unmasked, E = 99 for (1, 0, 1))
     would win for (1, 0, 1) if it counted.  Setting b, root 1: 3/1, 6/2, 2/2 = 3, 3, 1: a tie,
     to (1, 0, 1)."""
-    from analyses.selector_data import static_candidates, static_choice
+    from analyses._selector_data import static_candidates, static_choice
 
     actions = [(1, 0, 1), (2, 0, 2), (1, 2, 1)]
     E = np.array([[3.0, 4.0, 5.0], [3.0, 6.0, 2.0], [99.0, 0.0, 0.0]])
@@ -289,10 +289,10 @@ def test_foreign_run_folder(costly_drafts, tmp_path, capsys):
 
 
 def test_evaluate_selector_reads_train_selectors_default_run_by_default():
-    """evaluate_selector's default --run (``selector_data.DEFAULT_RUN``, so that neither study imports
+    """evaluate_selector's default --run (``_selector_data.DEFAULT_RUN``, so that neither study imports
     the other) is where train_selector writes with its default flags."""
-    from analyses.grid_study import grid_source
-    from analyses.selector_data import DEFAULT_RUN
+    from analyses._grid_study import grid_source
+    from analyses._selector_data import DEFAULT_RUN
     from backends.sources.flags import default_out
 
     config, parser = train_selector.parse_args([])

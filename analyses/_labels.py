@@ -145,7 +145,7 @@ def _exact_values(root, verifiers, grid: Grid):
 
 def grid_of(config) -> Grid:
     """The grid {1..K_max} x {0..L_max}^2 with ``samples`` draws (and ``method``, ``engine``), from a study's
-    flags (``analyses.grid_study.GridStudyConfig``)."""
+    flags (``analyses._grid_study.GridStudyConfig``)."""
     axes = config.axes()
     return Grid(axes.K_values, axes.L1_values, axes.L2_values, config.samples, config.method, config.engine, config.engine_device)
 
