@@ -33,7 +33,9 @@ Every registered builder declares, once, on its class (or factory):
   ``laws`` refines them for its options); ``laws(name)`` reads them;
 * its defaults: the dataclass fields' defaults (``get(name, budget=...)`` keeps the others);
 * ``example(vocab_size=4)``: a tiny instance the generic builder tests run (``example(name)``);
-  a registered builder without one fails ``tests/test_builders.py``.
+  a registered builder without one fails ``tests/test_builders.py``;
+* ``parallel_draft = True`` when it drafts from a parallel drafter (``simlab.pairs.ParallelDraft``):
+  the generic tests then give it each world's parallel stand-in.
 """
 
 from __future__ import annotations

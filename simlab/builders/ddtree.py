@@ -85,6 +85,7 @@ class DDTree:
     laws: ClassVar[frozenset[Drafting]] = frozenset({Drafting.DETERMINISTIC})
     default_laws: ClassVar[frozenset[Drafting]] = laws
     deterministic: ClassVar[bool] = True
+    parallel_draft: ClassVar[bool] = True
 
     @classmethod
     def example(cls, vocab_size: int = 4) -> "DDTree":
