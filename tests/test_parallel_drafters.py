@@ -247,3 +247,48 @@ def test_the_checks_pass_on_the_real_code():
     CHECKS["Medusa reference"](Medusa(((0,), (1,), (0, 0), (1, 0), (0, 1))))
     CHECKS["lossless"](Medusa(((0,), (1,), (0, 0))))
     CHECKS["stand-in rows"](RootConditioned)
+
+
+# ---- the study ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # about 14 s: the chart's PNG
+def test_study_rows_equal_the_core_values(tmp_path):
+    import polars as pl
+
+    from analyses import parallel_drafters
+    from backends.sources import SyntheticSource
+
+    flags = ["--vocab", "8", "--trajectories", "1", "--roots-per-trajectory", "1", "--spacing", "3", "--budgets", "4"]
+    assert parallel_drafters.main([*flags, "--depth", "3", "--out", str(tmp_path), "--quiet"]) == 0
+    rows = pl.read_parquet(tmp_path / "per_root.parquet")
+    root = next(SyntheticSource(vocab=8, trajectories=1, roots_per_trajectory=1, spacing=3).roots(T1))
+    parallel = RootConditioned(root.pair, len(root.context))
+    expected = {
+        "ddtree": expected_block_efficiency(parallel, root.context, DDTree(budget=4, depth=3), "onehot").mean,
+        "medusa": expected_block_efficiency(parallel, root.context, Medusa(budget=4), "onehot").mean,
+        "static": expected_block_efficiency(root.pair, root.context, Static(Medusa(budget=4).spec), "onehot").mean,
+    }
+    for tree, value in expected.items():
+        assert rows.filter(pl.col("tree") == tree)["E"].item() == pytest.approx(value, abs=1e-12)
+    forwards = dict(zip(rows["tree"], rows["draft_forwards"]))
+    assert forwards["ddtree"] == forwards["medusa"] == 1 and forwards["static"] == 2 and forwards["eagle2"] == 8
+    assert {p.name for p in tmp_path.iterdir()} >= {
+        "parallel_drafters.parquet",
+        "per_root.parquet",
+        "throughput.html",
+        "throughput.png",
+    }
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [(["--budgets", "64"], "--budgets: at most 63"), (["--world", "parallel"], "--world: "), (["--depth", "0"], "--depth: ")],
+)
+def test_study_refuses_bad_flags(flags, message, tmp_path, capsys):
+    from analyses import parallel_drafters
+
+    with pytest.raises(SystemExit) as exit_:
+        parallel_drafters.main([*flags, "--out", str(tmp_path / "x")])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
