@@ -180,6 +180,16 @@ def test_parallel_trees_are_lossless_under_every_declared_verifier(builder):
     check_lossless(builder, make_world("parallel", vocab=4, seed=1, eos_id=3), (0,))
 
 
+def test_ddtree_with_greedy_verification_on_a_greedy_target():
+    """At T = 0 (one-hot p and q) the greedy rule is lossless on DDTree's trees: the emitted law is
+    the target's greedy continuation."""
+    rng = np.random.default_rng(8)
+    one_hot = np.eye(4)[rng.integers(0, 4, size=(2, 4))]
+    pair = RootConditioned(MarkovPair(one_hot[0], one_hot[1]))
+    law = emitted_sequence_law(pair, (0,), DDTree(budget=3, depth=3), "greedy", 4)
+    assert tv(law, target_sequence_law(pair, (0,), 4)) <= 1e-12 and len(law) == 1
+
+
 def test_sampled_drafts_from_a_parallel_drafter_are_verified_against_its_rows():
     """A chain or i.i.d. rollouts drawn from the position rows, verified by the sampled verifiers:
     lossless because every node's table row is the row the children were drawn from."""
