@@ -23,7 +23,15 @@ protocol               members                                     used by
                                                                    sampling settings
 ``EndOfSequence``      ``eos_id`` (an int, or None)                 block efficiency and decoding
                                                                    stop at EOS
+``ParallelDraft``      ``position_distributions(root, depth)``      the parallel builders
+                                                                   (``medusa``, ``ddtree``)
 =====================  ==========================================  ==========================
+
+A ``ParallelDraft`` pair's draft is a parallel drafter (DFlash, PARD, P-EAGLE, Medusa heads):
+its q at a node of depth d below the root is q_{d+1}(root), one row per position computed from
+the root alone, whatever tokens were drafted above the node; ``node_distributions`` (so every
+``NodeTable``) gives exactly those rows, so a verifier sees the distribution a node's children
+were chosen or drawn from.
 
 Nothing mutates a pair: ``with_settings`` and ``rooted`` return new pairs.  Every pair
 validates its contexts (``ValueError`` naming ``context`` for an id outside [0, V), ``-1``
@@ -117,6 +125,17 @@ class WithSettings(Protocol):
 
     def with_settings(self, settings) -> ModelPair:
         """A new pair with ``settings``; this pair is unchanged."""
+        ...
+
+
+@runtime_checkable
+class ParallelDraft(Protocol):
+    """Optional: the draft is a parallel drafter (module docstring): per-position distributions
+    that do not depend on the drafted prefix."""
+
+    def position_distributions(self, root: Sequence[int], depth: int) -> np.ndarray:
+        """float64 (depth, V): row d is the draft's q at every node of depth d below ``root``
+        (d = 0: the root's children), the row ``node_distributions`` gives there."""
         ...
 
 

@@ -11,6 +11,7 @@ import pytest
 from simlab import builders, tree_verifiers
 from simlab.builders import EAGLE2, Delayed, GreedyDraftTree, Sequoia, Static
 from simlab.drafting import Drafting
+from backends.parallel_draft import RootConditioned
 from simlab.efficiency import emitted_sequence_law, expected_block_efficiency, pairing_bias, target_sequence_law
 from simlab.pairs import ContextFreePair, MarkovPair
 from simlab.sampling import sampling_distribution
@@ -50,6 +51,13 @@ def test_every_registered_builder_declares_its_laws_and_an_example(name):
     assert example.laws == builders.laws(name)
 
 
+def world_for(world: str, builder: str):
+    """The world ``world`` as the builder drafts from it: its parallel stand-in
+    (``backends.parallel_draft.RootConditioned``) for a builder that declares ``parallel_draft``."""
+    pair = WORLDS[world]
+    return RootConditioned(pair) if getattr(BUILDERS[builder], "parallel_draft", False) else pair
+
+
 def lossless_verifiers(builder) -> list[str]:
     """Every tree verifier declared lossless for all of the builder's node laws at T > 0
     (``simlab.tree_verifiers.lossless_names``)."""
@@ -68,7 +76,7 @@ def test_declared_pairings():
 
 @pytest.mark.parametrize("world, builder, verifier", PAIRINGS)
 def test_lossless_pairings_emit_the_target_law(world, builder, verifier):
-    pair = WORLDS[world]
+    pair = world_for(world, builder)
     context = (0,) if world == "markov" else ()
     law = emitted_sequence_law(pair, context, BUILDERS[builder], verifier, N)
     assert tv(law, target_sequence_law(pair, context, N)) <= 1e-12
@@ -89,7 +97,7 @@ def test_lossy_pairings_are_refused_and_their_bias_is_positive(builder, verifier
     """Every declared-lossy pairing is refused; asked for anyway, its exact 3-token bias is positive
     (unless its children are impossible inputs for the verifier: repeated i.i.d. tokens for the
     verifiers of distinct children)."""
-    pair, context = WORLDS["markov"], (0,)
+    pair, context = world_for("markov", builder), (0,)
     with pytest.raises(ValueError, match=f"^verifier: {verifier} is not lossless for children drafted"):
         expected_block_efficiency(pair, context, BUILDERS[builder], verifier)
     try:

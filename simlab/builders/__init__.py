@@ -17,7 +17,12 @@ name              builder                                              children 
 ``greedy_draft``  greedy draft with proxy scores (``GreedyDraftTree``)  mixed / deterministic    greedy_draft, onehot
 ``treegraft``     TreeGraft: n-gram and mid drafters on one trie       deterministic            onehot, nss, greedy
 ``specblock``     SpecBlock's rank-guided tree (``RankGuided``)        deterministic            onehot, nss, greedy
+``medusa``        Medusa's static tree over a parallel drafter         deterministic            onehot, nss, greedy
+``ddtree``        DDTree's best-first tree over a parallel drafter     deterministic            onehot, nss, greedy
 ================  ===================================================  =======================  ===================
+
+``medusa`` and ``ddtree`` draft from a parallel drafter's per-position distributions and refuse a
+pair that is not one (``simlab.pairs.ParallelDraft``; ``simlab.builders.parallel``).
 
 A builder's trees state their node laws; a verifier that is not lossless for them refuses them
 (``simlab.tree_verifiers``).  Budgets count draft tokens (distinct non-root nodes).
@@ -28,7 +33,9 @@ Every registered builder declares, once, on its class (or factory):
   ``laws`` refines them for its options); ``laws(name)`` reads them;
 * its defaults: the dataclass fields' defaults (``get(name, budget=...)`` keeps the others);
 * ``example(vocab_size=4)``: a tiny instance the generic builder tests run (``example(name)``);
-  a registered builder without one fails ``tests/test_builders.py``.
+  a registered builder without one fails ``tests/test_builders.py``;
+* ``parallel_draft = True`` when it drafts from a parallel drafter (``simlab.pairs.ParallelDraft``):
+  the generic tests then give it each world's parallel stand-in.
 """
 
 from __future__ import annotations
@@ -36,9 +43,11 @@ from __future__ import annotations
 import importlib
 
 from simlab.builders.base import MAX_TREES, Builder, enumerate_draws
+from simlab.builders.ddtree import DDTree
 from simlab.builders.delayed import Delayed, chain, iid, named_shape
 from simlab.builders.eagle import EAGLE2
 from simlab.builders.greedy_draft import GreedyDraftTree
+from simlab.builders.medusa import Medusa
 from simlab.builders.sequoia import Sequoia
 from simlab.builders.static import Static
 
@@ -72,6 +81,8 @@ REGISTRY = {
     "greedy_draft": GreedyDraftTree,
     "treegraft": _Lazy("simlab.treegraft.builder", "TreeGraft"),
     "specblock": _Lazy("simlab.specblock.builder", "RankGuided"),
+    "medusa": Medusa,
+    "ddtree": DDTree,
 }
 
 
@@ -122,10 +133,12 @@ def get(name: str, **options) -> Builder:
 
 __all__ = [
     "Builder",
+    "DDTree",
     "Delayed",
     "EAGLE2",
     "GreedyDraftTree",
     "MAX_TREES",
+    "Medusa",
     "REGISTRY",
     "Sequoia",
     "Static",
