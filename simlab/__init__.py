@@ -12,7 +12,7 @@ Modules:
     simlab.builders         draft-tree builders (delayed, static, EAGLE-2, Sequoia, greedy draft, ...)
                             and their drafting cost (``simlab.builders.cost``)
     simlab.shapes           deprecated alias of ``simlab.builders`` (old imports keep working)
-    simlab.tree_verifiers   tree verifiers: top-down lifting, naive_chain, bv, traversal, greedy
+    simlab.tree_verifiers   tree verifiers: top-down lifting, naive_chain, bv, traversal, greedy, hsd
     simlab.efficiency       expected block efficiency (exact, mc, simulation), emitted-token laws
     simlab.measures         per-node measurements: divergences and acceptance
     simlab.labels           grid labels at one root: E[tau + 1] of every delayed-tree action

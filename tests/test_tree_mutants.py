@@ -56,7 +56,7 @@ def test_tree_fault_is_caught(fault):
 def test_the_checks_pass_on_the_real_verifiers():
     from simlab import tree_verifiers
 
-    for name in ("specinfer", "spectr", "traversal", "naive_chain"):
+    for name in ("specinfer", "spectr", "traversal", "naive_chain", "hsd"):
         CHECKS["lossless"](tree_verifiers.get(name))
         CHECKS["fast E"](tree_verifiers.get(name))
         CHECKS["lossless flag"](tree_verifiers.get(name))

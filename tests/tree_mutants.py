@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simlab.distributions import sample_categorical
+from simlab.tree_verifiers.hierarchical import HierarchicalSD, HierarchicalSDOfficial
 from simlab.tree_verifiers.topdown import TopDown
 from simlab.tree_verifiers.traversal import Traversal, _Masses, _State
 from simlab.builders import GreedyDraftTree
@@ -147,6 +148,21 @@ class FlagOffByOne(TopDown):
         return super().lossless_depth(tree) + 1
 
 
+@dataclass(frozen=True)
+class HSDUncappedBranches(HierarchicalSD):
+    """HSD whose branches use the raw prefix mass P_k instead of P_k / m_k (the official code's
+    uncapped ``clever=False`` rule, which needs its forward-sampling steps, run without them)."""
+
+    capped_branches = False
+
+
+@dataclass(frozen=True)
+class HSDOfficialClaimedLossless(HierarchicalSDOfficial):
+    """HSD's official whole-block acceptance min(1, P(X)/Q(X)) declared lossless at every temperature."""
+
+    needs_greedy_target = False
+
+
 class TailRankedByItsOwnProbability(GreedyDraftTree):
     """A greedy-draft builder that ranks the tail by its own q~ (so its survival depends on the token drawn)."""
 
@@ -189,4 +205,6 @@ TREE_MUTANTS = {
     "traversal masses: draft not renormalised": (TraversalMassesNotRenormalised(), "fast E"),
     "accepted count = per-position accepts": (PerPositionAcceptCount(get("naive"), first_path_only=True), "simulation"),
     "lossless flag's cut off by one": (FlagOffByOne(get("specinfer")), "lossless flag"),
+    "hsd branches without the prefix cap": (HSDUncappedBranches(), "lossless"),
+    "hsd official acceptance claimed lossless": (HSDOfficialClaimedLossless(), "lossless"),
 }

@@ -7,7 +7,10 @@
   verifier of greedy-draft trees);
 * ``naive_chain``: standard speculative sampling on the first path;
 * ``bv``: Block Verification on the first path;
-* ``traversal``: Traversal Verification (siblings drafted without replacement).
+* ``traversal``: Traversal Verification (siblings drafted without replacement);
+* ``hsd``: Hierarchical Speculative Decoding on the first path, its whole-block acceptance capped
+  (lossless; its law is BV's); ``hsd_official``: the official whole-block acceptance (lossless
+  only for a greedy target; ``simlab.tree_verifiers.hierarchical``).
 
 Every verifier refuses trees it is not lossless for (``TreeVerifier.check``) unless built with
 ``allow_lossy=True``.  ``lossless_names(laws, settings)`` answers which verifiers may be paired
@@ -25,10 +28,13 @@ from simlab import verifiers as node_verifiers
 from simlab.drafting import Drafting, lossless_pairing
 from simlab.tree_verifiers.base import TreeVerifier
 from simlab.tree_verifiers.block import BlockVerification
+from simlab.tree_verifiers.hierarchical import HierarchicalSD, HierarchicalSDOfficial
 from simlab.tree_verifiers.topdown import NaiveChain, TopDown
 from simlab.tree_verifiers.traversal import Traversal
 
-REGISTRY: dict[str, type[TreeVerifier]] = {cls.name: cls for cls in (NaiveChain, BlockVerification, Traversal)}
+REGISTRY: dict[str, type[TreeVerifier]] = {
+    cls.name: cls for cls in (NaiveChain, BlockVerification, Traversal, HierarchicalSD, HierarchicalSDOfficial)
+}
 """The whole-tree verifiers (their own classes, no node options), by their declared ``name``; every
 registered node verifier is a tree verifier too (``TopDown``)."""
 
@@ -123,6 +129,8 @@ def get(name: str, allow_lossy: bool = False, **options) -> TreeVerifier:
 __all__ = [
     "REGISTRY",
     "BlockVerification",
+    "HierarchicalSD",
+    "HierarchicalSDOfficial",
     "NaiveChain",
     "TopDown",
     "Traversal",
