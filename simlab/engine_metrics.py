@@ -85,20 +85,20 @@ def chain_acceptance_length(rates: Sequence[float]) -> float:
         a = float(a)
         if math.isnan(a):
             break
-        if not 0.0 <= a <= 1.0:
+        if not -1e-9 <= a <= 1.0 + 1e-9:
             raise ValueError(f"rates: position {j} has rate {a}, outside [0, 1]")
-        product *= a
+        product *= min(max(a, 0.0), 1.0)  # rounding of a ratio of masses
         total += product
     return total
 
 
 def conditional_rates(unconditional: Sequence[float]) -> np.ndarray:
-    """P(tau >= d | tau >= d - 1) = u_d / u_{d-1} (u_0 = 1) from P(tau >= d), float64; NaN where
-    u_{d-1} = 0."""
+    """P(tau >= d | tau >= d - 1) = u_d / u_{d-1} (u_0 = 1) from P(tau >= d), float64, at most 1
+    (a ratio of summed masses can exceed it by rounding); NaN where u_{d-1} = 0."""
     u = np.asarray(unconditional, dtype=np.float64)
     before = np.concatenate([[1.0], u[:-1]])
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(before > 0, u / np.where(before > 0, before, 1.0), np.nan)
+        return np.where(before > 0, np.minimum(u / np.where(before > 0, before, 1.0), 1.0), np.nan)
 
 
 def path_metrics(masses: Mapping[tuple[int, ...], float], depth: int, eos: int | None = None) -> EngineMetrics:
