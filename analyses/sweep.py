@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
@@ -92,6 +92,7 @@ class Config(SourceConfig, LatencyConfig):
     rank_noise: float = 0.2
     drafters: str | None = None
     draft_law: str = "raw"
+    fill: bool = False
     out: str | None = None
     quiet: bool = False
 
@@ -136,6 +137,12 @@ def parse_args(argv):
     g.add_argument("--rank-noise", type=float, default=d.rank_noise, help="synthetic: the stand-in rank head's error probability")
     g.add_argument("--drafters", default=d.drafters, help="hf: trained block drafters (default <target>/../block_drafter)")
     add_draft_law_flag(g, d.draft_law)
+    g.add_argument(
+        "--fill",
+        action="store_true",
+        help="with --capture: evaluate the nodes a capture lacks with the capture's own models (opened on first "
+        "need, on --device); without it a replay calls no model and lists such configurations as not run",
+    )
     add_output_flags(parser, PROG)
     args = parser.parse_args(argv)
     try:
@@ -172,6 +179,7 @@ def parse_args(argv):
             (0 < config.small_ratio < math.inf, f"--small-ratio: must be a finite number > 0, got {config.small_ratio}"),
             (0 < config.block_ratio < math.inf, f"--block-ratio: must be a finite number > 0, got {config.block_ratio}"),
             (0 <= config.rank_noise <= 1, f"--rank-noise: must lie in [0, 1], got {config.rank_noise}"),
+            (not config.fill or bool(config.capture), "--fill: fills the nodes a capture lacks; it needs --capture"),
         ],
     )
     return config, parser, configs
@@ -211,6 +219,40 @@ class Builders:
         return builders.get("specblock", drafter=self.block_drafter(root.pair), budget=lab["budget"])
 
 
+class FilledPair:
+    """A replayed capture (``backends.capture_store.CapturedPair``) whose missing nodes are evaluated
+    by the capture's own models (``--fill``): every stored node is read from its logits, the models
+    are opened on the first node the capture lacks and see only those (``calls`` counts them).
+
+    Raises:
+        ValueError: from the capture or the models (a folder that is not there, a bad device).
+    """
+
+    def __init__(self, captured, stored, device: str):
+        self.captured, self.stored, self.device = captured, stored, device
+        self.vocab_size, self.live, self.calls = captured.vocab_size, None, 0
+
+    def distributions(self, contexts):
+        from backends.pretrained import open_pair
+
+        contexts = [tuple(int(t) for t in c) for c in contexts]
+        missing = [c for c in contexts if not self.captured.holds(c)]
+        P = np.empty((len(contexts), self.vocab_size))
+        Q = np.empty_like(P)
+        kept = [i for i, c in enumerate(contexts) if self.captured.holds(c)]
+        if kept:
+            P[kept], Q[kept] = self.captured.distributions([contexts[i] for i in kept])
+        if missing:
+            if self.live is None:
+                s = self.stored
+                pair = open_pair(s.pair or None, s.target or None, s.draft, device=self.device, dtype=s.dtype)
+                self.live = pair.with_settings(s.sampling())
+            self.calls += len(missing)
+            rest = [i for i, c in enumerate(contexts) if not self.captured.holds(c)]
+            P[rest], Q[rest] = self.live.distributions(missing)
+        return P, Q
+
+
 def value_root(c: engines.EngineConfig, builder, root, setting, index: int, config: Config, latency, capture: bool):
     """Rows (one per mode) of configuration ``c`` at ``root``, and not-run reasons by mode."""
     table = NodeTable(root.pair, root.context)
@@ -222,10 +264,13 @@ def value_root(c: engines.EngineConfig, builder, root, setting, index: int, conf
             trees = [builder.sample(table, rng) for _ in range(config.samples)]
         for tree in trees:
             tree.fill()
-    except ValueError as exc:
+    except ValueError as exc:  # a node the capture lacks, or a tree the builder cannot draft at this root
         if capture and str(exc).startswith("context:"):
-            return [], {m: f"the capture lacks a node of this tree ({exc}); no model is called on a replay" for m in c.modes}
-        raise
+            why = (
+                "the capture lacks nodes of this tree (a replay calls no model; --fill evaluates them with the capture's models)"
+            )
+            return [], {m: why for m in c.modes}
+        return [], {m: f"no tree here: {exc}" for m in c.modes}
     laws = frozenset().union(*(t.laws() for t in trees)) or builder.laws
     lossless = set(tree_verifiers.lossless_names(laws, setting))
     rows, missing = [], {}
@@ -343,7 +388,9 @@ def _main(argv) -> int:
 
     config, parser, configs = parse_args(sys.argv[1:] if argv is None else argv)
     depth = max(c.lab.get("depth", 8) + 1 for c in configs)
-    source, settings = make_source(PROG, parser, config, grid=False, depth=depth, quiet=config.quiet)
+    source, settings = make_source(
+        PROG, parser, config, grid=False, depth=depth, quiet=config.quiet, study_honours={"capture": {"device"}}
+    )
     capture = bool(config.capture)
     if capture and config.draft_law == "raw" and any(s != SamplingSettings() for s in settings):
         fail(
@@ -368,11 +415,14 @@ def _main(argv) -> int:
             latency = latency.with_drafter("block", ForwardTime.constant(config.block_ratio * latency.target(0, 1)))
     made = Builders(config, latency, block_drafter)
     out = study_out(PROG, config, source.slug())
-    rows = []
+    rows, filled = [], []
     try:
         roots = {s: list(source.roots(s)) for s in settings}
         with progress_bar(total=sum(map(len, roots.values())), desc="roots", unit="root", quiet=config.quiet) as bar:
             for setting, rs in roots.items():
+                if config.fill:
+                    filled.append(FilledPair(rs[0].pair, source.captures[setting.name][1], config.device))
+                    rs = [replace(r, pair=filled[-1]) for r in rs]
                 try:
                     not_run += made.fit(configs, rs, setting)
                 except ValueError as exc:
@@ -392,11 +442,16 @@ def _main(argv) -> int:
                     bar.update()
     except ValueError as exc:
         fail_from(PROG, exc, parser)
+    if config.fill and not config.quiet:
+        print(
+            f"{PROG}: note: --fill evaluated {sum(f.calls for f in filled)} nodes the capture lacks with its models",
+            file=sys.stderr,
+        )
     not_run = pl.DataFrame(
         not_run, schema={"config": pl.String, "setting": pl.String, "mode": pl.String, "reason": pl.String}
     ).unique(maintain_order=True)
     if not rows:
-        fail(PROG, f"--config: no configuration could run on this source ({'; '.join(not_run['reason'].unique()[:2])})")
+        fail(PROG, f"--config: no configuration could run on this source: {not_run['reason'][0]}")
     summary, per_root, positions = summarise(rows)
     subtitle = f"source: {source.describe()}; latency: {latency.source}"
     with OutputSet(out) as outputs:
@@ -427,8 +482,11 @@ def _main(argv) -> int:
         )
         if not_run.height:
             print_table(
-                not_run.group_by("config", "reason", maintain_order=True).agg(pl.col("mode").unique().sort().str.join(" ")),
-                "Not run",
+                not_run.group_by("reason", maintain_order=True).agg(
+                    pl.col("mode").unique().sort().str.join(" ").alias("modes"),
+                    pl.col("config").unique(maintain_order=True).str.join("; ").str.slice(0, 90).alias("configs"),
+                ),
+                "Not run (every row: not_run.parquet)",
             )
         print(f"wrote {out}/sweep.parquet, per_root, by_position, not_run (.parquet), throughput.html/.png")
     return 0

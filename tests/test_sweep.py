@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -121,3 +122,28 @@ def test_a_replayed_capture_gives_the_live_rows(micro_pair_dir, tmp_path_factory
     a = pl.read_parquet(tmp_path / "live" / "per_root.parquet").sort(key)
     b = pl.read_parquet(tmp_path / "replay" / "per_root.parquet").sort(key)
     assert a.height == 12 and a.drop("trajectory").equals(b.drop("trajectory"))
+
+
+@pytest.mark.slow  # the micro pair, a capture and two runs
+def test_fill_evaluates_only_the_nodes_a_capture_lacks(micro_pair_dir, tmp_path_factory, tmp_path, capsys):
+    """A T = 1 chain capture lacks most of EAGLE's top-k nodes: ``--fill`` evaluates those with the
+    capture's models and gives the live rows (to float32 rounding of logits from other batches)."""
+    capture = make_capture(micro_pair_dir, tmp_path_factory, 2, "--shape", "chain", "--depth", "3")
+    common = ["--config", write_config(tmp_path, CONFIGS), "--latency", "sequoia-demo", "--settings", "1"]
+    live = ["--backend", "hf", "--target", str(micro_pair_dir / "target"), "--draft", str(micro_pair_dir / "draft")]
+    live += ["--prompts", write_prompts(tmp_path, 2), "--trajectories", "2", "--roots-per-trajectory", "1", "--spacing", "4"]
+    assert sweep.main([*live, "--device", "cpu", "--quiet", "--out", str(tmp_path / "live"), *common]) == 0
+    replay = ["--capture", str(capture), "--latency", "sequoia-demo", "--config", common[1], "--device", "cpu"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit:  # no model call: every tree needs nodes the sampled chains missed
+        sweep.main([*replay, "--quiet", "--out", str(tmp_path / "replay")])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and one_error_line(err) and "--fill evaluates them" in err, err
+    assert sweep.main([*replay, "--fill", "--out", str(tmp_path / "filled")]) == 0
+    assert "--fill evaluated" in capsys.readouterr().err
+    key = ["setting", "root", "config", "mode"]
+    a = pl.read_parquet(tmp_path / "live" / "per_root.parquet").sort(key)
+    b = pl.read_parquet(tmp_path / "filled" / "per_root.parquet").sort(key)
+    assert a.height == 12 and a.select(key).equals(b.select(key))
+    for column in ("E", "accept_length", "accepted", "chain", "T"):
+        np.testing.assert_allclose(a[column].to_numpy(), b[column].to_numpy(), rtol=1e-5, atol=1e-6)
