@@ -149,7 +149,8 @@ def aggregate(metrics: Sequence[EngineMetrics]) -> EngineMetrics:
     the engines' counters add them: ``accept_length``, ``accepted`` and ``unconditional`` are means
     (vLLM: counters over drafts); ``conditional`` is the ratio of the mean counters (the papers'
     rate over the data); ``chain`` is SpecForge's from the per-position rates averaged over the
-    steps where the position is reached (its accuracies are averaged over the data first).
+    steps where the position is reached (its accuracies are averaged over the data first; a tree
+    that ends before position d while its last position is reached counts rate 0 there).
 
     Raises:
         ValueError: ``metrics: ...`` when empty or mixing EOS truncation with none.
@@ -164,7 +165,11 @@ def aggregate(metrics: Sequence[EngineMetrics]) -> EngineMetrics:
         return np.concatenate([a, np.full(depth - a.size, fill)])
 
     unconditional = np.mean([pad(m.unconditional, 0.0) for m in metrics], axis=0)
-    rates = np.array([pad(m.conditional, np.nan) for m in metrics])
+    # a step whose tree ends before position d: rate 0 there if its last position was reached (the
+    # draft could not go on), undefined (NaN) if not
+    rates = np.array(
+        [pad(m.conditional, 0.0 if m.unconditional.size == 0 or m.unconditional[-1] > 0 else np.nan) for m in metrics]
+    )
     reached = ~np.isnan(rates)
     with np.errstate(invalid="ignore"):
         mean_rates = np.where(reached.any(0), np.nansum(rates, 0) / np.maximum(reached.sum(0), 1), np.nan)

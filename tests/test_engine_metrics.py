@@ -64,6 +64,9 @@ def test_chain_metric_and_aggregate():
     np.testing.assert_allclose(m.conditional, [0.75, 0.5 / 0.75])
     # SpecForge: the per-position rates averaged first (position 1: (.5 + 1)/2, position 2: (0 + 1)/2)
     assert m.chain == pytest.approx(0.75 + 0.75 * 0.5)
+    c = path_metrics({(): 0.5, (3,): 0.5}, 1)  # a one-token tree: position 2 reached, no draft there (rate 0)
+    assert aggregate([c, b]).chain == pytest.approx(0.75 + 0.75 * 0.5)
+    assert aggregate([path_metrics({(): 1.0}, 1), b]).chain == pytest.approx(0.5 + 0.5 * 1.0)
     assert a.conditional[1] == 0.0 and np.isnan(path_metrics({(): 1.0}, 2).conditional[1])
     with pytest.raises(ValueError, match="masses"):
         path_metrics({(): 0.5}, 1)
