@@ -147,3 +147,24 @@ def test_fill_evaluates_only_the_nodes_a_capture_lacks(micro_pair_dir, tmp_path_
     assert a.height == 12 and a.select(key).equals(b.select(key))
     for column in ("E", "accept_length", "accepted", "chain", "T"):
         np.testing.assert_allclose(a[column].to_numpy(), b[column].to_numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_value_root_is_the_core_exact_value():
+    """The sweep's per-root valuation without the tool around it (the default suite's cheap check)."""
+    from analyses._engine_configs import make_config
+    from simlab.latency import LatencyModel
+
+    source = SyntheticSource("depth_profile", 8, 1, 1, 4, 0, stream="per_trajectory")
+    root = next(iter(source.roots(SamplingSettings(1.0))))
+    c = make_config(
+        {"engine": "sglang", "speculative_num_steps": 2, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 4}
+    )
+    builder = sweep.Builders(sweep.Config(), None, None).get(c, root, SamplingSettings(1.0))
+    rows, missing = sweep.value_root(
+        c, builder, root, SamplingSettings(1.0), 0, sweep.Config(), LatencyModel.from_cost_ratio(0.1), False
+    )
+    assert builder == builders.EAGLE2(3, 1, 2) and set(missing) == {"probabilistic"}
+    for row in rows:
+        exact = expected_block_efficiency(root.pair, root.context, builder, row["verifier"], method="exact").mean
+        assert row["E"] == pytest.approx(exact, abs=1e-12) and row["_plain"].accept_length == pytest.approx(exact, abs=1e-12)
+    assert {r["mode"] for r in rows} == {"exact_match", "one_hot"}
