@@ -403,15 +403,22 @@ def _main(argv) -> int:
     if "small" not in named:
         latency = latency.with_drafter("small", ForwardTime.constant(config.small_ratio * latency.target(0, 1)))
     not_run, block_drafter = [], None
-    if any(c.engine == "specblock" for c in configs):
+    if any(c.engine == "specblock" for c in configs) and capture:
+        reason = "SpecBlock's block drafter runs on the live models (a capture stores no drafter); run it on --backend hf"
+        not_run.append({"config": "specblock", "setting": "all", "mode": "all", "reason": reason})
+    elif any(c.engine == "specblock" for c in configs):
         try:
             drafter_of, _ = drafters_for(
                 DrafterConfig(config.backend, config.target, config.drafters, 4, config.rank_noise, config.seed)
             )
             block_drafter = drafter_of["full"]
+            if config.backend == "hf" and "block" not in named:  # the trained drafter's forward, measured
+                from backends.block_drafter.drafter import forward_seconds
+
+                latency = latency.with_drafter("block", forward_seconds(block_drafter(source.pair).model))
         except ValueError as exc:
             not_run.append({"config": "specblock", "setting": "all", "mode": "all", "reason": str(exc)})
-        if "block" not in named:
+        if "block" not in dict(latency.drafters):  # synthetic: --block-ratio of a one-token target forward
             latency = latency.with_drafter("block", ForwardTime.constant(config.block_ratio * latency.target(0, 1)))
     made = Builders(config, latency, block_drafter)
     out = study_out(PROG, config, source.slug())
