@@ -367,8 +367,8 @@ def chart(summary: pl.DataFrame, subtitle: str):
         alt.Chart(summary.with_columns((pl.col("config") + " / " + pl.col("mode")).alias("configuration")))
         .mark_bar()
         .encode(
-            x=alt.X("TPS:Q", title="predicted throughput (tokens per time unit)"),
-            y=alt.Y("configuration:N", sort="-x", title=None),
+            x=alt.X("TPS:Q", title="predicted throughput (tokens per second; per target forward with a ratio profile)"),
+            y=alt.Y("configuration:N", sort="-x", title=None, axis=alt.Axis(labelLimit=420)),
             color="engine:N",
             facet=alt.Facet("setting:N", columns=2, title=None),
             tooltip=["config", "mode", "verifier", "accept_length", "accept_length_eos", "chain", "T", "TPS"],
