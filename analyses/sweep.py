@@ -253,12 +253,18 @@ class FilledPair:
         return P, Q
 
 
-def value_root(c: engines.EngineConfig, builder, root, setting, index: int, config: Config, latency, capture: bool):
-    """Rows (one per mode) of configuration ``c`` at ``root``, and not-run reasons by mode."""
-    table = NodeTable(root.pair, root.context)
+def value_root(c: engines.EngineConfig, builder, root, setting, index: int, config: Config, latency, capture: bool, tables=None):
+    """Rows (one per mode) of configuration ``c`` at ``root``, and not-run reasons by mode.
+
+    ``tables``: the root's (table, drafting table) shared by every configuration (each node's p
+    and q fetched once per root); None: new ones."""
+    if tables is None:
+        table = NodeTable(root.pair, root.context)
+        tables = (table, drafting_table(table, config.draft_law))
+    table, drafting = tables
     try:
         if getattr(builder, "deterministic", False):
-            trees = [builder.sample(drafting_table(table, config.draft_law)).on(table)]
+            trees = [builder.sample(drafting).on(table)]
         else:
             rng = seeded_rng(config.seed, 27, index, root.root)
             trees = [builder.sample(table, rng) for _ in range(config.samples)]
@@ -438,11 +444,13 @@ def _main(argv) -> int:
                     why = "Sequoia's acceptance vector needs nodes the capture lacks (--fill evaluates them with its models)"
                     not_run.append({"config": "sequoia", "setting": setting.name, "mode": "all", "reason": why})
                 for root in rs:
+                    table = NodeTable(root.pair, root.context)
+                    tables = (table, drafting_table(table, config.draft_law))
                     for index, c in enumerate(configs):
                         builder = made.get(c, root, setting)
                         if builder is None:
                             continue
-                        got, missing = value_root(c, builder, root, setting, index, config, latency, capture)
+                        got, missing = value_root(c, builder, root, setting, index, config, latency, capture, tables)
                         rows += got
                         not_run += [
                             {"config": c.label, "setting": setting.name, "mode": m, "reason": why} for m, why in missing.items()
