@@ -13,7 +13,9 @@ Runnable studies (``python -m analyses.<name>``; each module has ``main(argv) ->
 * ``sequoia_tree``: Sequoia's hardware-aware tree from an acceptance vector and a latency profile;
 * ``treegraft``, ``specblock``: TreeGraft and SpecBlock measured exactly;
 * ``parallel_drafters``: parallel (Medusa, DDTree) vs autoregressive (EAGLE-2, a static tree)
-  drafting at matched budgets.
+  drafting at matched budgets;
+* ``sweep``: many engine configurations (EAGLE, vLLM, SGLang, Sequoia, TreeGraft, SpecBlock
+  settings as the engines write them) under the engines' acceptance metrics and a latency profile.
 
 Helper modules (their names start with ``_``; no ``main``; imported by the studies above, never run):
 
@@ -24,7 +26,9 @@ Helper modules (their names start with ``_``; no ``main``; imported by the studi
   registered ``simlab.builders`` builder, its laws and defaults read from there);
 * ``_specblock_serving``: the SpecBlock study's prompt-stream serving and bandit part;
 * ``_block_drafters``: the trained block drafters next to a pair (``specblock`` and
-  ``compare_builders`` both use them).
+  ``compare_builders`` both use them);
+* ``_engine_configs``: engine settings as the engines write them, mapped to the lab's builders,
+  and the one map from engine verifier modes to lab verifiers (``sweep``).
 
 Anatomy of a study (``analyses/specblock.py`` is a compact example):
 

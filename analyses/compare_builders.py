@@ -35,6 +35,7 @@ import polars as pl
 
 from simlab import tree_verifiers
 from simlab import verifiers as node_verifiers
+from simlab.engine_metrics import conditional_rates
 from simlab.valuation import tree_value
 
 from analyses import _builder_roster as roster_module
@@ -302,6 +303,7 @@ def measure(config: Config, roster, test_roots: dict, verifiers, builders, bar):
                                 "builder": name,
                                 "verifier": v,
                                 "E": out["E"],
+                                "accepted": out["accepted"],  # E[tau], the engines' no-bonus convention
                                 "se": out["se"],
                                 "T": out["T"],
                                 "tokens": out["tokens"],
@@ -311,7 +313,8 @@ def measure(config: Config, roster, test_roots: dict, verifiers, builders, bar):
                         )
                         depth_rows += [
                             {**key, "budget": budget, "builder": name, "verifier": v, "depth": d + 1, "reach": float(r)}
-                            for d, r in enumerate(out["reach"])
+                            | {"conditional": float(c)}  # the papers' rate; reach is vLLM's per-position counter
+                            for d, (r, c) in enumerate(zip(out["reach"], conditional_rates(out["reach"])))
                         ]
                         if name in ("iid", "delayed", "nde") and v in node_verifiers.ot_based():
                             gap_rows += [
@@ -343,6 +346,7 @@ def summarise(per_root: pl.DataFrame, baseline: str, rules: dict[str, str]) -> p
     table = per_root.group_by("setting", "budget", "builder", "verifier", maintain_order=True).agg(
         pl.len().alias("roots"),
         pl.col("E").mean(),
+        pl.col("accepted").mean(),
         (pl.col("se").pow(2).sum().sqrt() / pl.len()).alias("E_se"),
         pl.col("T").mean(),
         (pl.col("E").sum() / pl.col("T").sum()).alias("TPS"),

@@ -248,6 +248,7 @@ def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list
     from simlab import tree_verifiers
     from simlab.builders.cost import DraftCost
     from simlab.trees import NodeTable
+    from simlab.engine_metrics import conditional_rates, path_metrics
     from simlab.valuation import value_tree
 
     budgets = [int(b) for b in config.budgets.split(",")]
@@ -270,6 +271,7 @@ def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list
                         draft = T - latency.target(len(root.context) + cost.verified, 1 + cost.verified)
                         law = verifier.outcome_law(tree)
                         reach = reach_probabilities(accepted_lengths(law, tree.depth()))
+                        engine = path_metrics({p: float(x.sum()) for p, x in law.items()}, tree.depth(), table.eos_id)
                         rows.append(
                             {
                                 **key,
@@ -277,6 +279,7 @@ def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list
                                 "builder": name,
                                 "verifier": v,
                                 "E": E,
+                                "accepted": engine.accepted,  # E[tau], the engines' no-bonus convention
                                 "T": T,
                                 "TPS": E / T,
                                 "draft_share": draft / T,
@@ -286,7 +289,8 @@ def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list
                         )
                         depth_rows += [
                             {**key, "budget": budget, "builder": name, "verifier": v, "depth": d, "reach": float(r)}
-                            for d, r in enumerate(reach, start=1)
+                            | {"conditional": float(c)}  # the papers' rate; reach is vLLM's per-position counter
+                            for d, (r, c) in enumerate(zip(reach, conditional_rates(reach)), start=1)
                         ]
                         if origin is not None:
                             counts: dict[tuple[int, int], float] = {}
@@ -308,6 +312,7 @@ def summarise(per_root: pl.DataFrame) -> pl.DataFrame:
     table = per_root.group_by("setting", "verifier", "budget", "builder", maintain_order=True).agg(
         pl.len().alias("roots"),
         pl.col("E").mean(),
+        pl.col("accepted").mean(),
         pl.col("T").mean(),
         (pl.col("E").sum() / pl.col("T").sum()).alias("TPS"),
         (pl.col("draft_share") * pl.col("T")).sum().truediv(pl.col("T").sum()).alias("draft_share"),

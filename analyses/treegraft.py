@@ -40,6 +40,7 @@ import polars as pl
 
 from simlab import tree_verifiers
 from simlab.drafting import Drafting
+from simlab.engine_metrics import tree_metrics
 from simlab.treegraft.rules import DEPARTURES, Rules
 
 from backends.cli import (
@@ -244,7 +245,8 @@ def _value(builder, drafting, table, verifier, latency) -> dict:
     state = builder.start(builder.prepare(drafting))
     for call in builder.schedule:
         state.step(bool(call))
-    return {**value_tree(state.finish().on(table), verifier, latency), "state": state}
+    tree = state.finish().on(table)
+    return {**value_tree(tree, verifier, latency), "state": state, "tree": tree}
 
 
 def _row(policy: str, verifier: str, value: dict, schedule) -> dict:
@@ -254,6 +256,7 @@ def _row(policy: str, verifier: str, value: dict, schedule) -> dict:
         "verifier": verifier,
         "schedule": "".join(map(str, schedule)),
         "E": value["E"],
+        "accepted": tree_metrics(value["tree"], tree_verifiers.get(verifier)).accepted,  # E[tau], no bonus
         "T": value["T"],
         "TPS": value["TPS"],
         "tokens": value["tokens"],
@@ -311,6 +314,7 @@ def summarise(per_root: pl.DataFrame) -> pl.DataFrame:
     table = test.group_by("setting", "verifier", "policy", maintain_order=True).agg(
         pl.len().alias("roots"),
         pl.col("E").mean(),
+        pl.col("accepted").mean(),
         pl.col("T").mean(),
         (pl.col("E").sum() / pl.col("T").sum()).alias("TPS"),
         pl.col("tokens").mean(),

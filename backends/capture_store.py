@@ -599,6 +599,10 @@ class CapturedPair:
                 self._rows[context + tuple(path)] = (p[i], q[i])
         self.vocab_size = next(iter(self._rows.values()))[0].size
 
+    def holds(self, context) -> bool:
+        """True when the capture stores p and q at ``context`` (a root context plus a node path)."""
+        return tuple(int(t) for t in context) in self._rows
+
     def node_rows(self):
         """Iterate (context, p, q) over every captured node."""
         for context, (p, q) in self._rows.items():

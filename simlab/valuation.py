@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from simlab import tree_verifiers
-from simlab.tree_verifiers.base import reach_probabilities
+from simlab.engine_metrics import aggregate, path_metrics
+from simlab.tree_verifiers.base import accepted_lengths, reach_probabilities
 
 
 def _verifier(verifier):
@@ -53,9 +54,11 @@ def tree_value(builder, table, verifier, latency, *, drafting=None, samples: int
         rng: the ``numpy.random.Generator`` of those draws.
 
     Returns:
-        ``{"E", "se", "T", "tokens", "reach", "trees"}``: E the mean exact E[tau+1] (float), se its
-        standard error (0.0 for one tree), T the mean T-hat (seconds), tokens the mean draft tokens,
-        reach the mean P(tau >= d) by depth (float64 array, index d - 1), trees the trees; None when
+        ``{"E", "se", "T", "tokens", "reach", "accepted", "metrics", "trees"}``: E the mean exact
+        E[tau+1] (float), se its standard error (0.0 for one tree), T the mean T-hat (seconds), tokens
+        the mean draft tokens, reach the mean P(tau >= d) by depth (float64 array, index d - 1),
+        accepted the mean E[tau] (EOS-truncated as E), metrics the engines' metrics over the trees
+        (``simlab.engine_metrics.aggregate``, EOS-truncated), trees the trees; None when
         the verifier is not lossless on a tree drawn (never valued lossily).
 
     Raises:
@@ -68,11 +71,13 @@ def tree_value(builder, table, verifier, latency, *, drafting=None, samples: int
         trees = [builder.sample(table, rng) for _ in range(samples)]
     if not all(v.lossless_on(tree) for tree in trees):
         return None
-    E, T, reach = [], [], []
+    E, T, reach, metrics = [], [], [], []
     for tree in trees:
         E.append(v.expected_block_efficiency(tree))
         T.append(latency.tree_step_time(len(table.context), tree))
-        reach.append(reach_probabilities(v.accepted_length_distribution(tree)))
+        masses = v.accept_masses(tree)  # once: the reach by depth and the engines' metrics
+        reach.append(reach_probabilities(accepted_lengths(masses, tree.depth())))
+        metrics.append(path_metrics(masses, tree.depth(), table.eos_id))
     depth = max(len(r) for r in reach)
     padded = np.array([np.pad(r, (0, depth - len(r))) for r in reach])
     se = float(np.std(E, ddof=1) / np.sqrt(len(E))) if len(E) > 1 else 0.0
@@ -82,5 +87,7 @@ def tree_value(builder, table, verifier, latency, *, drafting=None, samples: int
         "T": float(np.mean(T)),
         "tokens": float(np.mean([t.tokens() for t in trees])),
         "reach": padded.mean(0),
+        "accepted": float(np.mean([m.accepted for m in metrics])),
+        "metrics": aggregate(metrics),
         "trees": trees,
     }

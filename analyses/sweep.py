@@ -1,0 +1,512 @@
+"""Many engine configurations at once, acceptance under the engines' names: ``python -m analyses.sweep``.
+
+For a source (a synthetic world, live models, or a capture replayed) and each sampling setting,
+every engine configuration (``analyses._engine_configs``: EAGLE-2/3's (total_token, depth,
+top_k) grid, vLLM/SGLang chains, Sequoia, TreeGraft and SpecBlock budgets, or a ``--config``
+JSON file written as the engines write their settings) is valued at every root under each of
+its verifier modes (strict exact-match, one-hot, probabilistic) that is lossless for its
+drafting law:
+
+* deterministic trees (EAGLE, the chains, TreeGraft, SpecBlock): one tree per root, exact;
+* sampled trees (Sequoia): ``--samples`` trees per root, the mean of their exact values
+  (unbiased) with its standard error.
+
+Reported per configuration and mode (``simlab.engine_metrics``, the table in ``docs/metrics.md``):
+``accept_length`` E[tau+1] (Spec-Bench, vLLM, SGLang, EAGLE), ``accepted`` E[tau], SpecForge's
+``chain`` (``simulated_acc_len``), each also with EOS truncation (``_eos``; the lab's block
+efficiency ``E``), the per-position rates (unconditional, vLLM's counters; conditional, the
+papers'), T-hat under the latency model (``--latency NAME``: a published profile) and the
+predicted throughput sum E / sum T over the roots, sorted by throughput.  Deterministic trees
+rank by the drafters' untempered law (``--draft-law raw``, as EAGLE's code) and are valued on the
+setting's p.  A capture is replayed without any model call: a configuration whose tree needs a
+node the capture lacks is listed in ``not_run`` with that node.
+
+Output under ``--out`` (default ``out/sweep/<source>/``): ``sweep.parquet`` (summary),
+``per_root.parquet``, ``by_position.parquet``, ``not_run.parquet``, ``throughput.{html,png}``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, replace
+
+import numpy as np
+import polars as pl
+
+from analyses import _engine_configs as engines
+from backends.cli import (
+    OutputSet,
+    add_output_flags,
+    chart_writer,
+    check_flags,
+    fail,
+    fail_from,
+    int_list,
+    name_list,
+    parquet_writer,
+    print_table,
+    progress_bar,
+    run_tool,
+)
+from backends.sources.flags import (
+    LatencyConfig,
+    SourceConfig,
+    add_draft_law_flag,
+    drafting_table,
+    make_latency,
+    make_source,
+    study_config,
+    study_out,
+    study_parser,
+)
+from simlab import builders, tree_verifiers
+from simlab.engine_metrics import aggregate, tree_metrics
+from simlab.sampling import SamplingSettings, seeded_rng
+from simlab.trees import NodeTable
+
+PROG = "python -m analyses.sweep"
+
+
+@dataclass(frozen=True)
+class Config(SourceConfig, LatencyConfig):
+    """The sweep's settings (the command-line flags)."""
+
+    vocab: int = 32
+    trajectories: int = 2
+    roots_per_trajectory: int = 2
+    spacing: int = 8
+    settings: str = "0,1"
+    config: str | None = None
+    eagle_total_tokens: str = "8,16,32,60"
+    eagle_depths: str = "3,5,7"
+    eagle_top_ks: str = "1,4,10"
+    chain_lengths: str = "1,2,3,4,5"
+    sequoia_budgets: str = "8,16,32"
+    treegraft_budgets: str = "16,32"
+    specblock_budgets: str = "16,32"
+    modes: str = ",".join(engines.MODES)
+    samples: int = 4
+    small_ratio: float = 0.011
+    block_ratio: float = 0.1
+    rank_noise: float = 0.2
+    drafters: str | None = None
+    draft_law: str = "raw"
+    fill: bool = False
+    out: str | None = None
+    quiet: bool = False
+
+
+GRID_FLAGS = (
+    "eagle_total_tokens",
+    "eagle_depths",
+    "eagle_top_ks",
+    "chain_lengths",
+    "sequoia_budgets",
+    "treegraft_budgets",
+    "specblock_budgets",
+)
+
+MINIMUM = {"eagle_total_tokens": 2, "eagle_depths": 0}
+"""The least value of each grid flag (EAGLE's total_token counts the root); the others: 1."""
+
+
+def parse_args(argv):
+    d = Config()
+    parser = study_parser(PROG, __doc__, d)
+    g = parser.add_argument_group("configurations")
+    g.add_argument(
+        "--config",
+        default=d.config,
+        help='JSON file of engine settings, e.g. [{"engine": "eagle", "total_token": 60, "depth": 7, "top_k": 10}, '
+        '{"engine": "vllm", "num_speculative_tokens": 3}, {"engine": "sglang", "speculative_num_steps": 5, '
+        '"speculative_eagle_topk": 8, "speculative_num_draft_tokens": 32}, {"engine": "sequoia", "budget": 32}] '
+        "(instead of the grid flags)",
+    )
+    g.add_argument("--eagle-total-tokens", default=d.eagle_total_tokens, help="EAGLE total_token values (root included)")
+    g.add_argument("--eagle-depths", default=d.eagle_depths, help="EAGLE depth values (expansion rounds)")
+    g.add_argument("--eagle-top-ks", default=d.eagle_top_ks, help="EAGLE top_k values")
+    g.add_argument("--chain-lengths", default=d.chain_lengths, help="vLLM num_speculative_tokens values (top-1 chains)")
+    g.add_argument("--sequoia-budgets", default=d.sequoia_budgets, help="Sequoia budgets (draft tokens; empty: none)")
+    g.add_argument("--treegraft-budgets", default=d.treegraft_budgets, help="TreeGraft budgets (empty: none)")
+    g.add_argument("--specblock-budgets", default=d.specblock_budgets, help="SpecBlock budgets (empty: none)")
+    g.add_argument("--modes", default=d.modes, help=f"verifier modes: comma list of {', '.join(engines.MODES)}")
+    g.add_argument("--samples", type=int, default=d.samples, help="trees per root for sampled builders (Sequoia)")
+    g.add_argument("--small-ratio", type=float, default=d.small_ratio, help="TreeGraft's n-gram step / one-token target forward")
+    g.add_argument("--block-ratio", type=float, default=d.block_ratio, help="synthetic: block-drafter forward / target forward")
+    g.add_argument("--rank-noise", type=float, default=d.rank_noise, help="synthetic: the stand-in rank head's error probability")
+    g.add_argument("--drafters", default=d.drafters, help="hf: trained block drafters (default <target>/../block_drafter)")
+    add_draft_law_flag(g, d.draft_law)
+    g.add_argument(
+        "--fill",
+        action="store_true",
+        help="with --capture: evaluate the nodes a capture lacks with the capture's own models (opened on first "
+        "need, on --device); without it a replay calls no model and lists such configurations as not run",
+    )
+    add_output_flags(parser, PROG)
+    args = parser.parse_args(argv)
+    try:
+        modes = name_list(args.modes, "--modes", engines.MODES)
+        if args.config is not None:
+            given = [f for f in GRID_FLAGS if f in parser.given]
+            if given:
+                raise ValueError(f"{parser.flag(given[0])}: --config lists the configurations; drop one of the two")
+            try:
+                configs = engines.read_configs(args.config)
+            except ValueError as exc:
+                raise ValueError(f"--{exc}") from None
+        else:
+            lists = {
+                f: int_list(getattr(args, f), parser.flag(f), minimum=MINIMUM.get(f, 1)) if getattr(args, f) else ()
+                for f in GRID_FLAGS
+            }
+            configs = engines.grid_configs(
+                (lists["eagle_total_tokens"], lists["eagle_depths"], lists["eagle_top_ks"]),
+                lists["chain_lengths"],
+                lists["sequoia_budgets"],
+                lists["treegraft_budgets"],
+                lists["specblock_budgets"],
+                modes,
+            )
+    except ValueError as exc:
+        fail(PROG, str(exc))
+    config = study_config(Config, args, modes=",".join(modes))
+    check_flags(
+        PROG,
+        [
+            (bool(configs), "--eagle-total-tokens: no configuration to sweep"),
+            (config.samples >= 2, f"--samples: need >= 2 (a standard error), got {config.samples}"),
+            (0 < config.small_ratio < math.inf, f"--small-ratio: must be a finite number > 0, got {config.small_ratio}"),
+            (0 < config.block_ratio < math.inf, f"--block-ratio: must be a finite number > 0, got {config.block_ratio}"),
+            (0 <= config.rank_noise <= 1, f"--rank-noise: must lie in [0, 1], got {config.rank_noise}"),
+            (not config.fill or bool(config.capture), "--fill: fills the nodes a capture lacks; it needs --capture"),
+        ],
+    )
+    return config, parser, configs
+
+
+class Builders:
+    """The lab builder of each configuration at a root (Sequoia fitted per setting on its roots)."""
+
+    def __init__(self, config: Config, latency, block_drafter):
+        self.config, self.latency, self.block_drafter, self.sequoia = config, latency, block_drafter, {}
+
+    def fit(self, configs, roots, setting) -> list[dict]:
+        """Sequoia's trees for the setting's budgets from the acceptance vector measured on ``roots``
+        (in-sample: the sweep's roots); rows of budgets that cannot be built."""
+        from analyses._builder_roster import Roster, fit_sequoia
+
+        budgets = tuple(sorted({c.budget for c in configs if c.engine == "sequoia"}))
+        if not budgets:
+            return []
+        roster = Roster(budgets, self.latency)
+        fit_sequoia(roster, roots, setting, self.config.seed)
+        self.sequoia.update(roster.sequoia)
+        return [
+            {"config": f"sequoia budget={r['budget']}", "setting": setting.name, "reason": r["reason"]} for r in roster.not_run
+        ]
+
+    def get(self, c: engines.EngineConfig, root, setting):
+        lab = c.lab
+        if lab["kind"] == "eagle2":
+            return builders.get("eagle2", budget=lab["budget"], depth=lab["depth"], top_k=lab["top_k"])
+        if lab["kind"] == "sequoia":
+            return self.sequoia.get((setting.name, lab["budget"]))
+        if lab["kind"] == "treegraft":
+            return builders.get("treegraft", budget=lab["budget"], cached=root.prompt_length)
+        if self.block_drafter is None:
+            return None
+        return builders.get("specblock", drafter=self.block_drafter(root.pair), budget=lab["budget"])
+
+
+class FilledPair:
+    """A replayed capture (``backends.capture_store.CapturedPair``) whose missing nodes are evaluated
+    by the capture's own models (``--fill``): every stored node is read from its logits, the models
+    are opened on the first node the capture lacks and see only those (``calls`` counts them).
+
+    Raises:
+        ValueError: from the capture or the models (a folder that is not there, a bad device).
+    """
+
+    def __init__(self, captured, stored, device: str):
+        self.captured, self.stored, self.device = captured, stored, device
+        self.vocab_size, self.live, self.calls = captured.vocab_size, None, 0
+
+    def distributions(self, contexts):
+        from backends.pretrained import open_pair
+
+        contexts = [tuple(int(t) for t in c) for c in contexts]
+        missing = [c for c in contexts if not self.captured.holds(c)]
+        P = np.empty((len(contexts), self.vocab_size))
+        Q = np.empty_like(P)
+        kept = [i for i, c in enumerate(contexts) if self.captured.holds(c)]
+        if kept:
+            P[kept], Q[kept] = self.captured.distributions([contexts[i] for i in kept])
+        if missing:
+            if self.live is None:
+                s = self.stored
+                pair = open_pair(s.pair or None, s.target or None, s.draft, device=self.device, dtype=s.dtype)
+                self.live = pair.with_settings(s.sampling())
+            self.calls += len(missing)
+            rest = [i for i, c in enumerate(contexts) if not self.captured.holds(c)]
+            P[rest], Q[rest] = self.live.distributions(missing)
+        return P, Q
+
+
+def value_root(c: engines.EngineConfig, builder, root, setting, index: int, config: Config, latency, capture: bool, tables=None):
+    """Rows (one per mode) of configuration ``c`` at ``root``, and not-run reasons by mode.
+
+    ``tables``: the root's (table, drafting table) shared by every configuration (each node's p
+    and q fetched once per root); None: new ones."""
+    if tables is None:
+        table = NodeTable(root.pair, root.context)
+        tables = (table, drafting_table(table, config.draft_law))
+    table, drafting = tables
+    try:
+        if getattr(builder, "deterministic", False):
+            trees = [builder.sample(drafting).on(table)]
+        else:
+            rng = seeded_rng(config.seed, 27, index, root.root)
+            trees = [builder.sample(table, rng) for _ in range(config.samples)]
+        for tree in trees:
+            tree.fill()
+    except ValueError as exc:  # a node the capture lacks, or a tree the builder cannot draft at this root
+        if capture and str(exc).startswith("context:"):
+            why = (
+                "the capture lacks nodes of this tree (a replay calls no model; --fill evaluates them with the capture's models)"
+            )
+            return [], {m: why for m in c.modes}
+        return [], {m: f"no tree here: {exc}" for m in c.modes}
+    laws = frozenset().union(*(t.laws() for t in trees)) or builder.laws
+    lossless = set(tree_verifiers.lossless_names(laws, setting))
+    rows, missing = [], {}
+    T = [latency.tree_step_time(len(root.context), t) for t in trees]
+    for mode in c.modes:
+        name = c.verifier(mode, laws)
+        if name is None or name not in lossless:
+            missing[mode] = f"no {mode} verifier is lossless for {', '.join(sorted(law.value for law in laws))} children"
+            continue
+        v = tree_verifiers.get(name)
+        plain = [tree_metrics(t, v, eos=False) for t in trees]
+        truncated = [tree_metrics(t, v, eos=True) for t in trees]
+        E = [m.accept_length for m in truncated]
+        rows.append(
+            {
+                "setting": setting.name,
+                "trajectory": root.trajectory,
+                "root": root.root,
+                "config": c.label,
+                "engine": c.engine,
+                "mode": mode,
+                "verifier": name,
+                "method": "exact" if len(trees) == 1 else "mc",
+                "tokens": float(np.mean([t.tokens() for t in trees])),
+                "E": float(np.mean(E)),
+                "E_se": float(np.std(E, ddof=1) / math.sqrt(len(E))) if len(E) > 1 else 0.0,
+                "T": float(np.mean(T)),
+                "_plain": aggregate(plain),
+                "_eos": aggregate(truncated),
+            }
+        )
+    return rows, missing
+
+
+def summarise(rows: list[dict]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(summary sorted by throughput, per-root rows, per-position rates) from ``value_root`` rows."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["setting"], r["config"], r["mode"]), []).append(r)
+    summary, positions = [], []
+    for (setting, name, mode), rs in groups.items():
+        plain, eos = aggregate([r["_plain"] for r in rs]), aggregate([r["_eos"] for r in rs])
+        E, T = sum(r["E"] for r in rs), sum(r["T"] for r in rs)
+        summary.append(
+            {
+                "setting": setting,
+                "config": name,
+                "engine": rs[0]["engine"],
+                "mode": mode,
+                "verifier": rs[0]["verifier"],
+                "method": rs[0]["method"],
+                "roots": len(rs),
+                "tokens": float(np.mean([r["tokens"] for r in rs])),
+                **plain.row(),
+                **{f"{k}_eos": v for k, v in eos.row().items() if not k.startswith(("uncond_", "cond_"))},
+                "E": E / len(rs),
+                "E_se": math.sqrt(sum(r["E_se"] ** 2 for r in rs)) / len(rs),
+                "T": T / len(rs),
+                "TPS": E / T,
+            }
+        )
+        for d in range(plain.unconditional.size):
+            positions.append(
+                {
+                    "setting": setting,
+                    "config": name,
+                    "mode": mode,
+                    "position": d + 1,
+                    "unconditional": float(plain.unconditional[d]),
+                    "conditional": float(plain.conditional[d]),
+                    "unconditional_eos": float(eos.unconditional[d]) if d < eos.unconditional.size else 0.0,
+                    "conditional_eos": float(eos.conditional[d]) if d < eos.conditional.size else float("nan"),
+                }
+            )
+    per_root = pl.DataFrame(
+        [
+            {
+                **{k: v for k, v in r.items() if not k.startswith("_")},
+                **{k: v for k, v in r["_plain"].row().items() if not k.startswith(("uncond_", "cond_"))},
+            }
+            for r in rows
+        ]
+    )
+    fixed = [c for c in next(iter(summary)) if not c.startswith(("uncond_", "cond_"))]
+    frame = pl.DataFrame(summary, infer_schema_length=None)
+    frame = frame.select(*fixed, *[c for c in frame.columns if c not in fixed]).sort(["setting", "TPS"], descending=[False, True])
+    return frame, per_root, pl.DataFrame(positions)
+
+
+def chart(summary: pl.DataFrame, subtitle: str):
+    import altair as alt
+
+    return (
+        alt.Chart(summary.with_columns((pl.col("config") + " / " + pl.col("mode")).alias("configuration")))
+        .mark_bar()
+        .encode(
+            x=alt.X("TPS:Q", title="predicted throughput (tokens per second; per target forward with a ratio profile)"),
+            y=alt.Y("configuration:N", sort="-x", title=None, axis=alt.Axis(labelLimit=420)),
+            color="engine:N",
+            facet=alt.Facet("setting:N", columns=2, title=None),
+            tooltip=["config", "mode", "verifier", "accept_length", "accept_length_eos", "chain", "T", "TPS"],
+        )
+        .resolve_scale(y="independent")
+        .properties(width=320, title=alt.TitleParams("Engine configurations by predicted throughput", subtitle=subtitle))
+    )
+
+
+def main(argv=None) -> int:
+    return run_tool(PROG, lambda: _main(argv))
+
+
+def _main(argv) -> int:
+    from analyses._block_drafters import DrafterConfig, drafters_for
+    from simlab.latency import ForwardTime
+
+    config, parser, configs = parse_args(sys.argv[1:] if argv is None else argv)
+    depth = max(c.lab.get("depth", 8) + 1 for c in configs)
+    source, settings = make_source(
+        PROG, parser, config, grid=False, depth=depth, quiet=config.quiet, study_honours={"capture": {"device"}}
+    )
+    capture = bool(config.capture)
+    if capture and config.draft_law == "raw" and any(s != SamplingSettings() for s in settings):
+        fail(
+            PROG,
+            "--draft-law: a capture holds q under its own setting only, not the drafters' untempered law; "
+            "use --draft-law setting, or a capture at T = 1",
+        )
+    latency = make_latency(PROG, parser, config, source, max(c.budget for c in configs))
+    named = {n for n, _ in latency.drafters}
+    if "small" not in named:
+        latency = latency.with_drafter("small", ForwardTime.constant(config.small_ratio * latency.target(0, 1)))
+    not_run, block_drafter = [], None
+    if any(c.engine == "specblock" for c in configs) and capture:
+        reason = "SpecBlock's block drafter runs on the live models (a capture stores no drafter); run it on --backend hf"
+        not_run.append({"config": "specblock", "setting": "all", "mode": "all", "reason": reason})
+    elif any(c.engine == "specblock" for c in configs):
+        try:
+            drafter_of, _ = drafters_for(
+                DrafterConfig(config.backend, config.target, config.drafters, 4, config.rank_noise, config.seed)
+            )
+            block_drafter = drafter_of["full"]
+            if config.backend == "hf" and "block" not in named:  # the trained drafter's forward, measured
+                from backends.block_drafter.drafter import forward_seconds
+
+                latency = latency.with_drafter("block", forward_seconds(block_drafter(source.pair).model))
+        except ValueError as exc:
+            not_run.append({"config": "specblock", "setting": "all", "mode": "all", "reason": str(exc)})
+        if "block" not in dict(latency.drafters):  # synthetic: --block-ratio of a one-token target forward
+            latency = latency.with_drafter("block", ForwardTime.constant(config.block_ratio * latency.target(0, 1)))
+    made = Builders(config, latency, block_drafter)
+    out = study_out(PROG, config, source.slug())
+    rows, filled = [], []
+    try:
+        roots = {s: list(source.roots(s)) for s in settings}
+        with progress_bar(total=sum(map(len, roots.values())), desc="roots", unit="root", quiet=config.quiet) as bar:
+            for setting, rs in roots.items():
+                if config.fill:
+                    filled.append(FilledPair(rs[0].pair, source.captures[setting.name][1], config.device))
+                    rs = [replace(r, pair=filled[-1]) for r in rs]
+                try:
+                    not_run += made.fit(configs, rs, setting)
+                except ValueError as exc:
+                    if not (capture and str(exc).startswith("context:")):
+                        raise
+                    why = "Sequoia's acceptance vector needs nodes the capture lacks (--fill evaluates them with its models)"
+                    not_run.append({"config": "sequoia", "setting": setting.name, "mode": "all", "reason": why})
+                for root in rs:
+                    table = NodeTable(root.pair, root.context)
+                    tables = (table, drafting_table(table, config.draft_law))
+                    for index, c in enumerate(configs):
+                        builder = made.get(c, root, setting)
+                        if builder is None:
+                            continue
+                        got, missing = value_root(c, builder, root, setting, index, config, latency, capture, tables)
+                        rows += got
+                        not_run += [
+                            {"config": c.label, "setting": setting.name, "mode": m, "reason": why} for m, why in missing.items()
+                        ]
+                    bar.update()
+    except ValueError as exc:
+        fail_from(PROG, exc, parser)
+    if config.fill and not config.quiet:
+        print(
+            f"{PROG}: note: --fill evaluated {sum(f.calls for f in filled)} nodes the capture lacks with its models",
+            file=sys.stderr,
+        )
+    not_run = pl.DataFrame(
+        not_run, schema={"config": pl.String, "setting": pl.String, "mode": pl.String, "reason": pl.String}
+    ).unique(maintain_order=True)
+    if not rows:
+        fail(PROG, f"--config: no configuration could run on this source: {not_run['reason'][0]}")
+    summary, per_root, positions = summarise(rows)
+    subtitle = f"source: {source.describe()}; latency: {latency.source}"
+    with OutputSet(out) as outputs:
+        for name, frame in (("sweep", summary), ("per_root", per_root), ("by_position", positions), ("not_run", not_run)):
+            outputs.stage(f"{name}.parquet", parquet_writer(frame))
+        for fmt in ("html", "png"):
+            outputs.stage(f"throughput.{fmt}", chart_writer(chart(summary, subtitle), fmt))
+        outputs.publish()
+    if not config.quiet:
+        print(f"Source: {source.describe()}; latency: {latency.source}")
+        print_table(
+            summary.select(
+                "setting",
+                "config",
+                "mode",
+                "accept_length",
+                "accept_length_eos",
+                "accepted",
+                "chain",
+                "E_se",
+                *[c for c in ("cond_1", "cond_2", "cond_3") if c in summary.columns],
+                "tokens",
+                "T",
+                "TPS",
+            ),
+            "Engine configurations by predicted throughput (accept_length = E[tau+1]; _eos: EOS truncation; "
+            "chain = SpecForge's simulated_acc_len; cond_d: the papers' per-position rate; all columns: sweep.parquet)",
+        )
+        if not_run.height:
+            print_table(
+                not_run.group_by("reason", maintain_order=True).agg(
+                    pl.col("mode").unique().sort().str.join(" ").alias("modes"),
+                    pl.col("config").unique(maintain_order=True).str.join("; ").str.slice(0, 90).alias("configs"),
+                ),
+                "Not run (every row: not_run.parquet)",
+            )
+        print(f"wrote {out}/sweep.parquet, per_root, by_position, not_run (.parquet), throughput.html/.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
