@@ -101,18 +101,27 @@ def _passed_mass(prefix: np.ndarray, mass: np.ndarray, base: float, k: int) -> n
 
 def _taken_mass(qs: np.ndarray, target: np.ndarray, u: np.ndarray, top: np.ndarray, base: float, k: int) -> np.ndarray:
     """delta = e q in [0, q] with PD(a, a - delta) + PD(c + q - delta, c) = target, a = u + top,
-    c = u + base (the walk's law at one token given its passed mass u; PD(x, y) = x^k - y^k).  The
-    left side is concave and increasing in delta, so Newton from delta = 0 climbs to the root."""
+    c = u + base (the walk's law at one token given its passed mass u; PD(x, y) = x^k - y^k).
+
+    Where q is not tiny against u + top, delta = q - (u_{j-1} - u_j) (the passed mass grows by what
+    is not taken); elsewhere that difference cancels, and delta is the root found by Newton from
+    delta = 0 (the left side is concave and increasing in delta, so Newton climbs to the root)."""
     if k == 1:
         return qs.copy()
-    a, c = u + top, u + base
+    delta = np.empty_like(qs)
+    delta[1:] = qs[1:] - (u[:-1] - u[1:])
+    delta[0] = qs[0]
+    tiny = np.flatnonzero(qs < 1e-6 * (u + top))
+    if tiny.size:
+        a, c, qt, want = u[tiny] + top[tiny], u[tiny] + base, qs[tiny], target[tiny]
 
-    def residual(d, idx):
-        ai, ci, qi = a[idx], c[idx], qs[idx]
-        value = _power_difference(ai, ai - d, k, d) + _power_difference(ci + qi - d, ci, k, qi - d) - target[idx]
-        return value, k * _power_difference(ai - d, ci + qi - d, k - 1, ai - ci - qi)
+        def residual(d, idx):
+            ai, ci, qi = a[idx], c[idx], qt[idx]
+            value = _power_difference(ai, ai - d, k, d) + _power_difference(ci + qi - d, ci, k, qi - d) - want[idx]
+            return value, k * _power_difference(ai - d, ci + qi - d, k - 1, ai - ci - qi)
 
-    return _newton(np.zeros_like(qs), residual, qs, 0.0, qs)
+        delta[tiny] = _newton(np.zeros_like(qt), residual, qt, 0.0, qt)
+    return delta
 
 
 def _level(ps: np.ndarray, qs: np.ndarray, total: float, raise_low: bool) -> np.ndarray:
