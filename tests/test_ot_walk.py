@@ -51,7 +51,7 @@ def exact_check(p, q, k):
 
 
 @pytest.mark.parametrize("case", list(EDGE))
-@pytest.mark.parametrize("k", [1, 2, 3, 4])
+@pytest.mark.parametrize("k", [2, 3, 4])  # k = 1 is speculative sampling (speculative_at_one, generic tests)
 def test_edge_cases_exact_and_optimal(case, k):
     p, q = (np.array(v) for v in EDGE[case])
     plan, _ = exact_check(p, q, k)
@@ -59,7 +59,7 @@ def test_edge_cases_exact_and_optimal(case, k):
     check_children_mass(WALK, p, q, k)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(pq=pairs(max_vocab=5), k=st.integers(2, 3))
 def test_matches_the_lp_where_certified(pq, k):
     p, q = pq
@@ -69,18 +69,18 @@ def test_matches_the_lp_where_certified(pq, k):
 
 
 def test_certified_on_a_fixed_sample_and_lossless_everywhere():
-    """100 fixed random instances (V 2..6, k 2..4, Dirichlet 0.2/1/5): lossless on all, certified on 98
+    """50 fixed random instances (V 2..6, k 2..4, Dirichlet 0.2/1/5): lossless on all, certified on 49
     (the walk does not reach every point of the core: module docstring)."""
     rng = np.random.default_rng(2026)
     certified = 0
-    for _ in range(100):
+    for _ in range(50):
         vocab, k = int(rng.integers(2, 7)), int(rng.integers(2, 5))
         conc = rng.choice([0.2, 1.0, 5.0])
         p, q = rng.dirichlet(np.full(vocab, conc)), rng.dirichlet(np.full(vocab, conc))
         plan = WALK.prepare(p, q, k)
         np.testing.assert_allclose(plan.marginal_output_distribution(), plan.p, atol=1e-12, rtol=0)
         certified += plan.certified
-    assert certified == 98
+    assert certified == 49
 
 
 def test_uncertified_plan_refuses_the_formula_and_is_still_lossless():
