@@ -39,7 +39,7 @@ i.i.d. algorithms compute the optimal coupling by a different route; no official
    clipping, sum min(mu, p) = alpha* and the plan is ``certified`` (the optimum, checked against
    ``optimal_acceptance`` and the LP in the tests).  The walk family does not realise every point
    of the core, so some nodes fall short of alpha* (``certified = False``; the plan still gives its
-   exact law, and ``acceptance_formula`` refuses): 2 of 100 random small instances, and on the
+   exact law, and ``acceptance_formula`` refuses): 1 of 50 fixed random small instances, and on the
    depth_profile world 0-25 % of nodes at k = 2..4 with gaps up to 3e-4 (docs/results.md Sec. 7).
    Partial Resolution reports an exact O(2^{1.5k} k^2 + 2^k V + V log V) algorithm for i.i.d.
    drafts, which the lab does not implement.
