@@ -17,6 +17,7 @@ from simlab.verifiers.khisti import Khisti, _KhistiPlan
 from simlab.verifiers.naive import Naive, _NaivePlan
 from simlab.verifiers.nss import NSS, _NSSPlan
 from simlab.verifiers.onehot import OneHot, _OneHotPlan
+from simlab.verifiers.ot_walk import OTWalk, _WalkPlan
 from simlab.verifiers.specinfer import SpecInfer, _SpecInferPlan
 from simlab.verifiers.speculative import SingleDraft
 from simlab.verifiers.spectr import SpecTr, _SpecTrPlan
@@ -361,6 +362,51 @@ class OneHotNoLastChild(OneHot):
         return _OneHotNoLastChild(self, p, q, k)
 
 
+# 22. The OT walk without its split at H*: rows with a child outside H* also select their inside children.
+class _WalkNoSplit(_WalkPlan):
+    def _draws(self, children):
+        return children[np.argsort(-self.rank[children], kind="stable")]
+
+
+@dataclass(frozen=True)
+class WalkNoSplit(OTWalk):
+    def _plan(self, p, q, k):
+        return _WalkNoSplit(self, p, q, k)
+
+
+# 23. The OT walk's correction drawn from p instead of norm((p - mu)_+).
+class _WalkCorrectionP(_WalkPlan):
+    def __init__(self, verifier, p, q, k):
+        super().__init__(verifier, p, q, k)
+        self.correction = p.copy()
+
+
+@dataclass(frozen=True)
+class WalkCorrectionP(OTWalk):
+    def _plan(self, p, q, k):
+        return _WalkCorrectionP(self, p, q, k)
+
+
+# 24. The OT walk's sampler tests the selected child against q instead of its selection law mu.
+class _WalkSamplerAgainstQ(_WalkPlan):
+    def _draw(self, children, rng):
+        draws = self._draws(children)
+        chosen = draws[-1]
+        for token in draws[:-1]:
+            if accept_draw(rng, self.coin[token], 1.0):
+                chosen = token
+                break
+        if accept_draw(rng, self.p[chosen], self.q[chosen]):
+            return int(chosen)
+        return sample_categorical(self.correction, rng)
+
+
+@dataclass(frozen=True)
+class WalkSamplerAgainstQ(OTWalk):
+    def _plan(self, p, q, k):
+        return _WalkSamplerAgainstQ(self, p, q, k)
+
+
 # Planted faults of the shared inverse-CDF draw (``simlab.distributions.sample_categorical``):
 # name -> a broken draw(probs, rng), each caught by checks.check_draw_helper.
 def _unguarded_draw(probs, rng):
@@ -398,6 +444,9 @@ MUTANTS = {
     "nss batched masses from q": (NSSBatchedFromQ(), "children mass"),
     "naive batched one-child shortcut everywhere": (NaiveBatchedShortcut(), "children mass"),
     "spectr batched masses without the correction": (SpecTrBatchedWithoutCorrection(rho="four_step"), "children mass"),
+    "ot walk without the split at H*": (WalkNoSplit(), "lossless k=2"),
+    "ot walk correction from p": (WalkCorrectionP(), "lossless k=2"),
+    "ot walk sampler against q": (WalkSamplerAgainstQ(), "sampler vs law"),
     "specinfer batched masses per copy": (SpecInferBatchedPerCopy(), "children mass"),
     "one-hot without its last child": (OneHotNoLastChild(), "u boundaries"),
 }

@@ -12,6 +12,8 @@ name              algorithm                                              lossles
 ``rrs_wor``       recursive rejection sampling without replacement       without replacement
 ``khisti``        importance-weighted selection + speculative sampling   i.i.d.
 ``optimal``       the OT-LP coupling (small vocabularies)                i.i.d. or w/o repl.
+``ot_walk``       coin walk down p/q + SD of its selection law (alpha*   i.i.d.
+                  wherever certified; any vocabulary)
 ``onehot``        EAGLE's T > 0 rule: accept a child w.p. p'(x), q = 1   every law (deterministic)
 ``greedy``        the target's argmax, accepted iff a child              every law, one-hot p only
 ``greedy_draft``  SD against q~ on the tail of a greedy draft            mixed, w/o repl. (det.: one-hot)
@@ -37,12 +39,14 @@ from simlab.verifiers.naive import Naive
 from simlab.verifiers.nss import NSS
 from simlab.verifiers.onehot import OneHot
 from simlab.verifiers.optimal import Optimal
+from simlab.verifiers.ot_walk import OTWalk
 from simlab.verifiers.rrs_wor import RRSWithoutReplacement
 from simlab.verifiers.specinfer import SpecInfer
 from simlab.verifiers.spectr import SpecTr
 
 REGISTRY: dict[str, type[NodeVerifier]] = {
-    cls.name: cls for cls in (NSS, Naive, SpecTr, SpecInfer, RRSWithoutReplacement, Khisti, Optimal, OneHot, Greedy, GreedyDraft)
+    cls.name: cls
+    for cls in (NSS, Naive, SpecTr, SpecInfer, RRSWithoutReplacement, Khisti, Optimal, OTWalk, OneHot, Greedy, GreedyDraft)
 }
 
 

@@ -1,0 +1,298 @@
+"""The OT walk: a closed-form coupling for i.i.d. children that reaches alpha* where it is certified.
+
+Setting (``simlab.otlp``): k children X ~ i.i.d. q, target p; a verifier is a coupling of Q and p,
+and the best acceptance is the min-cut value alpha* = min_H [p(H) + 1 - q(H)^k] over the prefixes
+H of the tokens with q > 0 sorted by r = p/q ascending (Hu et al. ICLR 2025, arXiv 2502.18779,
+the subset dual).  The LP (``Optimal``) stops near V = 100; this rule is evaluated per child tuple
+in O(k log k) (children only) or O(V) (the whole law) after an O(V log V) preparation.
+
+Construction (derived here; the reduction to max-flow and polymatroids is Thomas and Pal,
+"Partial Resolution", NeurIPS 2025 and "Global Resolution", ICLR 2026, arXiv 2511.15898, whose
+i.i.d. algorithms compute the optimal coupling by a different route; no official code).
+
+1. Selection + speculative sampling.  Any rule that *selects* one child Z from x with law
+   s(x, .) induces mu(y) = sum_x Q(x) s(x, y); accepting Z with probability min(1, p(Z)/mu(Z))
+   and otherwise emitting a draw from R = norm((p - mu)_+) is lossless for every selection rule
+   (single-draft speculative sampling of mu against p), with P(Z accepted) = sum min(mu, p).
+   Khisti et al. 2025 (arXiv 2410.18234, the canonical decomposition) show an optimal verifier
+   has this form.
+2. Which mu.  The laws of selections are the core of the belief function F(A) = q(A)^k
+   (mu(A) >= F(A) for all A, mu(V) = 1).  Let H* = the first m tokens in r order (the minimiser).
+   Max-flow complementary slackness gives: rows inside H* fill p on H*, rows with a child outside
+   H* select outside.  The target is mu = max(p, lam_in q) on H* (sum F(H*)) and
+   mu = min(p, lam_out q) outside (sum 1 - F(H*)): then sum min(mu, p) = p(H*) + 1 - F(H*) = alpha*.
+   Both parts lie in their (restricted, contracted) cores: mu/q is nondecreasing along r, the
+   prefix sums dominate the convex s -> s^k (the optimality of m on each side), and a chord
+   argument extends prefixes to all sets; supermodularity glues the two parts.
+3. Realising mu: the walk.  Per game (rows inside H*; rows with a child outside H*, which select
+   only among their outside children) walk the game's children from the highest r down; a child
+   of token t is taken with probability e(t) (one coin per copy); the lowest child is taken if
+   the walk reaches it.  With u_j = sum q_i (1 - e_i) over the tokens walked before j (mass of
+   passed draws), Q_j the q-mass of the game's tokens not yet walked (j included) plus Q_b, the
+   mass of the tokens outside the game (inside H*, for the outside game), the rows not yet served before token j
+   have mass (u_j + Q_j)^k - (u_j + Q_b)^k.  Setting that equal to the target's prefix mass gives
+   u_j (one monotone root per token, Newton, vectorised), then e_j = 1 - (u_{j-1} - u_j) / q_j
+   (the passed mass grows by what token j does not take).  Each game is walked "down" (from the
+   highest p/q) or "up"; the four combinations are tried in ``DIRECTIONS`` order.
+4. Certificate.  The coins are clipped to [0, 1] and mu is recomputed from the clipped coins (the
+   walk's exact selection law), so the rule is lossless for every p, q, k.  When no coin needed
+   clipping, sum min(mu, p) = alpha* and the plan is ``certified`` (the optimum, checked against
+   ``optimal_acceptance`` and the LP in the tests).  The walk family does not realise every point
+   of the core, so some nodes fall short of alpha* (``certified = False``; the plan still gives its
+   exact law, and ``acceptance_formula`` refuses): 1 of 50 fixed random small instances, and on the
+   depth_profile world 0-25 % of nodes at k = 2..4 with gaps up to 3e-4 (docs/results.md Sec. 7).
+   Partial Resolution reports an exact O(2^{1.5k} k^2 + 2^k V + V log V) algorithm for i.i.d.
+   drafts, which the lab does not implement.
+
+Drafting without replacement is not covered (its F(A) is not a function of q(A); ``Optimal`` with
+``replacement=False`` is the small-V reference).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from simlab.distributions import positive_part, sample_categorical
+from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw
+
+CERTIFY_TOL = 1e-10
+"""``certified`` when |sum min(mu, p) - alpha*| is at most this (the rounding of sums over V = 128,000)."""
+
+
+def _power_difference(a: np.ndarray, b: np.ndarray, k: int, diff: np.ndarray | None = None) -> np.ndarray:
+    """a^k - b^k as diff * sum_i a^(k-1-i) b^i with diff = a - b (given exactly by the caller when it
+    knows it: no cancellation when a - b is tiny against a)."""
+    total, power = np.ones_like(a), np.ones_like(b)
+    for _ in range(k - 1):
+        power = power * b
+        total = total * a + power
+    return (a - b if diff is None else diff) * total
+
+
+def _newton(x: np.ndarray, residual, scale: np.ndarray, lo, hi) -> np.ndarray:
+    """Vectorised Newton on the entries still moving: ``residual(x, idx)`` returns (value, slope) at
+    x[idx]; steps are clipped to [lo, hi] (arrays or scalars, full length) and an entry stops once
+    its step is below 1e-14 of its ``scale``, or after 60 rounds."""
+    idx = np.arange(x.size)
+    lo, hi = np.broadcast_to(lo, x.shape), np.broadcast_to(hi, x.shape)
+    for _ in range(60):
+        if idx.size == 0:
+            break
+        value, slope = residual(x[idx], idx)
+        moving = slope > 0
+        step = np.where(moving, value / np.where(moving, slope, 1.0), 0.0)
+        x[idx] = np.clip(x[idx] - step, lo[idx], hi[idx])
+        idx = idx[moving & (np.abs(step) > 1e-14 * scale[idx])]
+    return x
+
+
+def _passed_mass(prefix: np.ndarray, mass: np.ndarray, base: float, k: int) -> np.ndarray:
+    """u >= 0 with (u + top)^k - (u + base)^k = prefix, elementwise: Newton from above (the left side
+    is convex and increasing in u; u = 0 where top = base or k = 1)."""
+    if k == 1:
+        return np.zeros_like(mass)
+    top = base + mass
+    slope0 = k * _power_difference(top, np.full_like(top, base), k - 1, mass)
+    start = np.maximum(prefix - _power_difference(top, np.full_like(top, base), k, mass), 0.0)
+    u = np.divide(start, slope0, out=np.zeros_like(top), where=slope0 > 0)
+
+    def residual(x, idx):
+        hi, lo, gap = x + top[idx], x + base, mass[idx]
+        return _power_difference(hi, lo, k, gap) - prefix[idx], k * _power_difference(hi, lo, k - 1, gap)
+
+    return _newton(u, residual, top, 0.0, np.inf)
+
+
+def _taken_mass(qs: np.ndarray, target: np.ndarray, u: np.ndarray, top: np.ndarray, base: float, k: int) -> np.ndarray:
+    """delta = e q in [0, q] with PD(a, a - delta) + PD(c + q - delta, c) = target, a = u + top,
+    c = u + base (the walk's law at one token given its passed mass u; PD(x, y) = x^k - y^k).
+
+    Where q is not tiny against u + top, delta = q - (u_{j-1} - u_j) (the passed mass grows by what
+    is not taken); elsewhere that difference cancels, and delta is the root found by Newton from
+    delta = 0 (the left side is concave and increasing in delta, so Newton climbs to the root)."""
+    if k == 1:
+        return qs.copy()
+    delta = np.empty_like(qs)
+    delta[1:] = qs[1:] - (u[:-1] - u[1:])
+    delta[0] = qs[0]
+    tiny = np.flatnonzero(qs < 1e-6 * (u + top))
+    if tiny.size:
+        a, c, qt, want = u[tiny] + top[tiny], u[tiny] + base, qs[tiny], target[tiny]
+
+        def residual(d, idx):
+            ai, ci, qi = a[idx], c[idx], qt[idx]
+            value = _power_difference(ai, ai - d, k, d) + _power_difference(ci + qi - d, ci, k, qi - d) - want[idx]
+            return value, k * _power_difference(ai - d, ci + qi - d, k - 1, ai - ci - qi)
+
+        delta[tiny] = _newton(np.zeros_like(qt), residual, qt, 0.0, qt)
+    return delta
+
+
+def _level(ps: np.ndarray, qs: np.ndarray, total: float, raise_low: bool) -> np.ndarray:
+    """max(p, lam q) (raise_low) or min(p, lam q) with the level lam chosen so the sum is ``total``;
+    ps, qs in r = p/q ascending order, float64 (n,)."""
+    n = ps.size
+    if n == 0:
+        return ps.copy()
+    P = np.concatenate(([0.0], np.cumsum(ps)))
+    Q = np.concatenate(([0.0], np.cumsum(qs)))
+    r = ps / qs
+    if raise_low:  # sum = lam Q_l + (P_n - P_l) for lam in [r_l, r_{l+1}] (l tokens raised)
+        if total <= P[n]:
+            return ps.copy()
+        lam = (total - (P[n] - P[1:])) / Q[1:]
+        l = int(np.argmax(lam <= np.concatenate((r[1:], [np.inf]))))  # the first level inside its bracket
+        return np.maximum(ps, lam[l] * qs)
+    if total >= P[n]:  # sum = P_l + lam (Q_n - Q_l) for lam in [r_l, r_{l+1}] (l tokens kept whole)
+        return ps.copy()
+    rest = np.maximum(Q[n] - Q[:n], np.finfo(float).tiny)
+    lam = (total - P[:n]) / rest
+    l = int(np.argmax((lam >= np.concatenate(([0.0], r[: n - 1]))) & (lam <= r)))
+    return np.minimum(ps, lam[l] * qs)
+
+
+def _walk(qs: np.ndarray, target: np.ndarray, base: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(coins, law) of the walk from the end of the arrays (walk order = reversed array order) in one
+    game: the coins that select ``target``, clipped to [0, 1] (the first entry, reached last, takes
+    what reaches it: coin 1), and the exact selection law of those coins."""
+    mass = np.cumsum(qs)
+    top = base + mass
+    u = _passed_mass(np.cumsum(target), mass, base, k)
+    u[-1] = 0.0
+    e = np.clip(_taken_mass(qs, target, u, top, base, k) / qs, 0.0, 1.0)
+    e[0] = 1.0
+    taken = e * qs
+    passed = qs - taken
+    u = np.concatenate((np.cumsum(passed[::-1])[::-1][1:], [0.0]))  # u_j = sum over tokens walked before j
+    return e, _power_difference(u + top, u + top - taken, k, taken) + _power_difference(u + passed + base, u + base, k, passed)
+
+
+DIRECTIONS = (("down", "up"), ("down", "down"), ("up", "up"), ("up", "down"))
+"""Walk directions (inside H*, outside H*) tried in this order until one is certified: "down" walks
+from the highest p/q, "up" from the lowest (the best value is kept when none is)."""
+
+
+class _WalkPlan(NodePlan):
+    def __init__(self, verifier, p, q, k):
+        super().__init__(verifier, p, q, k)
+        support = np.flatnonzero(q > 0)
+        order = support[np.argsort(p[support] / q[support], kind="stable")]
+        ps, qs = p[order], q[order]
+        prefix_q = np.minimum(np.concatenate(([0.0], np.cumsum(qs))), 1.0)
+        cut = np.concatenate(([0.0], np.cumsum(ps))) + 1.0 - prefix_q**k
+        m = int(np.argmin(cut))
+        inside_mass = prefix_q[m] ** k
+        outside_mass = prefix_q[-1] ** k - inside_mass  # rows with a child outside H* (1 - F(H*) up to sum(q) rounding)
+        target = np.concatenate((_level(ps[:m], qs[:m], inside_mass, True), _level(ps[m:], qs[m:], outside_mass, False)))
+        self.alpha_star = float(np.clip(cut[m], 0.0, 1.0))
+        self.order, self.split = order, m
+        self.rank = np.full(p.size, -1, dtype=np.int64)
+        self.rank[order] = np.arange(order.size)
+        best = None
+        for directions in DIRECTIONS:
+            coins, mu = np.ones(order.size), np.zeros(order.size)
+            for part, base, way in ((slice(0, m), 0.0, directions[0]), (slice(m, order.size), float(prefix_q[m]), directions[1])):
+                if part.stop > part.start:
+                    flip = slice(None, None, -1) if way == "up" else slice(None)
+                    e, law = _walk(qs[part][flip], target[part][flip], base, k)
+                    coins[part], mu[part] = e[flip], law[flip]
+            value = float(np.minimum(mu, ps).sum())
+            if best is None or value > best[0]:
+                best = (value, directions, coins, mu)
+            if abs(value - self.alpha_star) <= CERTIFY_TOL:
+                break
+        self.value, self.directions, coins, mu = best
+        self.coin = np.zeros(p.size)
+        self.coin[order] = coins
+        self.mu = np.zeros(p.size)
+        self.mu[order] = mu
+        self.accept = np.zeros(p.size)
+        np.divide(p, self.mu, out=self.accept, where=self.mu > 0)
+        np.minimum(self.accept, 1.0, out=self.accept)
+        self.excess = float(positive_part(p - self.mu).sum())
+        if self.excess == 0.0:  # mu = p: a selected child is always accepted
+            self.accept[self.mu > 0] = 1.0
+
+    @property
+    def certified(self) -> bool:
+        """True when the walk's acceptance equals alpha* (no coin was clipped): the plan is an
+        optimal coupling; False: lossless but below the optimum by ``alpha_star - value``."""
+        return abs(self.value - self.alpha_star) <= CERTIFY_TOL
+
+    @cached_property
+    def correction(self) -> np.ndarray:
+        """R = norm((p - mu)_+), float64 (V,) (zeros when mu = p: a rejection never happens)."""
+        diff = positive_part(self.p - self.mu)
+        return diff / self.excess if self.excess > 0.0 else diff
+
+    def _draws(self, children: np.ndarray) -> np.ndarray:
+        """The game's children in walk order."""
+        outside = self.rank[children] >= self.split
+        draws = children[outside] if outside.any() else children
+        sign = -1 if self.directions[1 if outside.any() else 0] == "down" else 1
+        return draws[np.argsort(sign * self.rank[draws], kind="stable")]
+
+    def _selection(self, children: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens, P(selected)) over the game's children in walk order (copies kept)."""
+        draws = self._draws(children)
+        take = self.coin[draws].copy()
+        take[-1] = 1.0
+        reach = np.concatenate(([1.0], np.cumprod(1.0 - take[:-1])))
+        return draws, reach * take
+
+    def _accepted(self, children: np.ndarray) -> tuple[np.ndarray, float]:
+        """P(output = x_j and accepted) per child (summed over copies), and P(rejection)."""
+        draws, sel = self._selection(children)
+        acc = sel * self.accept[draws]
+        per_child = ((children[:, None] == draws[None, :]) * acc[None, :]).sum(axis=1)
+        return per_child, max(0.0, 1.0 - float(acc.sum()))
+
+    def _children_mass(self, children):
+        per_child, reject = self._accepted(children)
+        return per_child + reject * self.correction[children] if reject > 0.0 else per_child
+
+    def _law(self, children):
+        draws, sel = self._selection(children)
+        acc = sel * self.accept[draws]
+        reject = max(0.0, 1.0 - float(acc.sum()))
+        law = reject * self.correction if reject > 0.0 and self.excess > 0.0 else np.zeros_like(self.p)
+        np.add.at(law, draws, acc)
+        return law
+
+    def _draw(self, children, rng):
+        draws = self._draws(children)
+        chosen = draws[-1]
+        for token in draws[:-1]:
+            if accept_draw(rng, self.coin[token], 1.0):
+                chosen = token
+                break
+        if self.excess == 0.0 or accept_draw(rng, self.p[chosen], self.mu[chosen]):
+            return int(chosen)
+        return sample_categorical(self.correction, rng)
+
+    def acceptance_formula(self) -> float:
+        if not self.certified:
+            raise ValueError(
+                f"method: the walk is not certified optimal here (sum min(mu, p) = {self.value!r} < alpha* = "
+                f"{self.alpha_star!r}); its acceptance needs 'enumerate'"
+            )
+        return self.value
+
+
+@dataclass(frozen=True)
+class OTWalk(NodeVerifier):
+    """The OT walk (module docstring): selection by a coin walk down the p/q order, then
+    speculative sampling of the selection law against p; lossless for i.i.d. children, optimal
+    (acceptance alpha*) wherever its plan is ``certified``.  O(V log V) per node, O(k log k) per
+    child tuple for ``children_mass``, O(V) for the whole law."""
+
+    name = "ot_walk"
+    label = "OT walk"
+    ot_based = True
+    speculative_at_one = True
+
+    def _plan(self, p, q, k):
+        return _WalkPlan(self, p, q, k)
