@@ -25,6 +25,7 @@ OPTION_VARIANTS = {
     ],
     "optimal": [{"replacement": False}],
     "spectr": [{"rho": "four_step"}],
+    "sglang_threshold": [{"threshold_single": 0.3, "threshold_acc": 0.5}],
 }
 """Options beyond the defaults worth testing, by verifier (the options its class takes)."""
 

@@ -7,7 +7,11 @@
   verifier of greedy-draft trees);
 * ``naive_chain``: standard speculative sampling on the first path;
 * ``bv``: Block Verification on the first path;
-* ``traversal``: Traversal Verification (siblings drafted without replacement).
+* ``traversal``: Traversal Verification (siblings drafted without replacement);
+* ``typical``: Medusa's typical acceptance (options ``posterior_threshold``, ``posterior_alpha``,
+  ``next_token``), declared lossy;
+* ``exact_match`` (strict exact-match, the engines' name for NSS's rule) and ``sglang_threshold``
+  (SGLang's threshold relaxation, declared lossy) are top-down node rules like the first list.
 
 Every verifier refuses trees it is not lossless for (``TreeVerifier.check``) unless built with
 ``allow_lossy=True``.  ``lossless_names(laws, settings)`` answers which verifiers may be paired
@@ -27,10 +31,11 @@ from simlab.tree_verifiers.base import TreeVerifier
 from simlab.tree_verifiers.block import BlockVerification
 from simlab.tree_verifiers.topdown import NaiveChain, TopDown
 from simlab.tree_verifiers.traversal import Traversal
+from simlab.tree_verifiers.typical import TypicalAcceptance
 
-REGISTRY: dict[str, type[TreeVerifier]] = {cls.name: cls for cls in (NaiveChain, BlockVerification, Traversal)}
-"""The whole-tree verifiers (their own classes, no node options), by their declared ``name``; every
-registered node verifier is a tree verifier too (``TopDown``)."""
+REGISTRY: dict[str, type[TreeVerifier]] = {cls.name: cls for cls in (NaiveChain, BlockVerification, Traversal, TypicalAcceptance)}
+"""The whole-tree verifiers (their own classes; options are their own fields), by their declared
+``name``; every registered node verifier is a tree verifier too (``TopDown``)."""
 
 
 def deterministic_rule(settings) -> str:
@@ -112,9 +117,12 @@ def get(name: str, allow_lossy: bool = False, **options) -> TreeVerifier:
     if not isinstance(allow_lossy, bool):
         raise ValueError(f"allow_lossy: must be True or False, got {allow_lossy!r}")
     if name in REGISTRY:
-        if options:
-            raise ValueError(f"options: {name} takes no options, got {sorted(options)}")
-        return REGISTRY[name](allow_lossy=allow_lossy)
+        cls = REGISTRY[name]
+        fields = set(cls.options)
+        if set(options) - fields:
+            takes = f"takes only {', '.join(sorted(fields))}" if fields else "takes no options"
+            raise ValueError(f"options: {name} {takes}, got {sorted(options)}")
+        return cls(allow_lossy=allow_lossy, **options)
     if name in node_verifiers.REGISTRY:
         return TopDown(node_verifiers.get(name, **options), allow_lossy=allow_lossy)
     raise ValueError(f"name: unknown tree verifier {name!r}; choose one of {', '.join(names())}")
@@ -127,6 +135,7 @@ __all__ = [
     "TopDown",
     "Traversal",
     "TreeVerifier",
+    "TypicalAcceptance",
     "deterministic_rule",
     "deterministic_rules",
     "get",
