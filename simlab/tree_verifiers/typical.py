@@ -106,6 +106,11 @@ class TypicalAcceptance(TreeVerifier):
         return -1
 
     # -- the rule -------------------------------------------------------------------------------
+    def threshold(self, p: np.ndarray) -> float:
+        """tau at a node with target ``p`` (float64 (V,)): ``typical_threshold`` with this rule's
+        epsilon and alpha."""
+        return typical_threshold(p, self.posterior_threshold, self.posterior_alpha)
+
     def accepted_path(self, tree) -> tuple[int, ...]:
         """The path the rule accepts on ``tree`` (deterministic): the deepest node reached through
         passing children, then the largest likelihood, then the first in depth-first order.
@@ -124,7 +129,8 @@ class TypicalAcceptance(TreeVerifier):
             path, likelihood = stack.pop()
             order.append((path, likelihood))
             p = tree.table.p(path)
-            tau = typical_threshold(p, self.posterior_threshold, self.posterior_alpha)
+            key = ("typical threshold", type(self), self.posterior_threshold, self.posterior_alpha, path)
+            tau = tree.table.memo(key, lambda: self.threshold(p))  # once per node of a table
             passing = [t for t in dict.fromkeys(tree.child_list(path)) if p[t] > tau]
             for t in reversed(passing):
                 stack.append((path + (t,), likelihood + math.log(p[t])))

@@ -15,9 +15,11 @@ c_i = min(1, P_i / threshold_acc) and s the first child with p(x_s) >= threshold
 child x_i (i < s) gets c_i - c_{i-1}, x_s gets 1 - c_{s-1}, and with no such s the correction
 gets 1 - c_k times p outside the children, renormalised.
 
-With both thresholds 1 (SGLang's defaults) child x_i is accepted iff U falls in
-(P_{i-1}, P_i]: the accepted child, or the correction, is a draw from p, so B(x, .) = p, the
-law of strict exact-match / NSS, lossless for every drafting law.  Below 1 a threshold raises
+With both thresholds 1 (SGLang's defaults) and distinct children, child x_i is accepted iff U
+falls in (P_{i-1}, P_i]: the accepted child, or the correction, is a draw from p, so B(x, .) = p,
+the law of strict exact-match / NSS, lossless for every law of distinct children (SGLang's top-k
+trees).  A repeated child (i.i.d. drafts) is counted at each copy, so even at (1, 1) it is
+accepted with probability min(1, m p(x)) for m copies: lossy on i.i.d. trees.  Below 1 a threshold raises
 the acceptance of p(x) to min(1, p(x) / threshold_acc) (cumulated over siblings) or to 1 for a
 likely child: lossy.  The verifier is declared lossy (``lossless_for`` empty, so every tree
 refuses it without ``allow_lossy=True``) and its exact bias is ``simlab.efficiency.pairing_bias``;
@@ -114,7 +116,7 @@ class SGLangThreshold(NodeVerifier):
     name = "sglang_threshold"
     label = "threshold acceptance (SGLang)"
     drafting = Drafting.DETERMINISTIC  # SGLang's EAGLE trees: top-k children
-    lossless_for = frozenset()  # declared lossy: exact only at thresholds (1, 1), where it is NSS's law
+    lossless_for = frozenset()  # declared lossy: exact only at thresholds (1, 1) on distinct children (NSS's law)
     threshold_single: float = 1.0
     threshold_acc: float = 1.0
 
