@@ -169,8 +169,13 @@ def test_sglang_refusals():
 # -- Medusa's typical acceptance -------------------------------------------------------------------
 def medusa_reference(tree, epsilon, alpha):
     """``evaluate_posterior`` (typical, fast) transcribed: the candidates are the root-to-leaf
-    paths in depth-first order; returns the accepted path."""
-    leaves = [path for path in tree.nodes() if not tree.child_list(path)]
+    paths sorted by length, then by their children's ranks (``generate_medusa_buffers``); returns
+    the accepted path."""
+    rank = {(): ()}
+    for path in tree.nodes():
+        for r, t in enumerate(dict.fromkeys(tree.child_list(path))):
+            rank[path + (t,)] = rank[path] + (r,)
+    leaves = sorted((path for path in tree.nodes() if not tree.child_list(path)), key=lambda leaf: (len(leaf), rank[leaf]))
     best_length, best_likelihood, best = 0, -math.inf, ()
     for leaf in leaves:
         length, likelihood = 0, 0.0

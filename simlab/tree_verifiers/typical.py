@@ -12,9 +12,10 @@ draft tree whose nodes carry the target p:
 * a child x of u **passes** when p_u(x) > tau_u (strict); the candidates are the root-to-leaf
   paths, and a candidate's accepted length is the number of leading tokens that pass;
 * the **accepted path** is the longest accepted prefix over all candidates; among equally long
-  ones, the one of largest likelihood sum log p_u(x) along it, and on a tie the first candidate
-  (``torch.argmax``: the tree's depth-first order here).  It is a function of the tree and the
-  target: no randomness;
+  ones, the one of largest likelihood sum log p_u(x) along it, and on an exact tie the first
+  candidate (``torch.argmax``) in Medusa's candidate order (leaves sorted by length, then by their
+  children's ranks: ``generate_medusa_buffers``).  A function of the tree and the target: no
+  randomness (the lab sums the likelihood in float64 where Medusa sums float32 logs);
 * the **next token** (correction or bonus, emitted after the accepted path) is the target's
   argmax at the accepted node (``generate_candidates`` with ``fast=True``: ties to the lowest id),
   ``next_token="argmax"``, the default.  ``next_token="target"`` draws it from p instead: the
@@ -58,6 +59,22 @@ def typical_threshold(p: np.ndarray, posterior_threshold: float, posterior_alpha
     """tau = min(epsilon, alpha * exp(-H)), H = -sum_t p(t) log(p(t) + 1e-5), for float64 (V,) ``p``."""
     entropy = -float(np.sum(p * np.log(p + ENTROPY_OFFSET)))
     return min(posterior_threshold, posterior_alpha * math.exp(-entropy))
+
+
+def _first_candidates(tree) -> dict:
+    """Node path -> the sort key (length, ranks) of the first candidate through it in Medusa's
+    candidate order: the root-to-leaf paths sorted by length, then by their children's ranks
+    (``generate_medusa_buffers`` sorts the tree's choices by ``(len(x), x)``), a rank being a
+    child's place among its node's distinct children."""
+    ranks = {(): ()}
+    for path in tree.nodes():  # parents first
+        for rank, t in enumerate(dict.fromkeys(tree.child_list(path))):
+            ranks[path + (t,)] = ranks[path] + (rank,)
+    first = {}
+    for path in reversed(tree.nodes()):  # children first
+        kids = list(dict.fromkeys(tree.child_list(path)))
+        first[path] = min(first[path + (t,)] for t in kids) if kids else (len(path), ranks[path])
+    return first
 
 
 def _check_nonnegative(value, name: str) -> None:
@@ -122,23 +139,22 @@ class TypicalAcceptance(TreeVerifier):
         return self._accepted_path(tree)
 
     def _accepted_path(self, tree):
-        best, best_key = (), (0, 0.0)
+        reached = []  # (path, likelihood) of every node reached through passing children
         stack = [((), 0.0)]
-        order = []
-        while stack:  # depth-first, children in order: the candidates' order
+        while stack:
             path, likelihood = stack.pop()
-            order.append((path, likelihood))
+            reached.append((path, likelihood))
             p = tree.table.p(path)
             key = ("typical threshold", type(self), self.posterior_threshold, self.posterior_alpha, path)
             tau = tree.table.memo(key, lambda: self.threshold(p))  # once per node of a table
-            passing = [t for t in dict.fromkeys(tree.child_list(path)) if p[t] > tau]
-            for t in reversed(passing):
-                stack.append((path + (t,), likelihood + math.log(p[t])))
-        for path, likelihood in order:
-            key = (len(path), likelihood)
-            if key > best_key:  # strict: the first in depth-first order keeps a tie
-                best, best_key = path, key
-        return best
+            for t in dict.fromkeys(tree.child_list(path)):
+                if p[t] > tau:
+                    stack.append((path + (t,), likelihood + math.log(p[t])))
+        depth = max(len(path) for path, _ in reached)
+        deepest = [(path, likelihood) for path, likelihood in reached if len(path) == depth]
+        top = max(likelihood for _, likelihood in deepest)
+        first = _first_candidates(tree)
+        return min((first[path], path) for path, likelihood in deepest if likelihood == top)[1]
 
     def _next_law(self, p):
         if self.next_token == "argmax":
