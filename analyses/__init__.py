@@ -11,7 +11,9 @@ Runnable studies (``python -m analyses.<name>``; each module has ``main(argv) ->
 * ``ddte_audit``: how much of a published DDTE number each public-code convention explains;
 * ``compare_builders``: every registered builder with every lossless verifier at matched budgets;
 * ``sequoia_tree``: Sequoia's hardware-aware tree from an acceptance vector and a latency profile;
-* ``treegraft``, ``specblock``: TreeGraft and SpecBlock measured exactly.
+* ``treegraft``, ``specblock``: TreeGraft and SpecBlock measured exactly;
+* ``lossy_rules``: the engines' lossy verification knobs (Medusa's typical acceptance, SGLang's
+  thresholds): throughput gain over strict exact-match against the exact TV of the emitted law.
 
 Helper modules (their names start with ``_``; no ``main``; imported by the studies above, never run):
 
