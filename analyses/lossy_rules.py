@@ -10,12 +10,13 @@ same step time: the gain is the ratio of E[tau + 1]), and the exact total variat
 ``--tokens`` emitted tokens from the target's law (``simlab.efficiency.pairing_bias``), averaged
 over the contexts.
 
-    python -m analyses.lossy_rules                       # V = 4, the default knob grids
+    python -m analyses.lossy_rules                       # V = 4, the default knob grids (about a minute of CPU)
     python -m analyses.lossy_rules --vocab 3 --epsilons 0.09 --alphas 0.3 --singles 1 --accs 0.5,1
 
 Outputs under ``--out`` (default ``out/lossy_rules/markov-V<vocab>-seed<seed>``):
 ``lossy_rules.parquet`` (one row per rule, knobs and tree: E, the exact-match E, gain, TV) and the
-chart ``gain_vs_tv.{html,png}``.  Bad flags: one line, exit 2.
+chart ``gain_vs_tv.{html,png}``.  Bad flags: one line, exit 2.  (epsilon = 1 with alpha = 1e9 is
+the threshold no child passes: typical acceptance then accepts nothing, the knob sweep's end.)
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ class Config:
     concentration: float = 0.7
     closeness: float = 0.5
     tokens: int = 3
-    epsilons: str = "0.01,0.05,0.09,0.3"
-    alphas: str = "0.1,0.3"
+    epsilons: str = "0.05,0.3,0.6,1"
+    alphas: str = "0.3,1,1e9"
     singles: str = "0.3,0.6,1"
     accs: str = "0.25,0.5,0.75,1"
 
