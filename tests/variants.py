@@ -37,6 +37,21 @@ def node_variants() -> list:
     ]
 
 
+def renames_another(verifier) -> bool:
+    """True for a registered node rule (or its top-down lifting) whose class only renames another
+    registered class: the algorithm is inherited whole (the same ``_plan`` and leaf rule), as
+    ``exact_match`` is NSS's class under the engines' name.  The statistical tests, which test the
+    algorithm and cost seconds each, run it once, under the original's name."""
+    node = getattr(verifier, "node", verifier)
+    cls = type(node)
+    return any(
+        base is not cls
+        and issubclass(cls, base)
+        and all(getattr(cls, f) is getattr(base, f) for f in ("_plan", "leaf_law", "leaf_draw"))
+        for base in verifiers.REGISTRY.values()
+    )
+
+
 def variant_id(verifier) -> str:
     """``name-option=value-...``: a readable pytest id."""
     return f"{verifier.name}-{'-'.join(f'{f}={getattr(verifier, f)}' for f in verifier.__dataclass_fields__)}".rstrip("-")
