@@ -15,7 +15,9 @@ Runnable studies (``python -m analyses.<name>``; each module has ``main(argv) ->
 * ``parallel_drafters``: parallel (Medusa, DDTree) vs autoregressive (EAGLE-2, a static tree)
   drafting at matched budgets;
 * ``sweep``: many engine configurations (EAGLE, vLLM, SGLang, Sequoia, TreeGraft, SpecBlock
-  settings as the engines write them) under the engines' acceptance metrics and a latency profile.
+  settings as the engines write them) under the engines' acceptance metrics and a latency profile;
+* ``lossy_rules``: the engines' lossy verification knobs (Medusa's typical acceptance, SGLang's
+  thresholds): throughput gain over strict exact-match against the exact TV of the emitted law.
 
 Helper modules (their names start with ``_``; no ``main``; imported by the studies above, never run):
 

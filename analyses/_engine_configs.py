@@ -42,9 +42,7 @@ from pathlib import Path
 from simlab.drafting import Drafting
 
 VERIFIER_MODES = {
-    # strict exact-match has the law of nss; another helper registers it as ``exact_match`` (the lead
-    # switches this name at merge)
-    "exact_match": "nss",
+    "exact_match": "exact_match",  # vLLM's strict exact-match (the law of nss, under the engines' name)
     "one_hot": "onehot",
     "probabilistic": {Drafting.WITHOUT_REPLACEMENT: "rrs_wor", Drafting.IID: "naive"},
 }

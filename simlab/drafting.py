@@ -224,3 +224,50 @@ def hit_probability(q: np.ndarray, n: int) -> np.ndarray:
         if n:
             np.multiply(miss, miss, out=miss)
     return np.subtract(1.0, power, out=power)
+
+
+def inclusion_probability(q: np.ndarray, k: int, drafting: Drafting) -> np.ndarray:
+    """pi(t) = P(token t is among the k children), children drawn from ``q`` by ``drafting``;
+    float64 (V,).  So sum_t p(t) pi(t) is the acceptance of a rule that accepts a draw from p
+    iff it is a child (NSS, strict exact-match).
+
+    * i.i.d.: 1 - (1 - q(t))^k (``hit_probability``);
+    * deterministic: 1 on the k most probable tokens of q (``top_tokens``), else 0;
+    * mixed (greedy draft): 1 on the k - 1 deterministic children, q~(t) elsewhere (``tail_law``);
+    * repeated: q(t) (one draw, listed k times);
+    * without replacement: no product form; the exact sum over the first k - 1 draws D (each
+      with its probability Q(D), ``child_tuples``) of 1_D(t) + 1_{t not in D} q(t) / q(V minus D),
+      the remaining mass summed over the undrawn tokens.  V^(k-1) terms at most.
+
+    Raises:
+        ValueError: ``k: ...`` as ``child_tuples`` (too few tokens with q > 0, or too many
+            prefixes to enumerate).
+    """
+    k = check_k(k)
+    if drafting is Drafting.IID:
+        return hit_probability(q, k)
+    if drafting is Drafting.REPEATED:
+        return q.copy()
+    if drafting is Drafting.DETERMINISTIC:
+        out = np.zeros_like(q)
+        out[top_tokens(q, k)] = 1.0
+        return out
+    if drafting is Drafting.MIXED:
+        best = top_tokens(q, k - 1)
+        out = tail_law(q, best)
+        out[best] = 1.0
+        return out
+    if k > np.count_nonzero(q):
+        raise ValueError(
+            f"k: drafting {k} children without replacement needs at least {k} tokens with q > 0, q has {int(np.count_nonzero(q))}"
+        )
+    if k == 1:
+        return q.copy()
+    out = np.zeros_like(q)
+    prefixes, probs = child_tuples(q, k - 1, Drafting.WITHOUT_REPLACEMENT)
+    for prefix, prob in zip(prefixes, probs):
+        rest = q.copy()
+        rest[prefix] = 0.0
+        out += prob * (rest / rest.sum())
+        out[prefix] += prob
+    return out

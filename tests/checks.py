@@ -36,9 +36,13 @@ DISTINCT = (Drafting.WITHOUT_REPLACEMENT, Drafting.DETERMINISTIC, Drafting.MIXED
 
 def applicable(verifier: NodeVerifier, q: np.ndarray, k: int, p: np.ndarray | None = None) -> bool:
     """False where the verifier's drafting law cannot produce k children from q (its laws of
-    distinct children need k tokens with q > 0), or, for a verifier that needs a greedy target,
-    where ``p`` (when given) is not one-hot."""
+    distinct children need k tokens with q > 0), or, when ``p`` is given (a check of the target
+    law), for a verifier that needs a greedy target where p is not one-hot, and for a declared-lossy
+    verifier (``lossless_for`` empty: its law is checked against its own reference instead,
+    ``tests/test_lossy_rules.py``)."""
     if verifier.drafting in DISTINCT and k > np.count_nonzero(q):
+        return False
+    if p is not None and not verifier.lossless_for:
         return False
     return not (p is not None and verifier.needs_greedy_target and np.max(p) < 1.0)
 

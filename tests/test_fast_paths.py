@@ -590,7 +590,7 @@ def test_branch_is_target_declares_p_for_every_child_list():
     from simlab.verifiers.base import ALL_LAWS
 
     declared = [v for v in NODE_VERIFIERS if v.branch_is_target]
-    assert {v.name for v in declared} == {"nss"}
+    assert {v.name for v in declared} == {"nss", "exact_match"}  # exact_match is NSS's class under the engines' name
     p, q = np.array([0.4, 0.3, 0.2, 0.1, 0.0]), np.array([0.1, 0.2, 0.3, 0.0, 0.4])
     for verifier in declared:
         assert verifier.lossless_for == ALL_LAWS
@@ -599,5 +599,5 @@ def test_branch_is_target_declares_p_for_every_child_list():
             assert np.array_equal(plan.output_distribution(x), p)
     from simlab import reach_grid
 
-    assert [n for n in tree_verifiers.names() if reach_grid.serves(tree_verifiers.get(n))] == ["nss"]
+    assert [n for n in tree_verifiers.names() if reach_grid.serves(tree_verifiers.get(n))] == ["nss", "exact_match"]
     assert not reach_grid.serves(tree_verifiers.TopDown(verifiers.get("nss"), first_path_only=True))

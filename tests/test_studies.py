@@ -158,3 +158,43 @@ def test_grid_study_bad_verifier(capsys):
     with pytest.raises(SystemExit) as exc:
         block_efficiency_grid.main(["--verifiers", "bogus"])
     assert exc.value.code == 2 and "--verifiers" in capsys.readouterr().err
+
+
+LOSSY_SMALL = ["--vocab", "2", "--tokens", "2", "--epsilons", "0.09", "--alphas", "0.3", "--singles", "1", "--accs", "0.5,1"]
+
+
+def test_lossy_rules_study_small(tmp_path, capsys):
+    """The lossy-rules study (issue 26): outputs, the baseline's gain 1 and TV 0, SGLang's default
+    thresholds exact on the top-k tree, a lossy knob's TV positive; the table on stdout."""
+    from analyses import lossy_rules
+
+    assert lossy_rules.main(LOSSY_SMALL + ["--out", str(tmp_path)]) == 0
+    for name in ("lossy_rules.parquet", "gain_vs_tv.html", "gain_vs_tv.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    table = pl.read_parquet(tmp_path / "lossy_rules.parquet")
+    base = table.filter(pl.col("knobs") == "-")
+    assert base["gain"].to_list() == [1.0, 1.0] and max(base["TV"]) <= 1e-12
+    default = table.filter((pl.col("knobs") == "single=1 acc=1") & pl.col("tree").str.starts_with("top-k"))
+    assert default["TV"].item() <= 1e-12 and abs(default["gain"].item() - 1.0) <= 1e-12
+    assert table.filter(pl.col("knobs") == "single=1 acc=0.5")["TV"].min() > 1e-4
+    assert "Lossy rules against strict exact-match" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--vocab", "9"], "--vocab"),
+        (["--accs", "1.5"], "--accs"),
+        (["--epsilons", "x"], "--epsilons"),
+        (["--tokens", "0"], "--tokens"),
+        (["--closeness", "2"], "closeness"),
+    ],
+)
+def test_lossy_rules_bad_arguments_exit_2_with_one_line(flags, message, capsys):
+    from analyses import lossy_rules
+
+    with pytest.raises(SystemExit) as exc:
+        lossy_rules.main(flags + ["--out", "/tmp/unused-simlab"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert one_error_line(err) and message in err

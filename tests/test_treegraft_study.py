@@ -51,7 +51,13 @@ def test_outputs(run):
         assert (run / name).stat().st_size > 0, name
     summary = pl.read_parquet(run / "treegraft.parquet")
     assert set(summary["policy"]) == set(treegraft.POLICIES) and set(summary["setting"]) == {"T=0", "T=1"}
-    assert set(summary.filter(pl.col("setting") == "T=0")["verifier"]) == {"greedy", "onehot", "nss", "greedy_draft"}
+    assert set(summary.filter(pl.col("setting") == "T=0")["verifier"]) == {
+        "greedy",
+        "onehot",
+        "nss",
+        "exact_match",
+        "greedy_draft",
+    }
     per_root = pl.read_parquet(run / "per_root.parquet")  # every lossless verifier of a deterministic tree: the same exact E
     spread = per_root.group_by("setting", "policy", "trajectory", "root").agg(
         (pl.col("E").max() - pl.col("E").min()).alias("spread")

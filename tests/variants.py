@@ -25,6 +25,7 @@ OPTION_VARIANTS = {
     ],
     "optimal": [{"replacement": False}],
     "spectr": [{"rho": "four_step"}],
+    "sglang_threshold": [{"threshold_single": 0.3, "threshold_acc": 0.5}],
 }
 """Options beyond the defaults worth testing, by verifier (the options its class takes)."""
 
@@ -34,6 +35,21 @@ def node_variants() -> list:
     return [verifiers.get(name) for name in verifiers.names()] + [
         verifiers.get(name, **options) for name in verifiers.names() for options in OPTION_VARIANTS.get(name, [])
     ]
+
+
+def renames_another(verifier) -> bool:
+    """True for a registered node rule (or its top-down lifting) whose class only renames another
+    registered class: the algorithm is inherited whole (the same ``_plan`` and leaf rule), as
+    ``exact_match`` is NSS's class under the engines' name.  The statistical tests, which test the
+    algorithm and cost seconds each, run it once, under the original's name."""
+    node = getattr(verifier, "node", verifier)
+    cls = type(node)
+    return any(
+        base is not cls
+        and issubclass(cls, base)
+        and all(getattr(cls, f) is getattr(base, f) for f in ("_plan", "leaf_law", "leaf_draw"))
+        for base in verifiers.REGISTRY.values()
+    )
 
 
 def variant_id(verifier) -> str:

@@ -10,7 +10,11 @@
 * ``traversal``: Traversal Verification (siblings drafted without replacement);
 * ``hsd``: Hierarchical Speculative Decoding on the first path, its whole-block acceptance capped
   (lossless; its law is BV's); ``hsd_official``: the official whole-block acceptance (lossless
-  only for a greedy target; ``simlab.tree_verifiers.hierarchical``).
+  only for a greedy target; ``simlab.tree_verifiers.hierarchical``);
+* ``typical``: Medusa's typical acceptance (options ``posterior_threshold``, ``posterior_alpha``,
+  ``next_token``), declared lossy;
+* ``exact_match`` (strict exact-match, the engines' name for NSS's rule) and ``sglang_threshold``
+  (SGLang's threshold relaxation, declared lossy) are top-down node rules like the first list.
 
 Every verifier refuses trees it is not lossless for (``TreeVerifier.check``) unless built with
 ``allow_lossy=True``.  ``lossless_names(laws, settings)`` answers which verifiers may be paired
@@ -31,12 +35,13 @@ from simlab.tree_verifiers.block import BlockVerification
 from simlab.tree_verifiers.hierarchical import HierarchicalSD, HierarchicalSDOfficial
 from simlab.tree_verifiers.topdown import NaiveChain, TopDown
 from simlab.tree_verifiers.traversal import Traversal
+from simlab.tree_verifiers.typical import TypicalAcceptance
 
 REGISTRY: dict[str, type[TreeVerifier]] = {
-    cls.name: cls for cls in (NaiveChain, BlockVerification, Traversal, HierarchicalSD, HierarchicalSDOfficial)
+    cls.name: cls for cls in (NaiveChain, BlockVerification, Traversal, HierarchicalSD, HierarchicalSDOfficial, TypicalAcceptance)
 }
-"""The whole-tree verifiers (their own classes, no node options), by their declared ``name``; every
-registered node verifier is a tree verifier too (``TopDown``)."""
+"""The whole-tree verifiers (their own classes; options are their own fields), by their declared
+``name``; every registered node verifier is a tree verifier too (``TopDown``)."""
 
 
 def deterministic_rule(settings) -> str:
@@ -118,9 +123,12 @@ def get(name: str, allow_lossy: bool = False, **options) -> TreeVerifier:
     if not isinstance(allow_lossy, bool):
         raise ValueError(f"allow_lossy: must be True or False, got {allow_lossy!r}")
     if name in REGISTRY:
-        if options:
-            raise ValueError(f"options: {name} takes no options, got {sorted(options)}")
-        return REGISTRY[name](allow_lossy=allow_lossy)
+        cls = REGISTRY[name]
+        fields = set(cls.options)
+        if set(options) - fields:
+            takes = f"takes only {', '.join(sorted(fields))}" if fields else "takes no options"
+            raise ValueError(f"options: {name} {takes}, got {sorted(options)}")
+        return cls(allow_lossy=allow_lossy, **options)
     if name in node_verifiers.REGISTRY:
         return TopDown(node_verifiers.get(name, **options), allow_lossy=allow_lossy)
     raise ValueError(f"name: unknown tree verifier {name!r}; choose one of {', '.join(names())}")
@@ -135,6 +143,7 @@ __all__ = [
     "TopDown",
     "Traversal",
     "TreeVerifier",
+    "TypicalAcceptance",
     "deterministic_rule",
     "deterministic_rules",
     "get",

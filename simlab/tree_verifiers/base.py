@@ -48,7 +48,8 @@ class TreeVerifier(abc.ABC):
 
     Class attributes (declared by each verifier): ``name`` (registry name), ``label`` (the
     papers' name, None: ``name``), ``single_path`` (verifies the first path only, so only K = 1
-    trees are worth valuing), ``lossless_for`` and ``needs_greedy_target`` (as the node verifiers').
+    trees are worth valuing), ``lossless_for`` and ``needs_greedy_target`` (as the node verifiers'),
+    ``options`` (the fields ``simlab.tree_verifiers.get`` passes on: none by default).
     """
 
     name: ClassVar[str]
@@ -56,6 +57,7 @@ class TreeVerifier(abc.ABC):
     single_path: ClassVar[bool] = False
     lossless_for: ClassVar[frozenset[Drafting]] = SAMPLED
     needs_greedy_target: ClassVar[bool] = False
+    options: ClassVar[tuple[str, ...]] = ()
     allow_lossy: bool = field(default=False, kw_only=True)
 
     # -- what the verifier is lossless for -------------------------------------------------
@@ -74,10 +76,11 @@ class TreeVerifier(abc.ABC):
         """Why this verifier is not lossless on ``tree`` (None when it is)."""
         for path, kids in tree.children.items():
             if kids and not self.node_lossless(tree, path):
+                laws = ", ".join(sorted(law.value for law in self.lossless_for))
                 return (
                     f"verifier: {self.name} is not lossless for children drafted {tree.law(path).description} "
-                    f"(node {path}, {len(kids)} children); it is lossless for "
-                    f"{', '.join(sorted(law.value for law in self.lossless_for))}"
+                    f"(node {path}, {len(kids)} children); "
+                    + (f"it is lossless for {laws}" if laws else "it is declared lossy (lossless for no drafting law)")
                 )
         if self.needs_greedy_target:
             where = self._greedy_target(tree)

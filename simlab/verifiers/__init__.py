@@ -17,7 +17,13 @@ name              algorithm                                              lossles
 ``onehot``        EAGLE's T > 0 rule: accept a child w.p. p'(x), q = 1   every law (deterministic)
 ``greedy``        the target's argmax, accepted iff a child              every law, one-hot p only
 ``greedy_draft``  SD against q~ on the tail of a greedy draft            mixed, w/o repl. (det.: one-hot)
+``exact_match``   strict exact-match (vLLM): NSS's rule, engines' name   every law
+``sglang_thresh`` SGLang's threshold_single / threshold_acc relaxation   none (declared lossy)
 ================  =====================================================  ==========================
+
+(``sglang_thresh`` stands for ``sglang_threshold``.)  A declared-lossy verifier (``lossless_for``
+empty) is refused by every tree unless ``allow_lossy=True``; its exact bias is
+``simlab.efficiency.pairing_bias``.
 
 A tree verifier refuses a pairing outside ``lossless_for`` (``simlab.tree_verifiers``).
 
@@ -32,6 +38,7 @@ then includes it.
 from __future__ import annotations
 
 from simlab.verifiers.base import ALL_LAWS, NodePlan, NodeVerifier, accept_draw
+from simlab.verifiers.exact_match import ExactMatch
 from simlab.verifiers.greedy import Greedy
 from simlab.verifiers.greedy_draft import GreedyDraft
 from simlab.verifiers.khisti import Khisti
@@ -41,12 +48,27 @@ from simlab.verifiers.onehot import OneHot
 from simlab.verifiers.optimal import Optimal
 from simlab.verifiers.ot_walk import OTWalk
 from simlab.verifiers.rrs_wor import RRSWithoutReplacement
+from simlab.verifiers.sglang_threshold import SGLangThreshold
 from simlab.verifiers.specinfer import SpecInfer
 from simlab.verifiers.spectr import SpecTr
 
 REGISTRY: dict[str, type[NodeVerifier]] = {
     cls.name: cls
-    for cls in (NSS, Naive, SpecTr, SpecInfer, RRSWithoutReplacement, Khisti, Optimal, OTWalk, OneHot, Greedy, GreedyDraft)
+    for cls in (
+        NSS,
+        Naive,
+        SpecTr,
+        SpecInfer,
+        RRSWithoutReplacement,
+        Khisti,
+        Optimal,
+        OTWalk,
+        OneHot,
+        Greedy,
+        GreedyDraft,
+        ExactMatch,
+        SGLangThreshold,
+    )
 }
 
 

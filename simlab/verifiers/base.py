@@ -186,7 +186,7 @@ class NodePlan(abc.ABC):
 
         Args:
             method: ``"formula"`` (the plan's closed form), ``"enumerate"`` (sum over every child
-                tuple of its probability times B(x, set(x))), or ``"auto"``: the formula when the
+                tuple of the plan's ``law`` of its probability times B(x, set(x))), or ``"auto"``: the formula when the
                 plan has one, else the enumeration.
 
         Raises:
@@ -197,7 +197,7 @@ class NodePlan(abc.ABC):
             raise ValueError(f"method: must be one of {', '.join(ACCEPTANCE_RATE_METHODS)}, got {method!r}")
         if method == "formula" or (method == "auto" and self.has_formula()):
             return self.acceptance_formula()
-        tuples, probs = child_tuples(self.q, self.k, self.verifier.drafting)
+        tuples, probs = child_tuples(self.q, self.k, self.law)
         total = 0.0
         for x, prob in zip(tuples, probs):
             law = self._law(x)
@@ -295,8 +295,9 @@ class NodePlan(abc.ABC):
         return self._draw(self.check_children(children), rng)
 
     def marginal_output_distribution(self) -> np.ndarray:
-        """sum_x Q(x) B(x, .) by exact enumeration of the children; equals p iff lossless."""
-        tuples, probs = child_tuples(self.q, self.k, self.verifier.drafting)
+        """sum_x Q(x) B(x, .) by exact enumeration of the children (drawn by the plan's ``law``);
+        equals p iff lossless."""
+        tuples, probs = child_tuples(self.q, self.k, self.law)
         out = np.zeros_like(self.p)
         for x, prob in zip(tuples, probs):
             out += prob * self._law(x)

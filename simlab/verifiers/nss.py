@@ -1,8 +1,11 @@
 """NSS: naive speculative sampling (SpecInfer's "naive sampling", DDTE's NSS).
 
 Sample the output Y ~ p directly, ignoring q and the children; Y is accepted iff it is one of
-the children.  B(x, t) = p(t) for every x, so NSS is lossless for any drafting law, and with
-i.i.d. children alpha = sum_t p(t) (1 - (1 - q(t))^k).  Sources: Miao et al. 2024 (SpecInfer,
+the children.  B(x, t) = p(t) for every x, so NSS is lossless for any drafting law, and its
+acceptance is alpha = sum_t p(t) pi(t), pi(t) the probability that t is a child under the
+children's drafting law (``simlab.drafting.inclusion_probability``): with i.i.d. children
+alpha = sum_t p(t) (1 - (1 - q(t))^k), with deterministic ones the target mass of the k most
+probable tokens of q.  Sources: Miao et al. 2024 (SpecInfer,
 Sec. 4); DDTE Sec. 3 and App. C.
 """
 
@@ -11,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simlab.distributions import inner, sample_categorical
-from simlab.drafting import hit_probability
+from simlab.drafting import inclusion_probability
 from simlab.verifiers.base import ALL_LAWS
 from simlab.verifiers.base import NodePlan, NodeVerifier
 
@@ -30,7 +33,7 @@ class _NSSPlan(NodePlan):
         return sample_categorical(self.p, rng)
 
     def acceptance_formula(self) -> float:
-        return inner(self.p, hit_probability(self.q, self.k))
+        return inner(self.p, inclusion_probability(self.q, self.k, self.law))
 
 
 @dataclass(frozen=True)
