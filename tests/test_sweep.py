@@ -47,7 +47,7 @@ def test_rows_equal_the_core_exact_values(tmp_path):
     checked = 0
     for root in source.roots(SamplingSettings(1.0)):
         for name, builder in lab.items():
-            for mode, verifier in (("one_hot", "onehot"), ("exact_match", "nss")):
+            for mode, verifier in (("one_hot", "onehot"), ("exact_match", "exact_match")):
                 row = rows.filter((pl.col("root") == root.root) & (pl.col("config") == name) & (pl.col("mode") == mode))
                 exact = expected_block_efficiency(root.pair, root.context, builder, verifier, method="exact")
                 tree = builder.sample(NodeTable(root.pair, root.context))
