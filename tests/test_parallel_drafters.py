@@ -176,7 +176,7 @@ def test_conventions_are_pinned():
 
 @pytest.mark.parametrize("builder", [Medusa(((0,), (1,), (0, 0), (0, 1), (1, 0))), DDTree(budget=5, depth=3)])
 def test_parallel_trees_are_lossless_under_every_declared_verifier(builder):
-    assert set(tree_verifiers.lossless_names(builder.laws, T1)) == {"nss", "onehot", "greedy_draft"}
+    assert set(tree_verifiers.lossless_names(builder.laws, T1)) == {"nss", "exact_match", "onehot", "greedy_draft"}
     world = make_world("parallel", vocab=4, seed=1, eos_id=3)
     check_lossless(builder, world, (0,))
     values = [expected_block_efficiency(world, (0,), builder, v).mean for v in ("nss", "onehot", "greedy_draft")]
