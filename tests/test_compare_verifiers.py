@@ -54,6 +54,7 @@ def test_outputs(small):
     for name in (
         "compare_verifiers.parquet",
         "grid.parquet",
+        "by_position.parquet",
         "labels.parquet",
         "latency.json",
         "throughput.html",
@@ -118,9 +119,34 @@ def test_the_torch_engine_gives_the_same_labels(small, tmp_path):
     """--engine torch (simlab.batched for SpecInfer; BV and Traversal stay on numpy): same labels."""
     assert cv.main(SMALL + ["--out", str(tmp_path), "--engine", "torch"]) == 0
     fast, plain = pl.read_parquet(tmp_path / "labels.parquet"), pl.read_parquet(small / "labels.parquet")
-    assert fast.drop("E", "E_se", "E_select", "E_holdout").equals(plain.drop("E", "E_se", "E_select", "E_holdout"))
-    for column in ("E", "E_select", "E_holdout"):
+    values = ("E", "E_se", "E_select", "E_holdout", "accepted", "unconditional")
+    assert fast.drop(values).equals(plain.drop(values))
+    for column in ("E", "E_select", "E_holdout", "accepted"):
         assert (fast[column] - plain[column]).abs().max() <= 1e-12
+    assert (fast["unconditional"].explode() - plain["unconditional"].explode()).abs().max() <= 1e-12
+
+
+def test_engine_metrics_columns_follow_the_labels(small):
+    """grid.parquet's ``accepted`` is the mean of the roots' E[tau]; by_position.parquet's
+    ``unconditional`` is the mean of the roots' P(tau >= j) and ``conditional`` the ratio of those
+    means (``engine_metrics.conditional_rates``); without an EOS, E[tau] = E[tau + 1] - 1 and the
+    sum of P(tau >= j)."""
+    from simlab.engine_metrics import conditional_rates
+
+    labels = pl.read_parquet(small / "labels.parquet")
+    grid = pl.read_parquet(small / "grid.parquet")
+    positions = pl.read_parquet(small / "by_position.parquet")
+    assert (labels["accepted"] - (labels["E"] - 1)).abs().max() <= 1e-12
+    assert (labels["accepted"] - labels["unconditional"].list.sum()).abs().max() <= 1e-12
+    key = ["setting", "verifier", "K", "L1", "L2"]
+    for row in grid.iter_rows(named=True):
+        rows = labels.filter(*(pl.col(k) == row[k] for k in key))
+        assert row["accepted"] == pytest.approx(rows["accepted"].mean(), abs=1e-12)
+        mean = np.mean(rows["unconditional"].to_list(), axis=0) if row["L1"] + row["L2"] else np.zeros(0)
+        got = positions.filter(*(pl.col(k) == row[k] for k in key)).sort("position")
+        assert got["position"].to_list() == list(range(1, row["L1"] + row["L2"] + 1))
+        np.testing.assert_allclose(got["unconditional"].to_numpy(), mean, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(got["conditional"].to_numpy(), conditional_rates(mean), rtol=0, atol=1e-12)
 
 
 def test_grid_estimates_agree_with_exact_expectations():
