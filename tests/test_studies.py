@@ -151,6 +151,16 @@ def test_grid_study_small(tmp_path, capsys):
     assert table.height == 2 * 2 * 2 * 3 and set(table["method"]) == {"exact"}
     assert table.filter((pl.col("L1") == 0) & (pl.col("L2") == 0))["block_efficiency"].to_list() == [1.0] * 4
     assert "Best static delayed tree" in capsys.readouterr().out
+    # the engines' metrics, exact here: E[tau] = E[tau + 1] - 1 (no EOS) = the sum of P(tau >= j)
+    assert (table["accepted"] - (table["block_efficiency"] - 1)).abs().max() <= 1e-12
+    positions = pl.read_parquet(tmp_path / "by_position.parquet")
+    assert positions.height == 2 * 2 * sum(L1 + L2 for L1 in range(2) for L2 in range(3))
+    summed = (
+        positions.group_by("verifier", "K", "L1", "L2")
+        .agg(pl.col("unconditional").sum())
+        .join(table, on=["verifier", "K", "L1", "L2"])
+    )
+    assert (summed["unconditional"] - summed["accepted"]).abs().max() <= 1e-12
     assert (tmp_path / "block_efficiency_grid.png").stat().st_size > 0
 
 
