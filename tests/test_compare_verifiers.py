@@ -370,3 +370,21 @@ def test_damaged_and_one_sample_captures_are_refused(grid_capture, tmp_path, cap
     with pytest.raises(SystemExit):
         cv.main(["--capture", str(grid_capture), "--out", str(tmp_path / "o"), "--quiet"])  # grid larger than the capture
     assert "--K-max 2 --L-max 2" in capsys.readouterr().err
+
+
+def test_labels_stored_before_the_engine_metrics_replay_without_them():
+    """A capture's labels made before the metric columns: E as stored, accepted NaN and
+    unconditional None (never recomputed from other trees), left out of by_position."""
+    from dataclasses import replace
+
+    from analyses._labels import by_position
+
+    root = next(SyntheticSource(vocab=3, trajectories=1, roots_per_trajectory=1).roots(SamplingSettings()))
+    grid, latency = Grid((1, 2), (0, 1), (0, 1), samples=2), LatencyModel.from_cost_ratio(0.1)
+    fresh = label_root(root, ["specinfer"], grid, latency)
+    stored = {(r["verifier"], r["K"], r["L1"], r["L2"]): (r["E"], r["E_se"], r["E_select"], r["E_holdout"]) for r in fresh}
+    old = label_root(replace(root, labels=stored), ["specinfer"], grid, latency)
+    assert [r["E"] for r in old] == [r["E"] for r in fresh]
+    assert all(np.isnan(r["accepted"]) and r["unconditional"] is None for r in old)
+    assert by_position(pl.DataFrame(old), ["verifier", "K", "L1", "L2"]).height == 0
+    assert by_position(pl.DataFrame(fresh), ["verifier", "K", "L1", "L2"]).height == 2 * (0 + 1 + 1 + 2)
