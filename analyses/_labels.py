@@ -164,39 +164,33 @@ def _exact_values(root, verifiers, grid: Grid):
 
 
 def by_position(labels: pl.DataFrame, keys) -> pl.DataFrame:
-    """The per-position metrics of label rows over roots, long format: one row per group of
-    ``keys`` and position j with ``unconditional`` = the mean over the group's rows of
+    """The per-position metrics of label rows over roots, long format, by
+    ``simlab.engine_metrics.aggregate`` (the engines' counters added over roots): one row per
+    group of ``keys`` and position j with ``unconditional`` = the mean over the group's rows of
     P(tau >= j) (vLLM's per-position counter over drafts; a row whose tree ends before j counts
-    0, as ``simlab.engine_metrics.aggregate`` pads), ``conditional`` = the ratio of those means,
-    P(tau >= j) / P(tau >= j - 1) (the papers' rate, as ``aggregate`` takes it over roots;
-    ``engine_metrics.conditional_rates``) and ``roots`` (rows averaged).  Rows without metrics
-    (None: a capture's labels made before them) are left out.
+    0), ``conditional`` = the ratio of those means, P(tau >= j) / P(tau >= j - 1) (the papers'
+    rate over the data), ``chain`` = SpecForge's ``simulated_acc_len`` of the group from the rows'
+    per-position rates (the group's one value, on each of its rows) and ``roots`` (rows
+    averaged).  Rows without metrics (None: a capture's labels made before them) are left out.
 
     Args:
         labels: a polars DataFrame of ``label_root`` rows (or with ``keys`` and ``unconditional``).
         keys: the columns to group by (e.g. setting, verifier, K, L1, L2).
     """
-    from simlab.engine_metrics import conditional_rates
+    from simlab.engine_metrics import EngineMetrics, aggregate, conditional_rates
 
     keys = list(keys)
     schema = {**{k: labels.schema[k] for k in keys}, "position": pl.Int64, "unconditional": pl.Float64}
-    schema.update(conditional=pl.Float64, roots=pl.Int64)
+    schema.update(conditional=pl.Float64, chain=pl.Float64, roots=pl.Int64)
     rows = []
     groups = labels.filter(pl.col("unconditional").is_not_null()).group_by(keys, maintain_order=True).agg("unconditional")
     for group in groups.iter_rows(named=True):
-        lists = group["unconditional"]
-        width = max(map(len, lists))
-        mean = np.mean([np.pad(np.asarray(u, dtype=np.float64), (0, width - len(u))) for u in lists], axis=0)
-        for j, (u, c) in enumerate(zip(mean, conditional_rates(mean)), start=1):
-            rows.append(
-                {
-                    **{k: group[k] for k in keys},
-                    "position": j,
-                    "unconditional": float(u),
-                    "conditional": float(c),
-                    "roots": len(lists),
-                }
-            )
+        lists = [np.asarray(u, dtype=np.float64) for u in group["unconditional"]]
+        nan = float("nan")  # the scalar means are the studies' own columns
+        total = aggregate([EngineMetrics(nan, nan, u, conditional_rates(u), nan) for u in lists])
+        for j, (u, c) in enumerate(zip(total.unconditional, total.conditional), start=1):
+            rows.append({**{k: group[k] for k in keys}, "position": j, "unconditional": float(u), "conditional": float(c)})
+            rows[-1].update(chain=total.chain, roots=len(lists))
     return pl.DataFrame(rows, schema=schema)
 
 

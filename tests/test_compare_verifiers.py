@@ -131,7 +131,7 @@ def test_engine_metrics_columns_follow_the_labels(small):
     ``unconditional`` is the mean of the roots' P(tau >= j) and ``conditional`` the ratio of those
     means (``engine_metrics.conditional_rates``); without an EOS, E[tau] = E[tau + 1] - 1 and the
     sum of P(tau >= j)."""
-    from simlab.engine_metrics import conditional_rates
+    from simlab.engine_metrics import chain_acceptance_length, conditional_rates
 
     labels = pl.read_parquet(small / "labels.parquet")
     grid = pl.read_parquet(small / "grid.parquet")
@@ -147,6 +147,10 @@ def test_engine_metrics_columns_follow_the_labels(small):
         assert got["position"].to_list() == list(range(1, row["L1"] + row["L2"] + 1))
         np.testing.assert_allclose(got["unconditional"].to_numpy(), mean, rtol=0, atol=1e-12)
         np.testing.assert_allclose(got["conditional"].to_numpy(), conditional_rates(mean), rtol=0, atol=1e-12)
+        if row["L1"] + row["L2"]:  # SpecForge's chain from the roots' rates averaged where reached
+            rates = np.array([conditional_rates(u) for u in rows["unconditional"].to_list()])
+            chain = chain_acceptance_length(np.nanmean(np.where(np.isnan(rates).all(0), 0.0, rates), axis=0))
+            assert got["chain"].unique().to_list() == [pytest.approx(chain, abs=1e-12)]
 
 
 def test_grid_estimates_agree_with_exact_expectations():
