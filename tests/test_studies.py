@@ -168,3 +168,34 @@ def test_grid_study_bad_verifier(capsys):
     with pytest.raises(SystemExit) as exc:
         block_efficiency_grid.main(["--verifiers", "bogus"])
     assert exc.value.code == 2 and "--verifiers" in capsys.readouterr().err
+
+
+def test_main_job_engine_metrics_flag(small_run, tmp_path, capsys, monkeypatch):
+    """--engine-metrics: one row per verifier, the engines' counters over the roots' drawn trees
+    (``aggregate`` of ``tree_metrics`` of exactly those trees, whose E[tau + 1] the verifier's own
+    ``expected_block_efficiency`` gives); the default output has no such file; a bad name exits 2."""
+    from simlab import engine_metrics
+
+    seen = []
+    tree_metrics = engine_metrics.tree_metrics
+
+    def recording(tree, verifier, **kwargs):
+        seen.append((tree, verifier, tree_metrics(tree, verifier, **kwargs)))
+        return seen[-1][2]
+
+    monkeypatch.setattr(engine_metrics, "tree_metrics", recording)
+    flags = ["--vocab", "12", "--roots-per-trajectory", "3", "--depth", "3", "--width", "2", "--k", "1", "--quiet"]
+    assert divergence_by_depth.main(flags + ["--engine-metrics", "nss,specinfer", "--out", str(tmp_path / "a")]) == 0
+    table = pl.read_parquet(tmp_path / "a" / "engine_metrics.parquet")
+    assert table["verifier"].to_list() == ["nss", "specinfer"] and table["roots"].to_list() == [3, 3]
+    for row in table.iter_rows(named=True):
+        mine = [(t, v, m) for t, v, m in seen if v.name == row["verifier"]]
+        assert len(mine) == 3
+        for tree, verifier, m in mine:
+            assert m.accept_length == pytest.approx(verifier.expected_block_efficiency(tree), abs=1e-12)
+        total = engine_metrics.aggregate([m for *_, m in mine])
+        assert row == pytest.approx({"verifier": row["verifier"], **total.row(), "roots": 3}, abs=1e-12, nan_ok=True)
+    assert not (small_run / "engine_metrics.parquet").exists()  # off by default
+    with pytest.raises(SystemExit) as exc:
+        divergence_by_depth.main(flags + ["--engine-metrics", "bogus", "--out", str(tmp_path / "c")])
+    assert exc.value.code == 2 and "--engine-metrics" in capsys.readouterr().err
