@@ -391,6 +391,8 @@ def _check_grid_metrics(name, engine, eos, trunk="shared", device=None):
         np.testing.assert_allclose(m.unconditional, np.mean([e.unconditional for e in exact], axis=0), rtol=0, atol=1e-12)
         np.testing.assert_allclose(m.accepted, np.mean([e.accepted for e in exact]), rtol=0, atol=1e-12)
         np.testing.assert_allclose(m.E.mean, np.mean([e.accept_length for e in exact]), rtol=0, atol=1e-12)
+    if eos is not None:  # an accepted EOS occurs (E[tau + 1] - E[tau] = P(no EOS accepted) < 1): the case is exercised
+        assert any(m.E.mean - m.accepted < 1 - 1e-3 for m in metrics.values())
 
 
 def test_grid_metrics_with_repeated_trunk_children_equal_the_engine_metrics():
@@ -417,6 +419,21 @@ def test_grid_metrics_agreement_catches_a_dropped_eos():
         m.setattr(reach_grid, "grid_values", without_eos)
         with pytest.raises(AssertionError):
             _check_grid_metrics("nss", "numpy", 2)
+
+
+def test_grid_metrics_agreement_catches_a_dropped_eos_in_the_tree_walk(monkeypatch):
+    """... and when the tree walk (``TopDown.by_depth_from_masses``) leaves it out."""
+    from simlab.tree_verifiers.topdown import TopDown
+
+    walk = TopDown.by_depth_from_masses
+
+    def without_eos(self, tree, depths, mass_of, positions=False):
+        values = walk(self, tree, depths, mass_of)
+        return (values, np.diff(walk(self, tree, range(tree.depth() + 1), mass_of))) if positions else values
+
+    monkeypatch.setattr(TopDown, "by_depth_from_masses", without_eos)
+    with pytest.raises(AssertionError):
+        _check_grid_metrics("specinfer", "numpy", 2)
 
 
 @pytest.mark.parametrize("per_path", [False, True])
