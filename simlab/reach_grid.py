@@ -19,6 +19,8 @@ array operations over all drafts at once:
 * the cumulative sum over depths, read at each cut-off.
 
 The same bits as ``grid_block_efficiency(engine="reference")`` (tests), which stays its reference.
+With ``positions`` the per-depth sums before the cumulative sum are P(tau >= j) once the accepted
+EOS nodes are added back (``simlab.grid.grid_metrics``; equal to the tree walk's to rounding, tests).
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ def grid_values(table: NodeTable, drafts, K_values, L2_values, positions: bool =
         ends = above & (branch_tokens == eos) & (first == np.arange(kb)[None, :, None])
         by_branch = np.cumsum(np.where(ends, reach, 0.0), axis=1)  # (D, kb, lb): branches 0..b
         if kb:
-            level = by_branch[:, np.array(K_values) - 1, :]  # (D, len(K_values), lb)
+            level = by_branch[:, np.minimum(K_values, kb) - 1, :]  # (D, len(K_values), lb); K > kb: every branch
             reached[np.arange(D)[:, None], :, depth - 1] += level.transpose(0, 2, 1)
     return values, reached
 
