@@ -8,11 +8,18 @@ by sample index, so a study can choose an action on one half (``E_select``) and 
 the other (``E_holdout``) without the winner's curse of a maximum over noisy estimates;
 ``E`` is the mean of both.  T-hat(a) comes from the latency model at the root's context
 length (``simlab.latency``).  These rows are the labels of the neural selector (DDTE Sec. 6).
+
+Each row also carries the engines' metrics by the same estimator (``simlab.labels.METRIC_COLUMNS``:
+``accepted`` = E[tau], ``unconditional`` = [P(tau >= j)]); ``by_position`` aggregates them over
+roots into the long per-position table the grid studies write (``docs/metrics.md``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
 
 from simlab.sampling import seeded_rng
 from simlab import tree_verifiers
@@ -77,7 +84,9 @@ def label_root(root, verifiers, grid: Grid, latency: LatencyModel, *, seed: int 
 
     Returns:
         dicts with keys setting, trajectory, root, context_length (tokens), verifier, K, L1, L2,
-        tokens (drafted), E, E_se, E_select, E_holdout (tokens per step), T (seconds).
+        tokens (drafted), E, E_se, E_select, E_holdout (tokens per step), T (seconds), accepted
+        (E[tau], tokens) and unconditional (list of P(tau >= j), j = 1..L1 + L2); NaN and None
+        where a capture's stored labels predate them.
     """
     length = len(root.context)
     times = {a: latency.delayed_time(*a, length) for a in grid.actions()}  # T-hat depends on the action, not the verifier
@@ -100,15 +109,18 @@ def label_root(root, verifiers, grid: Grid, latency: LatencyModel, *, seed: int 
             "E_select": E_select,
             "E_holdout": E_holdout,
             "T": times[(K, L1, L2)],
+            "accepted": accepted,
+            "unconditional": unconditional,
         }
-        for name, (K, L1, L2), E, se, E_select, E_holdout in values
+        for name, (K, L1, L2), E, se, E_select, E_holdout, accepted, unconditional in values
     ]
 
 
 def _estimated_values(root, verifiers, grid: Grid, seed: int, key: int):
-    """Yield (verifier, action, E, se, E_select, E_holdout) from the two halves of the drafts
-    (``simlab.labels.grid_labels``), or the labels a ``--labels`` capture stored for this root
-    when they cover every verifier and action asked for (the same function computed them)."""
+    """Yield (verifier, action, E, se, E_select, E_holdout, accepted, unconditional) from the two
+    halves of the drafts (``simlab.labels.grid_labels``), or the labels a ``--labels`` capture
+    stored for this root when they cover every verifier and action asked for (the same function
+    computed them; NaN and None for the metrics of a capture made before them)."""
     if root.labels is not None:
         wanted = [
             (name, (K, L1, L2))
@@ -119,28 +131,67 @@ def _estimated_values(root, verifiers, grid: Grid, seed: int, key: int):
         ]  # grid_labels' order
         if all((name, *a) in root.labels for name, a in wanted):
             for name, a in wanted:
-                yield (name, a, *root.labels[(name, *a)])
+                stored = root.labels[(name, *a)]
+                yield (name, a, *stored, *(float("nan"), None)[len(stored) - 4 :])
             return
     table, drafts = root_drafts(root, grid, seed, key)
     for row in grid_labels(
         table, drafts, verifiers, K_values=grid.K_values, L2_values=grid.L2_values, engine=grid.engine, device=grid.device
     ):
-        yield row["verifier"], (row["K"], row["L1"], row["L2"]), row["E"], row["E_se"], row["E_select"], row["E_holdout"]
+        yield (
+            *(row["verifier"], (row["K"], row["L1"], row["L2"])),
+            *(row["E"], row["E_se"], row["E_select"], row["E_holdout"], row["accepted"], row["unconditional"]),
+        )
 
 
 def _exact_values(root, verifiers, grid: Grid):
-    """Yield (verifier, action, E, 0, E, E): exact E[tau + 1] of every action by enumerating its
+    """Yield (verifier, action, E, 0, E, E, accepted, unconditional): exact E[tau + 1] of every
+    action and the engines' metrics (``engine_metrics.expected_positions``), by enumerating its
     trees (tiny vocabularies only)."""
-    from simlab.efficiency import expected_block_efficiency
     from simlab.builders import Delayed
+    from simlab.efficiency import expected_block_efficiency
+    from simlab.engine_metrics import expected_positions
 
+    table = NodeTable(root.pair, root.context)
     for name in verifiers:
         verifier = tree_verifiers.get(name)
         for K in verifier_Ks(name, grid.K_values):
             for L1 in grid.L1_values:
                 for L2 in grid.L2_values:
                     E = expected_block_efficiency(root.pair, root.context, Delayed(K, L1, L2), verifier, method="exact").mean
-                    yield name, (K, L1, L2), E, 0.0, E, E
+                    accepted, unconditional = expected_positions(table, Delayed(K, L1, L2), verifier)
+                    yield name, (K, L1, L2), E, 0.0, E, E, accepted, unconditional.tolist()
+
+
+def by_position(labels: pl.DataFrame, keys) -> pl.DataFrame:
+    """The per-position metrics of label rows over roots, long format, by
+    ``simlab.engine_metrics.aggregate`` (the engines' counters added over roots): one row per
+    group of ``keys`` and position j with ``unconditional`` = the mean over the group's rows of
+    P(tau >= j) (vLLM's per-position counter over drafts; a row whose tree ends before j counts
+    0), ``conditional`` = the ratio of those means, P(tau >= j) / P(tau >= j - 1) (the papers'
+    rate over the data), ``chain`` = SpecForge's ``simulated_acc_len`` of the group from the rows'
+    per-position rates (the group's one value, on each of its rows) and ``roots`` (rows
+    averaged).  Rows without metrics (None: a capture's labels made before them) are left out.
+
+    Args:
+        labels: a polars DataFrame of ``label_root`` rows (or with ``keys`` and ``unconditional``).
+        keys: the columns to group by (e.g. setting, verifier, K, L1, L2).
+    """
+    from simlab.engine_metrics import EngineMetrics, aggregate, conditional_rates
+
+    keys = list(keys)
+    schema = {**{k: labels.schema[k] for k in keys}, "position": pl.Int64, "unconditional": pl.Float64}
+    schema.update(conditional=pl.Float64, chain=pl.Float64, roots=pl.Int64)
+    rows = []
+    groups = labels.filter(pl.col("unconditional").is_not_null()).group_by(keys, maintain_order=True).agg("unconditional")
+    for group in groups.iter_rows(named=True):
+        lists = [np.asarray(u, dtype=np.float64) for u in group["unconditional"]]
+        nan = float("nan")  # the scalar means are the studies' own columns
+        total = aggregate([EngineMetrics(nan, nan, u, conditional_rates(u), nan) for u in lists])
+        for j, (u, c) in enumerate(zip(total.unconditional, total.conditional), start=1):
+            rows.append({**{k: group[k] for k in keys}, "position": j, "unconditional": float(u), "conditional": float(c)})
+            rows[-1].update(chain=total.chain, roots=len(lists))
+    return pl.DataFrame(rows, schema=schema)
 
 
 def grid_of(config) -> Grid:
@@ -190,8 +241,6 @@ def label_all(
     seeded by (seed, setting index, trajectory, root), so the rows do not depend on ``jobs``.
     Progress goes to stderr.
     """
-    import polars as pl
-
     from backends.cli import progress_bar
     from backends.sources import SyntheticSource
 

@@ -7,9 +7,11 @@ every tree (tiny vocabularies only); ``mc`` uses DDTE's unbiased estimator (``--
 trees per action, each tree serving every L2 cut-off; a grid capture brings its own trees);
 ``auto`` tries exact and falls back to mc.  Values are averaged over roots, with the standard
 error across roots.  Output under ``--out`` (default ``out/block_efficiency_grid/<source>/``):
-``block_efficiency_grid.parquet`` (one row per verifier and action),
-``block_efficiency_grid.{html,png}`` (a heatmap per verifier and K), and the best static
-configuration per verifier printed as a table.
+``block_efficiency_grid.parquet`` (one row per verifier and action; ``accepted`` = E[tau] beside
+E[tau + 1]), ``by_position.parquet`` (per verifier, action and draft position j: P(tau >= j),
+vLLM's per-position counter, and the papers' conditional rate as the ratio of its means over
+roots; ``docs/metrics.md``), ``block_efficiency_grid.{html,png}`` (a heatmap per verifier and
+K), and the best static configuration per verifier printed as a table.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from analyses._labels import by_position
 from backends.cli import (
     OutputSet,
     ToolParser,
@@ -38,7 +41,8 @@ from backends.sources.flags import SourceConfig, add_source_flags, make_source, 
 from simlab import tree_verifiers
 from simlab.builders import Delayed
 from simlab.efficiency import expected_block_efficiency
-from simlab.grid import GridAxes, action_grid_block_efficiency, grid_block_efficiency
+from simlab.engine_metrics import expected_positions
+from simlab.grid import GridAxes, GridMetrics, action_grid_metrics, grid_metrics
 from simlab.trees import NodeTable
 
 PROG = "python -m analyses.block_efficiency_grid"
@@ -109,8 +113,9 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     return config, parser
 
 
-def estimate(config: Config, source, setting) -> pl.DataFrame:
-    """One row per (verifier, K, L1, L2): E[tau + 1] averaged over roots, standard error across roots."""
+def estimate(config: Config, source, setting) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(one row per (verifier, K, L1, L2): E[tau + 1] and ``accepted`` = E[tau] averaged over
+    roots, standard error across roots; the per-position table, ``analyses._labels.by_position``)."""
     axes = config.axes()
     L1s, L2s = axes.L1_values, axes.L2_values
     roots = list(source.roots(setting))
@@ -122,11 +127,15 @@ def estimate(config: Config, source, setting) -> pl.DataFrame:
         if root.drafts is not None:
             table = NodeTable(root.pair, root.context)
             drafts = [d for d in root.drafts if d.L1 in L1s]
-            grid, method = grid_block_efficiency(table, drafts, name, K_values=config.K, L2_values=L2s), "mc"
+            grid, method = grid_metrics(table, drafts, name, K_values=config.K, L2_values=L2s), "mc"
         elif method in ("exact", "auto"):
             try:
+                table = NodeTable(root.pair, root.context)
                 grid = {
-                    (K, L1, L2): expected_block_efficiency(root.pair, root.context, Delayed(K, L1, L2), name)
+                    (K, L1, L2): GridMetrics(
+                        expected_block_efficiency(root.pair, root.context, Delayed(K, L1, L2), name),
+                        *expected_positions(table, Delayed(K, L1, L2), tree_verifiers.get(name)),
+                    )
                     for K in config.K
                     for L1 in L1s
                     for L2 in L2s
@@ -137,7 +146,7 @@ def estimate(config: Config, source, setting) -> pl.DataFrame:
                     raise ValueError(f"method: exact: {exc}") from None
                 method = "mc"
         if grid is None:
-            grid = action_grid_block_efficiency(
+            grid = action_grid_metrics(
                 root.pair,
                 root.context,
                 name,
@@ -148,20 +157,25 @@ def estimate(config: Config, source, setting) -> pl.DataFrame:
                 seed=config.seed + 1000 * index,
             )
         rows.extend(
-            {"verifier": name, "root": index, "K": K, "L1": L1, "L2": L2, "method": method, "value": e.mean}
-            for (K, L1, L2), e in grid.items()
+            {
+                **dict(verifier=name, root=index, K=K, L1=L1, L2=L2, method=method, value=m.E.mean, accepted=m.accepted),
+                "unconditional": m.unconditional.tolist(),
+            }
+            for (K, L1, L2), m in grid.items()
         )
     per_root = pl.DataFrame(rows)
-    return (
+    table = (
         per_root.group_by("verifier", "K", "L1", "L2")
         .agg(
             pl.col("value").mean().alias("block_efficiency"),
             (pl.col("value").std() / pl.len().sqrt()).alias("stderr"),
+            pl.col("accepted").mean(),
             pl.col("method").first(),
             pl.len().alias("roots"),
         )
         .sort("verifier", "K", "L1", "L2")
     )
+    return table, by_position(per_root, ["verifier", "K", "L1", "L2"]).sort("verifier", "K", "L1", "L2", "position")
 
 
 def best_per_verifier(table: pl.DataFrame) -> pl.DataFrame:
@@ -169,7 +183,7 @@ def best_per_verifier(table: pl.DataFrame) -> pl.DataFrame:
         table.sort("block_efficiency", descending=True)
         .group_by("verifier", maintain_order=True)
         .first()
-        .select("verifier", "K", "L1", "L2", "block_efficiency", "stderr", "method")
+        .select("verifier", "K", "L1", "L2", "block_efficiency", "stderr", "accepted", "method")
         .sort("block_efficiency", descending=True)
     )
 
@@ -214,19 +228,20 @@ def _main(argv) -> int:
     )
     out = study_out(PROG, config, source.slug())
     try:
-        table = estimate(config, source, setting)
+        table, positions = estimate(config, source, setting)
     except ValueError as exc:
         fail_from(PROG, exc, parser)
     described = f"{source.describe()}, {setting.name}, {source.count(setting)} roots"
     chart = heatmap(table, f"source: {described}")
     with OutputSet(out) as outputs:
         outputs.stage("block_efficiency_grid.parquet", parquet_writer(table))
+        outputs.stage("by_position.parquet", parquet_writer(positions))
         for fmt in ("html", "png"):
             outputs.stage(f"block_efficiency_grid.{fmt}", chart_writer(chart, fmt))
         outputs.publish()
     if not config.quiet:
         print_table(best_per_verifier(table), f"Best static delayed tree per verifier ({described})")
-        print(f"wrote {out}/block_efficiency_grid.parquet, block_efficiency_grid.html/.png")
+        print(f"wrote {out}/block_efficiency_grid.parquet, by_position.parquet, block_efficiency_grid.html/.png")
     return 0
 
 

@@ -22,9 +22,11 @@ path and are valued at K = 1 only.  Latency: ``--cost-ratio c`` (t_q = c t_p, sy
 or, for ``--backend hf``, a warm-up microbenchmark of the two models on this machine.
 
 Output under ``--out``: ``compare_verifiers.parquet`` (the chosen configurations),
-``grid.parquet`` (every action, aggregated over roots), ``labels.parquet`` (every root and
-action), ``latency.json``, and the charts ``throughput.{html,png}`` and
-``block_efficiency.{html,png}``.
+``grid.parquet`` (every action, aggregated over roots, with ``accepted`` = E[tau] beside E =
+E[tau + 1]), ``by_position.parquet`` (every action and draft position j: ``unconditional`` =
+P(tau >= j), vLLM's per-position counter, and ``conditional``, the papers' rate, as the ratio of
+the means over roots; ``docs/metrics.md``), ``labels.parquet`` (every root and action),
+``latency.json``, and the charts ``throughput.{html,png}`` and ``block_efficiency.{html,png}``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import numpy as np
 import polars as pl
 
 from analyses._grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
-from analyses._labels import DDTE_VERIFIERS, grid_of, label_all
+from analyses._labels import DDTE_VERIFIERS, by_position, grid_of, label_all
 from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, name_list, parquet_writer, print_table, run_tool
 from backends.sources.flags import study_config, study_out
 from simlab import tree_verifiers
@@ -92,8 +94,9 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
 
 
 def aggregate(labels: pl.DataFrame) -> pl.DataFrame:
-    """One row per (setting, verifier, action): means over roots, standard errors across roots,
-    and throughputs (tokens per second) = mean E / mean T."""
+    """One row per (setting, verifier, action): means over roots (E, E_select, E_holdout, T and
+    ``accepted`` = E[tau] over all draws), standard errors across roots, and throughputs (tokens
+    per second) = mean E / mean T."""
     n = pl.len()
     se = lambda col: (pl.col(col).std() / n.sqrt()).fill_null(float("nan"))
     table = labels.group_by("setting", "verifier", "K", "L1", "L2", "tokens", maintain_order=True).agg(
@@ -103,6 +106,7 @@ def aggregate(labels: pl.DataFrame) -> pl.DataFrame:
         pl.col("E_holdout").mean(),
         se("E_holdout").alias("E_holdout_se"),
         pl.col("T").mean(),
+        pl.col("accepted").mean(),
         n.alias("roots"),
     )
     return table.with_columns(
@@ -284,6 +288,7 @@ def _main(argv) -> int:
     with OutputSet(out) as outputs:
         outputs.stage("compare_verifiers.parquet", parquet_writer(chosen))
         outputs.stage("grid.parquet", parquet_writer(grid))
+        outputs.stage("by_position.parquet", parquet_writer(by_position(labels, ["setting", "verifier", "K", "L1", "L2"])))
         outputs.stage("labels.parquet", parquet_writer(labels))
         outputs.stage("latency.json", lambda tmp: latency.save(tmp))
         for name, chart in (("throughput", tps_chart), ("block_efficiency", e_chart)):
@@ -357,7 +362,7 @@ def report(
     if chain:
         print(f"({', '.join(chain)} verify one path: valued at K = 1 only.)")
     print(
-        f"wrote {config.out}/compare_verifiers.parquet, grid.parquet, labels.parquet, latency.json, throughput.html/.png, block_efficiency.html/.png"
+        f"wrote {config.out}/compare_verifiers.parquet, grid.parquet, by_position.parquet, labels.parquet, latency.json, throughput.html/.png, block_efficiency.html/.png"
     )
 
 

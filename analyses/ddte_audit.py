@@ -33,7 +33,11 @@ roots the policies ``static_iid`` and ``static_all_actions`` (chosen on the trai
 kinds chosen on the same training roots (its ``static_iid`` policy is the reference of the ratios).
 
 Output under ``--out`` (default ``out/ddte_audit/<source>/``): ``ddte_audit.parquet`` (summary),
-``labels.parquet`` (every root, action, verifier and convention), ``inflation.{html,png}``, and
+``labels.parquet`` (every root, action, verifier and convention; with the engines' metrics
+``accepted`` = E[tau] and ``unconditional`` = [P(tau >= j)] by the same estimator),
+``by_position.parquet`` (per setting, verifier, convention, action and position j: P(tau >= j)
+and the papers' conditional rate, as the ratio of its means over roots; ``docs/metrics.md``),
+``inflation.{html,png}``, and
 with the selector ``selector.parquet`` (per verifier, convention, policy and setting, "all" for
 the ratio of totals) and ``selector_roots.parquet`` (each test root's chosen action and values) and ``selector.{html,png}``.
 """
@@ -46,6 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from analyses._labels import by_position
 from analyses._selector_data import choose, feature_arrays, fit_selector, static_choice, value_matrices
 from backends.cli import (
     OutputSet,
@@ -70,7 +75,7 @@ from backends.sources.flags import (
     with_hf_defaults,
 )
 from simlab import tree_verifiers
-from simlab.grid import draw_grid, grid_block_efficiency
+from simlab.grid import draw_grid, grid_metrics
 from simlab.selector.features import root_features
 from simlab.trees import NodeTable
 
@@ -166,8 +171,8 @@ def label(config: Config, source, settings, latency) -> tuple[list[dict], list[d
                     if chosen is None:
                         continue
                     verifier, trunk = chosen
-                    grid = grid_block_efficiency(table, drafts, verifier, trunk_children=trunk)
-                    for action, estimate in grid.items():
+                    grid = grid_metrics(table, drafts, verifier, trunk_children=trunk)
+                    for action, metrics in grid.items():
                         if action not in times:
                             times[action] = latency.delayed_time(*action, len(root.context))
                         rows.append(
@@ -180,8 +185,10 @@ def label(config: Config, source, settings, latency) -> tuple[list[dict], list[d
                                 "K": action[0],
                                 "L1": action[1],
                                 "L2": action[2],
-                                "E": estimate.mean,
+                                "E": metrics.E.mean,
                                 "T": times[action],
+                                "accepted": metrics.accepted,
+                                "unconditional": metrics.unconditional.tolist(),
                             }
                         )
             if config.selector:
@@ -468,6 +475,8 @@ def _main(argv) -> int:
     with OutputSet(out) as outputs:
         outputs.stage("ddte_audit.parquet", parquet_writer(summary))
         outputs.stage("labels.parquet", parquet_writer(labels))
+        key = ["setting", "verifier", "convention", "K", "L1", "L2"]
+        outputs.stage("by_position.parquet", parquet_writer(by_position(labels, key)))
         for fmt in ("html", "png"):
             outputs.stage(f"inflation.{fmt}", chart_writer(chart, fmt))
         if selected is not None:
@@ -492,7 +501,7 @@ def _main(argv) -> int:
                 "claims it and exactly",
             )
         print(
-            f"wrote {out}/ddte_audit.parquet, labels.parquet, inflation.html/.png"
+            f"wrote {out}/ddte_audit.parquet, labels.parquet, by_position.parquet, inflation.html/.png"
             + (", selector.parquet, selector_roots.parquet, selector.html/.png" if selected is not None else "")
         )
     return 0

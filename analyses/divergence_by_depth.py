@@ -10,6 +10,14 @@ i.i.d. from q, the acceptance rate of each node verifier and the optimum alpha*
 row per depth), ``nodes.parquet`` (one row per node), ``divergence_by_depth.{html,png}`` and
 ``acceptance_by_depth.{html,png}``.
 
+``--engine-metrics VERIFIERS`` (off by default) also values each root's drawn tree with those
+tree verifiers, exactly (``simlab.engine_metrics.tree_metrics``, EOS-truncated where the pair has
+an EOS), and writes ``engine_metrics.parquet``: one row per verifier, the engines' metrics over the
+roots as their counters add them (``aggregate``: accept_length, accepted, chain, uncond_d,
+cond_d; ``docs/metrics.md``).  The per-depth ``alpha`` columns are node-level rates averaged over
+the drafted nodes with equal weight, not the papers' conditional rate ``cond_d`` (which weights
+each node by the probability that verification reaches it).
+
 Reading it: at k = 1 every verifier but NSS accepts with probability 1 - TV; the gap between
 alpha* and a verifier is what a better OTLP solver could still win at that depth; the
 multi-draft gain alpha(k=K) - alpha(k=1) says how much extra drafts help there.
@@ -36,6 +44,7 @@ from backends.cli import (
     check_flags,
     fail,
     fail_from,
+    name_list,
     parquet_writer,
     print_table,
     progress,
@@ -55,6 +64,7 @@ from backends.sources.flags import (
     study_config,
     study_out,
 )
+from simlab import engine_metrics, tree_verifiers
 from simlab.builders import named_shape
 from simlab.measures import ACCEPTANCE_METHODS, node_acceptance, node_divergences
 from simlab.sampling import Stream, seeded_rng
@@ -83,6 +93,7 @@ class Config(SourceConfig):
     trunk: int = 2
     k: int = 4
     child_samples: int = 32
+    engine_metrics: tuple[str, ...] = ()
     out: str | None = None
     quiet: bool = False
 
@@ -102,10 +113,19 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         default=d.child_samples,
         help="sampled child tuples per node for verifiers without a closed form (khisti, rrs_wor)",
     )
+    parser.add_argument(
+        "--engine-metrics",
+        default="",
+        help="tree verifiers (comma-separated) whose engine metrics on each root's tree go to engine_metrics.parquet",
+    )
     add_output_flags(parser, PROG)
     note_hf_defaults(parser, HF_DEFAULTS)
     args = parser.parse_args(argv)
-    config = study_config(Config, args)
+    try:
+        metrics = name_list(args.engine_metrics, "--engine-metrics", tree_verifiers.names()) if args.engine_metrics else ()
+    except ValueError as exc:
+        fail(PROG, str(exc))
+    config = study_config(Config, args, engine_metrics=metrics)
     check_flags(
         PROG,
         [
@@ -127,8 +147,9 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     return config, parser
 
 
-def measure(config: Config, source, setting) -> pl.DataFrame:
-    """One row per tree node: root, path, depth, number of children, divergences and acceptance rates.
+def measure(config: Config, source, setting) -> tuple[pl.DataFrame, dict]:
+    """(one row per tree node: root, path, depth, number of children, divergences and acceptance
+    rates; verifier -> the ``EngineMetrics`` of each root's tree, for ``config.engine_metrics``).
 
     Trees: the captured one (a capture), else ``--shape`` drawn with the root's generator (the
     shared walk of a synthetic source) or one seeded by (seed, 1, root id), the capture tool's.
@@ -136,7 +157,7 @@ def measure(config: Config, source, setting) -> pl.DataFrame:
     """
     shape, k_values = named_shape(config.shape, config.width, config.depth, config.trunk), range(1, config.k + 1)
     fallback = np.random.default_rng(config.seed)
-    rows = []
+    rows, metrics = [], {name: [] for name in config.engine_metrics}
     roots = source.roots(setting)
     for root in progress_bar(roots, total=source.count(setting), desc="roots", unit="root", quiet=config.quiet):
         table = NodeTable(root.pair, root.context)
@@ -144,6 +165,8 @@ def measure(config: Config, source, setting) -> pl.DataFrame:
             tree = DraftTree(table, root.tree).fill()
         else:
             tree = shape.sample(table, root.rng or seeded_rng(config.seed, Stream.TREE, root.root))
+        for name in config.engine_metrics:  # exact, no randomness drawn
+            metrics[name].append(engine_metrics.tree_metrics(tree, tree_verifiers.get(name)))
         rng = root.rng or fallback
         for path in tree.nodes():
             rows.append(
@@ -151,7 +174,15 @@ def measure(config: Config, source, setting) -> pl.DataFrame:
                     root.root, path, len(tree.child_list(path)), table.p(path), table.q(path), k_values, rng, config.child_samples
                 )
             )
-    return pl.DataFrame(rows)
+    return pl.DataFrame(rows), metrics
+
+
+def engine_table(metrics: dict) -> pl.DataFrame:
+    """One row per verifier: its roots' ``EngineMetrics`` aggregated as the engines' counters add
+    them (``simlab.engine_metrics.aggregate``), as columns (``EngineMetrics.row``) and ``roots``."""
+    return pl.DataFrame(
+        [{"verifier": name, **engine_metrics.aggregate(ms).row(), "roots": len(ms)} for name, ms in metrics.items() if ms]
+    )
 
 
 def node_rows(root: int, path: tuple[int, ...], children: int, p, q, k_values, rng, child_samples: int) -> dict:
@@ -313,7 +344,7 @@ def _main(argv) -> int:
             )
             (setting,) = settings
             out = study_out(PROG, config, source.slug())
-        nodes = measure(config, source, setting)
+        nodes, metrics = measure(config, source, setting)
     except ValueError as exc:
         fail_from(PROG, exc, parser, {"prompts": "--prompts", "capture": "--capture"})
     table = aggregate(nodes, config.k)
@@ -322,6 +353,8 @@ def _main(argv) -> int:
     with OutputSet(out) as outputs:
         outputs.stage("divergence_by_depth.parquet", parquet_writer(table))
         outputs.stage("nodes.parquet", parquet_writer(nodes))
+        if config.engine_metrics:
+            outputs.stage("engine_metrics.parquet", parquet_writer(engine_table(metrics)))
         for name, chart in (("divergence_by_depth", div_chart), ("acceptance_by_depth", acc_chart)):
             for fmt in ("html", "png"):
                 outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
@@ -355,8 +388,11 @@ def _main(argv) -> int:
             table.select("depth", *[pl.col(f"gain_{m}").alias(m) for m in ACCEPTANCE_METHODS]),
             f"Multi-draft gain alpha(k={k}) - alpha(k=1) by depth",
         )
+        if config.engine_metrics:
+            print_table(engine_table(metrics).select("verifier", "accept_length", "accepted", "chain", "roots"), "Engine metrics")
         print(
             f"wrote {out}/divergence_by_depth.parquet, nodes.parquet, divergence_by_depth.html/.png, acceptance_by_depth.html/.png"
+            + (", engine_metrics.parquet" if config.engine_metrics else "")
         )
     return 0
 

@@ -12,7 +12,9 @@ baseline is each setting's static choice on the training roots (``--loss-baselin
 lab's choice over every delayed action; ``analyses._selector_data``).
 
 Output under ``--out`` (read by ``python -m analyses.evaluate_selector --run DIR``):
-``labels.parquet``, ``roots.parquet`` (keys, split, scalar features), ``embeddings.npz``,
+``labels.parquet`` (with the engines' metrics ``accepted`` = E[tau] and ``unconditional`` =
+[P(tau >= j)] per root and action, ``analyses._labels``), ``roots.parquet`` (keys, split, scalar
+features), ``embeddings.npz``,
 ``selector-<verifier>.pt``, ``history.parquet``, ``training.{html,png}``, ``latency.json``,
 ``run.json``.
 """

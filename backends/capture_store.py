@@ -485,8 +485,9 @@ def read_grid_drafts(folder):
 
 def read_labels(folder) -> pl.LazyFrame:
     """The grid labels of every completed root of a ``--labels`` capture, scanned lazily from the
-    per-root shards (columns root, prompt and ``simlab.labels.LABEL_COLUMNS``); each shard's
-    settings hash is checked first (its footer only).
+    per-root shards (columns root, prompt, ``simlab.labels.LABEL_COLUMNS`` and, in captures made
+    since, ``METRIC_COLUMNS``: the first shard's columns, null where a shard lacks one); each
+    shard's settings hash is checked first (its footer only).
 
     Raises:
         ValueError: ``capture: ...`` for a capture made without ``--labels``, a completed root
@@ -504,7 +505,9 @@ def read_labels(folder) -> pl.LazyFrame:
     expected = settings_hash(stored)
     for file in files:
         check_drawn_under(folder, file, _parquet_hash(file), expected)
-    return pl.scan_parquet([str(f) for f in files])
+    # shards written before the engines' metric columns (simlab.labels.METRIC_COLUMNS) and after,
+    # in one resumed capture: the first shard's columns, nulls where a shard lacks one
+    return pl.scan_parquet([str(f) for f in files], missing_columns="insert", extra_columns="ignore")
 
 
 def read_logits(folder, root: int, expected: str | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -13,7 +13,7 @@ import pytest
 
 from simlab import tree_verifiers
 from simlab.builders import Delayed
-from simlab.grid import action_grid_block_efficiency, draw_grid, grid_block_efficiency
+from simlab.grid import action_grid_block_efficiency, draw_grid, grid_block_efficiency, grid_metrics
 from simlab.trees import DraftTree, NodeTable
 
 VOCAB = 32_000
@@ -100,4 +100,14 @@ def test_grid_labels_given_drafts(benchmark, grid_drafts, name):
     table, drafts = grid_drafts
     verifier = tree_verifiers.get(name)
     grid = benchmark.pedantic(lambda: grid_block_efficiency(table.without_plans(), drafts, verifier), rounds=3, iterations=1)
+    assert len(grid) == 4 * 9 * 9
+
+
+@pytest.mark.parametrize("name", ["specinfer", "spectr", "naive", "nss", "traversal"])
+def test_grid_metrics_given_drafts(benchmark, grid_drafts, name):
+    """``test_grid_labels_given_drafts`` with the engines' metrics (``grid_metrics``: E[tau] and
+    P(tau >= j) of every action from the same pass; issue 27): its cost over E alone."""
+    table, drafts = grid_drafts
+    verifier = tree_verifiers.get(name)
+    grid = benchmark.pedantic(lambda: grid_metrics(table.without_plans(), drafts, verifier), rounds=3, iterations=1)
     assert len(grid) == 4 * 9 * 9

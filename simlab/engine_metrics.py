@@ -181,3 +181,32 @@ def aggregate(metrics: Sequence[EngineMetrics]) -> EngineMetrics:
         chain_acceptance_length(mean_rates),
         metrics[0].eos,
     )
+
+
+def expected_positions(table, shape, verifier, *, eos: bool = True) -> tuple[float, np.ndarray]:
+    """E[tau] and P(tau >= d), d = 1..depth, over the law of the trees a builder draws, exact: the
+    law-weighted means of ``tree_metrics`` over every tree ``shape.enumerate(table)`` lists (tiny
+    vocabularies; the engines' metrics behind ``simlab.efficiency.expected_block_efficiency(...,
+    method="exact")``).
+
+    Args:
+        table: a ``simlab.trees.NodeTable`` at the root.
+        shape: a builder with ``enumerate(table)`` (e.g. ``simlab.builders.Delayed``).
+        verifier: a ``simlab.tree_verifiers.TreeVerifier``.
+        eos: as ``tree_metrics``.
+
+    Returns:
+        (accepted, unconditional: float64 (deepest tree's depth,)).
+
+    Raises:
+        ValueError: from the builder's enumeration (too many trees) or the verifier.
+    """
+    accepted, unconditional, weight = 0.0, np.zeros(0), 0.0
+    for tree, prob in shape.enumerate(table):
+        metrics = tree_metrics(tree, verifier, eos=eos)
+        if metrics.unconditional.size > unconditional.size:
+            unconditional = np.concatenate([unconditional, np.zeros(metrics.unconditional.size - unconditional.size)])
+        accepted += prob * metrics.accepted
+        unconditional[: metrics.unconditional.size] += prob * metrics.unconditional
+        weight += prob
+    return accepted / weight, unconditional / weight

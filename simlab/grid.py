@@ -27,6 +27,7 @@ from simlab.distributions import sample_categorical
 from simlab.drafting import Drafting
 from simlab.efficiency import Estimate, _verifier, lossless_over
 from simlab.pairs import ModelPair
+from simlab.tree_verifiers.base import cut_positions
 from simlab.trees import DraftTree, NodeTable
 
 
@@ -270,6 +271,36 @@ def grouped_masses(table: NodeTable, verifier, trees) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class GridMetrics:
+    """An action's value by DDTE's estimator and the engines' metrics by the same estimator: the
+    means over the drafts of its L1 of each tree's exact values (``simlab.engine_metrics``).
+
+    Attributes:
+        E: E[tau + 1] (``grid_block_efficiency``'s ``Estimate``).
+        accepted: E[tau] (tokens; with an EOS id, the drafts kept up to and including an accepted EOS).
+        unconditional: P(tau >= j) for j = 1..L1 + L2, float64 (L1 + L2,): vLLM's per-position
+            counter; the papers' conditional rate is ``engine_metrics.conditional_rates`` of it
+            (a ratio of the means, as ``engine_metrics.aggregate`` takes it).
+    """
+
+    E: Estimate
+    accepted: float
+    unconditional: np.ndarray
+
+
+def grid_metrics(table: NodeTable, drafts: Sequence[GridDraft], verifier, **options) -> dict[tuple[int, int, int], GridMetrics]:
+    """``grid_block_efficiency`` with the engines' metrics of every action (``GridMetrics``): the
+    same E bit for bit, from the same pass (per tree: P(tau >= j) is the sum of P(reach v) over
+    its depth-j nodes; ``TreeVerifier.positions_by_depth``, ``reach_grid.grid_values``); each
+    per-tree value is exact, so their means over the drafts are unbiased like E's.
+
+    Args:
+        options: as ``grid_block_efficiency`` (every engine; the same refusals).
+    """
+    return _grid(table, drafts, verifier, positions=True, **options)
+
+
 def grid_block_efficiency(
     table: NodeTable,
     drafts: Sequence[GridDraft],
@@ -319,6 +350,34 @@ def grid_block_efficiency(
             unknown ``trunk_children`` or ``engine``, a verifier the torch engine does not
             implement, a child the table's q cannot have drafted, or a pairing the verifier refuses.
     """
+    return _grid(
+        table,
+        drafts,
+        verifier,
+        K_values=K_values,
+        L2_values=L2_values,
+        trunk_children=trunk_children,
+        engine=engine,
+        device=device,
+        stream=stream,
+        positions=False,
+    )
+
+
+def _grid(
+    table,
+    drafts,
+    verifier,
+    *,
+    K_values=(1, 2, 3, 4),
+    L2_values=tuple(range(9)),
+    trunk_children="shared",
+    engine="numpy",
+    device=None,
+    stream=False,
+    positions=False,
+):
+    """``grid_block_efficiency`` (``positions=False``) or ``grid_metrics`` (``positions=True``)."""
     if trunk_children not in ("shared", "per_path"):
         raise ValueError(f"trunk_children: must be 'shared' or 'per_path', got {trunk_children!r}")
     if engine not in ("numpy", "torch", "reference"):
@@ -339,12 +398,20 @@ def grid_block_efficiency(
             raise ValueError(f"K_values, L2_values: the drafts at L1 = {L1} have {widest} branches of {longest} tokens")
     if engine == "numpy" and reach_grid.serves(verifier):
         K_values = list(dict.fromkeys(K_values))
-        values = reach_grid.grid_values(table, drafts, K_values, L2_values)
+        values = reach_grid.grid_values(table, drafts, K_values, L2_values, positions=positions)
+        values, reached = values if positions else (values, None)
         depths = {L1: [L1 + L2 for L2 in L2_values] for L1 in by_L1}
         return _estimates(
             {(L1, K): values[group, j] for L1, group in by_L1.items() for j, K in enumerate(K_values)},
             L2_values,
             {(L1, K): lossless_over(verifier, None, depths[L1]) for L1 in by_L1 for K in K_values},
+            None
+            if reached is None
+            else {
+                (L1, K): np.broadcast_to(reached[group, j][:, None, :], (len(group), len(L2_values), reached.shape[2]))
+                for L1, group in by_L1.items()
+                for j, K in enumerate(K_values)
+            },
         )
     trees: dict[tuple[int, int], list] = {}
     for L1, indices in by_L1.items():
@@ -370,42 +437,57 @@ def grid_block_efficiency(
         else:
             masses = streamed_masses(table, flat)
 
-        def by_depth(key, i, tree, depths):
+        def from_masses(key, i, tree, depths):
             node_at = {path: node for path, node, *_ in requests[(*key, i)]}
-            return verifier.by_depth_from_masses(tree, depths, lambda path, kids: masses[(node_at[path], path, tuple(kids))])
+            return verifier.by_depth_from_masses(
+                tree, depths, lambda path, kids: masses[(node_at[path], path, tuple(kids))], positions=positions
+            )
     elif top_down and engine == "numpy":
         for tree in every:
             verifier.check(tree)
         grouped = grouped_masses(table, verifier, every)
 
-        def by_depth(key, i, tree, depths):
-            return verifier.by_depth_from_masses(tree, depths, lambda path, kids: grouped[(path, tree.law(path), kids)])
+        def from_masses(key, i, tree, depths):
+            return verifier.by_depth_from_masses(
+                tree, depths, lambda path, kids: grouped[(path, tree.law(path), kids)], positions=positions
+            )
     else:
+        from_masses = None
 
-        def by_depth(key, i, tree, depths):
-            return verifier.block_efficiency_by_depth(tree, depths)
+    def by_depth(key, i, tree, depths):
+        """float64 (len(depths),), or with ``positions`` that and (len(depths), max(depths))."""
+        if from_masses is None:
+            return verifier.positions_by_depth(tree, depths) if positions else verifier.block_efficiency_by_depth(tree, depths)
+        out = from_masses(key, i, tree, depths)
+        return (out[0], cut_positions(out[1], depths)) if positions else out
 
+    per_tree = {
+        (L1, K): [by_depth((L1, K), i, tree, [L1 + L2 for L2 in L2_values]) for i, tree in enumerate(group)]
+        for (L1, K), group in trees.items()
+    }
     return _estimates(
-        {
-            (L1, K): np.array([by_depth((L1, K), i, tree, [L1 + L2 for L2 in L2_values]) for i, tree in enumerate(group)])
-            for (L1, K), group in trees.items()
-        },
+        {key: np.array([v[0] if positions else v for v in rows]) for key, rows in per_tree.items()},
         L2_values,
         {(L1, K): lossless_over(verifier, group, [L1 + L2 for L2 in L2_values]) for (L1, K), group in trees.items()},
+        {key: np.array([v[1] for v in rows]) for key, rows in per_tree.items()} if positions else None,
     )
 
 
-def _estimates(values: dict, L2_values, flags: dict) -> dict[tuple[int, int, int], Estimate]:
-    """(K, L1, L2) -> the mean over drafts and its standard error, from (L1, K) -> float64
-    (drafts, len(L2_values)) values, each with its ``lossless`` flag from (L1, K) -> one bool per
-    L2 (``lossless_over``)."""
-    out: dict[tuple[int, int, int], Estimate] = {}
+def _estimates(values: dict, L2_values, flags: dict, reached: dict | None = None) -> dict:
+    """(K, L1, L2) -> the mean over drafts and its standard error (``Estimate``), from (L1, K) ->
+    float64 (drafts, len(L2_values)) values, each with its ``lossless`` flag from (L1, K) -> one
+    bool per L2 (``lossless_over``); with ``reached`` ((L1, K) -> float64 (drafts,
+    len(L2_values), >= L1 + max L2): P(tau >= j | tree cut at L1 + L2)) a ``GridMetrics`` instead."""
+    out: dict = {}
     for (L1, K), rows in values.items():
         means = rows.mean(axis=0)
         n = len(rows)
         errors = rows.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.full(len(L2_values), np.nan)
         for j, L2 in enumerate(L2_values):
             out[(K, L1, L2)] = Estimate(float(means[j]), float(errors[j]), "mc", n, flags[(L1, K)][j])
+            if reached is not None:
+                unconditional = reached[(L1, K)][:, j, : L1 + L2].mean(axis=0)
+                out[(K, L1, L2)] = GridMetrics(out[(K, L1, L2)], float(unconditional.sum()), unconditional)
     return out
 
 
@@ -440,9 +522,30 @@ def action_grid_block_efficiency(
     Returns:
         (K, L1, L2) -> ``Estimate`` (method ``"mc"``, tokens per step).
     """
+    return _action_grid(pair, context, verifier, K_values, L1_values, L2_values, samples, seed, grid_block_efficiency)
+
+
+def action_grid_metrics(
+    pair: ModelPair,
+    context: Sequence[int],
+    verifier,
+    *,
+    K_values=(1, 2, 3, 4),
+    L1_values=tuple(range(9)),
+    L2_values=tuple(range(9)),
+    samples: int = 4,
+    seed: int = 0,
+) -> dict[tuple[int, int, int], GridMetrics]:
+    """``action_grid_block_efficiency`` with the engines' metrics (``grid_metrics``): the same
+    drafts, the same E bit for bit."""
+    return _action_grid(pair, context, verifier, K_values, L1_values, L2_values, samples, seed, grid_metrics)
+
+
+def _action_grid(pair, context, verifier, K_values, L1_values, L2_values, samples, seed, value):
+    """``value`` (``grid_block_efficiency`` or ``grid_metrics``) of the drafts drawn at one root."""
     verifier = _verifier(verifier)
     table = NodeTable(pair, context)
     drafts = draw_grid(
         table, K_max=max(K_values), L1_values=L1_values, L2_max=max(L2_values), samples=samples, rng=np.random.default_rng(seed)
     )
-    return grid_block_efficiency(table, drafts, verifier, K_values=K_values, L2_values=L2_values)
+    return value(table, drafts, verifier, K_values=K_values, L2_values=L2_values)

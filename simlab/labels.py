@@ -2,7 +2,8 @@
 
 The values behind DDTE's selector labels (DDTE Sec. 6): for each verifier and action a = (K, L1,
 L2), DDTE's unbiased estimator over the ``samples`` drafts of its L1
-(``simlab.grid.grid_block_efficiency``).  The drafts are split in two halves by sample
+(``simlab.grid.grid_block_efficiency``), with the engines' metrics by the same estimator
+(``simlab.grid.grid_metrics``: E[tau] and P(tau >= j)).  The drafts are split in two halves by sample
 index, so a study can choose an action on one half (``E_select``) and report it on the other
 (``E_holdout``) without the winner's curse; ``E`` is the mean of both and ``E_se`` its standard
 error.  Computed by the studies (``analyses._labels``) and at capture time
@@ -16,11 +17,16 @@ from collections.abc import Iterator, Sequence
 
 from simlab import tree_verifiers
 from simlab.batched import supports
-from simlab.grid import GridDraft, grid_block_efficiency
+from simlab.grid import GridDraft, grid_metrics
 from simlab.trees import NodeTable
 
 LABEL_COLUMNS = ("verifier", "K", "L1", "L2", "E", "E_se", "E_select", "E_holdout")
-"""The columns of a label row (``grid_labels``)."""
+"""The columns of a label row (``grid_labels``) that every label capture holds."""
+
+METRIC_COLUMNS = ("accepted", "unconditional")
+"""The engines' metrics a label row adds (``grid_labels``; captures made before them lack them):
+``accepted`` = E[tau] (vLLM's accepted tokens per draft) and ``unconditional`` = [P(tau >= j)
+for j = 1..L1 + L2] (vLLM's per-position counters per draft), a list of floats."""
 
 
 def verifier_Ks(name: str, K_values: Sequence[int]) -> tuple[int, ...]:
@@ -58,7 +64,9 @@ def grid_labels(
     device=None,
     stream: bool = False,
 ) -> Iterator[dict]:
-    """One row per (verifier, action): verifier, K, L1, L2, E, E_se, E_select, E_holdout (tokens per step).
+    """One row per (verifier, action): verifier, K, L1, L2, E, E_se, E_select, E_holdout (tokens per
+    step), and the engines' metrics (``METRIC_COLUMNS``) over all the drafts, by the same estimator
+    (``simlab.grid.grid_metrics``): accepted (E[tau]) and unconditional ([P(tau >= j)]).
 
     Args:
         table: p and q at the drafts' nodes (the root's ``NodeTable``).
@@ -79,10 +87,11 @@ def grid_labels(
         verifier, Ks = tree_verifiers.get(name), verifier_Ks(name, K_values)
         served = isinstance(verifier, tree_verifiers.TopDown) and supports(verifier.node)
         options = dict(K_values=Ks, L2_values=L2_values, engine=engine if served else "numpy", device=device, stream=stream)
-        a = grid_block_efficiency(table, first, verifier, **options)
-        b = grid_block_efficiency(table, second, verifier, **options) if second is not first else a
-        for (K, L1, L2), est in a.items():
-            other = b[(K, L1, L2)]
+        a = grid_metrics(table, first, verifier, **options)
+        b = grid_metrics(table, second, verifier, **options) if second is not first else a
+        for (K, L1, L2), ma in a.items():
+            mb = b[(K, L1, L2)]
+            est, other = ma.E, mb.E
             se = math.sqrt(est.stderr**2 + other.stderr**2) / 2 if second is not first else est.stderr
             yield {
                 "verifier": name,
@@ -93,4 +102,6 @@ def grid_labels(
                 "E_se": se,
                 "E_select": est.mean,
                 "E_holdout": other.mean,
+                "accepted": (ma.accepted + mb.accepted) / 2,  # the halves hold equal numbers of drafts
+                "unconditional": ((ma.unconditional + mb.unconditional) / 2).tolist(),
             }

@@ -19,6 +19,8 @@ array operations over all drafts at once:
 * the cumulative sum over depths, read at each cut-off.
 
 The same bits as ``grid_block_efficiency(engine="reference")`` (tests), which stays its reference.
+With ``positions`` the per-depth sums before the cumulative sum are P(tau >= j) once the accepted
+EOS nodes are added back (``simlab.grid.grid_metrics``; equal to the tree walk's to rounding, tests).
 """
 
 from __future__ import annotations
@@ -43,10 +45,16 @@ def serves(verifier) -> bool:
     return all(getattr(node, "branch_is_target", False) and node.lossless_for == ALL_LAWS for node in nodes)
 
 
-def grid_values(table: NodeTable, drafts, K_values, L2_values) -> np.ndarray:
+def grid_values(table: NodeTable, drafts, K_values, L2_values, positions: bool = False):
     """E[tau + 1] of each draft's delayed tree with its first K branches (the trunk's children shared
     or repeated per path alike: B does not depend on the child list), cut at depth L1 + L2, for a
     verifier that ``serves``; float64 (len(drafts), len(K_values), len(L2_values)).
+
+    ``positions``: also P(tau >= j) for j = 1..max trunk + longest branch of each draft's tree with
+    its first K branches (uncut: a cut at L1 + L2 keeps j <= L1 + L2 as they are), float64
+    (len(drafts), len(K_values), that many): the sum of P(reach v) over the depth-j nodes with no
+    EOS above them (an accepted EOS counts at its position, as
+    ``simlab.engine_metrics.path_metrics``); returns (values, that).
 
     Raises:
         ValueError: ``tree: ...`` for a child that is not a token id in [0, V) (as ``DraftTree``),
@@ -115,7 +123,20 @@ def grid_values(table: NodeTable, drafts, K_values, L2_values) -> np.ndarray:
     by_depth[np.arange(D)[:, None], :, depth] = level.transpose(0, 2, 1)
     cumulative = np.cumsum(by_depth, axis=2)
     cut = np.minimum(np.array([d.L1 for d in drafts])[:, None] + np.array(L2_values)[None, :], by_depth.shape[2] - 1)
-    return np.take_along_axis(cumulative, np.broadcast_to(cut[:, None, :], (D, len(K_values), len(L2_values))), axis=2)
+    values = np.take_along_axis(cumulative, np.broadcast_to(cut[:, None, :], (D, len(K_values), len(L2_values))), axis=2)
+    if not positions:
+        return values
+    reached = by_depth[:, :, 1:].copy()
+    if eos is not None:  # the accepted EOS nodes the sums above leave out, each at its first copy
+        before = np.concatenate([np.ones((D, 1), dtype=bool), trunk_alive[:, :-1]], axis=1)  # no EOS above
+        reached[:, :, :lt] += np.where(in_trunk & before & (tokens[:, :lt] == eos), trunk_reach, 0.0)[:, None, :]
+        above = np.concatenate([np.broadcast_to(start_alive[:, None, None], (D, kb, 1)), live[:, :, :-1]], axis=2)[:, :, :lb]
+        ends = above & (branch_tokens == eos) & (first == np.arange(kb)[None, :, None])
+        by_branch = np.cumsum(np.where(ends, reach, 0.0), axis=1)  # (D, kb, lb): branches 0..b
+        if kb:
+            level = by_branch[:, np.minimum(K_values, kb) - 1, :]  # (D, len(K_values), lb); K > kb: every branch
+            reached[np.arange(D)[:, None], :, depth - 1] += level.transpose(0, 2, 1)
+    return values, reached
 
 
 def first_copies(tokens: np.ndarray) -> np.ndarray:

@@ -271,3 +271,26 @@ def test_under_top_k_every_drafted_child_keeps_its_q_in_the_stored_rows(micro_pa
                 for d in range(len(path)):
                     q = pair.distributions([root.context + path[:d]])[1][0]
                     assert q[path[d]] > 0.0
+
+
+def test_a_capture_resumed_across_the_metric_columns_replays(light, tmp_path):
+    """Shards written before the engines' metric columns (``simlab.labels.METRIC_COLUMNS``) beside
+    newer ones in one capture: the labels read, with nulls where a shard lacks the metrics."""
+    import shutil
+
+    from backends.capture_store import _stamped, labels_path, load_settings, settings_hash
+    from backends.cli import write_parquet
+
+    folder = tmp_path / "mixed"
+    shutil.copytree(light, folder)
+    roots = sorted(read_labels(folder).select("root").unique().collect()["root"])
+    assert len(roots) >= 2
+    old = labels_path(folder, roots[-1])
+    frame = pl.read_parquet(old).drop("accepted", "unconditional")
+    write_parquet(frame, old, metadata=_stamped(settings_hash(load_settings(folder))))
+    labels = read_labels(folder).collect()
+    assert labels.filter(pl.col("root") == roots[-1])["accepted"].is_null().all()
+    assert labels.filter(pl.col("root") == roots[0])["accepted"].is_not_null().all()
+    source = CaptureSource([str(folder)])
+    (setting,) = source.fixed_settings()
+    assert all(r.labels is not None for r in source.roots(setting))

@@ -54,6 +54,7 @@ def test_outputs(small):
     for name in (
         "compare_verifiers.parquet",
         "grid.parquet",
+        "by_position.parquet",
         "labels.parquet",
         "latency.json",
         "throughput.html",
@@ -118,9 +119,38 @@ def test_the_torch_engine_gives_the_same_labels(small, tmp_path):
     """--engine torch (simlab.batched for SpecInfer; BV and Traversal stay on numpy): same labels."""
     assert cv.main(SMALL + ["--out", str(tmp_path), "--engine", "torch"]) == 0
     fast, plain = pl.read_parquet(tmp_path / "labels.parquet"), pl.read_parquet(small / "labels.parquet")
-    assert fast.drop("E", "E_se", "E_select", "E_holdout").equals(plain.drop("E", "E_se", "E_select", "E_holdout"))
-    for column in ("E", "E_select", "E_holdout"):
+    values = ("E", "E_se", "E_select", "E_holdout", "accepted", "unconditional")
+    assert fast.drop(values).equals(plain.drop(values))
+    for column in ("E", "E_select", "E_holdout", "accepted"):
         assert (fast[column] - plain[column]).abs().max() <= 1e-12
+    assert (fast["unconditional"].explode() - plain["unconditional"].explode()).abs().max() <= 1e-12
+
+
+def test_engine_metrics_columns_follow_the_labels(small):
+    """grid.parquet's ``accepted`` is the mean of the roots' E[tau]; by_position.parquet's
+    ``unconditional`` is the mean of the roots' P(tau >= j) and ``conditional`` the ratio of those
+    means (``engine_metrics.conditional_rates``); without an EOS, E[tau] = E[tau + 1] - 1 and the
+    sum of P(tau >= j)."""
+    from simlab.engine_metrics import chain_acceptance_length, conditional_rates
+
+    labels = pl.read_parquet(small / "labels.parquet")
+    grid = pl.read_parquet(small / "grid.parquet")
+    positions = pl.read_parquet(small / "by_position.parquet")
+    assert (labels["accepted"] - (labels["E"] - 1)).abs().max() <= 1e-12
+    assert (labels["accepted"] - labels["unconditional"].list.sum()).abs().max() <= 1e-12
+    key = ["setting", "verifier", "K", "L1", "L2"]
+    for row in grid.iter_rows(named=True):
+        rows = labels.filter(*(pl.col(k) == row[k] for k in key))
+        assert row["accepted"] == pytest.approx(rows["accepted"].mean(), abs=1e-12)
+        mean = np.mean(rows["unconditional"].to_list(), axis=0) if row["L1"] + row["L2"] else np.zeros(0)
+        got = positions.filter(*(pl.col(k) == row[k] for k in key)).sort("position")
+        assert got["position"].to_list() == list(range(1, row["L1"] + row["L2"] + 1))
+        np.testing.assert_allclose(got["unconditional"].to_numpy(), mean, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(got["conditional"].to_numpy(), conditional_rates(mean), rtol=0, atol=1e-12)
+        if row["L1"] + row["L2"]:  # SpecForge's chain from the roots' rates averaged where reached
+            rates = np.array([conditional_rates(u) for u in rows["unconditional"].to_list()])
+            chain = chain_acceptance_length(np.nanmean(np.where(np.isnan(rates).all(0), 0.0, rates), axis=0))
+            assert got["chain"].unique().to_list() == [pytest.approx(chain, abs=1e-12)]
 
 
 def test_grid_estimates_agree_with_exact_expectations():
@@ -344,3 +374,21 @@ def test_damaged_and_one_sample_captures_are_refused(grid_capture, tmp_path, cap
     with pytest.raises(SystemExit):
         cv.main(["--capture", str(grid_capture), "--out", str(tmp_path / "o"), "--quiet"])  # grid larger than the capture
     assert "--K-max 2 --L-max 2" in capsys.readouterr().err
+
+
+def test_labels_stored_before_the_engine_metrics_replay_without_them():
+    """A capture's labels made before the metric columns: E as stored, accepted NaN and
+    unconditional None (never recomputed from other trees), left out of by_position."""
+    from dataclasses import replace
+
+    from analyses._labels import by_position
+
+    root = next(SyntheticSource(vocab=3, trajectories=1, roots_per_trajectory=1).roots(SamplingSettings()))
+    grid, latency = Grid((1, 2), (0, 1), (0, 1), samples=2), LatencyModel.from_cost_ratio(0.1)
+    fresh = label_root(root, ["specinfer"], grid, latency)
+    stored = {(r["verifier"], r["K"], r["L1"], r["L2"]): (r["E"], r["E_se"], r["E_select"], r["E_holdout"]) for r in fresh}
+    old = label_root(replace(root, labels=stored), ["specinfer"], grid, latency)
+    assert [r["E"] for r in old] == [r["E"] for r in fresh]
+    assert all(np.isnan(r["accepted"]) and r["unconditional"] is None for r in old)
+    assert by_position(pl.DataFrame(old), ["verifier", "K", "L1", "L2"]).height == 0
+    assert by_position(pl.DataFrame(fresh), ["verifier", "K", "L1", "L2"]).height == 2 * (0 + 1 + 1 + 2)

@@ -27,6 +27,7 @@ def test_outputs_and_inflation(run):
     for name in (
         "ddte_audit.parquet",
         "labels.parquet",
+        "by_position.parquet",
         "inflation.html",
         "inflation.png",
         "selector.parquet",
@@ -44,6 +45,22 @@ def test_outputs_and_inflation(run):
     assert by[("traversal", "per_path")]["max_inflation"] <= 1e-12 and by[("specinfer", "per_path")]["max_inflation"] <= 1e-12
     assert by[("khisti", "per_path")]["inflation"] > 0.01 and by[("spectr", "per_path")]["inflation"] > 0.01
     assert by[("specinfer", "four_step")]["inflation"] == 0  # four_step touches SpecTr only
+
+
+def test_engine_metrics_in_the_labels(run):
+    """The labels carry E[tau] and P(tau >= j) (by the grid's estimator, ``grid_metrics``): without
+    an EOS, E[tau] = E[tau + 1] - 1 = the sum of P(tau >= j); by_position.parquet's rows are the
+    means over roots, one per position of each action."""
+    labels, positions = pl.read_parquet(run / "labels.parquet"), pl.read_parquet(run / "by_position.parquet")
+    assert (labels["accepted"] - (labels["E"] - 1)).abs().max() <= 1e-12
+    assert (labels["accepted"] - labels["unconditional"].list.sum()).abs().max() <= 1e-12
+    key = ["setting", "verifier", "convention", "K", "L1", "L2"]
+    expected = labels.group_by(key).agg((pl.col("L1").first() + pl.col("L2").first()).alias("depth"))
+    assert positions.height == expected["depth"].sum()
+    one = labels.filter((pl.col("verifier") == "spectr") & (pl.col("convention") == "per_path") & (pl.col("K") == 3))
+    one = one.filter((pl.col("L1") == 2) & (pl.col("L2") == 4) & (pl.col("setting") == one["setting"][0]))
+    got = positions.join(one.select(key).unique(), on=key).sort("position")
+    np.testing.assert_allclose(got["unconditional"], np.mean(one["unconditional"].to_list(), axis=0), rtol=0, atol=1e-12)
 
 
 def test_the_inflation_chart_shows_the_mean_over_settings(run):

@@ -72,3 +72,21 @@ def test_chain_metric_and_aggregate():
         path_metrics({(): 0.5}, 1)
     with pytest.raises(ValueError, match="metrics"):
         aggregate([a, path_metrics({(): 1.0}, 1, eos=0)])
+
+
+@pytest.mark.parametrize("eos", [None, 1])
+def test_expected_positions_of_a_sampled_chain_are_the_closed_forms(eos):
+    """Over the law of i.i.d.-drafted chains of 2 tokens with p and q context-free, standard
+    speculative sampling accepts each position w.p. alpha = sum min(p, q) independently:
+    P(tau >= d) = alpha^d; with an EOS, position 2 counts only when the first accepted token is
+    not EOS: alpha * (alpha - min(p, q)[eos])."""
+    from simlab.builders import chain
+    from simlab.engine_metrics import expected_positions
+
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.5, 0.3])
+    alpha = np.minimum(p, q).sum()
+    table = NodeTable(ContextFreePair(p, q, eos_id=eos), (0,))
+    accepted, unconditional = expected_positions(table, chain(2), tree_verifiers.get("naive"))
+    second = alpha * (alpha - (np.minimum(p, q)[eos] if eos is not None else 0.0))
+    np.testing.assert_allclose(unconditional, [alpha, second], rtol=0, atol=1e-12)
+    assert accepted == pytest.approx(alpha + second, abs=1e-12)

@@ -346,6 +346,96 @@ def test_grouped_grid_equals_the_reference_grid_bit_for_bit(name, eos, trunk):
     )
 
 
+GRID_METRIC_CASES = [
+    ("nss", "numpy"),  # simlab.reach_grid
+    ("nss", "reference"),
+    ("specinfer", "numpy"),  # grouped masses
+    ("spectr", "stream"),
+    ("specinfer", "torch"),  # simlab.batched
+    ("naive", "torch"),
+    ("naive_chain", "numpy"),
+    ("khisti", "numpy"),  # not top-down: one accept_masses per cut
+    ("traversal", "numpy"),
+]
+
+
+@pytest.mark.parametrize("name, engine", GRID_METRIC_CASES)
+@pytest.mark.parametrize("eos", [None, 2])
+def test_grid_metrics_equal_the_engine_metrics_of_the_same_trees(name, engine, eos):
+    """``grid_metrics``' accepted and P(tau >= j) of every action are the means over its drafts of
+    ``engine_metrics.tree_metrics`` of the very trees (each cut at L1 + L2), and its E is
+    ``grid_block_efficiency``'s bit for bit, for each engine path (EOS counted as the engines do)."""
+    if engine == "torch":
+        pytest.importorskip("torch")
+    _check_grid_metrics(name, engine, eos)
+
+
+def _check_grid_metrics(name, engine, eos, trunk="shared", device=None):
+    from simlab.engine_metrics import tree_metrics
+    from simlab.grid import _draft_trees, draw_grid, grid_block_efficiency, grid_metrics
+
+    base = MarkovPair.random(5, np.random.default_rng(8), concentration=0.6, closeness=0.4)
+    pair = MarkovPair(base.target, base.draft, eos_id=eos)
+    drafts = draw_grid(NodeTable(pair, (0,)), K_max=3, L1_values=(0, 2), L2_max=3, samples=2, rng=np.random.default_rng(9))
+    verifier = tree_verifiers.get(name, allow_lossy=True)
+    options = dict(K_values=(1, 3), L2_values=(0, 1, 3), trunk_children=trunk, device=device)
+    options.update(stream=True) if engine == "stream" else options.update(engine=engine)
+    metrics = grid_metrics(NodeTable(pair, (0,)), drafts, verifier, **options)
+    plain = grid_block_efficiency(NodeTable(pair, (0,)), drafts, verifier, **options)
+    table = NodeTable(pair, (0,))
+    for (K, L1, L2), m in metrics.items():
+        assert m.E == plain[(K, L1, L2)]
+        trees = [_draft_trees(table, d, [K], trunk == "per_path")[K].truncate(L1 + L2) for d in drafts if d.L1 == L1]
+        exact = [tree_metrics(tree, verifier) for tree in trees]
+        assert m.unconditional.shape == (L1 + L2,)
+        np.testing.assert_allclose(m.unconditional, np.mean([e.unconditional for e in exact], axis=0), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(m.accepted, np.mean([e.accepted for e in exact]), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(m.E.mean, np.mean([e.accept_length for e in exact]), rtol=0, atol=1e-12)
+    if eos is not None:  # an accepted EOS occurs (E[tau + 1] - E[tau] = P(no EOS accepted) < 1): the case is exercised
+        assert any(m.E.mean - m.accepted < 1 - 1e-3 for m in metrics.values())
+
+
+def test_grid_metrics_with_repeated_trunk_children_equal_the_engine_metrics():
+    """The DDTE audit's convention (each trunk node lists its child K times)."""
+    _check_grid_metrics("specinfer", "numpy", 2, trunk="per_path")
+    _check_grid_metrics("nss", "reference", None, trunk="per_path")
+
+
+def test_grid_metrics_agreement_catches_a_dropped_eos():
+    """The agreement check fails when the fast grid leaves an accepted EOS out of its position."""
+    from simlab import reach_grid
+
+    grid_values = reach_grid.grid_values
+
+    def without_eos(table, drafts, K_values, L2_values, positions=False):
+        out = grid_values(table, drafts, K_values, L2_values, positions=positions)
+        if positions:
+            return out[0], grid_values(
+                NodeTable(MarkovPair(table.pair.target, table.pair.draft), (0,)), drafts, K_values, L2_values, True
+            )[1]
+        return out
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(reach_grid, "grid_values", without_eos)
+        with pytest.raises(AssertionError):
+            _check_grid_metrics("nss", "numpy", 2)
+
+
+def test_grid_metrics_agreement_catches_a_dropped_eos_in_the_tree_walk(monkeypatch):
+    """... and when the tree walk (``TopDown.by_depth_from_masses``) leaves it out."""
+    from simlab.tree_verifiers.topdown import TopDown
+
+    walk = TopDown.by_depth_from_masses
+
+    def without_eos(self, tree, depths, mass_of, positions=False):
+        values = walk(self, tree, depths, mass_of)
+        return (values, np.diff(walk(self, tree, range(tree.depth() + 1), mass_of))) if positions else values
+
+    monkeypatch.setattr(TopDown, "by_depth_from_masses", without_eos)
+    with pytest.raises(AssertionError):
+        _check_grid_metrics("specinfer", "numpy", 2)
+
+
 @pytest.mark.parametrize("per_path", [False, True])
 def test_draft_trees_are_the_delayed_trees(per_path):
     from simlab.grid import _draft_trees, draw_grid
@@ -550,12 +640,20 @@ def _reach_grid_agrees(V, eos, seed=5) -> bool:
         branches = tuple(_walk(table, trunk, n, rng)[len(trunk) :] for n in lengths)
         drafts.append(GridDraft(len(trunk) - int(rng.integers(0, 2)) if trunk else 0, trunk, branches))
     K_values, L2_values = (3, 1, 6, 2, 4), range(7)
-    fast = reach_grid.grid_values(NodeTable(table.pair, (0,)), drafts, K_values, L2_values)
+    fast, reached = reach_grid.grid_values(NodeTable(table.pair, (0,)), drafts, K_values, L2_values, positions=True)
     walk = tree_verifiers.get("nss")
     for d, draft in enumerate(drafts):
         trees = _draft_trees(table, draft, K_values, per_path=False)
         for j, K in enumerate(K_values):
-            if not np.array_equal(fast[d, j], walk.block_efficiency_by_depth(trees[K], [draft.L1 + L2 for L2 in L2_values])):
+            depths = [draft.L1 + L2 for L2 in L2_values]
+            if not np.array_equal(fast[d, j], walk.block_efficiency_by_depth(trees[K], depths)):
+                return False
+            # P(tau >= j) of the uncut tree (EOS at its position): the walk's, to rounding
+            tree_reach = walk.positions_by_depth(trees[K], [trees[K].depth()])[1][0]
+            if (
+                not np.allclose(reached[d, j, : tree_reach.size], tree_reach, rtol=0, atol=1e-12)
+                or reached[d, j, tree_reach.size :].any()
+            ):
                 return False
     return True
 

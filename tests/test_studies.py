@@ -151,6 +151,16 @@ def test_grid_study_small(tmp_path, capsys):
     assert table.height == 2 * 2 * 2 * 3 and set(table["method"]) == {"exact"}
     assert table.filter((pl.col("L1") == 0) & (pl.col("L2") == 0))["block_efficiency"].to_list() == [1.0] * 4
     assert "Best static delayed tree" in capsys.readouterr().out
+    # the engines' metrics, exact here: E[tau] = E[tau + 1] - 1 (no EOS) = the sum of P(tau >= j)
+    assert (table["accepted"] - (table["block_efficiency"] - 1)).abs().max() <= 1e-12
+    positions = pl.read_parquet(tmp_path / "by_position.parquet")
+    assert positions.height == 2 * 2 * sum(L1 + L2 for L1 in range(2) for L2 in range(3))
+    summed = (
+        positions.group_by("verifier", "K", "L1", "L2")
+        .agg(pl.col("unconditional").sum())
+        .join(table, on=["verifier", "K", "L1", "L2"])
+    )
+    assert (summed["unconditional"] - summed["accepted"]).abs().max() <= 1e-12
     assert (tmp_path / "block_efficiency_grid.png").stat().st_size > 0
 
 
@@ -198,3 +208,34 @@ def test_lossy_rules_bad_arguments_exit_2_with_one_line(flags, message, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert one_error_line(err) and message in err
+
+
+def test_main_job_engine_metrics_flag(small_run, tmp_path, capsys, monkeypatch):
+    """--engine-metrics: one row per verifier, the engines' counters over the roots' drawn trees
+    (``aggregate`` of ``tree_metrics`` of exactly those trees, whose E[tau + 1] the verifier's own
+    ``expected_block_efficiency`` gives); the default output has no such file; a bad name exits 2."""
+    from simlab import engine_metrics
+
+    seen = []
+    tree_metrics = engine_metrics.tree_metrics
+
+    def recording(tree, verifier, **kwargs):
+        seen.append((tree, verifier, tree_metrics(tree, verifier, **kwargs)))
+        return seen[-1][2]
+
+    monkeypatch.setattr(engine_metrics, "tree_metrics", recording)
+    flags = ["--vocab", "12", "--roots-per-trajectory", "3", "--depth", "3", "--width", "2", "--k", "1", "--quiet"]
+    assert divergence_by_depth.main(flags + ["--engine-metrics", "nss,specinfer", "--out", str(tmp_path / "a")]) == 0
+    table = pl.read_parquet(tmp_path / "a" / "engine_metrics.parquet")
+    assert table["verifier"].to_list() == ["nss", "specinfer"] and table["roots"].to_list() == [3, 3]
+    for row in table.iter_rows(named=True):
+        mine = [(t, v, m) for t, v, m in seen if v.name == row["verifier"]]
+        assert len(mine) == 3
+        for tree, verifier, m in mine:
+            assert m.accept_length == pytest.approx(verifier.expected_block_efficiency(tree), abs=1e-12)
+        total = engine_metrics.aggregate([m for *_, m in mine])
+        assert row == pytest.approx({"verifier": row["verifier"], **total.row(), "roots": 3}, abs=1e-12, nan_ok=True)
+    assert not (small_run / "engine_metrics.parquet").exists()  # off by default
+    with pytest.raises(SystemExit) as exc:
+        divergence_by_depth.main(flags + ["--engine-metrics", "bogus", "--out", str(tmp_path / "c")])
+    assert exc.value.code == 2 and "--engine-metrics" in capsys.readouterr().err

@@ -35,7 +35,8 @@ class Root:
         drafts: grid drafts replayed from a grid capture, else None.
         tree: the child lists of a captured tree (``backends.capture_store.captured_tree``), else None.
         labels: grid labels computed at capture time (``backends.capture --labels``):
-            (verifier, K, L1, L2) -> (E, E_se, E_select, E_holdout), else None.
+            (verifier, K, L1, L2) -> (E, E_se, E_select, E_holdout[, accepted, unconditional]: the
+            engines' metrics where the capture stored them, ``simlab.labels.METRIC_COLUMNS``), else None.
         prompt_length: tokens of the trajectory's prompt (real models: the encoded prompt), or
             None where the whole root context counts as the prompt (synthetic worlds).
         category: the workload category of the trajectory's prompt (a prompt file's

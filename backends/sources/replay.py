@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from backends import capture_store as store
 from backends.sources.base import Root, register_source, slug
-from simlab.labels import LABEL_COLUMNS
+from simlab.labels import LABEL_COLUMNS, METRIC_COLUMNS
 from simlab.latency import LatencyModel
 from simlab.sampling import SamplingSettings
 
@@ -127,7 +127,9 @@ class CaptureSource:
         )
         labels: dict[int, dict] = {}
         if self.grid and stored.labels:
-            table = store.read_labels(folder).select("root", *LABEL_COLUMNS).collect()
+            frame = store.read_labels(folder)
+            metrics = [c for c in METRIC_COLUMNS if c in frame.collect_schema()]  # absent from older captures
+            table = frame.select("root", *LABEL_COLUMNS, *metrics).collect()
             for root, verifier, K, L1, L2, *values in table.iter_rows():
                 labels.setdefault(root, {})[(verifier, K, L1, L2)] = tuple(values)
         for root, prompt, context, drafts, tree, category in self.entries[name]:

@@ -162,14 +162,46 @@ class TreeVerifier(abc.ABC):
         """
         return np.array([self.expected_block_efficiency(tree.truncate(d)) for d in depths])
 
+    def positions_by_depth(self, tree: DraftTree, depths) -> tuple[np.ndarray, np.ndarray]:
+        """``block_efficiency_by_depth`` and, for each cut, P(tau >= j | tree cut at d) for
+        j = 1..max(depths) (0 for j > d; with an EOS id, position j counts only when no EOS sits
+        among the first j - 1 accepted tokens, as ``simlab.engine_metrics.path_metrics``): float64
+        (len(depths),) and (len(depths), max(depths)), from one ``accept_masses`` per cut."""
+        depths = list(depths)
+        eos = tree.table.eos_id
+        values = np.empty(len(depths))
+        reached = np.zeros((len(depths), max(depths, default=0)))
+        for i, d in enumerate(depths):
+            cut = tree.truncate(d)
+            masses = self.accept_masses(cut)
+            values[i] = _efficiency(masses, cut.depth(), eos)
+            counted = [min(len(v), v.index(eos) + 1) if eos is not None and eos in v else len(v) for v in masses]
+            reached[i, :d] = reach_probabilities(np.bincount(counted, weights=list(masses.values()), minlength=d + 1))[:d]
+        return values, reached
+
     def expected_block_efficiency(self, tree: DraftTree) -> float:
         """E[tau + 1 | tree] in tokens (accepted drafts plus the correction or bonus token); with
         an EOS id, E[tokens kept], none counted after the first EOS (``counted_tokens``)."""
-        eos = tree.table.eos_id
-        if eos is None:
-            dist = self.accepted_length_distribution(tree)
-            return float(np.dot(np.arange(1, dist.size + 1), dist))
-        return float(sum(mass * counted_tokens(path, eos) for path, mass in self.accept_masses(tree).items()))
+        return _efficiency(self.accept_masses(tree), tree.depth(), tree.table.eos_id)
+
+
+def _efficiency(masses: dict, depth: int, eos: int | None) -> float:
+    """E[tau + 1] (E[tokens kept] with an EOS id) from ``accept_masses``."""
+    if eos is None:
+        dist = accepted_lengths(masses, depth)
+        return float(np.dot(np.arange(1, dist.size + 1), dist))
+    return float(sum(mass * counted_tokens(path, eos) for path, mass in masses.items()))
+
+
+def cut_positions(reached: np.ndarray, depths) -> np.ndarray:
+    """P(tau >= j | tree cut at d) for each d of ``depths`` and j = 1..max(depths), float64
+    (len(depths), max(depths)), from the whole tree's P(tau >= j) (float64 (depth,)) of a
+    verifier whose reach above a cut does not depend on the nodes below it (top-down)."""
+    depths = list(depths)
+    width = max(depths, default=0)
+    padded = np.zeros(width)
+    padded[: min(width, reached.size)] = reached[:width]
+    return np.where(np.arange(width)[None, :] < np.array(depths)[:, None], padded[None, :], 0.0)
 
 
 def _one_hot_target(tree: DraftTree, path: Path) -> bool:

@@ -23,7 +23,7 @@ import numpy as np
 from simlab.drafting import SAMPLED, Drafting
 from simlab.verifiers.base import NodeVerifier
 from simlab.verifiers.naive import Naive
-from simlab.tree_verifiers.base import TreeVerifier
+from simlab.tree_verifiers.base import TreeVerifier, cut_positions
 
 
 @dataclass(frozen=True)
@@ -117,11 +117,24 @@ class TopDown(TreeVerifier):
                 out.append((path, planning_verifier(self.node.for_law(law), len(kids)), kids, law))
         return out
 
-    def by_depth_from_masses(self, tree, depths, mass_of):
+    def positions_by_depth(self, tree, depths):
+        """One pass, as ``block_efficiency_by_depth``: cutting the tree changes no P(reach v) above
+        the cut, so P(tau >= j | cut at d) is the whole tree's for j <= d and 0 below."""
+        self.check(tree)
+        values, reached = self.by_depth_from_masses(
+            tree, depths, lambda path, kids: self._plan(tree, path, kids).children_mass(np.asarray(kids)), positions=True
+        )
+        return values, cut_positions(reached, depths)
+
+    def by_depth_from_masses(self, tree, depths, mass_of, positions: bool = False):
         """``block_efficiency_by_depth`` with the children's masses given by ``mass_of(path, kids)``
-        (float64 (k,)); the caller has checked the pairing."""
+        (float64 (k,)); the caller has checked the pairing.  ``positions``: also P(tau >= j) for
+        j = 1..depth of the whole tree, float64 (tree.depth(),): the sum of P(reach v) over the
+        depth-j nodes with no EOS above them (an accepted EOS counts at its position, as
+        ``simlab.engine_metrics.path_metrics`` counts it); returns (values, that)."""
         eos = tree.table.eos_id
         reach_at = [0.0] * (len(tree.children) + 1)  # deeper than any node (the children's keys are its internal nodes)
+        eos_at = [0.0] * (len(tree.children) + 1)  # accepted EOS children by depth (positions only)
         deepest = 0
         stack = [((), 1.0)]
         while stack:
@@ -135,8 +148,14 @@ class TopDown(TreeVerifier):
             for t, j in _first_copies(kids):
                 if mass[j] > 0.0 and t != eos:
                     stack.append((path + (t,), reach * mass[j]))
+                elif positions and mass[j] > 0.0:
+                    eos_at[len(path) + 1] += reach * mass[j]
         cumulative = np.cumsum(reach_at[: deepest + 1])  # constant below the deepest node reached
-        return np.array([cumulative[min(d, cumulative.size - 1)] for d in depths])
+        values = np.array([cumulative[min(d, cumulative.size - 1)] for d in depths])
+        if not positions:
+            return values
+        depth = tree.depth()
+        return values, np.add(reach_at[1 : depth + 1], eos_at[1 : depth + 1])
 
     def expected_block_efficiency(self, tree):
         """E[tau + 1 | tree] from the children's branch masses only (``block_efficiency_by_depth``
