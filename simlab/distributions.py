@@ -80,7 +80,7 @@ def sample_categorical(probs: np.ndarray, rng: np.random.Generator) -> int:
         ValueError: ``probs: ...`` when the total mass is not positive (no index can be drawn;
             a caller with a zero residual decides what its rule emits, never this draw).
     """
-    return inverse_cdf(np.cumsum(probs), rng)
+    return inverse_cdf(probs.cumsum() if type(probs) is np.ndarray else np.cumsum(probs), rng)  # the method: no dispatch
 
 
 def inverse_cdf(cdf: np.ndarray, rng: np.random.Generator) -> int:
@@ -94,9 +94,9 @@ def inverse_cdf(cdf: np.ndarray, rng: np.random.Generator) -> int:
     total = cdf[-1]
     if not total > 0.0:
         raise ValueError(f"probs: total mass {total!r} is not positive; nothing to draw")
-    index = int(np.searchsorted(cdf, rng.random() * total, side="right"))
+    index = int(cdf.searchsorted(rng.random() * total, side="right"))
     if index == cdf.size:  # U * total rounded up to the total: the last index of positive mass
-        index = int(np.searchsorted(cdf, total, side="left"))
+        index = int(cdf.searchsorted(total, side="left"))
     return index
 
 

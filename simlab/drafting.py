@@ -33,7 +33,7 @@ import itertools
 import numpy as np
 
 from simlab.checks import check_int
-from simlab.distributions import positive_part, sample_categorical, top_ranked
+from simlab.distributions import inverse_cdf, positive_part, sample_categorical, top_ranked
 
 MAX_ENUMERATED_TUPLES = 250_000
 """Largest number of ordered child tuples that exact enumeration will list."""
@@ -196,9 +196,14 @@ def draw_children(q: np.ndarray, k: int, drafting: Drafting, rng: np.random.Gene
     if drafting is Drafting.REPEATED:
         return np.full(k, sample_categorical(q, rng), dtype=np.int64)
     out = np.empty(k, dtype=np.int64)
+    if drafting is Drafting.IID:  # one law for every child: its cdf once (the same draws as sample_categorical)
+        cdf = np.cumsum(q)
+        for i in range(k):
+            out[i] = inverse_cdf(cdf, rng)
+        return out
     current = q.copy()
     for i in range(k):
-        if drafting is Drafting.WITHOUT_REPLACEMENT and not np.any(current > 0):
+        if drafting is Drafting.WITHOUT_REPLACEMENT and not (current > 0).any():
             raise ValueError(f"k: cannot draft {k} children without replacement from {i} tokens with q > 0")
         out[i] = sample_categorical(current, rng)
         if drafting is Drafting.WITHOUT_REPLACEMENT:

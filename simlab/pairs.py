@@ -154,8 +154,11 @@ def rooted(pair: ModelPair, root_length: int) -> ModelPair:
 
 
 def eos_of(pair) -> int | None:
-    """The pair's EOS id, or None when it names none."""
-    return pair.eos_id if isinstance(pair, EndOfSequence) else None
+    """The pair's EOS id, or None when it names none.
+
+    ``getattr`` with a default: what ``isinstance(pair, EndOfSequence)`` checks for this one-attribute
+    protocol (``hasattr``), without the runtime-protocol machinery (it runs once per ``NodeTable``)."""
+    return getattr(pair, "eos_id", None)
 
 
 def check_context(context, vocab_size: int, name: str = "context") -> tuple[int, ...]:

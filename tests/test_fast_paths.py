@@ -699,3 +699,26 @@ def test_branch_is_target_declares_p_for_every_child_list():
 
     assert [n for n in tree_verifiers.names() if reach_grid.serves(tree_verifiers.get(n))] == ["nss", "exact_match"]
     assert not reach_grid.serves(tree_verifiers.TopDown(verifiers.get("nss"), first_path_only=True))
+
+
+@pytest.mark.parametrize("law", ["iid", "without_replacement"])
+def test_drawn_children_are_one_categorical_draw_each(law):
+    """``draw_children`` (i.i.d.: one cdf for every child) draws what the plain loop draws: one
+    ``sample_categorical`` per child from the same generator, the drawn token removed without
+    replacement; zeros and subnormal masses in q included."""
+    from simlab.distributions import sample_categorical
+    from simlab.drafting import Drafting, draw_children
+
+    drafting = Drafting(law)
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        q = rng.dirichlet(np.full(6, 0.4))
+        q[seed % 6], q[(seed + 1) % 6] = 0.0, 5e-324 if seed % 2 else 0.0
+        fast, plain = np.random.default_rng(seed), np.random.default_rng(seed)
+        for k in (1, 2, 3):
+            current, expected = q.copy(), []
+            for _ in range(k):
+                expected.append(sample_categorical(current, plain))
+                if drafting is Drafting.WITHOUT_REPLACEMENT:
+                    current[expected[-1]] = 0.0
+            assert draw_children(q, k, drafting, fast).tolist() == expected

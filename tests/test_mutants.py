@@ -42,9 +42,9 @@ CHECKS = [
     ("lossless k=3", lambda v: check_lossless(v, target(v), Q, 3)),
     ("acceptance k=3", lambda v: check_acceptance(v, target(v), Q, 3)),
     ("u = 0 boundary", check_zero_target_never_accepted),
+    ("children mass", lambda v: check_children_mass(v, target(v), Q, 3)),  # exact: before the G-tests
     ("sampler vs law", lambda v: check_sampler_given_children(v, target(v), Q, children(v), seed=21)),
     ("sampler end to end", lambda v: check_sampler_end_to_end(v, target(v), Q, 3, seed=22)),
-    ("children mass", lambda v: check_children_mass(v, target(v), Q, 3)),
     ("u boundaries", check_boundary_uniforms),
 ]
 

@@ -72,6 +72,15 @@ class TopDown(TreeVerifier):
         law = tree.law(path)
         return tree.table.plan(self.node.for_law(law), path, len(kids), law)
 
+    def _children_law(self, tree, path, kids) -> np.ndarray:
+        """The node plan's ``output_distribution(kids)`` at ``path``, once per (verifier, path, law,
+        children) on the tree's table (the trees an expectation enumerates share nodes); the
+        caller must not write to it."""
+        return tree.table.memo(
+            ("top-down children law", self, path, tree.law(path), tuple(kids)),
+            lambda: self._plan(tree, path, kids).output_distribution(np.asarray(kids)),
+        )
+
     def _outcome_law(self, tree):
         out = {}
         stack = [((), 1.0)]
@@ -81,7 +90,7 @@ class TopDown(TreeVerifier):
             if not kids:
                 out[path] = reach * self.node.leaf_law(tree.table.p(path))
                 continue
-            law = self._plan(tree, path, kids).output_distribution(np.asarray(kids))
+            law = self._children_law(tree, path, kids)  # read only: memoised on the table
             stop = reach * law
             for t in dict.fromkeys(kids):
                 stop[t] = 0.0

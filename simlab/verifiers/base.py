@@ -142,9 +142,9 @@ def check_drafted(verifier: "NodeVerifier", law: Drafting, children: np.ndarray,
     impossible = zero & drafted_mask(law, children.size)
     if impossible.any():
         raise ValueError(f"children: token {children[impossible][0]} has q = 0 and cannot have been drafted")
-    if verifier.divides_by_q and np.any(zero):
+    if verifier.divides_by_q and zero.any():
         raise ValueError(f"children: token {children[zero][0]} has q = 0; {verifier.name}'s acceptance test divides by q there")
-    if verifier.drafting in DISTINCT_LAWS and np.unique(children).size != children.size:
+    if verifier.drafting in DISTINCT_LAWS and len(set(children.tolist())) != children.size:
         raise ValueError(
             f"children: {children.tolist()} repeats a token, impossible when drafting {verifier.drafting.description}"
         )

@@ -61,13 +61,18 @@ class _FullLPSelection:
     def __init__(self, p: np.ndarray, q: np.ndarray, k: int):
         support = np.flatnonzero(q > 0)
         multisets = list(itertools.combinations_with_replacement(support.tolist(), k))
-        entries = []  # (multiset index, token)
+        entries = []  # (multiset index, token); a multiset's entries are contiguous, from starts[m]
+        starts = np.empty(len(multisets) + 1, dtype=np.intp)
         probs = np.empty(len(multisets))
-        for m, ms in enumerate(multisets):
-            tokens, counts = np.unique(ms, return_counts=True)
+        for m, ms in enumerate(multisets):  # ms is sorted: its distinct tokens in order, with counts
+            distinct = dict.fromkeys(ms)
+            tokens = np.fromiter(distinct, dtype=np.intp, count=len(distinct))
+            counts = np.array([ms.count(t) for t in distinct])
             ways = math.factorial(k) / np.prod([math.factorial(c) for c in counts])
             probs[m] = ways * np.prod(q[tokens] ** counts)
-            entries.extend((m, int(t)) for t in tokens)
+            starts[m] = len(entries)
+            entries.extend((m, t) for t in distinct)
+        starts[-1] = len(entries)
         m_idx = np.array([e[0] for e in entries])
         t_idx = np.array([e[1] for e in entries])
         n_beta, vocab = len(entries), p.size
@@ -86,8 +91,7 @@ class _FullLPSelection:
         beta /= sums[m_idx]
         self.weights = {}
         for m, ms in enumerate(multisets):
-            rows = m_idx == m
-            self.weights[ms] = (t_idx[rows], beta[rows])
+            self.weights[ms] = (t_idx[starts[m] : starts[m + 1]], beta[starts[m] : starts[m + 1]])
         self.law = np.bincount(t_idx, weights=probs[m_idx] * beta, minlength=vocab)
 
     def distribution(self, children: np.ndarray):
