@@ -59,6 +59,11 @@ KEYS = {
 }
 """Each engine's required keys (``method``, ``name`` and ``modes`` are optional everywhere)."""
 OPTIONAL = ("method", "name", "modes")
+VLLM_CHAIN_METHODS = ("eagle", "eagle3", "draft_model", "mtp")
+"""vLLM ``method`` values whose proposer drafts the argmax chain of an autoregressive drafter (the
+lab's ``EAGLE2(k, k - 1, 1)``; any ``*_mtp`` name too: vllm-project/vllm ``vllm/config/speculative.py``
+``EagleModelTypes``).  ``ngram``, ``suffix``, ``medusa``, ``mlp_speculator``, ``dflash`` draft otherwise
+and are refused, not relabelled."""
 SAMPLED = ("sequoia",)
 """Engines whose trees are sampled (valued by the mean of exact values over drawn trees)."""
 
@@ -146,6 +151,12 @@ def make_config(entry: dict, where: str = "config") -> EngineConfig:
     for key in ("name", "method"):
         if not isinstance(entry.get(key, ""), str):
             raise ValueError(f"{where}: {key} must be a string, got {entry[key]!r}")
+    method = entry.get("method", "")
+    if engine == "vllm" and method and method not in VLLM_CHAIN_METHODS and not method.endswith("_mtp"):
+        raise ValueError(
+            f"{where}: method {method!r} does not draft an autoregressive argmax chain, the only vLLM drafter the "
+            f"sweep models (methods: {', '.join(VLLM_CHAIN_METHODS)}, *_mtp)"
+        )
     settings = {k: entry[k] for k in KEYS[engine]}
     try:
         lab = lab_builder(engine, settings)

@@ -73,6 +73,9 @@ def test_rows_equal_the_core_exact_values(tmp_path):
         (json.dumps([{"engine": "vllm", "num_speculative_tokens": 0}]), "num_speculative_tokens: must be an integer >= 1"),
         (json.dumps([{"engine": "eagle", "total_token": 1, "depth": 7, "top_k": 10}]), "total_token: counts the root"),
         (json.dumps({"configs": [{"engine": "sequoia", "budget": 8, "modes": ["lossy"]}]}), "modes must be"),
+        # a vLLM proposer that is no argmax chain must not be valued as one under its name
+        (json.dumps([{"engine": "vllm", "num_speculative_tokens": 3, "method": "ngram"}]), "method 'ngram' does not draft"),
+        (json.dumps([{"engine": "vllm", "num_speculative_tokens": 3, "method": "medusa"}]), "method 'medusa' does not draft"),
     ],
 )
 def test_bad_configuration_files_exit_2_with_one_line(tmp_path, capsys, content, message):
@@ -168,3 +171,10 @@ def test_value_root_is_the_core_exact_value():
         exact = expected_block_efficiency(root.pair, root.context, builder, row["verifier"], method="exact").mean
         assert row["E"] == pytest.approx(exact, abs=1e-12) and row["_plain"].accept_length == pytest.approx(exact, abs=1e-12)
     assert {r["mode"] for r in rows} == {"exact_match", "one_hot"}
+
+
+def test_vllm_chain_methods_are_accepted():
+    from analyses._engine_configs import make_config
+
+    for method in ("eagle", "eagle3", "draft_model", "deepseek_mtp", ""):
+        assert make_config({"engine": "vllm", "num_speculative_tokens": 3, "method": method}).method == method
