@@ -180,6 +180,10 @@ def parse_args(argv):
             (0 < config.block_ratio < math.inf, f"--block-ratio: must be a finite number > 0, got {config.block_ratio}"),
             (0 <= config.rank_noise <= 1, f"--rank-noise: must lie in [0, 1], got {config.rank_noise}"),
             (not config.fill or bool(config.capture), "--fill: fills the nodes a capture lacks; it needs --capture"),
+            (
+                config.drafters is None or config.backend == "hf",
+                "--drafters: trained block drafters run on the live models; it needs --backend hf",
+            ),
         ],
     )
     return config, parser, configs

@@ -92,6 +92,7 @@ def test_missing_configuration_file_and_grid_flags_beside_it(tmp_path, capsys):
         (["--config", str(tmp_path / "none.json")], "cannot read"),
         (["--config", write_config(tmp_path, CONFIGS), "--chain-lengths", "3"], "--chain-lengths: --config lists"),
         (["--eagle-total-tokens", "1"], "--eagle-total-tokens: every value must be >= 2"),
+        (["--drafters", str(tmp_path)], "--drafters: trained block drafters run on the live models"),  # not ignored
     ):
         with pytest.raises(SystemExit) as exit:
             sweep.main([*argv, "--out", str(tmp_path / "o"), *FLAGS])
