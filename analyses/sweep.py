@@ -397,6 +397,10 @@ def _main(argv) -> int:
     from simlab.latency import ForwardTime
 
     config, parser, configs = parse_args(sys.argv[1:] if argv is None else argv)
+    unrunnable = [{"config": c.label, "setting": "all", "mode": "all", "reason": c.unrunnable} for c in configs if c.unrunnable]
+    configs = [c for c in configs if not c.unrunnable]
+    if not configs:
+        fail(PROG, f"--eagle-total-tokens: no configuration the engines can run: {unrunnable[0]['reason']}")
     depth = max(c.lab.get("depth", 8) + 1 for c in configs)
     source, settings = make_source(
         PROG, parser, config, grid=False, depth=depth, quiet=config.quiet, study_honours={"capture": {"device"}}
@@ -412,7 +416,7 @@ def _main(argv) -> int:
     named = {n for n, _ in latency.drafters}
     if "small" not in named:
         latency = latency.with_drafter("small", ForwardTime.constant(config.small_ratio * latency.target(0, 1)))
-    not_run, block_drafter = [], None
+    not_run, block_drafter = unrunnable, None
     if any(c.engine == "specblock" for c in configs) and capture:
         reason = "SpecBlock's block drafter runs on the live models (a capture stores no drafter); run it on --backend hf"
         not_run.append({"config": "specblock", "setting": "all", "mode": "all", "reason": reason})

@@ -76,6 +76,8 @@ def test_rows_equal_the_core_exact_values(tmp_path):
         # a vLLM proposer that is no argmax chain must not be valued as one under its name
         (json.dumps([{"engine": "vllm", "num_speculative_tokens": 3, "method": "ngram"}]), "method 'ngram' does not draft"),
         (json.dumps([{"engine": "vllm", "num_speculative_tokens": 3, "method": "medusa"}]), "method 'medusa' does not draft"),
+        # EAGLE's torch.topk cannot keep 59 of 1 + 3 * 1 candidates: not a tree of 4 labelled total_token=60
+        (json.dumps([{"engine": "eagle", "total_token": 60, "depth": 3, "top_k": 1}]), "exceeds EAGLE's top_k + depth"),
     ],
 )
 def test_bad_configuration_files_exit_2_with_one_line(tmp_path, capsys, content, message):
@@ -179,3 +181,17 @@ def test_vllm_chain_methods_are_accepted():
 
     for method in ("eagle", "eagle3", "draft_model", "deepseek_mtp", ""):
         assert make_config({"engine": "vllm", "num_speculative_tokens": 3, "method": method}).method == method
+
+
+def test_grid_points_eagle_cannot_build_are_listed_not_valued():
+    """The grid keeps an EAGLE point whose total_token - 1 exceeds its k + depth k^2 candidates
+    only as a ``not_run`` row; the points it can build are valued (their trees have budget tokens)."""
+    from analyses._engine_configs import grid_configs
+
+    configs = grid_configs(((8, 60), (3,), (1, 4)), (), (), (), (), ("one_hot",))
+    assert {c.label: bool(c.unrunnable) for c in configs} == {
+        "eagle total_token=8 depth=3 top_k=1": True,  # 7 > 1 + 3
+        "eagle total_token=8 depth=3 top_k=4": False,
+        "eagle total_token=60 depth=3 top_k=1": True,
+        "eagle total_token=60 depth=3 top_k=4": True,  # 59 > 4 + 48
+    }
