@@ -219,6 +219,7 @@ def test_refusals():
         ({"budget": 64}, "budget"),
         ({"choices": ((0,), (0, 1))}, "choices"),
         ({"choices": ()}, "choices"),
+        ({"choices": ((0,), (1.9,))}, "choices"),  # a float rank, not truncated to 1
     ):
         with pytest.raises(ValueError, match=f"^{name}: "):
             Medusa(**options)
