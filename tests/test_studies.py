@@ -240,3 +240,8 @@ def test_main_job_engine_metrics_flag(small_run, tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit) as exc:
         divergence_by_depth.main(flags + ["--engine-metrics", "bogus", "--out", str(tmp_path / "c")])
     assert exc.value.code == 2 and "--engine-metrics" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # a declared-lossy verifier: refused, under the flag's name
+        divergence_by_depth.main(flags + ["--engine-metrics", "typical", "--out", str(tmp_path / "d")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "error: --engine-metrics: typical is not lossless" in err and len(err.splitlines()) == 1
+    assert not any((tmp_path / "d").glob("*"))  # nothing written (the folder is made before the roots run)
