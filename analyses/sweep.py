@@ -398,6 +398,7 @@ def _main(argv) -> int:
 
     config, parser, configs = parse_args(sys.argv[1:] if argv is None else argv)
     unrunnable = [{"config": c.label, "setting": "all", "mode": "all", "reason": c.unrunnable} for c in configs if c.unrunnable]
+    seed_index = {c.label: i for i, c in enumerate(configs)}  # a sampled tree's seed: its place in the full list
     configs = [c for c in configs if not c.unrunnable]
     if not configs:
         fail(PROG, f"--eagle-total-tokens: no configuration the engines can run: {unrunnable[0]['reason']}")
@@ -454,11 +455,13 @@ def _main(argv) -> int:
                 for root in rs:
                     table = NodeTable(root.pair, root.context)
                     tables = (table, drafting_table(table, config.draft_law))
-                    for index, c in enumerate(configs):
+                    for c in configs:
                         builder = made.get(c, root, setting)
                         if builder is None:
                             continue
-                        got, missing = value_root(c, builder, root, setting, index, config, latency, capture, tables)
+                        got, missing = value_root(
+                            c, builder, root, setting, seed_index[c.label], config, latency, capture, tables
+                        )
                         rows += got
                         not_run += [
                             {"config": c.label, "setting": setting.name, "mode": m, "reason": why} for m, why in missing.items()
