@@ -59,6 +59,11 @@ KEYS = {
 }
 """Each engine's required keys (``method``, ``name`` and ``modes`` are optional everywhere)."""
 OPTIONAL = ("method", "name", "modes")
+VLLM_CHAIN_METHODS = ("eagle", "eagle3", "draft_model", "mtp")
+"""vLLM ``method`` values whose proposer drafts the argmax chain of an autoregressive drafter (the
+lab's ``EAGLE2(k, k - 1, 1)``; any ``*_mtp`` name too: vllm-project/vllm ``vllm/config/speculative.py``
+``EagleModelTypes``).  ``ngram``, ``suffix``, ``medusa``, ``mlp_speculator``, ``dflash`` draft otherwise
+and are refused, not relabelled."""
 SAMPLED = ("sequoia",)
 """Engines whose trees are sampled (valued by the mean of exact values over drawn trees)."""
 
@@ -74,6 +79,9 @@ class EngineConfig:
     name: str = ""
     method: str = ""
     lab: dict = field(default_factory=dict, compare=False)
+    unrunnable: str = field(default="", compare=False)
+    """Why the engine itself cannot run this setting ("" when it can): a grid point kept for
+    ``not_run`` (``grid_configs``); a configuration file's entry is refused instead."""
 
     @property
     def label(self) -> str:
@@ -122,12 +130,31 @@ def lab_builder(engine: str, s: dict) -> dict:
     return {"kind": engine, "budget": s["budget"]}
 
 
-def make_config(entry: dict, where: str = "config") -> EngineConfig:
+def eagle_limit(lab: dict) -> str:
+    """Why EAGLE's ``topK_genrate`` cannot build the tree ("" when it can): it keeps the
+    ``total_token - 1`` best of its top_k + depth top_k^2 candidates with ``torch.topk``, which
+    raises when asked for more (SafeAILab/EAGLE@cb7e084 ``eagle/model/cnets.py::topK_genrate``)."""
+    if lab.get("kind") != "eagle2":
+        return ""
+    candidates = lab["top_k"] + lab["depth"] * lab["top_k"] ** 2
+    if lab["budget"] <= candidates:
+        return ""
+    return (
+        f"total_token - 1 = {lab['budget']} draft tokens exceeds EAGLE's top_k + depth top_k^2 = {candidates} "
+        "candidates (its torch.topk fails)"
+    )
+
+
+def make_config(entry: dict, where: str = "config", strict: bool = True) -> EngineConfig:
     """One ``EngineConfig`` from a dict written as the engine writes it (``{"engine": "eagle",
     "total_token": 60, "depth": 7, "top_k": 10}``).
 
+    ``strict``: refuse a setting the engine cannot run (``eagle_limit``); else keep it, its
+    reason in ``unrunnable``.
+
     Raises:
-        ValueError: ``<where>: ...`` for an unknown engine, a missing or unknown key, a bad value or mode.
+        ValueError: ``<where>: ...`` for an unknown engine, a missing or unknown key, a bad value or
+            mode, or (``strict``) a setting the engine cannot run.
     """
     if not isinstance(entry, dict):
         raise ValueError(f"{where}: must be an object with an 'engine' key, got {entry!r}")
@@ -146,12 +173,21 @@ def make_config(entry: dict, where: str = "config") -> EngineConfig:
     for key in ("name", "method"):
         if not isinstance(entry.get(key, ""), str):
             raise ValueError(f"{where}: {key} must be a string, got {entry[key]!r}")
+    method = entry.get("method", "")
+    if engine == "vllm" and method and method not in VLLM_CHAIN_METHODS and not method.endswith("_mtp"):
+        raise ValueError(
+            f"{where}: method {method!r} does not draft an autoregressive argmax chain, the only vLLM drafter the "
+            f"sweep models (methods: {', '.join(VLLM_CHAIN_METHODS)}, *_mtp)"
+        )
     settings = {k: entry[k] for k in KEYS[engine]}
     try:
         lab = lab_builder(engine, settings)
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
-    return EngineConfig(engine, tuple(settings.items()), tuple(modes), entry.get("name", ""), entry.get("method", ""), lab)
+    why = eagle_limit(lab) if engine == "eagle" else ""
+    if why and strict:
+        raise ValueError(f"{where}: {why}")
+    return EngineConfig(engine, tuple(settings.items()), tuple(modes), entry.get("name", ""), entry.get("method", ""), lab, why)
 
 
 def read_configs(path) -> list[EngineConfig]:
@@ -178,7 +214,9 @@ def read_configs(path) -> list[EngineConfig]:
 
 def grid_configs(eagle: tuple, chains: tuple, sequoia: tuple, treegraft: tuple, specblock: tuple, modes) -> list[EngineConfig]:
     """The default sweep: EAGLE's (total_token, depth, top_k) grid (``eagle``: three tuples),
-    vLLM chains of each length in ``chains``, and the other builders at their budgets."""
+    vLLM chains of each length in ``chains``, and the other builders at their budgets; an EAGLE
+    point the engine cannot build is kept with its ``unrunnable`` reason (the sweep lists it in
+    ``not_run``)."""
     entries = [
         {"engine": "eagle", "total_token": t, "depth": d, "top_k": k} for t in eagle[0] for d in eagle[1] for k in eagle[2]
     ]
@@ -188,4 +226,4 @@ def grid_configs(eagle: tuple, chains: tuple, sequoia: tuple, treegraft: tuple, 
         for name, budgets in zip(SAMPLED + ("treegraft", "specblock"), (sequoia, treegraft, specblock))
         for b in budgets
     ]
-    return [make_config({**e, "modes": list(modes)}) for e in entries]
+    return [make_config({**e, "modes": list(modes)}, strict=False) for e in entries]

@@ -346,7 +346,8 @@ def _main(argv) -> int:
             out = study_out(PROG, config, source.slug())
         nodes, metrics = measure(config, source, setting)
     except ValueError as exc:
-        fail_from(PROG, exc, parser, {"prompts": "--prompts", "capture": "--capture"})
+        # a verifier refused on the trees is one of --engine-metrics (the study's only verifiers)
+        fail_from(PROG, exc, parser, {"prompts": "--prompts", "capture": "--capture", "verifier": "--engine-metrics"})
     table = aggregate(nodes, config.k)
     described = f"{source.describe()}, {setting.name}, {source.count(setting)} roots"
     div_chart, acc_chart = charts(table, config.k, f"source: {described}; trees: {_trees(config, source)}")

@@ -80,7 +80,10 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     parser.add_argument("--depth", type=int, default=d.depth, help="DDTree's positions (the parallel drafter's block), 1..64")
     add_output_flags(parser, PROG)
     args = parser.parse_args(argv)
-    budgets = int_list(args.budgets, "--budgets", minimum=1)
+    try:
+        budgets = int_list(args.budgets, "--budgets", minimum=1)
+    except ValueError as exc:
+        fail_from(PROG, exc)
     config = study_config(Config, args)
     check_flags(
         PROG,

@@ -180,6 +180,10 @@ def parse_args(argv):
             (0 < config.block_ratio < math.inf, f"--block-ratio: must be a finite number > 0, got {config.block_ratio}"),
             (0 <= config.rank_noise <= 1, f"--rank-noise: must lie in [0, 1], got {config.rank_noise}"),
             (not config.fill or bool(config.capture), "--fill: fills the nodes a capture lacks; it needs --capture"),
+            (
+                config.drafters is None or config.backend == "hf",
+                "--drafters: trained block drafters run on the live models; it needs --backend hf",
+            ),
         ],
     )
     return config, parser, configs
@@ -393,6 +397,11 @@ def _main(argv) -> int:
     from simlab.latency import ForwardTime
 
     config, parser, configs = parse_args(sys.argv[1:] if argv is None else argv)
+    unrunnable = [{"config": c.label, "setting": "all", "mode": "all", "reason": c.unrunnable} for c in configs if c.unrunnable]
+    seed_index = {c.label: i for i, c in enumerate(configs)}  # a sampled tree's seed: its place in the full list
+    configs = [c for c in configs if not c.unrunnable]
+    if not configs:
+        fail(PROG, f"--eagle-total-tokens: no configuration the engines can run: {unrunnable[0]['reason']}")
     depth = max(c.lab.get("depth", 8) + 1 for c in configs)
     source, settings = make_source(
         PROG, parser, config, grid=False, depth=depth, quiet=config.quiet, study_honours={"capture": {"device"}}
@@ -408,7 +417,7 @@ def _main(argv) -> int:
     named = {n for n, _ in latency.drafters}
     if "small" not in named:
         latency = latency.with_drafter("small", ForwardTime.constant(config.small_ratio * latency.target(0, 1)))
-    not_run, block_drafter = [], None
+    not_run, block_drafter = unrunnable, None
     if any(c.engine == "specblock" for c in configs) and capture:
         reason = "SpecBlock's block drafter runs on the live models (a capture stores no drafter); run it on --backend hf"
         not_run.append({"config": "specblock", "setting": "all", "mode": "all", "reason": reason})
@@ -446,11 +455,13 @@ def _main(argv) -> int:
                 for root in rs:
                     table = NodeTable(root.pair, root.context)
                     tables = (table, drafting_table(table, config.draft_law))
-                    for index, c in enumerate(configs):
+                    for c in configs:
                         builder = made.get(c, root, setting)
                         if builder is None:
                             continue
-                        got, missing = value_root(c, builder, root, setting, index, config, latency, capture, tables)
+                        got, missing = value_root(
+                            c, builder, root, setting, seed_index[c.label], config, latency, capture, tables
+                        )
                         rows += got
                         not_run += [
                             {"config": c.label, "setting": setting.name, "mode": m, "reason": why} for m, why in missing.items()

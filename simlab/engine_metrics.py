@@ -150,7 +150,8 @@ def aggregate(metrics: Sequence[EngineMetrics]) -> EngineMetrics:
     (vLLM: counters over drafts); ``conditional`` is the ratio of the mean counters (the papers'
     rate over the data); ``chain`` is SpecForge's from the per-position rates averaged over the
     steps where the position is reached (its accuracies are averaged over the data first; a tree
-    that ends before position d while its last position is reached counts rate 0 there).
+    that ends at depth D with position D reached counts rate 0 at position D + 1, and no rate at
+    positions beyond, which it never reaches).
 
     Raises:
         ValueError: ``metrics: ...`` when empty or mixing EOS truncation with none.
@@ -165,11 +166,10 @@ def aggregate(metrics: Sequence[EngineMetrics]) -> EngineMetrics:
         return np.concatenate([a, np.full(depth - a.size, fill)])
 
     unconditional = np.mean([pad(m.unconditional, 0.0) for m in metrics], axis=0)
-    # a step whose tree ends before position d: rate 0 there if its last position was reached (the
-    # draft could not go on), undefined (NaN) if not
-    rates = np.array(
-        [pad(m.conditional, 0.0 if m.unconditional.size == 0 or m.unconditional[-1] > 0 else np.nan) for m in metrics]
-    )
+    # a step whose tree ends before position d: its rate there is P(tau >= d | tau >= d - 1) of its
+    # padded counters, 0 at the first position past the tree when the tree's last one is reached (the
+    # draft could not go on), undefined (NaN) past that, where position d - 1 is never reached
+    rates = np.array([conditional_rates(pad(m.unconditional, 0.0)) for m in metrics])
     reached = ~np.isnan(rates)
     with np.errstate(invalid="ignore"):
         mean_rates = np.where(reached.any(0), np.nansum(rates, 0) / np.maximum(reached.sum(0), 1), np.nan)

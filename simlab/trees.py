@@ -442,14 +442,34 @@ def check_child(path: Path, t, vocab: int | None) -> None:
         raise ValueError(f"tree: node {path} has child {t!r}, not a token id in [0, {vocab})")
 
 
+def rank_paths(spec) -> tuple[tuple[int, ...], ...]:
+    """A static tree's nodes in tuple notation as int tuples, each rank checked to be an integer
+    (a Python or numpy int, not a bool or a float: 1.9 is no rank, and would truncate to 1).
+
+    Raises:
+        ValueError: ``spec: ...`` for a node that is not a sequence or a rank that is not an integer.
+    """
+    out = []
+    for node in spec:
+        try:
+            ranks = tuple(node)
+        except TypeError:
+            raise ValueError(f"spec: node {node!r} is not a sequence of ranks") from None
+        bad = [r for r in ranks if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, np.integer))]
+        if bad:
+            raise ValueError(f"spec: node {node!r} has rank {bad[0]!r}, not an integer")
+        out.append(tuple(int(r) for r in ranks))
+    return tuple(out)
+
+
 def parse_tuples(spec: Sequence[Sequence[int]]) -> dict[tuple[int, ...], int]:
     """Validate a static tree in tuple notation; return rank path -> number of children.
 
     Raises:
-        ValueError: a node whose parent is missing, a negative rank, duplicate nodes, or
-            ranks of siblings that are not 0..n-1.
+        ValueError: a node whose parent is missing, a rank that is not an integer
+            (``rank_paths``) or is negative, duplicate nodes, or ranks of siblings that are not 0..n-1.
     """
-    nodes = [tuple(int(r) for r in node) for node in spec]
+    nodes = list(rank_paths(spec))
     if len(set(nodes)) != len(nodes):
         raise ValueError("spec: a node appears twice")
     present = set(nodes) | {()}

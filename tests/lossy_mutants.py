@@ -104,6 +104,14 @@ class TypicalFirstLongest(TypicalAcceptance):
 
 
 @dataclass(frozen=True)
+class TypicalTiesToLowestCandidate(TypicalAcceptance):
+    """A likelihood tie to the lowest (length, ranks) candidate: Medusa's choices in sorted order,
+    not the reversed order ``retrieve_indices`` lists them in."""
+
+    first_candidate = min
+
+
+@dataclass(frozen=True)
 class TypicalExactEntropy(TypicalAcceptance):
     """The threshold from the exact entropy, without the official 1e-5 offset."""
 
@@ -132,6 +140,9 @@ NODE_MUTANTS = {
 }
 TREE_MUTANTS = {
     "typical: likelihood tie-break dropped": TypicalFirstLongest(posterior_threshold=0.05, posterior_alpha=0.2, allow_lossy=True),
+    "typical: ties to the lowest candidate": TypicalTiesToLowestCandidate(
+        posterior_threshold=0.3, posterior_alpha=1.0, allow_lossy=True
+    ),
     "typical: entropy without the 1e-5 offset": TypicalExactEntropy(
         posterior_threshold=1.0, posterior_alpha=0.99999, allow_lossy=True
     ),

@@ -67,6 +67,10 @@ def test_chain_metric_and_aggregate():
     c = path_metrics({(): 0.5, (3,): 0.5}, 1)  # a one-token tree: position 2 reached, no draft there (rate 0)
     assert aggregate([c, b]).chain == pytest.approx(0.75 + 0.75 * 0.5)
     assert aggregate([path_metrics({(): 1.0}, 1), b]).chain == pytest.approx(0.5 + 0.5 * 1.0)
+    # a one-token tree, always accepted, beside a three-token one: position 2 is reached (rate 0,
+    # the draft ends), position 3 is not (no rate: averaged over the roots that reach it)
+    d = path_metrics({(3, 4, 5): 1.0}, 3)
+    assert aggregate([path_metrics({(3,): 1.0}, 1), d]).chain == pytest.approx(1.0 + 1.0 * 0.5 + 1.0 * 0.5 * 1.0)
     assert a.conditional[1] == 0.0 and np.isnan(path_metrics({(): 1.0}, 2).conditional[1])
     with pytest.raises(ValueError, match="masses"):
         path_metrics({(): 0.5}, 1)

@@ -169,13 +169,16 @@ def test_sglang_refusals():
 # -- Medusa's typical acceptance -------------------------------------------------------------------
 def medusa_reference(tree, epsilon, alpha):
     """``evaluate_posterior`` (typical, fast) transcribed: the candidates are the root-to-leaf
-    paths sorted by length, then by their children's ranks (``generate_medusa_buffers``); returns
-    the accepted path."""
+    paths in ``retrieve_indices`` order, ``generate_medusa_buffers`` walking the choices sorted by
+    (length, ranks) from the end, so in decreasing (length, ranks); the first best one wins
+    (``torch.argmax``); returns the accepted path."""
     rank = {(): ()}
     for path in tree.nodes():
         for r, t in enumerate(dict.fromkeys(tree.child_list(path))):
             rank[path + (t,)] = rank[path] + (r,)
-    leaves = sorted((path for path in tree.nodes() if not tree.child_list(path)), key=lambda leaf: (len(leaf), rank[leaf]))
+    leaves = sorted(
+        (path for path in tree.nodes() if not tree.child_list(path)), key=lambda leaf: (len(leaf), rank[leaf]), reverse=True
+    )
     best_length, best_likelihood, best = 0, -math.inf, ()
     for leaf in leaves:
         length, likelihood = 0, 0.0
@@ -213,6 +216,17 @@ def test_typical_path_equals_evaluate_posterior(world, epsilon, alpha):
         law = v.outcome_law(tree)
         p = tree.table.p(path)
         assert list(law) == [path] and law[path][int(np.argmax(p))] == 1.0
+
+
+def test_typical_likelihood_tie_goes_to_medusas_first_candidate():
+    """p = (.5, .5): both children of the root pass with the same likelihood.  Medusa's candidates
+    run in decreasing (length, ranks) (``sorted_medusa_choices[-i-1]``), so ``torch.argmax`` takes
+    the leaf of the highest rank: (1,) on the one-level tree, (1, 0) on TOP2 (the tie at depth 2)."""
+    table = NodeTable(OFFSET_WORLD, ())
+    v = tree_verifiers.get("typical", allow_lossy=True, posterior_threshold=0.3, posterior_alpha=1.0)
+    one_level = next(iter(Static([(0,), (1,)], "topk").enumerate(table)))[0]
+    assert v.accepted_path(one_level) == (1,)
+    assert v.accepted_path(next(iter(TOP2.enumerate(table)))[0]) == (1, 0)
 
 
 def test_typical_is_exact_on_a_greedy_target():

@@ -117,3 +117,43 @@ def test_real_vocabulary_law_and_acceptance(k):
     law = plan.output_distribution(x)
     assert law.min() >= 0.0 and abs(law.sum() - 1.0) <= 1e-12
     np.testing.assert_array_equal(plan.children_mass(x), law[x])
+
+
+def test_tiny_draft_masses_give_a_finite_lossless_plan():
+    """q masses of 1e-51..1e-107 with k = 4: the Newton start of the passed mass (prefix / slope,
+    the slope ~ q) overflowed the powers, and mu, the law and the excess came out NaN; the start is
+    now bounded by the mass walked before the token.  The plan is finite and exact (1e-12)."""
+    p = np.array([0.5, 0.25, 0.0, 0.25])
+    q = np.array([1.0, 8.891631235112405e-51, 1.6659909496157956e-81, 3.687001046550036e-107])
+    q = q / q.sum()
+    plan, _ = exact_check(p, q, 4)
+    assert np.isfinite(plan.mu).all() and np.isfinite(plan.excess)
+
+
+def test_low_temperature_real_vocabulary_is_finite():
+    """V = 32,000 logits at T = 0.2 with k = 8 (draft masses down to 1e-37): the walk's law was NaN."""
+    rng = np.random.default_rng(7)
+    z = 2.0 * rng.normal(size=32_000)
+    zq = z + 0.7 * rng.normal(size=z.size)
+    p, q = np.exp((z - z.max()) / 0.2), np.exp((zq - zq.max()) / 0.2)
+    p, q = p / p.sum(), q / q.sum()
+    plan = WALK.prepare(p, q, 8)
+    assert np.isfinite(plan.mu).all() and abs(plan.mu.sum() - 1.0) <= 1e-12
+    assert plan.value <= optimal_acceptance(p, q, 8) + 1e-12
+    np.testing.assert_allclose(plan.mu * plan.accept + (1 - plan.value) * plan.correction, p, atol=1e-15, rtol=0)
+
+
+def test_a_row_whose_selection_underflowed_still_has_a_law():
+    """p = (1, 0), q(1) = 1e-176, k = 4: the children (1, 1, 1, 1) have probability q(1)^4, 0 in
+    float64, and mu(1) underflows to 0 = p(1).  Their row was the zero vector and the sampler
+    emitted token 1 (p = 0); now the rejection draws from the correction (p itself when the residual
+    underflows, ``residual``'s convention), and a selected token with mu = 0 < p is accepted."""
+    p, q = np.array([1.0, 0.0]), np.array([1.0, 8.92408389229593e-177])
+    plan, _ = exact_check(p, q, 4)
+    x = np.array([1, 1, 1, 1])
+    np.testing.assert_array_equal(plan.output_distribution(x), [1.0, 0.0])
+    rng = np.random.default_rng(0)
+    assert {plan.sample(x, rng) for _ in range(20)} == {0}
+    p, q = np.array([0.0, 1.0, 0.0]), np.array([7.072335581312517e-134, 1.0, 1.169537122245447e-235])
+    plan, _ = exact_check(p, q, 3)
+    assert plan.output_distribution(np.array([0, 2, 0]))[1] == 1.0

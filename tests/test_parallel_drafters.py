@@ -219,6 +219,7 @@ def test_refusals():
         ({"budget": 64}, "budget"),
         ({"choices": ((0,), (0, 1))}, "choices"),
         ({"choices": ()}, "choices"),
+        ({"choices": ((0,), (1.9,))}, "choices"),  # a float rank, not truncated to 1
     ):
         with pytest.raises(ValueError, match=f"^{name}: "):
             Medusa(**options)
@@ -296,12 +297,19 @@ def test_study_rows_equal_the_core_values(tmp_path):
 
 @pytest.mark.parametrize(
     "flags, message",
-    [(["--budgets", "64"], "--budgets: at most 63"), (["--world", "parallel"], "--world: "), (["--depth", "0"], "--depth: ")],
+    [
+        (["--budgets", "64"], "--budgets: at most 63"),
+        (["--budgets", "0"], "--budgets: every value must be >= 1"),
+        (["--budgets", "8,x"], "--budgets: expected comma-separated integers"),
+        (["--world", "parallel"], "--world: "),
+        (["--depth", "0"], "--depth: "),
+    ],
 )
 def test_study_refuses_bad_flags(flags, message, tmp_path, capsys):
     from analyses import parallel_drafters
 
     with pytest.raises(SystemExit) as exit_:
         parallel_drafters.main([*flags, "--out", str(tmp_path / "x")])
-    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "x").exists()

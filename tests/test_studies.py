@@ -200,14 +200,15 @@ def test_lossy_rules_study_small(tmp_path, capsys):
         (["--closeness", "2"], "closeness"),
     ],
 )
-def test_lossy_rules_bad_arguments_exit_2_with_one_line(flags, message, capsys):
+def test_lossy_rules_bad_arguments_exit_2_with_one_line(flags, message, capsys, tmp_path):
     from analyses import lossy_rules
 
     with pytest.raises(SystemExit) as exc:
-        lossy_rules.main(flags + ["--out", "/tmp/unused-simlab"])
+        lossy_rules.main(flags + ["--out", str(tmp_path / "out")])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert one_error_line(err) and message in err
+    assert not (tmp_path / "out").exists()  # nothing half-written
 
 
 def test_main_job_engine_metrics_flag(small_run, tmp_path, capsys, monkeypatch):
@@ -239,3 +240,8 @@ def test_main_job_engine_metrics_flag(small_run, tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit) as exc:
         divergence_by_depth.main(flags + ["--engine-metrics", "bogus", "--out", str(tmp_path / "c")])
     assert exc.value.code == 2 and "--engine-metrics" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # a declared-lossy verifier: refused, under the flag's name
+        divergence_by_depth.main(flags + ["--engine-metrics", "typical", "--out", str(tmp_path / "d")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "error: --engine-metrics: typical is not lossless" in err and len(err.splitlines()) == 1
+    assert not any((tmp_path / "d").glob("*"))  # nothing written (the folder is made before the roots run)

@@ -73,6 +73,11 @@ def test_rows_equal_the_core_exact_values(tmp_path):
         (json.dumps([{"engine": "vllm", "num_speculative_tokens": 0}]), "num_speculative_tokens: must be an integer >= 1"),
         (json.dumps([{"engine": "eagle", "total_token": 1, "depth": 7, "top_k": 10}]), "total_token: counts the root"),
         (json.dumps({"configs": [{"engine": "sequoia", "budget": 8, "modes": ["lossy"]}]}), "modes must be"),
+        # a vLLM proposer that is no argmax chain must not be valued as one under its name
+        (json.dumps([{"engine": "vllm", "num_speculative_tokens": 3, "method": "ngram"}]), "method 'ngram' does not draft"),
+        (json.dumps([{"engine": "vllm", "num_speculative_tokens": 3, "method": "medusa"}]), "method 'medusa' does not draft"),
+        # EAGLE's torch.topk cannot keep 59 of 1 + 3 * 1 candidates: not a tree of 4 labelled total_token=60
+        (json.dumps([{"engine": "eagle", "total_token": 60, "depth": 3, "top_k": 1}]), "exceeds EAGLE's top_k + depth"),
     ],
 )
 def test_bad_configuration_files_exit_2_with_one_line(tmp_path, capsys, content, message):
@@ -89,6 +94,7 @@ def test_missing_configuration_file_and_grid_flags_beside_it(tmp_path, capsys):
         (["--config", str(tmp_path / "none.json")], "cannot read"),
         (["--config", write_config(tmp_path, CONFIGS), "--chain-lengths", "3"], "--chain-lengths: --config lists"),
         (["--eagle-total-tokens", "1"], "--eagle-total-tokens: every value must be >= 2"),
+        (["--drafters", str(tmp_path)], "--drafters: trained block drafters run on the live models"),  # not ignored
     ):
         with pytest.raises(SystemExit) as exit:
             sweep.main([*argv, "--out", str(tmp_path / "o"), *FLAGS])
@@ -168,3 +174,24 @@ def test_value_root_is_the_core_exact_value():
         exact = expected_block_efficiency(root.pair, root.context, builder, row["verifier"], method="exact").mean
         assert row["E"] == pytest.approx(exact, abs=1e-12) and row["_plain"].accept_length == pytest.approx(exact, abs=1e-12)
     assert {r["mode"] for r in rows} == {"exact_match", "one_hot"}
+
+
+def test_vllm_chain_methods_are_accepted():
+    from analyses._engine_configs import make_config
+
+    for method in ("eagle", "eagle3", "draft_model", "deepseek_mtp", ""):
+        assert make_config({"engine": "vllm", "num_speculative_tokens": 3, "method": method}).method == method
+
+
+def test_grid_points_eagle_cannot_build_are_listed_not_valued():
+    """The grid keeps an EAGLE point whose total_token - 1 exceeds its k + depth k^2 candidates
+    only as a ``not_run`` row; the points it can build are valued (their trees have budget tokens)."""
+    from analyses._engine_configs import grid_configs
+
+    configs = grid_configs(((8, 60), (3,), (1, 4)), (), (), (), (), ("one_hot",))
+    assert {c.label: bool(c.unrunnable) for c in configs} == {
+        "eagle total_token=8 depth=3 top_k=1": True,  # 7 > 1 + 3
+        "eagle total_token=8 depth=3 top_k=4": False,
+        "eagle total_token=60 depth=3 top_k=1": True,
+        "eagle total_token=60 depth=3 top_k=4": True,  # 59 > 4 + 48
+    }

@@ -128,7 +128,16 @@ def test_tuple_notation_round_trip():
 
 
 @pytest.mark.parametrize(
-    "spec, message", [([(1,)], "ranks"), ([(0, 0)], "no parent"), ([(0,), (0,)], "twice"), ([()], "non-empty")]
+    "spec, message",
+    [
+        ([(1,)], "ranks"),
+        ([(0, 0)], "no parent"),
+        ([(0,), (0,)], "twice"),
+        ([()], "non-empty"),
+        ([(0,), (1.9,)], "rank 1.9, not an integer"),  # not truncated to (1,)
+        ([(0,), (True,)], "not an integer"),
+        ([3], "not a sequence"),
+    ],
 )
 def test_bad_tuple_notation(spec, message):
     with pytest.raises(ValueError, match=f"^spec: .*{message}"):

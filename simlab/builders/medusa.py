@@ -28,7 +28,7 @@ from typing import ClassVar
 from simlab.builders.parallel import parallel_tree, position_rows
 from simlab.checks import check_int
 from simlab.drafting import Drafting, top_tokens
-from simlab.trees import DraftTree, NodeTable, parse_tuples
+from simlab.trees import DraftTree, NodeTable, parse_tuples, rank_paths
 
 # fmt: off
 CHOICES: dict[str, tuple[tuple[int, ...], ...]] = {
@@ -78,9 +78,9 @@ class Medusa:
             paths = CHOICES[self.choices]
         else:
             try:
-                paths = tuple(tuple(int(r) for r in node) for node in self.choices)
-            except TypeError:
-                raise ValueError(f"choices: a name or a sequence of index paths, got {self.choices!r}") from None
+                paths = rank_paths(self.choices)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"choices: a name or a sequence of index paths, got {self.choices!r} ({exc})") from None
             object.__setattr__(self, "choices", paths)
         if not paths:
             raise ValueError("choices: a Medusa tree needs at least one path")

@@ -18,7 +18,7 @@ import numpy as np
 from simlab.builders.base import too_many
 from simlab.drafting import Drafting, child_tuples, draw_children, top_tokens
 from simlab.builders.cost import DraftCost
-from simlab.trees import DraftTree, NodeTable, Path, parse_tuples
+from simlab.trees import DraftTree, NodeTable, Path, parse_tuples, rank_paths
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Static:
         return cls([(0,), (1,), (0, 0)], "topk")
 
     def __post_init__(self):
-        object.__setattr__(self, "spec", tuple(tuple(int(r) for r in node) for node in self.spec))
+        object.__setattr__(self, "spec", rank_paths(self.spec))
         parse_tuples(self.spec)
         if self.children not in ("topk", "without_replacement"):
             raise ValueError(f"children: must be 'topk' or 'without_replacement', got {self.children!r}")

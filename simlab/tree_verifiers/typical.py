@@ -13,9 +13,12 @@ draft tree whose nodes carry the target p:
   paths, and a candidate's accepted length is the number of leading tokens that pass;
 * the **accepted path** is the longest accepted prefix over all candidates; among equally long
   ones, the one of largest likelihood sum log p_u(x) along it, and on an exact tie the first
-  candidate (``torch.argmax``) in Medusa's candidate order (leaves sorted by length, then by their
-  children's ranks: ``generate_medusa_buffers``).  A function of the tree and the target: no
-  randomness (the lab sums the likelihood in float64 where Medusa sums float32 logs);
+  candidate (``torch.argmax``) in Medusa's candidate order: ``generate_medusa_buffers`` sorts the
+  choices by ``(len(x), x)`` (x the children's ranks) and builds ``retrieve_indices`` walking that
+  list from its end (``sorted_medusa_choices[-i-1]``), so the candidates are the leaves in
+  decreasing (length, ranks) and a tie goes to the path through the deepest, highest-ranked leaf.
+  A function of the tree and the target: no randomness (the lab sums the likelihood in float64
+  where Medusa sums float32 logs);
 * the **next token** (correction or bonus, emitted after the accepted path) is the target's
   argmax at the accepted node (``generate_candidates`` with ``fast=True``: ties to the lowest id),
   ``next_token="argmax"``, the default.  ``next_token="target"`` draws it from p instead: the
@@ -33,7 +36,12 @@ its exact bias is ``simlab.efficiency.pairing_bias``.
 
 Official behaviours not modelled: Medusa's non-fast typical mode (a sampled match against a
 truncated p, which at e2a5d20 passes one argument too many to ``get_typical_posterior_mask`` and
-cannot run) and its nucleus mode.
+cannot run) and its nucleus mode; and the padding of candidates shorter than the deepest one
+(``pad_path`` with -2, then +1: index -1, i.e. the token 0 that ``generate_candidates`` appends and
+the logits of the tree's last node), which lets a short candidate go on with token 0 whenever
+p(0) passes the threshold at its leaf (token 0 is ``<unk>``, of negligible mass, in the Llama
+vocabularies Medusa ships for; in the lab's worlds it is an ordinary token, so the lab stops at
+the leaf).
 """
 
 from __future__ import annotations
@@ -61,20 +69,19 @@ def typical_threshold(p: np.ndarray, posterior_threshold: float, posterior_alpha
     return min(posterior_threshold, posterior_alpha * math.exp(-entropy))
 
 
-def _first_candidates(tree) -> dict:
+def _first_candidates(tree, first=max) -> dict:
     """Node path -> the sort key (length, ranks) of the first candidate through it in Medusa's
-    candidate order: the root-to-leaf paths sorted by length, then by their children's ranks
-    (``generate_medusa_buffers`` sorts the tree's choices by ``(len(x), x)``), a rank being a
-    child's place among its node's distinct children."""
+    candidate order, the root-to-leaf paths in decreasing (length, ranks) (module docstring), a
+    rank being a child's place among its node's distinct children: the largest key below it (``first``: the seam of a planted fault)."""
     ranks = {(): ()}
     for path in tree.nodes():  # parents first
         for rank, t in enumerate(dict.fromkeys(tree.child_list(path))):
             ranks[path + (t,)] = ranks[path] + (rank,)
-    first = {}
+    out = {}
     for path in reversed(tree.nodes()):  # children first
         kids = list(dict.fromkeys(tree.child_list(path)))
-        first[path] = min(first[path + (t,)] for t in kids) if kids else (len(path), ranks[path])
-    return first
+        out[path] = first(out[path + (t,)] for t in kids) if kids else (len(path), ranks[path])
+    return out
 
 
 def _check_nonnegative(value, name: str) -> None:
@@ -104,6 +111,7 @@ class TypicalAcceptance(TreeVerifier):
     posterior_threshold: float = 0.09
     posterior_alpha: float = 0.3
     next_token: str = "argmax"
+    first_candidate: ClassVar = max  # Medusa's first candidate has the largest key (a seam for the planted faults)
 
     def __post_init__(self):
         _check_nonnegative(self.posterior_threshold, "posterior_threshold")
@@ -130,7 +138,7 @@ class TypicalAcceptance(TreeVerifier):
 
     def accepted_path(self, tree) -> tuple[int, ...]:
         """The path the rule accepts on ``tree`` (deterministic): the deepest node reached through
-        passing children, then the largest likelihood, then the first in depth-first order.
+        passing children, then the largest likelihood, then the first in Medusa's candidate order.
 
         Raises:
             ValueError: a pairing it refuses (``check``).
@@ -153,8 +161,9 @@ class TypicalAcceptance(TreeVerifier):
         depth = max(len(path) for path, _ in reached)
         deepest = [(path, likelihood) for path, likelihood in reached if len(path) == depth]
         top = max(likelihood for _, likelihood in deepest)
-        first = _first_candidates(tree)
-        return min((first[path], path) for path, likelihood in deepest if likelihood == top)[1]
+        pick = type(self).first_candidate
+        first = _first_candidates(tree, pick)
+        return pick((first[path], path) for path, likelihood in deepest if likelihood == top)[1]
 
     def _next_law(self, p):
         if self.next_token == "argmax":

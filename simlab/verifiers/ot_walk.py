@@ -55,7 +55,7 @@ from functools import cached_property
 
 import numpy as np
 
-from simlab.distributions import positive_part, sample_categorical
+from simlab.distributions import positive_part, residual, sample_categorical
 from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw
 
 CERTIFY_TOL = 1e-10
@@ -90,20 +90,26 @@ def _newton(x: np.ndarray, residual, scale: np.ndarray, lo, hi) -> np.ndarray:
 
 
 def _passed_mass(prefix: np.ndarray, mass: np.ndarray, base: float, k: int) -> np.ndarray:
-    """u >= 0 with (u + top)^k - (u + base)^k = prefix, elementwise: Newton from above (the left side
-    is convex and increasing in u; u = 0 where top = base or k = 1)."""
+    """u in [0, top_n - top] with (u + top)^k - (u + base)^k = prefix, elementwise: Newton from
+    above (the left side is convex and increasing in u; u = 0 where top = base or k = 1).  The
+    passed mass is at most the q-mass walked before the token (top_n - top, top_n = base + the
+    game's mass): the bound keeps the start finite where the slope at 0 is tiny (a token of
+    q ~ 1e-50 with k = 8 would otherwise start Newton near 1e40 and overflow the powers); a target
+    outside the walk's reach clips there (the coin is then clipped and the plan uncertified)."""
     if k == 1:
         return np.zeros_like(mass)
     top = base + mass
     slope0 = k * _power_difference(top, np.full_like(top, base), k - 1, mass)
     start = np.maximum(prefix - _power_difference(top, np.full_like(top, base), k, mass), 0.0)
     u = np.divide(start, slope0, out=np.zeros_like(top), where=slope0 > 0)
+    walked = np.maximum(top[-1] - top, 0.0) if top.size else top
+    np.minimum(u, walked, out=u)
 
     def residual(x, idx):
         hi, lo, gap = x + top[idx], x + base, mass[idx]
         return _power_difference(hi, lo, k, gap) - prefix[idx], k * _power_difference(hi, lo, k - 1, gap)
 
-    return _newton(u, residual, top, 0.0, np.inf)
+    return _newton(u, residual, top, 0.0, walked)
 
 
 def _taken_mass(qs: np.ndarray, target: np.ndarray, u: np.ndarray, top: np.ndarray, base: float, k: int) -> np.ndarray:
@@ -209,7 +215,7 @@ class _WalkPlan(NodePlan):
         self.coin[order] = coins
         self.mu = np.zeros(p.size)
         self.mu[order] = mu
-        self.accept = np.zeros(p.size)
+        self.accept = (p > 0).astype(np.float64)  # min(1, p / mu): 1 where mu underflowed to 0 < p
         np.divide(p, self.mu, out=self.accept, where=self.mu > 0)
         np.minimum(self.accept, 1.0, out=self.accept)
         self.excess = float(positive_part(p - self.mu).sum())
@@ -224,9 +230,10 @@ class _WalkPlan(NodePlan):
 
     @cached_property
     def correction(self) -> np.ndarray:
-        """R = norm((p - mu)_+), float64 (V,) (zeros when mu = p: a rejection never happens)."""
-        diff = positive_part(self.p - self.mu)
-        return diff / self.excess if self.excess > 0.0 else diff
+        """R = norm((p - mu)_+), float64 (V,); p itself when that mass is 0 (``residual``'s
+        convention: a rejection then has probability 0 in exact arithmetic, and a row that reaches
+        it in floating point, a selected token whose mu underflowed to 0 = p, still gets a law)."""
+        return residual(self.p, self.mu)
 
     def _draws(self, children: np.ndarray) -> np.ndarray:
         """The game's children in walk order."""
@@ -258,7 +265,7 @@ class _WalkPlan(NodePlan):
         draws, sel = self._selection(children)
         acc = sel * self.accept[draws]
         reject = max(0.0, 1.0 - float(acc.sum()))
-        law = reject * self.correction if reject > 0.0 and self.excess > 0.0 else np.zeros_like(self.p)
+        law = reject * self.correction if reject > 0.0 else np.zeros_like(self.p)
         np.add.at(law, draws, acc)
         return law
 
@@ -269,7 +276,7 @@ class _WalkPlan(NodePlan):
             if accept_draw(rng, self.coin[token], 1.0):
                 chosen = token
                 break
-        if self.excess == 0.0 or accept_draw(rng, self.p[chosen], self.mu[chosen]):
+        if (self.excess == 0.0 and self.mu[chosen] > 0.0) or accept_draw(rng, self.p[chosen], self.mu[chosen]):
             return int(chosen)
         return sample_categorical(self.correction, rng)
 
