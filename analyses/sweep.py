@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import sys
+import zlib
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -260,6 +261,7 @@ class FilledPair:
 def value_root(c: engines.EngineConfig, builder, root, setting, index: int, config: Config, latency, capture: bool, tables=None):
     """Rows (one per mode) of configuration ``c`` at ``root``, and not-run reasons by mode.
 
+    ``index``: the seed stream of the configuration's sampled trees (the CRC-32 of its label).
     ``tables``: the root's (table, drafting table) shared by every configuration (each node's p
     and q fetched once per root); None: new ones."""
     if tables is None:
@@ -398,7 +400,8 @@ def _main(argv) -> int:
 
     config, parser, configs = parse_args(sys.argv[1:] if argv is None else argv)
     unrunnable = [{"config": c.label, "setting": "all", "mode": "all", "reason": c.unrunnable} for c in configs if c.unrunnable]
-    seed_index = {c.label: i for i, c in enumerate(configs)}  # a sampled tree's seed: its place in the full list
+    # a sampled tree's seed stream: its configuration's label, so a row does not depend on its neighbours
+    seed_index = {c.label: zlib.crc32(c.label.encode()) for c in configs}
     configs = [c for c in configs if not c.unrunnable]
     if not configs:
         fail(PROG, f"--eagle-total-tokens: no configuration the engines can run: {unrunnable[0]['reason']}")

@@ -195,3 +195,17 @@ def test_grid_points_eagle_cannot_build_are_listed_not_valued():
         "eagle total_token=60 depth=3 top_k=1": True,
         "eagle total_token=60 depth=3 top_k=4": True,  # 59 > 4 + 48
     }
+
+
+def test_a_sampled_configuration_does_not_depend_on_its_neighbours(tmp_path):
+    """A Sequoia row is the same whether or not other configurations come before it in the file:
+    its trees' seed stream is its label's (a planted fault, seeding by position, changes the row)."""
+    sequoia = {"engine": "sequoia", "budget": 8}
+    rows = []
+    for i, entries in enumerate(([sequoia], [CONFIGS[1], sequoia])):
+        out = tmp_path / f"out{i}"
+        argv = ["--config", write_config(tmp_path, entries), "--settings", "1", "--vocab", "8", "--out", str(out), *FLAGS]
+        assert sweep.main(argv) == 0
+        table = pl.read_parquet(out / "per_root.parquet").filter(pl.col("config") == "sequoia budget=8")
+        rows.append(table.sort("root", "mode").select("root", "mode", "E").rows())
+    assert rows[0] == rows[1] and len(rows[0]) > 0
