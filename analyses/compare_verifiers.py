@@ -88,6 +88,11 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
                 "--verifiers: rrs_wor needs siblings drafted without replacement; the grid draws i.i.d. branches",
             ),
             (args.baseline in verifiers, f"--baseline: {args.baseline!r} must be one of the --verifiers"),
+            (
+                not (lossy := [v for v in verifiers if not tree_verifiers.get(v).lossless_for]),
+                f"--verifiers: {', '.join(lossy)} declared lossy (lossless for no drafting law); the study compares"
+                " lossless rules (their price: python -m analyses.lossy_rules)",
+            ),
         ],
     )
     return study_config(Config, args, verifiers=verifiers), parser

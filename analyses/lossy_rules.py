@@ -171,6 +171,10 @@ def parse_args(argv) -> tuple[Config, argparse.Namespace, ToolParser]:
         fail(PROG, f"--vocab: must be in 2..6 (every law is enumerated), got {args.vocab}")
     if not 1 <= args.tokens <= 4:
         fail(PROG, f"--tokens: must be in 1..4, got {args.tokens}")
+    if not args.concentration > 0:
+        fail(PROG, f"--concentration: must be > 0, got {args.concentration}")
+    if not 0 <= args.closeness <= 1:
+        fail(PROG, f"--closeness: must be in [0, 1], got {args.closeness}")
     config = Config(
         args.vocab,
         args.seed,

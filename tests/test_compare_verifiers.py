@@ -353,6 +353,7 @@ def test_one_root_per_setting_runs(tmp_path, capsys):
         (["--settings", "1,1"], "names a setting twice"),
         (["--settings", "inf"], "--settings: temperature"),
         (["--verifiers", "rrs_wor,traversal"], "rrs_wor"),
+        (["--verifiers", "traversal,typical,sglang_threshold"], "--verifiers: typical, sglang_threshold declared lossy"),
     ],
 )
 def test_more_bad_arguments(flags, message, capsys, tmp_path):

@@ -303,6 +303,7 @@ def test_study_rows_equal_the_core_values(tmp_path):
         (["--budgets", "8,x"], "--budgets: expected comma-separated integers"),
         (["--world", "parallel"], "--world: "),
         (["--depth", "0"], "--depth: "),
+        (["--cost-ratio", "0.5"], "--cost-ratio: a latency profile (--latency) is this study's default ('specblock-a100'"),
     ],
 )
 def test_study_refuses_bad_flags(flags, message, tmp_path, capsys):

@@ -197,7 +197,8 @@ def test_lossy_rules_study_small(tmp_path, capsys):
         (["--accs", "1.5"], "--accs"),
         (["--epsilons", "x"], "--epsilons"),
         (["--tokens", "0"], "--tokens"),
-        (["--closeness", "2"], "closeness"),
+        (["--closeness", "2"], "--closeness: must be in [0, 1]"),
+        (["--concentration", "0"], "--concentration: must be > 0"),
     ],
 )
 def test_lossy_rules_bad_arguments_exit_2_with_one_line(flags, message, capsys, tmp_path):

@@ -390,7 +390,8 @@ def make_latency(prog: str, parser: ToolParser, config, source, largest_tree: in
     models); else the cost-ratio model with the defaults.  Exit 2 on conflicting or unusable flags."""
     given = parser.given
     if config.latency and "cost_ratio" in given:
-        fail(prog, "--cost-ratio: a latency profile (--latency) was given; use one of the two")
+        how = "was given" if "latency" in given else f"is this study's default ({config.latency!r}; pass --latency '' to drop it)"
+        fail(prog, f"--cost-ratio: a latency profile (--latency) {how}; use one of the two")
     try:
         if config.latency:
             if "per_token" in given:
