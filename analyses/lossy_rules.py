@@ -165,7 +165,7 @@ def parse_args(argv) -> tuple[Config, argparse.Namespace, ToolParser]:
     parser.add_argument("--alphas", default=d.alphas, help="typical acceptance: posterior_alpha values")
     parser.add_argument("--singles", default=d.singles, help="SGLang: threshold_single values in [0, 1]")
     parser.add_argument("--accs", default=d.accs, help="SGLang: threshold_acc values in [0, 1]")
-    add_output_flags(parser, PROG)
+    add_output_flags(parser, PROG, "markov-V<vocab>-seed<seed>")
     args = parser.parse_args(argv)
     if not 2 <= args.vocab <= 6:
         fail(PROG, f"--vocab: must be in 2..6 (every law is enumerated), got {args.vocab}")

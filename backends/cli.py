@@ -81,11 +81,12 @@ class ToolParser(argparse.ArgumentParser):
         return dest
 
 
-def add_output_flags(parser: "ToolParser", prog: str) -> None:
-    """``--out`` (default ``out/<study>/<source>``, the study named by ``prog``'s module) and
-    ``--quiet``: the flags every study ends with."""
+def add_output_flags(parser: "ToolParser", prog: str, folder: str = "<source>") -> None:
+    """``--out`` (default ``out/<study>/<folder>``, the study named by ``prog``'s module; ``folder``
+    as the help shows it: the source's name unless the study says otherwise) and ``--quiet``: the
+    flags every study ends with."""
     study = prog.rsplit(".", 1)[-1]
-    parser.add_argument("--out", default=None, help=f"output folder (default: out/{study}/<source>)")
+    parser.add_argument("--out", default=None, help=f"output folder (default: out/{study}/{folder})")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no table")
 
 
