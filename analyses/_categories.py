@@ -80,7 +80,9 @@ def stage_by_category(outputs, table: pl.DataFrame | None) -> None:
         outputs.stage("by_category.parquet", parquet_writer(table))
 
 
-def print_by_category(table: pl.DataFrame | None, columns: Sequence, title: str) -> None:
-    """Print ``table``'s ``category`` and ``columns`` (names or expressions), when it is not None."""
+def print_by_category(table: pl.DataFrame | None, columns: Sequence, title: str, where: pl.Expr | None = None) -> None:
+    """Print ``table``'s ``category`` and ``columns`` (names or expressions), on the rows ``where``
+    holds (all rows: None), when ``table`` is not None."""
     if table is not None:
-        print_table(table.select("category", *columns), f"{title}, by category (every row: by_category.parquet)")
+        shown = table.filter(where) if where is not None else table
+        print_table(shown.select("category", *columns), f"{title}, by category (every row: by_category.parquet)")

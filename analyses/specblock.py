@@ -536,6 +536,7 @@ def _main(argv) -> int:
             categories,
             ("setting", "verifier", "budget", "builder", "roots", "E", "accepted", "TPS", "vs_eagle2", "draft_share"),
             "Exact E[tau+1] and throughput (sum E / sum T)",
+            pl.col("verifier") == pl.col("setting").replace_strict(tree_verifiers.deterministic_rules(settings)),
         )
         if trace is not None:
             print_table(

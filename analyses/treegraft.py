@@ -483,6 +483,7 @@ def _main(argv) -> int:
                 "regret",
             ),
             "TreeGraft on the test roots: exact E[tau+1] and throughput",
+            pl.col("verifier") == pl.col("setting").replace_strict(tree_verifiers.deterministic_rules(settings)),
         )
         print_table(pl.DataFrame(facts), "Learned scheduler (g_psi, trained on the other trajectories' exact margins)")
         print(f"wrote {out}/treegraft.parquet, per_root.parquet, schedules.parquet, throughput.html/.png, schedules.html/.png")

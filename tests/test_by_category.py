@@ -9,6 +9,7 @@ patched ``SyntheticSource.roots``; the charts are stubbed (their rendering is te
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import polars as pl
@@ -240,3 +241,21 @@ def test_by_category_is_none_without_categories_and_refuses_nothing_else():
         [{"category": "a"}, {"category": None}, {"category": "a"}], lambda rows: pl.DataFrame({"n": [len(rows)]})
     )
     assert table.rows() == [("a", 2), ("(none)", 1), ("(all)", 3)]
+
+
+def test_a_categorised_prompt_file_on_the_micro_pair_reports_by_category(micro_pair_dir, tmp_path):
+    """End to end: the live source gives each root its prompt's category (no patching)."""
+    prompts = tmp_path / "prompts.jsonl"
+    lines = [("maths", "def add(a, b):\n    return a + b"), ("qa", "import os\nimport sys"), (None, "class Point:\n    x = 0")]
+    prompts.write_text("".join(json.dumps({"prompt": t} | ({"category": c} if c else {})) + "\n" for c, t in lines))
+    flags = ["--backend", "hf", "--target", str(micro_pair_dir / "target"), "--draft", str(micro_pair_dir / "draft")]
+    flags += ["--prompts", str(prompts), "--trajectories", "3", "--roots-per-trajectory", "1", "--spacing", "4"]
+    flags += ["--settings", "1", "--device", "cpu", "--budgets", "4", "--depth", "3"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(parallel_drafters, "chart_writer", lambda chart, fmt: lambda tmp: Path(tmp).write_bytes(b""))
+        assert parallel_drafters.main([*flags, "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    rows = pl.read_parquet(tmp_path / "out" / "per_root.parquet")
+    assert rows.select("trajectory", "category").unique().sort("trajectory").rows() == [(0, "maths"), (1, "qa"), (2, None)]
+    table = pl.read_parquet(tmp_path / "out" / "by_category.parquet")
+    for category, part in (("maths", rows.filter(pl.col("trajectory") == 0)), ("(none)", rows.filter(pl.col("trajectory") == 2))):
+        assert table.filter(pl.col("category") == category).drop("category").equals(parallel_drafters.summarise(part))
