@@ -18,6 +18,7 @@ from polars.testing import assert_frame_equal
 
 from analyses import _categories
 from analyses import (
+    block_efficiency_grid,
     compare_builders,
     compare_verifiers,
     ddte_audit,
@@ -259,3 +260,32 @@ def test_a_categorised_prompt_file_on_the_micro_pair_reports_by_category(micro_p
     table = pl.read_parquet(tmp_path / "out" / "by_category.parquet")
     for category, part in (("maths", rows.filter(pl.col("trajectory") == 0)), ("(none)", rows.filter(pl.col("trajectory") == 2))):
         assert table.filter(pl.col("category") == category).drop("category").equals(parallel_drafters.summarise(part))
+
+
+def test_the_grid_studys_category_rows_equal_a_run_on_that_categorys_roots_alone(tmp_path):
+    """block_efficiency_grid keeps no per-root file: its exact values depend on the root alone,
+    so a run on one category's roots (the others dropped from the source) is that category's row."""
+    flags = ["--vocab", "3", "--trajectories", "3", "--roots-per-trajectory", "2", "--K", "1,2", "--L1-max", "1"]
+    flags += ["--L2-max", "2", "--method", "exact", "--verifiers", "specinfer,bv", "--quiet"]
+
+    def run(out, keep):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(block_efficiency_grid, "chart_writer", lambda chart, fmt: lambda tmp: Path(tmp).write_bytes(b""))
+            plain = SyntheticSource.roots
+            roots = lambda self, s: (  # noqa: E731
+                dataclasses.replace(r, category=CATEGORIES[r.trajectory % 3])
+                for r in plain(self, s)
+                if keep(CATEGORIES[r.trajectory % 3])
+            )
+            patch.setattr(SyntheticSource, "roots", roots)
+            assert block_efficiency_grid.main([*flags, "--out", str(out)]) == 0
+        return pl.read_parquet(out / "block_efficiency_grid.parquet")
+
+    overall = run(tmp_path / "all", lambda c: True)
+    table = pl.read_parquet(tmp_path / "all" / "by_category.parquet")
+    assert_frame_equal(table.filter(pl.col("category") == _categories.OVERALL).drop("category"), overall)
+    for category in CATEGORIES:
+        alone = run(tmp_path / str(category), lambda c: c == category)
+        got = table.filter(pl.col("category") == (category or _categories.UNCATEGORISED)).drop("category")
+        assert got["roots"].to_list() == [2] * got.height
+        assert_frame_equal(got, alone, check_exact=False, rel_tol=1e-12, abs_tol=0.0)
