@@ -289,3 +289,30 @@ def test_the_grid_studys_category_rows_equal_a_run_on_that_categorys_roots_alone
         got = table.filter(pl.col("category") == (category or _categories.UNCATEGORISED)).drop("category")
         assert got["roots"].to_list() == [2] * got.height
         assert_frame_equal(got, alone, check_exact=False, rel_tol=1e-12, abs_tol=0.0)
+
+
+def test_the_selectors_evaluation_by_category(tmp_path):
+    """train_selector's labels carry the roots' categories; evaluate_selector's category rows are its
+    summary of that category's per-root rows (the policies fixed by the whole run)."""
+    from analyses import evaluate_selector, train_selector
+
+    flags = ["--trajectories", "6", "--roots-per-trajectory", "1", "--settings", "1", "--K-max", "1", "--L-max", "1"]
+    flags += ["--samples", "2", "--vocab", "6", "--epochs", "2", "--verifiers", "specinfer", "--jobs", "1", "--quiet"]
+    with pytest.MonkeyPatch.context() as patch:
+        given = _run(train_selector, flags, tmp_path / "run", patch, categorised=True)
+    labels = pl.read_parquet(tmp_path / "run" / "labels.parquet")
+    assert labels["category"].to_list() == [given[r] for r in labels["root"]]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(evaluate_selector, "chart_writer", lambda chart, fmt: lambda tmp: Path(tmp).write_bytes(b""))
+        args = ["--run", str(tmp_path / "run"), "--split", "train", "--quiet", "--out", str(tmp_path / "eval")]
+        assert evaluate_selector.main(args) == 0
+    rows = pl.read_parquet(tmp_path / "eval" / "per_root.parquet")
+    assert rows["category"].to_list() == [given[r] for r in rows["root"]]
+    table = pl.read_parquet(tmp_path / "eval" / "by_category.parquet")
+    main = pl.read_parquet(tmp_path / "eval" / "evaluation.parquet")
+    assert table.filter(pl.col("category") == _categories.OVERALL).drop("category").equals(main)
+    baseline = dict(main.select("verifier", "loss_baseline").unique().iter_rows())
+    for category in set(rows["category"].to_list()):
+        keep = [r for r, c in given.items() if c == category]
+        got = table.filter(pl.col("category") == (category or _categories.UNCATEGORISED)).drop("category")
+        assert got.equals(evaluate_selector.summarise(rows.filter(pl.col("root").is_in(keep)), baseline))
