@@ -18,12 +18,11 @@ from collections.abc import Callable, Sequence
 import polars as pl
 
 from backends.cli import parquet_writer, print_table
+from backends.prompt_sets import RESERVED_CATEGORIES
 
-OVERALL = "(all)"
-"""The ``category`` of the overall block of ``by_category``."""
-
-UNCATEGORISED = "(none)"
-"""The ``category`` of the block of roots whose prompt has no category (beside categorised ones)."""
+OVERALL, UNCATEGORISED = RESERVED_CATEGORIES
+"""The ``category`` of the overall block of ``by_category`` and of its block of roots whose
+prompt has no category (beside categorised ones): names a prompt file may not use."""
 
 
 def with_category(frame: pl.DataFrame) -> pl.DataFrame:
@@ -51,6 +50,9 @@ def by_category(per_root, summarise: Callable) -> pl.DataFrame | None:
     Returns:
         a polars DataFrame: the blocks of every category (first appearance order; ``(none)`` for
         rows without one), then ``(all)``; or None when no row has a category.
+
+    Raises:
+        ValueError: a row's category is ``(all)`` or ``(none)`` (the names of blocks).
     """
     if isinstance(per_root, pl.DataFrame):
         names = per_root["category"].to_list() if "category" in per_root.columns else []
@@ -58,6 +60,10 @@ def by_category(per_root, summarise: Callable) -> pl.DataFrame | None:
         names = [row.get("category") for row in per_root]
     if all(name is None for name in names):
         return None
+    if reserved := {OVERALL, UNCATEGORISED} & set(names):
+        raise ValueError(
+            f"category: {sorted(reserved)[0]!r} names a block of the by-category table; rename the prompts' category"
+        )
     names = [UNCATEGORISED if name is None else name for name in names]
     blocks = []
     for name in dict.fromkeys(names):

@@ -242,6 +242,8 @@ def test_by_category_is_none_without_categories_and_refuses_nothing_else():
         [{"category": "a"}, {"category": None}, {"category": "a"}], lambda rows: pl.DataFrame({"n": [len(rows)]})
     )
     assert table.rows() == [("a", 2), ("(none)", 1), ("(all)", 3)]
+    with pytest.raises(ValueError, match="category"):
+        _categories.by_category([{"category": "(all)"}], lambda rows: pl.DataFrame({"n": [len(rows)]}))
 
 
 def test_a_categorised_prompt_file_on_the_micro_pair_reports_by_category(micro_pair_dir, tmp_path):
