@@ -83,7 +83,8 @@ def label_root(root, verifiers, grid: Grid, latency: LatencyModel, *, seed: int 
     """One row per (verifier, action) at ``root``: E, its standard error, E_select, E_holdout, T-hat.
 
     Returns:
-        dicts with keys setting, trajectory, root, context_length (tokens), verifier, K, L1, L2,
+        dicts with keys setting, trajectory, root, context_length (tokens), category (the root's
+        prompt category, or None), verifier, K, L1, L2,
         tokens (drafted), E, E_se, E_select, E_holdout (tokens per step), T (seconds), accepted
         (E[tau], tokens) and unconditional (list of P(tau >= j), j = 1..L1 + L2); NaN and None
         where a capture's stored labels predate them.
@@ -99,6 +100,7 @@ def label_root(root, verifiers, grid: Grid, latency: LatencyModel, *, seed: int 
             "trajectory": root.trajectory,
             "root": root.root,
             "context_length": length,
+            "category": root.category,
             "verifier": name,
             "K": K,
             "L1": L1,
@@ -259,4 +261,7 @@ def label_all(
             parts.append(_label_setting(task))
             bar.update()
     bar.close()
-    return pl.DataFrame([row for rows, _ in parts for row in rows]), [r for _, records in parts for r in records]
+    from analyses._categories import with_category
+
+    labels = with_category(pl.DataFrame([row for rows, _ in parts for row in rows]))
+    return labels, [r for _, records in parts for r in records]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from analyses._categories import by_category, print_by_category, stage_by_category, with_category
 from analyses._labels import by_position
 from backends.cli import (
     OutputSet,
@@ -113,9 +114,10 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     return config, parser
 
 
-def estimate(config: Config, source, setting) -> tuple[pl.DataFrame, pl.DataFrame]:
+def estimate(config: Config, source, setting) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(one row per (verifier, K, L1, L2): E[tau + 1] and ``accepted`` = E[tau] averaged over
-    roots, standard error across roots; the per-position table, ``analyses._labels.by_position``)."""
+    roots, standard error across roots (``summarise``); the per-position table,
+    ``analyses._labels.by_position``; the per-root rows, with each root's ``category``)."""
     axes = config.axes()
     L1s, L2s = axes.L1_values, axes.L2_values
     roots = list(source.roots(setting))
@@ -160,11 +162,19 @@ def estimate(config: Config, source, setting) -> tuple[pl.DataFrame, pl.DataFram
             {
                 **dict(verifier=name, root=index, K=K, L1=L1, L2=L2, method=method, value=m.E.mean, accepted=m.accepted),
                 "unconditional": m.unconditional.tolist(),
+                "category": root.category,
             }
             for (K, L1, L2), m in grid.items()
         )
-    per_root = pl.DataFrame(rows)
-    table = (
+    per_root = with_category(pl.DataFrame(rows))
+    positions = by_position(per_root, ["verifier", "K", "L1", "L2"]).sort("verifier", "K", "L1", "L2", "position")
+    return summarise(per_root), positions, per_root
+
+
+def summarise(per_root: pl.DataFrame) -> pl.DataFrame:
+    """One row per (verifier, K, L1, L2) of ``estimate``'s per-root rows: E[tau + 1]
+    (``block_efficiency``) and ``accepted`` averaged over roots, the standard error across roots."""
+    return (
         per_root.group_by("verifier", "K", "L1", "L2")
         .agg(
             pl.col("value").mean().alias("block_efficiency"),
@@ -175,7 +185,6 @@ def estimate(config: Config, source, setting) -> tuple[pl.DataFrame, pl.DataFram
         )
         .sort("verifier", "K", "L1", "L2")
     )
-    return table, by_position(per_root, ["verifier", "K", "L1", "L2"]).sort("verifier", "K", "L1", "L2", "position")
 
 
 def best_per_verifier(table: pl.DataFrame) -> pl.DataFrame:
@@ -228,7 +237,7 @@ def _main(argv) -> int:
     )
     out = study_out(PROG, config, source.slug())
     try:
-        table, positions = estimate(config, source, setting)
+        table, positions, per_root = estimate(config, source, setting)
     except ValueError as exc:
         fail_from(PROG, exc, parser)
     described = f"{source.describe()}, {setting.name}, {source.count(setting)} roots"
@@ -236,11 +245,17 @@ def _main(argv) -> int:
     with OutputSet(out) as outputs:
         outputs.stage("block_efficiency_grid.parquet", parquet_writer(table))
         outputs.stage("by_position.parquet", parquet_writer(positions))
+        stage_by_category(outputs, by_category(per_root, summarise))
         for fmt in ("html", "png"):
             outputs.stage(f"block_efficiency_grid.{fmt}", chart_writer(chart, fmt))
         outputs.publish()
     if not config.quiet:
         print_table(best_per_verifier(table), f"Best static delayed tree per verifier ({described})")
+        print_by_category(
+            by_category(per_root, lambda part: best_per_verifier(summarise(part))),
+            ("verifier", "K", "L1", "L2", "block_efficiency", "stderr", "accepted"),
+            "Best static delayed tree per verifier",
+        )
         print(f"wrote {out}/block_efficiency_grid.parquet, by_position.parquet, block_efficiency_grid.html/.png")
     return 0
 

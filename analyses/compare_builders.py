@@ -39,6 +39,7 @@ from simlab.engine_metrics import conditional_rates
 from simlab.valuation import tree_value
 
 from analyses import _builder_roster as roster_module
+from analyses._categories import by_category, print_by_category, stage_by_category, with_category
 from backends.cli import (
     OutputSet,
     ToolParser,
@@ -272,6 +273,7 @@ def measure(config: Config, roster, test_roots: dict, verifiers, builders, bar):
         for root in roots:
             table = NodeTable(root.pair, root.context)
             key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
+            key["category"] = root.category
             for budget in budgets:
                 for name in builders:
                     for v in roster_module.verifiers_for(name, setting, verifiers):
@@ -544,9 +546,12 @@ def _main(argv) -> int:
     if not rows:
         reasons = "; ".join(dict.fromkeys(f"{r['builder']}: {r['reason']}" for r in roster.not_run))
         fail(PROG, f"--builders: no builder could run on this source ({reasons})")
-    per_root = pl.DataFrame(rows)
+    per_root = with_category(pl.DataFrame(rows))
     rules = tree_verifiers.deterministic_rules(settings)
     summary = baseline_notes(summarise(per_root, config.baseline, rules), config.baseline, verifiers, rules)
+    categories = by_category(
+        per_root, lambda part: baseline_notes(summarise(part, config.baseline, rules), config.baseline, verifiers, rules)
+    )
     for note, where in (
         summary.filter(pl.col("baseline_note").is_not_null())
         .group_by("baseline_note", maintain_order=True)
@@ -555,7 +560,7 @@ def _main(argv) -> int:
     ):
         print(f"{PROG}: note: vs_baseline and paired_dE are empty at {where}: {note}", file=sys.stderr)
     by_depth, gaps = (
-        pl.DataFrame(depth_rows),
+        with_category(pl.DataFrame(depth_rows)),
         pl.DataFrame(
             gap_rows,
             schema={
@@ -563,6 +568,7 @@ def _main(argv) -> int:
                 "trajectory": pl.Int64,
                 "root": pl.Int64,
                 "context_length": pl.Int64,
+                "category": pl.String,
                 "budget": pl.Int64,
                 "builder": pl.String,
                 "verifier": pl.String,
@@ -587,6 +593,7 @@ def _main(argv) -> int:
             ("not_run", not_run),
         ):
             outputs.stage(f"{name}.parquet", parquet_writer(frame))
+        stage_by_category(outputs, categories)
         for name, chart in (("throughput", tps_chart), ("acceptance_by_depth", acc_chart)):
             for fmt in ("html", "png"):
                 outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
@@ -611,6 +618,11 @@ def _main(argv) -> int:
             ),
             f"Each builder with its best lossless verifier (ratios and paired differences vs {config.baseline} with "
             "greedy at T = 0, one-hot at T > 0; every pairing: compare_builders.parquet)",
+        )
+        print_by_category(
+            categories,
+            ("setting", "budget", "builder", "verifier", "roots", "E", "E_se", "TPS", "vs_baseline", "paired_dE", "paired_dE_se"),
+            "Every pairing's E[tau+1] (SE) and throughput",
         )
         if gaps.height:
             print_table(

@@ -38,6 +38,7 @@ import numpy as np
 import polars as pl
 
 from analyses._grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
+from analyses._categories import by_category, print_by_category, stage_by_category
 from analyses._labels import DDTE_VERIFIERS, by_position, grid_of, label_all
 from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, name_list, parquet_writer, print_table, run_tool
 from backends.sources.flags import study_config, study_out
@@ -289,12 +290,14 @@ def _main(argv) -> int:
         fail_from(PROG, exc, parser)
     grid = aggregate(labels)
     chosen = choose(grid, config.baseline)
+    categories = by_category(labels, lambda part: choose(aggregate(part), config.baseline))
     tps_chart, e_chart = charts(chosen, [s.name for s in settings], f"source: {source.describe()}; latency: {latency.source}")
     with OutputSet(out) as outputs:
         outputs.stage("compare_verifiers.parquet", parquet_writer(chosen))
         outputs.stage("grid.parquet", parquet_writer(grid))
         outputs.stage("by_position.parquet", parquet_writer(by_position(labels, ["setting", "verifier", "K", "L1", "L2"])))
         outputs.stage("labels.parquet", parquet_writer(labels))
+        stage_by_category(outputs, categories)
         outputs.stage("latency.json", lambda tmp: latency.save(tmp))
         for name, chart in (("throughput", tps_chart), ("block_efficiency", e_chart)):
             for fmt in ("html", "png"):
@@ -302,6 +305,12 @@ def _main(argv) -> int:
         outputs.publish()
     if not config.quiet:
         report(config, source, latency, chosen, labels, [s.name for s in settings])
+        print_by_category(
+            categories,
+            ("setting", "verifier", "choice", "K", "L1", "L2", "E", "E_se", "TPS", "TPS_se", "TPS_ratio", "roots"),
+            "Best static configurations for throughput (held-out E[tau+1] and throughput)",
+            pl.col("choice").str.ends_with("_TPS"),
+        )
     return 0
 
 

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from analyses._categories import by_category, print_by_category, stage_by_category, with_category
 from analyses._labels import by_position
 from analyses._selector_data import choose, feature_arrays, fit_selector, static_choice, value_matrices
 from backends.cli import (
@@ -180,6 +181,7 @@ def label(config: Config, source, settings, latency) -> tuple[list[dict], list[d
                                 "setting": setting.name,
                                 "trajectory": root.trajectory,
                                 "root": root.root,
+                                "category": root.category,
                                 "verifier": v,
                                 "convention": name,
                                 "K": action[0],
@@ -438,11 +440,12 @@ def _main(argv) -> int:
     out = study_out(PROG, config, source.slug())
     try:
         rows, records = label(config, source, settings, latency)
-        labels = pl.DataFrame(rows)
+        labels = with_category(pl.DataFrame(rows))
         selected = select(config, labels, records) if config.selector else None
     except ValueError as exc:
         fail_from(PROG, exc, parser)
     summary = summarise(labels)
+    categories = by_category(labels, summarise)
     overall = (
         summary.group_by("verifier", "convention", "static", maintain_order=True)
         .agg(
@@ -475,6 +478,7 @@ def _main(argv) -> int:
     with OutputSet(out) as outputs:
         outputs.stage("ddte_audit.parquet", parquet_writer(summary))
         outputs.stage("labels.parquet", parquet_writer(labels))
+        stage_by_category(outputs, categories)
         key = ["setting", "verifier", "convention", "K", "L1", "L2"]
         outputs.stage("by_position.parquet", parquet_writer(by_position(labels, key)))
         for fmt in ("html", "png"):
@@ -492,6 +496,11 @@ def _main(argv) -> int:
             overall,
             "Mean over settings: label inflation, and the best static action's throughput vs Traversal's "
             "(claimed under the convention, exact for the same action)",
+        )
+        print_by_category(
+            categories,
+            ("setting", "verifier", "convention", "static", "inflation", "claimed_vs_traversal", "exact_vs_traversal"),
+            "Label inflation and the best static action's throughput vs Traversal's",
         )
         if selected is not None:
             print_table(

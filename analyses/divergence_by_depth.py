@@ -36,6 +36,7 @@ import polars as pl
 
 from backends.capture import run
 from backends.capture_store import CaptureSettings
+from analyses._categories import by_category, print_by_category, stage_by_category
 from backends.cli import (
     OutputSet,
     ToolParser,
@@ -149,7 +150,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
 
 def measure(config: Config, source, setting) -> tuple[pl.DataFrame, dict]:
     """(one row per tree node: root, path, depth, number of children, divergences and acceptance
-    rates; verifier -> the ``EngineMetrics`` of each root's tree, for ``config.engine_metrics``).
+    rates, and the root's ``category`` when some root has one; verifier -> the ``EngineMetrics`` of each root's tree, for ``config.engine_metrics``).
 
     Trees: the captured one (a capture), else ``--shape`` drawn with the root's generator (the
     shared walk of a synthetic source) or one seeded by (seed, 1, root id), the capture tool's.
@@ -158,6 +159,7 @@ def measure(config: Config, source, setting) -> tuple[pl.DataFrame, dict]:
     shape, k_values = named_shape(config.shape, config.width, config.depth, config.trunk), range(1, config.k + 1)
     fallback = np.random.default_rng(config.seed)
     rows, metrics = [], {name: [] for name in config.engine_metrics}
+    categories = []  # each row's root's category: a column only when some root has one
     roots = source.roots(setting)
     for root in progress_bar(roots, total=source.count(setting), desc="roots", unit="root", quiet=config.quiet):
         table = NodeTable(root.pair, root.context)
@@ -174,7 +176,11 @@ def measure(config: Config, source, setting) -> tuple[pl.DataFrame, dict]:
                     root.root, path, len(tree.child_list(path)), table.p(path), table.q(path), k_values, rng, config.child_samples
                 )
             )
-    return pl.DataFrame(rows), metrics
+            categories.append(root.category)
+    nodes = pl.DataFrame(rows)
+    if any(c is not None for c in categories):
+        nodes = nodes.with_columns(pl.Series("category", categories, dtype=pl.String))
+    return nodes, metrics
 
 
 def engine_table(metrics: dict) -> pl.DataFrame:
@@ -349,11 +355,13 @@ def _main(argv) -> int:
         # a verifier refused on the trees is one of --engine-metrics (the study's only verifiers)
         fail_from(PROG, exc, parser, {"prompts": "--prompts", "capture": "--capture", "verifier": "--engine-metrics"})
     table = aggregate(nodes, config.k)
+    categories = by_category(nodes, lambda part: aggregate(part, config.k))
     described = f"{source.describe()}, {setting.name}, {source.count(setting)} roots"
     div_chart, acc_chart = charts(table, config.k, f"source: {described}; trees: {_trees(config, source)}")
     with OutputSet(out) as outputs:
         outputs.stage("divergence_by_depth.parquet", parquet_writer(table))
         outputs.stage("nodes.parquet", parquet_writer(nodes))
+        stage_by_category(outputs, categories)
         if config.engine_metrics:
             outputs.stage("engine_metrics.parquet", parquet_writer(engine_table(metrics)))
         for name, chart in (("divergence_by_depth", div_chart), ("acceptance_by_depth", acc_chart)):
@@ -388,6 +396,11 @@ def _main(argv) -> int:
         print_table(
             table.select("depth", *[pl.col(f"gain_{m}").alias(m) for m in ACCEPTANCE_METHODS]),
             f"Multi-draft gain alpha(k={k}) - alpha(k=1) by depth",
+        )
+        print_by_category(
+            categories,
+            ("depth", "nodes", "tv_mean", "kl_pq_mean", *[f"alpha_{m}_k{k}_mean" for m in ACCEPTANCE_METHODS]),
+            f"Divergence and acceptance (k = {k}) by depth",
         )
         if config.engine_metrics:
             print_table(engine_table(metrics).select("verifier", "accept_length", "accepted", "chain", "roots"), "Engine metrics")

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from analyses._categories import by_category, print_by_category, stage_by_category, with_category
 from analyses._selector_data import DEFAULT_RUN, STATIC_BASELINES, choose, static_choice, value_matrices
 from backends.cli import (
     OutputSet,
@@ -124,7 +125,10 @@ def evaluate(meta, labels, roots, arrays, checkpoints, split: str) -> tuple[pl.D
         static = static_choice(values, settings, train_mask, actions, baseline)
         return np.array([static[str(settings[r])] for r in rows])
 
-    summary, per_root, loss_baseline = [], [], {}
+    per_root, loss_baseline = [], {}
+    category = (  # (setting, root) -> the root's prompt category; runs made before the column: none
+        dict(zip(zip(labels["setting"], labels["root"]), labels["category"])) if "category" in labels.columns else {}
+    )
     for verifier, ckpt in checkpoints.items():
         values = value_matrices(labels, verifier, roots, actions)
         loss_baseline[verifier] = ckpt.get("static_baseline", "static_all_actions")  # runs before the field: all actions
@@ -147,6 +151,7 @@ def evaluate(meta, labels, roots, arrays, checkpoints, split: str) -> tuple[pl.D
                         "setting": settings[r],
                         "trajectory": int(roots["trajectory"][int(r)]),
                         "root": int(roots["root"][int(r)]),
+                        "category": category.get((str(settings[r]), int(roots["root"][int(r)]))),
                         "K": actions[picks[i]][0],
                         "L1": actions[picks[i]][1],
                         "L2": actions[picks[i]][2],
@@ -154,7 +159,15 @@ def evaluate(meta, labels, roots, arrays, checkpoints, split: str) -> tuple[pl.D
                         "T": float(T[i]),
                     }
                 )
-    per_root = pl.DataFrame(per_root)
+    per_root = with_category(pl.DataFrame(per_root))
+    return summarise(per_root, loss_baseline), per_root
+
+
+def summarise(per_root: pl.DataFrame, loss_baseline: dict[str, str]) -> pl.DataFrame:
+    """Per verifier, setting (and ``all``) and policy of ``evaluate``'s per-root rows: roots, mean E,
+    throughput (sum E / sum T) and its ratios to the static baseline and to Traversal's; with each
+    verifier's selector loss baseline (``loss_baseline``)."""
+    summary = []
     for (verifier, setting, policy), group in per_root.group_by("verifier", "setting", "policy", maintain_order=True):
         summary.append(
             {
@@ -194,7 +207,7 @@ def evaluate(meta, labels, roots, arrays, checkpoints, split: str) -> tuple[pl.D
         )
         .drop("E_static", "TPS_static", "TPS_traversal")
     )
-    return table, per_root
+    return table
 
 
 def losses(per_root: pl.DataFrame) -> pl.DataFrame:
@@ -247,15 +260,24 @@ def _main(argv) -> int:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         fail(PROG, f"--run: cannot evaluate {args.run!r} ({type(exc).__name__}: {first})")
     lost = losses(per_root)
+    loss_baseline = dict(table.select("verifier", "loss_baseline").unique().iter_rows())
+    categories = by_category(per_root, lambda part: summarise(part, loss_baseline))
     with OutputSet(out) as outputs:
         outputs.stage("evaluation.parquet", parquet_writer(table))
         outputs.stage("per_root.parquet", parquet_writer(per_root))
         outputs.stage("losses.parquet", parquet_writer(lost))
+        stage_by_category(outputs, categories)
         for fmt in ("html", "png"):
             outputs.stage(f"evaluation.{fmt}", chart_writer(chart(table), fmt))
         outputs.publish()
     if not args.quiet:
         report(table, lost, args.split, per_root)
+        print_by_category(
+            categories,
+            ("verifier", "setting", "policy", "roots", "E", "TPS", "TPS_ratio_static", "TPS_ratio_traversal"),
+            f"E[tau+1] and throughput on the {args.split} roots",
+            pl.col("setting") == "all",
+        )
         print(f"wrote {out}/evaluation.parquet, per_root.parquet, losses.parquet, evaluation.html/.png")
     return 0
 

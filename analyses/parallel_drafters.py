@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from analyses._categories import by_category, print_by_category, stage_by_category, with_category
 from backends.cli import (
     OutputSet,
     ToolParser,
@@ -128,6 +129,7 @@ def measure(config: Config, source, settings, latency, budgets) -> pl.DataFrame:
                                 "verifier": verifier,
                                 "trajectory": root.trajectory,
                                 "root": root.root,
+                                "category": root.category,
                                 "budget": budget,
                                 "tree": name,
                                 "drafter": DRAFTERS[name],
@@ -138,7 +140,7 @@ def measure(config: Config, source, settings, latency, budgets) -> pl.DataFrame:
                             }
                         )
                 bar.update(1)
-    return pl.DataFrame(rows)
+    return with_category(pl.DataFrame(rows))
 
 
 def summarise(per_root: pl.DataFrame) -> pl.DataFrame:
@@ -193,9 +195,11 @@ def _main(argv) -> int:
     except ValueError as exc:
         fail_from(PROG, exc, parser)
     summary = summarise(per_root)
+    categories = by_category(per_root, summarise)
     with OutputSet(out) as outputs:
         outputs.stage("parallel_drafters.parquet", parquet_writer(summary))
         outputs.stage("per_root.parquet", parquet_writer(per_root))
+        stage_by_category(outputs, categories)
         graph = chart(summary, f"source: {source.describe()}; latency: {latency.source}")
         for fmt in ("html", "png"):
             outputs.stage(f"throughput.{fmt}", chart_writer(graph, fmt))
@@ -205,6 +209,7 @@ def _main(argv) -> int:
         print_table(
             summary.drop("verifier"), "E[tau+1] (mean over roots, with its standard error), T-hat and throughput by verify budget"
         )
+        print_by_category(categories, [c for c in summary.columns if c != "verifier"], "E[tau+1] (SE), T-hat and throughput")
     return 0
 
 

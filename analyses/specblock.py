@@ -47,6 +47,7 @@ from simlab import tree_verifiers
 from simlab.drafting import Drafting
 from simlab.tree_verifiers.base import accepted_lengths, reach_probabilities
 
+from analyses._categories import by_category, print_by_category, stage_by_category, with_category
 from backends.cli import (
     OutputSet,
     ToolParser,
@@ -259,6 +260,7 @@ def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list
             table = NodeTable(root.pair, root.context)
             drafting = drafting_table(table, config.draft_law)
             key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
+            key["category"] = root.category
             for budget in budgets:
                 for name, builder in builders_for(config, budget, drafter_of, root.pair).items():
                     tree, origin = builder.build(drafting) if hasattr(builder, "build") else (builder.sample(drafting), None)
@@ -480,8 +482,9 @@ def _main(argv) -> int:
         trace_rows = run_stream(config, source, latency, drafter_of) if config.backend == "hf" else None
     except ValueError as exc:
         fail_from(PROG, exc, parser)
-    per_root = pl.DataFrame(rows)
+    per_root = with_category(pl.DataFrame(rows))
     summary = summarise(per_root)
+    categories = by_category(per_root, summarise)
     trace = pl.DataFrame(trace_rows) if trace_rows else None
     not_run_frame = pl.DataFrame(not_run, schema={"builder": pl.String, "reason": pl.String})
     subtitle = f"source: {source.describe()}; latency: {latency.source}; block drafter: " + (
@@ -493,8 +496,9 @@ def _main(argv) -> int:
     with OutputSet(out) as outputs:
         outputs.stage("specblock.parquet", parquet_writer(summary))
         outputs.stage("per_root.parquet", parquet_writer(per_root))
-        outputs.stage("by_depth.parquet", parquet_writer(pl.DataFrame(depth_rows)))
-        outputs.stage("by_slot.parquet", parquet_writer(pl.DataFrame(slot_rows)))
+        outputs.stage("by_depth.parquet", parquet_writer(with_category(pl.DataFrame(depth_rows))))
+        outputs.stage("by_slot.parquet", parquet_writer(with_category(pl.DataFrame(slot_rows))))
+        stage_by_category(outputs, categories)
         outputs.stage("not_run.parquet", parquet_writer(not_run_frame))
         charts_out = [("throughput", tps_chart)]
         if trace is not None:
@@ -527,6 +531,12 @@ def _main(argv) -> int:
             ),
             "Exact E[tau+1], T-hat, throughput (sum E / sum T), drafting share (the other lossless verifiers "
             "of these deterministic trees give the same exact values: specblock.parquet)",
+        )
+        print_by_category(
+            categories,
+            ("setting", "verifier", "budget", "builder", "roots", "E", "accepted", "TPS", "vs_eagle2", "draft_share"),
+            "Exact E[tau+1] and throughput (sum E / sum T)",
+            pl.col("verifier") == pl.col("setting").replace_strict(tree_verifiers.deterministic_rules(settings)),
         )
         if trace is not None:
             print_table(

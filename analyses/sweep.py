@@ -36,6 +36,7 @@ import numpy as np
 import polars as pl
 
 from analyses import _engine_configs as engines
+from analyses._categories import by_category, print_by_category, stage_by_category, with_category
 from backends.cli import (
     OutputSet,
     add_output_flags,
@@ -301,6 +302,7 @@ def value_root(c: engines.EngineConfig, builder, root, setting, index: int, conf
                 "setting": setting.name,
                 "trajectory": root.trajectory,
                 "root": root.root,
+                "category": root.category,
                 "config": c.label,
                 "engine": c.engine,
                 "mode": mode,
@@ -357,14 +359,16 @@ def summarise(rows: list[dict]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFram
                     "conditional_eos": float(eos.conditional[d]) if d < eos.conditional.size else float("nan"),
                 }
             )
-    per_root = pl.DataFrame(
-        [
-            {
-                **{k: v for k, v in r.items() if not k.startswith("_")},
-                **{k: v for k, v in r["_plain"].row().items() if not k.startswith(("uncond_", "cond_"))},
-            }
-            for r in rows
-        ]
+    per_root = with_category(
+        pl.DataFrame(
+            [
+                {
+                    **{k: v for k, v in r.items() if not k.startswith("_")},
+                    **{k: v for k, v in r["_plain"].row().items() if not k.startswith(("uncond_", "cond_"))},
+                }
+                for r in rows
+            ]
+        )
     )
     fixed = [c for c in next(iter(summary)) if not c.startswith(("uncond_", "cond_"))]
     frame = pl.DataFrame(summary, infer_schema_length=None)
@@ -483,10 +487,12 @@ def _main(argv) -> int:
     if not rows:
         fail(PROG, f"--config: no configuration could run on this source: {not_run['reason'][0]}")
     summary, per_root, positions = summarise(rows)
+    categories = by_category(rows, lambda part: summarise(part)[0])
     subtitle = f"source: {source.describe()}; latency: {latency.source}"
     with OutputSet(out) as outputs:
         for name, frame in (("sweep", summary), ("per_root", per_root), ("by_position", positions), ("not_run", not_run)):
             outputs.stage(f"{name}.parquet", parquet_writer(frame))
+        stage_by_category(outputs, categories)
         for fmt in ("html", "png"):
             outputs.stage(f"throughput.{fmt}", chart_writer(chart(summary, subtitle), fmt))
         outputs.publish()
@@ -509,6 +515,11 @@ def _main(argv) -> int:
             ),
             "Engine configurations by predicted throughput (accept_length = E[tau+1]; _eos: EOS truncation; "
             "chain = SpecForge's simulated_acc_len; cond_d: the papers' per-position rate; all columns: sweep.parquet)",
+        )
+        print_by_category(
+            categories,
+            ("setting", "config", "mode", "roots", "accept_length", "accepted", "chain", "E_se", "T", "TPS"),
+            "Engine configurations",
         )
         if not_run.height:
             print_table(

@@ -43,6 +43,7 @@ from simlab.drafting import Drafting
 from simlab.engine_metrics import tree_metrics
 from simlab.treegraft.rules import DEPARTURES, Rules
 
+from analyses._categories import by_category, print_by_category, stage_by_category, with_category
 from backends.cli import (
     OutputSet,
     ToolParser,
@@ -203,6 +204,7 @@ def measure(config: Config, source, settings, latency):
             drafting = drafting_table(table, config.draft_law)
             prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
             key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
+            key["category"] = root.category
             for v in verifiers:
                 values = evaluate_schedules(base, drafting, v, latency, verify_table=table)
                 top = best(values)
@@ -299,6 +301,7 @@ def learn(config: Config, source, settings, latency, training, test: set[int], r
             prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
             schedule = scheduler.schedule(base, drafting, latency, prompt)
             key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
+            key["category"] = root.category
             for v in tree_verifiers.lossless_names({Drafting.DETERMINISTIC}, setting):
                 out.append(
                     {**key, **_row("learned", v, _value(replace(base, schedule=schedule), drafting, table, v, latency), schedule)}
@@ -419,15 +422,17 @@ def _main(argv) -> int:
         learned, facts = learn(config, source, settings, latency, training, test, rows)
     except ValueError as exc:
         fail_from(PROG, exc, parser)
-    per_root = pl.DataFrame(rows + learned).with_columns(pl.col("trajectory").is_in(sorted(test)).alias("test"))
-    schedules = pl.DataFrame(schedule_rows)
+    per_root = with_category(pl.DataFrame(rows + learned).with_columns(pl.col("trajectory").is_in(sorted(test)).alias("test")))
+    schedules = with_category(pl.DataFrame(schedule_rows))
     summary = summarise(per_root)
+    categories = by_category(per_root.filter(pl.col("test")), summarise)  # the summary is over the test roots
     subtitle = f"source: {source.describe()}; latency: {latency.source}; small step {config.small_ratio:g} t_p; rules: {Rules.parse(config.rules).name}"
     tps_chart, sched_chart = charts(summary, schedules, subtitle, tree_verifiers.deterministic_rules(settings))
     with OutputSet(out) as outputs:
         outputs.stage("treegraft.parquet", parquet_writer(summary))
         outputs.stage("per_root.parquet", parquet_writer(per_root))
         outputs.stage("schedules.parquet", parquet_writer(schedules))
+        stage_by_category(outputs, categories)
         for name, chart in (("throughput", tps_chart), ("schedules", sched_chart)):
             for fmt in ("html", "png"):
                 outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
@@ -461,6 +466,24 @@ def _main(argv) -> int:
             ),
             "TreeGraft on the test roots: exact E[tau+1], T-hat, throughput (sum E / sum T) and ratios "
             "(every other lossless verifier of these deterministic trees gives the same exact values: treegraft.parquet)",
+        )
+        print_by_category(
+            categories,
+            (
+                "setting",
+                "verifier",
+                "policy",
+                "roots",
+                "E",
+                "accepted",
+                "TPS",
+                "vs_all_small",
+                "vs_all_mid",
+                "agreement",
+                "regret",
+            ),
+            "TreeGraft on the test roots: exact E[tau+1] and throughput",
+            pl.col("verifier") == pl.col("setting").replace_strict(tree_verifiers.deterministic_rules(settings)),
         )
         print_table(pl.DataFrame(facts), "Learned scheduler (g_psi, trained on the other trajectories' exact margins)")
         print(f"wrote {out}/treegraft.parquet, per_root.parquet, schedules.parquet, throughput.html/.png, schedules.html/.png")

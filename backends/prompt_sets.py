@@ -34,6 +34,10 @@ class Prompt:
     chat: bool = False
 
 
+RESERVED_CATEGORIES = ("(all)", "(none)")
+"""Category names a prompt may not take: the studies' by-category tables name their overall block
+and their block of roots without a category so (``analyses._categories``)."""
+
 WORKLOADS = Path(__file__).resolve().parent / "prompts" / "workloads.jsonl"
 
 LONG_CONTEXT = (  # (category, kind, topic or file, character budget, instruction)
@@ -132,7 +136,7 @@ def read_prompt_file(path) -> list[Prompt]:
 
     Raises:
         ValueError: ``prompts: ...`` for a missing or unreadable file, no prompt in it, a JSON
-            line without text, or a bad ``category`` or ``chat`` field.
+            line without text, or a bad ``category`` (also one of ``RESERVED_CATEGORIES``) or ``chat`` field.
     """
     file = Path(path)
     if not file.is_file():
@@ -156,6 +160,8 @@ def read_prompt_file(path) -> list[Prompt]:
             category, chat = record.get("category"), record.get("chat", False)
             if category is not None and (not isinstance(category, str) or not category.strip()):
                 raise ValueError(f"prompts: line {n} of {path} has a category that is not a non-empty string: {category!r}")
+            if category in RESERVED_CATEGORIES:
+                raise ValueError(f"prompts: line {n} of {path} has the category {category!r}, a name the studies' tables reserve")
             if not isinstance(chat, bool):
                 raise ValueError(f"prompts: line {n} of {path} has a 'chat' field that is not true or false: {chat!r}")
             records.append(Prompt(str(text), category, chat))

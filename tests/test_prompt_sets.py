@@ -48,6 +48,7 @@ def test_the_loader_carries_category_and_chat(tmp_path):
     [
         ({"prompt": "a", "category": ""}, "has a category that is not a non-empty string"),
         ({"prompt": "a", "category": 3}, "has a category that is not a non-empty string"),
+        ({"prompt": "a", "category": "(all)"}, "has the category '\\(all\\)', a name the studies' tables reserve"),
         ({"prompt": "a", "chat": "yes"}, "has a 'chat' field that is not true or false"),
         ({"category": "qa"}, "is not a JSON object with a 'prompt' or 'text' field"),
     ],
