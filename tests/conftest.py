@@ -46,6 +46,11 @@ def write_prompts(folder: Path, count: int) -> str:
     return str(path)
 
 
+def live_pair_flags(pair_dir) -> list[str]:
+    """A study's source flags for the micro pair, live: ``--backend hf --target .. --draft ..``."""
+    return ["--backend", "hf", "--target", str(Path(pair_dir) / "target"), "--draft", str(Path(pair_dir) / "draft")]
+
+
 def capture_flags(pair_dir, prompts, out, *extra) -> list[str]:
     """``backends.capture`` flags for the micro pair: one root per prompt, spacing 4, quiet, then ``extra``."""
     return [

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+from conftest import live_pair_flags, one_error_line
 
 from analyses import compare_builders
-from conftest import one_error_line
 
 SMALL = [
     "--vocab",
@@ -124,12 +124,7 @@ def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
 
 def test_on_the_micro_pair_with_the_trained_block_drafter(micro_pair_dir, drafters, tmp_path):
     flags = [
-        "--backend",
-        "hf",
-        "--target",
-        str(micro_pair_dir / "target"),
-        "--draft",
-        str(micro_pair_dir / "draft"),
+        *live_pair_flags(micro_pair_dir),
         "--trajectories",
         "2",
         "--roots-per-trajectory",

@@ -7,9 +7,9 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+from conftest import live_pair_flags, one_error_line
 
 from analyses import specblock
-from conftest import one_error_line
 
 SMALL = [
     "--vocab",
@@ -106,12 +106,7 @@ def test_greedy_verification_with_the_trained_drafter_equals_greedy_decoding(mic
 def test_the_study_on_the_micro_pair_with_the_stream(micro_pair_dir, drafters, tmp_path):
     out = tmp_path / "hf"
     flags = [
-        "--backend",
-        "hf",
-        "--target",
-        str(micro_pair_dir / "target"),
-        "--draft",
-        str(micro_pair_dir / "draft"),
+        *live_pair_flags(micro_pair_dir),
         "--trajectories",
         "1",
         "--roots-per-trajectory",
@@ -164,12 +159,7 @@ def test_missing_drafters_exit_2(micro_pair_dir, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         specblock.main(
             [
-                "--backend",
-                "hf",
-                "--target",
-                str(micro_pair_dir / "target"),
-                "--draft",
-                str(micro_pair_dir / "draft"),
+                *live_pair_flags(micro_pair_dir),
                 "--drafters",
                 str(tmp_path),
                 "--out",

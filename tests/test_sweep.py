@@ -8,6 +8,7 @@ import json
 import numpy as np
 import polars as pl
 import pytest
+from conftest import live_pair_flags, make_capture, one_error_line, write_prompts
 
 from analyses import sweep
 from backends.sources import SyntheticSource
@@ -16,7 +17,6 @@ from simlab.efficiency import expected_block_efficiency
 from simlab.engine_metrics import tree_metrics
 from simlab.sampling import SamplingSettings
 from simlab.trees import NodeTable
-from conftest import make_capture, one_error_line, write_prompts
 
 CONFIGS = [
     {"engine": "eagle", "total_token": 6, "depth": 2, "top_k": 3},
@@ -111,12 +111,7 @@ def test_a_replayed_capture_gives_the_live_rows(micro_pair_dir, tmp_path_factory
     common = ["--config", chains, "--draft-law", "setting", "--latency", "sequoia-demo", "--quiet"]
     prompts = write_prompts(tmp_path, 2)
     live = [
-        "--backend",
-        "hf",
-        "--target",
-        str(micro_pair_dir / "target"),
-        "--draft",
-        str(micro_pair_dir / "draft"),
+        *live_pair_flags(micro_pair_dir),
         "--prompts",
         prompts,
     ]
