@@ -33,11 +33,6 @@ def with_category(frame: pl.DataFrame) -> pl.DataFrame:
     return frame
 
 
-def has_categories(per_root: pl.DataFrame) -> bool:
-    """Whether any row of ``per_root`` has a category."""
-    return "category" in per_root.columns and per_root["category"].null_count() < per_root.height
-
-
 def by_category(per_root, summarise: Callable) -> pl.DataFrame | None:
     """``summarise`` of each category's rows and of all rows, stacked with ``category`` first.
 
