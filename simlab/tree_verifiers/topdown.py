@@ -74,12 +74,15 @@ class TopDown(TreeVerifier):
 
     def _children_law(self, tree, path, kids) -> np.ndarray:
         """The node plan's ``output_distribution(kids)`` at ``path``, once per (verifier, path, law,
-        children) on the tree's table (the trees an expectation enumerates share nodes); the
-        caller must not write to it."""
-        return tree.table.memo(
-            ("top-down children law", self, path, tree.law(path), tuple(kids)),
-            lambda: self._plan(tree, path, kids).output_distribution(np.asarray(kids)),
-        )
+        children) on the tree's table (the trees an expectation enumerates share nodes); read-only
+        (a write raises), since every tree of the table shares it."""
+
+        def law():
+            out = self._plan(tree, path, kids).output_distribution(np.asarray(kids))
+            out.flags.writeable = False
+            return out
+
+        return tree.table.memo(("top-down children law", self, path, tree.law(path), tuple(kids)), law)
 
     def _outcome_law(self, tree):
         out = {}
