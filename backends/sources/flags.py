@@ -126,7 +126,7 @@ def add_source_flags(parser: ToolParser, d: SourceConfig, *, many_settings: bool
         default=d.pair,
         action=_Pair,
         help=f"a named pretrained pair on --backend hf (fetched and converted on first use; --draft: "
-        f"early-exit:L, default {DEFAULT_DRAFT})",
+        f"early-exit:L or a trained adapter:L, default {DEFAULT_DRAFT})",
     )
     group.add_argument("--world", default=d.world, help=f"synthetic world: {', '.join(WORLDS)}")
     group.add_argument("--vocab", type=int, default=d.vocab, help="synthetic: vocabulary size V (2..50000)")

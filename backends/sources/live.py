@@ -77,7 +77,7 @@ class HFSource:
             raise ValueError("target: a named pair brings its own target; give --pair or --target, not both")
         if not pair and (not target or not draft):
             raise ValueError("target: --backend hf needs --target and --draft (or --pair)")
-        self.target, self.draft = (pair, f"early-exit:{parse_draft(draft)}") if pair else (target, draft)
+        self.target, self.draft = (pair, parse_draft(draft)) if pair else (target, draft)
         self.placement = RootPlacement(roots_per_trajectory, spacing, first=0)
         self.depth = check_int(depth, "depth", 0)
         self.seed = check_seed(seed)
