@@ -19,6 +19,9 @@ GRID_REFUSALS = {
     "hf": {"method": _EXACT, "jobs": _JOBS},
 }
 
+GPU_PROFILE = "specblock-a100"
+"""The latency profile (``simlab.latency_profiles``) on a pretrained pair without --latency: the grid studies' default on the pretrained pair: DDTE publishes no timing (simlab.latency_profiles.UNPUBLISHED), so the closest published A100 verify/draft times (SpecBlock's, an 8B target with an EAGLE-style draft)."""
+
 
 @dataclass(frozen=True)
 class GridStudyConfig(SourceConfig, LatencyConfig):
@@ -134,5 +137,5 @@ def grid_source(prog: str, parser: ToolParser, config: GridStudyConfig, study_ho
                 )
     if source.name == "hf" and "cost_ratio" not in parser.given and config.latency in (None, "probe"):
         progress(prog, "measuring the forward times of both models on this machine (warm-up benchmark)", config.quiet)
-    latency = make_latency(prog, parser, config, source, config.axes().largest_tree)
+    latency = make_latency(prog, parser, config, source, config.axes().largest_tree, gpu_profile=GPU_PROFILE)
     return source, settings, latency

@@ -61,6 +61,7 @@ from backends.sources.flags import (
     add_draft_law_flag,
     drafting_table,
     make_latency,
+    with_drafter_time,
     make_source,
     note_hf_defaults,
     study_config,
@@ -70,6 +71,8 @@ from backends.sources.flags import (
 )
 
 PROG = "python -m analyses.compare_builders"
+GPU_PROFILE = "specblock-a100"
+"""The latency profile (``simlab.latency_profiles``) on a pretrained pair without --latency: the default on the pretrained pair: SpecBlock's published A100 verify and draft times (an 8B target with an EAGLE-3 draft, the closest published setting to the builders compared; TreeGraft's n-gram step from --small-ratio)."""
 REFUSALS = {
     "capture": {"capture": "the builders build their own trees; use --backend hf or a synthetic world"},
     "synthetic": {"drafters": "the synthetic stand-in block drafter is not trained; --drafters needs --backend hf"},
@@ -477,7 +480,6 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     from analyses._block_drafters import DrafterConfig, drafters_for
-    from simlab.latency import ForwardTime
 
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
     config = with_hf_defaults(config, parser, HF_DEFAULTS)
@@ -487,8 +489,8 @@ def _main(argv) -> int:
         PROG, parser, config, stream="per_trajectory", grid=False, depth=9, study_refusals=REFUSALS, quiet=config.quiet
     )
     budgets = tuple(int(b) for b in config.budgets.split(","))
-    latency = make_latency(PROG, parser, config, source, max(budgets))
-    latency = latency.with_drafter("small", ForwardTime.constant(config.small_ratio * latency.target(0, 1)))
+    latency = make_latency(PROG, parser, config, source, max(budgets), gpu_profile=GPU_PROFILE)
+    latency = with_drafter_time(latency, "small", config.small_ratio, "small_ratio", parser)
     roster = roster_module.Roster(budgets, latency, config.draft_law)
     if "specblock" in builders:
         sb = DrafterConfig(
@@ -509,9 +511,7 @@ def _main(argv) -> int:
         except ValueError as exc:
             roster.not_run.append({"builder": "specblock", "setting": "all", "budget": None, "reason": str(exc)})
         if config.backend != "hf":
-            roster.latency = latency = latency.with_drafter(
-                "block", ForwardTime.constant(config.block_ratio * latency.target(0, 1))
-            )
+            roster.latency = latency = with_drafter_time(latency, "block", config.block_ratio, "block_ratio", parser)
     if "nde" in builders:
         if config.selector is None:
             roster.not_run.append(

@@ -81,6 +81,8 @@ from simlab.selector.features import root_features
 from simlab.trees import NodeTable
 
 PROG = "python -m analyses.ddte_audit"
+GPU_PROFILE = "specblock-a100"
+"""The latency profile (``simlab.latency_profiles``) on a pretrained pair without --latency: the default on the pretrained pair: DDTE publishes no timing (simlab.latency_profiles.UNPUBLISHED), so the closest published A100 verify/draft times (SpecBlock's, an 8B target with an EAGLE-style draft)."""
 CONVENTIONS = ("exact", "per_path", "four_step", "rank", "public")
 VERIFIERS = ("specinfer", "spectr", "khisti", "traversal")
 SELECTOR_VERIFIERS = ("specinfer", "spectr", "khisti")
@@ -436,7 +438,7 @@ def _main(argv) -> int:
     source, settings = make_source(
         PROG, parser, config, stream="per_trajectory", grid=False, depth=16, study_refusals=REFUSALS, quiet=config.quiet
     )
-    latency = make_latency(PROG, parser, config, source, 40)
+    latency = make_latency(PROG, parser, config, source, 40, gpu_profile=GPU_PROFILE)
     out = study_out(PROG, config, source.slug())
     try:
         rows, records = label(config, source, settings, latency)

@@ -69,6 +69,7 @@ from backends.sources.flags import (
     add_draft_law_flag,
     drafting_table,
     make_latency,
+    with_drafter_time,
     make_source,
     note_hf_defaults,
     study_config,
@@ -78,6 +79,8 @@ from backends.sources.flags import (
 )
 
 PROG = "python -m analyses.specblock"
+GPU_PROFILE = "specblock-a100"
+"""The latency profile (``simlab.latency_profiles``) on a pretrained pair without --latency: SpecBlock's own published timings (A100): the default on the pretrained pair."""
 BUILDERS = ("eagle2", "block_topk", "rank_guided", "no_shift", "no_valid_prefix", "attention_free")
 STREAM_FLAGS = (
     "drafters",
@@ -456,7 +459,6 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    from simlab.latency import ForwardTime
 
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
     config = with_hf_defaults(config, parser, HF_DEFAULTS)
@@ -465,7 +467,7 @@ def _main(argv) -> int:
         PROG, parser, config, stream="per_trajectory", grid=False, depth=depth, study_refusals=REFUSALS, quiet=config.quiet
     )
     largest = max(int(b) for b in config.budgets.split(","))
-    latency = make_latency(PROG, parser, config, source, largest)
+    latency = make_latency(PROG, parser, config, source, largest, gpu_profile=GPU_PROFILE)
     try:
         drafter_of, not_run = drafters_for(config)
     except ValueError as exc:
@@ -475,7 +477,7 @@ def _main(argv) -> int:
 
         latency = latency.with_drafter("block", forward_seconds(drafter_of["full"](source.pair).model))
     else:
-        latency = latency.with_drafter("block", ForwardTime.constant(config.block_ratio * latency.target(0, 1)))
+        latency = with_drafter_time(latency, "block", config.block_ratio, "block_ratio", parser)
     out = study_out(PROG, config, source.slug())
     try:
         rows, depth_rows, slot_rows = measure(config, source, settings, latency, drafter_of)

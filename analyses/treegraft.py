@@ -66,6 +66,7 @@ from backends.sources.flags import (
     add_draft_law_flag,
     drafting_table,
     make_latency,
+    with_drafter_time,
     make_source,
     study_parser,
     note_hf_defaults,
@@ -73,6 +74,8 @@ from backends.sources.flags import (
 )
 
 PROG = "python -m analyses.treegraft"
+GPU_PROFILE = "treegraft-a100"
+"""The latency profile (``simlab.latency_profiles``) on a pretrained pair without --latency: TreeGraft's own published timings (2 x A100): the default on the pretrained pair."""
 REPETITIVE_PROMPTS = str(SHIPPED_PROMPTS.parent / "repetitive_prompts.txt")
 POLICIES = ("all_small", "all_mid", "fixed", "learned", "best", "no_expanded_positions", "destructive", "sequence_level")
 REFUSALS = {"capture": {"capture": "TreeGraft builds its own trees; use --backend hf or a synthetic world"}}
@@ -398,7 +401,6 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    from simlab.latency import ForwardTime
 
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
     config = with_hf_defaults(config, parser, HF_DEFAULTS, prompts=REPETITIVE_PROMPTS)
@@ -412,8 +414,8 @@ def _main(argv) -> int:
         study_refusals=REFUSALS,
         quiet=config.quiet,
     )
-    latency = make_latency(PROG, parser, config, source, config.budget)
-    latency = latency.with_drafter("small", ForwardTime.constant(config.small_ratio * latency.target(0, 1)))
+    latency = make_latency(PROG, parser, config, source, config.budget, gpu_profile=GPU_PROFILE)
+    latency = with_drafter_time(latency, "small", config.small_ratio, "small_ratio", parser)
     out = prepare_out(PROG, config.out if config.out is not None else f"out/treegraft/{source.slug()}")
     try:
         rows, schedule_rows, training = measure(config, source, settings, latency)

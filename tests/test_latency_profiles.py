@@ -109,6 +109,52 @@ def test_the_shared_flag_gives_the_profile_and_probe_gives_the_sources_own():
         assert make_latency("prog", parser, config, Source(), 8) == expected
 
 
+def test_on_a_pretrained_pair_the_seed_claim_studies_default_to_their_gpu_profile(capsys):
+    from dataclasses import dataclass
+
+    from analyses import _grid_study, compare_builders, ddte_audit, specblock, treegraft
+    from backends.sources.flags import LatencyConfig, SourceConfig, make_latency, study_parser, with_drafter_time
+    from simlab.latency import ForwardTime
+
+    @dataclass(frozen=True)
+    class Config(SourceConfig, LatencyConfig):
+        pass
+
+    class Source:
+        name = "hf"
+        named_pair = "smollm2"
+
+        def latency(self, largest_tree):
+            return LatencyModel.from_cost_ratio(0.5)
+
+    class Micro(Source):
+        named_pair = None
+
+    for study in (treegraft, specblock, compare_builders, ddte_audit, _grid_study):
+        assert study.GPU_PROFILE in PROFILES
+    for flags, source, expected in (
+        ([], Source(), profile("treegraft-a100")),  # the default, said on stderr
+        (["--latency", "probe"], Source(), LatencyModel.from_cost_ratio(0.5)),
+        (["--cost-ratio", "0.2"], Source(), LatencyModel.from_cost_ratio(0.2, per_token=LatencyConfig().per_token)),
+        ([], Micro(), LatencyModel.from_cost_ratio(0.5)),  # not a pretrained pair: the source's own, as before
+    ):
+        parser = study_parser("prog", "doc", Config())
+        config = Config(**{**vars(parser.parse_args(flags)), "capture": ()})
+        assert make_latency("prog", parser, config, source, 8, gpu_profile="treegraft-a100") == expected
+    assert "the published GPU profile 'treegraft-a100'" in capsys.readouterr().err
+    # a profile's own extra drafter is kept unless its ratio flag is given
+    parser = study_parser("prog", "doc", Config())
+    parser.add_argument("--small-ratio", type=float, default=0.011)
+    parser.parse_args([])
+    kept = with_drafter_time(profile("treegraft-a100"), "small", 0.011, "small_ratio", parser)
+    assert kept == profile("treegraft-a100")
+    parser.parse_args(["--small-ratio", "0.5"])
+    asked = with_drafter_time(profile("treegraft-a100"), "small", 0.5, "small_ratio", parser)
+    assert dict(asked.drafters)["small"] == ForwardTime.constant(0.5 * profile("treegraft-a100").target(0, 1))
+    added = with_drafter_time(profile("sequoia-demo"), "block", 0.1, "block_ratio", parser)
+    assert dict(added.drafters)["block"] == ForwardTime.constant(0.1 * profile("sequoia-demo").target(0, 1))
+
+
 @pytest.mark.slow
 def test_a_study_runs_under_a_named_profile_and_says_which(tmp_path, capsys):
     from analyses import compare_verifiers

@@ -24,7 +24,7 @@ import argparse
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from backends.cli import ToolParser, fail, flag_message, prepare_out, slow_step
+from backends.cli import ToolParser, fail, flag_message, prepare_out, progress, slow_step
 from backends.pretrained import DEFAULT_DRAFT, PAIRS
 from backends.sources import SOURCES, CaptureSource, HFSource, SyntheticSource
 from backends.synthetic import WORLDS
@@ -383,12 +383,23 @@ def add_latency_flags(parser: ToolParser, d: LatencyConfig) -> None:
     )
 
 
-def make_latency(prog: str, parser: ToolParser, config, source, largest_tree: int):
+def make_latency(prog: str, parser: ToolParser, config, source, largest_tree: int, gpu_profile: str | None = None):
     """The latency model, in this order: ``--latency NAME|probe|FILE`` (a published profile,
     ``simlab.latency_profiles``; the source's own measured times; a profile file); an explicit
-    ``--cost-ratio``; the source's own (a capture's ``latency.json``, a warm-up benchmark of live
-    models); else the cost-ratio model with the defaults.  Exit 2 on conflicting or unusable flags."""
+    ``--cost-ratio``; on a pretrained pair (``--pair``, or a capture of one) the study's published
+    GPU profile ``gpu_profile`` (the seed-claim studies name one: the papers time their claims on
+    GPUs, where a target forward is nearly flat in tokens, not on this CPU), said on stderr; the
+    source's own (a capture's ``latency.json``, a warm-up benchmark of live models); else the
+    cost-ratio model with the defaults.  Exit 2 on conflicting or unusable flags."""
     given = parser.given
+    if gpu_profile and not config.latency and "cost_ratio" not in given and getattr(source, "named_pair", None):
+        progress(
+            prog,
+            f"latency: the published GPU profile {gpu_profile!r} (this study's default on the pretrained pair "
+            f"{source.named_pair}; --latency probe times this machine instead)",
+            getattr(config, "quiet", False),
+        )
+        return load(gpu_profile)
     if config.latency and "cost_ratio" in given:
         how = "was given" if "latency" in given else f"is this study's default ({config.latency!r}; pass --latency '' to drop it)"
         fail(prog, f"--cost-ratio: a latency profile (--latency) {how}; use one of the two")
@@ -419,3 +430,14 @@ def make_latency(prog: str, parser: ToolParser, config, source, largest_tree: in
         return LatencyModel.from_cost_ratio(config.cost_ratio, per_token=config.per_token)
     except ValueError as exc:
         fail(prog, flag_message(str(exc), parser, {"c": "--cost-ratio", "per_token": "--per-token"}))
+
+
+def with_drafter_time(latency, name: str, ratio: float, flag: str, parser: ToolParser):
+    """``latency`` with the forward time of the extra drafter ``name`` (TreeGraft's ``small``,
+    SpecBlock's ``block``): the latency model's own when it has one (a published profile that
+    gives it) and ``flag`` was not given, else ``ratio`` times a one-token target forward."""
+    from simlab.latency import ForwardTime
+
+    if any(n == name for n, _ in latency.drafters) and flag not in parser.given:
+        return latency
+    return latency.with_drafter(name, ForwardTime.constant(ratio * latency.target(0, 1)))

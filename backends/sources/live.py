@@ -78,6 +78,7 @@ class HFSource:
         if not pair and (not target or not draft):
             raise ValueError("target: --backend hf needs --target and --draft (or --pair)")
         self.target, self.draft = (pair, parse_draft(draft)) if pair else (target, draft)
+        self.named_pair = pair or None
         self.placement = RootPlacement(roots_per_trajectory, spacing, first=0)
         self.depth = check_int(depth, "depth", 0)
         self.seed = check_seed(seed)

@@ -46,6 +46,7 @@ class CaptureSource:
         if not folders:
             raise ValueError("capture: name at least one capture folder")
         self.folders, self.grid = folders, grid
+        self.named_pair: str | None = None  # the pretrained pair the captures were taken on, if any
         self.captures: dict[str, tuple[str, store.CaptureSettings]] = {}
         self.entries: dict[str, list] = {}
         for folder in folders:
@@ -61,6 +62,7 @@ class CaptureSource:
                 raise ValueError(
                     f"capture: {folder!r} has {stored.samples} tree per L1; the studies need >= 2 (half choose, half report)"
                 )
+            self.named_pair = self.named_pair or getattr(stored, "pair", None) or None
             name = stored.sampling().name
             if name in self.captures:
                 raise ValueError(f"capture: two captures with the setting {name}")
