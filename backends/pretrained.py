@@ -27,12 +27,14 @@ a re-conversion) and ``float32/`` (the converted model and ``manifest.json``).  
 (offline, a damaged wheel or file, a wrong hash, an unloadable folder) is one ``ValueError``
 line ``pair: ...`` saying what failed and what to do; the CLI flags turn it into exit 2.
 
-Drafts (``open_pair``): until trained drafts exist the one draft is the **early-exit
-self-draft** ``early-exit:L`` (``early_exit``): the target's embedding, its first L layers, its
-final norm and its head, sharing the target's modules (no weight is copied).  It is a weak
-baseline: untrained, its laws are far from the target's for small L.  It is an ordinary
-Hugging Face model, so ``backends.hf.HFPair`` (tree attention, caches, captures) runs on it
-unchanged.
+Drafts (``open_pair``, ``--draft``): the **early-exit self-draft** ``early-exit:L``
+(``early_exit``): the target's embedding, its first L layers, its final norm and its head, sharing
+the target's modules (no weight is copied), untrained and weak (its laws are far from the target's
+for small L); and the **trained adapter drafts** ``adapter:L[:VARIANT]`` (``backends.adapter_draft``:
+the first L layers plus one trained decoder layer and norm, distilled on the target's own chat
+replies by ``python -m backends.train_draft``), found in the user cache, else among the drafts
+shipped with the lab (``SHIPPED_DRAFTS``).  Each is an ordinary Hugging Face model, so
+``backends.hf.HFPair`` (tree attention, caches, captures) runs on it unchanged.
 """
 
 from __future__ import annotations
