@@ -194,6 +194,9 @@ class _Curtain:
             return 0
         lo, hi = self.stack[-1]
         gap, room, front = hi - lo, self.span - self.front, self.front
+        m, want = float(self.lengths[first]), float(self.targets[first])
+        if not (m > room or self.scalar_mass(front, m) > want) or (m <= gap and self.scalar_mass(hi - m, m) > want):
+            return 0  # the first atom is not of this shape (a cheap test before the vectorised one)
         lengths = self.lengths[first:stop]
         cum_l, cum_t = np.cumsum(lengths), np.cumsum(self.targets[first:stop])
         x_hi, x_lo = np.minimum(cum_l, room), np.maximum(cum_l - gap, 0.0)
@@ -259,6 +262,9 @@ class _Curtain:
         above the previous one, a gap pushed below it): the independent roots of mass(a, m) = T,
         solved at once (Newton from the side where the convex or concave mass converges
         monotonically), kept while each is above its predecessor.  Returns how many it placed."""
+        m = float(self.lengths[first])
+        if m > self.span - self.front or self.scalar_mass(self.front, m) > float(self.targets[first]):
+            return 0  # the first atom is not above the frontier (a cheap test before the vectorised one)
         lengths, want = self.lengths[first:stop], self.targets[first:stop]
         a_hi = self.span - lengths
         a = (a_hi if self.upward else np.full(lengths.size, self.front)).copy()
@@ -356,7 +362,7 @@ class _ExactPlan(NodePlan):
     def __init__(self, verifier, p, q, k):
         super().__init__(verifier, p, q, k)
         support = np.flatnonzero(q > 0)
-        order = support[np.argsort(p[support] / q[support], kind="stable")]
+        order = support[np.argsort(p[support] / q[support])]  # ties share an atom: their order is immaterial
         ps, qs = p[order], q[order]
         prefix_q = np.minimum(np.concatenate(([0.0], np.cumsum(qs))), 1.0)
         cut = np.concatenate(([0.0], np.cumsum(ps))) + 1.0 - prefix_q**k
@@ -392,7 +398,8 @@ class _ExactPlan(NodePlan):
         delta = length[owner] * frac  # a draw's score mass in each piece, in score order
         before = np.concatenate(([0.0], np.cumsum(delta)[:-1]))
         mu_atom = np.bincount(owner, weights=_power_difference(before + delta, before, self.k, delta), minlength=n_atoms)
-        by_atom = np.argsort(owner, kind="stable")  # pieces grouped by atom, in score order within each
+        # pieces grouped by atom, in score order within each (unique keys: a fast unstable sort is stable)
+        by_atom = np.argsort(owner * owner.size + np.arange(owner.size))
         self.ptr = np.concatenate(([0], np.cumsum(np.bincount(owner, minlength=n_atoms))))
         self.rank, self.frac = by_atom, frac[by_atom]
         cum = np.cumsum(self.frac)
