@@ -72,35 +72,31 @@ from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw, summed_ov
 from simlab.verifiers.ot_walk import _level, _power_difference
 
 
-def _root(f, lo: float, hi: float) -> float:
+def _root(f, slope, lo: float, hi: float, start: float) -> float:
     """The root of the nondecreasing f on [lo, hi], clamped there (f(lo) > 0: lo; f(hi) < 0: hi):
-    bisection on the bracket with secant steps where they stay inside, to 1e-16 of the bracket."""
-    f_lo, f_hi = f(lo), f(hi)
-    if f_lo >= 0.0:
+    Newton from ``start`` with the exact ``slope``, kept inside the shrinking bracket (a halving
+    where a step leaves it), to 1e-16 of the root."""
+    if f(lo) >= 0.0:
         return lo
-    if f_hi <= 0.0:
+    if f(hi) <= 0.0:
         return hi
+    x = start
     for _ in range(200):
-        x = lo - f_lo * (hi - lo) / (f_hi - f_lo)  # secant (regula falsi), then forced halving when it stalls
-        if not lo < x < hi:
-            x = 0.5 * (lo + hi)
-        f_x = f(x)
-        if f_x == 0.0:
+        value = f(x)
+        if value == 0.0:
             return x
-        if f_x < 0.0:
-            shrink, lo, f_lo = x - lo, x, f_x
+        if value < 0.0:
+            lo = x
         else:
-            shrink, hi, f_hi = hi - x, x, f_x
-        if hi - lo <= 1e-16 * max(abs(hi), abs(lo), 1e-300):
-            break
-        if shrink < 0.25 * (hi - lo):  # a one-sided secant: halve once
-            mid = 0.5 * (lo + hi)
-            f_mid = f(mid)
-            if f_mid < 0.0:
-                lo, f_lo = mid, f_mid
-            else:
-                hi, f_hi = mid, f_mid
-    return lo if -f_lo <= f_hi else hi
+            hi = x
+        d = slope(x)
+        nxt = x - value / d if d > 0.0 else lo - 1.0
+        if not lo < nxt < hi:
+            nxt = 0.5 * (lo + hi)
+        if abs(nxt - x) <= 1e-16 * max(abs(x), 1e-300) or hi - lo <= 1e-16 * max(abs(hi), abs(lo), 1e-300):
+            return nxt
+        x = nxt
+    return x
 
 
 class _Curtain:
@@ -112,7 +108,7 @@ class _Curtain:
         self.lengths, self.k, self.upward, self.start, self.end = lengths, k, upward, start, end
         self.targets = targets if upward else -targets  # signed: the processing coordinates' h increases
         self.span, self.front, self.stack = end - start, 0.0, []
-        self.owner, self.lower, self.size = [], [], []
+        self.owner, self.lower, self.size, self.pending = [], [], [], []
 
     def mass(self, z0, size):
         """Signed h-mass of [z0, z0 + size] (scalars or arrays); ``size`` passed on exactly, so a
@@ -134,6 +130,19 @@ class _Curtain:
             total = total * a + power
         return size * total if self.upward else -size * total
 
+    def scalar_rise(self, z0: float, size: float) -> float:
+        """``rise`` for Python floats."""
+        k = self.k
+        if self.upward:
+            a, b = self.start + z0 + size, self.start + z0
+        else:
+            a, b = self.end - z0, self.end - z0 - size
+        total, power = 1.0, 1.0
+        for _ in range(k - 2):
+            power *= b
+            total = total * a + power
+        return k * size * total
+
     def rise(self, z0, size):
         """density(z0 + size) - density(z0), size >= 0, density = d mass / d z (h(w) upward, -h(w)
         downward: nondecreasing in z either way), as k * (w^(k-1) difference) with ``size`` passed
@@ -143,9 +152,22 @@ class _Curtain:
         return self.k * _power_difference(self.end - z0, self.end - z0 - size, self.k - 1, size)
 
     def put(self, atom, z0, size):
-        self.owner.append(np.atleast_1d(atom))
-        self.lower.append(np.atleast_1d(np.asarray(z0, dtype=np.float64)))
-        self.size.append(np.atleast_1d(np.asarray(size, dtype=np.float64)))
+        """Record pieces: arrays (a run) or one piece (Python scalars, gathered until the next run)."""
+        if np.ndim(size) == 0:
+            self.pending.append((int(atom), float(z0), float(size)))
+            return
+        self.flush()
+        self.owner.append(atom)
+        self.lower.append(np.asarray(z0, dtype=np.float64))
+        self.size.append(np.asarray(size, dtype=np.float64))
+
+    def flush(self):
+        if self.pending:
+            owner, lower, size = zip(*self.pending)
+            self.owner.append(np.array(owner, dtype=np.int64))
+            self.lower.append(np.array(lower))
+            self.size.append(np.array(size))
+            self.pending = []
 
     def step(self, atom: int) -> None:
         """One atom's shadow, scalar: above the frontier, or [front, front + t] plus the top of the
@@ -153,7 +175,10 @@ class _Curtain:
         m, want, room, front = float(self.lengths[atom]), float(self.targets[atom]), self.span - self.front, self.front
         mass = self.scalar_mass
         if m <= room and mass(front, m) <= want:
-            alpha = _root(lambda z: mass(z, m) - want, front, self.span - m)
+            top = self.span - m  # upward the mass is convex in z (Newton from above), downward concave
+            alpha = _root(
+                lambda z: mass(z, m) - want, lambda z: self.scalar_rise(z, m), front, top, top if self.upward else front
+            )
             if alpha > front:
                 self.stack.append((front, alpha))
             self.put(atom, alpha, m)
@@ -173,7 +198,13 @@ class _Curtain:
             lo, hi = self.stack[-1]
             high = min(hi - lo, rest)
             low = min(max(0.0, rest - room), high)  # [front, front + rest - s] must fit below the end
-            s = _root(lambda s: -(mass(front, rest - s) + taken_mass + mass(hi - s, s) - want), low, high)
+            s = _root(
+                lambda s: -(mass(front, rest - s) + taken_mass + mass(hi - s, s) - want),
+                lambda s: self.scalar_rise(hi - s, (front - hi) + rest),
+                low,
+                high,
+                high,
+            )
             if s > 0.0:
                 self.put(atom, hi - s, s)
             if hi - s > lo:
@@ -305,6 +336,7 @@ class _Curtain:
 
     def pieces(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(atom, lower end on the score axis, length) of every piece, in score order (ties: placed first, first)."""
+        self.flush()
         owner = np.concatenate(self.owner) if self.owner else np.zeros(0, dtype=np.int64)
         z0 = np.concatenate(self.lower) if self.lower else np.zeros(0)
         size = np.concatenate(self.size) if self.size else np.zeros(0)
@@ -331,8 +363,8 @@ def curtain(lengths, targets, start: float, end: float, k: int, upward: bool, fa
     """
     state = _Curtain(np.asarray(lengths, dtype=np.float64), np.asarray(targets, dtype=np.float64), start, end, k, upward)
     n, atom = len(lengths), 0
-    chunk, wait = {"stretch": 64, "leap": 64}, {"stretch": 0, "leap": 0}  # run lengths; backoff after a miss
-    while atom < n - 1:
+    chunk, wait, misses = {"stretch": 64, "leap": 64}, {"stretch": 0, "leap": 0}, {"stretch": 0, "leap": 0}
+    while atom < n - 1:  # runs where they are long, scalar steps between (backoff doubles on each miss)
         placed = 0
         for kind in ("stretch", "leap") if fast else ():
             if wait[kind] > 0:
@@ -341,8 +373,12 @@ def curtain(lengths, targets, start: float, end: float, k: int, upward: bool, fa
             placed = getattr(state, kind)(atom, min(atom + chunk[kind], n - 1))
             if placed:
                 chunk[kind] = 2 * chunk[kind] if placed == chunk[kind] else max(64, 2 * placed)
+            misses[kind] = 0 if placed >= 8 else misses[kind] + 1
+            if misses[kind]:  # a miss or a short run: scalar steps cost less for a while
+                wait[kind] = min(4 << misses[kind], 256)
+                chunk[kind] = 64
+            if placed:
                 break
-            chunk[kind], wait[kind] = 64, 4  # the next try a few atoms on
         if placed:
             atom += placed
         else:
