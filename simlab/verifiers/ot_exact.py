@@ -51,12 +51,24 @@ Per child tuple: P(child of atom A is selected) = sum over A's pieces pi of (len
 int_0^1 (c + d u)^(n_A - 1) du prod_{B != A} F_B(pi)^(n_B), with c, d the fractions of A's length
 before and in pi, n the atoms' multiplicities in the tuple and F_B(pi) the fraction of B's length
 in pieces before pi: O(k * pieces) per tuple (pieces per atom is 1-2 but for atoms that pop many
-gaps), O(V) for the whole law.  Preparation: one sort, O(V log V), plus the curtain (a Python
-loop over atoms).
+gaps), O(V) for the whole law.  Preparation: one sort, O(V log V), plus the curtain: runs of atoms
+of one shape (the walk's V shape, ``_Curtain.stretch``; intervals above the frontier,
+``_Curtain.leap``) placed at once by vectorised Newton solves, each atom's shape tested exactly,
+and scalar steps (``_Curtain.step``, the plain reference: ``curtain(..., fast=False)``) between
+them.  Cost at V = 128,000, k = 4: benchmarks/RESULTS.md.
 
-Drafting without replacement is not covered: its F(A) = P(all k distinct draws lie in A) is not
-a function of q(A) (nor of any one-dimensional statistic of A), so the selection laws are not
-the score splits of one uniform measure and mu* has no closed form; ``Optimal`` with
+Drafting without replacement is not covered, for three precise reasons.  (a) Its F(A) = P(all k
+distinct draws lie in A) is not a function of q(A) (one token of mass 0.5 and five of mass 0.1 give
+different F), so the selection laws are not the splits of one uniform score measure and step 1's
+reduction to a one-dimensional convex order fails.  (b) F is still the containment functional of
+the random drafted set, so its core is the set of selection laws (Artstein's theorem) and the hull
+of the priority orderings' laws; an exact rule would be a law over orderings realising the optimal
+point, whose level form (max(p, lam q) on H*, min(p, lam q) outside) rests on F depending on q(A)
+alone and is not established here.  (c) Even alpha* needs F on every prefix H, which the lab
+computes by enumeration (``optimal_acceptance(replacement=False)``, support^k tuples); the
+exponential-race form of sequential sampling (token i arrives at rate q_i; the first k arrivals
+are the draws) writes F(H) as a one-dimensional integral over the time of the k-th arrival in H,
+a candidate route to alpha* at real V that the lab does not take.  ``Optimal`` with
 ``replacement=False`` stays the small-V reference.
 """
 
