@@ -188,3 +188,18 @@ def test_the_optimality_check_catches_a_selection_without_the_curtain():
     check_lossless(Comonotone(), p, q, k)  # still a selection: lossless
     with pytest.raises(AssertionError):
         exact_check(p, q, k, Comonotone())
+
+
+def test_children_with_zero_draft_mass_get_a_law():
+    """Children a deterministic law may hold with q = 0 (a lossy pairing): such a child is selected
+    only when all are such, uniformly; every row is still a law and the sampler draws from it."""
+    p, q = np.array([0.3, 0.3, 0.4]), np.array([0.0, 0.5, 0.5])
+    plan = EXACT.prepare(p, q, 2, law=Drafting.DETERMINISTIC)
+    for x in ([0, 1], [0, 0], [2, 0]):
+        law = plan.output_distribution(x)
+        assert law.min() >= 0.0 and abs(law.sum() - 1.0) <= 1e-12
+    np.testing.assert_allclose(plan._selection(np.array([0, 1])), [0.0, 1.0], atol=1e-15)
+    np.testing.assert_allclose(plan._selection(np.array([0, 0])), [0.5, 0.5], atol=1e-15)
+    assert plan.output_distribution([0, 0])[0] == 1.0  # selected with mu = 0 < p: accepted (the walk's convention)
+    rng = np.random.default_rng(0)
+    assert {plan.sample([0, 0], rng) for _ in range(20)} == {0}

@@ -448,11 +448,15 @@ class _ExactPlan(NodePlan):
         mu_atom = np.bincount(owner, weights=_power_difference(before + delta, before, self.k, delta), minlength=n_atoms)
         # pieces grouped by atom, in score order within each (unique keys: a fast unstable sort is stable)
         by_atom = np.argsort(owner * owner.size + np.arange(owner.size))
-        self.ptr = np.concatenate(([0], np.cumsum(np.bincount(owner, minlength=n_atoms))))
-        self.rank, self.frac = by_atom, frac[by_atom]
-        cum = np.cumsum(self.frac)
-        self.lead = cum - self.frac - np.repeat(cum[self.ptr[:-1]] - self.frac[self.ptr[:-1]], np.diff(self.ptr))
-        self.atom_of = np.full(self.p.size, -1, dtype=np.int64)
+        ptr = np.concatenate(([0], np.cumsum(np.bincount(owner, minlength=n_atoms))))
+        cum = np.cumsum(frac[by_atom])
+        lead = cum - frac[by_atom] - np.repeat(cum[ptr[:-1]] - frac[by_atom][ptr[:-1]], np.diff(ptr))
+        # one more atom for the tokens with q = 0 (children only a deterministic or mixed law can
+        # hold: a lossy pairing): one piece below every other, so such a child is selected only when
+        # every child is one, uniformly among them
+        self.ptr = np.append(ptr, ptr[-1] + 1)
+        self.rank, self.frac, self.lead = np.append(by_atom, -1), np.append(frac[by_atom], 1.0), np.append(lead, 0.0)
+        self.atom_of = np.full(self.p.size, n_atoms, dtype=np.int64)
         self.atom_of[order] = atom
         self.mu = np.zeros(self.p.size)
         self.mu[order] = self.q[order] / length[atom] * mu_atom[atom]
@@ -467,7 +471,7 @@ class _ExactPlan(NodePlan):
     @property
     def pieces(self) -> int:
         """How many pieces the scores are split into (at least the number of atoms)."""
-        return int(self.ptr[-1])
+        return int(self.ptr[-2])
 
     @cached_property
     def correction(self) -> np.ndarray:
