@@ -42,7 +42,9 @@ i.i.d. algorithms compute the optimal coupling by a different route; no official
    exact law, and ``acceptance_formula`` refuses): 1 of 50 fixed random small instances, and on the
    depth_profile world 0-25 % of nodes at k = 2..4 with gaps up to 3e-4 (docs/results.md Sec. 7).
    Partial Resolution reports an exact O(2^{1.5k} k^2 + 2^k V + V log V) algorithm for i.i.d.
-   drafts, which the lab does not implement.
+   drafts, which the lab does not implement; ``simlab.verifiers.ot_exact`` realises the same mu
+   at every node (a score selection split by the left curtain, of which this walk's first
+   direction pair is the gap-free case).
 
 Drafting without replacement is not covered (its F(A) is not a function of q(A); ``Optimal`` with
 ``replacement=False`` is the small-V reference).
