@@ -230,9 +230,10 @@ class _Curtain:
     def stretch(self, first: int, stop: int) -> int:
         """Atoms first.. while each takes [front, front + t] plus a cut of the top gap (the walk's
         V shape), solved for all at once from the cumulative masses: x_i = the top length after
-        atom i, the root of the convex increasing mass(front, x) + mass(top - y, y) = T_i with
-        y = L_i - x (Newton from above).  Returns how many atoms it placed (0: the first one is not
-        of that shape; ``step`` places it)."""
+        atom i, the root of the increasing mass(front, x) + mass(top - y, y) = T_i with y = L_i - x
+        (convex upward, concave downward: Newton from the side that converges monotonically), then
+        each atom's shape tested exactly at the state the ones before it leave.  Returns how many
+        atoms it placed (0: the first one is not of that shape; ``step`` places it)."""
         if not self.stack or stop <= first:
             return 0
         lo, hi = self.stack[-1]
