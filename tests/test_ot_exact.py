@@ -173,9 +173,9 @@ class _Comonotone(ot_exact._ExactPlan):
     """Planted fault: the atoms' pieces laid end to end in p/q order (no curtain): a selection, so
     lossless, but not mu*."""
 
-    def _store(self, order, atom, length, pieces):
+    def _store(self, order, qs, atom, length, pieces):
         n = length.size
-        super()._store(order, atom, length, (np.arange(n), np.concatenate(([0.0], np.cumsum(length)[:-1])), length))
+        super()._store(order, qs, atom, length, (np.arange(n), np.concatenate(([0.0], np.cumsum(length)[:-1])), length))
 
 
 class Comonotone(OTExact):

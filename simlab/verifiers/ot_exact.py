@@ -436,9 +436,9 @@ class _ExactPlan(NodePlan):
             pieces = (np.concatenate((inner[0], n_atoms - 1 - outer[0])),) + tuple(
                 np.concatenate((i, o)) for i, o in zip(inner[1:], outer[1:])
             )
-        self._store(order, atom, length, pieces)
+        self._store(order, qs, atom, length, pieces)
 
-    def _store(self, order, atom, length, pieces):
+    def _store(self, order, qs, atom, length, pieces):
         """Keep the pieces by atom (their global order, length fractions) and the selection law."""
         owner, _, size = pieces
         n_atoms = length.size
@@ -450,17 +450,18 @@ class _ExactPlan(NodePlan):
         # pieces grouped by atom, in score order within each (unique keys: a fast unstable sort is stable)
         by_atom = np.argsort(owner * owner.size + np.arange(owner.size))
         ptr = np.concatenate(([0], np.cumsum(np.bincount(owner, minlength=n_atoms))))
-        cum = np.cumsum(frac[by_atom])
-        lead = cum - frac[by_atom] - np.repeat(cum[ptr[:-1]] - frac[by_atom][ptr[:-1]], np.diff(ptr))
+        grouped = frac[by_atom]
+        cum = np.cumsum(grouped)
+        lead = cum - grouped - np.repeat(cum[ptr[:-1]] - grouped[ptr[:-1]], np.diff(ptr))
         # one more atom for the tokens with q = 0 (children only a deterministic or mixed law can
         # hold: a lossy pairing): one piece below every other, so such a child is selected only when
         # every child is one, uniformly among them
         self.ptr = np.append(ptr, ptr[-1] + 1)
-        self.rank, self.frac, self.lead = np.append(by_atom, -1), np.append(frac[by_atom], 1.0), np.append(lead, 0.0)
+        self.rank, self.frac, self.lead = np.append(by_atom, -1), np.append(grouped, 1.0), np.append(lead, 0.0)
         self.atom_of = np.full(self.p.size, n_atoms, dtype=np.int64)
         self.atom_of[order] = atom
         self.mu = np.zeros(self.p.size)
-        self.mu[order] = self.q[order] / length[atom] * mu_atom[atom]
+        self.mu[order] = qs * (mu_atom / length)[atom]
         self.value = float(np.minimum(self.mu, self.p).sum())
         self.accept = (self.p > 0).astype(np.float64)  # min(1, p / mu): 1 where mu underflowed to 0 < p
         np.divide(self.p, self.mu, out=self.accept, where=self.mu > 0)
