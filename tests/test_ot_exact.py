@@ -39,7 +39,7 @@ def exact_check(p, q, k, verifier=EXACT):
         accepted += prob * law[np.unique(x)].sum()
     np.testing.assert_allclose(mixture, plan.p, atol=1e-12, rtol=0)
     assert abs(accepted - plan.acceptance_formula()) <= 1e-12
-    assert abs(accepted - optimal_acceptance(p, q, k)) <= 1e-9
+    assert abs(accepted - optimal_acceptance(p, q, k)) <= 1e-9 and plan.certified
     return plan, accepted
 
 
@@ -96,7 +96,7 @@ def test_alpha_star_on_many_instances_where_the_walk_clips():
     uncertified = 0
     for p, q, k in random_instances(500, 1):
         plan = EXACT.prepare(p, q, k)
-        assert abs(plan.value - optimal_acceptance(p, q, k)) <= 1e-12
+        assert abs(plan.value - optimal_acceptance(p, q, k)) <= 1e-12 and plan.certified
         uncertified += not OTWalk().prepare(p, q, k).certified
     assert uncertified >= 5
 

@@ -81,7 +81,7 @@ import numpy as np
 
 from simlab.distributions import inverse_cdf, positive_part, residual, sample_categorical
 from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw, summed_over_copies
-from simlab.verifiers.ot_walk import _level, _power_difference
+from simlab.verifiers.ot_walk import CERTIFY_TOL, _level, _power_difference
 
 
 def _root(f, slope, lo: float, hi: float, start: float) -> float:
@@ -469,6 +469,12 @@ class _ExactPlan(NodePlan):
         self.excess = float(positive_part(self.p - self.mu).sum())
         if self.excess == 0.0:  # mu = p: a selected child is always accepted
             self.accept[self.mu > 0] = 1.0
+
+    @property
+    def certified(self) -> bool:
+        """True when sum min(mu, p) equals alpha* to ``ot_walk.CERTIFY_TOL`` (the walk's flag, for
+        callers of either: here always, barring a floating-point failure of the curtain)."""
+        return abs(self.value - self.alpha_star) <= CERTIFY_TOL
 
     @property
     def pieces(self) -> int:
