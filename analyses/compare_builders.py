@@ -83,10 +83,10 @@ NOT_IN_ALL = ("optimal",)
 """Left out of ``--verifiers all``: the OT optimum as a tree verifier solves an LP over every child
 tuple (it exceeds the LP's size limit beyond a few children); its per-node value alpha* is the
 reference of the node-gap table instead."""
-NOT_BY_DEFAULT = ("khisti", "ot_walk")
+NOT_BY_DEFAULT = ("khisti", "ot_walk", "ot_exact")
 """Left out of the default verifier list (``--verifiers all`` includes them): Khisti's LP per node
-takes a third of the default run's time, and the OT walk's per-node preparation (two Newton solves
-over V) is of the same order; the node-gap table and ``--verifiers all`` measure them."""
+takes a third of the default run's time, and the OT walk's and the curtain's per-node preparations
+(Newton solves over V) are of the same order; the node-gap table and ``--verifiers all`` measure them."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simlab.distributions import sample_categorical
+from simlab.distributions import inverse_cdf, sample_categorical
 from simlab.verifiers.base import accept_draw, summed_over_copies
 from simlab.verifiers.greedy import Greedy, _GreedyPlan
 from simlab.verifiers.greedy_draft import GreedyDraft, _GreedyDraftPlan
@@ -17,6 +17,7 @@ from simlab.verifiers.khisti import Khisti, _KhistiPlan
 from simlab.verifiers.naive import Naive, _NaivePlan
 from simlab.verifiers.nss import NSS, _NSSPlan
 from simlab.verifiers.onehot import OneHot, _OneHotPlan
+from simlab.verifiers.ot_exact import OTExact, _ExactPlan
 from simlab.verifiers.ot_walk import OTWalk, _WalkPlan
 from simlab.verifiers.specinfer import SpecInfer, _SpecInferPlan
 from simlab.verifiers.speculative import SingleDraft
@@ -407,6 +408,62 @@ class WalkSamplerAgainstQ(OTWalk):
         return _WalkSamplerAgainstQ(self, p, q, k)
 
 
+# 25. The curtain's copies of one atom compared by piece only: two children in one piece never
+# outrank each other (the within-piece integral int (c + d u)^(n-1) du replaced by c^(n-1)).
+class _ExactPieceOnly(_ExactPlan):
+    def _selection(self, children):
+        atoms, inverse, counts = np.unique(self.atom_of[children], return_inverse=True, return_counts=True)
+        per_atom = np.empty(atoms.size)
+        for i, (a, n) in enumerate(zip(atoms, counts)):
+            lo, hi = self.ptr[a], self.ptr[a + 1]
+            value = self.frac[lo:hi] * self.lead[lo:hi] ** (n - 1)
+            for b, nb in zip(atoms, counts):
+                if b != a:
+                    value = value * self._below(b, self.rank[lo:hi]) ** nb
+            per_atom[i] = value.sum()
+        return per_atom[inverse]
+
+
+@dataclass(frozen=True)
+class ExactPieceOnly(OTExact):
+    def _plan(self, p, q, k):
+        return _ExactPieceOnly(self, p, q, k)
+
+
+# 26. The curtain's correction drawn from p instead of norm((p - mu)_+).
+class _ExactCorrectionP(_ExactPlan):
+    def __init__(self, verifier, p, q, k):
+        super().__init__(verifier, p, q, k)
+        self.correction = p.copy()
+
+
+@dataclass(frozen=True)
+class ExactCorrectionP(OTExact):
+    def _plan(self, p, q, k):
+        return _ExactCorrectionP(self, p, q, k)
+
+
+# 27. The curtain's sampler breaks ties within a shared piece for the first child (no uniform).
+class _ExactSamplerFirstInPiece(_ExactPlan):
+    def _draw(self, children, rng):
+        best, chosen = None, None
+        for token in children:
+            a = self.atom_of[token]
+            lo, hi = self.ptr[a], self.ptr[a + 1]
+            key = self.rank[lo + inverse_cdf(self.lead[lo:hi] + self.frac[lo:hi], rng)]
+            if best is None or key > best:
+                best, chosen = key, token
+        if (self.excess == 0.0 and self.mu[chosen] > 0.0) or accept_draw(rng, self.p[chosen], self.mu[chosen]):
+            return int(chosen)
+        return sample_categorical(self.correction, rng)
+
+
+@dataclass(frozen=True)
+class ExactSamplerFirstInPiece(OTExact):
+    def _plan(self, p, q, k):
+        return _ExactSamplerFirstInPiece(self, p, q, k)
+
+
 # Planted faults of the shared inverse-CDF draw (``simlab.distributions.sample_categorical``):
 # name -> a broken draw(probs, rng), each caught by checks.check_draw_helper.
 def _unguarded_draw(probs, rng):
@@ -447,6 +504,9 @@ MUTANTS = {
     "ot walk without the split at H*": (WalkNoSplit(), "lossless k=2"),
     "ot walk correction from p": (WalkCorrectionP(), "lossless k=2"),
     "ot walk sampler against q": (WalkSamplerAgainstQ(), "sampler vs law"),
+    "ot exact copies in one piece compared by piece only": (ExactPieceOnly(), "lossless k=2"),
+    "ot exact correction from p": (ExactCorrectionP(), "lossless k=2"),
+    "ot exact sampler ties to the first child in a piece": (ExactSamplerFirstInPiece(), "sampler vs law"),
     "specinfer batched masses per copy": (SpecInferBatchedPerCopy(), "children mass"),
     "one-hot without its last child": (OneHotNoLastChild(), "u boundaries"),
 }

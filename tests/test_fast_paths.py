@@ -163,7 +163,7 @@ SPECULATIVE_AT_ONE = [v for v in NODE_VERIFIERS if v.speculative_at_one]
 
 
 def test_the_declared_speculative_verifiers():
-    assert {v.name for v in SPECULATIVE_AT_ONE} == {"naive", "spectr", "specinfer", "rrs_wor", "ot_walk"}
+    assert {v.name for v in SPECULATIVE_AT_ONE} == {"naive", "spectr", "specinfer", "rrs_wor", "ot_walk", "ot_exact"}
 
 
 @pytest.mark.parametrize("verifier", SPECULATIVE_AT_ONE, ids=lambda v: repr(v))

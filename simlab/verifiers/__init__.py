@@ -14,6 +14,8 @@ name              algorithm                                              lossles
 ``optimal``       the OT-LP coupling (small vocabularies)                i.i.d. or w/o repl.
 ``ot_walk``       coin walk down p/q + SD of its selection law (alpha*   i.i.d.
                   wherever certified; any vocabulary)
+``ot_exact``      highest-score child, scores split by the left curtain  i.i.d.
+                  + SD of its selection law (alpha* at every node; any V)
 ``onehot``        EAGLE's T > 0 rule: accept a child w.p. p'(x), q = 1   every law (deterministic)
 ``greedy``        the target's argmax, accepted iff a child              every law, one-hot p only
 ``greedy_draft``  SD against q~ on the tail of a greedy draft            mixed, w/o repl. (det.: one-hot)
@@ -46,6 +48,7 @@ from simlab.verifiers.naive import Naive
 from simlab.verifiers.nss import NSS
 from simlab.verifiers.onehot import OneHot
 from simlab.verifiers.optimal import Optimal
+from simlab.verifiers.ot_exact import OTExact
 from simlab.verifiers.ot_walk import OTWalk
 from simlab.verifiers.rrs_wor import RRSWithoutReplacement
 from simlab.verifiers.sglang_threshold import SGLangThreshold
@@ -63,6 +66,7 @@ REGISTRY: dict[str, type[NodeVerifier]] = {
         Khisti,
         Optimal,
         OTWalk,
+        OTExact,
         OneHot,
         Greedy,
         GreedyDraft,

@@ -42,7 +42,9 @@ i.i.d. algorithms compute the optimal coupling by a different route; no official
    exact law, and ``acceptance_formula`` refuses): 1 of 50 fixed random small instances, and on the
    depth_profile world 0-25 % of nodes at k = 2..4 with gaps up to 3e-4 (docs/results.md Sec. 7).
    Partial Resolution reports an exact O(2^{1.5k} k^2 + 2^k V + V log V) algorithm for i.i.d.
-   drafts, which the lab does not implement.
+   drafts, which the lab does not implement; ``simlab.verifiers.ot_exact`` realises the same mu
+   at every node (a score selection split by the left curtain, of which this walk's first
+   direction pair is the gap-free case).
 
 Drafting without replacement is not covered (its F(A) is not a function of q(A); ``Optimal`` with
 ``replacement=False`` is the small-V reference).
@@ -137,27 +139,30 @@ def _taken_mass(qs: np.ndarray, target: np.ndarray, u: np.ndarray, top: np.ndarr
     return delta
 
 
-def _level(ps: np.ndarray, qs: np.ndarray, total: float, raise_low: bool) -> np.ndarray:
-    """max(p, lam q) (raise_low) or min(p, lam q) with the level lam chosen so the sum is ``total``;
-    ps, qs in r = p/q ascending order, float64 (n,)."""
+def _level(ps: np.ndarray, qs: np.ndarray, total: float, raise_low: bool) -> tuple[np.ndarray, float]:
+    """(max(p, lam q), lam) (raise_low) or (min(p, lam q), lam) with the level lam chosen so the sum
+    is ``total``; ps, qs in r = p/q ascending order, float64 (n,).  lam is 0 (raise_low) or inf
+    when p itself is returned (nothing raised or lowered)."""
     n = ps.size
     if n == 0:
-        return ps.copy()
+        return ps.copy(), (0.0 if raise_low else np.inf)
     P = np.concatenate(([0.0], np.cumsum(ps)))
     Q = np.concatenate(([0.0], np.cumsum(qs)))
     r = ps / qs
     if raise_low:  # sum = lam Q_l + (P_n - P_l) for lam in [r_l, r_{l+1}] (l tokens raised)
         if total <= P[n]:
-            return ps.copy()
+            return ps.copy(), 0.0
         lam = (total - (P[n] - P[1:])) / Q[1:]
         l = int(np.argmax(lam <= np.concatenate((r[1:], [np.inf]))))  # the first level inside its bracket
-        return np.maximum(ps, lam[l] * qs)
+        return np.maximum(ps, lam[l] * qs), float(lam[l])
     if total >= P[n]:  # sum = P_l + lam (Q_n - Q_l) for lam in [r_l, r_{l+1}] (l tokens kept whole)
-        return ps.copy()
+        return ps.copy(), np.inf
     rest = np.maximum(Q[n] - Q[:n], np.finfo(float).tiny)
-    lam = (total - P[:n]) / rest
-    l = int(np.argmax((lam >= np.concatenate(([0.0], r[: n - 1]))) & (lam <= r)))
-    return np.minimum(ps, lam[l] * qs)
+    lam = (total - P[:n]) / rest  # lam > r_l for every l below the answer, lam <= r_l at it
+    fits = lam <= r
+    l = int(np.argmax(fits)) if fits.any() else n - 1  # none: total = P_n up to rounding
+    level = float(np.clip(lam[l], r[l - 1] if l else 0.0, r[l]))
+    return np.minimum(ps, level * qs), level
 
 
 def _walk(qs: np.ndarray, target: np.ndarray, base: float, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -192,7 +197,7 @@ class _WalkPlan(NodePlan):
         m = int(np.argmin(cut))
         inside_mass = prefix_q[m] ** k
         outside_mass = prefix_q[-1] ** k - inside_mass  # rows with a child outside H* (1 - F(H*) up to sum(q) rounding)
-        target = np.concatenate((_level(ps[:m], qs[:m], inside_mass, True), _level(ps[m:], qs[m:], outside_mass, False)))
+        target = np.concatenate((_level(ps[:m], qs[:m], inside_mass, True)[0], _level(ps[m:], qs[m:], outside_mass, False)[0]))
         self.alpha_star = float(np.clip(cut[m], 0.0, 1.0))
         self.order, self.split = order, m
         self.rank = np.full(p.size, -1, dtype=np.int64)

@@ -1,0 +1,560 @@
+"""The OT optimum for i.i.d. children at any vocabulary: a curtain selection that reaches alpha* at every node.
+
+Setting (``simlab.otlp``, ``simlab.verifiers.ot_walk``): k children X ~ i.i.d. q, target p; the best
+acceptance is alpha* = min_H [p(H) + 1 - q(H)^k] over the prefixes H of the tokens with q > 0 in
+r = p/q ascending order (Hu et al. ICLR 2025, arXiv 2502.18779).  Any selection of one child Z
+with law mu, followed by speculative sampling of mu against p (accept Z w.p. min(1, p(Z)/mu(Z)),
+else a draw from norm((p - mu)_+)), is lossless and accepts with probability sum min(mu, p)
+(Khisti et al. 2025, arXiv 2410.18234, the canonical decomposition).  ``ot_walk`` derives the
+optimal selection law mu* = max(p, lam_in q) on H* (the minimising prefix, sum q(H*)^k) and
+min(p, lam_out q) outside (sum 1 - q(H*)^k), with sum min(mu*, p) = alpha*, but its coin walk
+realises mu* only where no coin clips.  This module realises mu* at every node (derived here;
+Thomas and Pal, "Partial Resolution", NeurIPS 2025, and "Global Resolution", ICLR 2026,
+arXiv 2511.15898, compute the optimal coupling by other routes; no official code).
+
+1. Scores.  Give every drafted copy an independent score W on [0, Q] (Q = sum q) whose law f_t
+   depends on its token t, with sum_t q_t f_t = 1 (a draw's score is uniform on [0, Q]), and
+   select the child of highest score.  The highest of k scores has density k w^(k-1), so
+   mu(t) = q_t * int h f_t with h(w) = k w^(k-1): mu/q is the mean of h under f_t.  Every point of
+   the core of F(A) = q(A)^k (hence every selection law) has this form, and conversely every such
+   mu is a selection law: realising mu is splitting the uniform measure on [0, Q] among the
+   tokens, token t taking mass q_t with h-mean rho_t = mu_t / q_t.  By Strassen's theorem that
+   split exists iff sum_t q_t delta(rho_t) is below the law of h(U), U ~ Uniform[0, Q], in convex
+   order, which is core membership (the prefix sums of mu in rho order dominate w -> w^k).
+2. mu* in score terms.  Tokens of H* take [0, q(H*)] and the others [q(H*), Q] (mu*(H*) =
+   q(H*)^k), so a child outside H* always beats those inside, as the walk's split does.  Tokens
+   of equal rho (the raised low tokens of H*, at lam_in; the lowered high tokens outside, at
+   lam_out; ties in p/q) form one *atom* and share one score law.
+3. The curtain.  A martingale coupling of the atoms with the uniform measure: the left curtain
+   (Beiglboeck and Juillet 2016, "On a problem of optimal transport under marginal martingale
+   constraints", Ann. Probab.) takes the atoms in ascending rho, each the *shadow* of its atom in
+   what is left: the piece of mass q_A and h-mean rho_A that is least spread, an interval of the
+   remaining measure.  Its upper end never decreases (the left-curtain monotonicity), so the
+   state is a frontier F (nothing above it taken) and a stack of free gaps below it: an atom
+   either takes [F, F + t] plus the top of the stack down to its mean (free gaps popped whole,
+   the last one cut), or, when even [F, F + q_A] is below its mean, an interval above F, pushing
+   the gap it skips.  Amortised O(1) stack operations and one monotone scalar root per atom.
+   H* runs the left curtain from 0 up (its raised atom first: one interval), the outside runs
+   it mirrored from Q down (its lowered atom first).  Where no gap is ever skipped this is the
+   walk's "down/up" direction pair; a skipped gap is what the walk cannot express (its clipped
+   coins).  Existence of each shadow is the convex-order condition of step 1 (in exact
+   arithmetic the curtain never fails; in floating point every root is clamped to its bracket).
+4. Exact by construction.  The plan keeps only the pieces' *order* along [0, Q] and their
+   lengths; the rule compares pieces by that order and a uniform within a shared piece.  The
+   selection law used by the acceptance test is recomputed from that order (a draw's score CDF
+   at a piece start is the sum of q_A len/len_A over the pieces before it), so the rule is
+   lossless whatever the rounding of the curtain's positions (tiny masses whose pieces collapse
+   in float64 included), and sum min(mu, p) equals alpha* to rounding (tests: 1e-9 against the
+   closed form and the LP, on the instances where the walk is uncertified too).
+
+Per child tuple: P(child of atom A is selected) = sum over A's pieces pi of (len_pi / len_A)
+int_0^1 (c + d u)^(n_A - 1) du prod_{B != A} F_B(pi)^(n_B), with c, d the fractions of A's length
+before and in pi, n the atoms' multiplicities in the tuple and F_B(pi) the fraction of B's length
+in pieces before pi: O(k * pieces) per tuple (pieces per atom is 1-2 but for atoms that pop many
+gaps), O(V) for the whole law.  Preparation: one sort, O(V log V), plus the curtain: runs of atoms
+of one shape (the walk's V shape, ``_Curtain.stretch``; intervals above the frontier,
+``_Curtain.leap``) placed at once by vectorised Newton solves, each atom's shape tested exactly,
+and scalar steps (``_Curtain.step``, the plain reference: ``curtain(..., fast=False)``) between
+them.  Cost at V = 128,000, k = 4: benchmarks/RESULTS.md.
+
+Drafting without replacement is not covered, for three precise reasons.  (a) Its F(A) = P(all k
+distinct draws lie in A) is not a function of q(A) (one token of mass 0.5 and five of mass 0.1 give
+different F), so the selection laws are not the splits of one uniform score measure and step 1's
+reduction to a one-dimensional convex order fails.  (b) F is still the containment functional of
+the random drafted set, so its core is the set of selection laws (Artstein's theorem) and the hull
+of the priority orderings' laws; an exact rule would be a law over orderings realising the optimal
+point, whose level form (max(p, lam q) on H*, min(p, lam q) outside) rests on F depending on q(A)
+alone and is not established here.  (c) Even alpha* needs F on every prefix H, which the lab
+computes by enumeration (``optimal_acceptance(replacement=False)``, support^k tuples); the
+exponential-race form of sequential sampling (token i arrives at rate q_i; the first k arrivals
+are the draws) writes F(H) as a one-dimensional integral over the time of the k-th arrival in H,
+a candidate route to alpha* at real V that the lab does not take.  ``Optimal`` with
+``replacement=False`` stays the small-V reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from simlab.distributions import inverse_cdf, positive_part, residual, sample_categorical
+from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw, summed_over_copies
+from simlab.verifiers.ot_walk import CERTIFY_TOL, _level, _power_difference
+
+
+def _root(f, slope, lo: float, hi: float, start: float) -> float:
+    """The root of the nondecreasing f on [lo, hi], clamped there (f(lo) > 0: lo; f(hi) < 0: hi):
+    Newton from ``start`` with the exact ``slope``, kept inside the shrinking bracket (a halving
+    where a step leaves it), to 1e-16 of the root."""
+    if f(lo) >= 0.0:
+        return lo
+    if f(hi) <= 0.0:
+        return hi
+    x = start
+    for _ in range(200):
+        value = f(x)
+        if value == 0.0:
+            return x
+        if value < 0.0:
+            lo = x
+        else:
+            hi = x
+        d = slope(x)
+        nxt = x - value / d if d > 0.0 else lo - 1.0
+        if not lo < nxt < hi:
+            nxt = 0.5 * (lo + hi)
+        if abs(nxt - x) <= 1e-16 * max(abs(x), 1e-300) or hi - lo <= 1e-16 * max(abs(hi), abs(lo), 1e-300):
+            return nxt
+        x = nxt
+    return x
+
+
+class _Curtain:
+    """The left curtain's state on [start, end] (module docstring, step 3), in processing coordinates
+    z in [0, span] (z = w - start upward, z = end - w downward): the frontier, the stack of free
+    gaps below it (top last) and the pieces so far (atom, z of the lower end, length)."""
+
+    def __init__(self, lengths, targets, start, end, k, upward):
+        self.lengths, self.k, self.upward, self.start, self.end = lengths, k, upward, start, end
+        self.targets = targets if upward else -targets  # signed: the processing coordinates' h increases
+        self.span, self.front, self.stack = end - start, 0.0, []
+        self.owner, self.lower, self.size, self.pending = [], [], [], []
+
+    def mass(self, z0, size):
+        """Signed h-mass of [z0, z0 + size] (scalars or arrays); ``size`` passed on exactly, so a
+        piece far below the rounding of its position keeps its mass."""
+        if self.upward:
+            return _power_difference(self.start + z0 + size, self.start + z0, self.k, size)
+        return -_power_difference(self.end - z0, self.end - z0 - size, self.k, size)
+
+    def scalar_mass(self, z0: float, size: float) -> float:
+        """``mass`` for Python floats (the scalar steps: a numpy scalar costs ten times more)."""
+        k = self.k
+        if self.upward:
+            a, b = self.start + z0 + size, self.start + z0
+        else:
+            a, b = self.end - z0, self.end - z0 - size
+        total, power = 1.0, 1.0
+        for _ in range(k - 1):
+            power *= b
+            total = total * a + power
+        return size * total if self.upward else -size * total
+
+    def scalar_rise(self, z0: float, size: float) -> float:
+        """``rise`` for Python floats."""
+        k = self.k
+        if self.upward:
+            a, b = self.start + z0 + size, self.start + z0
+        else:
+            a, b = self.end - z0, self.end - z0 - size
+        total, power = 1.0, 1.0
+        for _ in range(k - 2):
+            power *= b
+            total = total * a + power
+        return k * size * total
+
+    def rise(self, z0, size):
+        """density(z0 + size) - density(z0), size >= 0, density = d mass / d z (h(w) upward, -h(w)
+        downward: nondecreasing in z either way), as k * (w^(k-1) difference) with ``size`` passed
+        on exactly (no cancellation for a piece of 1e-27 at w = 0.2)."""
+        if self.upward:
+            return self.k * _power_difference(self.start + z0 + size, self.start + z0, self.k - 1, size)
+        return self.k * _power_difference(self.end - z0, self.end - z0 - size, self.k - 1, size)
+
+    def put(self, atom, z0, size):
+        """Record pieces: arrays (a run) or one piece (Python scalars, gathered until the next run)."""
+        if np.ndim(size) == 0:
+            self.pending.append((int(atom), float(z0), float(size)))
+            return
+        self.flush()
+        self.owner.append(atom)
+        self.lower.append(np.asarray(z0, dtype=np.float64))
+        self.size.append(np.asarray(size, dtype=np.float64))
+
+    def flush(self):
+        if self.pending:
+            owner, lower, size = zip(*self.pending)
+            self.owner.append(np.array(owner, dtype=np.int64))
+            self.lower.append(np.array(lower))
+            self.size.append(np.array(size))
+            self.pending = []
+
+    def step(self, atom: int) -> None:
+        """One atom's shadow, scalar: above the frontier, or [front, front + t] plus the top of the
+        stack down to its mean (gaps popped whole, the last one cut)."""
+        m, want, room, front = float(self.lengths[atom]), float(self.targets[atom]), self.span - self.front, self.front
+        mass = self.scalar_mass
+        if m <= room and mass(front, m) <= want:
+            top = self.span - m  # upward the mass is convex in z (Newton from above), downward concave
+            alpha = _root(
+                lambda z: mass(z, m) - want, lambda z: self.scalar_rise(z, m), front, top, top if self.upward else front
+            )
+            if alpha > front:
+                self.stack.append((front, alpha))
+            self.put(atom, alpha, m)
+            self.front = alpha + m
+            return
+        taken, taken_mass = 0.0, 0.0
+        while self.stack:
+            lo, hi = self.stack[-1]
+            top = m - taken - (hi - lo)  # what would be left for [front, front + top]
+            if top < 0.0 or (top <= room and mass(front, top) + taken_mass + mass(lo, hi - lo) < want):
+                break  # the root lies inside this gap
+            self.stack.pop()
+            self.put(atom, lo, hi - lo)
+            taken, taken_mass = taken + hi - lo, taken_mass + mass(lo, hi - lo)
+        rest, s = m - taken, 0.0
+        if self.stack:
+            lo, hi = self.stack[-1]
+            high = min(hi - lo, rest)
+            low = min(max(0.0, rest - room), high)  # [front, front + rest - s] must fit below the end
+            s = _root(
+                lambda s: -(mass(front, rest - s) + taken_mass + mass(hi - s, s) - want),
+                lambda s: self.scalar_rise(hi - s, (front - hi) + rest),
+                low,
+                high,
+                high,
+            )
+            if s > 0.0:
+                self.put(atom, hi - s, s)
+            if hi - s > lo:
+                self.stack[-1] = (lo, hi - s)
+            else:
+                self.stack.pop()
+        if rest - s > 0.0:  # (past the end by rounding at most: only the pieces' order and lengths count)
+            self.put(atom, front, rest - s)
+            self.front = front + rest - s
+
+    def stretch(self, first: int, stop: int) -> int:
+        """Atoms first.. while each takes [front, front + t] plus a cut of the top gap (the walk's
+        V shape), solved for all at once from the cumulative masses: x_i = the top length after
+        atom i, the root of the increasing mass(front, x) + mass(top - y, y) = T_i with y = L_i - x
+        (convex upward, concave downward: Newton from the side that converges monotonically), then
+        each atom's shape tested exactly at the state the ones before it leave.  Returns how many
+        atoms it placed (0: the first one is not of that shape; ``step`` places it)."""
+        if not self.stack or stop <= first:
+            return 0
+        lo, hi = self.stack[-1]
+        gap, room, front = hi - lo, self.span - self.front, self.front
+        m, want = float(self.lengths[first]), float(self.targets[first])
+        if not (m > room or self.scalar_mass(front, m) > want) or (m <= gap and self.scalar_mass(hi - m, m) > want):
+            return 0  # the first atom is not of this shape (a cheap test before the vectorised one)
+        lengths = self.lengths[first:stop]
+        cum_l, cum_t = np.cumsum(lengths), np.cumsum(self.targets[first:stop])
+        x_hi, x_lo = np.minimum(cum_l, room), np.maximum(cum_l - gap, 0.0)
+        f = lambda x: self.mass(front, x) + self.mass(hi - (cum_l - x), cum_l - x) - cum_t
+        ok = (x_lo <= x_hi) & (f(x_hi) >= 0.0) & (f(x_lo) <= 0.0)
+        bad = np.flatnonzero(~ok)
+        count = int(bad[0]) if bad.size else lengths.size
+        if count == 0:
+            return 0
+        cum_l, cum_t, x_lo, x_hi = cum_l[:count], cum_t[:count], x_lo[:count], x_hi[:count]
+        # f'' = density'(front + x) - density'(top - y): >= 0 upward (h convex, front + x above the
+        # cut), <= 0 downward (mirrored); Newton from the side that converges monotonically
+        x = (x_hi if self.upward else x_lo).copy()
+        idx = np.arange(count)
+        for _ in range(100):
+            xi, yi = x[idx], cum_l[idx] - x[idx]
+            value = self.mass(front, xi) + self.mass(hi - yi, yi) - cum_t[idx]
+            slope = self.rise(hi - yi, (front - hi) + cum_l[idx])  # from the cut up to the frontier
+            step = np.where(slope > 0.0, value / np.where(slope > 0.0, slope, 1.0), 0.0)
+            x[idx] = np.clip(xi - step, x_lo[idx], x_hi[idx])
+            idx = idx[(np.abs(step) > 1e-15 * (np.abs(front) + xi + 1e-300)) & ((value > 0.0) if self.upward else (value < 0.0))]
+            if idx.size == 0:
+                break
+        if idx.size:  # not converged in 100 steps: place the atoms before the first such one
+            count = int(idx[0])
+            if count == 0:
+                return 0
+            cum_l, x = cum_l[:count], x[:count]
+        # each atom's own shape, tested exactly at the state the ones before it leave (the
+        # cumulative differences cannot tell the shape of an atom far below their rounding):
+        # its root lies in [front, front + t] plus a cut of what is left of the gap
+        fronts = front + np.concatenate(([0.0], x[:-1]))
+        used = np.concatenate(([0.0], cum_l[:-1] - x[:-1]))
+        own, want = lengths[:count], self.targets[first : first + count]
+        s_lo = np.maximum(own - (room - (fronts - front)), 0.0)
+        s_hi = np.minimum(own, gap - used)
+        fine = (s_lo <= s_hi) & (self.mass(fronts, own - s_lo) + self.mass(hi - used - s_lo, s_lo) >= want)
+        fine &= self.mass(fronts, own - s_hi) + self.mass(hi - used - s_hi, s_hi) <= want
+        bad = np.flatnonzero(~fine)
+        if bad.size:
+            count = int(bad[0])
+            if count == 0:
+                return 0
+            x, cum_l = x[:count], cum_l[:count]
+        top = np.diff(np.concatenate(([0.0], x)))
+        top = np.clip(top, 0.0, lengths[:count])
+        cut = lengths[:count] - top
+        atoms = np.arange(first, first + count)
+        used = cum_l[:count] - x  # gap length consumed after each atom
+        keep = top > 0.0
+        self.put(atoms[keep], (front + x - top)[keep], top[keep])
+        keep = cut > 0.0
+        self.put(atoms[keep], (hi - used)[keep], cut[keep])
+        self.front = front + x[-1]
+        if hi - used[-1] > lo:
+            self.stack[-1] = (lo, hi - used[-1])
+        else:
+            self.stack.pop()
+        return count
+
+    def leap(self, first: int, stop: int) -> int:
+        """Atoms first.. while each lies above the frontier (the shadow is an interval [a, a + m]
+        above the previous one, a gap pushed below it): the independent roots of mass(a, m) = T,
+        solved at once (Newton from the side where the convex or concave mass converges
+        monotonically), kept while each is above its predecessor.  Returns how many it placed."""
+        m = float(self.lengths[first])
+        if m > self.span - self.front or self.scalar_mass(self.front, m) > float(self.targets[first]):
+            return 0  # the first atom is not above the frontier (a cheap test before the vectorised one)
+        lengths, want = self.lengths[first:stop], self.targets[first:stop]
+        a_hi = self.span - lengths
+        a = (a_hi if self.upward else np.full(lengths.size, self.front)).copy()
+        idx = np.flatnonzero(a_hi >= self.front)
+        for _ in range(100):
+            if idx.size == 0:
+                break
+            ai, mi = a[idx], lengths[idx]
+            value = self.mass(ai, mi) - want[idx]
+            slope = self.rise(ai, mi)
+            step = np.where(slope > 0.0, value / np.where(slope > 0.0, slope, 1.0), 0.0)
+            a[idx] = np.clip(ai - step, self.front, a_hi[idx])
+            idx = idx[(np.abs(step) > 1e-15 * (np.abs(ai) + 1e-300)) & ((value > 0.0) if self.upward else (value < 0.0))]
+        below = np.concatenate(([self.front], a[:-1] + lengths[:-1]))  # each one's frontier
+        fits = (a >= below) & (a <= a_hi) & (self.mass(below, lengths) <= want) & (self.mass(a_hi, lengths) >= want)
+        fits &= np.abs(self.mass(a, lengths) - want) <= 1e-9 * np.abs(want)  # a root, not a stalled step
+        fits[idx] = False  # not converged in 100 steps: the scalar step decides
+        bad = np.flatnonzero(~fits)
+        count = int(bad[0]) if bad.size else lengths.size
+        if count == 0:
+            return 0
+        a, below, lengths = a[:count], below[:count], lengths[:count]
+        self.stack.extend((lo, hi) for lo, hi in zip(below[a > below].tolist(), a[a > below].tolist()))
+        self.put(np.arange(first, first + count), a, lengths)
+        self.front = float(a[-1] + lengths[-1])
+        return count
+
+    def finish(self, atom: int) -> None:
+        """The last atom takes what is left (its mean is the rest's, by the totals)."""
+        placed = False
+        for lo, hi in self.stack:
+            if hi > lo:
+                self.put(atom, lo, hi - lo)
+                placed = True
+        if self.span > self.front or not placed:  # (its own length past the end if rounding left nothing)
+            size = self.span - self.front if self.span > self.front else float(self.lengths[atom])
+            self.put(atom, self.front, size)
+
+    def pieces(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(atom, lower end on the score axis, length) of every piece, in score order (ties: placed first, first)."""
+        self.flush()
+        owner = np.concatenate(self.owner) if self.owner else np.zeros(0, dtype=np.int64)
+        z0 = np.concatenate(self.lower) if self.lower else np.zeros(0)
+        size = np.concatenate(self.size) if self.size else np.zeros(0)
+        lower = self.start + z0 if self.upward else self.end - (z0 + size)
+        order = np.argsort(lower, kind="stable")
+        return owner[order].astype(np.int64), lower[order], size[order]
+
+
+def curtain(lengths, targets, start: float, end: float, k: int, upward: bool, fast: bool = True):
+    """The left curtain (module docstring, step 3) of atoms on the scores [start, end].
+
+    Args:
+        lengths: float64 (n,), the atoms' q-masses, in processing order (ascending h-mean when
+            ``upward``, descending otherwise); their sum is end - start up to rounding.
+        targets: float64 (n,), the atoms' h-masses (q_A times the wanted h-mean, h = k w^(k-1)).
+        start, end: the score interval; k: the number of children (>= 2).
+        upward: True runs from ``start`` up (the left curtain), False from ``end`` down (mirrored).
+        fast: place runs of V-shaped atoms at once (``_Curtain.stretch``); False: one atom at a
+            time (the plain reference, ``_Curtain.step``; the tests check they agree).
+
+    Returns:
+        (atom int64, lower end float64, length float64), one entry per piece in score order: the
+        pieces tile [start, end] up to rounding; the last atom takes whatever is left.
+    """
+    state = _Curtain(np.asarray(lengths, dtype=np.float64), np.asarray(targets, dtype=np.float64), start, end, k, upward)
+    n, atom = len(lengths), 0
+    chunk, wait, misses = {"stretch": 64, "leap": 64}, {"stretch": 0, "leap": 0}, {"stretch": 0, "leap": 0}
+    while atom < n - 1:  # runs where they are long, scalar steps between (backoff doubles on each miss)
+        placed = 0
+        for kind in ("stretch", "leap") if fast else ():
+            if wait[kind] > 0:
+                wait[kind] -= 1
+                continue
+            placed = getattr(state, kind)(atom, min(atom + chunk[kind], n - 1))
+            if placed:
+                chunk[kind] = 2 * chunk[kind] if placed == chunk[kind] else max(64, 2 * placed)
+            misses[kind] = 0 if placed >= 8 else misses[kind] + 1
+            if misses[kind]:  # a miss or a short run: scalar steps cost less for a while
+                wait[kind] = min(4 << misses[kind], 256)
+                chunk[kind] = 64
+            if placed:
+                break
+        if placed:
+            atom += placed
+        else:
+            state.step(atom)
+            atom += 1
+    if n:
+        state.finish(n - 1)
+    return state.pieces()
+
+
+def _atoms(rho: np.ndarray) -> np.ndarray:
+    """Atom index of each token of a part, rho nondecreasing: runs of equal rho share one."""
+    return np.concatenate(([0], np.cumsum(rho[1:] != rho[:-1]))) if rho.size else np.zeros(0, dtype=np.int64)
+
+
+class _ExactPlan(NodePlan):
+    def __init__(self, verifier, p, q, k):
+        super().__init__(verifier, p, q, k)
+        support = np.flatnonzero(q > 0)
+        order = support[np.argsort(p[support] / q[support])]  # ties share an atom: their order is immaterial
+        ps, qs = p[order], q[order]
+        prefix_q = np.minimum(np.concatenate(([0.0], np.cumsum(qs))), 1.0)
+        cut = np.concatenate(([0.0], np.cumsum(ps))) + 1.0 - prefix_q**k
+        m = int(np.argmin(cut))
+        self.alpha_star = float(np.clip(cut[m], 0.0, 1.0))
+        split, total = float(prefix_q[m]), float(prefix_q[-1])
+        inside, lam_in = _level(ps[:m], qs[:m], split**k, True)
+        outside, lam_out = _level(ps[m:], qs[m:], total**k - split**k, False)
+        r = ps / qs
+        atom = np.concatenate((_atoms(np.maximum(r[:m], lam_in)), _atoms(np.minimum(r[m:], lam_out))))
+        n_in = int(atom[m - 1]) + 1 if m else 0
+        if m < order.size:
+            atom[m:] += n_in
+        n_atoms = int(atom[-1]) + 1 if atom.size else 0
+        length = np.bincount(atom, weights=qs, minlength=n_atoms)
+        goal = np.bincount(atom, weights=np.concatenate((inside, outside)), minlength=n_atoms)
+        if k == 1:  # h = 1: every split has the right means; the atoms in order
+            pieces = (np.arange(n_atoms), np.concatenate(([0.0], np.cumsum(length)[:-1])), length)
+        else:
+            inner = curtain(length[:n_in], goal[:n_in], 0.0, split, k, True)
+            outer = curtain(length[n_in:][::-1], goal[n_in:][::-1], split, total, k, False)
+            pieces = (np.concatenate((inner[0], n_atoms - 1 - outer[0])),) + tuple(
+                np.concatenate((i, o)) for i, o in zip(inner[1:], outer[1:])
+            )
+        self._store(order, qs, atom, length, pieces)
+
+    def _store(self, order, qs, atom, length, pieces):
+        """Keep the pieces by atom (their global order, length fractions) and the selection law."""
+        owner, _, size = pieces
+        n_atoms = length.size
+        atom_len = np.bincount(owner, weights=size, minlength=n_atoms)
+        frac = size / atom_len[owner]
+        delta = length[owner] * frac  # a draw's score mass in each piece, in score order
+        before = np.concatenate(([0.0], np.cumsum(delta)[:-1]))
+        mu_atom = np.bincount(owner, weights=_power_difference(before + delta, before, self.k, delta), minlength=n_atoms)
+        # pieces grouped by atom, in score order within each (unique keys: a fast unstable sort is stable)
+        by_atom = np.argsort(owner * owner.size + np.arange(owner.size))
+        ptr = np.concatenate(([0], np.cumsum(np.bincount(owner, minlength=n_atoms))))
+        grouped = frac[by_atom]
+        cum = np.cumsum(grouped)
+        lead = cum - grouped - np.repeat(cum[ptr[:-1]] - grouped[ptr[:-1]], np.diff(ptr))
+        # one more atom for the tokens with q = 0 (children only a deterministic or mixed law can
+        # hold: a lossy pairing): one piece below every other, so such a child is selected only when
+        # every child is one, uniformly among them
+        self.ptr = np.append(ptr, ptr[-1] + 1)
+        self.rank, self.frac, self.lead = np.append(by_atom, -1), np.append(grouped, 1.0), np.append(lead, 0.0)
+        self.atom_of = np.full(self.p.size, n_atoms, dtype=np.int64)
+        self.atom_of[order] = atom
+        self.mu = np.zeros(self.p.size)
+        self.mu[order] = qs * (mu_atom / length)[atom]
+        self.value = float(np.minimum(self.mu, self.p).sum())
+        self.accept = (self.p > 0).astype(np.float64)  # min(1, p / mu): 1 where mu underflowed to 0 < p
+        np.divide(self.p, self.mu, out=self.accept, where=self.mu > 0)
+        np.minimum(self.accept, 1.0, out=self.accept)
+        self.excess = float(positive_part(self.p - self.mu).sum())
+        if self.excess == 0.0:  # mu = p: a selected child is always accepted
+            self.accept[self.mu > 0] = 1.0
+
+    @property
+    def certified(self) -> bool:
+        """True when sum min(mu, p) equals alpha* to ``ot_walk.CERTIFY_TOL`` (the walk's flag, for
+        callers of either: here always, barring a floating-point failure of the curtain)."""
+        return abs(self.value - self.alpha_star) <= CERTIFY_TOL
+
+    @property
+    def pieces(self) -> int:
+        """How many pieces the scores are split into (at least the number of atoms)."""
+        return int(self.ptr[-2])
+
+    @cached_property
+    def correction(self) -> np.ndarray:
+        """R = norm((p - mu)_+), float64 (V,); p itself when that mass is 0 (``residual``)."""
+        return residual(self.p, self.mu)
+
+    def _below(self, atom: int, ranks: np.ndarray) -> np.ndarray:
+        """The fraction of ``atom``'s score length in pieces before each of ``ranks``."""
+        lo, hi = self.ptr[atom], self.ptr[atom + 1]
+        idx = np.searchsorted(self.rank[lo:hi], ranks)
+        ends = np.concatenate(([0.0], self.lead[lo:hi] + self.frac[lo:hi]))
+        return ends[idx]
+
+    def _selection(self, children: np.ndarray) -> np.ndarray:
+        """P(child j is selected), float64 (k,) (module docstring: per atom, then per copy)."""
+        atoms, inverse, counts = np.unique(self.atom_of[children], return_inverse=True, return_counts=True)
+        per_atom = np.empty(atoms.size)
+        for i, (a, n) in enumerate(zip(atoms, counts)):
+            lo, hi = self.ptr[a], self.ptr[a + 1]
+            c, d = self.lead[lo:hi], self.frac[lo:hi]
+            inner, power = np.zeros_like(c), np.ones_like(c)  # int_0^1 (c + d u)^(n-1) du
+            for j in range(n):
+                inner = inner * (c + d) + power
+                power = power * c
+            value = d * inner / n
+            for b, nb in zip(atoms, counts):
+                if b != a:
+                    value = value * self._below(b, self.rank[lo:hi]) ** nb
+            per_atom[i] = value.sum()
+        return per_atom[inverse]
+
+    def _accepted(self, children):
+        acc = self._selection(children) * self.accept[children]
+        return acc, max(0.0, 1.0 - float(acc.sum()))
+
+    def _children_mass(self, children):
+        acc, reject = self._accepted(children)
+        mass = summed_over_copies(children, acc)
+        return mass + reject * self.correction[children] if reject > 0.0 else mass
+
+    def _law(self, children):
+        acc, reject = self._accepted(children)
+        law = reject * self.correction if reject > 0.0 else np.zeros_like(self.p)
+        np.add.at(law, children, acc)
+        return law
+
+    def _draw(self, children, rng):
+        best, chosen = None, None
+        for token in children:
+            a = self.atom_of[token]
+            lo, hi = self.ptr[a], self.ptr[a + 1]
+            piece = lo + inverse_cdf(self.lead[lo:hi] + self.frac[lo:hi], rng)
+            key = (self.rank[piece], rng.random())
+            if best is None or key > best:
+                best, chosen = key, token
+        if (self.excess == 0.0 and self.mu[chosen] > 0.0) or accept_draw(rng, self.p[chosen], self.mu[chosen]):
+            return int(chosen)
+        return sample_categorical(self.correction, rng)
+
+    def acceptance_formula(self) -> float:
+        """sum min(mu, p): the plan's exact acceptance (alpha* to rounding: the tests)."""
+        return self.value
+
+
+@dataclass(frozen=True)
+class OTExact(NodeVerifier):
+    """The OT optimum for i.i.d. children (module docstring): selection of the child of highest
+    score, the scores split among the tokens by the left curtain so that the selection law is
+    ``ot_walk``'s mu* at every node, then speculative sampling of mu* against p.  Acceptance alpha*
+    (the closed form) at every p, q, k; lossless for i.i.d. children."""
+
+    name = "ot_exact"
+    label = "OT optimum"
+    ot_based = True
+    speculative_at_one = True
+
+    def _plan(self, p, q, k):
+        return _ExactPlan(self, p, q, k)
