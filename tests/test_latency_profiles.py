@@ -137,11 +137,19 @@ def test_on_a_pretrained_pair_the_seed_claim_studies_default_to_their_gpu_profil
         (["--latency", "probe"], Source(), LatencyModel.from_cost_ratio(0.5)),
         (["--cost-ratio", "0.2"], Source(), LatencyModel.from_cost_ratio(0.2, per_token=LatencyConfig().per_token)),
         ([], Micro(), LatencyModel.from_cost_ratio(0.5)),  # not a pretrained pair: the source's own, as before
+        (["--latency", ""], Source(), LatencyModel.from_cost_ratio(0.5)),  # '' asks for no profile: the source's own
     ):
         parser = study_parser("prog", "doc", Config())
         config = Config(**{**vars(parser.parse_args(flags)), "capture": ()})
         assert make_latency("prog", parser, config, source, 8, gpu_profile="treegraft-a100") == expected
     assert "the published GPU profile 'treegraft-a100'" in capsys.readouterr().err
+    # --per-token means nothing under the GPU profile: refused, not ignored
+    parser = study_parser("prog", "doc", Config())
+    config = Config(**{**vars(parser.parse_args(["--per-token", "0.3"])), "capture": ()})
+    with pytest.raises(SystemExit) as exit_info:
+        make_latency("prog", parser, config, Source(), 8, gpu_profile="treegraft-a100")
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "--per-token: the pretrained pair's default" in err
     # a profile's own extra drafter is kept unless its ratio flag is given
     parser = study_parser("prog", "doc", Config())
     parser.add_argument("--small-ratio", type=float, default=0.011)

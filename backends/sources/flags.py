@@ -386,13 +386,20 @@ def add_latency_flags(parser: ToolParser, d: LatencyConfig) -> None:
 def make_latency(prog: str, parser: ToolParser, config, source, largest_tree: int, gpu_profile: str | None = None):
     """The latency model, in this order: ``--latency NAME|probe|FILE`` (a published profile,
     ``simlab.latency_profiles``; the source's own measured times; a profile file); an explicit
-    ``--cost-ratio``; on a pretrained pair (``--pair``, or a capture of one) the study's published
+    ``--cost-ratio``; on a pretrained pair (``--pair``, or a capture of one) without ``--latency``
+    (``--latency ''`` asks for no profile) the study's published
     GPU profile ``gpu_profile`` (the seed-claim studies name one: the papers time their claims on
     GPUs, where a target forward is nearly flat in tokens, not on this CPU), said on stderr; the
     source's own (a capture's ``latency.json``, a warm-up benchmark of live models); else the
     cost-ratio model with the defaults.  Exit 2 on conflicting or unusable flags."""
     given = parser.given
-    if gpu_profile and not config.latency and "cost_ratio" not in given and getattr(source, "named_pair", None):
+    if gpu_profile and "latency" not in given and "cost_ratio" not in given and getattr(source, "named_pair", None):
+        if "per_token" in given:
+            fail(
+                prog,
+                f"--per-token: the pretrained pair's default is the published GPU profile {gpu_profile!r}; "
+                "--per-token applies to the cost-ratio model (give --cost-ratio too)",
+            )
         progress(
             prog,
             f"latency: the published GPU profile {gpu_profile!r} (this study's default on the pretrained pair "
