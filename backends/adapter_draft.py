@@ -144,7 +144,9 @@ def load(target, spec: str, root: Path):
 
     Raises:
         ValueError: ``draft: ...`` for a bad spec, a draft not trained yet (saying which command
-            trains it), one trained for another number of target layers, or a damaged folder.
+            trains it), one trained for another number of target layers or another exit layer, a
+            default-recipe draft (no variant) whose recipe is not today's default
+            ``backends.train_draft.DraftRecipe``, or a damaged folder.
     """
     from safetensors.torch import load_file
 
@@ -158,7 +160,12 @@ def load(target, spec: str, root: Path):
         )
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
-        trained_on, adapter_layers = int(manifest["target_layers"]), int(manifest["recipe"]["adapter_layers"])
+        recipe = dict(manifest["recipe"])
+        trained_on, adapter_layers, exit_layer = (
+            int(manifest["target_layers"]),
+            int(recipe["adapter_layers"]),
+            int(recipe["layers"]),
+        )
         state = load_file(str(folder / "adapter.safetensors"))
     except Exception as exc:  # noqa: BLE001 - json, key and safetensors errors alike: one line
         first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
@@ -168,6 +175,20 @@ def load(target, spec: str, root: Path):
             f"draft: {spec} in {folder} was trained on a target of {trained_on} layers, "
             f"this one has {target.config.num_hidden_layers}"
         )
+    if exit_layer != layers:
+        raise ValueError(f"draft: {spec} in {folder} was trained as adapter:{exit_layer}; delete it and train it again")
+    if not variant:
+        from dataclasses import asdict
+
+        from backends.train_draft import DraftRecipe
+
+        default = asdict(DraftRecipe(layers=layers))
+        changed = sorted(k for k in default.keys() | recipe.keys() if default.get(k) != recipe.get(k))
+        if changed:
+            raise ValueError(
+                f"draft: {spec} in {folder} was trained with another recipe than today's default (differs in "
+                f"{', '.join(changed)}); train it again with python -m backends.train_draft --layers {layers}"
+            )
     stack, norm = adapter_modules(target, layers, adapter_layers)
     try:
         stack.load_state_dict({k[6:]: v for k, v in state.items() if k.startswith("stack.")})

@@ -25,6 +25,7 @@ name); other flags need a ``--variant`` name, so no two recipes share a folder.
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, fields, replace
@@ -110,13 +111,13 @@ def sample_replies(
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             result = model(tokens, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
             replies = torch.empty((len(group), 0), dtype=torch.long)
-            for _ in range(new_tokens):
+            for i in range(new_tokens):
                 step = _sample(result.logits[:, -1], generator)
                 replies = torch.cat([replies, step], dim=1)
                 mask = torch.cat([mask, torch.ones_like(step)], dim=1)
                 positions = positions[:, -1:] + 1
-                if stop and bool((replies == eos).any(dim=1).all()):
-                    break
+                if i == new_tokens - 1 or (stop and bool((replies == eos).any(dim=1).all())):
+                    break  # the last token needs no forward
                 result = model(
                     step, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1, **{key: cache_of(result)}
                 )
@@ -224,9 +225,19 @@ def train(target, stack, norm, H, F, recipe: DraftRecipe, generator, log=None, h
 
 def acceptance_by_depth(target, draft, tokenizer, prompts, paths: int, depth: int, sampler: str, generator) -> np.ndarray:
     """Mean 1 - TV(p, q) at T = 1 at depths 0..depth-1 along ``paths`` paths per prompt sampled by
-    ``sampler`` (``"target"`` or ``"draft"``): float64 (depth,)."""
+    ``sampler`` (``"target"`` or ``"draft"``): float64 (depth,); depth 0 is the distribution after
+    the prompt's last token.
+
+    Raises:
+        ValueError: ``sampler`` not ``"target"`` or ``"draft"``, ``depth`` or ``paths`` < 1.
+    """
     import torch
 
+    if sampler not in ("target", "draft"):
+        raise ValueError(f"sampler: must be 'target' or 'draft', got {sampler!r}")
+    for name, value in (("depth", depth), ("paths", paths)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
     model = target if sampler == "target" else draft
     sums, count = np.zeros(depth), 0
     sequences = sample_replies(
@@ -370,6 +381,13 @@ def main(argv=None) -> int:
             fail(PROG, "--variant: a recipe other than the default needs a --variant name (its own cache folder)")
         if args.threads < 1:
             fail(PROG, f"--threads: must be >= 1, got {args.threads}")
+        folder = folder_of(Path(args.out) if args.out else cache_dir() / "drafts", recipe.layers, args.variant)
+        try:  # before hours of work: the result must have somewhere to go
+            folder.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            fail(PROG, f"--out: cannot create {folder.parent} ({exc.strerror or type(exc).__name__})")
+        if not os.access(folder.parent, os.W_OK):
+            fail(PROG, f"--out: cannot write into {folder.parent}")
         previous = torch.get_num_threads()
         torch.set_num_threads(args.threads)
         try:
@@ -384,10 +402,12 @@ def main(argv=None) -> int:
                 fail_from(PROG, exc, parser)
             log(f"training adapter:{recipe.layers}{':' + args.variant if args.variant else ''} on {args.threads} thread(s)")
             started = time.time()
-            stack, norm, manifest = build_draft(target, tokenizer, recipe, log)
+            try:
+                stack, norm, manifest = build_draft(target, tokenizer, recipe, log)
+            except ValueError as exc:  # e.g. too few rows: one line, nothing written
+                fail_from(PROG, exc, parser)
             manifest["variant"] = args.variant
             manifest["total_seconds"] = round(time.time() - started, 1)
-            folder = folder_of(Path(args.out) if args.out else cache_dir() / "drafts", recipe.layers, args.variant)
             save(folder, stack, norm, manifest)
         finally:
             torch.set_num_threads(previous)

@@ -175,3 +175,61 @@ def test_the_training_material_is_seeded_and_leaves_the_shipped_prompts_out(targ
     assert len(ids) == 300 and ids == plain_text(tokenizer, 300, 0)
     with pytest.raises(ValueError, match=r"^n: must be an integer >= 1"):
         training_prompts(0)
+
+
+def test_load_refuses_a_draft_of_another_exit_layer_target_or_recipe(tmp_path, monkeypatch):
+    """No model needed: the manifest is checked before any module is built."""
+    import json
+    from dataclasses import asdict
+    from types import SimpleNamespace
+
+    import torch
+    from safetensors.torch import save_file
+
+    target = SimpleNamespace(config=SimpleNamespace(num_hidden_layers=30))
+    default = asdict(train_draft.DraftRecipe(layers=2))
+
+    def write(name, recipe, target_layers=30):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "manifest.json").write_text(json.dumps({"target_layers": target_layers, "recipe": recipe}))
+        save_file({"norm.weight": torch.zeros(1)}, str(folder / "adapter.safetensors"))
+
+    write("adapter-2", {**default, "steps": 10})
+    with pytest.raises(ValueError, match=r"^draft: adapter:2 .*another recipe than today's default \(differs in steps\)"):
+        adapter_draft.load(target, "adapter:2", tmp_path)
+    write("adapter-3", default)
+    with pytest.raises(ValueError, match=r"^draft: adapter:3 .*was trained as adapter:2"):
+        adapter_draft.load(target, "adapter:3", tmp_path)
+    write("adapter-2-v", {**default, "steps": 10}, target_layers=3)
+    with pytest.raises(ValueError, match=r"^draft: adapter:2:v .*trained on a target of 3 layers"):
+        adapter_draft.load(target, "adapter:2:v", tmp_path)
+    write("adapter-2-w", {**default, "steps": 10})  # a variant may have any recipe
+    write("adapter-4", asdict(train_draft.DraftRecipe(layers=4)))  # today's default recipe
+
+    class Reached(Exception):
+        pass
+
+    def reached(*args):
+        raise Reached
+
+    monkeypatch.setattr(adapter_draft, "adapter_modules", reached)
+    for spec in ("adapter:2:w", "adapter:4"):
+        with pytest.raises(Reached):
+            adapter_draft.load(target, spec, tmp_path)
+
+
+def test_acceptance_by_depth_and_the_cli_refuse_bad_input_before_any_work(tmp_path, capsys):
+    for kwargs, message in (
+        ({"sampler": "Target"}, r"^sampler: must be 'target' or 'draft'"),
+        ({"depth": 0}, r"^depth: must be an integer >= 1"),
+        ({"paths": 0}, r"^paths: must be an integer >= 1"),
+    ):
+        args = {"paths": 1, "depth": 3, "sampler": "target", **kwargs}
+        with pytest.raises(ValueError, match=message):
+            train_draft.acceptance_by_depth(None, None, None, ["x"], generator=None, **args)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit) as exit_info:
+        train_draft.main(["--layers", "3", "--out", str(tmp_path / "file"), "--quiet"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1 and "--out: cannot create" in err
