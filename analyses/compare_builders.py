@@ -501,16 +501,19 @@ def _main(argv) -> int:
             seed=config.seed,
             drafters=config.drafters,
         )
+        measure_block = config.backend == "hf" and "block" not in dict(
+            latency.drafters
+        )  # measured, unless the profile gives it (as sweep)
         try:
             drafter_of, missing = drafters_for(sb)
             roster.block_drafter = drafter_of["full"]
-            if config.backend == "hf":
+            if measure_block:
                 from backends.block_drafter.drafter import forward_seconds
 
                 roster.latency = latency = latency.with_drafter("block", forward_seconds(drafter_of["full"](source.pair).model))
         except ValueError as exc:
             roster.not_run.append({"builder": "specblock", "setting": "all", "budget": None, "reason": str(exc)})
-        if config.backend != "hf":
+        if not measure_block:
             roster.latency = latency = with_drafter_time(latency, "block", config.block_ratio, "block_ratio", parser)
     if "nde" in builders:
         if config.selector is None:

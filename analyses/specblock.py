@@ -472,7 +472,7 @@ def _main(argv) -> int:
         drafter_of, not_run = drafters_for(config)
     except ValueError as exc:
         fail_from(PROG, exc, parser)
-    if config.backend == "hf":
+    if config.backend == "hf" and "block" not in dict(latency.drafters):  # measured, unless the profile gives it (as sweep)
         from backends.block_drafter.drafter import forward_seconds
 
         latency = latency.with_drafter("block", forward_seconds(drafter_of["full"](source.pair).model))
