@@ -28,9 +28,54 @@ import copy
 import json
 import os
 import shutil
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 PREFIX = "adapter"
+
+
+@dataclass(frozen=True)
+class DraftRecipe:
+    """One adapter draft's training recipe (``backends.train_draft``'s module docstring says what
+    each field does); ``layers`` is its exit layer L.  Kept here, beside the cache format, so that
+    ``load`` can refuse a default-recipe draft trained with other settings.
+
+    Raises:
+        ValueError: ``<field>: ...`` for a field out of range.
+    """
+
+    layers: int
+    adapter_layers: int = 1
+    prompts: int = 384
+    reply_tokens: int = 160
+    text_tokens: int = 49_152
+    length: int = 256
+    steps: int = 1400
+    batch: int = 4
+    positions: int = 256
+    learning_rate: float = 1e-3
+    warmup: int = 50
+    generate_batch: int = 32
+    paths: int = 4
+    depth: int = 9
+    seed: int = 0
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "learning_rate":
+                if not (isinstance(value, float) and 0 < value < 1):
+                    raise ValueError(f"learning_rate: must be a float in (0, 1), got {value!r}")
+            elif (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or value < (0 if f.name in ("seed", "text_tokens", "warmup") else 1)
+            ):
+                raise ValueError(
+                    f"{f.name}: must be an integer >= {0 if f.name in ('seed', 'text_tokens', 'warmup') else 1}, got {value!r}"
+                )
+        if self.positions > self.batch * self.length:
+            raise ValueError(f"positions: at most batch x length = {self.batch * self.length}, got {self.positions}")
 
 
 def parse_spec(spec: str) -> tuple[int, str]:
@@ -79,7 +124,11 @@ def adapter_modules(target, layers: int, adapter_layers: int = 1):
 def build(target, layers: int, stack, norm, name: str | None = None):
     """The draft model (module docstring): a model of ``target``'s class whose embedding, first
     ``layers`` layers, rotary table and head are the target's modules, then ``stack`` and ``norm``.
-    No weight is copied; the adapter modules are used as given (not copied either)."""
+    No weight is copied; the adapter modules are used as given (not copied either).  With an empty
+    ``stack`` and the target's own norm it is the untrained early exit (``backends.pretrained.early_exit``).
+
+    Raises:
+        RuntimeError: the target's class has a module the draft does not set (not a llama-like model)."""
     import torch
 
     config = copy.deepcopy(target.config)
@@ -146,7 +195,7 @@ def load(target, spec: str, root: Path):
         ValueError: ``draft: ...`` for a bad spec, a draft not trained yet (saying which command
             trains it), one trained for another number of target layers or another exit layer, a
             default-recipe draft (no variant) whose recipe is not today's default
-            ``backends.train_draft.DraftRecipe``, or a damaged folder.
+            ``DraftRecipe``, or a damaged folder.
     """
     from safetensors.torch import load_file
 
@@ -179,8 +228,6 @@ def load(target, spec: str, root: Path):
         raise ValueError(f"draft: {spec} in {folder} was trained as adapter:{exit_layer}; delete it and train it again")
     if not variant:
         from dataclasses import asdict
-
-        from backends.train_draft import DraftRecipe
 
         default = asdict(DraftRecipe(layers=layers))
         changed = sorted(k for k in default.keys() | recipe.keys() if default.get(k) != recipe.get(k))

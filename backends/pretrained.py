@@ -39,7 +39,6 @@ shipped with the lab (``SHIPPED_DRAFTS``).  Each is an ordinary Hugging Face mod
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
@@ -339,25 +338,12 @@ def early_exit(target, layers: int):
     """
     import torch
 
+    from backends.adapter_draft import build
+
     n = int(target.config.num_hidden_layers)
     if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= n:
         raise ValueError(f"draft: early-exit:L needs 1 <= L <= {n} (the target's layers), got {layers!r}")
-    config = copy.deepcopy(target.config)
-    config.num_hidden_layers = layers
-    config._name_or_path = f"{target.name_or_path}::early-exit:{layers}"
-    if getattr(config, "layer_types", None):
-        config.layer_types = list(config.layer_types)[:layers]
-    with torch.device("meta"):
-        draft = type(target)(config)
-    draft.model.embed_tokens = target.model.embed_tokens
-    draft.model.layers = torch.nn.ModuleList(target.model.layers[:layers])
-    draft.model.norm = target.model.norm
-    draft.model.rotary_emb = target.model.rotary_emb
-    draft.lm_head = target.lm_head
-    left = [name for name, t in [*draft.named_parameters(), *draft.named_buffers()] if t.is_meta]
-    if left:
-        raise RuntimeError(f"early_exit: {type(target).__name__} has modules the self-draft does not share: {left[:3]}")
-    return draft.eval()
+    return build(target, layers, torch.nn.ModuleList(), target.model.norm, f"early-exit:{layers}")
 
 
 def parse_draft(text: str | None) -> str:

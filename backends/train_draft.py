@@ -28,50 +28,14 @@ import hashlib
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import numpy as np
 
+from backends.adapter_draft import DraftRecipe
+
 PROG = "python -m backends.train_draft"
-
-
-@dataclass(frozen=True)
-class DraftRecipe:
-    """One adapter draft's training (module docstring); ``layers`` is its exit layer L."""
-
-    layers: int
-    adapter_layers: int = 1
-    prompts: int = 384
-    reply_tokens: int = 160
-    text_tokens: int = 49_152
-    length: int = 256
-    steps: int = 1400
-    batch: int = 4
-    positions: int = 256
-    learning_rate: float = 1e-3
-    warmup: int = 50
-    generate_batch: int = 32
-    paths: int = 4
-    depth: int = 9
-    seed: int = 0
-
-    def __post_init__(self):
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "learning_rate":
-                if not (isinstance(value, float) and 0 < value < 1):
-                    raise ValueError(f"learning_rate: must be a float in (0, 1), got {value!r}")
-            elif (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or value < (0 if f.name in ("seed", "text_tokens", "warmup") else 1)
-            ):
-                raise ValueError(
-                    f"{f.name}: must be an integer >= {0 if f.name in ('seed', 'text_tokens', 'warmup') else 1}, got {value!r}"
-                )
-        if self.positions > self.batch * self.length:
-            raise ValueError(f"positions: at most batch x length = {self.batch * self.length}, got {self.positions}")
 
 
 def _sample(logits, generator):
