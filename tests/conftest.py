@@ -39,6 +39,20 @@ def drafters(micro_pair_dir):
 SHIPPED_PROMPTS = Path(__file__).resolve().parent.parent / "backends" / "prompts" / "reference_prompts.txt"
 
 
+@pytest.fixture(scope="session")
+def smollm2_folder():
+    """The pretrained pair's converted float32 folder (``backends.pretrained.target_folder``: fetched
+    and converted on the first run on this machine); ``SIMLAB_OFFLINE=1`` skips when it is not cached."""
+    from backends import pretrained
+
+    try:
+        return pretrained.target_folder()
+    except ValueError as exc:
+        if os.environ.get("SIMLAB_OFFLINE") == "1":
+            pytest.skip(f"SIMLAB_OFFLINE=1 and the smollm2 file is not cached: {exc}")
+        raise
+
+
 def write_prompts(folder: Path, count: int) -> str:
     """The first ``count`` shipped prompts as a prompt file in ``folder``; its path."""
     path = Path(folder) / "prompts.txt"

@@ -9,7 +9,6 @@ real file once (see tests/test_pretrained.py; ``SIMLAB_OFFLINE=1`` skips offline
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 import numpy as np
@@ -37,13 +36,9 @@ EVAL = ["What is 2 plus 3?", "Name a colour."]
 
 
 @pytest.fixture(scope="module")
-def folder():
-    try:
-        return pretrained.target_folder()
-    except ValueError as exc:
-        if os.environ.get("SIMLAB_OFFLINE") == "1":
-            pytest.skip(f"SIMLAB_OFFLINE=1 and the smollm2 file is not cached: {exc}")
-        raise
+def folder(smollm2_folder):
+    """The converted float32 folder (``conftest.smollm2_folder``)."""
+    return smollm2_folder
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ Without a network the fetch fails and so do these tests, loudly; a developer off
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 import zipfile
@@ -28,14 +27,9 @@ PROMPT = "The for statement is used to iterate over the elements of a sequence, 
 
 
 @pytest.fixture(scope="module")
-def folder():
-    """The converted float32 folder (fetched and converted on the first run on this machine)."""
-    try:
-        return pretrained.target_folder()
-    except ValueError as exc:
-        if os.environ.get("SIMLAB_OFFLINE") == "1":
-            pytest.skip(f"SIMLAB_OFFLINE=1 and the smollm2 file is not cached: {exc}")
-        raise
+def folder(smollm2_folder):
+    """The converted float32 folder (``conftest.smollm2_folder``)."""
+    return smollm2_folder
 
 
 @pytest.fixture(scope="module")
