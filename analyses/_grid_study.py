@@ -135,7 +135,12 @@ def grid_source(prog: str, parser: ToolParser, config: GridStudyConfig, study_ho
                     f"--capture: {folder!r} holds K <= {stored.width} and L1, L2 <= {stored.depth}; "
                     f"pass --K-max {stored.width} --L-max {stored.depth} or less",
                 )
-    if source.name == "hf" and "cost_ratio" not in parser.given and config.latency in (None, "probe"):
+    gpu_default = getattr(source, "named_pair", None) and "latency" not in parser.given  # make_latency's GPU profile
+    if (
+        source.name == "hf"
+        and "cost_ratio" not in parser.given
+        and (config.latency == "probe" or not (config.latency or gpu_default))
+    ):
         progress(prog, "measuring the forward times of both models on this machine (warm-up benchmark)", config.quiet)
     latency = make_latency(prog, parser, config, source, config.axes().largest_tree, gpu_profile=GPU_PROFILE)
     return source, settings, latency
