@@ -87,7 +87,12 @@ def parse_spec(spec: str) -> tuple[int, str]:
     """
     kind, _, rest = str(spec).partition(":")
     layers, _, variant = rest.partition(":")
-    if kind != PREFIX or not layers.isdigit() or int(layers) < 1 or (variant and not variant.replace("-", "").isalnum()):
+    if (
+        kind != PREFIX
+        or not (layers.isascii() and layers.isdigit())
+        or int(layers) < 1
+        or (variant and not (variant.isascii() and variant.replace("-", "").isalnum()))
+    ):
         raise ValueError(f"draft: expected adapter:L or adapter:L:VARIANT (L >= 1), got {spec!r}")
     return int(layers), variant
 

@@ -360,7 +360,7 @@ def parse_draft(text: str | None) -> str:
     kind, _, value = spec.partition(":")
     if kind == PREFIX:
         return name_of(*parse_spec(spec))
-    if kind != "early-exit" or not value.isdigit():
+    if kind != "early-exit" or not (value.isascii() and value.isdigit()):
         raise ValueError(
             "draft: a named pair takes early-exit:L (the target's first L layers, its norm and head) or "
             f"adapter:L[:VARIANT] (a trained adapter draft, python -m backends.train_draft), got {spec!r}"

@@ -339,7 +339,7 @@ def main(argv=None) -> int:
             recipe = DraftRecipe(**{f.name: getattr(args, f.name) for f in fields(DraftRecipe)})
         except ValueError as exc:
             fail_from(PROG, exc, parser)
-        if args.variant and not args.variant.replace("-", "").isalnum():
+        if args.variant and not (args.variant.isascii() and args.variant.replace("-", "").isalnum()):
             fail(PROG, f"--variant: letters, digits and '-' only, got {args.variant!r}")
         if not args.variant and recipe != replace(defaults, layers=recipe.layers):
             fail(PROG, "--variant: a recipe other than the default needs a --variant name (its own cache folder)")

@@ -125,7 +125,7 @@ def test_a_draft_not_trained_says_which_command_trains_it(target, tmp_path):
     (tmp_path / "adapter-1" / "manifest.json").write_text("{not json")
     with pytest.raises(ValueError, match=r"^draft: cannot load adapter:1 .*train it again"):
         adapter_draft.load(model, "adapter:1", tmp_path)
-    for bad in ("adapter", "adapter:0", "adapter:x", "adapter:2:a b"):
+    for bad in ("adapter", "adapter:0", "adapter:x", "adapter:2:a b", "adapter:\u00b2", "adapter:2:\u00e9"):
         with pytest.raises(ValueError, match=r"^draft: "):
             pretrained.parse_draft(bad)
     assert pretrained.parse_draft("adapter:14") == "adapter:14" and pretrained.parse_draft(None) == pretrained.DEFAULT_DRAFT

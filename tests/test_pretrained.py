@@ -111,7 +111,7 @@ def test_the_early_exit_draft_is_its_definition_and_copies_nothing(small, prompt
 def test_early_exit_depth_is_checked(small):
     with pytest.raises(ValueError, match=r"^draft: early-exit:L needs 1 <= L <= 2"):
         pretrained.early_exit(small.target, 3)
-    for bad in ("early-exit", "early-exit:x", "exit:3", "/some/folder"):
+    for bad in ("early-exit", "early-exit:x", "exit:3", "/some/folder", "early-exit:\u00b2"):
         with pytest.raises(ValueError, match=r"^draft: a named pair takes early-exit:L"):
             pretrained.parse_draft(bad)
 
