@@ -346,6 +346,56 @@ def early_exit(target, layers: int):
     return build(target, layers, torch.nn.ModuleList(), target.model.norm, f"early-exit:{layers}")
 
 
+def linear_weights(model) -> int:
+    """Weights a forward reads per token: the entries of every ``nn.Linear`` weight of ``model``,
+    the head included (the embedding is a lookup, one row per token, and is left out)."""
+    import torch
+
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def weight_ratio(spec: str, config: dict, adapter_layers: int = 1) -> float:
+    """Weights read per token by the draft ``spec`` (``early-exit:L``: L decoder layers; ``adapter:L``:
+    L + ``adapter_layers``) over the target's (all its layers), each plus the head, from a llama
+    ``config`` (dict): the relative cost of a forward where decoding is memory-bound (one token on a
+    GPU reads every weight once).  Equal to ``linear_weights(draft) / linear_weights(target)``
+    (tested).
+
+    Raises:
+        ValueError: ``draft: ...`` for a bad spec.
+    """
+    from backends.adapter_draft import parse_spec
+
+    spec = parse_draft(spec)
+    kind, _, value = spec.partition(":")
+    layers = int(value) if kind == "early-exit" else parse_spec(spec)[0] + adapter_layers
+    hidden, inner, vocab = int(config["hidden_size"]), int(config["intermediate_size"]), int(config["vocab_size"])
+    head_dim = int(config.get("head_dim") or hidden // int(config["num_attention_heads"]))
+    q, kv = int(config["num_attention_heads"]) * head_dim, int(config["num_key_value_heads"]) * head_dim
+    layer = hidden * q * 2 + hidden * kv * 2 + 3 * hidden * inner
+    return (layers * layer + vocab * hidden) / (int(config["num_hidden_layers"]) * layer + vocab * hidden)
+
+
+def cached_weight_ratio(spec: str) -> float | None:
+    """``weight_ratio`` of ``spec`` from the cached target's config (and, for ``adapter:L``, the
+    adapter layers its manifest records, user cache first, then the shipped drafts); None when the
+    target was never converted on this machine (what a replayed capture of the pair falls back on)."""
+    from backends import adapter_draft
+
+    config = cache_dir() / "float32" / "config.json"
+    if not config.is_file():
+        return None
+    adapter_layers = 1
+    if spec.startswith(adapter_draft.PREFIX):
+        layers, variant = adapter_draft.parse_spec(spec)
+        for root in (cache_dir() / "drafts", SHIPPED_DRAFTS):
+            manifest = adapter_draft.folder_of(root, layers, variant) / "manifest.json"
+            if manifest.is_file():
+                adapter_layers = int(json.loads(manifest.read_text())["recipe"]["adapter_layers"])
+                break
+    return weight_ratio(spec, json.loads(config.read_text()), adapter_layers)
+
+
 def parse_draft(text: str | None) -> str:
     """The normalised draft spec of ``text`` (None: ``DEFAULT_DRAFT``): ``early-exit:L`` (the
     untrained early exit, ``early_exit``) or ``adapter:L[:VARIANT]`` (a trained adapter draft,

@@ -102,6 +102,16 @@ class ForwardTime:
             raise ValueError("seconds: every time must be positive and finite")
         object.__setattr__(self, "seconds", tuple(tuple(float(v) for v in row) for row in table))
 
+    def scaled(self, factor: float) -> "ForwardTime":
+        """The table with every time multiplied by ``factor`` (> 0, finite).
+
+        Raises:
+            ValueError: a factor that is not a positive finite number.
+        """
+        if not (isinstance(factor, (int, float)) and 0 < factor < float("inf")):
+            raise ValueError(f"factor: must be a positive finite number, got {factor!r}")
+        return ForwardTime(self.contexts, self.tokens, tuple(tuple(t * factor for t in row) for row in self.seconds))
+
     @classmethod
     def constant(cls, seconds: float) -> "ForwardTime":
         """The same time for every (l, n)."""

@@ -228,3 +228,17 @@ def test_acceptance_by_depth_and_the_cli_refuse_bad_input_before_any_work(tmp_pa
         train_draft.main(["--layers", "3", "--out", str(tmp_path / "file"), "--quiet"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1 and "--out: cannot create" in err
+
+
+def test_the_weight_ratio_from_the_config_is_the_models_own(target, trained):
+    model, _ = target
+    stack, norm, _ = trained
+    config = model.config.to_dict()
+    for spec, draft in (
+        ("adapter:1", adapter_draft.build(model, 1, stack, norm)),
+        ("early-exit:2", pretrained.early_exit(model, 2)),
+        ("early-exit:3", pretrained.early_exit(model, 3)),
+    ):
+        expected = pretrained.linear_weights(draft) / pretrained.linear_weights(model)
+        assert pretrained.weight_ratio(spec, config) == pytest.approx(expected, rel=1e-12)
+    assert pretrained.weight_ratio("early-exit:3", config) == 1.0

@@ -143,6 +143,21 @@ def test_on_a_pretrained_pair_the_seed_claim_studies_default_to_their_gpu_profil
         config = Config(**{**vars(parser.parse_args(flags)), "capture": ()})
         assert make_latency("prog", parser, config, source, 8, gpu_profile="treegraft-a100") == expected
     assert "the published GPU profile 'treegraft-a100'" in capsys.readouterr().err
+    # the profile times the pair's own draft by the weights it reads, not the profile's drafter
+
+    class Priced(Source):
+        draft = "adapter:14"
+
+        def draft_weight_ratio(self):
+            return 0.25
+
+    parser = study_parser("prog", "doc", Config())
+    config = Config(**{**vars(parser.parse_args([])), "capture": ()})
+    priced = make_latency("prog", parser, config, Priced(), 8, gpu_profile="treegraft-a100")
+    assert priced.target == profile("treegraft-a100").target and priced.drafters == profile("treegraft-a100").drafters
+    assert priced.draft(0, 1) == 0.25 * profile("treegraft-a100").target(0, 1)
+    assert "adapter:14: 0.250 x the target's forward" in priced.source
+    assert "the draft timed as 0.250 x its target forward" in capsys.readouterr().err
     # --per-token means nothing under the GPU profile: refused, not ignored
     parser = study_parser("prog", "doc", Config())
     config = Config(**{**vars(parser.parse_args(["--per-token", "0.3"])), "capture": ()})

@@ -400,13 +400,25 @@ def make_latency(prog: str, parser: ToolParser, config, source, largest_tree: in
                 f"--per-token: the pretrained pair's default is the published GPU profile {gpu_profile!r}; "
                 "--per-token applies to the cost-ratio model (give --cost-ratio too)",
             )
+        model = load(gpu_profile)
+        ratio = source.draft_weight_ratio() if hasattr(source, "draft_weight_ratio") else None
+        if ratio is None:
+            said = "its own draft time (the pair's draft cost is unknown here: the target was never converted on this machine)"
+        else:
+            said = f"the draft timed as {ratio:.3f} x its target forward (the weights the pair's draft reads per token)"
+            model = replace(
+                model,
+                draft=model.target.scaled(ratio),
+                source=f"{model.source}; draft {getattr(source, 'draft', '')}: {ratio:.3f} x the target's forward "
+                "(weights read per token, memory-bound decoding), not the profile's draft",
+            )
         progress(
             prog,
-            f"latency: the published GPU profile {gpu_profile!r} (this study's default on the pretrained pair "
-            f"{source.named_pair}; --latency probe times this machine instead)",
+            f"latency: the published GPU profile {gpu_profile!r}, {said} (this study's default on the pretrained pair "
+            f"{source.named_pair}; --latency probe for this machine's times)",
             getattr(config, "quiet", False),
         )
-        return load(gpu_profile)
+        return model
     if config.latency and "cost_ratio" in given:
         how = "was given" if "latency" in given else f"is this study's default ({config.latency!r}; pass --latency '' to drop it)"
         fail(prog, f"--cost-ratio: a latency profile (--latency) {how}; use one of the two")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from backends.latency_probe import measure
-from backends.pretrained import open_pair, parse_draft
+from backends.pretrained import linear_weights, open_pair, parse_draft
 from backends.roots import SHIPPED_PROMPTS, RootPlacement, prompt_roots, prompt_texts, read_prompt_records
 from backends.sources.base import Root, register_source, slug
 from simlab.checks import check_int, check_seed
@@ -90,6 +90,13 @@ class HFSource:
 
     def describe(self) -> str:
         return f"{self.target} / {self.draft}"
+
+    def draft_weight_ratio(self) -> float | None:
+        """Weights the draft reads per token over the target's (``backends.pretrained.linear_weights``)
+        on a named pair, else None: how a published GPU profile times this pair's draft."""
+        if not self.named_pair:
+            return None
+        return linear_weights(self.pair.draft) / linear_weights(self.pair.target)
 
     def slug(self) -> str:
         return slug(f"hf-{Path(self.target).name}-{Path(self.draft).name}")

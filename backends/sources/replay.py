@@ -46,7 +46,6 @@ class CaptureSource:
         if not folders:
             raise ValueError("capture: name at least one capture folder")
         self.folders, self.grid = folders, grid
-        self.named_pair: str | None = None  # the pretrained pair the captures were taken on, if any
         self.captures: dict[str, tuple[str, store.CaptureSettings]] = {}
         self.entries: dict[str, list] = {}
         for folder in folders:
@@ -62,7 +61,6 @@ class CaptureSource:
                 raise ValueError(
                     f"capture: {folder!r} has {stored.samples} tree per L1; the studies need >= 2 (half choose, half report)"
                 )
-            self.named_pair = self.named_pair or getattr(stored, "pair", None) or None
             name = stored.sampling().name
             if name in self.captures:
                 raise ValueError(f"capture: two captures with the setting {name}")
@@ -74,6 +72,9 @@ class CaptureSource:
             skipped = started - len(self.entries[name])
             if skipped > 0:
                 print(f"note: {folder}: {skipped} interrupted roots skipped (rerun the capture to finish them)", file=sys.stderr)
+        pairs = {(getattr(stored, "pair", None) or None, stored.draft) for _, stored in self.captures.values()}
+        # the pretrained pair (and draft) every capture was taken on; None if any differs or none is one
+        self.named_pair: str | None = next(iter(pairs))[0] if len(pairs) == 1 else None
 
     def _entries(self, folder: str, stored: store.CaptureSettings) -> list:
         """(root, prompt, context, drafts or None, tree or None, category or None) for every completed root."""
@@ -99,6 +100,20 @@ class CaptureSource:
     def stored(self) -> store.CaptureSettings:
         """The settings of the first capture (models, dtype, shape)."""
         return next(iter(self.captures.values()))[1]
+
+    @property
+    def draft(self) -> str:
+        """The draft the captures name."""
+        return self.stored.draft
+
+    def draft_weight_ratio(self) -> float | None:
+        """On a capture of a named pair, the weights its draft reads per token over the target's
+        (``backends.pretrained.cached_weight_ratio``; None where the target is not cached here)."""
+        if not self.named_pair:
+            return None
+        from backends.pretrained import cached_weight_ratio
+
+        return cached_weight_ratio(self.stored.draft)
 
     def describe(self) -> str:
         return f"capture of {self.stored.pair or self.stored.target} / {self.stored.draft}"
