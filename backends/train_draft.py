@@ -7,7 +7,7 @@ Recipe (``DraftRecipe``; one seed fixes everything, given the torch version and 
    own loop with a ``torch.Generator`` (``sample_replies``); the conversations and ``text_tokens``
    ids of standard-library text are packed into rows of ``length`` tokens.  One target forward
    per row labels it: the residual stream after layer L (the draft's input) and the target's final
-   hidden state (its logits through the shared head).  One row in twenty is held out.
+   hidden state (its logits through the shared head).  The first twentieth of the rows is held out (conversations: the packing puts them first; their prompts can recur in training rows, so this is a check of fit, and the acceptance on the shipped prompts in step 3 is the measure).  Runs on the CPU.
 2. **Training.** Only the adapter (``backends.adapter_draft``) learns: AdamW, ``learning_rate``
    with ``warmup`` steps and a linear decay to 5 %, ``steps`` steps of ``batch`` rows; the loss is
    KL(p || q) at T = 1 over ``positions`` positions drawn per step (the head's 49,152 columns cost
@@ -311,7 +311,7 @@ def main(argv=None) -> int:
         import torch
 
         from backends.adapter_draft import folder_of, save
-        from backends.pretrained import PAIRS, cache_dir, load_target, target_folder
+        from backends.pretrained import cache_dir, load_target, target_folder
 
         defaults = DraftRecipe(layers=1)
         parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
@@ -331,7 +331,6 @@ def main(argv=None) -> int:
         parser.add_argument(
             "--out", default=None, help="folder of drafts (default: the pair's cache, where --draft adapter:L looks)"
         )
-        parser.add_argument("--pair", default="smollm2", choices=list(PAIRS), help="the named pair whose target the draft is for")
         parser.add_argument("--quiet", action="store_true", help="no progress lines")
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
         log = (lambda m: None) if args.quiet else (lambda m: print(f"{PROG}: {m}", file=sys.stderr, flush=True))

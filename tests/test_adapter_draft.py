@@ -111,6 +111,7 @@ def test_the_draft_is_an_ordinary_pair_member_and_round_trips_through_its_folder
     p, q = pair.node_distributions(root, [(), (11,), (11, 12)])
     plain_p, plain_q = pair.distributions([root, root + (11,), root + (11, 12)])
     np.testing.assert_allclose(q, plain_q, atol=1e-5)
+    np.testing.assert_allclose(p, plain_p, atol=1e-5)
     ids = torch.tensor([list(root)])
     with torch.no_grad():
         built = adapter_draft.build(model, 1, stack, norm)
