@@ -243,3 +243,19 @@ def test_the_weight_ratio_from_the_config_is_the_models_own(target, trained):
         expected = pretrained.linear_weights(draft) / pretrained.linear_weights(model)
         assert pretrained.weight_ratio(spec, config) == pytest.approx(expected, rel=1e-12)
     assert pretrained.weight_ratio("early-exit:3", config) == 1.0
+
+
+def test_temperature_zero_speculative_decoding_with_the_adapter_draft_is_the_greedy_sequence(target, trained):
+    from simlab.builders import iid
+    from simlab.decoding import greedy_decode, speculative_decode
+    from simlab.sampling import SamplingSettings
+
+    model, tokenizer = target
+    draft = adapter_draft.build(model, 1, trained[0], trained[1])
+    pair = HFPair("smollm2", "adapter:1", device="cpu", models=((model, tokenizer), (draft, tokenizer)))
+    pair = pair.with_settings(SamplingSettings(temperature=0.0))
+    prompt = pair.encode("The for statement is used to iterate over")
+    expected = greedy_decode(pair, prompt, 16)
+    for verifier in ("specinfer", "traversal"):
+        tokens, _ = speculative_decode(pair, prompt, iid(2, 2), verifier, 16, np.random.default_rng(2))
+        assert tokens == expected
