@@ -26,11 +26,13 @@ TRAINED = {
 @dataclass(frozen=True)
 class DrafterConfig:
     """Where the block drafters come from: ``backend`` (``"hf"``: trained drafters under ``drafters``,
-    default ``<target's folder>/../block_drafter``; else the stand-in ``PairBlockDrafter`` with
+    default ``<target's folder>/../block_drafter``, or for a named pretrained ``pair`` its cache's
+    ``backends.block_drafter.pretrained.drafter_dir()``; else the stand-in ``PairBlockDrafter`` with
     ``K`` slots, rank noise ``rank_noise`` and seed ``seed``)."""
 
     backend: str
     target: str | None = None
+    pair: str | None = None
     drafters: str | None = None
     K: int = 4
     rank_noise: float = 0.2
@@ -38,12 +40,25 @@ class DrafterConfig:
 
 
 def drafter_folder(config) -> Path:
-    """Where the trained drafters are (``--drafters``, default beside the target's folder)."""
-    return (
-        Path(config.drafters).expanduser()
-        if config.drafters
-        else Path(config.target or ".").expanduser().parent / "block_drafter"
-    )
+    """Where the trained drafters are (``--drafters``; default beside the target's folder, or the
+    named pair's cache for ``--pair``)."""
+    if config.drafters:
+        return Path(config.drafters).expanduser()
+    if getattr(config, "pair", None):
+        from backends.block_drafter.pretrained import drafter_dir
+
+        return drafter_dir()
+    return Path(config.target or ".").expanduser().parent / "block_drafter"
+
+
+def train_command(config, variant: str) -> str:
+    """The command that trains ``variant`` where ``drafter_folder(config)`` looks."""
+    folder = drafter_folder(config)
+    if getattr(config, "pair", None):
+        out = f" --out {folder / variant}" if config.drafters else ""
+        return f"python -m backends.block_drafter --pair {config.pair} --variant {variant}{out}"
+    pair = Path(config.target or ".").expanduser().parent
+    return f"python -m backends.block_drafter --pair {pair} --variant {variant} --out {folder / variant}"
 
 
 def drafters_for(config) -> tuple[dict, list[dict]]:
@@ -64,17 +79,15 @@ def drafters_for(config) -> tuple[dict, list[dict]]:
     out, missing = {}, []
     for variant in VARIANTS:
         if not (folder / variant / "manifest.json").is_file():
-            pair = Path(config.target or ".").expanduser().parent
             missing.append(
                 {
                     "builder": next(b for b, v in TRAINED.items() if v == variant) if variant != "full" else "rank_guided",
-                    "reason": f"no drafter at {folder / variant}: python -m backends.block_drafter --pair {pair} "
-                    f"--variant {variant} --out {folder / variant}",
+                    "reason": f"no drafter at {folder / variant}: {train_command(config, variant)}",
                 }
             )
             continue
-        model, _ = load(folder / variant, "drafters")
-        out[variant] = partial(TorchBlockDrafter, model)
+        model, manifest = load(folder / variant, "drafters")
+        out[variant] = partial(TorchBlockDrafter, model, feature_layers=manifest.get("feature_layers"))
     if "full" not in out:
         raise ValueError(f"drafters: {missing[0]['reason']}")
     return out, missing

@@ -134,7 +134,11 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         "--baseline", choices=roster_module.NAMES, default=d.baseline, help="the builder of the ratios and paired differences"
     )
     g.add_argument("--selector", default=d.selector, help="a train_selector run folder (the NDE builder)")
-    g.add_argument("--drafters", default=d.drafters, help="hf: trained block drafters (default <target>/../block_drafter)")
+    g.add_argument(
+        "--drafters",
+        default=d.drafters,
+        help="hf: trained block drafters (default <target>/../block_drafter; --pair: the pair's cache)",
+    )
     g.add_argument("--small-ratio", type=float, default=d.small_ratio, help="TreeGraft's n-gram step / one-token target forward")
     g.add_argument(
         "--block-ratio", type=float, default=d.block_ratio, help="synthetic: block-drafter forward / one-token target forward"
@@ -496,6 +500,7 @@ def _main(argv) -> int:
         sb = DrafterConfig(
             backend=config.backend,
             target=config.target,
+            pair=config.pair,
             K=4,
             rank_noise=config.rank_noise,
             seed=config.seed,

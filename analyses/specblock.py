@@ -20,7 +20,8 @@ and reports per builder the exact E[tau + 1], T-hat, throughput (sum E / sum T),
 eagle2, the drafting share of the step time, acceptance by depth and accepted tokens by
 (block, slot).  With ``--backend hf`` the block drafters are the trained ones under
 ``--drafters`` (default ``<target's folder>/../block_drafter``; ``python -m backends.block_drafter
---variant all``), and the study then serves a **shifted stream** (standard-library source code,
+--variant all``; with ``--pair smollm2`` the pair's cache, ``python -m backends.block_drafter --pair
+smollm2``), and the study then serves a **shifted stream** (standard-library source code,
 ``--stream-prompts`` prompts) with the rank-guided drafter under no adaptation, always heads,
 always full, and the cost-aware bandit (``analyses._specblock_serving``), reporting acceptance and
 throughput by prompt and the arms chosen.  Synthetic worlds use ``PairBlockDrafter`` (slots from
@@ -169,7 +170,11 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         "--rank-noise", type=float, default=d.rank_noise, help="synthetic: probability the stand-in rank head is wrong"
     )
     s = parser.add_argument_group("shifted stream and adaptation (hf)")
-    s.add_argument("--drafters", default=d.drafters, help="folder of the trained drafters (default <target>/../block_drafter)")
+    s.add_argument(
+        "--drafters",
+        default=d.drafters,
+        help="folder of the trained drafters (default <target>/../block_drafter; --pair: the pair's cache)",
+    )
     s.add_argument("--stream-prompts", type=int, default=d.stream_prompts, help="standard-library source prompts served in order")
     s.add_argument(
         "--stream-tokens", type=int, default=d.stream_tokens, help="tokens decoded per prompt (fewer at the context limit)"

@@ -39,15 +39,24 @@ earlier attention-free drafter (a departure kept for comparison: ``docs/departur
 class TorchBlockDrafter:
     """A ``BlockDrafter`` over a ``BlockDrafterModel`` and the ``HFPair`` whose target it reads.
 
+    ``feature_layers``: the target layers the drafter was trained on (its manifest's), checked
+    against the pair's when given (a drafter of a truncated copy has the width of the whole target's).
+
     Raises:
         ValueError: ``vocab_size: ...`` when the drafter's vocabulary differs from the target's,
-            ``feature_dim: ...`` when its input width differs from the target's fused features.
+            ``feature_dim: ...`` when its input width differs from the target's fused features,
+            ``feature_layers: ...`` when its layers differ from the pair's.
     """
 
-    def __init__(self, model: BlockDrafterModel, pair):
+    def __init__(self, model: BlockDrafterModel, pair, feature_layers: Sequence[int] | None = None):
         if not hasattr(pair, "target_features"):
             raise ValueError(
                 f"pair: the block drafter reads the target's hidden states; {type(pair).__name__} has no target_features"
+            )
+        if feature_layers is not None and tuple(feature_layers) != tuple(pair.feature_layers()):
+            raise ValueError(
+                f"feature_layers: the drafter was trained on the target's layers {tuple(feature_layers)}, "
+                f"the pair's are {tuple(pair.feature_layers())} (another target or a truncated copy)"
             )
         if model.vocab_size != pair.vocab_size:
             raise ValueError(f"vocab_size: the drafter has {model.vocab_size} tokens, the target {pair.vocab_size}")

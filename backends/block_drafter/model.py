@@ -115,6 +115,26 @@ class DrafterSpec:
             }
         )
 
+    @classmethod
+    def pretrained(cls, **changes) -> "DrafterSpec":
+        """The drafter of a pretrained target (``--pair smollm2``), shaped as the official one: the
+        target's width (its embedding and LM head initialise the drafter's), two decoder layers,
+        heads of 64 dimensions at SmolLM2's 576 (9, as the target's query heads); fewer roots per
+        step than the reference pair's (the 49,152-column head dominates a CPU step)."""
+        return cls(
+            **{
+                "width": None,
+                "layers": 2,
+                "heads": 9,
+                "steps": 800,
+                "roots_per_step": 64,
+                "windows": 8,
+                "learning_rate": 5e-4,
+                "rank_freeze": 100,
+                **changes,
+            }
+        )
+
 
 class BlockDrafterModel(nn.Module):
     """The network (module docstring).  Float32 parameters; inputs and outputs on one device.

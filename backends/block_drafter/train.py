@@ -2,7 +2,9 @@
 
 Each step draws ``windows`` windows of the pair's training documents (the same split as the
 pair: ``backends.reference_pair.split_corpus``), runs the frozen target once over them (its
-hidden states at the low, middle and top layers and its distributions p at every position), and
+hidden states at the low, middle and top layers and its distributions p at every position:
+``TargetWindows``; for a pretrained target on the CPU, ``FeatureRows`` computes the features of
+fixed training rows once and p at the drawn positions only, through the target's head), and
 draws ``roots_per_step`` roots n.  For a root, block 1 is seeded with the target's features at
 n - 1 and the token w_n; slot k is trained towards the target's law p(. | w_{<= n+k}) (soft
 cross-entropy: distillation, so T > 0 trees learn the target's law, not the corpus's).  Block 2
@@ -138,14 +140,94 @@ def official_block_losses(
     return draft, rank
 
 
-class Trainer:
-    """The training state: model, optimiser, generator, running class frequencies."""
+class TargetWindows:
+    """Windows of a 1-D id stream and the frozen target's pass over them at every draw (the
+    reference pair: a small target, whose forward is cheaper than storing its features).
 
-    def __init__(self, spec: DrafterSpec, target, layers, train_ids: torch.Tensor, seed: int):
-        self.spec, self.target, self.layers, self.ids = spec, target, tuple(layers), train_ids
-        self.context = int(target.config.n_positions)
-        if len(train_ids) <= self.context + 1:
-            raise ValueError(f"corpus: {len(train_ids)} tokens, need more than the context of {self.context}")
+    Raises:
+        ValueError: ``corpus: ...`` for a stream no longer than ``context`` + 1.
+    """
+
+    def __init__(self, target, layers, ids: torch.Tensor, context: int):
+        if len(ids) <= context + 1:
+            raise ValueError(f"corpus: {len(ids)} tokens, need more than the context of {context}")
+        self.target, self.layers, self.ids, self.length = target, tuple(layers), ids, int(context)
+
+    def draw(self, count: int, generator: torch.Generator):
+        """(windows int64 (count, L), fused features float32 (count, L, 3 d), law): ``law(rows, positions)``
+        is the target's p at those indices, (..., V)."""
+        starts = torch.randint(0, len(self.ids) - self.length, (count,), generator=generator)
+        windows = torch.stack([self.ids[s : s + self.length] for s in starts.tolist()])
+        features, p = target_pass(self.target, windows, self.layers)
+        return windows, features, lambda rows, positions: p[rows, positions]
+
+
+class FeatureRows:
+    """Rows of ids with the frozen target's fused features computed once (a large target on the
+    CPU: one forward per row for the whole training); the target's law at a position is its head
+    over the top feature, the final normed hidden state (``layers[-1]`` must be the last layer).
+
+    Args:
+        target: the frozen target (a Hugging Face causal LM).
+        layers: its feature layers (``backends.hf.feature_layers``).
+        rows: int64 (n, L) training rows.
+        chunk: rows per forward.
+
+    Raises:
+        ValueError: ``layers: ...`` when the top layer is not the target's last (its head would not
+            give p), ``rows: ...`` for fewer than one row or rows of fewer than 4 tokens.
+    """
+
+    def __init__(self, target, layers, rows: torch.Tensor, chunk: int = 4, log=None):
+        from backends.hf import feature_layers
+
+        last = feature_layers(target.config)[-1]
+        if tuple(layers)[-1] != last:
+            raise ValueError(f"layers: the top feature layer must be the target's last ({last}), got {tuple(layers)}")
+        if rows.ndim != 2 or len(rows) < 1 or rows.shape[1] < 4:
+            raise ValueError(f"rows: need (n >= 1, L >= 4) ids, got shape {tuple(rows.shape)}")
+        self.target, self.layers, self.ids, self.length = target, tuple(layers), rows, int(rows.shape[1])
+        self.head = target.get_output_embeddings()
+        self.width = int(target.config.hidden_size)
+        parts, started = [], time.time()
+        with torch.no_grad():
+            for i in range(0, len(rows), chunk):
+                out = target(rows[i : i + chunk], output_hidden_states=True, logits_to_keep=1)
+                parts.append(torch.cat([out.hidden_states[l] for l in self.layers], dim=-1).float())
+                if log and (i // chunk) % 25 == 0:
+                    log(
+                        f"block drafter: target features {min(i + chunk, len(rows))}/{len(rows)} rows, {time.time() - started:.0f} s"
+                    )
+        self.features = torch.cat(parts)
+
+    def law(self, features: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The target's p (..., V) at ``features[rows, positions]`` through its head."""
+        with torch.no_grad():
+            return torch.softmax(self.head(features[rows, positions, -self.width :]).float(), dim=-1)
+
+    def draw(self, count: int, generator: torch.Generator):
+        """As ``TargetWindows.draw``: ``count`` rows drawn uniformly (with replacement)."""
+        picked = torch.randint(0, len(self.ids), (count,), generator=generator)
+        windows, features = self.ids[picked], self.features[picked]
+        return windows, features, lambda rows, positions: self.law(features, rows, positions)
+
+
+class Trainer:
+    """The training state: model, optimiser, generator, running class frequencies.
+
+    ``data``: a 1-D int64 id stream (windows of the target's context, the target run at every
+    step: ``TargetWindows``) or a ``FeatureRows`` (features computed once).
+    """
+
+    def __init__(self, spec: DrafterSpec, target, layers, data, seed: int):
+        from backends.hf import context_length
+
+        self.spec, self.target, self.layers = spec, target, tuple(layers)
+        if isinstance(data, FeatureRows):
+            self.source = data
+        else:
+            self.source = TargetWindows(target, self.layers, data, context_length(target.config))
+        self.context = self.source.length
         if self.context < 2 * spec.K + 2:
             raise ValueError(f"K: {spec.K} slots need a context of at least {2 * spec.K + 2}, the target has {self.context}")
         torch.manual_seed(seed)
@@ -164,17 +246,15 @@ class Trainer:
         self.step_count = 0
 
     def batch(self):
-        """Windows, the target's pass over them, and the roots (window index, position n, seed slot j)."""
+        """Windows, their features, the target's law on them, and the roots (window index, position n, seed slot j)."""
         K, L, g = self.spec.K, self.context, self.generator
-        starts = torch.randint(0, len(self.ids) - L, (self.spec.windows,), generator=g)
-        windows = torch.stack([self.ids[s : s + L] for s in starts.tolist()])
-        features, p = target_pass(self.target, windows, self.layers)
+        windows, features, law = self.source.draw(self.spec.windows, g)
         b = torch.randint(0, self.spec.windows, (self.spec.roots_per_step,), generator=g)
         n = torch.randint(1, L - 2 * K, (self.spec.roots_per_step,), generator=g)
         j = torch.randint(0, K, (self.spec.roots_per_step,), generator=g)
-        return windows, features, p, b, n, j
+        return windows, features, law, b, n, j
 
-    def losses(self, windows, features, p, b, n, j, rank_on: bool):
+    def losses(self, windows, features, law, b, n, j, rank_on: bool):
         """(draft loss, rank loss, block-1 greedy correctness against the corpus) of one batch of roots."""
         K = self.spec.K
         slots, rows = torch.arange(K), torch.arange(len(j))
@@ -190,7 +270,7 @@ class Trainer:
                 d, r = official_block_losses(
                     logits,
                     ranks,
-                    p[b[:, None], pos],
+                    law(b[:, None], pos),
                     windows[b[:, None], pos + 1],
                     self.spec.valid_prefix,
                     self.spec.rank_budget,
@@ -198,9 +278,9 @@ class Trainer:
                 )
                 draft, rank = draft + d, rank + r
             return draft, rank, correct1
-        return self._corpus_mask_losses(windows, p, b, j, blocks, rank_on) + (correct1,)
+        return self._corpus_mask_losses(windows, law, b, j, blocks, rank_on) + (correct1,)
 
-    def _corpus_mask_losses(self, windows, p, b, j, blocks, rank_on: bool):
+    def _corpus_mask_losses(self, windows, law, b, j, blocks, rank_on: bool):
         """``losses="corpus_masks"``: the lab's earlier masks and rank weights (module docstring)."""
         draft = rank = 0.0
         seed_ok = None
@@ -210,7 +290,7 @@ class Trainer:
             if seed_ok is not None and self.spec.valid_prefix:
                 mask = mask * seed_ok[:, None]
             seed_ok = valid_prefix_mask(correct)[torch.arange(len(j)), j]  # block-1 slots < j correct
-            target_p = p[b[:, None], pos]
+            target_p = law(b[:, None], pos)
             ce = soft_cross_entropy(logits, target_p)
             draft = draft + (ce * mask).sum() / mask.sum().clamp_min(1.0)
             if rank_on:
@@ -287,3 +367,40 @@ def slot_acceptance(model: BlockDrafterModel, target, layers, test_ids: torch.Te
         "expected_chain_length": round(1.0 + float(chained.sum(1).mean()), 4),
         "rank_head_accuracy_slot0": round(float((ranks[:, 0].argmax(-1) == labels).float().mean()), 4),
     }
+
+
+def fit(spec: DrafterSpec, variant: str, target, data, held_ids: torch.Tensor, seed: int, log, pair: str = "", **measure):
+    """(model, manifest fields) of ``variant`` of ``spec`` trained on ``data`` (as ``Trainer``) and
+    measured on ``held_ids`` (``slot_acceptance``; ``measure``: its roots and prefix): variant, seed,
+    pair, feature layers, machine, training seconds, held-out acceptance, torch threads.
+
+    Raises:
+        ValueError: what ``Trainer`` raises.
+    """
+    from dataclasses import replace
+
+    from backends.block_drafter.drafter import VARIANTS
+    from backends.hf import feature_layers
+    from backends.reference_pair import machine
+
+    layers = feature_layers(target.config)
+    spec = replace(spec, **VARIANTS[variant])
+    trainer = Trainer(spec, target, layers, data, seed)
+    log(
+        f"block drafter ({variant}): {sum(p.numel() for p in trainer.model.parameters()) / 1e6:.2f}M parameters, "
+        f"{spec.steps} steps on {trainer.source.ids.numel()} training tokens"
+    )
+    seconds = trainer.train(log)
+    acceptance = slot_acceptance(trainer.model, target, layers, held_ids, **measure)
+    log(f"block drafter ({variant}): held-out acceptance by slot {acceptance['acceptance_by_slot']}")
+    info = {
+        "variant": variant,
+        "seed": seed,
+        "pair": pair,
+        "feature_layers": list(layers),
+        **machine(),
+        "seconds": round(seconds, 1),
+        "held_out": acceptance,
+        "torch_threads": torch.get_num_threads(),
+    }
+    return trainer.model, info
