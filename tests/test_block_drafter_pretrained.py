@@ -64,6 +64,27 @@ def at(cache, monkeypatch):
     return cache
 
 
+def test_feature_rows_agree_with_the_target_run_at_every_step(pair):
+    """``FeatureRows`` (features once, p through the head at the drawn positions) against the plain
+    ``target_pass`` over the same rows: the same features and the same p."""
+    from backends.block_drafter.train import FeatureRows, target_pass
+
+    rows, _ = bd_pretrained.training_data(pair.target_tokenizer, CORPUS, 0)
+    rows = rows[:3, :16]
+    fast = FeatureRows(pair.target, (1, 1, 2), rows)
+    features, p = target_pass(pair.target, rows, (1, 1, 2))
+    windows, drawn, law = fast.draw(2, torch.Generator().manual_seed(0))
+    picked = [int(torch.nonzero((rows == w).all(1))[0]) for w in windows]
+    assert torch.allclose(drawn, features[picked], atol=1e-5, rtol=0)
+    b, n = torch.tensor([0, 1, 1]), torch.tensor([[2, 3], [0, 15], [7, 7]])
+    tv = 0.5 * (law(b[:, None], n) - p[picked][b[:, None], n]).abs().sum(-1)
+    assert float(tv.max()) < 1e-5, tv  # float32 rounding of the same head (the row forward vs the window forward)
+    with pytest.raises(ValueError, match=r"^layers: the top feature layer must be the target's last \(2\)"):
+        FeatureRows(pair.target, (1, 1, 1), rows)
+    with pytest.raises(ValueError, match=r"^rows: "):
+        FeatureRows(pair.target, (1, 1, 2), rows[:, :3])
+
+
 def test_the_manifest_records_the_training(cache):
     m = json.loads((cache / "full" / "manifest.json").read_text())
     assert m["pair"] == "smollm2" and m["variant"] == "full" and m["seed"] == 0
