@@ -9,6 +9,7 @@ command that trains it.  Needs the converted target in the user cache (``conftes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import types
 
@@ -22,8 +23,22 @@ from conftest import one_error_line
 from simlab.decoding import greedy_decode, speculative_decode
 from simlab.sampling import SamplingSettings
 
-SMALL = ["--text-tokens", "512", "--held-out-tokens", "96", "--row-length", "32", "--held-out-roots", "8"]
-CORPUS = bd_pretrained.Corpus(text_tokens=512, held_out_tokens=96, row_length=32, held_out_roots=8)
+SMALL = [
+    "--prompts",
+    "2",
+    "--reply-tokens",
+    "8",
+    "--text-tokens",
+    "512",
+    "--held-out-tokens",
+    "96",
+    "--row-length",
+    "32",
+    "--held-out-roots",
+    "8",
+]
+CORPUS = bd_pretrained.Corpus(prompts=2, reply_tokens=8, text_tokens=512, held_out_tokens=96, row_length=32, held_out_roots=8)
+TEXT = dataclasses.replace(CORPUS, prompts=0)
 QUIET = lambda message: None  # noqa: E731
 
 
@@ -69,7 +84,7 @@ def test_feature_rows_agree_with_the_target_run_at_every_step(pair):
     ``target_pass`` over the same rows: the same features and the same p."""
     from backends.block_drafter.train import FeatureRows, target_pass
 
-    rows, _ = bd_pretrained.training_data(pair.target_tokenizer, CORPUS, 0)
+    rows, _, _ = bd_pretrained.training_data(pair.target, pair.target_tokenizer, TEXT, 0)
     rows = rows[:3, :16]
     fast = FeatureRows(pair.target, (1, 1, 2), rows)
     features, p = target_pass(pair.target, rows, (1, 1, 2))
@@ -92,7 +107,8 @@ def test_the_manifest_records_the_training(cache):
     assert m["target_layers"] == 2 and m["feature_layers"] == [1, 1, 2] and m["feature_dim"] == 3 * 576
     assert m["vocab_size"] == 49152 and m["width"] == 576 and m["spec"]["arch"] == "attention" and m["spec"]["steps"] == 1
     data = m["data"]
-    assert (data["text_tokens"], data["held_out_tokens"], data["row_length"], data["rows"]) == (512, 96, 32, 16)
+    assert (data["prompts"], data["reply_tokens"], data["text_tokens"], data["held_out_tokens"]) == (2, 8, 512, 96)
+    assert 2 * 8 < data["conversation_tokens"] and data["rows"] == (data["conversation_tokens"] + 512 - 96) // 32
     assert len(data["rows_sha256"]) == 64 and data["rows_sha256"] != data["held_out_sha256"]
     held = m["held_out"]
     assert held["roots"] == 8 and len(held["acceptance_by_slot"]) == 4
@@ -108,8 +124,8 @@ def test_the_same_seed_and_threads_give_the_same_bits(pair, cache):
     a, b = saved.state_dict(), again.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert info["data"] == manifest["data"] and info["held_out"] == manifest["held_out"]
-    other, _ = bd_pretrained.training_data(pair.target_tokenizer, CORPUS, 1)
-    assert not torch.equal(other, bd_pretrained.training_data(pair.target_tokenizer, CORPUS, 0)[0])
+    other, _, _ = bd_pretrained.training_data(pair.target, pair.target_tokenizer, TEXT, 1)
+    assert not torch.equal(other, bd_pretrained.training_data(pair.target, pair.target_tokenizer, TEXT, 0)[0])
 
 
 @pytest.mark.slow
@@ -186,6 +202,11 @@ def test_the_study_on_the_whole_pair_says_how_to_train_it(smollm2_folder, tmp_pa
         (["--pair", "smollm2", "--row-length", "2"], "--row-length: "),
         (["--pair", "smollm2", "--text-tokens", "10"], "--text-tokens: 10 tokens make no row of 256"),
         (["--pair", "smollm2", "--target-layers", "0"], "--target-layers: must be >= 1"),
+        (
+            ["--pair", "smollm2", "--held-out-tokens", "100"],
+            "--held-out-tokens: 128 roots of 48-token prefixes need at least 176",
+        ),
+        (["--pair", "smollm2", "--prompts", "-1"], "--prompts: "),
         (["--pair", "nosuch"], "--pair: 'nosuch' is not a reference pair"),
     ],
 )

@@ -4,8 +4,8 @@ Reads the pair built by ``python -m backends.reference_pair`` (``--pair``, defau
 pair in the cache), trains the drafter on the same training documents (``train``), measures its
 held-out acceptance by slot, and saves it under ``--out`` (default ``<pair>/block_drafter/<variant>``).
 ``--pair smollm2`` (a named pretrained pair, ``backends.pretrained``) trains the drafter of that
-target on plain text instead (``backends.block_drafter.pretrained``: ``--text-tokens`` and the
-other flags of its group; default ``--out``: the pair's cache, where the studies look).  Each writes
+target on its own replies and plain text instead (``backends.block_drafter.pretrained``:
+``--prompts``, ``--text-tokens`` and the other flags of its group; default ``--out``: the pair's cache, where the studies look).  Each writes
 ``drafter.pt`` and ``manifest.json`` (spec, seed, data, torch version, threads, device, CPU, seconds,
 acceptance by slot).  ``--variant`` picks the drafter, one of the paper's training-time
 ablations (``no_shift``, ``no_valid_prefix``) or the lab's earlier attention-free drafter
@@ -37,7 +37,7 @@ def train_variant(pair_dir: Path, variant: str, spec, seed: int, log) -> tuple:
     return fit(spec, variant, target, train_ids, test_ids, seed, log, str(pair_dir))
 
 
-NAMED_FLAGS = ("text_tokens", "held_out_tokens", "row_length", "held_out_roots", "target_layers")
+NAMED_FLAGS = ("prompts", "reply_tokens", "text_tokens", "held_out_tokens", "row_length", "held_out_roots", "target_layers")
 """Flags only a named pretrained pair honours (the reference pair's data is its own split)."""
 
 
@@ -74,6 +74,8 @@ def main(argv=None) -> int:
         parser.add_argument("--threads", type=int, default=1, help="torch threads (the weights depend on it)")
         parser.add_argument("--micro", action="store_true", help="the tiny drafter of the tests")
         g = parser.add_argument_group("named pretrained pair (backends.block_drafter.pretrained)")
+        g.add_argument("--prompts", type=int, default=None, help=f"chat prompts the target answers (default {c.prompts})")
+        g.add_argument("--reply-tokens", type=int, default=None, help=f"tokens per reply at most (default {c.reply_tokens})")
         g.add_argument("--text-tokens", type=int, default=None, help=f"training tokens of plain text (default {c.text_tokens})")
         g.add_argument("--held-out-tokens", type=int, default=None, help=f"held-out tokens (default {c.held_out_tokens})")
         g.add_argument("--row-length", type=int, default=None, help=f"tokens per training row (default {c.row_length})")

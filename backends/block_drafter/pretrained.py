@@ -4,13 +4,16 @@
   layers only, a truncated copy of the real weights, for tests), frozen; feature layers
   ``backends.hf.feature_layers`` (1, 15, 30 on SmolLM2's 30 layers: after the first layer, the
   middle one, and the final norm, whose head gives p).
-* **Data** (``Corpus``): ``backends.draft_corpus.plain_text`` (documentation and standard-library
-  code, none of the shipped prompts' text), ``held_out_tokens + text_tokens`` ids in the seed's
-  order; the first ``held_out_tokens`` are held out (the acceptance by slot is measured on
-  ``held_out_roots`` roots there, prefixes of ``prefix`` tokens), the rest cut into rows of
-  ``row_length`` whose target features are computed once (``train.FeatureRows``).  At most one
-  document straddles the cut.  Plain text, not target-regenerated replies: the official losses'
-  masks check the target's argmax, not the corpus token, so they train towards the target either way.
+* **Data** (``Corpus``): the target's own replies, as the official drafter trains on
+  target-regenerated answers: it answers ``prompts`` chat prompts (``backends.draft_corpus.
+  training_prompts``, never the shipped ones) at T = 1, ``reply_tokens`` new tokens at most
+  (``backends.train_draft.sample_replies``, seeded), and the conversations are followed by
+  ``text_tokens`` ids of ``backends.draft_corpus.plain_text`` (documentation and standard-library
+  code) in the seed's order.  The first ``held_out_tokens`` of that stream are held out (the
+  conversations come first; the acceptance by slot is measured on ``held_out_roots`` roots there,
+  prefixes of ``prefix`` tokens), the rest cut into rows of ``row_length`` whose target features
+  are computed once (``train.FeatureRows``).  The official losses' masks check the target's
+  argmax, not the corpus token, so the plain text trains towards the target too.
 * **Drafter**: ``DrafterSpec.pretrained()`` (the target's width, two decoder layers with attention
   between the slots, as the official drafter), trained by ``train.Trainer``.
 * **Where**: ``drafter_dir() / <variant>`` (``backends.pretrained.cache_dir() / "block_drafter"``),
@@ -34,13 +37,24 @@ class Corpus:
     row_length: int = 256
     held_out_roots: int = 128
     prefix: int = 48
+    prompts: int = 128
+    reply_tokens: int = 128
+    generate_batch: int = 32
 
     def __post_init__(self):
         check_int(self.text_tokens, "text_tokens", 1)
+        check_int(self.prompts, "prompts", 0)
+        check_int(self.reply_tokens, "reply_tokens", 1)
+        check_int(self.generate_batch, "generate_batch", 1)
         check_int(self.row_length, "row_length", 4)
         check_int(self.held_out_roots, "held_out_roots", 1)
         check_int(self.prefix, "prefix", 2)
-        check_int(self.held_out_tokens, "held_out_tokens", self.prefix + 1)
+        check_int(self.held_out_tokens, "held_out_tokens", 1)
+        if self.held_out_tokens < self.prefix + self.held_out_roots:
+            raise ValueError(
+                f"held_out_tokens: {self.held_out_roots} roots of {self.prefix}-token prefixes need at least "
+                f"{self.prefix + self.held_out_roots} held-out tokens, got {self.held_out_tokens}"
+            )
         if self.text_tokens < self.row_length:
             raise ValueError(f"text_tokens: {self.text_tokens} tokens make no row of {self.row_length}")
 
@@ -52,23 +66,33 @@ def drafter_dir() -> Path:
     return cache_dir() / "block_drafter"
 
 
-def training_data(tokenizer, corpus: Corpus, seed: int):
-    """(rows int64 (n, row_length), held-out ids int64 (held_out_tokens,)) of ``corpus``.
+def training_data(target, tokenizer, corpus: Corpus, seed: int, log=None):
+    """(rows int64 (n, row_length), held-out ids int64 (held_out_tokens,), conversation tokens) of
+    ``corpus`` (module docstring): ``target`` answers the prompts (a ``torch.Generator`` seeded with ``seed``).
 
     Raises:
-        ValueError: ``text_tokens: ...`` when the text runs out before the ids asked for.
+        ValueError: ``text_tokens: ...`` when the text runs out, or the stream makes no training row.
     """
     import torch
 
-    from backends.draft_corpus import plain_text
+    from backends.draft_corpus import plain_text, training_prompts
+    from backends.train_draft import sample_replies
 
-    want = corpus.held_out_tokens + corpus.text_tokens
-    ids = torch.tensor(plain_text(tokenizer, want, seed), dtype=torch.long)
-    if len(ids) < want:
-        raise ValueError(f"text_tokens: the plain text gives {len(ids)} ids, {want} asked for")
-    train = ids[corpus.held_out_tokens :]
+    conversations = []
+    if corpus.prompts:
+        generator = torch.Generator().manual_seed(seed)
+        prompts = training_prompts(corpus.prompts, seed)
+        conversations = sample_replies(target, tokenizer, prompts, corpus.reply_tokens, corpus.generate_batch, generator, log)
+    text = plain_text(tokenizer, corpus.text_tokens, seed)
+    if len(text) < corpus.text_tokens:
+        raise ValueError(f"text_tokens: the plain text gives {len(text)} ids, {corpus.text_tokens} asked for")
+    stream = torch.tensor([t for c in conversations for t in c] + text, dtype=torch.long)
+    train = stream[corpus.held_out_tokens :]
     n = len(train) // corpus.row_length
-    return train[: n * corpus.row_length].view(n, corpus.row_length), ids[: corpus.held_out_tokens]
+    if n < 1:
+        raise ValueError(f"text_tokens: {len(train)} training ids make no row of {corpus.row_length}")
+    rows = train[: n * corpus.row_length].view(n, corpus.row_length)
+    return rows, stream[: corpus.held_out_tokens], len(stream) - len(text)
 
 
 def train_named(name: str, variant: str, spec, seed: int, corpus: Corpus, log, layers: int | None = None) -> tuple:
@@ -101,7 +125,9 @@ def train_on(name: str, target, tokenizer, variant: str, spec, seed: int, corpus
 
     for p in target.parameters():
         p.requires_grad_(False)
-    rows, held = training_data(tokenizer, corpus, seed)
+    started = time.time()
+    rows, held, conversation_tokens = training_data(target, tokenizer, corpus, seed, log)
+    data_seconds = time.time() - started
     started = time.time()
     source = FeatureRows(target, feature_layers(target.config), rows, log=log)
     feature_seconds = time.time() - started
@@ -109,12 +135,15 @@ def train_on(name: str, target, tokenizer, variant: str, spec, seed: int, corpus
     info.update(
         target_layers=int(target.config.num_hidden_layers),
         data={
-            "source": "backends.draft_corpus.plain_text (seeded order; the first held_out_tokens held out)",
+            "source": "the target's T = 1 replies to backends.draft_corpus.training_prompts, then "
+            "backends.draft_corpus.plain_text (seeded order); the first held_out_tokens held out",
             **vars(corpus),
+            "conversation_tokens": conversation_tokens,
             "rows": len(rows),
             "rows_sha256": digest(rows),
             "held_out_sha256": digest(held),
         },
+        data_seconds=round(data_seconds, 1),
         feature_seconds=round(feature_seconds, 1),
     )
     return model, info
