@@ -10,7 +10,8 @@ measured on text they were not trained on.
   translation, summarisation, question answering, maths with seeded numbers, passage-based
   answers), in a seeded order; the target answers them (``backends.train_draft``) and the draft
   is distilled on those answers (distillation on target-generated text).
-* ``plain_text(tokenizer, tokens, seed)``: documentation and code, ``tokens`` ids of it.
+* ``plain_text(tokenizer, tokens, seed, code=True)``: documentation and code (``code=False``: the
+  documentation only), ``tokens`` ids of it.
 """
 
 from __future__ import annotations
@@ -146,15 +147,17 @@ def training_prompts(n: int, seed: int = 0) -> list[str]:
     return [makers[i % len(makers)]() for i in range(n)]
 
 
-def plain_text(tokenizer, tokens: int, seed: int = 0) -> list[int]:
+def plain_text(tokenizer, tokens: int, seed: int = 0, code: bool = True) -> list[int]:
     """``tokens`` ids of documentation and code (pydoc topics and standard-library sources outside
-    the long-context prompts, in a seeded order, each followed by the EOS id)."""
+    the long-context prompts, in a seeded order, each followed by the EOS id); ``code=False``: the
+    pydoc topics only (the standard-library source prompts of ``backends.roots`` stay unseen)."""
     import pydoc_data.topics as topics
 
     skip_topics, skip_files = _excluded()
     docs = [text for name, text in sorted(topics.topics.items()) if name not in skip_topics]
-    lib = Path(os.__file__).parent
-    docs += [p.read_text(encoding="utf-8", errors="replace") for p in sorted(lib.glob("*.py")) if p.name not in skip_files]
+    if code:
+        lib = Path(os.__file__).parent
+        docs += [p.read_text(encoding="utf-8", errors="replace") for p in sorted(lib.glob("*.py")) if p.name not in skip_files]
     random.Random(seed).shuffle(docs)
     ids: list[int] = []
     for text in docs:

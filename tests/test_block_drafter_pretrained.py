@@ -100,6 +100,15 @@ def test_feature_rows_agree_with_the_target_run_at_every_step(pair):
         FeatureRows(pair.target, (1, 1, 2), rows[:, :3])
 
 
+def test_the_drafter_text_leaves_the_source_code_stream_unseen(pair):
+    """``plain_text(code=False)`` (the drafter's default) holds none of the study's stream prompts."""
+    from backends.draft_corpus import plain_text
+    from backends.roots import source_code_prompts
+
+    text = pair.target_tokenizer.decode(plain_text(pair.target_tokenizer, 10**7, 0, code=False))
+    assert len(text) > 100_000 and not any(prompt[:120] in text for prompt in source_code_prompts(24))
+
+
 def test_the_manifest_records_the_training(cache):
     m = json.loads((cache / "full" / "manifest.json").read_text())
     assert m["pair"] == "smollm2" and m["variant"] == "full" and m["seed"] == 0
@@ -108,6 +117,7 @@ def test_the_manifest_records_the_training(cache):
     assert m["vocab_size"] == 49152 and m["width"] == 576 and m["spec"]["arch"] == "attention" and m["spec"]["steps"] == 1
     data = m["data"]
     assert (data["prompts"], data["reply_tokens"], data["text_tokens"], data["held_out_tokens"]) == (2, 8, 512, 96)
+    assert data["code"] is False
     assert 2 * 8 < data["conversation_tokens"] and data["rows"] == (data["conversation_tokens"] + 512 - 96) // 32
     assert len(data["rows_sha256"]) == 64 and data["rows_sha256"] != data["held_out_sha256"]
     held = m["held_out"]

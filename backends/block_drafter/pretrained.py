@@ -8,8 +8,10 @@
   target-regenerated answers: it answers ``prompts`` chat prompts (``backends.draft_corpus.
   training_prompts``, never the shipped ones) at T = 1, ``reply_tokens`` new tokens at most
   (``backends.train_draft.sample_replies``, seeded), and the conversations are followed by
-  ``text_tokens`` ids of ``backends.draft_corpus.plain_text`` (documentation and standard-library
-  code) in the seed's order.  The first ``held_out_tokens`` of that stream are held out (the
+  ``text_tokens`` ids of ``backends.draft_corpus.plain_text`` in the seed's order: the pydoc
+  documentation only (``code=True``: standard-library code too), so that the source-code stream of
+  ``analyses.specblock`` (``backends.roots.source_code_prompts``) stays a shifted domain, as it
+  is for the reference pair's drafter.  The first ``held_out_tokens`` of that stream are held out (the
   conversations come first; the acceptance by slot is measured on ``held_out_roots`` roots there,
   prefixes of ``prefix`` tokens), the rest cut into rows of ``row_length`` whose target features
   are computed once (``train.FeatureRows``).  The official losses' masks check the target's
@@ -40,6 +42,7 @@ class Corpus:
     prompts: int = 128
     reply_tokens: int = 128
     generate_batch: int = 32
+    code: bool = False
 
     def __post_init__(self):
         check_int(self.text_tokens, "text_tokens", 1)
@@ -83,7 +86,7 @@ def training_data(target, tokenizer, corpus: Corpus, seed: int, log=None):
         generator = torch.Generator().manual_seed(seed)
         prompts = training_prompts(corpus.prompts, seed)
         conversations = sample_replies(target, tokenizer, prompts, corpus.reply_tokens, corpus.generate_batch, generator, log)
-    text = plain_text(tokenizer, corpus.text_tokens, seed)
+    text = plain_text(tokenizer, corpus.text_tokens, seed, code=corpus.code)
     if len(text) < corpus.text_tokens:
         raise ValueError(f"text_tokens: the plain text gives {len(text)} ids, {corpus.text_tokens} asked for")
     stream = torch.tensor([t for c in conversations for t in c] + text, dtype=torch.long)
@@ -136,7 +139,8 @@ def train_on(name: str, target, tokenizer, variant: str, spec, seed: int, corpus
         target_layers=int(target.config.num_hidden_layers),
         data={
             "source": "the target's T = 1 replies to backends.draft_corpus.training_prompts, then "
-            "backends.draft_corpus.plain_text (seeded order); the first held_out_tokens held out",
+            "backends.draft_corpus.plain_text (seeded order; code: with standard-library code); the first "
+            "held_out_tokens held out",
             **vars(corpus),
             "conversation_tokens": conversation_tokens,
             "rows": len(rows),
