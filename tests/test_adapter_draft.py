@@ -71,7 +71,13 @@ def test_training_is_bit_identical_under_one_seed_and_thread_count(target, train
 def test_the_manifest_records_what_the_weights_depend_on(trained):
     manifest = trained[2]
     assert manifest["recipe"]["seed"] == 0 and manifest["threads"] == 1 and manifest["device"] == "cpu"
-    assert manifest["torch"] and manifest["target_layers"] == 3 and len(manifest["data"]["rows_sha256"]) == 64
+    assert pretrained.SHA256 in train_draft.TARGET_NAME and manifest["target"] == train_draft.TARGET_NAME
+    assert (
+        manifest["torch"]
+        and manifest["transformers"]
+        and manifest["target_layers"] == 3
+        and len(manifest["data"]["rows_sha256"]) == 64
+    )
     for sampler in ("target", "draft"):
         by_depth = manifest["acceptance_by_depth"][sampler]
         assert len(by_depth) == TINY.depth and all(0 <= a <= 1 for a in by_depth)
@@ -259,3 +265,30 @@ def test_temperature_zero_speculative_decoding_with_the_adapter_draft_is_the_gre
     for verifier in ("specinfer", "traversal"):
         tokens, _ = speculative_decode(pair, prompt, iid(2, 2), verifier, 16, np.random.default_rng(2))
         assert tokens == expected
+
+
+@pytest.mark.parametrize("layers", [6, 14])
+def test_the_shipped_drafts_are_the_default_recipe_with_their_record(layers):
+    """The drafts in backends/drafts/smollm2 (the results' drafts): default recipe, a full target,
+    the measures the README quotes, and adapter weights of one decoder layer of the target's shape."""
+    import json
+
+    from safetensors import safe_open
+
+    folder = adapter_draft.folder_of(pretrained.SHIPPED_DRAFTS, layers)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["recipe"] == {**train_draft.asdict(train_draft.DraftRecipe(layers=layers))}
+    assert manifest["target_layers"] == 30 and manifest["threads"] == 1 and manifest["target"] == train_draft.TARGET_NAME
+    assert len(manifest["acceptance_by_depth"]["target"]) == 9 and manifest["variant"] == ""
+    with safe_open(str(folder / "adapter.safetensors"), "pt") as f:
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    assert shapes["stack.0.mlp.gate_proj.weight"] == (1536, 576) and shapes["norm.weight"] == (576,)
+    assert shapes["stack.0.self_attn.k_proj.weight"] == (192, 576) and len(shapes) == 10
+
+
+@pytest.mark.slow
+def test_the_default_draft_runs_on_the_whole_pair(smollm2_folder):
+    pair = pretrained.named_pair("smollm2", None, device="cpu")
+    assert (
+        pair.tree_attention and len(pair.draft.model.layers) == 15 and pair.draft.model.layers[13] is pair.target.model.layers[13]
+    )
