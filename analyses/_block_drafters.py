@@ -32,11 +32,11 @@ class DrafterConfig:
 
     backend: str
     target: str | None = None
-    pair: str | None = None
     drafters: str | None = None
     K: int = 4
     rank_noise: float = 0.2
     seed: int = 0
+    pair: str | None = None
 
 
 def drafter_folder(config) -> Path:

@@ -431,7 +431,7 @@ def _main(argv) -> int:
     elif any(c.engine == "specblock" for c in configs):
         try:
             drafter_of, _ = drafters_for(
-                DrafterConfig(config.backend, config.target, config.drafters, 4, config.rank_noise, config.seed)
+                DrafterConfig(config.backend, config.target, config.drafters, 4, config.rank_noise, config.seed, pair=config.pair)
             )
             block_drafter = drafter_of["full"]
             if config.backend == "hf" and "block" not in named:  # the trained drafter's forward, measured
