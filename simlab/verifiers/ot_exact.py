@@ -129,31 +129,31 @@ class _Curtain:
             return _power_difference(self.start + z0 + size, self.start + z0, self.k, size)
         return -_power_difference(self.end - z0, self.end - z0 - size, self.k, size)
 
-    def scalar_mass(self, z0: float, size: float) -> float:
-        """``mass`` for Python floats (the scalar steps: a numpy scalar costs ten times more)."""
-        k = self.k
+    def _scalar_ends(self, z0: float, size: float) -> tuple[float, float]:
+        """(a, b) of the piece [z0, z0 + size) on this side's axis: a^j - b^j is its mass term."""
         if self.upward:
-            a, b = self.start + z0 + size, self.start + z0
-        else:
-            a, b = self.end - z0, self.end - z0 - size
+            return self.start + z0 + size, self.start + z0
+        return self.end - z0, self.end - z0 - size
+
+    @staticmethod
+    def _scalar_sum(a: float, b: float, terms: int) -> float:
+        """sum_{i < terms} a^(terms-1-i) b^i by Horner's rule (Python floats)."""
         total, power = 1.0, 1.0
-        for _ in range(k - 1):
+        for _ in range(terms - 1):
             power *= b
             total = total * a + power
-        return size * total if self.upward else -size * total
+        return total
+
+    def scalar_mass(self, z0: float, size: float) -> float:
+        """``mass`` for Python floats (the scalar steps: a numpy scalar costs ten times more)."""
+        a, b = self._scalar_ends(z0, size)
+        total = size * self._scalar_sum(a, b, self.k)
+        return total if self.upward else -total
 
     def scalar_rise(self, z0: float, size: float) -> float:
         """``rise`` for Python floats."""
-        k = self.k
-        if self.upward:
-            a, b = self.start + z0 + size, self.start + z0
-        else:
-            a, b = self.end - z0, self.end - z0 - size
-        total, power = 1.0, 1.0
-        for _ in range(k - 2):
-            power *= b
-            total = total * a + power
-        return k * size * total
+        a, b = self._scalar_ends(z0, size)
+        return self.k * size * self._scalar_sum(a, b, self.k - 1)
 
     def rise(self, z0, size):
         """density(z0 + size) - density(z0), size >= 0, density = d mass / d z (h(w) upward, -h(w)
