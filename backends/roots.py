@@ -112,6 +112,12 @@ def read_prompts(path) -> list[str]:
     return [record.text for record in read_prompt_records(path)]
 
 
+def chat_text(tokenizer, text: str) -> str:
+    """``text`` as one user turn of ``tokenizer``'s chat template, with the assistant's turn opened
+    (the text a chat prompt's root ends with)."""
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+
+
 def prompt_texts(pair, records: list[Prompt]) -> list[str]:
     """The text each prompt is encoded from: a ``chat`` prompt as one user turn of the target
     tokenizer's chat template, with the assistant's turn opened (``add_generation_prompt``);
@@ -128,9 +134,7 @@ def prompt_texts(pair, records: list[Prompt]) -> list[str]:
         tokenizer = getattr(pair, "target_tokenizer", None)
         if tokenizer is None or not getattr(tokenizer, "chat_template", None):
             raise ValueError(f"prompts: prompt {i + 1} asks for the chat template, but the target's tokenizer has none")
-        out.append(
-            tokenizer.apply_chat_template([{"role": "user", "content": record.text}], tokenize=False, add_generation_prompt=True)
-        )
+        out.append(chat_text(tokenizer, record.text))
     return out
 
 

@@ -56,15 +56,11 @@ def sample_replies(
     position ids from it, one KV cache per group)."""
     import torch
 
+    from backends.roots import chat_text
     from backends.tree_cache import cache_kwarg, cache_of
 
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    ids = [
-        tokenizer(tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True))[
-            "input_ids"
-        ]
-        for p in prompts
-    ]
+    ids = [tokenizer(chat_text(tokenizer, p))["input_ids"] for p in prompts]
     out: list[list[int]] = []
     key = cache_kwarg(model)
     started = time.time()
@@ -122,6 +118,12 @@ def label(target, rows, layers: int, chunk: int = 4, log=None):
     return torch.cat(H), torch.cat(F)
 
 
+def acceptance(lp, lq):
+    """1 - TV(p, q) over the last axis, from log-probabilities ``lp``, ``lq`` (tensors of one shape
+    (..., V)): one draft's acceptance at T = 1 (speculative sampling, Leviathan et al. 2023)."""
+    return 1 - 0.5 * (lp.exp() - lq.exp()).abs().sum(-1)
+
+
 def log_probs(head, hidden):
     import torch
 
@@ -142,7 +144,7 @@ def text_acceptance(head, stack, norm, rotary, H, F, chunk: int = 4) -> float:
                 log_probs(head, F[i : i + chunk]),
                 log_probs(head, adapter_forward(stack, norm, rotary, H[i : i + chunk], positions)),
             )
-            total += float((1 - 0.5 * (lp.exp() - lq.exp()).abs().sum(-1)).sum())
+            total += float(acceptance(lp, lq).sum())
             count += lp.shape[0] * lp.shape[1]
     return total / count
 
@@ -214,7 +216,7 @@ def acceptance_by_depth(target, draft, tokenizer, prompts, paths: int, depth: in
             rows = torch.tensor(sequences[i : i + paths])
             lp = torch.log_softmax(target(rows, logits_to_keep=depth).logits.double(), -1)
             lq = torch.log_softmax(draft(rows, logits_to_keep=depth).logits.double(), -1)
-            sums += (1 - 0.5 * (lp.exp() - lq.exp()).abs().sum(-1)).sum(0).numpy()
+            sums += acceptance(lp, lq).sum(0).numpy()
             count += rows.shape[0]
     return sums / count
 
