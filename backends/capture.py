@@ -439,7 +439,9 @@ def parse_args(argv):
     parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default=None, help="target model: local folder or hub id (or --pair)")
     parser.add_argument(
-        "--draft", default=None, help="draft model: local folder or hub id (with --pair: its draft, early-exit:L or adapter:L)"
+        "--draft",
+        default=None,
+        help="draft model: local folder or hub id (with --pair: its draft, early-exit:L, adapter:L or quant:B:G)",
     )
     parser.add_argument(
         "--pair",

@@ -161,7 +161,9 @@ def parse_args(argv):
     parser = ToolParser(prog=PROG, description="Measure draft and target forward times (a latency profile).")
     parser.add_argument("--target", default=None, help="target model: local folder or hub id (or --pair)")
     parser.add_argument(
-        "--draft", default=None, help="draft model: local folder or hub id (with --pair: its draft, early-exit:L)"
+        "--draft",
+        default=None,
+        help="draft model: local folder or hub id (with --pair: its draft, early-exit:L, adapter:L or quant:B:G)",
     )
     parser.add_argument(
         "--pair", choices=list(PAIRS), default=None, help="a named pretrained pair instead of --target (backends.pretrained)"

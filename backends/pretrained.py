@@ -33,7 +33,9 @@ the target's modules (no weight is copied), untrained and weak (its laws are far
 for small L); and the **trained adapter drafts** ``adapter:L[:VARIANT]`` (``backends.adapter_draft``:
 the first L layers plus one trained decoder layer and norm, distilled on the target's own chat
 replies by ``python -m backends.train_draft``), found in the user cache, else among the drafts
-shipped with the lab (``SHIPPED_DRAFTS``).  Each is an ordinary Hugging Face model, so
+shipped with the lab (``SHIPPED_DRAFTS``); and the **quantised self-drafts** ``quant:B:G``
+(``backends.quant_draft``: the target's weights re-quantised to B bits in groups of G, untrained,
+built on load).  Each is an ordinary Hugging Face model, so
 ``backends.hf.HFPair`` (tree attention, caches, captures) runs on it unchanged.
 """
 
@@ -54,7 +56,7 @@ from backends.hf import DTYPES, HFPair
 from simlab.checks import check_device
 
 PAIRS = {
-    "smollm2": "SmolLM2-135M-Instruct (llama, 30 layers, V = 49,152) with trained adapter drafts (adapter:L) or an early exit (early-exit:L)"
+    "smollm2": "SmolLM2-135M-Instruct (llama, 30 layers, V = 49,152) with trained adapter drafts (adapter:L), quantised self-drafts (quant:B:G) or an early exit (early-exit:L)"
 }
 """The named pairs ``--pair`` takes (name -> one line)."""
 
@@ -64,10 +66,12 @@ SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 SHIPPED_DRAFTS = Path(__file__).resolve().parent / "drafts" / "smollm2"
 """Adapter drafts trained by ``python -m backends.train_draft`` and shipped with the lab (their
 manifests say how); a draft in the user cache of the same name takes precedence."""
-DEFAULT_DRAFT = "adapter:14"
-"""The draft ``--pair smollm2`` takes without ``--draft``: the stronger of the two trained adapter
-drafts shipped with the lab (``SHIPPED_DRAFTS``; root acceptance 0.43 at T = 1 on the workloads
-prompts, at 0.61 of the target's weights per token)."""
+DEFAULT_DRAFT = "quant:4:64"
+"""The draft ``--pair smollm2`` takes without ``--draft``: the quantised self-draft at 4 bits in
+groups of 64 (``backends.quant_draft``; root acceptance 0.65 at T = 1 on the workloads prompts, at
+0.28 of a 16-bit target's weight bytes per token).  The trained adapter drafts (``adapter:14``,
+``adapter:6``: 0.43 and 0.41 at 0.61 and 0.39 of its weights) are the weaker drafts the divergence
+profiles compare it with."""
 
 
 def cache_root() -> Path:
@@ -358,11 +362,12 @@ def linear_weights(model) -> int:
 
 
 def weight_ratio(spec: str, config: dict, adapter_layers: int = 1) -> float:
-    """Weights read per token by the draft ``spec`` (``early-exit:L``: L decoder layers; ``adapter:L``:
-    L + ``adapter_layers``) over the target's (all its layers), each plus the head, from a llama
+    """Weight bytes read per token by the draft ``spec`` (``early-exit:L``: L decoder layers;
+    ``adapter:L``: L + ``adapter_layers``; ``quant:B:G``: all layers at ``quant_draft.bytes_ratio``
+    of the bits) over the target's (all its layers, 16-bit), each plus the head, from a llama
     ``config`` (dict): the relative cost of a forward where decoding is memory-bound (one token on a
-    GPU reads every weight once).  Equal to ``linear_weights(draft) / linear_weights(target)``
-    (tested).
+    GPU reads every weight once).  Equal to ``linear_weights(draft) / linear_weights(target)`` times
+    ``precision_ratio(spec)`` (tested).
 
     Raises:
         ValueError: ``draft: ...`` for a bad spec.
@@ -371,12 +376,24 @@ def weight_ratio(spec: str, config: dict, adapter_layers: int = 1) -> float:
 
     spec = parse_draft(spec)
     kind, _, value = spec.partition(":")
-    layers = int(value) if kind == "early-exit" else parse_spec(spec)[0] + adapter_layers
+    if kind == "quant":
+        layers = int(config["num_hidden_layers"])
+    else:
+        layers = int(value) if kind == "early-exit" else parse_spec(spec)[0] + adapter_layers
     hidden, inner, vocab = int(config["hidden_size"]), int(config["intermediate_size"]), int(config["vocab_size"])
     head_dim = int(config.get("head_dim") or hidden // int(config["num_attention_heads"]))
     q, kv = int(config["num_attention_heads"]) * head_dim, int(config["num_key_value_heads"]) * head_dim
     layer = hidden * q * 2 + hidden * kv * 2 + 3 * hidden * inner
-    return (layers * layer + vocab * hidden) / (int(config["num_hidden_layers"]) * layer + vocab * hidden)
+    share = (layers * layer + vocab * hidden) / (int(config["num_hidden_layers"]) * layer + vocab * hidden)
+    return share * precision_ratio(spec)
+
+
+def precision_ratio(spec: str) -> float:
+    """Bits per weight the draft ``spec`` reads over the 16-bit target's: ``quant_draft.bytes_ratio``
+    for ``quant:B:G``, 1 for the drafts that read the target's own weights (early exit, adapter)."""
+    from backends import quant_draft
+
+    return quant_draft.bytes_ratio(spec) if spec.startswith(quant_draft.PREFIX + ":") else 1.0
 
 
 def cached_weight_ratio(spec: str) -> float | None:
@@ -401,39 +418,44 @@ def cached_weight_ratio(spec: str) -> float | None:
 
 def parse_draft(text: str | None) -> str:
     """The normalised draft spec of ``text`` (None: ``DEFAULT_DRAFT``): ``early-exit:L`` (the
-    untrained early exit, ``early_exit``) or ``adapter:L[:VARIANT]`` (a trained adapter draft,
-    ``backends.adapter_draft``).
+    untrained early exit, ``early_exit``), ``adapter:L[:VARIANT]`` (a trained adapter draft,
+    ``backends.adapter_draft``) or ``quant:B:G`` (the quantised self-draft, ``backends.quant_draft``).
 
     Raises:
         ValueError: ``draft: ...`` for any other spec.
     """
-    from backends.adapter_draft import PREFIX, name_of, parse_spec
+    from backends import adapter_draft, quant_draft
 
     spec = DEFAULT_DRAFT if text is None else str(text)
     kind, _, value = spec.partition(":")
-    if kind == PREFIX:
-        return name_of(*parse_spec(spec))
+    if kind == adapter_draft.PREFIX:
+        return adapter_draft.name_of(*adapter_draft.parse_spec(spec))
+    if kind == quant_draft.PREFIX:
+        return quant_draft.name_of(*quant_draft.parse_spec(spec))
     if kind != "early-exit" or not (value.isascii() and value.isdigit()):
         raise ValueError(
-            "draft: a named pair takes early-exit:L (the target's first L layers, its norm and head) or "
-            f"adapter:L[:VARIANT] (a trained adapter draft, python -m backends.train_draft), got {spec!r}"
+            "draft: a named pair takes early-exit:L (the target's first L layers, its norm and head), "
+            "adapter:L[:VARIANT] (a trained adapter draft, python -m backends.train_draft) or quant:B:G "
+            f"(the target re-quantised to B bits in groups of G), got {spec!r}"
         )
     return f"early-exit:{int(value)}"
 
 
 def draft_model(target, spec: str):
-    """The draft model of a normalised ``spec`` (``parse_draft``) for ``target``: the early exit, or
-    the trained adapter draft from the user cache (``cache_dir() / "drafts"``), else from the
-    drafts shipped with the lab (``SHIPPED_DRAFTS``).
+    """The draft model of a normalised ``spec`` (``parse_draft``) for ``target``: the early exit,
+    the quantised self-draft (a re-quantised copy), or the trained adapter draft from the user cache
+    (``cache_dir() / "drafts"``), else from the drafts shipped with the lab (``SHIPPED_DRAFTS``).
 
     Raises:
-        ValueError: ``draft: ...`` (bad depth, a draft not trained, a damaged one).
+        ValueError: ``draft: ...`` (bad depth or group, a draft not trained, a damaged one).
     """
-    from backends import adapter_draft
+    from backends import adapter_draft, quant_draft
 
     kind, _, value = spec.partition(":")
     if kind == "early-exit":
         return early_exit(target, int(value))
+    if kind == quant_draft.PREFIX:
+        return quant_draft.build(target, spec)
     layers, variant = adapter_draft.parse_spec(spec)
     root = cache_dir() / "drafts"
     if not (adapter_draft.folder_of(root, layers, variant) / "manifest.json").is_file():

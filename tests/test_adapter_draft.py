@@ -287,8 +287,8 @@ def test_the_shipped_drafts_are_the_default_recipe_with_their_record(layers):
 
 
 @pytest.mark.slow
-def test_the_default_draft_runs_on_the_whole_pair(smollm2_folder):
-    pair = pretrained.named_pair("smollm2", None, device="cpu")
+def test_the_shipped_adapter_draft_runs_on_the_whole_pair(smollm2_folder):
+    pair = pretrained.named_pair("smollm2", "adapter:14", device="cpu")
     assert (
         pair.tree_attention and len(pair.draft.model.layers) == 15 and pair.draft.model.layers[13] is pair.target.model.layers[13]
     )

@@ -7,7 +7,7 @@ the source the flags ask for:
 
 * ``--capture DIR...`` replays captures (``capture``); else ``--backend`` picks ``synthetic``
   or ``hf``; ``--pair NAME`` (``backends.pretrained``) is the ``hf`` source on a named pretrained
-  pair, ``--draft`` then naming its draft (``early-exit:L``) and ``--target`` refused;
+  pair, ``--draft`` then naming its draft (``early-exit:L``, ``adapter:L``, ``quant:B:G``) and ``--target`` refused;
 * a source field given on the command line that the chosen source does not honour (its
   ``honours``) is refused with one line, and so is any study flag the study lists as not
   honoured by that source (for example ``--shape`` with a capture, whose trees are captured);
@@ -126,7 +126,7 @@ def add_source_flags(parser: ToolParser, d: SourceConfig, *, many_settings: bool
         default=d.pair,
         action=_Pair,
         help=f"a named pretrained pair on --backend hf (fetched and converted on first use; --draft: "
-        f"early-exit:L or a trained adapter:L, default {DEFAULT_DRAFT})",
+        f"early-exit:L, a trained adapter:L or the quantised self-draft quant:B:G, default {DEFAULT_DRAFT})",
     )
     group.add_argument("--world", default=d.world, help=f"synthetic world: {', '.join(WORLDS)}")
     group.add_argument("--vocab", type=int, default=d.vocab, help="synthetic: vocabulary size V (2..50000)")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from backends.latency_probe import measure
-from backends.pretrained import linear_weights, open_pair, parse_draft
+from backends.pretrained import linear_weights, open_pair, parse_draft, precision_ratio
 from backends.roots import SHIPPED_PROMPTS, RootPlacement, prompt_roots, prompt_texts, read_prompt_records
 from backends.sources.base import Root, register_source, slug
 from simlab.checks import check_int, check_seed
@@ -36,7 +36,7 @@ class HFSource:
         seed: seed of the continuations.
         device, dtype: of the models.
         pair: a named pair (``backends.pretrained.PAIRS``) instead of ``target``; ``draft`` is then
-            its draft spec (``early-exit:L``; None: the pair's default).
+            its draft spec (``early-exit:L``, ``adapter:L``, ``quant:B:G``; None: the pair's default).
 
     Raises:
         ValueError: ``target: ...``, ``draft: ...``, ``prompts: ...``, ``device: ...``,
@@ -92,11 +92,12 @@ class HFSource:
         return f"{self.target} / {self.draft}"
 
     def draft_weight_ratio(self) -> float | None:
-        """Weights the draft reads per token over the target's (``backends.pretrained.linear_weights``)
-        on a named pair, else None: how a published GPU profile times this pair's draft."""
+        """Weight bytes the draft reads per token over the target's (``backends.pretrained.linear_weights``
+        times ``precision_ratio``: a quantised self-draft reads fewer bits per weight) on a named pair,
+        else None: how a published GPU profile times this pair's draft."""
         if not self.named_pair:
             return None
-        return linear_weights(self.pair.draft) / linear_weights(self.pair.target)
+        return linear_weights(self.pair.draft) / linear_weights(self.pair.target) * precision_ratio(self.draft)
 
     def slug(self) -> str:
         return slug(f"hf-{Path(self.target).name}-{Path(self.draft).name}")
