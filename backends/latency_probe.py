@@ -27,7 +27,7 @@ from pathlib import Path
 import polars as pl
 
 from backends.cli import ToolParser, check_flags, fail, fail_from, int_list, print_table, progress, slow_step
-from backends.pretrained import PAIRS, open_pair
+from backends.pretrained import PAIRS, open_pair, parse_draft
 from backends.tree_cache import cache_kwarg, cache_of
 from simlab.checks import check_int, check_seed
 from simlab.latency import ForwardTime, LatencyModel, check_axis
@@ -211,7 +211,8 @@ def main(argv=None) -> int:
 
     log = None if args.quiet else (lambda message: progress(PROG, message))
     try:
-        with slow_step(PROG, f"loading {args.pair or args.target} and {args.draft}", args.quiet):
+        draft = parse_draft(args.draft) if args.pair else args.draft
+        with slow_step(PROG, f"loading {args.pair or args.target} and {draft}", args.quiet):
             pair = open_pair(args.pair, args.target, args.draft, device=args.device, dtype=args.dtype)
         latency = measure(
             pair,

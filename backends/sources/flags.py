@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from backends.cli import ToolParser, fail, flag_message, prepare_out, progress, slow_step
-from backends.pretrained import DEFAULT_DRAFT, PAIRS
+from backends.pretrained import DEFAULT_DRAFT, PAIRS, parse_draft
 from backends.sources import SOURCES, CaptureSource, HFSource, SyntheticSource
 from backends.synthetic import WORLDS
 from simlab.latency import LatencyModel
@@ -236,7 +236,8 @@ def make_source(
         else:
             settings = parse_settings(config.settings)
             if config.backend == "hf":
-                with slow_step(prog, f"loading {config.pair or config.target} and {config.draft}", quiet):
+                draft = parse_draft(config.draft) if config.pair else config.draft
+                with slow_step(prog, f"loading {config.pair or config.target} and {draft}", quiet):
                     source = HFSource(
                         config.target,
                         config.draft,
