@@ -60,6 +60,7 @@ from backends.cli import (
     run_tool,
 )
 from backends.roots import SHIPPED_PROMPTS
+from backends.tree_cache import EVALUATIONS, node_table
 from backends.sources.flags import (
     LatencyConfig,
     SourceConfig,
@@ -108,6 +109,7 @@ class Config(SourceConfig, LatencyConfig):
     draft_law: str = "raw"
     epochs: int = 300
     test_share: float = 0.34
+    evaluation: str = "cached"
     out: str | None = None
     quiet: bool = False
 
@@ -138,6 +140,14 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     add_draft_law_flag(group, d.draft_law)
     group.add_argument("--epochs", type=int, default=d.epochs, help="training epochs of the learned scheduler")
     group.add_argument("--test-share", type=float, default=d.test_share, help="share of trajectories held out for evaluation")
+    group.add_argument(
+        "--evaluation",
+        choices=EVALUATIONS,
+        default=d.evaluation,
+        help="live models: 'cached' (each root's context prefilled once, each tree node evaluated once for every "
+        "schedule and table: backends.tree_cache.RootCache) or 'plain' (the pair's tree forward per fetch, the "
+        "reference; the same values to float32 rounding)",
+    )
     add_output_flags(parser, PROG)
     note_hf_defaults(parser, {**HF_DEFAULTS, "prompts": "backends/prompts/repetitive_prompts.txt"})
     args = parser.parse_args(argv)
@@ -192,18 +202,18 @@ def builders_for(config: Config, prompt_length: int | None):
 
 
 def measure(config: Config, source, settings, latency):
-    """(per-root rows, schedule rows, margins by setting) over every root."""
+    """(per-root rows, schedule rows, margins by setting, the roots by setting) over every root."""
     from simlab.treegraft.schedules import best, evaluate_schedules, margins
-    from simlab.trees import NodeTable
 
-    rows, schedule_rows, training = [], [], {}
+    rows, schedule_rows, training, roots = [], [], {}, {}
     total = sum(source.count(s) for s in settings)
     bar = progress_bar(total=total, desc="roots", unit="root", quiet=config.quiet)
     for setting in settings:
         verifiers = tree_verifiers.lossless_names({Drafting.DETERMINISTIC}, setting)
         for root in source.roots(setting):
+            roots.setdefault(setting.name, []).append(root)
             base, fixed = builders_for(config, root.prompt_length)
-            table = NodeTable(root.pair, root.context)
+            table = node_table(root.pair, root.context, config.evaluation)
             drafting = drafting_table(table, config.draft_law)
             prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
             key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
@@ -240,7 +250,7 @@ def measure(config: Config, source, settings, latency):
                     )
             bar.update()
     bar.close()
-    return rows, schedule_rows, training
+    return rows, schedule_rows, training, roots
 
 
 def _value(builder, drafting, table, verifier, latency) -> dict:
@@ -282,10 +292,10 @@ def split(trajectories: list[int], share: float, seed: int) -> set[int]:
     return {unique[i] for i in order[:held]}
 
 
-def learn(config: Config, source, settings, latency, training, test: set[int], rows: list[dict]) -> list[dict]:
-    """Train g_psi per setting on the training roots' margins; add its policy on the test roots."""
+def learn(config: Config, roots, settings, latency, training, test: set[int], rows: list[dict]) -> list[dict]:
+    """Train g_psi per setting on the training roots' margins; add its policy on the test roots
+    (``roots``: by setting name, as ``measure`` met them)."""
     from simlab.treegraft.schedules import train
-    from simlab.trees import NodeTable
 
     out, facts = [], []
     for setting in settings:
@@ -295,11 +305,11 @@ def learn(config: Config, source, settings, latency, training, test: set[int], r
         scheduler, losses = train(
             np.array([e["z"] for e in examples]), np.array([e["y"] for e in examples]), epochs=config.epochs, seed=config.seed
         )
-        for root in source.roots(setting):
+        for root in roots.get(setting.name, []):
             if root.trajectory not in test:
                 continue
             base, _ = builders_for(config, root.prompt_length)
-            table = NodeTable(root.pair, root.context)
+            table = node_table(root.pair, root.context, config.evaluation)
             drafting = drafting_table(table, config.draft_law)
             prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
             schedule = scheduler.schedule(base, drafting, latency, prompt)
@@ -418,10 +428,10 @@ def _main(argv) -> int:
     latency = with_drafter_time(latency, "small", config.small_ratio, "small_ratio", parser)
     out = prepare_out(PROG, config.out if config.out is not None else f"out/treegraft/{source.slug()}")
     try:
-        rows, schedule_rows, training = measure(config, source, settings, latency)
+        rows, schedule_rows, training, roots = measure(config, source, settings, latency)
         trajectories = [r["trajectory"] for r in rows]
         test = split(trajectories, config.test_share, config.seed)
-        learned, facts = learn(config, source, settings, latency, training, test, rows)
+        learned, facts = learn(config, roots, settings, latency, training, test, rows)
     except ValueError as exc:
         fail_from(PROG, exc, parser)
     per_root = with_category(pl.DataFrame(rows + learned).with_columns(pl.col("trajectory").is_in(sorted(test)).alias("test")))

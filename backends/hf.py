@@ -21,6 +21,8 @@ for example the reference pair of ``python -m backends.reference_pair``).  It im
   rows are packed while batch x row length stays within ``forest_tokens``, and only the
   positions from the last context column on go through the LM head.  The capture tool's
   ``--roots-per-forward`` uses it;
+* ``prefix_distributions(context, last)``: the target's p at every prefix of one context from one
+  causal forward (``simlab.pairs.PrefixRows``: TreeGraft's prompt score cache);
 * tree attention is **probed once**, when the pair is built: a small tree evaluated with the
   mask must match plain forwards of its paths.  A model that rejects custom masks (raises
   anything but out-of-memory) or ignores them (different distributions) is evaluated by
@@ -410,6 +412,29 @@ class HFPair:
             raise ValueError("context: empty; a real model needs at least one token (for example a BOS token)")
         logits_p, logits_q = self._path_logits(contexts, self.max_batch)
         return self.settings.probabilities(to_host(logits_p)), self.settings.probabilities(to_host(logits_q))
+
+    def prefix_distributions(self, context: Sequence[int], last: int, rows: int = 256) -> np.ndarray:
+        """The target's p(. | context[:i]) for i = 1..last from one causal forward of
+        ``context[:last]`` (``simlab.pairs.PrefixRows``; TreeGraft's prompt score cache): float64
+        (last, V), the same transform as ``distributions`` (equal to its rows to float32 rounding),
+        the softmax ``rows`` positions at a time.
+
+        Raises:
+            ValueError: an empty context, ids outside [0, V), ``last`` outside [1, len(context)],
+                a context too long.
+        """
+        torch = _torch()
+        (context,) = check_contexts([context], self.vocab_size)
+        last = check_int(last, "last", 1)
+        if last > len(context):
+            raise ValueError(f"last: at most the context's {len(context)} tokens, got {last}")
+        self._check_length(last)
+        out = np.empty((last, self.vocab_size), dtype=np.float64)
+        with torch.no_grad():
+            logits = self.target(torch.tensor([context[:last]], device=self.device)).logits[0]
+            for start in range(0, last, rows):
+                out[start : start + rows] = self.settings.probabilities(to_host(self._logits(logits[start : start + rows])))
+        return out
 
     def node_distributions(self, root: Sequence[int], paths: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
         """p and q at ``root + path`` for each path, with one tree forward per model (float64 (n, V))."""

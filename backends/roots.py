@@ -72,19 +72,27 @@ class RootPlacement:
 
 
 def place_roots(
-    pair: ModelPair, prefix, placement: RootPlacement, rng: np.random.Generator, trajectory: int = 0
+    pair: ModelPair,
+    prefix,
+    placement: RootPlacement,
+    rng: np.random.Generator,
+    trajectory: int = 0,
+    whole: bool = True,
 ) -> Iterator[tuple[int, tuple[int, ...]]]:
     """Sample one trajectory after ``prefix`` and yield ``(root id, root context)`` for its roots.
 
     The trajectory is sampled whole (``placement.sampled`` tokens, one uniform of ``rng`` each)
-    before the first root is yielded.
+    before the first root is yielded; ``whole=False`` stops at the last root's context (the
+    same roots, for a generator that serves this trajectory only: the tail's uniforms are then
+    never used; with ``first = 0`` and one root, nothing is sampled).
 
     Raises:
         ValueError: a bad prefix, placement or generator.
     """
     prefix = check_context(prefix, pair.vocab_size, "prefix")
     check_generator(rng)
-    tokens = target_trajectory(pair, placement.sampled, rng, prefix=prefix)
+    length = placement.sampled if whole else placement.offsets()[-1]
+    tokens = target_trajectory(pair, length, rng, prefix=prefix)
     for j, offset in enumerate(placement.offsets()):
         yield placement.root_id(trajectory, j), tokens[: len(prefix) + offset]
 
@@ -174,7 +182,8 @@ def prompt_roots(
             )
         encoded.append(prompt)
     for i, prompt in enumerate(encoded):
-        for root, context in place_roots(pair, prompt, placement, seeded_rng(seed, Stream.PROMPT, i), trajectory=i):
+        rng = seeded_rng(seed, Stream.PROMPT, i)  # this trajectory's own: its tail need not be sampled
+        for root, context in place_roots(pair, prompt, placement, rng, trajectory=i, whole=False):
             yield (root, i, context, len(prompt)) if with_prompt_length else (root, i, context)
 
 

@@ -19,16 +19,26 @@ table asks for each node once).  The logits of a node depend in their last float
 rows and chunks it was evaluated with (the capture's groups are fixed by root id for that
 reason).  Without tree attention (the pair's probe failed) the session is the pair's path
 batching.  Used by the capture's ``--evaluation cached``.
+
+``RootCache(pair, root)`` is one root's session as a pair for ``simlab.trees.NodeTable``: every
+node's logits are kept once evaluated, so every table of that root (the drafting table under the
+untempered settings, the valuation tables under each setting: ``with_settings`` shares the
+caches) and every tree built there (TreeGraft's 2^D schedules share most nodes) reads each node
+through each model once, on the root's context prefilled once.  ``node_table(pair, context,
+evaluation)`` picks it (``"cached"``) or the pair's own tree forwards per fetch (``"plain"``, the
+reference: each fetch prefills the context again).
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Sequence
 
 import numpy as np
 
 from simlab.checks import check_int
+from simlab.device_rows import to_host
 from simlab.pairs import check_contexts
 
 Node = tuple[int, ...]
@@ -252,3 +262,86 @@ class SessionMember:
         requests = [[] for _ in self.session.roots]
         requests[self.b] = list(paths)
         return self.session.logits(requests)[self.b]
+
+
+class RootCache:
+    """One root's nodes on a ``TreeSession``, each evaluated once and kept (see the module
+    docstring): a ``simlab.pairs`` ``NodeBatch`` and ``NodeLogits`` pair for ``NodeTable``s of
+    this root only, under the pair's settings (``with_settings``: other settings, the same caches).
+
+    Args:
+        pair: a ``backends.hf.HFPair``.
+        root: the root context (token ids).
+        max_batch: tree tokens per forward (default: the pair's).
+
+    Raises:
+        ValueError: what ``TreeSession`` raises (an empty root, ids outside [0, V), too long).
+    """
+
+    def __init__(self, pair, root: Sequence[int], max_batch: int | None = None):
+        self.session = TreeSession(pair, [root], max_batch)
+        self.root = self.session.roots[0]
+        self.pair = pair
+        self.settings, self.vocab_size, self.eos_id = pair.settings, pair.vocab_size, pair.eos_id
+        self.max_context = pair.max_context
+        self.kept: dict[Node, tuple] = {}  # node -> (target, draft) float32 (V,) logits, host arrays
+
+    def with_settings(self, settings) -> "RootCache":
+        """The same root and kept logits under other sampling settings (a new view)."""
+        other = copy.copy(self)
+        other.pair = self.pair.with_settings(settings)
+        other.settings = other.pair.settings
+        return other
+
+    def distributions(self, contexts):
+        """The pair's plain forwards (``HFPair.distributions``)."""
+        return self.pair.distributions(contexts)
+
+    def prefix_distributions(self, context: Sequence[int], last: int) -> np.ndarray:
+        """The pair's ``prefix_distributions`` under this view's settings (``simlab.pairs.PrefixRows``)."""
+        return self.pair.prefix_distributions(context, last)
+
+    def node_logits(self, root: Sequence[int], paths: Sequence[Node]) -> tuple[np.ndarray, np.ndarray]:
+        """float32 (len(paths), V) target and draft logits at ``root + path`` (host arrays), the
+        nodes not kept yet evaluated on the session's caches (with their missing ancestors).
+
+        Raises:
+            ValueError: another root context, or what ``TreeSession.logits`` raises.
+        """
+        if tuple(root) != self.root:
+            raise ValueError("root: this cache holds the tree of another root context")
+        paths = [tuple(path) for path in paths]
+        missing = [path for path in dict.fromkeys(paths) if path not in self.kept]
+        if missing:
+            p, q = (to_host(z) for z in self.session.logits([missing])[0])
+            for i, path in enumerate(missing):
+                self.kept[path] = (p[i], q[i])
+        if not paths:
+            return (np.empty((0, self.vocab_size), dtype=np.float32),) * 2
+        return tuple(np.stack([self.kept[path][w] for path in paths]) for w in (0, 1))
+
+    def node_distributions(self, root: Sequence[int], paths: Sequence[Node]) -> tuple[np.ndarray, np.ndarray]:
+        """float64 (len(paths), V) p and q at ``root + path`` under this view's settings."""
+        logits_p, logits_q = self.node_logits(root, paths)
+        return self.settings.probabilities(logits_p), self.settings.probabilities(logits_q)
+
+
+EVALUATIONS = ("cached", "plain")
+"""How a study's live node tables evaluate their nodes: ``RootCache`` or the pair's own tree forward per fetch."""
+
+
+def node_table(pair, context: Sequence[int], evaluation: str = "cached"):
+    """A ``simlab.trees.NodeTable`` of ``context``: on a ``RootCache`` for ``"cached"`` when the
+    pair evaluates trees on kept caches (``backends.hf.HFPair``: it has ``session``), else on
+    ``pair`` itself (``"plain"``, and every other pair: synthetic worlds, captures).
+
+    Raises:
+        ValueError: ``evaluation`` not one of ``EVALUATIONS``.
+    """
+    from simlab.trees import NodeTable
+
+    if evaluation not in EVALUATIONS:
+        raise ValueError(f"evaluation: must be one of {', '.join(EVALUATIONS)}, got {evaluation!r}")
+    if evaluation == "cached" and hasattr(pair, "session"):
+        return NodeTable(RootCache(pair, context), context)
+    return NodeTable(pair, context)

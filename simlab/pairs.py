@@ -25,6 +25,9 @@ protocol               members                                     used by
                                                                    stop at EOS
 ``ParallelDraft``      ``position_distributions(root, depth)``      the parallel builders
                                                                    (``medusa``, ``ddtree``)
+``PrefixRows``         ``prefix_distributions(context, last)``      TreeGraft's prompt score
+                                                                   cache (a causal model's
+                                                                   one forward)
 =====================  ==========================================  ==========================
 
 A ``ParallelDraft`` pair's draft is a parallel drafter (DFlash, PARD, P-EAGLE, Medusa heads):
@@ -81,6 +84,16 @@ class NodeBatch(Protocol):
 
     def node_distributions(self, root: Sequence[int], paths: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:
         """float64 (n, V) p and q at ``root + path`` for each of the n paths."""
+        ...
+
+
+@runtime_checkable
+class PrefixRows(Protocol):
+    """Optional: the target's p at every prefix of one context at once (one causal forward)."""
+
+    def prefix_distributions(self, context: Sequence[int], last: int) -> np.ndarray:
+        """float64 (last, V): row i - 1 is p(. | context[:i]) for i = 1..last, what
+        ``distributions([context[:i] for i in 1..last])[0]`` gives (to the model's float rounding)."""
         ...
 
 

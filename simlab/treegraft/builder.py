@@ -450,8 +450,13 @@ class TreeGraft:
         return max(self.budget + 1, 1 + self.top_k + self.depth * self.top_k**2)
 
     def prepare(self, table: NodeTable) -> GraftRoot:
-        """The root's n-gram index and score cache (shared by every schedule at that root)."""
-        cache = prompt_cache(table.pair, table.context, self.cached, last_row="cache_without_last_row" not in self.rules)
+        """The root's n-gram index and score cache (shared by every schedule at that root; the cache
+        is kept with the table's plans, ``NodeTable.memo``, for every builder of that table)."""
+        last_row = "cache_without_last_row" not in self.rules
+        cache = table.memo(
+            ("treegraft prompt cache", self.cached, last_row),
+            lambda: prompt_cache(table.pair, table.context, self.cached, last_row=last_row),
+        )
         return GraftRoot(table, NGramIndex(table.context, self.ngram.max_n), cache)
 
     def start(self, root: GraftRoot) -> GraftState:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simlab.checks import check_int, check_token_ids
+from simlab.pairs import PrefixRows
 from simlab.treegraft.rules import Rules
 
 CACHE_TOP = 10
@@ -100,7 +101,8 @@ def prompt_cache(pair, context: Sequence[int], length: int | None = None, last_r
     """The score cache of a prompt of ``length`` tokens of ``context`` (default: all of it: the root
     context counts as the prefilled prompt): rows p(. | context[:i]) for i = 1..length, the last
     one p(. | whole prompt) (``last_row=False``: i = 1..length - 1, the lab's
-    ``cache_without_last_row``)."""
+    ``cache_without_last_row``), from ``pair.prefix_distributions`` when the pair offers it
+    (``simlab.pairs.PrefixRows``), else one ``distributions`` row per prefix."""
     context = tuple(context)
     length = len(context) if length is None else check_int(length, "length", 0)
     if length > len(context):
@@ -108,6 +110,8 @@ def prompt_cache(pair, context: Sequence[int], length: int | None = None, last_r
     last = length if last_row else length - 1
     if last < 1:
         return ScoreCache(0, {}, {})
+    if isinstance(pair, PrefixRows):  # e.g. a causal model: every prefix's row from one forward
+        return ScoreCache.of(pair.prefix_distributions(context, last), last)
     p_rows, _ = pair.distributions([context[:i] for i in range(1, last + 1)])
     return ScoreCache.of(p_rows, last)
 
