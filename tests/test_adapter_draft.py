@@ -18,6 +18,7 @@ from backends import adapter_draft, pretrained, train_draft
 from backends.draft_corpus import plain_text, training_prompts
 from backends.hf import HFPair
 from backends.prompt_sets import prompt_set
+from pair_checks import check_pair_member
 
 TINY = train_draft.DraftRecipe(
     layers=1,
@@ -111,13 +112,8 @@ def test_the_draft_is_an_ordinary_pair_member_and_round_trips_through_its_folder
     adapter_draft.save(tmp_path / "adapter-1-tiny", stack, norm, manifest)
     loaded, again = adapter_draft.load(model, "adapter:1:tiny", tmp_path)
     assert again == manifest and not any(p.requires_grad for p in loaded.parameters())
-    pair = HFPair("smollm2", "adapter:1:tiny", device="cpu", models=((model, tokenizer), (loaded, tokenizer)))
-    assert pair.tree_attention  # the probe: tree forwards equal path forwards on this draft
+    pair = check_pair_member(model, tokenizer, loaded, "adapter:1:tiny")
     root = pair.encode("Here is a list:")
-    p, q = pair.node_distributions(root, [(), (11,), (11, 12)])
-    plain_p, plain_q = pair.distributions([root, root + (11,), root + (11, 12)])
-    np.testing.assert_allclose(q, plain_q, atol=1e-5)
-    np.testing.assert_allclose(p, plain_p, atol=1e-5)
     ids = torch.tensor([list(root)])
     with torch.no_grad():
         built = adapter_draft.build(model, 1, stack, norm)
