@@ -372,14 +372,16 @@ def weight_ratio(spec: str, config: dict, adapter_layers: int = 1) -> float:
     Raises:
         ValueError: ``draft: ...`` for a bad spec.
     """
-    from backends.adapter_draft import parse_spec
+    from backends import adapter_draft, quant_draft
 
     spec = parse_draft(spec)
     kind, _, value = spec.partition(":")
-    if kind == "quant":
+    if kind == quant_draft.PREFIX:  # every layer, at fewer bits (precision_ratio)
         layers = int(config["num_hidden_layers"])
+    elif kind == adapter_draft.PREFIX:
+        layers = adapter_draft.parse_spec(spec)[0] + adapter_layers
     else:
-        layers = int(value) if kind == "early-exit" else parse_spec(spec)[0] + adapter_layers
+        layers = int(value)
     hidden, inner, vocab = int(config["hidden_size"]), int(config["intermediate_size"]), int(config["vocab_size"])
     head_dim = int(config.get("head_dim") or hidden // int(config["num_attention_heads"]))
     q, kv = int(config["num_attention_heads"]) * head_dim, int(config["num_key_value_heads"]) * head_dim
