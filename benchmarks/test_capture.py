@@ -2,6 +2,8 @@
 
 Run (after ``python -m backends.reference_pair``):
     SIMLAB_PAIR=~/.cache/simlab/reference_pair/seed0 python -m pytest benchmarks/test_capture.py --benchmark-columns=min,median,rounds
+or on a named pretrained pair (``backends.pretrained``, its default draft; issue 23):
+    SIMLAB_PAIR=smollm2 python -m pytest benchmarks/test_capture.py --benchmark-columns=min,median,rounds
 
 Nodes per second of the tree evaluation (both models, prefix included) against tokens per
 second of a plain batched forward of both models over the same number of tokens: one tree
@@ -16,17 +18,38 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-PAIR = Path(os.path.expanduser(os.environ.get("SIMLAB_PAIR", "~/.cache/simlab/reference_pair/seed0")))
-pytestmark = pytest.mark.skipif(not (PAIR / "target").is_dir(), reason="run python -m backends.reference_pair first")
+from backends.pretrained import DEFAULT_DRAFT, PAIRS
+
+NAME = os.environ.get("SIMLAB_PAIR", "~/.cache/simlab/reference_pair/seed0")
+NAMED = NAME in PAIRS
+PAIR = Path(os.path.expanduser(NAME))
+pytestmark = pytest.mark.skipif(
+    not NAMED and not (PAIR / "target").is_dir(), reason="run python -m backends.reference_pair first"
+)
+
+
+def capture_settings(**options):
+    """The ``CaptureSettings`` of the benchmarked pair (the named pair with its default draft, or the
+    reference pair's folders), grid shape, width 4, depth 4, 2 trees per L1, 8 roots per forward."""
+    from backends import capture_store
+
+    where = (
+        {"target": "", "draft": DEFAULT_DRAFT, "pair": NAME}
+        if NAMED
+        else {"target": str(PAIR / "target"), "draft": str(PAIR / "draft")}
+    )
+    grid = {"shape": "grid", "width": 4, "depth": 4, "samples": 2, "roots_per_forward": 8}
+    return capture_store.CaptureSettings(prompts="", **where, **grid, **options)
 
 
 @pytest.fixture(scope="module")
 def setup():
     from backends.hf import HFPair
+    from backends.pretrained import named_pair
     from simlab.builders import Delayed
     from simlab.trees import NodeTable
 
-    pair = HFPair(str(PAIR / "target"), str(PAIR / "draft"), device="cpu")
+    pair = named_pair(NAME, device="cpu") if NAMED else HFPair(str(PAIR / "target"), str(PAIR / "draft"), device="cpu")
     texts = [
         "The for statement is used to iterate over the elements of a sequence",
         "A class definition defines a class object",
@@ -72,8 +95,6 @@ def test_plain_batched_forward(benchmark, setup):
 
 @pytest.fixture(scope="module")
 def group(setup):
-    from backends import capture_store
-
     pair, _, _ = setup
     texts = [
         "The for statement is used to iterate over the elements of a sequence",
@@ -81,7 +102,7 @@ def group(setup):
         "Exceptions are raised by the raise statement",
         "The import statement finds a module",
     ]
-    return [(i, i % 4, pair.encode(texts[i % 4])) for i in range(8)], capture_store
+    return [(i, i % 4, pair.encode(texts[i % 4])) for i in range(8)]
 
 
 @pytest.mark.parametrize("evaluation", ["cached", "forward"])
@@ -94,19 +115,8 @@ def test_grid_capture_group(benchmark, setup, group, evaluation, labels):
     from backends.capture import capture_group
 
     pair, _, _ = setup
-    roots, store = group
-    settings = store.CaptureSettings(
-        str(PAIR / "target"),
-        str(PAIR / "draft"),
-        "",
-        shape="grid",
-        width=4,
-        depth=4,
-        samples=2,
-        labels=labels,
-        roots_per_forward=8,
-        evaluation=evaluation,
-    )
+    roots = group
+    settings = capture_settings(labels=labels, evaluation=evaluation)
     results = benchmark.pedantic(lambda: capture_group(pair, settings, roots, pair.max_batch, pair.forest_tokens), rounds=3)
     benchmark.extra_info["nodes"] = sum(len(rows) for rows, *_ in results)
 
@@ -118,18 +128,8 @@ def test_grid_drafting_and_leaves(benchmark, setup, group, evaluation):
     from backends.capture import draft_cached, draft_forward
 
     pair, _, _ = setup
-    roots, store = group
-    settings = store.CaptureSettings(
-        str(PAIR / "target"),
-        str(PAIR / "draft"),
-        "",
-        shape="grid",
-        width=4,
-        depth=4,
-        samples=2,
-        roots_per_forward=8,
-        evaluation=evaluation,
-    )
+    roots = group
+    settings = capture_settings(evaluation=evaluation)
     run = (
         (lambda: draft_cached(pair, settings, roots))
         if evaluation == "cached"

@@ -1,12 +1,16 @@
 """Peak memory and time of one labelled grid-capture root (issue 16's memory target): ``python scripts/capture_memory.py``.
 
     OMP_NUM_THREADS=1 python scripts/capture_memory.py --vocab 128000    # the issue's V; about a minute on this CPU
+    OMP_NUM_THREADS=1 python scripts/capture_memory.py --pair smollm2 --samples 2 \
+        --labels specinfer,spectr,traversal,ot_exact,naive,bv             # the pretrained pair (issue 23)
 
 Builds two randomly initialised GPT-2 models at ``--vocab`` (``backends.reference_pair.random_pair``,
-into ``--models``, reused when present), then runs ``backends.capture.capture_group`` for one root
-of DDTE's grid (width 4, depth 8, 4 trees per L1, labels for SpecInfer, one root per forward) and
-prints the nodes, the seconds and the process's peak resident memory (``resource.getrusage``),
-beside the peak after loading the models.  The models' distributions mean nothing; the sizes do.
+into ``--models``, reused when present), or loads the named pretrained pair ``--pair`` with its
+default draft (``backends.pretrained``; the root is then the first ``workloads`` prompt), then runs
+``backends.capture.capture_group`` for one root of DDTE's grid (width 4, depth 8, 4 trees per L1,
+labels for ``--labels``, one root per forward) and prints the nodes, the seconds and the process's
+peak resident memory (``resource.getrusage``), beside the peak after loading the models.  The random
+models' distributions mean nothing; the sizes do.
 """
 
 from __future__ import annotations
@@ -31,37 +35,42 @@ def main(argv=None) -> int:
     parser.add_argument("--depth", type=int, default=8, help="the grid's largest L1 and L2")
     parser.add_argument("--samples", type=int, default=4, help="trees per L1")
     parser.add_argument("--models", type=Path, default=None, help="folder for the random pair (default: a temporary one)")
+    parser.add_argument("--pair", default=None, help="a named pretrained pair (backends.pretrained) instead of random models")
+    parser.add_argument("--labels", default="specinfer", help="comma-separated verifiers labelled (default specinfer)")
     args = parser.parse_args(argv)
-    if args.vocab < 2 or args.depth < 1 or args.samples < 1:
-        print("scripts/capture_memory.py: --vocab >= 2, --depth and --samples >= 1", file=sys.stderr)
-        return 2
     from backends import capture_store
     from backends.capture import capture_group
     from backends.hf import HFPair
+    from backends.pretrained import DEFAULT_DRAFT, PAIRS, named_pair
     from backends.reference_pair import random_pair
 
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = args.models or Path(tmp)
-        if not (folder / "target").is_dir():
-            random_pair(folder, args.vocab)
-        settings = capture_store.CaptureSettings(
-            f"{folder}/target",
-            f"{folder}/draft",
-            "",
-            shape="grid",
-            width=4,
-            depth=args.depth,
-            samples=args.samples,
-            labels="specinfer",
-            roots_per_forward=1,
+    if args.vocab < 2 or args.depth < 1 or args.samples < 1 or (args.pair is not None and args.pair not in PAIRS):
+        print(
+            f"scripts/capture_memory.py: --vocab >= 2, --depth and --samples >= 1, --pair one of {', '.join(PAIRS)}",
+            file=sys.stderr,
         )
-        pair = HFPair(settings.target, settings.draft, device="cpu")
+        return 2
+    grid = {"shape": "grid", "width": 4, "depth": args.depth, "samples": args.samples, "labels": args.labels}
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.pair:
+            from backends.roots import prompt_texts, read_prompt_records
+
+            settings = capture_store.CaptureSettings("", DEFAULT_DRAFT, "workloads", pair=args.pair, roots_per_forward=1, **grid)
+            pair = named_pair(args.pair, device="cpu")
+            prompt = pair.encode(prompt_texts(pair, read_prompt_records("workloads")[:1])[0])
+        else:
+            folder = args.models or Path(tmp)
+            if not (folder / "target").is_dir():
+                random_pair(folder, args.vocab)
+            settings = capture_store.CaptureSettings(f"{folder}/target", f"{folder}/draft", "", roots_per_forward=1, **grid)
+            pair = HFPair(settings.target, settings.draft, device="cpu")
+            prompt = np.random.default_rng(0).integers(0, args.vocab, 16)
         loaded = peak_gb()
-        root = (0, 0, tuple(int(t) for t in np.random.default_rng(0).integers(0, args.vocab, 16)))
+        root = (0, 0, tuple(int(t) for t in prompt))
         start = time.perf_counter()
         ((rows, _, _, labels),) = capture_group(pair, settings, [root], pair.max_batch, pair.forest_tokens)
         print(
-            f"V = {args.vocab}: {len(rows)} nodes, {len(labels)} labels in {time.perf_counter() - start:.1f} s; "
+            f"V = {pair.vocab_size}: {len(rows)} nodes, {len(labels)} labels in {time.perf_counter() - start:.1f} s; "
             f"peak RSS {peak_gb():.2f} GB (after loading the models {loaded:.2f} GB)"
         )
     return 0
