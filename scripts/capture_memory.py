@@ -44,12 +44,16 @@ def main(argv=None) -> int:
     from backends.pretrained import DEFAULT_DRAFT, PAIRS, named_pair
     from backends.reference_pair import random_pair
 
-    if args.vocab < 2 or args.depth < 1 or args.samples < 1 or (args.pair is not None and args.pair not in PAIRS):
-        print(
-            f"scripts/capture_memory.py: --vocab >= 2, --depth and --samples >= 1, --pair one of {', '.join(PAIRS)}",
-            file=sys.stderr,
-        )
-        return 2
+    problems = [
+        (args.vocab < 2, f"--vocab: must be >= 2, got {args.vocab}"),
+        (args.depth < 1, f"--depth: must be >= 1, got {args.depth}"),
+        (args.samples < 1, f"--samples: must be >= 1, got {args.samples}"),
+        (args.pair is not None and args.pair not in PAIRS, f"--pair: unknown pair {args.pair!r}; known: {', '.join(PAIRS)}"),
+    ]
+    for bad, message in problems:
+        if bad:
+            print(f"scripts/capture_memory.py: {message}", file=sys.stderr)
+            return 2
     grid = {"shape": "grid", "width": 4, "depth": args.depth, "samples": args.samples, "labels": args.labels}
     with tempfile.TemporaryDirectory() as tmp:
         if args.pair:

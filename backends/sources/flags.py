@@ -142,7 +142,10 @@ def add_source_flags(parser: ToolParser, d: SourceConfig, *, many_settings: bool
         help="replay captures (python -m backends.capture --full), one folder per sampling setting",
     )
     group.add_argument(
-        "--trajectories", type=int, default=d.trajectories, help="trajectories (hf: prompts used, from the top of the file)"
+        "--trajectories",
+        type=int,
+        default=d.trajectories,
+        help="trajectories (hf: prompts used, from the top of the file; a study that captures every prompt refuses it)",
     )
     group.add_argument("--roots-per-trajectory", type=int, default=d.roots_per_trajectory, help="roots along each trajectory")
     group.add_argument("--spacing", type=int, default=d.spacing, help="tokens between roots")
