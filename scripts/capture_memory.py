@@ -31,7 +31,7 @@ def peak_gb() -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/capture_memory.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--vocab", type=int, default=128_000)
+    parser.add_argument("--vocab", type=int, default=None, help="the random pair's vocabulary (default 128000)")
     parser.add_argument("--depth", type=int, default=8, help="the grid's largest L1 and L2")
     parser.add_argument("--samples", type=int, default=4, help="trees per L1")
     parser.add_argument("--models", type=Path, default=None, help="folder for the random pair (default: a temporary one)")
@@ -44,8 +44,12 @@ def main(argv=None) -> int:
     from backends.pretrained import DEFAULT_DRAFT, PAIRS, named_pair
     from backends.reference_pair import random_pair
 
+    if args.pair is None and args.vocab is None:
+        args.vocab = 128_000
     problems = [
-        (args.vocab < 2, f"--vocab: must be >= 2, got {args.vocab}"),
+        (args.pair is not None and args.vocab is not None, "--vocab: a named --pair has its own vocabulary"),
+        (args.pair is not None and args.models is not None, "--models: a named --pair is loaded, not built"),
+        (args.pair is None and args.vocab < 2, f"--vocab: must be >= 2, got {args.vocab}"),
         (args.depth < 1, f"--depth: must be >= 1, got {args.depth}"),
         (args.samples < 1, f"--samples: must be >= 1, got {args.samples}"),
         (args.pair is not None and args.pair not in PAIRS, f"--pair: unknown pair {args.pair!r}; known: {', '.join(PAIRS)}"),
