@@ -40,27 +40,33 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from backends import capture_store
     from backends.capture import capture_group
+    from backends.cli import check_flags, fail, name_list
     from backends.hf import HFPair
     from backends.pretrained import DEFAULT_DRAFT, PAIRS, named_pair
     from backends.reference_pair import random_pair
+    from simlab import tree_verifiers
 
-    if args.pair is None and args.vocab is None:
-        args.vocab = 128_000
-    problems = [
-        (args.pair is not None and args.vocab is not None, "--vocab: a named --pair has its own vocabulary"),
-        (args.pair is not None and args.models is not None, "--models: a named --pair is loaded, not built"),
-        (args.pair is None and args.vocab < 2, f"--vocab: must be >= 2, got {args.vocab}"),
-        (args.depth < 1, f"--depth: must be >= 1, got {args.depth}"),
-        (args.samples < 1, f"--samples: must be >= 1, got {args.samples}"),
-        (args.pair is not None and args.pair not in PAIRS, f"--pair: unknown pair {args.pair!r}; known: {', '.join(PAIRS)}"),
-    ]
-    for bad, message in problems:
-        if bad:
-            print(f"scripts/capture_memory.py: {message}", file=sys.stderr)
-            return 2
-    grid = {"shape": "grid", "width": 4, "depth": args.depth, "samples": args.samples, "labels": args.labels}
+    prog = "scripts/capture_memory.py"
+    named = args.pair is not None
+    vocab = 128_000 if args.vocab is None else args.vocab
+    check_flags(
+        prog,
+        [
+            (not (named and args.vocab is not None), "--vocab: a named --pair has its own vocabulary"),
+            (not (named and args.models is not None), "--models: a named --pair is loaded, not built"),
+            (named or vocab >= 2, f"--vocab: must be >= 2, got {vocab}"),
+            (args.depth >= 1, f"--depth: must be >= 1, got {args.depth}"),
+            (args.samples >= 1, f"--samples: must be >= 1, got {args.samples}"),
+            (not named or args.pair in PAIRS, f"--pair: unknown pair {args.pair!r}; known: {', '.join(PAIRS)}"),
+        ],
+    )
+    try:
+        labels = ",".join(name_list(args.labels, "--labels", tree_verifiers.names()))
+    except ValueError as exc:
+        fail(prog, str(exc))
+    grid = {"shape": "grid", "width": 4, "depth": args.depth, "samples": args.samples, "labels": labels}
     with tempfile.TemporaryDirectory() as tmp:
-        if args.pair:
+        if named:
             from backends.roots import prompt_texts, read_prompt_records
 
             settings = capture_store.CaptureSettings("", DEFAULT_DRAFT, "workloads", pair=args.pair, roots_per_forward=1, **grid)
@@ -69,10 +75,10 @@ def main(argv=None) -> int:
         else:
             folder = args.models or Path(tmp)
             if not (folder / "target").is_dir():
-                random_pair(folder, args.vocab)
+                random_pair(folder, vocab)
             settings = capture_store.CaptureSettings(f"{folder}/target", f"{folder}/draft", "", roots_per_forward=1, **grid)
             pair = HFPair(settings.target, settings.draft, device="cpu")
-            prompt = np.random.default_rng(0).integers(0, args.vocab, 16)
+            prompt = np.random.default_rng(0).integers(0, vocab, 16)
         loaded = peak_gb()
         root = (0, 0, tuple(int(t) for t in prompt))
         start = time.perf_counter()
