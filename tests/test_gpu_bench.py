@@ -6,6 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_bench.py"
@@ -43,4 +44,15 @@ def test_capture_memory_script_runs_at_a_tiny_size(capsys):
     spec.loader.exec_module(module)
     assert module.main(["--vocab", "300", "--depth", "1", "--samples", "1"]) == 0
     assert "peak RSS" in capsys.readouterr().out
-    assert module.main(["--vocab", "1"]) == 2
+    for argv, flag in [
+        (["--vocab", "1"], "--vocab"),
+        (["--pair", "smollm2", "--vocab", "300"], "--vocab"),
+        (["--pair", "smollm2", "--models", "x"], "--models"),
+        (["--pair", "nosuch"], "--pair"),
+        (["--vocab", "300", "--labels", "nosuch"], "--labels"),
+    ]:
+        with pytest.raises(SystemExit) as exc:
+            module.main(argv)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"error: {flag}" in err, (argv, err)
