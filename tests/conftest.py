@@ -1,6 +1,12 @@
 import os
 from pathlib import Path
 
+# One thread per test process: the suite runs in two worker processes (pytest-xdist, `-n 2` in
+# pyproject.toml), and torch's or BLAS's default threads in each stall a 2-core box; set before
+# numpy or torch is imported, inherited by the CLIs the tests start.  A caller's own setting wins.
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 from hypothesis import HealthCheck, settings
 
 # Numeric properties: no deadline; derandomized so every run (and CI) checks the same examples.
