@@ -126,6 +126,6 @@ def test_size_limits_raise_clearly():
     with pytest.raises(ValueError, match=r"^k: the full Khisti LP"):
         verifiers.get("khisti", mode="lp").prepare(big, big, 3)
     with pytest.raises(ValueError, match=r"^k: "):
-        optimal_acceptance(big, big, 4, replacement=False)
+        optimal_acceptance(big, big, 4, replacement=False, method="enumerate")
     with pytest.raises(ValueError, match=r"^k: "):
         solve_ot_lp(P, np.array([1.0, 0.0, 0.0]), 2, replacement=False)

@@ -64,11 +64,11 @@ reduction to a one-dimensional convex order fails.  (b) F is still the containme
 the random drafted set, so its core is the set of selection laws (Artstein's theorem) and the hull
 of the priority orderings' laws; an exact rule would be a law over orderings realising the optimal
 point, whose level form (max(p, lam q) on H*, min(p, lam q) outside) rests on F depending on q(A)
-alone and is not established here.  (c) Even alpha* needs F on every prefix H, which the lab
-computes by enumeration (``optimal_acceptance(replacement=False)``, support^k tuples); the
-exponential-race form of sequential sampling (token i arrives at rate q_i; the first k arrivals
-are the draws) writes F(H) as a one-dimensional integral over the time of the k-th arrival in H,
-a candidate route to alpha* at real V that the lab does not take.  ``Optimal`` with
+alone and is not established here.  (c) What the lab does have at any V is the target such a
+rule would have to reach: alpha* without replacement (``optimal_acceptance(replacement=False)``,
+F on every p/q prefix by exponential clocks, ``simlab.containment``), so the gap of the
+without-replacement verifiers to their optimum is measured (``node_acceptance``'s
+``optimal_wor``) even though no rule attains it.  ``Optimal`` with
 ``replacement=False`` stays the small-V reference.
 """
 

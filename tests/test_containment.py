@@ -1,0 +1,121 @@
+"""P(all k children drafted without replacement lie in each prefix): the clock integral against enumeration.
+
+``simlab.containment.prefix_containment`` has two methods; the exact enumeration of ordered
+tuples is the reference (1e-12), the trapezoid's own error is checked by halving its step, and
+``optimal_acceptance(replacement=False)`` (which now reaches real vocabularies) is checked
+against the LP on the tiny-mass case that 1 - drawn mass got wrong.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simlab.containment import STEP, prefix_containment
+from simlab.otlp import optimal_acceptance, solve_ot_lp
+
+
+@st.composite
+def masses(draw, max_tokens: int = 7):
+    """Positive draft masses in some order: Dirichlet-like, sharpened, tiny, tied or unnormalised."""
+    n = draw(st.integers(1, max_tokens))
+    raw = np.array(draw(st.lists(st.floats(1e-3, 1.0), min_size=n, max_size=n)))
+    kind = draw(st.sampled_from(["plain", "sharp", "tiny", "ties", "scaled"]))
+    if kind == "sharp":
+        raw = raw**6
+    elif kind == "tiny":
+        raw[: max(1, n // 2)] *= 1e-15
+    elif kind == "ties":
+        raw[:] = raw[0]
+    q = raw / raw.sum()
+    return q * 3.7 if kind == "scaled" else q
+
+
+@given(q=masses(), k=st.integers(1, 4))
+def test_clocks_equal_enumeration(q, k):
+    if k > q.size:
+        return
+    exact = prefix_containment(q, k, method="enumerate")
+    clocks = prefix_containment(q, k, method="clocks")
+    assert np.abs(clocks - exact).max() <= 1e-12
+    assert exact[:k].tolist() == [0.0] * k and exact[-1] == 1.0 and clocks[-1] == 1.0
+
+
+@given(q=masses())
+def test_one_child_is_the_prefix_mass(q):
+    expected = np.concatenate(([0.0], np.cumsum(q) / q.sum()))
+    for method in ("clocks", "enumerate"):
+        assert np.abs(prefix_containment(q, 1, method=method) - expected).max() <= 1e-12
+
+
+@pytest.mark.parametrize("scale", [1.0, 4.0])
+def test_step_halving_and_bounds_at_a_large_vocabulary(scale):
+    """At V = 3,000 (logits N(0, scale^2)): halving the step moves no prefix by 2e-15; F rises
+    along the prefixes and stays below the i.i.d. value q(H)^k (each later draw lands in H with
+    probability at most q(H))."""
+    rng = np.random.default_rng(11)
+    q = np.exp(rng.normal(0.0, scale, 3000))
+    q /= q.sum()
+    for k in (2, 4):
+        coarse = prefix_containment(q, k)
+        fine = prefix_containment(q, k, step=STEP / 2)
+        assert np.abs(coarse - fine).max() <= 2e-15
+        assert np.all(np.diff(coarse) >= -1e-15)
+        iid = np.concatenate(([0.0], np.cumsum(q))) ** k
+        assert np.all(coarse <= iid + 1e-14)
+
+
+def test_tiny_masses_beside_a_dominant_token():
+    """q = (1e-17, 2e-17, 1) normalised: 1 - drawn mass is 0 in float64 after the big token,
+    which once made alpha* 0; the remaining mass summed over the undrawn tokens gives 1."""
+    p = np.array([0.549, 0.348, 0.103])
+    q = np.array([1e-17, 2e-17, 1.0])
+    q /= q.sum()
+    lp = solve_ot_lp(p, q, 3, replacement=False).value
+    assert lp == pytest.approx(1.0, abs=1e-9)
+    for method in ("clocks", "enumerate"):
+        assert optimal_acceptance(p, q, 3, replacement=False, method=method) == pytest.approx(1.0, abs=1e-12)
+
+
+def test_without_replacement_never_below_iid_at_real_vocabulary():
+    """alpha* without replacement >= alpha* with i.i.d. children (F_wor <= q(H)^k), V = 32,000."""
+    rng = np.random.default_rng(5)
+    p = np.exp(rng.normal(0.0, 2.0, 32_000))
+    q = np.exp(np.log(p) + rng.normal(0.0, 1.0, p.size))
+    p, q = p / p.sum(), q / q.sum()
+    for k in (2, 4):
+        wor = optimal_acceptance(p, q, k, replacement=False)
+        iid = optimal_acceptance(p, q, k)
+        assert iid - 1e-12 <= wor <= 1.0
+        assert wor > optimal_acceptance(p, q, 1)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        (([0.5, 0.0, 0.5], 1), {}, r"^q_ordered: "),
+        (([0.5, -0.1, 0.6], 1), {}, r"^q_ordered: "),
+        (([0.5, np.nan], 1), {}, r"^q_ordered: "),
+        (([[0.5, 0.5]], 1), {}, r"^q_ordered: "),
+        (([], 1), {}, r"^q_ordered: "),
+        (([0.5, 0.5], 3), {}, r"^k: "),
+        (([0.5, 0.5], 0), {}, r"^k"),
+        (([0.5, 0.5], 1), {"method": "lp"}, r"^method: "),
+        (([0.5, 0.5], 1), {"step": 0.0}, r"^step: "),
+        (([0.5, 0.5], 1), {"step": float("inf")}, r"^step: "),
+        ((np.full(200, 1 / 200), 3), {"method": "enumerate"}, r"^k: exact enumeration would list"),
+    ],
+)
+def test_bad_input_names_the_argument(args, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        prefix_containment(*args, **kwargs)
+
+
+def test_optimal_acceptance_method_is_for_drafting_without_replacement():
+    u = np.full(4, 0.25)
+    with pytest.raises(ValueError, match=r"^method: i\.i\.d\. children"):
+        optimal_acceptance(u, u, 2, method="clocks")
+    with pytest.raises(ValueError, match=r"^method: "):
+        optimal_acceptance(u, u, 2, replacement=False, method="lp")
