@@ -67,7 +67,7 @@ from backends.sources.flags import (
 )
 from simlab import engine_metrics, tree_verifiers
 from simlab.builders import named_shape
-from simlab.measures import ACCEPTANCE_METHODS, node_acceptance, node_divergences
+from simlab.measures import ACCEPTANCE_METHODS, MEASURABLE, node_acceptance, node_divergences
 from simlab.sampling import Stream, seeded_rng
 from simlab.trees import DraftTree, NodeTable
 
@@ -94,6 +94,7 @@ class Config(SourceConfig):
     trunk: int = 2
     k: int = 4
     child_samples: int = 32
+    methods: tuple[str, ...] = ACCEPTANCE_METHODS
     engine_metrics: tuple[str, ...] = ()
     out: str | None = None
     quiet: bool = False
@@ -115,6 +116,12 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         help="sampled child tuples per node for verifiers without a closed form (khisti, rrs_wor)",
     )
     parser.add_argument(
+        "--methods",
+        default=",".join(d.methods),
+        help=f"acceptance methods (comma-separated) of {', '.join(MEASURABLE)}; optimal_wor (alpha* drafting without "
+        "replacement, the bound of rrs_wor) costs about 0.3 s per node and k at V = 49,152",
+    )
+    parser.add_argument(
         "--engine-metrics",
         default="",
         help="tree verifiers (comma-separated) whose engine metrics on each root's tree go to engine_metrics.parquet",
@@ -124,9 +131,10 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     args = parser.parse_args(argv)
     try:
         metrics = name_list(args.engine_metrics, "--engine-metrics", tree_verifiers.names()) if args.engine_metrics else ()
+        methods = name_list(args.methods, "--methods", MEASURABLE)
     except ValueError as exc:
         fail(PROG, str(exc))
-    config = study_config(Config, args, engine_metrics=metrics)
+    config = study_config(Config, args, engine_metrics=metrics, methods=methods)
     check_flags(
         PROG,
         [
@@ -173,7 +181,15 @@ def measure(config: Config, source, setting) -> tuple[pl.DataFrame, dict]:
         for path in tree.nodes():
             rows.append(
                 node_rows(
-                    root.root, path, len(tree.child_list(path)), table.p(path), table.q(path), k_values, rng, config.child_samples
+                    root.root,
+                    path,
+                    len(tree.child_list(path)),
+                    table.p(path),
+                    table.q(path),
+                    k_values,
+                    rng,
+                    config.child_samples,
+                    config.methods,
                 )
             )
             categories.append(root.category)
@@ -191,14 +207,14 @@ def engine_table(metrics: dict) -> pl.DataFrame:
     )
 
 
-def node_rows(root: int, path: tuple[int, ...], children: int, p, q, k_values, rng, child_samples: int) -> dict:
+def node_rows(root: int, path: tuple[int, ...], children: int, p, q, k_values, rng, child_samples: int, methods) -> dict:
     return {
         "root": root,
         "path": " ".join(map(str, path)),
         "depth": len(path),
         "children": children,
         **node_divergences(p, q),
-        **node_acceptance(p, q, k_values, rng, child_samples),
+        **node_acceptance(p, q, k_values, rng, child_samples, methods),
     }
 
 
@@ -231,14 +247,14 @@ def capture_live(config: Config, setting, out: Path, quiet: bool) -> str:
     return str(folder)
 
 
-def aggregate(nodes: pl.DataFrame, k_max: int) -> pl.DataFrame:
-    """One row per depth: counts, divergence summaries, mean acceptance with standard errors, gains."""
+def aggregate(nodes: pl.DataFrame, k_max: int, methods=ACCEPTANCE_METHODS) -> pl.DataFrame:
+    """One row per depth: counts, divergence summaries, mean acceptance (of ``methods``) with standard errors, gains."""
     exprs = [pl.len().alias("nodes")]
     for col in ("l1", "tv"):
         exprs += [pl.col(col).mean().alias(f"{col}_mean"), pl.col(col).std().alias(f"{col}_sd")]
         exprs += [pl.col(col).quantile(q, "linear").alias(f"{col}_q{int(q * 100)}") for q in (0.25, 0.5, 0.75)]
     exprs += [pl.col(c).mean().alias(f"{c}_mean") for c in ("kl_pq", "kl_qp", "h_p", "h_q")]
-    for method in ACCEPTANCE_METHODS:
+    for method in methods:
         for k in range(1, k_max + 1):
             col = f"alpha_{method}_k{k}"
             valid = pl.col(col).is_not_nan()
@@ -247,13 +263,13 @@ def aggregate(nodes: pl.DataFrame, k_max: int) -> pl.DataFrame:
                 (pl.col(col).filter(valid).std() / valid.sum().sqrt()).alias(f"{col}_se"),
             ]
     table = nodes.group_by("depth").agg(exprs).sort("depth")
-    gains = [(pl.col(f"alpha_{m}_k{k_max}_mean") - pl.col(f"alpha_{m}_k1_mean")).alias(f"gain_{m}") for m in ACCEPTANCE_METHODS]
+    gains = [(pl.col(f"alpha_{m}_k{k_max}_mean") - pl.col(f"alpha_{m}_k1_mean")).alias(f"gain_{m}") for m in methods]
     return table.with_columns(gains)
 
 
-def long_acceptance(table: pl.DataFrame, k_max: int) -> pl.DataFrame:
+def long_acceptance(table: pl.DataFrame, k_max: int, methods) -> pl.DataFrame:
     parts = []
-    for method in ACCEPTANCE_METHODS:
+    for method in methods:
         for k in range(1, k_max + 1):
             mean, se = pl.col(f"alpha_{method}_k{k}_mean"), pl.col(f"alpha_{method}_k{k}_se").fill_null(0.0)
             parts.append(
@@ -269,7 +285,7 @@ def long_acceptance(table: pl.DataFrame, k_max: int) -> pl.DataFrame:
     return pl.concat(parts)
 
 
-def charts(table: pl.DataFrame, k_max: int, subtitle: str):
+def charts(table: pl.DataFrame, k_max: int, methods, subtitle: str):
     """(divergence chart, acceptance chart) with 95% bands; ``subtitle`` names the source and setting
     (altair is imported here, not at start-up)."""
     import altair as alt
@@ -295,7 +311,7 @@ def charts(table: pl.DataFrame, k_max: int, subtitle: str):
         width=480,
         height=300,
     )
-    acc = long_acceptance(table, k_max)
+    acc = long_acceptance(table, k_max, methods)
     acc_base = alt.Chart(acc).encode(
         x=alt.X("depth:Q", title="draft-tree depth", axis=alt.Axis(tickMinStep=1)), color=alt.Color("verifier:N")
     )
@@ -354,10 +370,10 @@ def _main(argv) -> int:
     except ValueError as exc:
         # a verifier refused on the trees is one of --engine-metrics (the study's only verifiers)
         fail_from(PROG, exc, parser, {"prompts": "--prompts", "capture": "--capture", "verifier": "--engine-metrics"})
-    table = aggregate(nodes, config.k)
-    categories = by_category(nodes, lambda part: aggregate(part, config.k))
+    table = aggregate(nodes, config.k, config.methods)
+    categories = by_category(nodes, lambda part: aggregate(part, config.k, config.methods))
     described = f"{source.describe()}, {setting.name}, {source.count(setting)} roots"
-    div_chart, acc_chart = charts(table, config.k, f"source: {described}; trees: {_trees(config, source)}")
+    div_chart, acc_chart = charts(table, config.k, config.methods, f"source: {described}; trees: {_trees(config, source)}")
     with OutputSet(out) as outputs:
         outputs.stage("divergence_by_depth.parquet", parquet_writer(table))
         outputs.stage("nodes.parquet", parquet_writer(nodes))
@@ -388,18 +404,20 @@ def _main(argv) -> int:
             table.select(
                 "depth",
                 (1 - pl.col("tv_mean")).alias("k=1: 1-TV"),
-                pl.col("alpha_nss_k1_mean").alias("k=1: nss"),
-                *[pl.col(f"alpha_{m}_k{k}_mean").alias(m) for m in ACCEPTANCE_METHODS],
+                *([pl.col("alpha_nss_k1_mean").alias("k=1: nss")] if "nss" in config.methods else []),
+                *[pl.col(f"alpha_{m}_k{k}_mean").alias(m) for m in config.methods],
             ),
-            f"Acceptance by depth at k = {k} children (optimal = alpha*); at k = 1 every verifier but nss accepts 1 - TV",
+            f"Acceptance by depth at k = {k} children (optimal = alpha*"
+            + ("; optimal_wor = alpha* drafting without replacement" if "optimal_wor" in config.methods else "")
+            + "); at k = 1 every verifier but nss accepts 1 - TV",
         )
         print_table(
-            table.select("depth", *[pl.col(f"gain_{m}").alias(m) for m in ACCEPTANCE_METHODS]),
+            table.select("depth", *[pl.col(f"gain_{m}").alias(m) for m in config.methods]),
             f"Multi-draft gain alpha(k={k}) - alpha(k=1) by depth",
         )
         print_by_category(
             categories,
-            ("depth", "nodes", "tv_mean", "kl_pq_mean", *[f"alpha_{m}_k{k}_mean" for m in ACCEPTANCE_METHODS]),
+            ("depth", "nodes", "tv_mean", "kl_pq_mean", *[f"alpha_{m}_k{k}_mean" for m in config.methods]),
             f"Divergence and acceptance (k = {k}) by depth",
         )
         if config.engine_metrics:

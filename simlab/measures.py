@@ -10,7 +10,11 @@ from q, each verifier's acceptance rate and the optimum alpha*:
   the exact P(output in set(x) | x) over ``samples`` child tuples drawn with ``rng``
   (``NodeVerifier.acceptance_rate(method="auto", rng=...)``); a verifier drafting without
   replacement is NaN when k exceeds the support;
-* ``optimal``: alpha* from ``simlab.otlp.optimal_acceptance`` (i.i.d. children).
+* ``optimal``: alpha* from ``simlab.otlp.optimal_acceptance`` (i.i.d. children);
+* ``optimal_wor``: alpha* for children drafted without replacement (the bound of ``rrs_wor``;
+  exponential clocks, ``simlab.containment``: about 0.3 s per node and k at V = 49,152), NaN
+  when k exceeds the support.  Not in the default ``ACCEPTANCE_METHODS``; ``MEASURABLE`` lists
+  every method.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from simlab.drafting import Drafting
 from simlab.otlp import optimal_acceptance
 
 ACCEPTANCE_METHODS = ("nss", "naive", "spectr", "specinfer", "rrs_wor", "khisti", "optimal")
+"""The methods ``node_acceptance`` reports by default."""
+MEASURABLE = (*ACCEPTANCE_METHODS, "optimal_wor")
+"""Every method ``node_acceptance`` knows."""
 
 
 def node_divergences(p, q) -> dict[str, float]:
@@ -55,15 +62,24 @@ def node_acceptance(
         k_values: numbers of children.
         rng: randomness for the sampled children of ``khisti`` and ``rrs_wor`` at large V.
         samples: child tuples per estimate.
-        methods: which of ``ACCEPTANCE_METHODS``.
+        methods: which of ``MEASURABLE`` (default ``ACCEPTANCE_METHODS``).
+
+    Raises:
+        ValueError: invalid p or q, or a method outside ``MEASURABLE``.
     """
     p, q = check_pair(p, q)
+    methods = tuple(methods)
+    unknown = sorted(set(methods) - set(MEASURABLE))
+    if unknown:
+        raise ValueError(f"methods: unknown {', '.join(unknown)}; known: {', '.join(MEASURABLE)}")
     support = int(np.count_nonzero(q))
     out = {}
     for method in methods:
         for k in k_values:
             if method == "optimal":
                 value = optimal_acceptance(p, q, k)
+            elif method == "optimal_wor":
+                value = optimal_acceptance(p, q, k, replacement=False) if k <= support else float("nan")
             else:
                 verifier = verifiers.get(method)
                 if verifier.drafting is Drafting.WITHOUT_REPLACEMENT and k > support:

@@ -246,3 +246,29 @@ def test_main_job_engine_metrics_flag(small_run, tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "error: --engine-metrics: typical is not lossless" in err and len(err.splitlines()) == 1
     assert not any((tmp_path / "d").glob("*"))  # nothing written (the folder is made before the roots run)
+
+
+def test_main_job_methods_flag(small_run, tmp_path, capsys):
+    """--methods picks the acceptance columns: optimal_wor (alpha* drafting without replacement)
+    is at least rrs_wor's acceptance and optimal's at every node (to rounding);
+    the default columns are the seven of ACCEPTANCE_METHODS; a bad name exits 2 with one line."""
+    from simlab.measures import ACCEPTANCE_METHODS
+
+    default = pl.read_parquet(small_run / "nodes.parquet")
+    assert {c.rsplit("_k", 1)[0][6:] for c in default.columns if c.startswith("alpha_")} == set(ACCEPTANCE_METHODS)
+    flags = ["--vocab", "12", "--roots-per-trajectory", "2", "--depth", "2", "--width", "2", "--k", "3", "--quiet"]
+    assert divergence_by_depth.main(flags + ["--methods", "rrs_wor,optimal,optimal_wor", "--out", str(tmp_path / "a")]) == 0
+    nodes = pl.read_parquet(tmp_path / "a" / "nodes.parquet")
+    assert sorted(c for c in nodes.columns if c.startswith("alpha_")) == sorted(
+        f"alpha_{m}_k{k}" for m in ("rrs_wor", "optimal", "optimal_wor") for k in (1, 2, 3)
+    )
+    for k in (2, 3):
+        wor, iid, rrs = (nodes[f"alpha_{m}_k{k}"].to_numpy() for m in ("optimal_wor", "optimal", "rrs_wor"))
+        assert (wor >= iid - 1e-12).all() and (wor >= rrs - 1e-12).all()
+    table = pl.read_parquet(tmp_path / "a" / "divergence_by_depth.parquet")
+    assert "alpha_optimal_wor_k3_mean" in table.columns and "gain_optimal_wor" in table.columns
+    with pytest.raises(SystemExit) as exc:
+        divergence_by_depth.main(flags + ["--methods", "optimal,lp", "--out", str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and one_error_line(err.strip()) and "--methods: unknown lp" in err
+    assert not (tmp_path / "b").exists()
