@@ -39,7 +39,7 @@ def test_clocks_equal_enumeration(q, k):
         return
     exact = prefix_containment(q, k, method="enumerate")
     clocks = prefix_containment(q, k, method="clocks")
-    assert np.abs(clocks - exact).max() <= 1e-12
+    assert np.abs(clocks - exact).max() <= 2e-14
     assert exact[:k].tolist() == [0.0] * k and exact[-1] == 1.0 and clocks[-1] == 1.0
 
 
@@ -119,3 +119,21 @@ def test_optimal_acceptance_method_is_for_drafting_without_replacement():
         optimal_acceptance(u, u, 2, method="clocks")
     with pytest.raises(ValueError, match=r"^method: "):
         optimal_acceptance(u, u, 2, replacement=False, method="lp")
+
+
+@pytest.mark.parametrize("fault", ["coarse step", "late left end"])
+def test_planted_faults_are_caught(fault, monkeypatch):
+    """The enumeration comparison can fail: a coarse trapezoid step (0.5) or a grid started late
+    (at t = 1e-3 instead of 1e-12, the part below taken as if no clock rang) moves F by more
+    than 1e-9 on a fixed instance."""
+    from simlab import containment
+
+    rng = np.random.default_rng(2)
+    q = rng.dirichlet(np.full(7, 0.3))
+    kwargs = {}
+    if fault == "coarse step":
+        kwargs["step"] = 0.5
+    else:
+        monkeypatch.setattr(containment, "LEFT_T", 1e-3)
+    exact = prefix_containment(q, 3, method="enumerate")
+    assert np.abs(prefix_containment(q, 3, **kwargs) - exact).max() > 1e-9
