@@ -133,23 +133,26 @@ def _missing_below(q: np.ndarray, k: int, step: float) -> np.ndarray:
     padded = padded.reshape(blocks, block)
 
     def ring(states: np.ndarray, masses: np.ndarray) -> None:
-        # states (blocks, G, k): P(N = m); one more token rings by t with probability 1 - e^(-q t)
-        rung = -np.expm1(-masses[:, None] * t[None, :])
+        # states (k, blocks, G): P(N = m); one more token rings by t with probability 1 - e^(-q t)
+        rung = np.multiply.outer(-masses, t)
+        np.expm1(rung, out=rung)
+        np.negative(rung, out=rung)
         silent = 1.0 - rung
         for m in range(k - 1, 0, -1):
-            states[:, :, m] = states[:, :, m] * silent + states[:, :, m - 1] * rung
-        states[:, :, 0] *= silent
+            states[m] *= silent
+            states[m] += states[m - 1] * rung
+        states[0] *= silent
 
-    products = np.zeros((blocks, t.size, k))
-    products[:, :, 0] = 1.0
+    products = np.zeros((k, blocks, t.size))
+    products[0] = 1.0
     for b in range(block):
         ring(products, padded[:, b])
-    starts = np.zeros((blocks, t.size, k))
-    starts[0, :, 0] = 1.0
+    starts = np.zeros((k, blocks, t.size))
+    starts[0, 0] = 1.0
     for j in range(1, blocks):  # truncated polynomial product: the state before block j
-        prev, prod = starts[j - 1], products[j - 1]
+        prev, prod = starts[:, j - 1], products[:, j - 1]
         for m in range(k):
-            starts[j, :, m] = np.einsum("gi,gi->g", prev[:, : m + 1], prod[:, m::-1])
+            starts[m, j] = np.einsum("ig,ig->g", prev[: m + 1], prod[m::-1])
     below = np.empty(n + 1)
     below[0] = 1.0
     weight = step * t  # ds = dt / t; half weight at the left end (the trapezoid's end point)
@@ -159,8 +162,11 @@ def _missing_below(q: np.ndarray, k: int, step: float) -> np.ndarray:
         ring(states, padded[:, b])
         index = np.arange(blocks) * block + b + 1  # prefix H_index ends with this token
         valid = index <= n
-        rate = lam[np.minimum(index, n)][:, None]
-        density = rate * np.exp(-rate * t[None, :]) * weight[None, :]
-        value = np.einsum("bg,bg->b", density, states.sum(axis=2)) - np.expm1(-rate[:, 0] * LEFT_T)
+        rate = lam[np.minimum(index, n)]
+        density = np.multiply.outer(-rate, t)
+        np.exp(density, out=density)
+        density *= rate[:, None]
+        density *= weight
+        value = np.einsum("bg,bg->b", density, states.sum(axis=0)) - np.expm1(-rate * LEFT_T)
         below[index[valid]] = value[valid]
     return below
