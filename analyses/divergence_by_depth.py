@@ -119,7 +119,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         "--methods",
         default=",".join(d.methods),
         help=f"acceptance methods (comma-separated) of {', '.join(MEASURABLE)}; optimal_wor (alpha* drafting without "
-        "replacement, the bound of rrs_wor) costs about 0.3 s per node and k at V = 49,152",
+        "replacement, the bound of rrs_wor) costs about 0.25 s per node and k at V = 49,152",
     )
     parser.add_argument(
         "--engine-metrics",

@@ -12,7 +12,7 @@ from q, each verifier's acceptance rate and the optimum alpha*:
   replacement is NaN when k exceeds the support;
 * ``optimal``: alpha* from ``simlab.otlp.optimal_acceptance`` (i.i.d. children);
 * ``optimal_wor``: alpha* for children drafted without replacement (the bound of ``rrs_wor``;
-  exponential clocks, ``simlab.containment``: about 0.3 s per node and k at V = 49,152), NaN
+  exponential clocks, ``simlab.containment``: about 0.25 s per node and k at V = 49,152), NaN
   when k exceeds the support.  Not in the default ``ACCEPTANCE_METHODS``; ``MEASURABLE`` lists
   every method.
 """
