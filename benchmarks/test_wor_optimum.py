@@ -1,0 +1,27 @@
+"""alpha* for children drafted without replacement at real vocabularies (simlab.containment's clocks).
+
+Run:  OMP_NUM_THREADS=1 python -m pytest benchmarks/test_wor_optimum.py --benchmark-columns=min,median,mean,rounds
+Recorded in benchmarks/RESULTS.md (no target in the issue: this is the bound the without-
+replacement verifiers are measured against; the i.i.d. closed form is timed beside it).
+"""
+
+import numpy as np
+import pytest
+
+from benchmarks.conftest import VOCAB, _softmax
+from simlab.otlp import optimal_acceptance
+
+
+@pytest.fixture(scope="module", params=[32_000, VOCAB], ids=lambda v: f"V={v}")
+def pair(request):
+    """p, q softmax of N(0, 2^2) logits, independent (the ``node`` recipe of benchmarks/conftest.py)."""
+    rng = np.random.default_rng(0)
+    return _softmax(2.0 * rng.standard_normal(request.param)), _softmax(2.0 * rng.standard_normal(request.param))
+
+
+@pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.parametrize("replacement", [False, True], ids=["without_replacement", "iid"])
+def test_optimal_acceptance(benchmark, pair, k, replacement):
+    p, q = pair
+    alpha = benchmark.pedantic(optimal_acceptance, args=(p, q, k, replacement), rounds=3, iterations=1)
+    assert optimal_acceptance(p, q, 1) - 1e-12 <= alpha <= 1.0
