@@ -19,6 +19,7 @@ from simlab.verifiers.nss import NSS, _NSSPlan
 from simlab.verifiers.onehot import OneHot, _OneHotPlan
 from simlab.verifiers.ot_exact import OTExact, _ExactPlan
 from simlab.verifiers.ot_walk import OTWalk, _WalkPlan
+from simlab.verifiers.ot_wor import OTWithoutReplacement, _OrdersPlan
 from simlab.verifiers.specinfer import SpecInfer, _SpecInferPlan
 from simlab.verifiers.speculative import SingleDraft
 from simlab.verifiers.spectr import SpecTr, _SpecTrPlan
@@ -464,6 +465,49 @@ class ExactSamplerFirstInPiece(OTExact):
         return _ExactSamplerFirstInPiece(self, p, q, k)
 
 
+# 28. The orders' correction drawn from p instead of norm((p - mu)_+).
+class _OrdersCorrectionP(_OrdersPlan):
+    def __init__(self, verifier, p, q, k):
+        super().__init__(verifier, p, q, k)
+        self.correction = p.copy()
+
+
+@dataclass(frozen=True)
+class OrdersCorrectionP(OTWithoutReplacement):
+    def _plan(self, p, q, k):
+        return _OrdersCorrectionP(self, p, q, k)
+
+
+# 29. The orders select the drafted child ranked lowest (law and sampler alike), against the
+# selection law mu of the highest-ranked one.
+class _OrdersLowestRanked(_OrdersPlan):
+    def __init__(self, verifier, p, q, k):
+        super().__init__(verifier, p, q, k)
+        self.ranks = -self.ranks
+
+
+@dataclass(frozen=True)
+class OrdersLowestRanked(OTWithoutReplacement):
+    def _plan(self, p, q, k):
+        return _OrdersLowestRanked(self, p, q, k)
+
+
+# 30. The orders' sampler draws an order uniformly, not by its weight (the law keeps the weights).
+class _OrdersUniformOrder(_OrdersPlan):
+    def _draw(self, children, rng):
+        order = int(rng.integers(self.weights.size))
+        chosen = int(children[np.argmax(self.ranks[order, children])])
+        if (self.excess == 0.0 and self.mu[chosen] > 0.0) or accept_draw(rng, self.p[chosen], self.mu[chosen]):
+            return chosen
+        return sample_categorical(self.correction, rng)
+
+
+@dataclass(frozen=True)
+class OrdersUniformOrder(OTWithoutReplacement):
+    def _plan(self, p, q, k):
+        return _OrdersUniformOrder(self, p, q, k)
+
+
 # Planted faults of the shared inverse-CDF draw (``simlab.distributions.sample_categorical``):
 # name -> a broken draw(probs, rng), each caught by checks.check_draw_helper.
 def _unguarded_draw(probs, rng):
@@ -507,6 +551,9 @@ MUTANTS = {
     "ot exact copies in one piece compared by piece only": (ExactPieceOnly(), "lossless k=2"),
     "ot exact correction from p": (ExactCorrectionP(), "lossless k=2"),
     "ot exact sampler ties to the first child in a piece": (ExactSamplerFirstInPiece(), "sampler vs law"),
+    "ot wor correction from p": (OrdersCorrectionP(), "lossless k=2"),
+    "ot wor selects the lowest-ranked child": (OrdersLowestRanked(), "lossless k=2"),
+    "ot wor sampler draws the orders uniformly": (OrdersUniformOrder(), "sampler end to end"),
     "specinfer batched masses per copy": (SpecInferBatchedPerCopy(), "children mass"),
     "one-hot without its last child": (OneHotNoLastChild(), "u boundaries"),
 }

@@ -10,6 +10,7 @@ import pytest
 from backends.hf import HFPair, check_tokenizers
 from simlab.sampling import SamplingSettings
 from simlab import tree_verifiers
+from simlab.drafting import Drafting
 from simlab.decoding import greedy_decode, speculative_decode
 from simlab.builders import Delayed, chain, iid
 from simlab.trees import NodeTable
@@ -65,13 +66,15 @@ def test_temperature_zero_equals_greedy_decoding(micro_pair_dir, prompt, verifie
     greedy = HFPair(
         str(micro_pair_dir / "target"), str(micro_pair_dir / "draft"), device="cpu", settings=SamplingSettings(temperature=0.0)
     )
-    shape = chain(3) if verifier == "rrs_wor" else iid(2, 2)
-    if verifier == "greedy_draft":
+    declared_lossy = not tree_verifiers.get(verifier).lossless_for  # exact at T = 0 all the same: asked for anyway
+    rule = tree_verifiers.get(verifier, allow_lossy=declared_lossy)
+    drafting = getattr(getattr(rule, "node", None), "drafting", None)  # the node rule's own law, where it has one
+    if drafting is Drafting.MIXED:
         from simlab.builders import GreedyDraftTree
 
         shape = GreedyDraftTree(budget=4, depth=1, top_k=2)
-    declared_lossy = not tree_verifiers.get(verifier).lossless_for  # exact at T = 0 all the same: asked for anyway
-    rule = tree_verifiers.get(verifier, allow_lossy=declared_lossy)
+    else:
+        shape = chain(3) if drafting is Drafting.WITHOUT_REPLACEMENT else iid(2, 2)
     tokens, _ = speculative_decode(greedy, prompt, shape, rule, 12, np.random.default_rng(2))
     assert tokens == greedy_decode(greedy, prompt, 12)
 

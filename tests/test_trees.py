@@ -12,6 +12,7 @@ from simlab.efficiency import expected_block_efficiency
 from simlab.pairs import ContextFreePair, MarkovPair
 from simlab.builders import MAX_TREES, Delayed, GreedyDraftTree, Static, chain, iid
 from simlab.trees import DraftTree, NodeTable, parse_tuples
+from simlab.verifiers.base import DISTINCT_LAWS
 from variants import lossless_tree_names, renames_another
 from tree_checks import check_estimates_agree, check_outcome_law_is_a_law, check_simulation_matches_exact
 
@@ -22,14 +23,27 @@ WOR_SHAPES = [chain(3), iid(2, 2, Drafting.WITHOUT_REPLACEMENT), Delayed(2, 1, 2
 
 
 GREEDY_DRAFT_SHAPES = [chain(3), GreedyDraftTree(budget=3, depth=1, top_k=2), GreedyDraftTree(budget=5, depth=2, top_k=2)]
-SHAPES = {"rrs_wor": WOR_SHAPES, "greedy_draft": GREEDY_DRAFT_SHAPES}
+
+
+def shapes(name: str) -> list:
+    """The shapes a verifier is exercised on, by the drafting laws it declares lossless."""
+    laws = tree_verifiers.get(name).lossless_for
+    if Drafting.IID in laws or not laws:
+        return IID_SHAPES
+    return GREEDY_DRAFT_SHAPES if Drafting.MIXED in laws else WOR_SHAPES
+
+
+def distinct_only(name: str) -> bool:
+    """The node rule takes distinct children only (it refuses the repeats of i.i.d. trees)."""
+    node = getattr(tree_verifiers.get(name), "node", None)
+    return node is not None and node.drafting in DISTINCT_LAWS
 
 
 def cases():
     for name in tree_verifiers.names():
         if renames_another(tree_verifiers.get(name)):  # exact_match: NSS's class, run as nss
             continue
-        for shape in SHAPES.get(name, IID_SHAPES):
+        for shape in shapes(name):
             yield name, shape
 
 
@@ -81,9 +95,7 @@ def test_width_one_tree_equals_the_chain(name):
     assert wide == narrow
 
 
-@pytest.mark.parametrize(
-    "name", [n for n in tree_verifiers.names() if n not in ("rrs_wor", "greedy_draft")]
-)  # distinct children only
+@pytest.mark.parametrize("name", [n for n in tree_verifiers.names() if not distinct_only(n)])
 def test_outcome_laws_are_laws(name):
     table = NodeTable(PAIR, CONTEXT)
     for tree, _ in Delayed(2, 1, 2).enumerate(table):

@@ -16,6 +16,8 @@ name              algorithm                                              lossles
                   wherever certified; any vocabulary)
 ``ot_exact``      highest-score child, scores split by the left curtain  i.i.d.
                   + SD of its selection law (alpha* at every node; any V)
+``ot_wor``        a mixture of priority orders selects a child + SD of   without replacement
+                  its selection law (alpha* - a reported gap; any V)
 ``onehot``        EAGLE's T > 0 rule: accept a child w.p. p'(x), q = 1   every law (deterministic)
 ``greedy``        the target's argmax, accepted iff a child              every law, one-hot p only
 ``greedy_draft``  SD against q~ on the tail of a greedy draft            mixed, w/o repl. (det.: one-hot)
@@ -50,6 +52,7 @@ from simlab.verifiers.onehot import OneHot
 from simlab.verifiers.optimal import Optimal
 from simlab.verifiers.ot_exact import OTExact
 from simlab.verifiers.ot_walk import OTWalk
+from simlab.verifiers.ot_wor import OTWithoutReplacement
 from simlab.verifiers.rrs_wor import RRSWithoutReplacement
 from simlab.verifiers.sglang_threshold import SGLangThreshold
 from simlab.verifiers.specinfer import SpecInfer
@@ -67,6 +70,7 @@ REGISTRY: dict[str, type[NodeVerifier]] = {
         Optimal,
         OTWalk,
         OTExact,
+        OTWithoutReplacement,
         OneHot,
         Greedy,
         GreedyDraft,

@@ -68,7 +68,8 @@ alone and is not established here.  (c) What the lab does have at any V is the t
 rule would have to reach: alpha* without replacement (``optimal_acceptance(replacement=False)``,
 F on every p/q prefix by exponential clocks, ``simlab.containment``), so the gap of the
 without-replacement verifiers to their optimum is measured (``node_acceptance``'s
-``optimal_wor``) even though no rule attains it.  ``Optimal`` with
+``optimal_wor``), and ``simlab.verifiers.ot_wor`` climbs toward it with a mixture of priority
+orders (exact on small supports, a reported gap at real V).  ``Optimal`` with
 ``replacement=False`` stays the small-V reference.
 """
 
