@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks.conftest import VOCAB, _softmax
+from simlab import verifiers
 from simlab.otlp import optimal_acceptance
 
 
@@ -25,3 +26,13 @@ def test_optimal_acceptance(benchmark, pair, k, replacement):
     p, q = pair
     alpha = benchmark.pedantic(optimal_acceptance, args=(p, q, k, replacement), rounds=3, iterations=1)
     assert optimal_acceptance(p, q, 1) - 1e-12 <= alpha <= 1.0
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_ot_wor_prepare(benchmark, pair, k):
+    """``ot_wor``'s plan (16 orders at most; Frank-Wolfe at these supports), V = 32,000 only."""
+    p, q = pair
+    if p.size != 32_000:
+        pytest.skip("V = 32,000 only: a plan at 128,000 costs about 16 x 0.7 s")
+    plan = benchmark.pedantic(verifiers.get("ot_wor").prepare, args=(p, q, k), rounds=2, iterations=1)
+    assert plan.gap >= -1e-12
