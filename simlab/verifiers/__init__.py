@@ -31,6 +31,9 @@ empty) is refused by every tree unless ``allow_lossy=True``; its exact bias is
 
 A tree verifier refuses a pairing outside ``lossless_for`` (``simlab.tree_verifiers``).
 
+``simlab.verifiers.selection.SelectionPlan`` is the select-then-test step (Khisti et al.'s canonical
+decomposition) that ``ot_exact`` and ``ot_wor`` share.
+
 A verifier declares what it is on its class (``NodeVerifier``): its ``label`` (the papers'
 name), ``drafting``, ``lossless_for``, ``ot_based``, ``needs_greedy_target``, and a closed-form
 acceptance rate by overriding ``NodePlan.acceptance_formula``.  Adding one is its own module plus

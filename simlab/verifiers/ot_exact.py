@@ -76,13 +76,13 @@ orders (exact on small supports, a reported gap at real V).  ``Optimal`` with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
-from simlab.distributions import inverse_cdf, positive_part, residual, sample_categorical
-from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw, summed_over_copies
+from simlab.distributions import inverse_cdf
+from simlab.verifiers.base import NodeVerifier
 from simlab.verifiers.ot_walk import CERTIFY_TOL, _level, _power_difference
+from simlab.verifiers.selection import SelectionPlan
 
 
 def _root(f, slope, lo: float, hi: float, start: float) -> float:
@@ -408,7 +408,7 @@ def _atoms(rho: np.ndarray) -> np.ndarray:
     return np.concatenate(([0], np.cumsum(rho[1:] != rho[:-1]))) if rho.size else np.zeros(0, dtype=np.int64)
 
 
-class _ExactPlan(NodePlan):
+class _ExactPlan(SelectionPlan):
     def __init__(self, verifier, p, q, k):
         super().__init__(verifier, p, q, k)
         support = np.flatnonzero(q > 0)
@@ -461,15 +461,9 @@ class _ExactPlan(NodePlan):
         self.rank, self.frac, self.lead = np.append(by_atom, -1), np.append(grouped, 1.0), np.append(lead, 0.0)
         self.atom_of = np.full(self.p.size, n_atoms, dtype=np.int64)
         self.atom_of[order] = atom
-        self.mu = np.zeros(self.p.size)
-        self.mu[order] = qs * (mu_atom / length)[atom]
-        self.value = float(np.minimum(self.mu, self.p).sum())
-        self.accept = (self.p > 0).astype(np.float64)  # min(1, p / mu): 1 where mu underflowed to 0 < p
-        np.divide(self.p, self.mu, out=self.accept, where=self.mu > 0)
-        np.minimum(self.accept, 1.0, out=self.accept)
-        self.excess = float(positive_part(self.p - self.mu).sum())
-        if self.excess == 0.0:  # mu = p: a selected child is always accepted
-            self.accept[self.mu > 0] = 1.0
+        mu = np.zeros(self.p.size)
+        mu[order] = qs * (mu_atom / length)[atom]
+        self._select_with(mu)
 
     @property
     def certified(self) -> bool:
@@ -481,11 +475,6 @@ class _ExactPlan(NodePlan):
     def pieces(self) -> int:
         """How many pieces the scores are split into (at least the number of atoms)."""
         return int(self.ptr[-2])
-
-    @cached_property
-    def correction(self) -> np.ndarray:
-        """R = norm((p - mu)_+), float64 (V,); p itself when that mass is 0 (``residual``)."""
-        return residual(self.p, self.mu)
 
     def _below(self, atom: int, ranks: np.ndarray) -> np.ndarray:
         """The fraction of ``atom``'s score length in pieces before each of ``ranks``."""
@@ -512,21 +501,6 @@ class _ExactPlan(NodePlan):
             per_atom[i] = value.sum()
         return per_atom[inverse]
 
-    def _accepted(self, children):
-        acc = self._selection(children) * self.accept[children]
-        return acc, max(0.0, 1.0 - float(acc.sum()))
-
-    def _children_mass(self, children):
-        acc, reject = self._accepted(children)
-        mass = summed_over_copies(children, acc)
-        return mass + reject * self.correction[children] if reject > 0.0 else mass
-
-    def _law(self, children):
-        acc, reject = self._accepted(children)
-        law = reject * self.correction if reject > 0.0 else np.zeros_like(self.p)
-        np.add.at(law, children, acc)
-        return law
-
     def _draw(self, children, rng):
         best, chosen = None, None
         for token in children:
@@ -536,9 +510,7 @@ class _ExactPlan(NodePlan):
             key = (self.rank[piece], rng.random())
             if best is None or key > best:
                 best, chosen = key, token
-        if (self.excess == 0.0 and self.mu[chosen] > 0.0) or accept_draw(rng, self.p[chosen], self.mu[chosen]):
-            return int(chosen)
-        return sample_categorical(self.correction, rng)
+        return self._speculative(chosen, rng)
 
     def acceptance_formula(self) -> float:
         """sum min(mu, p): the plan's exact acceptance (alpha* to rounding: the tests)."""

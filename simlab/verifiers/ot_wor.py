@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -58,10 +57,11 @@ from scipy.optimize import linprog
 
 from simlab.checks import check_int
 from simlab.containment import prefix_containment
-from simlab.distributions import inverse_cdf, positive_part, residual, sample_categorical
+from simlab.distributions import inverse_cdf
 from simlab.drafting import Drafting
-from simlab.verifiers.base import NodePlan, NodeVerifier, accept_draw, summed_over_copies
+from simlab.verifiers.base import NodeVerifier
 from simlab.verifiers.ot_walk import CERTIFY_TOL
+from simlab.verifiers.selection import SelectionPlan
 
 ENUMERATE_BELOW = 20_000
 """Ordered tuples up to which an order's containments are enumerated exactly (above: clocks)."""
@@ -88,7 +88,7 @@ def _line_search(mu: np.ndarray, law: np.ndarray, p: np.ndarray) -> float:
     return float(min(at[order][stop[0]], 1.0)) if stop.size else 1.0
 
 
-class _OrdersPlan(NodePlan):
+class _OrdersPlan(SelectionPlan):
     def __init__(self, verifier, p, q, k):
         super().__init__(verifier, p, q, k)
         support = np.flatnonzero(q > 0)
@@ -107,14 +107,7 @@ class _OrdersPlan(NodePlan):
         keep = weights > 0.0
         self.weights = weights[keep] / weights[keep].sum()
         self.ranks = np.array(ranks)[keep]
-        self.mu = self.weights @ laws[keep]  # the law the sampler realises, exactly
-        self.value = float(np.minimum(self.mu, self.p).sum())
-        self.accept = (self.p > 0).astype(np.float64)  # min(1, p / mu): 1 where mu underflowed to 0 < p
-        np.divide(self.p, self.mu, out=self.accept, where=self.mu > 0)
-        np.minimum(self.accept, 1.0, out=self.accept)
-        self.excess = float(positive_part(self.p - self.mu).sum())
-        if self.excess == 0.0:  # mu = p: a selected child is always accepted
-            self.accept[self.mu > 0] = 1.0
+        self._select_with(self.weights @ laws[keep])  # the law the sampler realises, exactly
 
     def _column_generation(self, first, support, ratio_rank):
         """(laws (m, V), ranks (m, V), weights (m,)) by the restricted LP and its prices."""
@@ -205,38 +198,15 @@ class _OrdersPlan(NodePlan):
         """How many priority orders the mixture draws from."""
         return int(self.weights.size)
 
-    @cached_property
-    def correction(self) -> np.ndarray:
-        """R = norm((p - mu)_+), float64 (V,); p itself when that mass is 0 (``residual``)."""
-        return residual(self.p, self.mu)
-
     def _selection(self, children: np.ndarray) -> np.ndarray:
         """P(child j is selected), float64 (k,): the weight of the orders ranking it highest (a
         repeated token: its first copy)."""
         top = np.argmax(self.ranks[:, children], axis=1)
         return np.bincount(top, weights=self.weights, minlength=children.size)
 
-    def _accepted(self, children):
-        acc = self._selection(children) * self.accept[children]
-        return acc, max(0.0, 1.0 - float(acc.sum()))
-
-    def _children_mass(self, children):
-        acc, reject = self._accepted(children)
-        mass = summed_over_copies(children, acc)
-        return mass + reject * self.correction[children] if reject > 0.0 else mass
-
-    def _law(self, children):
-        acc, reject = self._accepted(children)
-        law = reject * self.correction if reject > 0.0 else np.zeros_like(self.p)
-        np.add.at(law, children, acc)
-        return law
-
     def _draw(self, children, rng):
         order = inverse_cdf(np.cumsum(self.weights), rng)
-        chosen = int(children[np.argmax(self.ranks[order, children])])
-        if (self.excess == 0.0 and self.mu[chosen] > 0.0) or accept_draw(rng, self.p[chosen], self.mu[chosen]):
-            return chosen
-        return sample_categorical(self.correction, rng)
+        return self._speculative(int(children[np.argmax(self.ranks[order, children])]), rng)
 
 
 @dataclass(frozen=True)
