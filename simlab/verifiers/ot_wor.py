@@ -93,7 +93,7 @@ class _OrdersPlan(SelectionPlan):
         super().__init__(verifier, p, q, k)
         support = np.flatnonzero(q > 0)
         n = support.size
-        self.method = "enumerate" if math.perm(n, k) <= ENUMERATE_BELOW else "clocks"
+        self.containment_method = "enumerate" if math.perm(n, k) <= ENUMERATE_BELOW else "clocks"
         ratio_rank = np.empty(n, dtype=np.int64)
         ratio_rank[np.argsort(p[support] / q[support], kind="stable")] = np.arange(n)
         first, containment = self._vertex(support, ratio_rank)
@@ -173,7 +173,7 @@ class _OrdersPlan(SelectionPlan):
         prefixes) for pi = ascending (prices, then p/q rank): the last token is ranked highest."""
         keys = (ratio_rank,) if prices is None else (ratio_rank, prices[support])
         order = support[np.lexsort(keys)]
-        containment = prefix_containment(self.q[order], self.k, method=self.method)
+        containment = prefix_containment(self.q[order], self.k, method=self.containment_method)
         law = np.zeros(self.p.size)
         law[order] = np.diff(containment)
         rank = np.full(self.p.size, -1, dtype=np.int64)
