@@ -9,7 +9,8 @@ form; two methods compute it (``prefix_containment(..., method=)``):
 * ``"enumerate"`` - every ordered tuple of k distinct tokens with its probability
   (``simlab.drafting.child_tuples``: the remaining mass summed over the undrawn tokens, never
   1 - drawn mass), each tuple counted in every prefix that holds its last-ranked token.  Exact
-  to rounding; n! / (n - k)! tuples, limited to ``simlab.drafting.MAX_ENUMERATED_TUPLES``.
+  to the rounding of its sums (2e-13 at 250,000 tuples); n! / (n - k)! tuples, limited to
+  ``simlab.drafting.MAX_ENUMERATED_TUPLES``.
 * ``"clocks"`` - exponential clocks (derived here).  Give token i an independent clock
   E_i ~ Exp(q_i); the order in which the clocks ring is a draw without replacement from q (the
   race of exponentials: the next token to ring is i with probability q_i / (mass still
@@ -24,9 +25,11 @@ form; two methods compute it (``prefix_containment(..., method=)``):
   by all prefixes (the integrand is analytic in a strip around the real s axis and decays fast
   at both ends, so the rule converges geometrically in 1 / step: halving ``STEP`` moves the
   values by under 2e-15 in the tests), from ``LEFT_T`` (below it P(N_H(t) < k) = 1 to within
-  (q t)^k, so that part is 1 - e^(-lam LEFT_T) in closed form) to t_hi, where the (k + 1)-th
-  ring overall, stochastically below a Gamma(k + 1, r) time with r the mass outside the k
-  largest q, has passed with probability 1 - ``TAIL``.  P(N_H(t) < k) for every prefix and
+  (q t)^k, so that part is 1 - e^(-lam LEFT_T) in closed form) to t_hi: the part beyond t_hi
+  needs fewer than k rings overall by t_hi (no ring of the complement, fewer than k of H), and
+  the k-th ring, stochastically below a Gamma(k, r) time with r the mass outside the k - 1
+  largest q, has passed by t_hi with probability 1 - ``TAIL``.  q is normalised first (drafting
+  renormalises; the time scale assumes a total of 1).  P(N_H(t) < k) for every prefix and
   grid point comes from the Poisson-binomial recursion over the ordered tokens (states
   P(N = 0..k-1), each token mixing two of them: no subtraction, every value a probability),
   run in blocks of about sqrt(n) tokens: each block's product, then the blocks' exclusive
@@ -44,6 +47,7 @@ against all 2^V subsets in the tests.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -57,6 +61,10 @@ LEFT_T = 1e-12
 integral is 1 - e^(-lam LEFT_T) in closed form (error below LEFT_T^2)."""
 TAIL = 1e-18
 """Mass allowed beyond the right end of the t grid."""
+STEP_RANGE = (1e-3, 0.5)
+"""Accepted trapezoid steps (0.5 is already off by 5e-7; 1e-3 costs 125x the default)."""
+MAX_GRID = 200_000
+"""Most grid points the clocks will use (the default step needs 200-600)."""
 
 
 def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float = STEP) -> np.ndarray:
@@ -69,40 +77,46 @@ def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float = 
         k: number of children, 1 <= k <= n.
         method: ``"clocks"`` (default; any n) or ``"enumerate"`` (n! / (n - k)! tuples, at most
             ``simlab.drafting.MAX_ENUMERATED_TUPLES``).  See the module docstring.
-        step: the ``"clocks"`` trapezoid step in log t (> 0; default ``STEP``).
+        step: the ``"clocks"`` trapezoid step in log t (in ``STEP_RANGE``; default ``STEP``).
 
     Returns:
         float64 (n + 1,): F(H_0), ..., F(H_n); exactly 0 for j < k and exactly 1 at j = n.
 
     Raises:
-        ValueError: ``q_ordered`` not a 1-D array of finite positive values, ``k`` outside
-            1..n, an unknown ``method``, a non-positive ``step``, or too many tuples to
+        ValueError: ``q_ordered`` not a 1-D array of finite positive values (or, for the
+            clocks, fewer than k tokens carrying all but a subnormal mass), ``k`` outside 1..n,
+            an unknown ``method``, a ``step`` outside ``STEP_RANGE``, or too many tuples to
             enumerate.
     """
-    q = np.asarray(q_ordered, dtype=np.float64)
-    if q.ndim != 1 or q.size == 0 or not np.all(np.isfinite(q)) or np.any(q <= 0):
+    try:
+        q = np.asarray(q_ordered, dtype=np.float64)
+    except (TypeError, ValueError):
+        q = None
+    if q is None or q.ndim != 1 or q.size == 0 or not np.all(np.isfinite(q)) or np.any(q <= 0):
         raise ValueError("q_ordered: need a non-empty 1-D array of finite masses > 0 (the tokens with q > 0)")
+    q = q / q.max()  # drafting renormalises; the clocks' time scale assumes a total of 1
+    q = q / q.sum()
     k = check_k(k)
     n = q.size
     if k > n:
         raise ValueError(f"k: drafting {k} children without replacement needs at least {k} tokens with q > 0, got {n}")
     if method not in METHODS:
         raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
-    if not (isinstance(step, (int, float)) and math.isfinite(step) and step > 0):
-        raise ValueError(f"step: need a finite step > 0, got {step!r}")
+    if isinstance(step, bool) or not isinstance(step, numbers.Real) or not STEP_RANGE[0] <= step <= STEP_RANGE[1]:
+        raise ValueError(f"step: need a step in [{STEP_RANGE[0]}, {STEP_RANGE[1]}], got {step!r}")
     out = np.zeros(n + 1)
     out[n] = 1.0
     if k == n:
         return out
     if method == "enumerate":
-        tuples, probs = child_tuples(q / q.sum(), k, Drafting.WITHOUT_REPLACEMENT)
+        tuples, probs = child_tuples(q, k, Drafting.WITHOUT_REPLACEMENT)
         last = tuples.max(axis=1)  # the tuple lies in H_j iff its last-ranked token is below j
         out[1:] = np.cumsum(np.bincount(last, weights=probs, minlength=n))
         out[n] = 1.0
         out[:k] = 0.0
         return out
     if k == 1:  # one child: F(H) = q(H) / q(V), no integral needed
-        out[1:n] = np.cumsum(q)[:-1] / q.sum()
+        out[1:n] = np.cumsum(q)[:-1]
         return out
     below = _missing_below(q, k, step)
     out[k:n] = 1.0 - below[k:n]
@@ -111,14 +125,25 @@ def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float = 
 
 
 def _grid(q: np.ndarray, k: int, step: float) -> np.ndarray:
-    """The shared t grid (log-spaced by ``step``) from ``LEFT_T`` to the tail bound (docstring)."""
-    rest = np.sort(q)[:-k].sum()  # the mass outside the k largest: every ring up to the (k+1)-th runs at rate >= rest
+    """The shared t grid (log-spaced by ``step``) from ``LEFT_T`` to the tail bound (docstring).
+
+    Raises:
+        ValueError: ``q_ordered: ...`` when the mass outside the k - 1 largest is so small that
+            the k-th ring lies beyond float64 times (fewer than k tokens carry the mass).
+    """
+    rest = np.sort(q)[: q.size - k + 1].sum()  # outside the k - 1 largest: every ring up to the k-th runs at rate >= rest
     x = 10.0
-    while math.exp(-x) * sum(x**j / math.factorial(j) for j in range(k + 1)) > TAIL:
+    while math.exp(-x) * sum(x**j / math.factorial(j) for j in range(k)) > TAIL:
         x *= 1.25
-    t_hi = x / rest
-    count = int(math.ceil((math.log(t_hi) - math.log(LEFT_T)) / step)) + 1
-    return np.exp(math.log(LEFT_T) + step * np.arange(count))
+    with np.errstate(over="ignore"):
+        t_hi = float(x / rest) if rest > 0 else math.inf
+    count = (math.log(t_hi) - math.log(LEFT_T)) / step if math.isfinite(t_hi) else math.inf
+    if count > MAX_GRID:
+        raise ValueError(
+            f"q_ordered: the masses outside the {k - 1} largest sum to {rest:.3g}: the clocks' grid would need "
+            f"{count:.3g} points; use method='enumerate'"
+        )
+    return np.exp(math.log(LEFT_T) + step * np.arange(int(math.ceil(count)) + 1))
 
 
 def _missing_below(q: np.ndarray, k: int, step: float) -> np.ndarray:

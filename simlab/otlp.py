@@ -159,7 +159,8 @@ def optimal_acceptance(p, q, k: int, replacement: bool = True, method: str | Non
     p, q = check_pair(p, q)
     k = check_k(k)
     support = np.flatnonzero(q > 0)
-    order = support[np.argsort(p[support] / q[support], kind="stable")]
+    with np.errstate(over="ignore"):  # a subnormal q: an infinite ratio still sorts last
+        order = support[np.argsort(p[support] / q[support], kind="stable")]
     p_prefix = np.concatenate(([0.0], np.cumsum(p[order])))
     if replacement:
         if method is not None:

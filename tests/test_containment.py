@@ -92,6 +92,21 @@ def test_without_replacement_never_below_iid_at_real_vocabulary():
         assert wor > optimal_acceptance(p, q, 1)
 
 
+def test_scale_and_subnormal_masses():
+    """Any positive scale of q gives the same F (drafting renormalises); a subnormal mass beside k
+    tokens that carry the rest is fine; fewer than k such tokens put the k-th ring beyond float64
+    times, which the clocks refuse (naming q_ordered) and the enumeration handles."""
+    q = np.array([1.0, 2.0, 3.0, 4.0])
+    exact = prefix_containment(q, 2, method="enumerate")
+    for scale in (1e-200, 1.0, 1e12, 1e300):
+        assert np.abs(prefix_containment(q * scale, 2) - exact).max() <= 2e-14
+    tiny = [0.5, 0.5, 5e-324]
+    assert np.abs(prefix_containment(tiny, 2) - prefix_containment(tiny, 2, method="enumerate")).max() <= 2e-14
+    with pytest.raises(ValueError, match=r"^q_ordered: the masses outside the 1 largest"):
+        prefix_containment([1.0, 5e-324, 5e-324], 2)
+    assert prefix_containment([1.0, 5e-324, 5e-324], 2, method="enumerate")[2] == pytest.approx(0.5)
+
+
 @pytest.mark.parametrize(
     ("args", "kwargs", "match"),
     [
@@ -105,6 +120,11 @@ def test_without_replacement_never_below_iid_at_real_vocabulary():
         (([0.5, 0.5], 1), {"method": "lp"}, r"^method: "),
         (([0.5, 0.5], 1), {"step": 0.0}, r"^step: "),
         (([0.5, 0.5], 1), {"step": float("inf")}, r"^step: "),
+        (([0.5, 0.5], 1), {"step": 10.0}, r"^step: "),
+        (([0.5, 0.5], 1), {"step": 1e-9}, r"^step: "),
+        (([0.5, 0.5], 1), {"step": True}, r"^step: "),
+        (([object()], 1), {}, r"^q_ordered: "),
+        ((["a", "b"], 1), {}, r"^q_ordered: "),
         ((np.full(200, 1 / 200), 3), {"method": "enumerate"}, r"^k: exact enumeration would list"),
     ],
 )

@@ -95,7 +95,8 @@ class _OrdersPlan(SelectionPlan):
         n = support.size
         self.containment_method = "enumerate" if math.perm(n, k) <= ENUMERATE_BELOW else "clocks"
         ratio_rank = np.empty(n, dtype=np.int64)
-        ratio_rank[np.argsort(p[support] / q[support], kind="stable")] = np.arange(n)
+        with np.errstate(over="ignore"):  # a subnormal q: an infinite ratio still sorts last
+            ratio_rank[np.argsort(p[support] / q[support], kind="stable")] = np.arange(n)
         first, containment = self._vertex(support, ratio_rank)
         ascending = support[np.argsort(ratio_rank)]
         cut = np.concatenate(([0.0], np.cumsum(p[ascending]))) + 1.0 - containment
