@@ -97,7 +97,7 @@ class _OrdersPlan(SelectionPlan):
         ratio_rank = np.empty(n, dtype=np.int64)
         with np.errstate(over="ignore"):  # a subnormal q: an infinite ratio still sorts last
             ratio_rank[np.argsort(p[support] / q[support], kind="stable")] = np.arange(n)
-        first, containment = self._vertex(support, ratio_rank)
+        *first, containment = self._vertex(support, ratio_rank)
         ascending = support[np.argsort(ratio_rank)]
         cut = np.concatenate(([0.0], np.cumsum(p[ascending]))) + 1.0 - containment
         self.alpha_star = float(np.clip(cut.min(), 0.0, 1.0))
@@ -118,7 +118,7 @@ class _OrdersPlan(SelectionPlan):
             value, weights, prices = self._restricted(np.array(laws), support)
             if self.alpha_star - value <= self.verifier.tol:
                 break
-            law, rank = self._vertex(support, ratio_rank, prices)[0]
+            law, rank, _ = self._vertex(support, ratio_rank, prices)
             laws.append(law)
             ranks.append(rank)
         else:
@@ -133,7 +133,7 @@ class _OrdersPlan(SelectionPlan):
         for _ in range(self.verifier.rounds - 1):
             if self.alpha_star - np.minimum(mu, p).sum() <= self.verifier.tol:
                 break
-            law, rank = self._vertex(support, ratio_rank, (mu < p).astype(np.float64))[0]
+            law, rank, _ = self._vertex(support, ratio_rank, (mu < p).astype(np.float64))
             s = _line_search(mu, law, p)
             if s <= 0.0:
                 break  # no order ranking the under-served tokens first improves the mixture
@@ -170,8 +170,8 @@ class _OrdersPlan(SelectionPlan):
         return float(np.minimum(weights @ laws, self.p).sum()), weights, prices
 
     def _vertex(self, support, ratio_rank, prices=None):
-        """((mu_pi (V,), rank (V,) int64: the position in pi, -1 off the support), F on pi's
-        prefixes) for pi = ascending (prices, then p/q rank): the last token is ranked highest."""
+        """(mu_pi float64 (V,), rank int64 (V,): the position in pi, -1 off the support, F on pi's
+        n + 1 prefixes) for pi = ascending (prices, then p/q rank): the last token is ranked highest."""
         keys = (ratio_rank,) if prices is None else (ratio_rank, prices[support])
         order = support[np.lexsort(keys)]
         containment = prefix_containment(self.q[order], self.k, method=self.containment_method)
@@ -179,7 +179,7 @@ class _OrdersPlan(SelectionPlan):
         law[order] = np.diff(containment)
         rank = np.full(self.p.size, -1, dtype=np.int64)
         rank[order] = np.arange(order.size)
-        return (law, rank), containment
+        return law, rank, containment
 
     @property
     def gap(self) -> float:
