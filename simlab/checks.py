@@ -5,6 +5,8 @@ starts with the argument's name (``"k: ..."``), so tools can map it onto their f
 
 * ``check_int``: integers are Python ``int`` or NumPy integers (``np.int64(4)`` is 4);
   ``bool``, floats (even ``4.0``) and strings are refused;
+* ``check_bool``: a flag is ``True`` or ``False`` (a Python or NumPy bool); 0, 1, strings and
+  ``None`` are refused rather than read by their truth value;
 * ``check_generator``: a ``numpy.random.Generator`` (never a seed, never ``None``);
 * ``check_seed``: an integer seed in [0, 2**63 - 1] (what NumPy and torch both accept);
 * ``check_token_ids``: a sequence of integer token ids in [0, V);
@@ -34,6 +36,18 @@ def check_int(value, name: str, minimum: int | None = None, maximum: int | None 
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise ValueError(f"{name}: must be an integer{_range(minimum, maximum)}, got {value}")
     return value
+
+
+def check_bool(value, name: str) -> bool:
+    """``value`` as a ``bool``: only ``True``, ``False`` and NumPy bools are flags.
+
+    Raises:
+        ValueError: ``"<name>: must be True or False ..."`` for anything else (``0``, ``1``,
+            ``"no"``, ``None``: their truth value would silently pick a setting).
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name}: must be True or False, got {value!r}")
+    return bool(value)
 
 
 def _range(minimum, maximum) -> str:

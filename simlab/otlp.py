@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from simlab.checks import check_bool
 from simlab.containment import prefix_containment
 from simlab.distributions import check_pair
 from simlab.drafting import Drafting, check_k, child_tuples
@@ -78,13 +79,14 @@ def solve_ot_lp(p, q, k: int, replacement: bool = True) -> OTSolution:
         verifier built on it lossless to rounding.
 
     Raises:
-        ValueError: invalid p, q or k; the coupling would exceed ``MAX_LP_VARIABLES``; the
+        ValueError: invalid p, q or k; ``replacement`` not a bool; the coupling would exceed ``MAX_LP_VARIABLES``; the
             solver fails.
     """
     import cvxpy as cp  # imported on first use: it is slow to import
 
     p, q = check_pair(p, q)
     k = check_k(k)
+    replacement = check_bool(replacement, "replacement")
     drafting = Drafting.IID if replacement else Drafting.WITHOUT_REPLACEMENT
     tuples, probs = child_tuples(q, k, drafting)
     n, vocab = tuples.shape[0], p.size
@@ -153,11 +155,12 @@ def optimal_acceptance(p, q, k: int, replacement: bool = True, method: str | Non
         alpha* in [0, 1] (float).
 
     Raises:
-        ValueError: invalid input; ``method`` given with i.i.d. children or unknown; without
+        ValueError: invalid input (``replacement`` not a bool included); ``method`` given with i.i.d. children or unknown; without
             replacement, k above the support of q, or (``"enumerate"``) too many tuples.
     """
     p, q = check_pair(p, q)
     k = check_k(k)
+    replacement = check_bool(replacement, "replacement")
     support = np.flatnonzero(q > 0)
     with np.errstate(over="ignore"):  # a subnormal q: an infinite ratio still sorts last
         order = support[np.argsort(p[support] / q[support], kind="stable")]

@@ -14,7 +14,7 @@ import pytest
 from analyses import block_efficiency_grid, compare_verifiers, divergence_by_depth
 from backends.synthetic import DepthProfileWorld, DistilledWorld
 from simlab import tree_verifiers
-from simlab.checks import check_int
+from simlab.checks import check_bool, check_int
 from simlab.decoding import greedy_decode, speculative_decode
 from simlab.efficiency import emitted_sequence_law, expected_block_efficiency, simulate_block_efficiency, target_sequence_law
 from simlab.files import STAGING_PREFIX
@@ -213,6 +213,29 @@ def test_numpy_integers_are_integers_everywhere():
     for bad in (True, 4.0, "4", None):
         with pytest.raises(ValueError, match="^x: must be an integer"):
             check_int(bad, "x", 1)
+
+
+# -- one flag helper: a flag is a bool, never a truth value -------------------------------------------
+def test_flags_take_only_bools():
+    from simlab import verifiers
+    from simlab.otlp import optimal_acceptance, solve_ot_lp
+
+    assert check_bool(np.bool_(False), "x") is False and check_bool(True, "x") is True
+    p, q = [0.5, 0.3, 0.2], [0.2, 0.3, 0.5]
+    # The same flag given as a NumPy bool reads the same: without replacement k = 2 accepts more.
+    assert optimal_acceptance(p, q, 2, replacement=np.bool_(False)) == optimal_acceptance(p, q, 2, replacement=False)
+    assert optimal_acceptance(p, q, 2, replacement=False) > optimal_acceptance(p, q, 2)
+    for bad in (0, 1, "no", None, 0.0):
+        with pytest.raises(ValueError, match="^x: must be True or False"):
+            check_bool(bad, "x")
+        with pytest.raises(ValueError, match="^replacement: must be True or False"):
+            optimal_acceptance(p, q, 2, replacement=bad)
+        with pytest.raises(ValueError, match="^replacement: must be True or False"):
+            solve_ot_lp(p, q, 2, replacement=bad)
+        with pytest.raises(ValueError, match="^replacement: must be True or False"):
+            verifiers.get("optimal", replacement=bad)
+        with pytest.raises(ValueError, match="^allow_lossy: must be True or False"):
+            tree_verifiers.get("traversal", allow_lossy=bad)
 
 
 # -- staging files left by a SIGKILL ------------------------------------------------------------------

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from simlab import verifiers as node_verifiers
+from simlab.checks import check_bool
 from simlab.drafting import Drafting, lossless_pairing
 from simlab.tree_verifiers.base import TreeVerifier
 from simlab.tree_verifiers.block import BlockVerification
@@ -120,8 +121,7 @@ def get(name: str, allow_lossy: bool = False, **options) -> TreeVerifier:
     Raises:
         ValueError: unknown name or bad options.
     """
-    if not isinstance(allow_lossy, bool):
-        raise ValueError(f"allow_lossy: must be True or False, got {allow_lossy!r}")
+    allow_lossy = check_bool(allow_lossy, "allow_lossy")
     if name in REGISTRY:
         cls = REGISTRY[name]
         fields = set(cls.options)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simlab.checks import check_bool
 from simlab.distributions import sample_categorical
 from simlab.drafting import Drafting
 from simlab.otlp import solve_ot_lp
@@ -49,11 +50,17 @@ class Optimal(NodeVerifier):
     Args:
         replacement: True (default) for i.i.d. children, False for children drafted
             without replacement.
+
+    Raises:
+        ValueError: ``replacement`` is not a bool (``0`` or ``"no"`` would read as a setting).
     """
 
     name = "optimal"
     label = "OT optimum"
     replacement: bool = True
+
+    def __post_init__(self):
+        check_bool(self.replacement, "replacement")
 
     @property
     def drafting(self) -> Drafting:  # type: ignore[override]
