@@ -29,7 +29,10 @@ form; two methods compute it (``prefix_containment(..., method=)``):
   needs fewer than k rings overall by t_hi (no ring of the complement, fewer than k of H), and
   the k-th ring, stochastically below a Gamma(k, r) time with r the mass outside the k - 1
   largest q, has passed by t_hi with probability 1 - ``TAIL``.  q is normalised first (drafting
-  renormalises; the time scale assumes a total of 1).  P(N_H(t) < k) for every prefix and
+  renormalises; the time scale assumes a total of 1), in logs: every rate x time product is
+  formed from log q and log t, so a tail of 5e-324 masses (low-temperature sampling) keeps its
+  relative weights and a k-th ring beyond float64 times (t_hi up to e^1460) is still integrated
+  (the grid then spans up to about 12,000 points instead of 200-600).  P(N_H(t) < k) for every prefix and
   grid point comes from the Poisson-binomial recursion over the ordered tokens (states
   P(N = 0..k-1), each token mixing two of them: no subtraction, every value a probability),
   run in blocks of about sqrt(n) tokens: each block's product, then the blocks' exclusive
@@ -64,7 +67,7 @@ TAIL = 1e-18
 STEP_RANGE = (1e-3, 0.5)
 """Accepted trapezoid steps (0.5 is already off by 5e-7; 1e-3 costs 125x the default)."""
 MAX_GRID = 200_000
-"""Most grid points the clocks will use (the default step needs 200-600)."""
+"""Most grid points the clocks will use (the default step needs 200-600, at most about 12,000 at float64's extremes)."""
 
 
 def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float = STEP) -> np.ndarray:
@@ -83,19 +86,18 @@ def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float = 
         float64 (n + 1,): F(H_0), ..., F(H_n); exactly 0 for j < k and exactly 1 at j = n.
 
     Raises:
-        ValueError: ``q_ordered`` not a 1-D array of finite positive values (or, for the
-            clocks, fewer than k tokens carrying all but a subnormal mass), ``k`` outside 1..n,
-            an unknown ``method``, a ``step`` outside ``STEP_RANGE``, or too many tuples to
-            enumerate.
+        ValueError: ``q_ordered`` not a 1-D real array of finite positive values (or, for the
+            enumeration, masses no float64 scale holds together), ``k`` outside 1..n, an
+            unknown ``method``, a ``step`` outside ``STEP_RANGE`` (or one so small that the grid
+            would exceed ``MAX_GRID`` points), or too many tuples to enumerate.
     """
+    q = None if np.iscomplexobj(q_ordered) else q_ordered  # a cast would drop the imaginary part
     try:
-        q = np.asarray(q_ordered, dtype=np.float64)
+        q = np.asarray(q, dtype=np.float64)
     except (TypeError, ValueError):
         q = None
     if q is None or q.ndim != 1 or q.size == 0 or not np.all(np.isfinite(q)) or np.any(q <= 0):
-        raise ValueError("q_ordered: need a non-empty 1-D array of finite masses > 0 (the tokens with q > 0)")
-    q = q / q.max()  # drafting renormalises; the clocks' time scale assumes a total of 1
-    q = q / q.sum()
+        raise ValueError("q_ordered: need a non-empty 1-D real array of finite masses > 0 (the tokens with q > 0)")
     k = check_k(k)
     n = q.size
     if k > n:
@@ -109,57 +111,78 @@ def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float = 
     if k == n:
         return out
     if method == "enumerate":
+        with np.errstate(over="ignore"):
+            finite = np.isfinite(q.sum())
+        if not finite:  # drafting renormalises: a power of two rescales exactly
+            q = np.ldexp(q, -int(np.frexp(q.max())[1]))
+            if np.any(q == 0.0):
+                raise ValueError("q_ordered: the masses span more than float64's range (no scale holds them all); use the clocks")
         tuples, probs = child_tuples(q, k, Drafting.WITHOUT_REPLACEMENT)
         last = tuples.max(axis=1)  # the tuple lies in H_j iff its last-ranked token is below j
         out[1:] = np.cumsum(np.bincount(last, weights=probs, minlength=n))
         out[n] = 1.0
         out[:k] = 0.0
         return out
+    log_q = np.log(q)  # drafting renormalises: log masses, so no mass underflows whatever its scale
+    log_q -= log_q.max()
+    log_q -= math.log(np.exp(log_q).sum())
     if k == 1:  # one child: F(H) = q(H) / q(V), no integral needed
-        out[1:n] = np.cumsum(q)[:-1]
+        out[1:n] = np.cumsum(np.exp(log_q))[:-1]
         return out
-    below = _missing_below(q, k, step)
+    below = _missing_below(log_q, k, step)
     out[k:n] = 1.0 - below[k:n]
     out[:k] = 0.0
     return out
 
 
-def _grid(q: np.ndarray, k: int, step: float) -> np.ndarray:
-    """The shared t grid (log-spaced by ``step``) from ``LEFT_T`` to the tail bound (docstring).
+def _grid(log_q: np.ndarray, k: int, step: float) -> np.ndarray:
+    """The shared grid in s = log t (spaced by ``step``) from log ``LEFT_T`` to the tail bound
+    (module docstring); float64 (G,).  Kept in logs: the k-th ring may lie beyond float64 times.
 
     Raises:
-        ValueError: ``q_ordered: ...`` when the mass outside the k - 1 largest is so small that
-            the k-th ring lies beyond float64 times (fewer than k tokens carry the mass).
+        ValueError: ``step: ...`` when the grid would need more than ``MAX_GRID`` points (a
+            small step with masses outside the k - 1 largest far below the rest).
     """
-    rest = np.sort(q)[: q.size - k + 1].sum()  # outside the k - 1 largest: every ring up to the k-th runs at rate >= rest
+    smallest = np.sort(log_q)[: log_q.size - k + 1]  # outside the k - 1 largest: every ring up to the k-th runs at rate >= rest
+    log_rest = float(smallest.max() + np.log(np.exp(smallest - smallest.max()).sum()))
     x = 10.0
     while math.exp(-x) * sum(x**j / math.factorial(j) for j in range(k)) > TAIL:
         x *= 1.25
-    with np.errstate(over="ignore"):
-        t_hi = float(x / rest) if rest > 0 else math.inf
-    count = (math.log(t_hi) - math.log(LEFT_T)) / step if math.isfinite(t_hi) else math.inf
+    count = (math.log(x) - log_rest - math.log(LEFT_T)) / step
     if count > MAX_GRID:
         raise ValueError(
-            f"q_ordered: the masses outside the {k - 1} largest sum to {rest:.3g}: the clocks' grid would need "
-            f"{count:.3g} points; use method='enumerate'"
+            f"step: the masses outside the {k - 1} largest sum to e^{log_rest:.4g} of the total: the clocks' grid "
+            f"would need {count:.3g} points at step {step}; use a larger step or method='enumerate'"
         )
-    return np.exp(math.log(LEFT_T) + step * np.arange(int(math.ceil(count)) + 1))
+    return math.log(LEFT_T) + step * np.arange(int(math.ceil(count)) + 1)
 
 
-def _missing_below(q: np.ndarray, k: int, step: float) -> np.ndarray:
-    """1 - F(H_j) for j = 0..n by the clock integral (module docstring); float64 (n + 1,)."""
-    n = q.size
-    t = _grid(q, k, step)
-    lam = np.concatenate((np.cumsum(q[::-1])[::-1], [0.0]))  # mass outside H_j, summed over it
+def _times_rates(log_rates: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """rate x t for every rate (rows) and grid point (columns), float64 (len(rates), G): formed
+    from logs, so neither factor needs to be a float64 (a zero rate gives 0).  Capped at e^700:
+    beyond it e^(-u) and u e^(-u) are 0 in float64 as they are for the true u."""
+    u = np.add.outer(log_rates, s)
+    np.minimum(u, 700.0, out=u)
+    return np.exp(u, out=u)
+
+
+def _missing_below(log_q: np.ndarray, k: int, step: float) -> np.ndarray:
+    """1 - F(H_j) for j = 0..n by the clock integral (module docstring), from the normalised log
+    masses; float64 (n + 1,)."""
+    n = log_q.size
+    s = _grid(log_q, k, step)
+    # log of the mass outside H_j, summed over it from the end: log-sum-exp kept exact at any scale
+    log_lam = np.concatenate((np.logaddexp.accumulate(log_q[::-1])[::-1], [-np.inf]))
     block = max(1, int(math.isqrt(n)))
     blocks = -(-n // block)
-    padded = np.zeros(blocks * block)  # a zero mass never rings: the padding leaves states unchanged
-    padded[:n] = q
+    padded = np.full(blocks * block, -np.inf)  # a zero mass never rings: the padding leaves states unchanged
+    padded[:n] = log_q
     padded = padded.reshape(blocks, block)
 
-    def ring(states: np.ndarray, masses: np.ndarray) -> None:
+    def ring(states: np.ndarray, log_masses: np.ndarray) -> None:
         # states (k, blocks, G): P(N = m); one more token rings by t with probability 1 - e^(-q t)
-        rung = np.multiply.outer(-masses, t)
+        rung = _times_rates(log_masses, s)
+        np.negative(rung, out=rung)
         np.expm1(rung, out=rung)
         np.negative(rung, out=rung)
         silent = 1.0 - rung
@@ -168,11 +191,11 @@ def _missing_below(q: np.ndarray, k: int, step: float) -> np.ndarray:
             states[m] += states[m - 1] * rung
         states[0] *= silent
 
-    products = np.zeros((k, blocks, t.size))
+    products = np.zeros((k, blocks, s.size))
     products[0] = 1.0
     for b in range(block):
         ring(products, padded[:, b])
-    starts = np.zeros((k, blocks, t.size))
+    starts = np.zeros((k, blocks, s.size))
     starts[0, 0] = 1.0
     for j in range(1, blocks):  # truncated polynomial product: the state before block j
         prev, prod = starts[:, j - 1], products[:, j - 1]
@@ -180,18 +203,20 @@ def _missing_below(q: np.ndarray, k: int, step: float) -> np.ndarray:
             starts[m, j] = np.einsum("ig,ig->g", prev[: m + 1], prod[m::-1])
     below = np.empty(n + 1)
     below[0] = 1.0
-    weight = step * t  # ds = dt / t; half weight at the left end (the trapezoid's end point)
-    weight[0] *= 0.5
+    half = np.ones(s.size)  # ds = dt / t; half weight at the left end (the trapezoid's end point)
+    half[0] = 0.5
     states = starts
     for b in range(block):
         ring(states, padded[:, b])
         index = np.arange(blocks) * block + b + 1  # prefix H_index ends with this token
         valid = index <= n
-        rate = lam[np.minimum(index, n)]
-        density = np.multiply.outer(-rate, t)
-        np.exp(density, out=density)
-        density *= rate[:, None]
-        density *= weight
-        value = np.einsum("bg,bg->b", density, states.sum(axis=0)) - np.expm1(-rate * LEFT_T)
+        log_rate = log_lam[np.minimum(index, n)]
+        # lam e^(-lam t) dt = u e^(-u) ds with u = lam t: the density in s, times the step
+        u = _times_rates(log_rate, s)
+        density = np.exp(-u) * u
+        density *= step * half
+        with np.errstate(divide="ignore"):
+            left = -np.expm1(-np.exp(log_rate + math.log(LEFT_T)))
+        value = np.einsum("bg,bg->b", density, states.sum(axis=0)) + left
         below[index[valid]] = value[valid]
     return below

@@ -35,9 +35,11 @@ def check_distribution(x, name: str, *, size: int | None = None) -> np.ndarray:
         ndarray (V,), float64: the same values.
 
     Raises:
-        ValueError: if ``x`` is not 1-D, is empty, has the wrong length, contains NaN or
-            infinite or negative entries, or sums to 1 only to worse than 1e-9.
+        ValueError: if ``x`` is complex or not 1-D, is empty, has the wrong length, contains NaN
+            or infinite or negative entries, or sums to 1 only to worse than 1e-9.
     """
+    if np.iscomplexobj(x):  # a cast to float64 would drop the imaginary part with a warning
+        raise ValueError(f"{name}: must be real, got a complex array")
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:

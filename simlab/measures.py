@@ -25,7 +25,7 @@ import numpy as np
 
 from simlab import verifiers
 from simlab.distributions import check_pair, entropy, kl_divergence, l1_distance
-from simlab.drafting import Drafting
+from simlab.drafting import Drafting, check_k
 from simlab.otlp import optimal_acceptance
 
 ACCEPTANCE_METHODS = ("nss", "naive", "spectr", "specinfer", "rrs_wor", "khisti", "optimal")
@@ -65,9 +65,11 @@ def node_acceptance(
         methods: which of ``MEASURABLE`` (default ``ACCEPTANCE_METHODS``).
 
     Raises:
-        ValueError: invalid p or q, or a method outside ``MEASURABLE``.
+        ValueError: invalid p or q, a k that is not an integer >= 1, or a method outside
+            ``MEASURABLE``.
     """
     p, q = check_pair(p, q)
+    k_values = [check_k(k) for k in k_values]
     methods = tuple(methods)
     unknown = sorted(set(methods) - set(MEASURABLE))
     if unknown:

@@ -21,6 +21,7 @@ BAD_DISTRIBUTIONS = {
     "sum off": (np.array([0.2, 0.3, 0.5 + 2e-9]), "sums to"),
     "wrong length": (np.array([0.5, 0.5]), "length"),
     "text": (["a", "b", "c"], "numeric"),
+    "complex": (np.array([0.2 + 0j, 0.3 + 0j, 0.5 + 1j]), "must be real"),
 }
 
 
@@ -129,3 +130,14 @@ def test_size_limits_raise_clearly():
         optimal_acceptance(big, big, 4, replacement=False, method="enumerate")
     with pytest.raises(ValueError, match=r"^k: "):
         solve_ot_lp(P, np.array([1.0, 0.0, 0.0]), 2, replacement=False)
+
+
+@pytest.mark.parametrize("k", [None, "2", 2.0, True, 0])
+def test_node_acceptance_checks_k_before_any_method(k):
+    """``optimal_wor`` compares k with the support: a k that is not an integer >= 1 is refused
+    by name first, never a TypeError from the comparison."""
+    from simlab.measures import MEASURABLE, node_acceptance
+
+    for method in MEASURABLE:
+        with pytest.raises(ValueError, match=r"^k: "):
+            node_acceptance(P, Q, [k], np.random.default_rng(0), methods=[method])

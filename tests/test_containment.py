@@ -94,17 +94,43 @@ def test_without_replacement_never_below_iid_at_real_vocabulary():
 
 def test_scale_and_subnormal_masses():
     """Any positive scale of q gives the same F (drafting renormalises); a subnormal mass beside k
-    tokens that carry the rest is fine; fewer than k such tokens put the k-th ring beyond float64
-    times, which the clocks refuse (naming q_ordered) and the enumeration handles."""
+    tokens that carry the rest is fine; with fewer than k such tokens the k-th ring lies beyond
+    float64 times and the clocks, kept in logs, still agree with the enumeration; masses that no
+    float64 scale holds together are refused by the enumeration (naming q_ordered), and a step so
+    small that the grid explodes by the clocks (naming step).  Huge masses are rescaled by a power
+    of two for the enumeration (exact)."""
     q = np.array([1.0, 2.0, 3.0, 4.0])
     exact = prefix_containment(q, 2, method="enumerate")
     for scale in (1e-200, 1.0, 1e12, 1e300):
         assert np.abs(prefix_containment(q * scale, 2) - exact).max() <= 2e-14
-    tiny = [0.5, 0.5, 5e-324]
-    assert np.abs(prefix_containment(tiny, 2) - prefix_containment(tiny, 2, method="enumerate")).max() <= 2e-14
-    with pytest.raises(ValueError, match=r"^q_ordered: the masses outside the 1 largest"):
-        prefix_containment([1.0, 5e-324, 5e-324], 2)
-    assert prefix_containment([1.0, 5e-324, 5e-324], 2, method="enumerate")[2] == pytest.approx(0.5)
+    for tiny in ([0.5, 0.5, 5e-324], [1.0, 5e-324, 5e-324], [1e10, 5e-324, 5e-324], [1.0, 1e-307, 3e-307, 1e-310]):
+        exact = prefix_containment(tiny, 2, method="enumerate")
+        assert np.abs(prefix_containment(tiny, 2) - exact).max() <= 2e-14
+    assert prefix_containment([1e10, 5e-324, 5e-324], 2, method="enumerate")[2] == pytest.approx(0.5)
+    huge = [1e308, 1e308, 5e-324]  # the two huge tokens are drafted first, to within 1e-600
+    assert prefix_containment(huge, 2)[2] == 1.0
+    assert prefix_containment([1e308, 1e308, 1e308], 2, method="enumerate")[2] == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match=r"^q_ordered: the masses span more than float64's range"):
+        prefix_containment(huge, 2, method="enumerate")
+    with pytest.raises(ValueError, match=r"^step: the masses outside the 1 largest"):
+        prefix_containment([1.0, 5e-324, 5e-324], 2, step=1e-3)
+
+
+def test_low_temperature_nodes_reach_the_verifier():
+    """The lab's own low-temperature sampling gives q a tail of 5e-324 masses (300 tokens with
+    q > 0, too many to enumerate in ot_wor): alpha* and ot_wor's plan come out (p uniform, so every
+    pair of drafted tokens is accepted: alpha* = 1)."""
+    from simlab import verifiers
+    from simlab.sampling import sampling_distribution
+
+    logits = np.zeros(300)
+    logits[0] = 7.45
+    q = sampling_distribution(logits, temperature=0.01)
+    assert np.count_nonzero(q) == 300 and q.min() == 5e-324
+    p = np.full(300, 1 / 300)
+    assert optimal_acceptance(p, q, 2, replacement=False) == pytest.approx(1.0, abs=1e-12)
+    plan = verifiers.get("ot_wor").prepare(p, q, 2)
+    assert abs(plan.gap) <= 1e-9 and plan.alpha_star == pytest.approx(1.0, abs=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -124,6 +150,7 @@ def test_scale_and_subnormal_masses():
         (([0.5, 0.5], 1), {"step": 1e-9}, r"^step: "),
         (([0.5, 0.5], 1), {"step": True}, r"^step: "),
         (([object()], 1), {}, r"^q_ordered: "),
+        ((np.array([1.0 + 0j, 2.0 + 0j, 3.0 + 5j]), 2), {}, r"^q_ordered: "),
         ((["a", "b"], 1), {}, r"^q_ordered: "),
         ((np.full(200, 1 / 200), 3), {"method": "enumerate"}, r"^k: exact enumeration would list"),
     ],

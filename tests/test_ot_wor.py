@@ -83,6 +83,8 @@ def test_line_search_is_the_maximum_along_the_segment():
         ({"rounds": 2.5}, r"^rounds: "),
         ({"tol": -1.0}, r"^tol: "),
         ({"tol": float("nan")}, r"^tol: "),
+        ({"tol": True}, r"^tol: "),
+        ({"tol": 2.0}, r"^tol: "),
     ],
 )
 def test_bad_options_name_the_argument(options, match):

@@ -62,7 +62,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from simlab.checks import check_int
+from simlab.checks import check_in_range, check_int
 from simlab.containment import prefix_containment
 from simlab.distributions import inverse_cdf
 from simlab.drafting import Drafting
@@ -226,7 +226,7 @@ class OTWithoutReplacement(NodeVerifier):
 
     Args:
         rounds: at most this many orders (>= 1; default 16).
-        tol: stop adding orders once the gap to alpha* is at most this (>= 0; default 1e-12).
+        tol: stop adding orders once the gap to alpha* is at most this (in [0, 1]; default 1e-12).
     """
 
     name = "ot_wor"
@@ -238,8 +238,7 @@ class OTWithoutReplacement(NodeVerifier):
 
     def __post_init__(self):
         object.__setattr__(self, "rounds", check_int(self.rounds, "rounds", 1, 10_000))
-        if not (isinstance(self.tol, (int, float)) and math.isfinite(self.tol) and self.tol >= 0):
-            raise ValueError(f"tol: need a finite tolerance >= 0, got {self.tol!r}")
+        object.__setattr__(self, "tol", check_in_range(self.tol, "tol", 0.0, 1.0))
 
     def _plan(self, p, q, k):
         if k > int(np.count_nonzero(q)):
