@@ -37,8 +37,8 @@ form; two methods compute it (``prefix_containment(..., method=)``):
   P(N = 0..k-1), each token mixing two of them: no subtraction, every value a probability),
   run in blocks of about sqrt(n) tokens: each block's product, then the blocks' exclusive
   products (truncated polynomial products), then each block again from its start.  O(n k G)
-  arithmetic for G grid points (about 200-300), memory O(sqrt(n) G k); 0.16 s at n = 32,000 and
-  0.75 s at n = 128,000, k = 4, one thread (benchmarks/RESULTS.md).  Agreement with
+  arithmetic for G grid points (about 200-300), memory O(sqrt(n) G k); 0.17 s at n = 32,000 and
+  0.8 s at n = 128,000, k = 4, one thread (benchmarks/RESULTS.md).  Agreement with
   ``"enumerate"``: 2e-14 in the tests.
 
 Sources: Hu et al. 2025 (ICLR, arXiv 2502.18779): the subset form of alpha* and the statement

@@ -48,7 +48,7 @@ vocabularies (UniVer, arXiv 2605.04543, works on such trees; its definition was 
    is t (O(k * orders)); B(x, .) adds the speculative step.  Tokens with q = 0 (children only a
    lossy pairing with another law can hold) rank below every other in every order.
 
-Cost: each order is one sort and one ``prefix_containment`` (exponential clocks: about 0.15 s at
+Cost: each order is one sort and one ``prefix_containment`` (exponential clocks: about 0.17 s at
 V = 32,000, k = 4; tuple enumeration at small supports) plus, on small supports, one small LP:
 2-4 s a node at V = 49,152 (k = 2 and 4), for analysis rather than serving (benchmarks/RESULTS.md).
 """
