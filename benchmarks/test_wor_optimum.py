@@ -28,18 +28,18 @@ def test_optimal_acceptance(benchmark, pair, k, replacement):
     assert optimal_acceptance(p, q, 1) - 1e-12 <= alpha <= 1.0
 
 
-@pytest.fixture(scope="module")
-def close_pair():
-    """V = 32,000: target logits N(0, 2^2), the draft's perturbed by N(0, 0.7^2) (README's tour):
+@pytest.fixture(scope="module", params=[32_000, VOCAB], ids=lambda v: f"V={v}")
+def close_pair(request):
+    """Target logits N(0, 2^2), the draft's perturbed by N(0, 0.7^2) (README's tour at V = 32,000):
     a node where ``ot_wor`` climbs through all its orders (independent p, q stop after two)."""
     rng = np.random.default_rng(0)
-    z = 2.0 * rng.standard_normal(32_000)
+    z = 2.0 * rng.standard_normal(request.param)
     return _softmax(z), _softmax(z + 0.7 * rng.standard_normal(z.size))
 
 
 @pytest.mark.parametrize("k", [2, 4])
 def test_ot_wor_prepare(benchmark, close_pair, k):
-    """``ot_wor``'s plan (16 orders at most; Frank-Wolfe at this support)."""
+    """``ot_wor``'s plan (16 orders at most; Frank-Wolfe at these supports)."""
     p, q = close_pair
     plan = benchmark.pedantic(verifiers.get("ot_wor").prepare, args=(p, q, k), rounds=2, iterations=1)
     assert 0.0 <= plan.gap <= 0.01
