@@ -36,7 +36,10 @@ vocabularies (UniVer, arXiv 2605.04543, works on such trees; its definition was 
    climb can stall at a kink (largest gap seen 0.12) and its acceptance averages 0.004-0.008
    below alpha* and 0.06-0.08 above RRS (docs/results.md 7a).  The column generation on all
    tokens was tried at V = 32,000: nearly every token is contested between the orders, each
-   restricted LP took 3-7 s in HiGHS (70 s a node) for gaps 2-4x smaller.
+   restricted LP took 3-7 s in HiGHS (70 s a node) for gaps 2-4x smaller.  The column generation
+   itself tails off: at V = 1,500 (same recipe, N(0, 0.7) perturbation) ``rounds`` = 16 / 64 / 256
+   leave 5e-5 / 7e-6 / 0 (41 orders, 8 s) at k = 2 and 1.2e-3 / 4.4e-4 / 7.8e-5 (171 orders,
+   148 s) at k = 4: the optimal mixture needs many orders, so raise ``rounds`` only for analysis.
    Where the gap lies: with H* the minimising p/q prefix, alpha* = p(H*) + 1 - F(H*) forces every
    optimal rule to select a child outside H* whenever there is one, with mu <= p outside, and to
    have mu >= p on H* (the face of the core where H* is tight: the mixtures of orders that rank
