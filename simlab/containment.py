@@ -67,7 +67,8 @@ TAIL = 1e-18
 STEP_RANGE = (1e-3, 0.5)
 """Accepted trapezoid steps (0.5 is already off by 5e-7; 1e-3 costs 125x the default)."""
 MAX_GRID = 200_000
-"""Most grid points the clocks will use (the default step needs 200-600, at most about 12,000 at float64's extremes)."""
+"""Most grid points the clocks will use (the default step needs 200-600; at most about 12,000 at
+float64's extremes)."""
 
 
 def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float = STEP) -> np.ndarray:

@@ -79,8 +79,8 @@ def solve_ot_lp(p, q, k: int, replacement: bool = True) -> OTSolution:
         verifier built on it lossless to rounding.
 
     Raises:
-        ValueError: invalid p, q or k; ``replacement`` not a bool; the coupling would exceed ``MAX_LP_VARIABLES``; the
-            solver fails.
+        ValueError: invalid p, q or k; ``replacement`` not a bool; the coupling would exceed
+            ``MAX_LP_VARIABLES``; the solver fails.
     """
     import cvxpy as cp  # imported on first use: it is slow to import
 
@@ -155,8 +155,9 @@ def optimal_acceptance(p, q, k: int, replacement: bool = True, method: str | Non
         alpha* in [0, 1] (float).
 
     Raises:
-        ValueError: invalid input (``replacement`` not a bool included); ``method`` given with i.i.d. children or unknown; without
-            replacement, k above the support of q, or (``"enumerate"``) too many tuples.
+        ValueError: invalid input (``replacement`` not a bool included); ``method`` given with
+            i.i.d. children or unknown; without replacement, k above the support of q, or
+            (``"enumerate"``) too many tuples.
     """
     p, q = check_pair(p, q)
     k = check_k(k)
