@@ -18,28 +18,36 @@ form; two methods compute it (``prefix_containment(..., method=)``):
   k clocks of H ring before the first clock of the complement, which rings at T ~ Exp(lam),
   lam = q(V minus H), independent of H's clocks.  So
 
-      1 - F(H) = int_0^inf lam e^(-lam t) P(N_H(t) < k) dt,
+      F(H) = int_0^inf lam e^(-lam t) P(N_H(t) >= k) dt,
 
   N_H(t) the number of H's clocks rung by t: a Poisson-binomial count with success
-  probabilities 1 - e^(-q_i t).  The integral is a trapezoid rule in s = log t on a grid shared
-  by all prefixes (the integrand is analytic in a strip around the real s axis and decays fast
-  at both ends, so the rule converges geometrically in 1 / step: halving ``STEP`` moves the
-  values by under 2e-15 in the tests), from ``LEFT_T`` (below it P(N_H(t) < k) = 1 to within
-  (q t)^k, so that part is 1 - e^(-lam LEFT_T) in closed form) to t_hi: the part beyond t_hi
-  needs fewer than k rings overall by t_hi (no ring of the complement, fewer than k of H), and
-  the k-th ring, stochastically below a Gamma(k, r) time with r the mass outside the k - 1
-  largest q, has passed by t_hi with probability 1 - ``TAIL``.  q is normalised first (drafting
-  renormalises; the time scale assumes a total of 1), in logs: every rate x time product is
-  formed from log q and log t, so a tail of 5e-324 masses (low-temperature sampling) keeps its
-  relative weights and a k-th ring beyond float64 times (t_hi up to e^1460) is still integrated
-  (the grid then spans up to about 12,000 points instead of 200-600).  P(N_H(t) < k) for every prefix and
-  grid point comes from the Poisson-binomial recursion over the ordered tokens (states
-  P(N = 0..k-1), each token mixing two of them: no subtraction, every value a probability),
-  run in blocks of about sqrt(n) tokens: each block's product, then the blocks' exclusive
-  products (truncated polynomial products), then each block again from its start.  O(n k G)
-  arithmetic for G grid points (about 200-300), memory O(sqrt(n) G k); 0.17 s at n = 32,000 and
-  0.8 s at n = 128,000, k = 4, one thread (benchmarks/RESULTS.md).  Agreement with
-  ``"enumerate"``: 2e-14 in the tests.
+  probabilities 1 - e^(-q_i t).  F is summed directly, never as 1 - (1 - F): a prefix of many
+  tiny masses keeps its tiny F to 1e-15 relative (1 - (1 - F) drifted by 1.6e-12 at n = 128,000,
+  F below 0).  The integral is a trapezoid rule in s = log t on a grid shared by all prefixes,
+  from ``LEFT_T`` (below it P(N_H(t) >= k) <= (q t)^k: nothing to add) to t_hi: past t_hi the
+  rule adds the lattice sum of the density alone (P(N_H >= k) taken as 1; the error needs
+  fewer than k rings overall by t_hi: no ring of the complement, fewer than k of H, and the
+  k-th ring, stochastically below a Gamma(k, r) time with r the mass outside the k - 1 largest
+  q, has passed by t_hi with probability 1 - ``TAIL``).  That lattice sum is summed point by point
+  where the density is small, else as 1 minus the rest (the density u e^(-u), u = lam t, sums to
+  1 over any lattice in s to within about e^(-pi^2 / step), Poisson summation).  The integrand is
+  analytic in a strip around the real s axis and decays at both ends, so the rule converges
+  geometrically in 1 / step; the strip narrows like 1 / sqrt(k) (N_H's k-th ring is sharp in
+  log t), so the default step is ``STEP`` up to k = 32 and ``STEP`` sqrt(32 / k) above
+  (``default_step``: the error stays below 1e-15 in the tests; ``STEP`` itself errs 2e-13 at
+  k = 48, 4e-9 at k = 100).  q is normalised first (drafting renormalises; the time scale
+  assumes a total of 1), in logs: every rate x time product is formed from log q and log t, so a
+  tail of 5e-324 masses (low-temperature sampling) keeps its relative weights and a k-th ring
+  beyond float64 times (t_hi up to e^1460) is still integrated: the grid then spans up to
+  about 12,000 points instead of 200-600, and a call costs 6-14 s at n = 32,000 and 25-64 s at
+  n = 128,000 (k = 4) instead of 0.2 s and 0.8 s.  P(N_H(t) >= k) for every prefix and grid
+  point comes from a recursion over the ordered tokens on the tails D_m = P(N > m), m < k (each
+  token moves D_m toward D_(m-1) by its ring probability: tails only grow, small ones from small
+  terms), run in blocks of about sqrt(n) tokens: each block's own tails, then the tails before
+  each block (truncated convolutions), then each block again from its start.  O(n k G)
+  arithmetic for G grid points (about 200-300 at k = 4), memory O(sqrt(n) G k); 0.17 s at
+  n = 32,000 and 0.8 s at n = 128,000, k = 4, one thread (benchmarks/RESULTS.md).  Agreement
+  with ``"enumerate"``: 2e-14 in the tests.
 
 Sources: Hu et al. 2025 (ICLR, arXiv 2502.18779): the subset form of alpha* and the statement
 that it is computed efficiently for both drafting laws (no official code; the clock integral
@@ -53,15 +61,15 @@ import math
 import numbers
 
 import numpy as np
+from scipy.special import gammainccinv, logsumexp
 
 from simlab.drafting import Drafting, check_k, child_tuples
 
 METHODS = ("clocks", "enumerate")
 STEP = 0.125
-"""Trapezoid step in log t of the ``"clocks"`` method (its error at this step: tests, below 1e-13)."""
+"""Trapezoid step in log t of the ``"clocks"`` method up to k = 32 (``default_step`` above)."""
 LEFT_T = 1e-12
-"""Left end of the t grid: below it P(N_H(t) < k) = 1 up to (q t)^k / k!, so that part of the
-integral is 1 - e^(-lam LEFT_T) in closed form (error below LEFT_T^2)."""
+"""Left end of the t grid: below it P(N_H(t) >= k) <= (q t)^k / k!, taken as 0."""
 TAIL = 1e-18
 """Mass allowed beyond the right end of the t grid."""
 STEP_RANGE = (1e-3, 0.5)
@@ -71,7 +79,13 @@ MAX_GRID = 200_000
 float64's extremes)."""
 
 
-def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float = STEP) -> np.ndarray:
+def default_step(k: int) -> float:
+    """The ``"clocks"`` trapezoid step for k children: ``STEP`` up to k = 32, ``STEP`` sqrt(32 / k)
+    above (the integrand's strip narrows like 1 / sqrt(k); module docstring)."""
+    return STEP * min(1.0, math.sqrt(32.0 / k))
+
+
+def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float | None = None) -> np.ndarray:
     """F(H_j) = P(all k children, drafted from q without replacement, lie in the first j tokens).
 
     Args:
@@ -81,7 +95,8 @@ def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float = 
         k: number of children, 1 <= k <= n.
         method: ``"clocks"`` (default; any n) or ``"enumerate"`` (n! / (n - k)! tuples, at most
             ``simlab.drafting.MAX_ENUMERATED_TUPLES``).  See the module docstring.
-        step: the ``"clocks"`` trapezoid step in log t (in ``STEP_RANGE``; default ``STEP``).
+        step: the ``"clocks"`` trapezoid step in log t (in ``STEP_RANGE``); None (default) for
+            ``default_step(k)``.
 
     Returns:
         float64 (n + 1,): F(H_0), ..., F(H_n); exactly 0 for j < k and exactly 1 at j = n.
@@ -105,8 +120,10 @@ def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float = 
         raise ValueError(f"k: drafting {k} children without replacement needs at least {k} tokens with q > 0, got {n}")
     if method not in METHODS:
         raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
-    if isinstance(step, bool) or not isinstance(step, numbers.Real) or not STEP_RANGE[0] <= step <= STEP_RANGE[1]:
-        raise ValueError(f"step: need a step in [{STEP_RANGE[0]}, {STEP_RANGE[1]}], got {step!r}")
+    if step is None:
+        step = default_step(k)
+    elif isinstance(step, bool) or not isinstance(step, numbers.Real) or not STEP_RANGE[0] <= step <= STEP_RANGE[1]:
+        raise ValueError(f"step: need a step in [{STEP_RANGE[0]}, {STEP_RANGE[1]}] or None, got {step!r}")
     out = np.zeros(n + 1)
     out[n] = 1.0
     if k == n:
@@ -125,13 +142,12 @@ def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float = 
         out[:k] = 0.0
         return out
     log_q = np.log(q)  # drafting renormalises: log masses, so no mass underflows whatever its scale
-    log_q -= log_q.max()
-    log_q -= math.log(np.exp(log_q).sum())
+    log_q -= logsumexp(log_q)
     if k == 1:  # one child: F(H) = q(H) / q(V), no integral needed
-        out[1:n] = np.cumsum(np.exp(log_q))[:-1]
+        mass = np.cumsum(np.exp(log_q))
+        out[1:n] = mass[:-1] / mass[-1]  # each a ratio of sums to the whole: never above 1
         return out
-    below = _missing_below(log_q, k, step)
-    out[k:n] = 1.0 - below[k:n]
+    out[k:n] = _contained(log_q, k, step)[k:n]
     out[:k] = 0.0
     return out
 
@@ -145,10 +161,8 @@ def _grid(log_q: np.ndarray, k: int, step: float) -> np.ndarray:
             small step with masses outside the k - 1 largest far below the rest).
     """
     smallest = np.sort(log_q)[: log_q.size - k + 1]  # outside the k - 1 largest: every ring up to the k-th runs at rate >= rest
-    log_rest = float(smallest.max() + np.log(np.exp(smallest - smallest.max()).sum()))
-    x = 10.0
-    while math.exp(-x) * sum(x**j / math.factorial(j) for j in range(k)) > TAIL:
-        x *= 1.25
+    log_rest = float(logsumexp(smallest))
+    x = 1.01 * float(gammainccinv(k, TAIL))  # P(Gamma(k, 1) > x) = TAIL, with 1% to spare
     count = (math.log(x) - log_rest - math.log(LEFT_T)) / step
     if count > MAX_GRID:
         raise ValueError(
@@ -167,57 +181,77 @@ def _times_rates(log_rates: np.ndarray, s: np.ndarray) -> np.ndarray:
     return np.exp(u, out=u)
 
 
-def _missing_below(log_q: np.ndarray, k: int, step: float) -> np.ndarray:
-    """1 - F(H_j) for j = 0..n by the clock integral (module docstring), from the normalised log
-    masses; float64 (n + 1,)."""
+def _contained(log_q: np.ndarray, k: int, step: float) -> np.ndarray:
+    """F(H_j) for j = 0..n by the clock integral (module docstring), from the normalised log
+    masses; float64 (n + 1,) (entries j < k are not meaningful: the caller sets them to 0).
+
+    The states are the tails D_m(t) = P(N_H(t) > m), m = 0..k-1, which only grow as tokens join
+    H: a token ringing by t with probability r moves D_m by r (D_(m-1) - D_m) (D_(-1) = 1), so a
+    small tail accumulates small terms (no 1 - tiny rounding), and F is summed directly,
+    F(H) = int lam e^(-lam t) D_(k-1)(t) dt, never as 1 - (1 - F)."""
     n = log_q.size
     s = _grid(log_q, k, step)
     # log of the mass outside H_j, summed over it from the end: log-sum-exp kept exact at any scale
     log_lam = np.concatenate((np.logaddexp.accumulate(log_q[::-1])[::-1], [-np.inf]))
     block = max(1, int(math.isqrt(n)))
     blocks = -(-n // block)
-    padded = np.full(blocks * block, -np.inf)  # a zero mass never rings: the padding leaves states unchanged
+    padded = np.full(blocks * block, -np.inf)  # a zero mass never rings: the padding leaves the tails unchanged
     padded[:n] = log_q
     padded = padded.reshape(blocks, block)
+    work = np.empty((blocks, s.size))
 
-    def ring(states: np.ndarray, log_masses: np.ndarray) -> None:
-        # states (k, blocks, G): P(N = m); one more token rings by t with probability 1 - e^(-q t)
+    def ring(tails: np.ndarray, log_masses: np.ndarray) -> None:
+        # tails (k, blocks, G): P(N > m); one more token rings by t with probability 1 - e^(-q t)
         rung = _times_rates(log_masses, s)
         np.negative(rung, out=rung)
         np.expm1(rung, out=rung)
         np.negative(rung, out=rung)
-        silent = 1.0 - rung
         for m in range(k - 1, 0, -1):
-            states[m] *= silent
-            states[m] += states[m - 1] * rung
-        states[0] *= silent
+            np.subtract(tails[m - 1], tails[m], out=work)
+            np.multiply(work, rung, out=work)
+            tails[m] += work
+        np.subtract(1.0, tails[0], out=work)
+        np.multiply(work, rung, out=work)
+        tails[0] += work
 
-    products = np.zeros((k, blocks, s.size))
-    products[0] = 1.0
+    products = np.zeros((k, blocks, s.size))  # each block's own tails
     for b in range(block):
         ring(products, padded[:, b])
-    starts = np.zeros((k, blocks, s.size))
-    starts[0, 0] = 1.0
-    for j in range(1, blocks):  # truncated polynomial product: the state before block j
+    starts = np.zeros((k, blocks, s.size))  # the tails of the tokens before each block
+    for j in range(1, blocks):  # P(N + N_b > m) = P(N_b > m) + sum_a P(N_b = a) P(N > m - a)
         prev, prod = starts[:, j - 1], products[:, j - 1]
+        mass = np.empty((k, s.size))  # P(N_b = a), a = 0..k-1: differences of the block's tails
+        np.subtract(1.0, prod[0], out=mass[0])
+        np.subtract(prod[:-1], prod[1:], out=mass[1:])
         for m in range(k):
-            starts[m, j] = np.einsum("ig,ig->g", prev[: m + 1], prod[m::-1])
-    below = np.empty(n + 1)
-    below[0] = 1.0
-    half = np.ones(s.size)  # ds = dt / t; half weight at the left end (the trapezoid's end point)
-    half[0] = 0.5
-    states = starts
+            starts[m, j] = prod[m] + np.einsum("ig,ig->g", mass[: m + 1], prev[m::-1])
+    contained = np.empty(n + 1)
+    contained[0] = 0.0
+    # the grid's trapezoid sum of the density over the lattice left of LEFT_T (u < 1e-12 there:
+    # u e^(-u) = u to 1e-12 relative, a geometric series) and the lattice points past the grid's
+    # end, summed directly where the density there is not ~1 (u >= 1 at the end: at most
+    # log(745) / step more points, u e^(-u) is 0 beyond u = 745)
+    extra = s[-1] + step * np.arange(1, int(math.ceil(math.log(745.0) / step)) + 1)
+    tails = starts
     for b in range(block):
-        ring(states, padded[:, b])
+        ring(tails, padded[:, b])
         index = np.arange(blocks) * block + b + 1  # prefix H_index ends with this token
         valid = index <= n
         log_rate = log_lam[np.minimum(index, n)]
         # lam e^(-lam t) dt = u e^(-u) ds with u = lam t: the density in s, times the step
         u = _times_rates(log_rate, s)
         density = np.exp(-u) * u
-        density *= step * half
-        with np.errstate(divide="ignore"):
-            left = -np.expm1(-np.exp(log_rate + math.log(LEFT_T)))
-        value = np.einsum("bg,bg->b", density, states.sum(axis=0)) + left
-        below[index[valid]] = value[valid]
-    return below
+        density *= step
+        # past the grid's end D_(k-1) = 1 to within TAIL: that part is the lattice sum of the density
+        past = np.empty(blocks)
+        far = log_rate + s[-1] > 0.0
+        if far.any():
+            v = _times_rates(log_rate[far], extra)
+            past[far] = step * (np.exp(-v) * v).sum(axis=1)
+        near = ~far  # the lattice sum of u e^(-u) over all s is 1 (Poisson summation: error ~e^(-pi^2 / step))
+        with np.errstate(under="ignore"):
+            before = step * np.exp(log_rate[near] + s[0]) / math.expm1(step)
+        past[near] = (1.0 - before) - density[near].sum(axis=1)
+        value = np.einsum("bg,bg->b", density, tails[k - 1]) + past
+        contained[index[valid]] = value[valid]
+    return contained

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simlab.containment import STEP, prefix_containment
+from simlab.containment import STEP, default_step, prefix_containment
 from simlab.otlp import optimal_acceptance, solve_ot_lp
 
 
@@ -47,7 +47,9 @@ def test_clocks_equal_enumeration(q, k):
 def test_one_child_is_the_prefix_mass(q):
     expected = np.concatenate(([0.0], np.cumsum(q) / q.sum()))
     for method in ("clocks", "enumerate"):
-        assert np.abs(prefix_containment(q, 1, method=method) - expected).max() <= 1e-12
+        got = prefix_containment(q, 1, method=method)
+        assert np.abs(got - expected).max() <= 1e-12
+        assert got.max() == 1.0 and np.all(np.diff(got) >= 0.0)
 
 
 @pytest.mark.parametrize("scale", [1.0, 4.0])
@@ -60,11 +62,40 @@ def test_step_halving_and_bounds_at_a_large_vocabulary(scale):
     q /= q.sum()
     for k in (2, 4):
         coarse = prefix_containment(q, k)
-        fine = prefix_containment(q, k, step=STEP / 2)
+        fine = prefix_containment(q, k, step=default_step(k) / 2)
         assert np.abs(coarse - fine).max() <= 2e-15
         assert np.all(np.diff(coarse) >= -1e-15)
         iid = np.concatenate(([0.0], np.cumsum(q))) ** k
         assert np.all(coarse <= iid + 1e-14)
+
+
+def test_a_prefix_of_tiny_masses_keeps_its_tiny_containment():
+    """20,000 masses of 1e-16 before one token of mass 1: F of the tiny prefix is the product of
+    the draws' chances (about 4e-24 at k = 2), to 1e-12 relative.  Summing F as 1 - (1 - F)
+    gave -1.4e-13 here (each tiny ring probability lost in 1 - r rounding to 1)."""
+    m, eps = 20_000, 1e-16
+    q = np.full(m + 1, eps)
+    q[-1] = 1.0
+    for k in (2, 3):
+        got = prefix_containment(q, k)
+        exact = np.prod([(m - i) * eps / (1.0 + (m - i) * eps) for i in range(k)])
+        assert got[m] == pytest.approx(exact, rel=1e-12)
+        assert np.all(np.diff(got) >= 0.0)
+
+
+@pytest.mark.parametrize("k", [48, 100, 190])
+def test_many_children_take_a_finer_default_step(k):
+    """The integrand's strip narrows like 1 / sqrt(k): the default step (STEP sqrt(32 / k) above
+    k = 32) moves nothing by 2e-15 when halved, where STEP itself errs (4e-9 at k = 100 on
+    V = 3,000; here V = 200, logits N(0, 2^2)).  k near n once overflowed the grid's tail bound."""
+    rng = np.random.default_rng(3)
+    q = np.exp(rng.normal(0.0, 2.0, 200))
+    q /= q.sum()
+    default = prefix_containment(q, k)
+    assert np.abs(default - prefix_containment(q, k, step=default_step(k) / 2)).max() <= 2e-15
+    assert np.all(np.diff(default) >= 0.0) and default[k - 1] == 0.0 and default[k] > 0.0
+    if k == 100:
+        assert np.abs(prefix_containment(q, k, step=STEP) - default).max() > 1e-14
 
 
 def test_tiny_masses_beside_a_dominant_token():
@@ -168,11 +199,11 @@ def test_optimal_acceptance_method_is_for_drafting_without_replacement():
         optimal_acceptance(u, u, 2, replacement=False, method="lp")
 
 
-@pytest.mark.parametrize("fault", ["coarse step", "late left end"])
+@pytest.mark.parametrize("fault", ["coarse step", "late left end", "early right end"])
 def test_planted_faults_are_caught(fault, monkeypatch):
-    """The enumeration comparison can fail: a coarse trapezoid step (0.5) or a grid started late
-    (at t = 1e-3 instead of 1e-12, the part below taken as if no clock rang) moves F by more
-    than 1e-9 on a fixed instance."""
+    """The enumeration comparison can fail: a coarse trapezoid step (0.5), a grid started late
+    (at t = 0.1 instead of 1e-12, the part below taken as if no k clocks rang) or ended early
+    (the tail bound at 1e-3 instead of 1e-18) moves F by more than 1e-9 on a fixed instance."""
     from simlab import containment
 
     rng = np.random.default_rng(2)
@@ -180,8 +211,10 @@ def test_planted_faults_are_caught(fault, monkeypatch):
     kwargs = {}
     if fault == "coarse step":
         kwargs["step"] = 0.5
+    elif fault == "late left end":
+        monkeypatch.setattr(containment, "LEFT_T", 0.1)
     else:
-        monkeypatch.setattr(containment, "LEFT_T", 1e-3)
+        monkeypatch.setattr(containment, "TAIL", 1e-3)
     exact = prefix_containment(q, 3, method="enumerate")
     assert np.abs(prefix_containment(q, 3, **kwargs) - exact).max() > 1e-9
 
