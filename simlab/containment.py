@@ -227,10 +227,10 @@ def _contained(log_q: np.ndarray, k: int, step: float) -> np.ndarray:
             starts[m, j] = prod[m] + np.einsum("ig,ig->g", mass[: m + 1], prev[m::-1])
     contained = np.empty(n + 1)
     contained[0] = 0.0
-    # the grid's trapezoid sum of the density over the lattice left of LEFT_T (u < 1e-12 there:
-    # u e^(-u) = u to 1e-12 relative, a geometric series) and the lattice points past the grid's
-    # end, summed directly where the density there is not ~1 (u >= 1 at the end: at most
-    # log(745) / step more points, u e^(-u) is 0 beyond u = 745)
+    # The lattice sum of the density past the grid's end: point by point where u >= 1 at the end
+    # (the sum is then small; at most log(745) / step more points, u e^(-u) is 0 beyond u = 745),
+    # else as 1 minus the lattice sum left of LEFT_T (u < 1e-12 there: u e^(-u) = u to 1e-12
+    # relative, a geometric series) minus the grid's own sum.
     extra = s[-1] + step * np.arange(1, int(math.ceil(math.log(745.0) / step)) + 1)
     tails = starts
     for b in range(block):
