@@ -12,6 +12,8 @@ starts with the argument's name (``"k: ..."``), so tools can map it onto their f
 * ``check_token_ids``: a sequence of integer token ids in [0, V);
 * ``check_in_range``: a real number in an interval such as (0, 1] or [0, 1) (probabilities,
   learning rates, weights);
+* ``check_real_array``: an array-like of real numbers as float64 (complex, strings and
+  non-numbers refused, never cast);
 * ``check_device``: a torch device name (``auto``, ``cpu``, ``cuda``, ``cuda:N``), one rule
   wherever the lab takes one (torch is imported only when a name is checked).
 """
@@ -78,6 +80,27 @@ def check_in_range(
     if not (above and below):  # NaN fails both
         raise ValueError(f"{name}: must lie in {interval}, got {value!r}")
     return float(value)
+
+
+def check_real_array(x, name: str) -> np.ndarray:
+    """``x`` as a float64 ndarray (any shape), refusing what a cast would silently change.
+
+    Raises:
+        ValueError: ``"<name>: ..."`` for complex input (a cast drops the imaginary part),
+            strings or bytes (a cast parses them), and anything NumPy cannot turn into float64
+            (objects, ragged lists, integers beyond float64's range).
+    """
+    try:
+        raw = np.asarray(x)
+        if raw.dtype.kind == "c":
+            raise ValueError(f"{name}: must be real, got a complex array")
+        if raw.dtype.kind in "USV":
+            raise ValueError(f"{name}: not a numeric array (got {raw.dtype} values)")
+        return np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError) as exc:
+        if str(exc).startswith(f"{name}: "):
+            raise
+        raise ValueError(f"{name}: not a numeric array ({exc})") from None
 
 
 def check_device(device, name: str = "device") -> str:

@@ -21,33 +21,41 @@ form; two methods compute it (``prefix_containment(..., method=)``):
       F(H) = int_0^inf lam e^(-lam t) P(N_H(t) >= k) dt,
 
   N_H(t) the number of H's clocks rung by t: a Poisson-binomial count with success
-  probabilities 1 - e^(-q_i t).  F is summed directly, never as 1 - (1 - F): a prefix of many
-  tiny masses keeps its tiny F to 1e-15 relative (1 - (1 - F) drifted by 1.6e-12 at n = 128,000,
-  F below 0).  The integral is a trapezoid rule in s = log t on a grid shared by all prefixes,
-  from ``LEFT_T`` (below it P(N_H(t) >= k) <= (q t)^k: nothing to add) to t_hi: past t_hi the
-  rule adds the lattice sum of the density alone (P(N_H >= k) taken as 1; the error needs
-  fewer than k rings overall by t_hi: no ring of the complement, fewer than k of H, and the
-  k-th ring, stochastically below a Gamma(k, r) time with r the mass outside the k - 1 largest
-  q, has passed by t_hi with probability 1 - ``TAIL``).  That lattice sum is summed point by point
-  where the density is small, else as 1 minus the rest (the density u e^(-u), u = lam t, sums to
-  1 over any lattice in s to within about e^(-pi^2 / step), Poisson summation).  The integrand is
-  analytic in a strip around the real s axis and decays at both ends, so the rule converges
-  geometrically in 1 / step; the strip narrows like 1 / sqrt(k) (N_H's k-th ring is sharp in
-  log t), so the default step is ``STEP`` up to k = 32 and ``STEP`` sqrt(32 / k) above
+  probabilities 1 - e^(-q_i t).  F is summed directly, never as 1 - (1 - F) (that form
+  drifted by 1.6e-12 at n = 128,000 with many tiny masses, F below 0).  The integral is a
+  trapezoid rule in s = log t on a grid shared by all prefixes, from ``LEFT_T`` (below it
+  P(N_H(t) >= k) <= (q t)^k: nothing to add) to t_hi, the time by which the k-th ring overall
+  has passed with probability 1 - ``TAIL`` (it is stochastically below a Gamma(k, r) time, r the
+  mass outside the k - 1 largest q).  Past t_hi the rule adds the lattice sum of the density times
+  P(N_H(t_hi) >= k) (it only grows past t_hi, to at most 1: a lower bound, off by at most
+  P(T > t_hi, N_H(t_hi) < k) <= P(fewer than k rings by t_hi) <= ``TAIL``), summed point by point
+  where the density is small there, else as 1 minus the rest (the density u e^(-u), u = lam t,
+  sums to 1 over any lattice in s to within about e^(-pi^2 / step), Poisson summation).  The
+  integrand is analytic in a strip around the real s axis and decays at both ends, so the rule
+  converges geometrically in 1 / step; the strip narrows like 1 / sqrt(k) (N_H's k-th ring is
+  sharp in log t), so the default step is ``STEP`` up to k = 32 and ``STEP`` sqrt(32 / k) above
   (``default_step``: the error stays below 1e-15 in the tests; ``STEP`` itself errs 2e-13 at
   k = 48, 4e-9 at k = 100).  q is normalised first (drafting renormalises; the time scale
   assumes a total of 1), in logs: every rate x time product is formed from log q and log t, so a
   tail of 5e-324 masses (low-temperature sampling) keeps its relative weights and a k-th ring
-  beyond float64 times (t_hi up to e^1460) is still integrated: the grid then spans up to
-  about 12,000 points instead of 200-600, and a call costs 6-14 s at n = 32,000 and 25-64 s at
-  n = 128,000 (k = 4) instead of 0.2 s and 0.8 s.  P(N_H(t) >= k) for every prefix and grid
-  point comes from a recursion over the ordered tokens on the tails D_m = P(N > m), m < k (each
-  token moves D_m toward D_(m-1) by its ring probability: tails only grow, small ones from small
-  terms), run in blocks of about sqrt(n) tokens: each block's own tails, then the tails before
-  each block (truncated convolutions), then each block again from its start.  O(n k G)
-  arithmetic for G grid points (about 200-300 at k = 4), memory O(sqrt(n) G k); 0.17 s at
-  n = 32,000 and 0.8 s at n = 128,000, k = 4, one thread (benchmarks/RESULTS.md).  Agreement
-  with ``"enumerate"``: 2e-14 in the tests.
+  beyond float64 times (t_hi up to e^1460) is still integrated: the grid then spans up to about
+  12,000 points instead of 200-600, and a call costs 11-24 s at n = 32,000 and 45-112 s at
+  n = 128,000 (k = 4) instead of 0.2 s and 0.8 s; the tails' memory (2 k sqrt(n) G values) is
+  capped at ``MAX_STATE_VALUES``.  P(N_H(t) >= k) for every prefix and grid point comes from a
+  recursion over the ordered tokens on the tails D_m = P(N > m), m < k (each token moves D_m
+  toward D_(m-1) by its ring probability: tails only grow, small ones from small terms), run in
+  blocks of about sqrt(n) tokens: each block's own tails, then the tails before each block
+  (truncated convolutions), then each block again from its start.  O(n k G) arithmetic for G grid
+  points (about 200-300 at k = 4); 0.17 s at n = 32,000 and 0.8 s at n = 128,000, k = 4, one
+  thread (benchmarks/RESULTS.md).
+
+  Accuracy: within 2e-14 of ``"enumerate"`` in the tests; every prefix is computed on its own, so
+  F rises along the prefixes only to within an ulp or two.  A tiny F keeps its relative accuracy
+  (a prefix of 20,000 masses of 1e-16: 4e-24 to 1e-15; two masses of 1e-20 before 100 of 0.01:
+  2e-40 to 1e-13) except where H's own k-th ring lies far past t_hi, where it is a lower bound
+  within ``TAIL``.  Masses below about 1e-300 of the largest enter through their logarithms'
+  rounding (1e-13 relative), which moves F by up to about 3e-14 where the choice among such
+  masses decides it (``k = 1`` is summed without logs).
 
 Sources: Hu et al. 2025 (ICLR, arXiv 2502.18779): the subset form of alpha* and the statement
 that it is computed efficiently for both drafting laws (no official code; the clock integral
@@ -58,11 +66,11 @@ against all 2^V subsets in the tests.
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 from scipy.special import gammainccinv, logsumexp
 
+from simlab.checks import check_in_range, check_real_array
 from simlab.drafting import Drafting, check_k, child_tuples
 
 METHODS = ("clocks", "enumerate")
@@ -74,6 +82,9 @@ TAIL = 1e-18
 """Mass allowed beyond the right end of the t grid."""
 STEP_RANGE = (1e-3, 0.5)
 """Accepted trapezoid steps (0.5 is already off by 5e-7; 1e-3 costs 125x the default)."""
+MAX_STATE_VALUES = 200_000_000
+"""Most float64 tails the clocks will hold (1.6 GB): 2 k sqrt(n) G values for G grid points (k = 4,
+n = 128,000: 0.3 M at the default grid, 34 M at float64's extremes)."""
 MAX_GRID = 200_000
 """Most grid points the clocks will use (the default step needs 200-600; at most about 12,000 at
 float64's extremes)."""
@@ -105,25 +116,19 @@ def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float | 
         ValueError: ``q_ordered`` not a 1-D real array of finite positive values (or, for the
             enumeration, masses no float64 scale holds together), ``k`` outside 1..n, an
             unknown ``method``, a ``step`` outside ``STEP_RANGE`` (or one so small that the grid
-            would exceed ``MAX_GRID`` points), or too many tuples to enumerate.
+            would exceed ``MAX_GRID`` points), a clock grid whose tails would exceed
+            ``MAX_STATE_VALUES`` (named ``k``), or too many tuples to enumerate.
     """
-    q = None if np.iscomplexobj(q_ordered) else q_ordered  # a cast would drop the imaginary part
-    try:
-        q = np.asarray(q, dtype=np.float64)
-    except (TypeError, ValueError):
-        q = None
-    if q is None or q.ndim != 1 or q.size == 0 or not np.all(np.isfinite(q)) or np.any(q <= 0):
+    q = check_real_array(q_ordered, "q_ordered")
+    if q.ndim != 1 or q.size == 0 or not np.all(np.isfinite(q)) or np.any(q <= 0):
         raise ValueError("q_ordered: need a non-empty 1-D real array of finite masses > 0 (the tokens with q > 0)")
     k = check_k(k)
     n = q.size
     if k > n:
         raise ValueError(f"k: drafting {k} children without replacement needs at least {k} tokens with q > 0, got {n}")
-    if method not in METHODS:
+    if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
-    if step is None:
-        step = default_step(k)
-    elif isinstance(step, bool) or not isinstance(step, numbers.Real) or not STEP_RANGE[0] <= step <= STEP_RANGE[1]:
-        raise ValueError(f"step: need a step in [{STEP_RANGE[0]}, {STEP_RANGE[1]}] or None, got {step!r}")
+    step = default_step(k) if step is None else check_in_range(step, "step", *STEP_RANGE)
     out = np.zeros(n + 1)
     out[n] = 1.0
     if k == n:
@@ -141,12 +146,16 @@ def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float | 
         out[n] = 1.0
         out[:k] = 0.0
         return out
-    log_q = np.log(q)  # drafting renormalises: log masses, so no mass underflows whatever its scale
-    log_q -= logsumexp(log_q)
+    exponent = int(np.frexp(q.max())[1])  # drafting renormalises: a power of two rescales exactly
     if k == 1:  # one child: F(H) = q(H) / q(V), no integral needed
-        mass = np.cumsum(np.exp(log_q))
+        mass = np.cumsum(np.ldexp(q, -exponent))
         out[1:n] = mass[:-1] / mass[-1]  # each a ratio of sums to the whole: never above 1
         return out
+    # log masses, so no mass underflows whatever its scale (rescaled first where that is exact:
+    # the logs of masses near 1 round least)
+    scaled = np.ldexp(q, -exponent)
+    log_q = np.where(scaled > 0.0, np.log(np.where(scaled > 0.0, scaled, 1.0)), np.log(q) - exponent * math.log(2.0))
+    log_q -= logsumexp(log_q)
     out[k:n] = _contained(log_q, k, step)[k:n]
     out[:k] = 0.0
     return out
@@ -195,6 +204,11 @@ def _contained(log_q: np.ndarray, k: int, step: float) -> np.ndarray:
     log_lam = np.concatenate((np.logaddexp.accumulate(log_q[::-1])[::-1], [-np.inf]))
     block = max(1, int(math.isqrt(n)))
     blocks = -(-n // block)
+    if 2 * k * blocks * s.size > MAX_STATE_VALUES:
+        raise ValueError(
+            f"k: the clocks for {k} children on this grid ({s.size} points) would hold {2 * k * blocks * s.size:.3g} "
+            f"float64 tails, above {MAX_STATE_VALUES:.3g}; use a larger step, fewer children or method='enumerate'"
+        )
     padded = np.full(blocks * block, -np.inf)  # a zero mass never rings: the padding leaves the tails unchanged
     padded[:n] = log_q
     padded = padded.reshape(blocks, block)
@@ -252,6 +266,8 @@ def _contained(log_q: np.ndarray, k: int, step: float) -> np.ndarray:
         with np.errstate(under="ignore"):
             before = step * np.exp(log_rate[near] + s[0]) / math.expm1(step)
         past[near] = (1.0 - before) - density[near].sum(axis=1)
-        value = np.einsum("bg,bg->b", density, tails[k - 1]) + past
+        # weighted by P(N_H >= k) at the grid's end (it only grows past it): a lower bound, off by
+        # at most TAIL, that keeps a tiny F tiny when H's own k-th ring comes later still
+        value = np.einsum("bg,bg->b", density, tails[k - 1]) + past * tails[k - 1][:, -1]
         contained[index[valid]] = value[valid]
     return contained

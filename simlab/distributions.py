@@ -19,6 +19,8 @@ import threading
 
 import numpy as np
 
+from simlab.checks import check_real_array
+
 SUM_TOLERANCE = 1e-9
 """Largest accepted |sum(x) - 1| for a probability vector."""
 
@@ -35,15 +37,11 @@ def check_distribution(x, name: str, *, size: int | None = None) -> np.ndarray:
         ndarray (V,), float64: the same values.
 
     Raises:
-        ValueError: if ``x`` is complex or not 1-D, is empty, has the wrong length, contains NaN
-            or infinite or negative entries, or sums to 1 only to worse than 1e-9.
+        ValueError: if ``x`` is complex, strings or not numeric, not 1-D, is empty, has the
+            wrong length, contains NaN or infinite or negative entries, or sums to 1 only to
+            worse than 1e-9.
     """
-    if np.iscomplexobj(x):  # a cast to float64 would drop the imaginary part with a warning
-        raise ValueError(f"{name}: must be real, got a complex array")
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name}: not a numeric array ({exc})") from None
+    arr = check_real_array(x, name)
     if arr.ndim != 1:
         raise ValueError(f"{name}: must be 1-D, got shape {arr.shape}")
     if arr.size == 0:

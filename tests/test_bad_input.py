@@ -21,6 +21,8 @@ BAD_DISTRIBUTIONS = {
     "sum off": (np.array([0.2, 0.3, 0.5 + 2e-9]), "sums to"),
     "wrong length": (np.array([0.5, 0.5]), "length"),
     "text": (["a", "b", "c"], "numeric"),
+    "numbers as text": (["0.2", "0.3", "0.5"], "numeric"),  # a cast would parse them
+    "too large for float64": ([10**400, 0, 0], "numeric"),
     "complex": (np.array([0.2 + 0j, 0.3 + 0j, 0.5 + 1j]), "must be real"),
 }
 

@@ -8,6 +8,8 @@ against the LP on the tiny-mass case that 1 - drawn mass got wrong.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -81,6 +83,17 @@ def test_a_prefix_of_tiny_masses_keeps_its_tiny_containment():
         exact = np.prod([(m - i) * eps / (1.0 + (m - i) * eps) for i in range(k)])
         assert got[m] == pytest.approx(exact, rel=1e-12)
         assert np.all(np.diff(got) >= 0.0)
+
+
+def test_a_tiny_containment_stays_tiny_when_the_rest_is_spread():
+    """Two masses of 1e-20 before 100 of 0.01 (the grid ends near t = 50, where the tiny pair has
+    not rung): F of the pair is 2e-40, not the past-the-grid density (about 1e-23, what taking
+    P(N_H >= k) = 1 there gave); the same with the enumeration on six tokens."""
+    got = prefix_containment(np.array([1e-20, 1e-20] + [0.01] * 100), 2)[2]
+    assert got == pytest.approx(2e-20 / (1 + 2e-20) * 1e-20 / (1 + 1e-20), rel=1e-12)
+    q = np.array([1e-20, 1e-20, 0.01, 0.01, 0.01, 0.01])
+    exact = prefix_containment(q, 2, method="enumerate")
+    assert np.allclose(prefix_containment(q, 2), exact, rtol=1e-12, atol=0.0)
 
 
 @pytest.mark.parametrize("k", [48, 100, 190])
@@ -180,6 +193,11 @@ def test_low_temperature_nodes_reach_the_verifier():
         (([0.5, 0.5], 1), {"step": 10.0}, r"^step: "),
         (([0.5, 0.5], 1), {"step": 1e-9}, r"^step: "),
         (([0.5, 0.5], 1), {"step": True}, r"^step: "),
+        (([0.5, 0.5], 1), {"step": Fraction(1, 8)}, r"^step: "),
+        (([0.5, 0.5], 1), {"method": np.array(["clocks", "x"])}, r"^method: "),
+        ((["0.5", "0.5"], 1), {}, r"^q_ordered: "),
+        (([10**400, 1, 1], 1), {}, r"^q_ordered: "),
+        (([1e308] * 499 + [5e-324] * 501, 500), {}, r"^k: the clocks for 500 children"),
         (([object()], 1), {}, r"^q_ordered: "),
         ((np.array([1.0 + 0j, 2.0 + 0j, 3.0 + 5j]), 2), {}, r"^q_ordered: "),
         ((["a", "b"], 1), {}, r"^q_ordered: "),
