@@ -113,7 +113,7 @@ def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float | 
         float64 (n + 1,): F(H_0), ..., F(H_n); exactly 0 for j < k and exactly 1 at j = n.
 
     Raises:
-        ValueError: ``q_ordered`` not a 1-D real array of finite positive values (or, for the
+        ValueError: ``q_ordered`` not a 1-D numeric array of finite positive values (or, for the
             enumeration, masses no float64 scale holds together), ``k`` outside 1..n, an
             unknown ``method``, a ``step`` outside ``STEP_RANGE`` (or one so small that the grid
             would exceed ``MAX_GRID`` points), a clock grid whose tails would exceed
@@ -256,7 +256,7 @@ def _contained(log_q: np.ndarray, k: int, step: float) -> np.ndarray:
         u = _times_rates(log_rate, s)
         density = np.exp(-u) * u
         density *= step
-        # past the grid's end D_(k-1) = 1 to within TAIL: that part is the lattice sum of the density
+        # the lattice sum of the density past the grid's end (the comment above)
         past = np.empty(blocks)
         far = log_rate + s[-1] > 0.0
         if far.any():
