@@ -43,10 +43,16 @@ vocabularies (UniVer, arXiv 2605.04543, works on such trees; its definition was 
    Where the gap lies: with H* the minimising p/q prefix, alpha* = p(H*) + 1 - F(H*) forces every
    optimal rule to select a child outside H* whenever there is one, with mu <= p outside, and to
    have mu >= p on H* (the face of the core where H* is tight: the mixtures of orders that rank
-   every token outside H* above H*).  The p/q order already meets the first half on every
-   instance measured, so the whole gap is H*'s deficit sum over H* of (p - mu)_+ (V = 32,000,
-   k = 4, draft logits perturbed by N(0, 0.5): 0.0084 over 10,454 short tokens).  Restricting
-   both climbs to that face was tried and moved the gap by at most 20% (V = 1,500); not adopted.
+   every token outside H* above H*).  The p/q order already meets the first half on the
+   real-vocabulary instances measured (not always: on small random ones it can select a token
+   outside H* more often than p allows, e.g. V = 4, k = 2), so there the whole gap is H*'s deficit
+   sum over H* of (p - mu)_+ (V = 32,000, k = 4, draft logits perturbed by N(0, 0.5): 0.0084 over
+   10,454 short tokens).  Restricting both climbs to that face was tried and moved the gap by at
+   most 20% (V = 1,500); not adopted.  Nor a closed-form family tried by enumeration: going down
+   the drafted children by p/q and selecting token t with a fixed probability theta_t (solved
+   token by token so that mu = p, inside and outside H*) falls short of alpha* on 73 of 300 small
+   instances (by up to 0.11): a coin per token cannot depend on which other tokens were drafted,
+   which the optimum needs.
 3. Per drafted tuple x: P(Z = t | x) = sum of w_i over the orders whose highest-ranked child of x
    is t (O(k * orders)); B(x, .) adds the speculative step.  Tokens with q = 0 (children only a
    lossy pairing with another law can hold) rank below every other in every order.
