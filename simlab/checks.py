@@ -12,7 +12,7 @@ starts with the argument's name (``"k: ..."``), so tools can map it onto their f
 * ``check_token_ids``: a sequence of integer token ids in [0, V);
 * ``check_in_range``: a real number in an interval such as (0, 1] or [0, 1) (probabilities,
   learning rates, weights);
-* ``check_real_array``: an array-like of real numbers as float64 (complex, strings and
+* ``check_real_array``: an array-like of real numbers as float64 (complex, strings, dates and
   non-numbers refused, never cast);
 * ``check_device``: a torch device name (``auto``, ``cpu``, ``cuda``, ``cuda:N``), one rule
   wherever the lab takes one (torch is imported only when a name is checked).
@@ -87,17 +87,18 @@ def check_real_array(x, name: str) -> np.ndarray:
 
     Raises:
         ValueError: ``"<name>: ..."`` for complex input (a cast drops the imaginary part),
-            strings or bytes (a cast parses them), and anything NumPy cannot turn into float64
-            (objects, ragged lists, integers beyond float64's range).
+            strings or bytes, also inside object arrays (a cast parses them), dates and times
+            (a cast counts their ticks), and anything NumPy cannot turn into float64 (objects,
+            ragged lists, integers beyond float64's range, a torch tensor that requires grad).
     """
     try:
         raw = np.asarray(x)
         if raw.dtype.kind == "c":
             raise ValueError(f"{name}: must be real, got a complex array")
-        if raw.dtype.kind in "USV":
+        if raw.dtype.kind in "USVMm" or (raw.dtype.kind == "O" and any(isinstance(v, (str, bytes)) for v in raw.flat)):
             raise ValueError(f"{name}: not a numeric array (got {raw.dtype} values)")
         return np.asarray(raw, dtype=np.float64)
-    except (TypeError, ValueError, OverflowError) as exc:
+    except (TypeError, ValueError, OverflowError, RuntimeError) as exc:  # RuntimeError: torch's refusals
         if str(exc).startswith(f"{name}: "):
             raise
         raise ValueError(f"{name}: not a numeric array ({exc})") from None

@@ -151,10 +151,12 @@ def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float | 
         mass = np.cumsum(np.ldexp(q, -exponent))
         out[1:n] = mass[:-1] / mass[-1]  # each a ratio of sums to the whole: never above 1
         return out
-    # log masses, so no mass underflows whatever its scale (rescaled first where that is exact:
-    # the logs of masses near 1 round least)
+    # log masses, so no mass underflows whatever its scale (rescaled first where that is exact,
+    # a normal float after the rescale: the logs of masses near 1 round least; a subnormal one
+    # would have lost bits)
     scaled = np.ldexp(q, -exponent)
-    log_q = np.where(scaled > 0.0, np.log(np.where(scaled > 0.0, scaled, 1.0)), np.log(q) - exponent * math.log(2.0))
+    exact = scaled >= np.finfo(np.float64).tiny
+    log_q = np.where(exact, np.log(np.where(exact, scaled, 1.0)), np.log(q) - exponent * math.log(2.0))
     log_q -= logsumexp(log_q)
     out[k:n] = _contained(log_q, k, step)[k:n]
     out[:k] = 0.0

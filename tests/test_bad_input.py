@@ -23,6 +23,8 @@ BAD_DISTRIBUTIONS = {
     "text": (["a", "b", "c"], "numeric"),
     "numbers as text": (["0.2", "0.3", "0.5"], "numeric"),  # a cast would parse them
     "too large for float64": ([10**400, 0, 0], "numeric"),
+    "text in an object array": (np.array(["0.2", "0.3", "0.5"], dtype=object), "numeric"),
+    "dates": (np.array(["1970-01-01", "1970-01-02", "1970-01-03"], dtype="datetime64[D]"), "numeric"),
     "complex": (np.array([0.2 + 0j, 0.3 + 0j, 0.5 + 1j]), "must be real"),
 }
 

@@ -160,6 +160,17 @@ def test_scale_and_subnormal_masses():
         prefix_containment([1.0, 5e-324, 5e-324], 2, step=1e-3)
 
 
+def test_masses_far_below_the_largest_keep_their_bits():
+    """Masses below 2^-1022 of the largest turn subnormal when q is rescaled by a power of two:
+    their logs are taken from q itself (the rescaled ones once gave F = 0.5 for 0.255 here, and
+    alpha* = 0.70 for 0.75 on a q summing to 1)."""
+    for q in ([2.0**1000, 0.51 * 2.0**-73, 1.49 * 2.0**-73], [2.0**1000, 3 * 2.0**-75, 2.0**-74], [1e300, 1.2345e-15, 1e-15]):
+        exact = prefix_containment(q, 2, method="enumerate")
+        assert np.abs(prefix_containment(q, 2) - exact).max() <= 2e-14
+    p, q = [0.2, 0.3, 0.5], [1.0, 1.5e-323, 5e-324]
+    assert optimal_acceptance(p, q, 2, replacement=False) == pytest.approx(0.75, abs=1e-13)
+
+
 def test_low_temperature_nodes_reach_the_verifier():
     """The lab's own low-temperature sampling gives q a tail of 5e-324 masses (300 tokens with
     q > 0, too many to enumerate in ot_wor): alpha* and ot_wor's plan come out (p uniform, so every
