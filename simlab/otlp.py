@@ -37,7 +37,9 @@ class OTSolution:
     """A solved OT LP.
 
     Attributes:
-        value: the LP optimum, max P(Y in X) (float, within the solver's ~1e-9 tolerance).
+        value: the LP optimum, max P(Y in X), as the solver reports it (float; it can exceed the
+            true optimum, even 1, by the solver's tolerance: 8e-8 seen on V = 4, k = 3;
+            ``acceptance`` is the repaired coupling's own value).
         tuples: int64 (n, k), every ordered child tuple with Q(x) > 0.
         tuple_probs: float64 (n,), Q(x).
         coupling: float64 (n, V), pi(x, y) with exact marginals (rows sum to Q(x), columns
