@@ -33,7 +33,7 @@ vocabularies (UniVer, arXiv 2605.04543, works on such trees; its definition was 
    (logits N(0, 4), the draft's perturbed by N(0, 0.5)) the climb ends 3e-4 (k = 2) and 4e-3
    (k = 4) short of alpha* after 16 orders, where RRS without replacement falls 0.14 and 0.11
    short; on the pretrained pair's nodes (V = 49,152) the median gap is 5e-5 to 8e-3 but the
-   climb can stall at a kink (largest gap seen 0.12) and its acceptance averages 0.004-0.008
+   climb can stall at a kink (largest gap seen 0.10-0.12, moving with rounding) and its acceptance averages 0.004-0.008
    below alpha* and 0.06-0.08 above RRS (docs/results.md 7a).  The column generation on all
    tokens was tried at V = 32,000: nearly every token is contested between the orders, each
    restricted LP took 3-7 s in HiGHS (70 s a node) for gaps 2-4x smaller.  The column generation
