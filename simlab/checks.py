@@ -93,15 +93,15 @@ def check_real_array(x, name: str) -> np.ndarray:
     """
     try:
         raw = np.asarray(x)
-        if raw.dtype.kind == "c":
-            raise ValueError(f"{name}: must be real, got a complex array")
-        if raw.dtype.kind in "USVMm" or (raw.dtype.kind == "O" and any(isinstance(v, (str, bytes)) for v in raw.flat)):
-            raise ValueError(f"{name}: not a numeric array (got {raw.dtype} values)")
-        return np.asarray(raw, dtype=np.float64)
+        text = raw.dtype.kind in "USVMm" or (raw.dtype.kind == "O" and any(isinstance(v, (str, bytes)) for v in raw.flat))
+        arr = None if text or raw.dtype.kind == "c" else np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError, OverflowError, RuntimeError) as exc:  # RuntimeError: torch's refusals
-        if str(exc).startswith(f"{name}: "):
-            raise
         raise ValueError(f"{name}: not a numeric array ({exc})") from None
+    if raw.dtype.kind == "c":
+        raise ValueError(f"{name}: must be real, got a complex array")
+    if arr is None:
+        raise ValueError(f"{name}: not a numeric array (got {raw.dtype} values)")
+    return arr
 
 
 def check_device(device, name: str = "device") -> str:

@@ -91,8 +91,9 @@ float64's extremes)."""
 
 
 def default_step(k: int) -> float:
-    """The ``"clocks"`` trapezoid step for k children: ``STEP`` up to k = 32, ``STEP`` sqrt(32 / k)
-    above (the integrand's strip narrows like 1 / sqrt(k); module docstring)."""
+    """The ``"clocks"`` trapezoid step for k >= 1 children, a float in units of natural log time:
+    ``STEP`` up to k = 32, ``STEP`` sqrt(32 / k) above (the integrand's strip narrows like
+    1 / sqrt(k); derived and measured here, module docstring).  k is not checked (callers have)."""
     return STEP * min(1.0, math.sqrt(32.0 / k))
 
 
@@ -133,28 +134,27 @@ def prefix_containment(q_ordered, k: int, method: str = "clocks", step: float | 
     out[n] = 1.0
     if k == n:
         return out
+    exponent = int(np.frexp(q.max())[1])  # drafting renormalises: a power of two rescales exactly
+    scaled = np.ldexp(q, -exponent)  # the largest mass in [0.5, 1)
     if method == "enumerate":
         with np.errstate(over="ignore"):
             finite = np.isfinite(q.sum())
-        if not finite:  # drafting renormalises: a power of two rescales exactly
-            q = np.ldexp(q, -int(np.frexp(q.max())[1]))
-            if np.any(q == 0.0):
+        if not finite:
+            if np.any(scaled == 0.0):
                 raise ValueError("q_ordered: the masses span more than float64's range (no scale holds them all); use the clocks")
+            q = scaled
         tuples, probs = child_tuples(q, k, Drafting.WITHOUT_REPLACEMENT)
         last = tuples.max(axis=1)  # the tuple lies in H_j iff its last-ranked token is below j
         out[1:] = np.cumsum(np.bincount(last, weights=probs, minlength=n))
         out[n] = 1.0
         out[:k] = 0.0
         return out
-    exponent = int(np.frexp(q.max())[1])  # drafting renormalises: a power of two rescales exactly
     if k == 1:  # one child: F(H) = q(H) / q(V), no integral needed
-        mass = np.cumsum(np.ldexp(q, -exponent))
+        mass = np.cumsum(scaled)
         out[1:n] = mass[:-1] / mass[-1]  # each a ratio of sums to the whole: never above 1
         return out
-    # log masses, so no mass underflows whatever its scale (rescaled first where that is exact,
-    # a normal float after the rescale: the logs of masses near 1 round least; a subnormal one
-    # would have lost bits)
-    scaled = np.ldexp(q, -exponent)
+    # log masses, so no mass underflows whatever its scale (the rescaled mass where it is still a
+    # normal float: the logs of masses near 1 round least; a subnormal one would have lost bits)
     exact = scaled >= np.finfo(np.float64).tiny
     log_q = np.where(exact, np.log(np.where(exact, scaled, 1.0)), np.log(q) - exponent * math.log(2.0))
     log_q -= logsumexp(log_q)
