@@ -3,9 +3,10 @@
 For a source (a synthetic world, live models, or a capture replayed) and each sampling setting,
 every engine configuration (``analyses._engine_configs``: EAGLE-2/3's (total_token, depth,
 top_k) grid, vLLM/SGLang chains, Sequoia, TreeGraft and SpecBlock budgets, or a ``--config``
-JSON file written as the engines write their settings) is valued at every root under each of
-its verifier modes (strict exact-match, one-hot, probabilistic) that is lossless for its
-drafting law:
+JSON file written as the engines write their settings; each valued as its engine runs it, a
+setting the engine resets shown with its written value, one it cannot run refused) is valued at
+every root under each of its verifier modes (strict exact-match, one-hot, probabilistic) that is
+lossless for its drafting law:
 
 * deterministic trees (EAGLE, the chains, TreeGraft, SpecBlock): one tree per root, exact;
 * sampled trees (Sequoia): ``--samples`` trees per root, the mean of their exact values
@@ -269,6 +270,9 @@ def value_root(c: engines.EngineConfig, builder, root, setting, index: int, conf
         table = NodeTable(root.pair, root.context)
         tables = (table, drafting_table(table, config.draft_law))
     table, drafting = tables
+    why = engines.vocab_limit(c, table.vocab_size)
+    if why:
+        return [], {m: why for m in c.modes}
     try:
         if getattr(builder, "deterministic", False):
             trees = [builder.sample(drafting).on(table)]
