@@ -274,7 +274,7 @@ def node_gaps(trees, verifier: str) -> dict[int, list[float]]:
 def measure(config: Config, roster, test_roots: dict, verifiers, builders, bar):
     from simlab.trees import NodeTable
 
-    budgets = [int(b) for b in config.budgets.split(",")]
+    budgets = int_list(config.budgets, "--budgets", minimum=1)
     rows, depth_rows, gap_rows, missing = [], [], [], {}
     for setting, roots in test_roots.items():
         for root in roots:
@@ -487,12 +487,12 @@ def _main(argv) -> int:
 
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
     config = with_hf_defaults(config, parser, HF_DEFAULTS)
-    builders = config.builders.split(",")
-    verifiers = config.verifiers.split(",")
+    builders = list(name_list(config.builders, "--builders", roster_module.NAMES))
+    verifiers = list(name_list(config.verifiers, "--verifiers", tree_verifiers.names()))
     source, settings = make_source(
         PROG, parser, config, stream="per_trajectory", grid=False, depth=9, study_refusals=REFUSALS, quiet=config.quiet
     )
-    budgets = tuple(int(b) for b in config.budgets.split(","))
+    budgets = int_list(config.budgets, "--budgets", minimum=1)
     latency = make_latency(PROG, parser, config, source, max(budgets), gpu_profile=GPU_PROFILE)
     latency = with_drafter_time(latency, "small", config.small_ratio, "small_ratio", parser)
     roster = roster_module.Roster(budgets, latency, config.draft_law)

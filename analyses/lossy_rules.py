@@ -36,6 +36,7 @@ from backends.cli import (
     chart_writer,
     fail,
     fail_from,
+    float_list,
     parquet_writer,
     prepare_out,
     print_table,
@@ -44,12 +45,14 @@ from backends.cli import (
 )
 from simlab import tree_verifiers
 from simlab.builders import Static, iid
+from simlab.checks import check_seed
 from simlab.efficiency import expected_block_efficiency, pairing_bias
 from simlab.pairs import MarkovPair
 
 PROG = "python -m analyses.lossy_rules"
+TOP_K = "top-k tree (5 nodes)"
 TREES = {
-    "top-k tree (5 nodes)": Static([(0,), (1,), (0, 0), (1, 0), (0, 0, 0)], "topk"),
+    TOP_K: Static([(0,), (1,), (0, 0), (1, 0), (0, 0, 0)], "topk"),
     "i.i.d. tree (2 x 2)": iid(2, 2),
 }
 """The deterministic (EAGLE/Medusa-like) and i.i.d. trees every rule is run on."""
@@ -69,22 +72,6 @@ class Config:
     accs: str = "0.25,0.5,0.75,1"
 
 
-def float_list(text: str, flag: str, low: float, high: float) -> tuple[float, ...]:
-    """Comma-separated numbers in [low, high] for ``flag``.
-
-    Raises:
-        ValueError: ``"<flag>: ..."`` for an empty list, a non-number, or a value out of range.
-    """
-    parts = [x.strip() for x in str(text).split(",")]
-    try:
-        values = tuple(float(x) for x in parts)
-    except ValueError:
-        raise ValueError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
-    if not all(low <= v <= high for v in values):  # NaN fails too
-        raise ValueError(f"{flag}: every value must be in [{low:g}, {high:g}], got {text!r}")
-    return values
-
-
 def rules(config: Config) -> list[tuple[str, dict, str]]:
     """(rule, options, knob label) for every knob setting swept, the exact-match baseline first."""
     out = [(BASELINE, {}, "-")]
@@ -99,10 +86,15 @@ def rules(config: Config) -> list[tuple[str, dict, str]]:
     return out
 
 
+def world(config: Config) -> MarkovPair:
+    """The Markov world of ``config`` (``MarkovPair.random`` of its vocab, seed, concentration and closeness)."""
+    return MarkovPair.random(config.vocab, np.random.default_rng(config.seed), config.concentration, config.closeness)
+
+
 def measure(config: Config, quiet: bool) -> pl.DataFrame:
     """One row per (rule, knobs, tree): the means over the one-token contexts of the exact E[tau + 1]
     and the exact n-token TV, the exact-match E on the same tree, and the gain E / E_exact_match."""
-    pair = MarkovPair.random(config.vocab, np.random.default_rng(config.seed), config.concentration, config.closeness)
+    pair = world(config)
     contexts = [(c,) for c in range(config.vocab)]
     swept = rules(config)
     rows = []
@@ -167,12 +159,16 @@ def parse_args(argv) -> tuple[Config, argparse.Namespace, ToolParser]:
     parser.add_argument("--accs", default=d.accs, help="SGLang: threshold_acc values in [0, 1]")
     add_output_flags(parser, PROG, "markov-V<vocab>-seed<seed>")
     args = parser.parse_args(argv)
+    try:
+        check_seed(args.seed)
+    except ValueError as exc:
+        fail_from(PROG, exc, parser)
     if not 2 <= args.vocab <= 6:
         fail(PROG, f"--vocab: must be in 2..6 (every law is enumerated), got {args.vocab}")
     if not 1 <= args.tokens <= 4:
         fail(PROG, f"--tokens: must be in 1..4, got {args.tokens}")
-    if not args.concentration > 0:
-        fail(PROG, f"--concentration: must be > 0, got {args.concentration}")
+    if not 0 < args.concentration < float("inf"):
+        fail(PROG, f"--concentration: must be a finite number > 0, got {args.concentration}")
     if not 0 <= args.closeness <= 1:
         fail(PROG, f"--closeness: must be in [0, 1], got {args.closeness}")
     config = Config(
@@ -188,9 +184,21 @@ def parse_args(argv) -> tuple[Config, argparse.Namespace, ToolParser]:
     )
     try:
         rules(config)
-        MarkovPair.random(config.vocab, np.random.default_rng(config.seed), config.concentration, config.closeness)
     except ValueError as exc:
         fail_from(PROG, exc, parser)
+    try:
+        with np.errstate(all="ignore"):  # a concentration near the float64 limit draws no laws (refused below)
+            support = int((world(config).draft > 0).sum(axis=1).min())
+    except ValueError as exc:
+        fail(PROG, f"--concentration: {config.concentration:g} draws rows that are not laws ({exc}); choose a smaller value")
+    ranks = 1 + max(path[-1] for path in TREES[TOP_K].spec)  # the top-k tree's children need this many tokens of q > 0
+    if support < ranks:
+        fail(
+            PROG,
+            f"--concentration: the world of --seed {config.seed} at concentration {config.concentration:g} has a draft row with "
+            f"fewer than {ranks} tokens of positive probability, which the top-k tree's {ranks} children need; "
+            "raise --concentration or change --seed",
+        )
     return config, args, parser
 
 

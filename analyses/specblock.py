@@ -260,7 +260,7 @@ def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list
     from simlab.engine_metrics import conditional_rates, path_metrics
     from simlab.valuation import value_tree
 
-    budgets = [int(b) for b in config.budgets.split(",")]
+    budgets = int_list(config.budgets, "--budgets", minimum=1)
     rows, depth_rows, slot_rows = [], [], []
     bar = progress_bar(total=sum(source.count(s) for s in settings), desc="roots", unit="root", quiet=config.quiet)
     for setting in settings:
@@ -364,7 +364,7 @@ def run_stream(config: Config, source, latency, drafter_of) -> list[dict]:
     except ValueError as exc:
         raise ValueError(f"stream_prompts: {str(exc).partition(': ')[2]}") from None
     prompts = [pair.encode(t)[:length] for t in texts]
-    budget = max(int(b) for b in config.budgets.split(","))
+    budget = max(int_list(config.budgets, "--budgets", minimum=1))
     table = SLIM_R2 if config.table == "slim_r2" else CLASS_DEFAULT
     builder_for = lambda model: RankGuided(
         TorchBlockDrafter(model, pair),
@@ -471,7 +471,7 @@ def _main(argv) -> int:
     source, settings = make_source(
         PROG, parser, config, stream="per_trajectory", grid=False, depth=depth, study_refusals=REFUSALS, quiet=config.quiet
     )
-    largest = max(int(b) for b in config.budgets.split(","))
+    largest = max(int_list(config.budgets, "--budgets", minimum=1))
     latency = make_latency(PROG, parser, config, source, largest, gpu_profile=GPU_PROFILE)
     try:
         drafter_of, not_run = drafters_for(config)

@@ -39,6 +39,7 @@ from backends.cli import (
     chart_writer,
     fail,
     fail_from,
+    name_list,
     parquet_writer,
     print_table,
     run_tool,
@@ -101,8 +102,11 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     parser.add_argument("--train-device", default=d.train_device, help="torch device for training: cpu, cuda, auto")
     parser.add_argument("--out", default=None, help="output folder (default: out/train_selector/<source>)")
     args = parser.parse_args(argv)
-    verifiers = tuple(v.strip() for v in args.verifiers.split(",") if v.strip())
-    bad = [v for v in verifiers if v not in node_verifiers.ot_based()]
+    verifiers, verifiers_error = (), None
+    try:
+        verifiers = name_list(args.verifiers, "--verifiers", node_verifiers.ot_based())  # OT-based: one selector each
+    except ValueError as exc:
+        verifiers_error = str(exc)
     device_error = None
     try:
         check_device(args.train_device, "--train-device")
@@ -112,10 +116,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         PROG,
         args,
         [
-            (
-                bool(verifiers) and not bad,
-                f"--verifiers: must be OT-based verifiers ({', '.join(node_verifiers.ot_based())}), got {args.verifiers!r}",
-            ),
+            (verifiers_error is None, verifiers_error),
             (args.epochs >= 1, f"--epochs: must be >= 1, got {args.epochs}"),
             (args.batch >= 1, f"--batch: must be >= 1, got {args.batch}"),
             (0 < args.lr < 1, f"--lr: must lie in (0, 1), got {args.lr}"),

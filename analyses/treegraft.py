@@ -152,7 +152,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     note_hf_defaults(parser, {**HF_DEFAULTS, "prompts": "backends/prompts/repetitive_prompts.txt"})
     args = parser.parse_args(argv)
     try:
-        fixed = int_list(args.fixed, "--fixed", minimum=0)
+        fixed = int_list(args.fixed, "--fixed", minimum=0, repeats=True)  # a schedule: one 0/1 per layer
     except ValueError as exc:
         fail(PROG, str(exc))
     config = Config(**{**vars(args), "fixed": ",".join(map(str, fixed)), "capture": tuple(args.capture)})
@@ -182,7 +182,7 @@ def builders_for(config: Config, prompt_length: int | None):
     from simlab.treegraft import NGramDrafter, TreeGraft
 
     base = TreeGraft(
-        schedule=tuple(int(c) for c in config.fixed.split(",")),
+        schedule=int_list(config.fixed, "--fixed", minimum=0, repeats=True),
         budget=config.budget,
         depth=config.depth,
         top_k=config.top_k,

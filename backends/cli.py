@@ -11,7 +11,8 @@ What makes a tool behave like one:
   is defined;
 * ``prepare_out``: the output folder is created and proved writable up front, and the staging
   files an interrupted (even SIGKILLed) run left there are removed;
-* ``OutputSet``: every file of a run is staged and published together (atomic renames);
+* ``OutputSet``: every file of a run is staged and published together (atomic renames), and the
+  files an earlier run published there that this run does not write are removed with the publish;
 * ``progress`` / ``slow_step``: one line on stderr for a step that is (``progress``) or turns out
   to be (``slow_step``: after 2 s) silent for longer than a few seconds, such as loading models;
 * ``progress_bar``: every tool's progress bar; ``fail`` and ``run_tool`` (interrupted) close
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import tempfile
@@ -144,11 +146,24 @@ def check_flags(prog: str, checks) -> None:
             fail(prog, message)
 
 
-def int_list(text: str, flag: str, minimum: int | None = None) -> tuple[int, ...]:
-    """Comma-separated integers (``"1,2,4"``) for ``flag``.
+def _no_repeats(values: tuple, text: str, flag: str) -> None:
+    """Refuse a value listed twice: each value of a list flag is one configuration, and a repeat
+    would copy its rows (more roots, a standard error too small by sqrt(2))."""
+    seen = set()
+    for value in values:
+        if value in seen:
+            shown = value if isinstance(value, int) else f"{value:g}"
+            raise ValueError(f"{flag}: {shown} appears twice in {text!r}; name each value once")
+        seen.add(value)
+
+
+def int_list(text: str, flag: str, minimum: int | None = None, repeats: bool = False) -> tuple[int, ...]:
+    """Comma-separated integers (``"1,2,4"``) for ``flag``, each value once unless ``repeats``
+    (a sequence such as a per-layer schedule ``"1,0,1"``, where a value may recur).
 
     Raises:
-        ValueError: ``"<flag>: ..."`` for an empty list, a non-integer, or a value below ``minimum``.
+        ValueError: ``"<flag>: ..."`` for an empty list, a non-integer, a value below ``minimum``,
+            or (without ``repeats``) a value listed twice (``"3,3"``, ``"3,03"``).
     """
     parts = [x.strip() for x in str(text).split(",")]
     if not any(parts):
@@ -159,11 +174,33 @@ def int_list(text: str, flag: str, minimum: int | None = None) -> tuple[int, ...
         raise ValueError(f"{flag}: expected comma-separated integers, got {text!r}") from None
     if minimum is not None and min(values) < minimum:
         raise ValueError(f"{flag}: every value must be >= {minimum}, got {text!r}")
+    if not repeats:
+        _no_repeats(values, text, flag)
+    return values
+
+
+def float_list(text: str, flag: str, low: float, high: float) -> tuple[float, ...]:
+    """Comma-separated numbers in [low, high] for ``flag``, each value once.
+
+    Raises:
+        ValueError: ``"<flag>: ..."`` for an empty list, a non-number, a value out of range (NaN
+            included), or a value listed twice (``"0.3,0.3"``, ``"0.3,3e-1"``).
+    """
+    parts = [x.strip() for x in str(text).split(",")]
+    if not any(parts):
+        raise ValueError(f"{flag}: expected comma-separated numbers, got an empty list")
+    try:
+        values = tuple(float(x) for x in parts)
+    except ValueError:
+        raise ValueError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
+    if not all(low <= v <= high for v in values):  # NaN fails too
+        raise ValueError(f"{flag}: every value must be in [{low:g}, {high:g}], got {text!r}")
+    _no_repeats(values, text, flag)
     return values
 
 
 def name_list(text: str, flag: str, known) -> tuple[str, ...]:
-    """Comma-separated names, each one of ``known``.
+    """Comma-separated names, each one of ``known``, each once.
 
     Raises:
         ValueError: ``"<flag>: ..."`` for an empty list, an unknown or a repeated name.
@@ -219,18 +256,34 @@ def slow_step(prog: str, message: str, quiet: bool = False, after: float = SLOW_
         timer.cancel()
 
 
+PUBLISHED = ".simlab-published.json"
+"""The file in which ``OutputSet.publish`` lists the files it wrote in its folder (JSON:
+``{"files": [names]}``), so that the next publish there removes the ones it does not write."""
+
+
 class OutputSet:
     """Stage a study's files and publish them together: nothing is replaced until every file is
-    written, so an interrupted run leaves neither half-written files nor a mix of old and new.
+    written, so an interrupted run leaves neither half-written files nor a mix of old and new;
+    and after ``publish`` the folder holds this run's files only, beside files the lab did not write.
 
-    Use ``stage(name, write)`` for each file, then ``publish()``; on an exception or interrupt
+    Use ``stage(name, write)`` for each file (``omit(name)`` for a file this run does not write
+    though the study writes it in other runs), then ``publish()``; on an exception or interrupt
     call ``discard()`` (``with OutputSet(out) as outputs:`` does that).  Staging files a SIGKILL
     leaves behind are removed by the next ``prepare_out`` of that folder.
+
+    What a publish removes: the files the folder's previous publish wrote (listed in its
+    ``PUBLISHED`` file) and the ``omit``-ted names, where this run writes no file of that name.
+    A file the lab did not write (a user's own) is never listed, so never removed; a folder is
+    one study's (two studies given one ``--out`` remove each other's files, as the second run's
+    folder holds only what it wrote).  The list is written before the renames with the files to
+    remove in it, and rewritten after they are removed, so a run killed in between leaves them
+    listed and the next publish removes them.
     """
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
         self.staged: list[tuple[str, Path]] = []
+        self.omitted: list[str] = []
 
     def __enter__(self):
         return self
@@ -246,15 +299,45 @@ class OutputSet:
         write(str(tmp))
         os.chmod(tmp, 0o666 & ~umask())
 
+    def omit(self, name: str) -> None:
+        """Declare that this run writes no ``name``, one of the study's own files: ``publish``
+        removes a ``name`` an earlier run left (even a run from before the ``PUBLISHED`` list)."""
+        self.omitted.append(name)
+
     def publish(self) -> None:
+        names = [name for name, _ in self.staged]
+        stale = [n for n in dict.fromkeys([*published(self.folder), *self.omitted]) if n not in names]
+        _list_published(self.folder, names + stale)
         for name, tmp in self.staged:
             os.replace(tmp, self.folder / name)
-        self.staged = []
+        for name in stale:
+            path = self.folder / name
+            if path.is_symlink() or path.is_file():
+                path.unlink(missing_ok=True)
+        _list_published(self.folder, names)
+        self.staged, self.omitted = [], []
 
     def discard(self) -> None:
         for _, tmp in self.staged:
             tmp.unlink(missing_ok=True)
-        self.staged = []
+        self.staged, self.omitted = [], []
+
+
+def published(folder: Path) -> list[str]:
+    """The names of the files the last ``OutputSet.publish`` in ``folder`` wrote (its
+    ``PUBLISHED`` list); empty where there is none or it does not read as one.  Only plain
+    names of files in ``folder`` itself are returned (no path, no hidden staging or list file)."""
+    try:
+        files = json.loads((Path(folder) / PUBLISHED).read_text())["files"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return []
+    if not isinstance(files, list):
+        return []
+    return [n for n in files if isinstance(n, str) and n not in ("", ".", "..") and Path(n).name == n and not n.startswith(".")]
+
+
+def _list_published(folder: Path, names: list[str]) -> None:
+    atomic_write(Path(folder) / PUBLISHED, lambda tmp: Path(tmp).write_text(json.dumps({"files": names}, indent=1) + "\n"))
 
 
 def write_parquet(frame: pl.DataFrame, path: Path, metadata: dict[str, str] | None = None) -> None:
@@ -303,6 +386,7 @@ def print_table(frame: pl.DataFrame, title: str) -> None:
 
 __all__ = [
     "OutputSet",
+    "PUBLISHED",
     "ToolParser",
     "atomic_write",
     "chart_writer",
@@ -311,6 +395,7 @@ __all__ = [
     "fail",
     "fail_from",
     "flag_message",
+    "float_list",
     "int_list",
     "name_list",
     "parquet_writer",
@@ -318,6 +403,7 @@ __all__ = [
     "print_table",
     "progress",
     "progress_bar",
+    "published",
     "run_tool",
     "slow_step",
     "write_parquet",

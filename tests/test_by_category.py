@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import polars as pl
@@ -28,6 +29,7 @@ from analyses import (
     sweep,
     treegraft,
 )
+from backends import cli
 from backends.sources import SyntheticSource
 from backends.sources.flags import parse_settings
 from simlab import tree_verifiers
@@ -318,3 +320,42 @@ def test_the_selectors_evaluation_by_category(tmp_path):
         keep = [r for r, c in given.items() if c == category]
         got = table.filter(pl.col("category") == (category or _categories.UNCATEGORISED)).drop("category")
         assert got.equals(evaluate_selector.summarise(rows.filter(pl.col("root").is_in(keep)), baseline))
+
+
+def _second_run_leaves_by_category(tmp_path, legacy: bool = False) -> bool:
+    """parallel_drafters run twice into one folder holding a user's file, first with categories,
+    then without: True when the first run's ``by_category.parquet`` outlives the second (the
+    user's file must survive).  ``legacy``: the first run's list of published files is deleted,
+    as a folder written before the list existed."""
+    study, flags, *_ = STUDIES["parallel_drafters"]
+    out = tmp_path / "shared"
+    out.mkdir(parents=True)
+    (out / "notes.txt").write_text("the user's")
+    with pytest.MonkeyPatch.context() as patch:
+        _run(study, flags, out, patch, categorised=True)
+    assert (out / "by_category.parquet").exists()
+    if legacy:
+        (out / cli.PUBLISHED).unlink()
+    with pytest.MonkeyPatch.context() as patch:
+        _run(study, flags, out, patch, categorised=False)
+    assert (out / "notes.txt").read_text() == "the user's"
+    rows = pl.read_parquet(out / "per_root.parquet")
+    assert rows["category"].null_count() == rows.height  # the second run's rows
+    return (out / "by_category.parquet").exists()
+
+
+def test_a_run_without_categories_removes_the_last_runs_by_category_file(tmp_path, monkeypatch):
+    """Issue 40, item 5 (the README's two SmolLM2 commands share a folder): the output folder holds
+    only what this run wrote; the planted fault (the publish and ``stage_by_category`` before the
+    issue: nothing removed) leaves the first run's by-category table beside the second run's rows."""
+    assert not _second_run_leaves_by_category(tmp_path / "new")
+    assert not _second_run_leaves_by_category(tmp_path / "legacy", legacy=True)
+
+    def old_publish(self):
+        for name, tmp in self.staged:
+            os.replace(tmp, self.folder / name)
+        self.staged = []
+
+    monkeypatch.setattr(cli.OutputSet, "publish", old_publish)
+    monkeypatch.setattr(cli.OutputSet, "omit", lambda self, name: None)
+    assert _second_run_leaves_by_category(tmp_path / "mutant")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +35,7 @@ def test_outputs_exist(small_run):
         "acceptance_by_depth.png",
     ):
         assert (small_run / name).stat().st_size > 0, name
-    assert not [p for p in small_run.iterdir() if p.name.startswith(".")]  # no temporary files left
+    assert [p.name for p in small_run.iterdir() if p.name.startswith(".")] == [_tool.PUBLISHED]  # no temporary files left
 
 
 def test_k1_acceptance_is_one_minus_tv(small_run):
@@ -111,6 +113,80 @@ def test_output_set_discards_everything_on_interrupt(tmp_path):
             outputs.stage("other.png", lambda tmp: (_ for _ in ()).throw(KeyboardInterrupt()))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.parquet"]
     assert (tmp_path / "old.parquet").read_bytes() == b"old"
+
+
+def _publish(folder: Path, files: dict[str, bytes], omit=()) -> None:
+    with _tool.OutputSet(folder) as outputs:
+        for name, data in files.items():
+            outputs.stage(name, lambda tmp, data=data: Path(tmp).write_bytes(data))
+        for name in omit:
+            outputs.omit(name)
+        outputs.publish()
+
+
+def _old_publish(self) -> None:
+    """The planted fault: ``OutputSet.publish`` before issue 40 (renames only; nothing removed)."""
+    for name, tmp in self.staged:
+        os.replace(tmp, self.folder / name)
+    self.staged = []
+
+
+def _stale_left(folder: Path) -> bool:
+    """Two publishes into ``folder`` holding a user's file, the second without ``b.parquet``:
+    True when a file of the first publish outlives the second (the user's file must survive)."""
+    folder.mkdir()
+    (folder / "mine.txt").write_text("the user's")
+    _publish(folder, {"a.parquet": b"a1", "b.parquet": b"b1"})
+    _publish(folder, {"a.parquet": b"a2"})
+    assert (folder / "mine.txt").read_text() == "the user's" and (folder / "a.parquet").read_bytes() == b"a2"
+    return (folder / "b.parquet").exists()
+
+
+def test_a_publish_removes_the_files_of_the_last_publish_it_does_not_write(tmp_path, monkeypatch):
+    """Issue 40, item 5: the folder holds only what the run wrote, beside files the lab did not
+    write; the planted fault (the old publish) leaves the first run's file behind."""
+    assert not _stale_left(tmp_path / "new")
+    assert _tool.published(tmp_path / "new") == ["a.parquet"]
+    monkeypatch.setattr(_tool.OutputSet, "publish", _old_publish)
+    assert _stale_left(tmp_path / "old")
+
+
+def test_a_publish_killed_between_its_renames_and_removals_is_finished_by_the_next(tmp_path, monkeypatch):
+    """The list of published files is written before the renames with the files to be removed in
+    it, so a run killed in between leaves every file of the lab listed: the next publish that does
+    not write one removes it."""
+    _publish(tmp_path, {"a.parquet": b"a1", "b.parquet": b"b1"})
+    replace = os.replace
+
+    def killed_after_renames(src, dst):
+        replace(src, dst)
+        if Path(dst).name == "c.parquet":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(_tool.os, "replace", killed_after_renames)
+    with pytest.raises(KeyboardInterrupt):
+        _publish(tmp_path, {"a.parquet": b"a2", "c.parquet": b"c2"})
+    monkeypatch.setattr(_tool.os, "replace", replace)
+    assert (tmp_path / "c.parquet").exists() and (tmp_path / "b.parquet").exists()
+    _publish(tmp_path, {"a.parquet": b"a3"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [_tool.PUBLISHED, "a.parquet"]
+
+
+def test_an_omitted_file_is_removed_even_from_a_folder_without_a_list(tmp_path):
+    """``omit``: a study's own file this run does not write (``by_category.parquet`` without
+    categories) goes, even where an earlier run predates the list of published files; a name the
+    list holds that is no plain file of the folder (a path, a folder, a hidden file) stays."""
+    for name in ("by_category.parquet", "mine.txt", ".hidden"):
+        (tmp_path / name).write_text("old")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / _tool.PUBLISHED).write_text(json.dumps({"files": ["../x", "sub", ".hidden", "/etc/passwd", 3]}))
+    (tmp_path.parent / "x").write_text("outside")
+    _publish(tmp_path, {"a.parquet": b"a"}, omit=["by_category.parquet"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", _tool.PUBLISHED, "a.parquet", "mine.txt", "sub"]
+    assert (tmp_path.parent / "x").exists()
+    (tmp_path / _tool.PUBLISHED).write_text("not json")  # an unreadable list removes nothing
+    _publish(tmp_path, {"b.parquet": b"b"})
+    assert (tmp_path / "a.parquet").exists() and _tool.published(tmp_path) == ["b.parquet"]
 
 
 def test_outputs_are_readable_by_others(small_run):
@@ -198,7 +274,22 @@ def test_lossy_rules_study_small(tmp_path, capsys):
         (["--epsilons", "x"], "--epsilons"),
         (["--tokens", "0"], "--tokens"),
         (["--closeness", "2"], "--closeness: must be in [0, 1]"),
-        (["--concentration", "0"], "--concentration: must be > 0"),
+        (["--concentration", "0"], "--concentration: must be a finite number > 0"),
+        # issue 40, item 13: every numeric flag refused under its own name
+        (["--seed", "-1"], "--seed: must be an integer in [0, 9223372036854775807], got -1"),
+        (["--seed", str(2**63)], "--seed: must be an integer in [0, 9223372036854775807]"),
+        (["--concentration", "inf"], "--concentration: must be a finite number > 0, got inf"),
+        (["--concentration", "nan"], "--concentration: must be a finite number > 0, got nan"),
+        (["--concentration", "1.7e308"], "--concentration: 1.7e+308 draws rows that are not laws"),
+        (["--concentration", "1e-300"], "--concentration: the world of --seed 0 at concentration 1e-300 has a draft row"),
+        (["--closeness", "inf"], "--closeness: must be in [0, 1]"),
+        (["--closeness", "nan"], "--closeness: must be in [0, 1]"),
+        (["--vocab", "1"], "--vocab: must be in 2..6"),
+        (["--tokens", "5"], "--tokens: must be in 1..4"),
+        (["--alphas", "inf"], "--alphas: every value must be in [0, 1e+09]"),
+        (["--epsilons", "nan"], "--epsilons: every value must be in [0, 1]"),
+        (["--singles", "-0.1"], "--singles: every value must be in [0, 1]"),
+        (["--accs", ""], "--accs: expected comma-separated numbers, got an empty list"),
     ],
 )
 def test_lossy_rules_bad_arguments_exit_2_with_one_line(flags, message, capsys, tmp_path):
