@@ -66,6 +66,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simlab.builders.sequoia import MAX_BUDGET as SEQUOIA_MAX_BUDGET
 from simlab.drafting import Drafting
 
 VERIFIER_MODES = {
@@ -211,6 +212,11 @@ def lab_builder(engine: str, s: dict) -> dict:
         lab = {"kind": "eagle2", "budget": n - 1, "depth": s["speculative_num_steps"] - 1, "top_k": s["speculative_eagle_topk"]}
         key, levels = "speculative_num_steps", s["speculative_num_steps"]
     else:
+        if engine == "sequoia" and s["budget"] > SEQUOIA_MAX_BUDGET:
+            raise ValueError(
+                f"budget: at most {SEQUOIA_MAX_BUDGET} draft tokens for the lab's Sequoia DP (its time grows as the "
+                f"budget squared; a limit of the lab), got {s['budget']}"
+            )
         return {"kind": engine, "budget": s["budget"]}
     if levels > MAX_LEVELS:
         raise ValueError(

@@ -144,87 +144,160 @@ def check_pruning(make=RankGuided) -> None:
         assert pruned.cost.verified == len(kept) and pruned.tokens() == len(kept)
 
 
-def plain_official_buffer(builder, drafter) -> list[tuple[tuple[int, ...], float]]:
-    """The official production path written out plainly (``later_blocks="official"``, two blocks):
-    the pruned buffer as (path, cumulative log q) per node, duplicates kept."""
-    K, nodes = drafter.K, []  # (parent index, path, score)
+def plain_official_buffer(builder, drafter, table_=None) -> list[tuple[int, int, float]]:
+    """The official production path written out plainly (``later_blocks="official"``): the
+    finalized buffer as (parent index, token, cumulative log q) per kept node in creation order.
+
+    From SpecBlock@b7938c5: ``_build_tree_from_block1_gpu`` / ``tree_build_triton.py`` (two
+    blocks, a give-up width above 0) and the eager ``_build_tree_from_block1`` (other tables and
+    block counts): chains first, then alternatives; pending = branching greedy nodes, then
+    alternatives, then the hitchhiking g_{K-1}; ``finalize_tree_gpu`` with ``TREE_DEDUP_MODE`` = 1
+    on the GPU path (the merge of duplicate (parent, token) siblings, depth by depth, three
+    passes), ``_prune_tree_np`` on the eager one."""
+    K, nodes = drafter.K, []  # [parent, token, score]
+    stop_rule = builder.rank_head and builder.table[3] == 0
 
     def add(parent, token, logprob):
-        path = (nodes[parent][1] if parent >= 0 else ()) + (int(token),)
-        nodes.append((parent, path, (nodes[parent][2] if parent >= 0 else 0.0) + float(logprob)))
+        nodes.append([parent, int(token), (nodes[parent][2] if parent >= 0 else 0.0) + float(logprob)])
         return len(nodes) - 1
+
+    def path(i):
+        return path_of(nodes, i)
 
     def ranked(logprobs):
         return sorted(range(len(logprobs)), key=lambda t: (-logprobs[t], t))
 
-    def gives_up(classes):
-        others = [c for c in classes if c != 0]
-        return bool(others) and others[0] == 3
-
-    block = drafter.first_block(None)
-    seeds, parent, last, width = [], -1, -1, 0
-    for k in range(K):  # block 1: stops at a zero width
-        lp = block.logprobs[k]
-        width = reference_width(builder, k, True, float(np.exp(lp.max())), int(block.classes[k]))
-        if width == 0:
-            break
-        top = ranked(lp)[:width]
-        greedy = add(parent, top[0], lp[top[0]])
-        seeds += [add(parent, t, lp[t]) for t in top[1:]] + ([greedy] if width > 1 else [])
-        parent, last = greedy, k
-    if last == K - 1 and width <= 1 and not gives_up(list(block.classes)):
-        seeds.append(parent)  # g_{K-1} hitchhikes
-    for seed in seeds:  # block 2: every seed, the whole chain, alternatives at every slot
-        block, parent = drafter.next_blocks(None, [(nodes[seed][1], None)])[0], seed
+    def widths(block, first):
+        out, stopped = [], False
         for k in range(K):
-            lp = block.logprobs[k]
-            width = reference_width(builder, k, False, float(np.exp(lp.max())), int(block.classes[k]))
-            top = ranked(lp)[: max(width, 1)]
-            greedy = add(parent, top[0], lp[top[0]])
-            for t in top[1:]:
-                add(parent, t, lp[t])
-            parent = greedy
-    best = sorted(range(len(nodes)), key=lambda i: (-nodes[i][2], i))[: builder.budget]
-    return [(nodes[i][1], nodes[i][2]) for i in sorted(best)]
+            cls = int(block.classes[k])
+            stopped = stopped or (stop_rule and cls == 3 and (k > 0 or not first))
+            p = float(np.exp(block.logprobs[k].max()))
+            out.append(0 if stopped else reference_width(builder, k, first, p, cls))
+        return out
 
+    def blocks_below(seeds, blocks, first):
+        chains = []
+        for seed, block in zip(seeds, blocks):  # every chain first, whole
+            chain, parent = [], seed
+            for k in range(K):
+                lp = block.logprobs[k]
+                parent = add(parent, ranked(lp)[0], lp[ranked(lp)[0]])
+                chain.append(parent)
+            chains.append(chain)
+        active, alternatives, hitchhikers = [], [], []
+        for seed, block, chain in zip(seeds, blocks, chains):
+            w = widths(block, first)
+            for k in range(K):
+                lp = block.logprobs[k]
+                for t in ranked(lp)[1 : w[k]]:
+                    alternatives.append(add(chain[k - 1] if k else seed, t, lp[t]))
+            active += [chain[k] for k in range(K) if w[k] > 1]
+            classes = [int(c) for c in block.classes]
+            others = [c for c in classes if c != 0]
+            if w[K - 1] <= 1:
+                if first and not (others and others[0] == 3):  # the rank walk does not give up
+                    hitchhikers.append(chain[-1])
+                if not first and not (stop_rule and 3 in classes):  # stop_at == K
+                    hitchhikers.append(chain[-1])
+        return active + alternatives + hitchhikers
 
-def _as_multiset(buffer) -> list[tuple[tuple[int, ...], float]]:
-    return sorted((path, round(score, 9)) for path, score in buffer)
+    t = table() if table_ is None else table_
+    pending = blocks_below([-1], [drafter.first_block(t)], True)
+    for b in range(1, builder.blocks):
+        if b >= 2:  # the eager path's beam before a third block
+            beam = min(builder.beam_width, max(1, (builder.budget - len(nodes)) // K))
+            best = sorted(range(len(pending)), key=lambda i: (-nodes[pending[i]][2], i))[:beam]
+            pending = [pending[i] for i in sorted(best)]
+        if not pending:
+            break
+        blocks = drafter.next_blocks(t, [(path(s), None) for s in pending])
+        pending = blocks_below(pending, blocks, False)
+
+    rule = builder.duplicates
+    if rule == "official":
+        rule = "merge_strict" if builder.blocks == 2 and not stop_rule else "keep"
+    if rule != "keep":  # dedup_depth_by_depth_triton, max_tree_depth 3
+        depth = []
+        for i in range(len(nodes)):
+            d, j = 0, i
+            while nodes[j][0] >= 0 and d < 3:
+                d, j = d + 1, nodes[j][0]
+            depth.append(d)
+        for d in (1, 2, 3):
+            winner = {}
+            for i in range(len(nodes)):
+                key = (nodes[i][0], nodes[i][1])
+                if depth[i] == d and (key not in winner or nodes[i][2] > nodes[winner[key]][2]):
+                    winner[key] = i
+            moved = {}
+            for i in range(len(nodes)):
+                w = winner.get((nodes[i][0], nodes[i][1])) if depth[i] == d else None
+                if w is not None and i != w and nodes[i][2] != -np.inf:
+                    if nodes[i][2] < nodes[w][2] or rule == "merge":
+                        moved[i] = w
+            for i in moved:
+                nodes[i][2] = -np.inf
+            for node in nodes:
+                node[0] = moved.get(node[0], node[0])
+    best = sorted(sorted(range(len(nodes)), key=lambda i: (-nodes[i][2], i))[: builder.budget])
+    index = {old: new for new, old in enumerate(best)}
+    return [(index[nodes[i][0]] if nodes[i][0] >= 0 else -1, nodes[i][1], nodes[i][2]) for i in best]
 
 
 def check_later_blocks(make=RankGuided) -> None:
-    """Later blocks as the official production path builds them, against the plain reference, on
-    hand-built cases where each rule changes the tree:
+    """Later blocks and the finalize as the official production path builds them, against the plain
+    reference (the buffer node by node, in creation order), on hand-built cases where each rule
+    changes the tree:
 
     * seeds: block 1 branches 6 wide at slot 1 (class 2, beam_width 2): all 6 depth-2 seeds (and
       the depth-1 ones) get block 2, where the lab's earlier reading kept 2 per depth;
-    * whole chains: block 2's classes (1, 0, 3, 0) under the class default: the chain goes on past
-      the class-1 slot (valid length 2) and past the give-up slot (width 0: no alternatives);
-    * duplicates: the drafter repeats its ranking, so block 2 re-drafts existing siblings, kept
-      as separate buffer nodes with their own scores;
+    * whole chains (the eager fallback of the class default): block 1's classes (1, 0, 3, 0) stop
+      its alternatives at the give-up slot 2 but not its chain; block 2's chains go on past the
+      class-1 slot (valid length 1) and past a give-up slot, without alternatives from it on;
+    * duplicates: drafters that re-draft block 1's tokens in block 2, with other scores (merged
+      before pruning: the budget goes to distinct paths) or the same scores (ties), under every
+      ``duplicates`` rule;
     * the hitchhiker (a table whose class 0 does not branch, so g_{K-1} is not already a seed):
       block-1 classes (0, 3, 0) give up in the rank walk (no g_{K-1} seed) although the table
-      still branches at the give-up slot; classes (0, 1, 0) do not (g_{K-1} gets block 2).
+      still branches at the give-up slot; classes (0, 1, 0) do not (g_{K-1} gets block 2);
+    * a third block (the eager path): its seeds are the best of block 2's pending ones.
     """
     cases = [
         (ScriptedDrafter(3, seed=5, classes=(0, 2, 0)), dict(table=SLIM_R2, beam_width=2, budget=10_000)),
+        (ScriptedDrafter(3, seed=5, classes=(0, 2, 0)), dict(table=SLIM_R2, beam_width=2, budget=40)),
         (ScriptedDrafter(4, seed=6, classes=(1, 0, 3, 0)), dict(table=CLASS_DEFAULT, beam_width=3, budget=10_000)),
-        (RepeatingDrafter(3, classes=(1, 1, 0)), dict(table=SLIM_R2, beam_width=3, budget=25)),
+        (ScriptedDrafter(4, seed=6, classes=(1, 0, 3, 0)), dict(table=CLASS_DEFAULT, beam_width=3, budget=30)),
+        (RepeatingDrafter(3, classes=(1, 1, 0), slope=0.5), dict(table=SLIM_R2, beam_width=3, budget=25)),
+        (RepeatingDrafter(3, classes=(1, 1, 0), slope=0.5), dict(table=SLIM_R2, beam_width=3, budget=10_000)),
         (ScriptedDrafter(3, seed=7, classes=(0, 3, 0)), dict(table=(1, 4, 6, 4), beam_width=2, budget=10_000)),
         (ScriptedDrafter(3, seed=8, classes=(0, 1, 0)), dict(table=(1, 4, 6, 4), beam_width=2, budget=10_000)),
+        (ScriptedDrafter(3, seed=9, classes=(1, 0, 3)), dict(table=SLIM_R2, beam_width=2, budget=60, blocks=3)),
+        (ScriptedDrafter(3, seed=9, classes=(1, 0, 3)), dict(table=CLASS_DEFAULT, beam_width=2, budget=60, blocks=3)),
     ]
-    for drafter, options in cases:
-        builder = make(drafter, blocks=2, adaptive_slot0=False, adaptive_all=False, **options)
-        expected = plain_official_buffer(builder, drafter)
-        buffer = builder.buffer(table())
-        got = [(path_of(buffer, i), score) for i, (_, _, score) in enumerate(buffer)]
-        assert _as_multiset(got) == _as_multiset(expected), (drafter.K, options)
-        tree = builder.sample(table())
-        kids = {}
-        for path, _ in expected:
-            kids.setdefault(path[:-1], set()).add(path[-1])
-        assert {p: set(c) for p, c in tree.children.items() if c} == kids
-        assert tree.cost.verified == len(expected) and tree.tokens() == len({p for p, _ in expected})
+    for duplicates in ("official", "merge", "merge_strict", "keep"):
+        for drafter, options in cases + [(RepeatingDrafter(3, classes=(1, 1, 0)), dict(beam_width=3, budget=25))]:
+            options = {"blocks": 2, **options}
+            builder = make(drafter, adaptive_slot0=False, adaptive_all=False, duplicates=duplicates, **options)
+            expected = plain_official_buffer(builder, drafter)
+            buffer = builder.buffer(table())
+            assert len(buffer) == len(expected), (duplicates, drafter.K, options)
+            for got, want in zip(buffer, expected):
+                assert got[:2] == want[:2] and (got[2] == want[2] or abs(got[2] - want[2]) <= 1e-12), (
+                    duplicates,
+                    options,
+                    got,
+                    want,
+                )
+            tree = builder.sample(table())
+            kids = {}
+            for i in range(len(expected)):
+                p = path_of(expected, i)
+                kids.setdefault(p[:-1], set()).add(p[-1])
+            assert {p: set(c) for p, c in tree.children.items() if c} == kids
+            assert tree.cost.verified == len(expected) and tree.tokens() == len(
+                {path_of(expected, i) for i in range(len(expected))}
+            )
 
 
 def path_of(buffer, i) -> tuple[int, ...]:
@@ -238,18 +311,24 @@ def path_of(buffer, i) -> tuple[int, ...]:
 
 class RepeatingDrafter:
     """Every block ranks the vocabulary the same way (token 0 first), with given classes: block 2
-    re-drafts the tokens block 1 already placed, so the official buffer holds duplicate siblings."""
+    re-drafts the tokens block 1 already placed, so the official buffer holds duplicate siblings.
+    Later blocks' log-probabilities fall by ``slope`` per rank (default: block 1's 0.7, so copies
+    tie exactly; another slope gives copies other scores)."""
 
-    def __init__(self, K: int, classes, vocab: int = V):
+    def __init__(self, K: int, classes, vocab: int = V, slope: float | None = None):
         self.K, self.vocab_size, self.classes = K, vocab, classes
-        z = -0.7 * np.arange(vocab, dtype=np.float64)
-        self.logprobs = np.tile(z - np.log(np.exp(z).sum()), (K, 1))
+        self.logprobs, self.later = (self._ranking(s, vocab, K) for s in (0.7, 0.7 if slope is None else slope))
+
+    @staticmethod
+    def _ranking(slope, vocab, K):
+        z = -slope * np.arange(vocab, dtype=np.float64)
+        return np.tile(z - np.log(np.exp(z).sum()), (K, 1))
 
     def first_block(self, table):
         return Block(self.logprobs, np.array(self.classes, dtype=np.int64), (None,) * self.K)
 
     def next_blocks(self, table, seeds):
-        return [self.first_block(table) for _ in seeds]
+        return [Block(self.later, np.array(self.classes, dtype=np.int64), (None,) * self.K) for _ in seeds]
 
 
 def check_valid_prefix(mask_fn) -> None:

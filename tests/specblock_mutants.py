@@ -98,6 +98,43 @@ class HitchhikerDespiteGiveUp(RankGuided):
         return False
 
 
+@dataclass(frozen=True)
+class PrunedThenMergedByDefault(RankGuided):
+    """The default prunes with the copies counted and merges them only in the trie (the official
+    non-default ``_prune_tree_np`` path) where the shipped GPU finalize merges before pruning."""
+
+    @property
+    def merges(self):
+        return None if self.duplicates == "official" else super().merges
+
+
+@dataclass(frozen=True)
+class TiedCopiesMerged(RankGuided):
+    """The default merge also merges copies tied at the best score (``duplicates="merge"``), which
+    the kernel's strict comparison keeps."""
+
+    @property
+    def merges(self):
+        rule = super().merges
+        return "merge" if rule == "merge_strict" and self.duplicates == "official" else rule
+
+
+class _SeedBySeed(specblock_builder._Growth):
+    def _blocks(self, seeds, blocks, first):
+        """Each block's chain and alternatives are created together, seed after seed (the lab's
+        earlier creation order): ties and merge winners follow another order."""
+        pending = []
+        for seed, block in zip(seeds, blocks):
+            pending += super()._blocks([seed], [block], first)
+        return pending
+
+
+@dataclass(frozen=True)
+class BlocksCreatedSeedBySeed(RankGuided):
+    def _growth(self, table):
+        return _SeedBySeed(self, table)
+
+
 def _block_losses(
     logits,
     ranks,
@@ -189,6 +226,9 @@ SPECBLOCK_MUTANTS = {
     "later-block chains cut at the valid length": ("later blocks", ChainCutAtValidLength),
     "duplicate siblings merged while growing": ("later blocks", DuplicatesMergedWhileGrowing),
     "hitchhiker despite the rank walk's give-up": ("later blocks", HitchhikerDespiteGiveUp),
+    "prune then merge as the default": ("later blocks", PrunedThenMergedByDefault),
+    "tied copies merged by default": ("later blocks", TiedCopiesMerged),
+    "later blocks created seed by seed": ("later blocks", BlocksCreatedSeedBySeed),
     "draft chain mask on the corpus token": ("official losses", draft_mask_on_the_corpus_token),
     "rank loss under the draft loss's mask": ("official losses", rank_loss_under_the_draft_mask),
     "rank loss without the distance weight": ("official losses", rank_loss_without_the_distance_weight),

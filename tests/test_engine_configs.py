@@ -214,6 +214,7 @@ def test_sglang_topk_1_is_valued_as_sglang_resets_it_and_says_so():
         ),
         ({"engine": "eagle", "total_token": 100000000, "depth": 7, "top_k": 10}, "total_token"),
         ({"engine": "eagle", "total_token": 60, "depth": 100000000, "top_k": 10}, "depth"),
+        ({"engine": "sequoia", "budget": 100000000}, "budget"),  # the DP asked for 10^11 bytes (MemoryError)
     ],
 )
 def test_a_huge_value_is_refused_naming_the_key_written(tmp_path, capsys, entry, key):

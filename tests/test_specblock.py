@@ -131,9 +131,38 @@ def test_without_the_shift_each_attention_free_slot_is_a_one_slot_model():
         assert torch.allclose(single[:, 0], logits[:, k], atol=1e-6, rtol=0)
 
 
-def test_rank_statistics_equal_the_numpy_reference():
+@pytest.mark.parametrize("top1", ["top20", "vocabulary"])
+def test_rank_statistics_equal_the_numpy_reference(top1):
     z = torch.randn(7, 3, 50, dtype=torch.float64) * 3
-    assert np.allclose(rank_statistics(z).numpy(), statistics(z.numpy()), atol=1e-12, rtol=0)
+    assert np.allclose(rank_statistics(z, top1).numpy(), statistics(z.numpy(), top1), atol=1e-12, rtol=0)
+
+
+def test_the_top1_statistic_is_the_official_cumprob_top1(tmp_path):
+    """The 14th statistic is SpecBlock@b7938c5's ``cumprob_top1`` (``llama3_specblock.py``,
+    ``forward_parallel``): exp of the top-1 logit minus the log-sum-exp of the top 20, written out;
+    the drafter uses it by default, and a drafter saved without ``rank_top1`` loads with the
+    statistic it was trained with (over the whole vocabulary)."""
+    import json
+
+    from backends.block_drafter.drafter import load, save
+
+    z = np.random.default_rng(2).normal(size=(5, 60)) * 2
+    for row, got in zip(z, statistics(z)):
+        top = sorted(row, reverse=True)[:20]
+        assert abs(got[13] - np.exp(top[0] - np.log(sum(np.exp(t) for t in top)))) <= 1e-12
+        assert abs(statistics(row, "vocabulary")[13] - np.exp(top[0] - np.log(np.exp(row).sum()))) <= 1e-12
+    m = model()
+    assert m.spec.rank_top1 == "top20"
+    save(m, tmp_path, {})
+    assert load(tmp_path)[0].spec.rank_top1 == "top20"
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    del manifest["spec"]["rank_top1"]
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert load(tmp_path)[0].spec.rank_top1 == "vocabulary"
+    with pytest.raises(ValueError, match="^rank_top1: "):
+        DrafterSpec(rank_top1="top10")
+    with pytest.raises(ValueError, match="^top1: "):
+        statistics(z, "top10")
 
 
 def test_valid_prefix_mask_equals_a_loop():
@@ -167,6 +196,61 @@ def test_pruning_to_budget_is_the_best_ancestor_closed_subset():
 
 def test_later_blocks_follow_the_official_production_path():
     check_later_blocks()
+
+
+INF = float("inf")
+
+
+@pytest.mark.parametrize(
+    "buffer, strict, parents, scores",
+    [
+        # a worse copy (1) merges into the better (2); its child (3) moves under 2, where it is a copy of 4
+        (
+            [(-1, 5, -0.1), (0, 7, -0.5), (0, 7, -0.3), (1, 9, -0.9), (2, 9, -0.8), (0, 8, -0.6)],
+            False,
+            [-1, 0, 0, 2, 2, 0],
+            [-0.1, -INF, -0.3, -INF, -0.8, -0.6],
+        ),
+        # tied copies: the first created wins; read literally (strict), nothing merges
+        ([(-1, 5, -0.1), (0, 7, -0.4), (0, 7, -0.4), (2, 9, -0.9)], False, [-1, 0, 0, 1], [-0.1, -0.4, -INF, -0.9]),
+        ([(-1, 5, -0.1), (0, 7, -0.4), (0, 7, -0.4), (2, 9, -0.9)], True, [-1, 0, 0, 2], [-0.1, -0.4, -0.4, -0.9]),
+        # three passes: copies at depth 3 merge (4 into 3), the copies their move makes at depth 4 (5, 6) stay
+        (
+            [(-1, 1, -0.1), (0, 2, -0.2), (1, 3, -0.3), (2, 4, -0.4), (2, 4, -0.5), (3, 6, -0.7), (4, 6, -0.6)],
+            False,
+            [-1, 0, 1, 2, 2, 3, 3],
+            [-0.1, -0.2, -0.3, -0.4, -INF, -0.7, -0.6],
+        ),
+        # the root's children are never grouped; a node already at -inf is not merged again
+        ([(-1, 5, -0.1), (-1, 5, -0.2), (0, 3, -INF), (0, 3, -0.5)], False, [-1, -1, 0, 0], [-0.1, -0.2, -INF, -0.5]),
+    ],
+)
+def test_merge_duplicates_equals_the_official_kernel_written_out(buffer, strict, parents, scores):
+    """``merge_duplicates`` on hand-built buffers, the expected outputs derived by hand from
+    SpecBlock@b7938c5 ``tree_finalize_triton.py::_dbd_dedup_kernel`` (three depth passes; winner:
+    best score, then lowest index; the kernel masks only copies strictly below the best)."""
+    from simlab.specblock.builder import merge_duplicates
+
+    got_parents, got_scores = merge_duplicates(*zip(*buffer), strict=strict)
+    assert got_parents == parents and got_scores == scores
+
+
+def test_the_default_finalize_is_the_shipped_one():
+    """The default merges duplicates before pruning exactly where the official code takes its GPU
+    path (two blocks, a give-up width above 0); at a matched budget its tree holds more distinct
+    paths than pruning with the copies counted, and its cost counts only what it verifies."""
+    drafter = RepeatingDrafter(3, classes=(1, 1, 0), slope=0.5)
+    assert RankGuided(drafter).merges == "merge_strict"
+    for changes in (dict(table=(2, 4, 10, 0)), dict(blocks=1), dict(blocks=3), dict(later_blocks="cut"), dict(duplicates="keep")):
+        assert RankGuided(drafter, **changes).merges is None, changes
+    assert RankGuided(drafter, rank_head=False).merges == "merge_strict"
+    assert RankGuided(drafter, duplicates="merge", blocks=3).merges == "merge"
+    merged, kept = (
+        RankGuided(drafter, budget=25, beam_width=3, adaptive_slot0=False, adaptive_all=False, duplicates=d).sample(table())
+        for d in ("official", "keep")
+    )
+    assert merged.cost.verified == kept.cost.verified == 25
+    assert merged.tokens() == 25 > kept.tokens()
 
 
 def test_valid_length_and_the_cut_reading():
@@ -214,9 +298,12 @@ def buffer_block_efficiency(pair, context, buffer, greedy: bool) -> float:
     return walk((), 1.0)
 
 
-def test_merging_duplicate_siblings_keeps_the_exact_block_efficiency():
-    """The official buffer keeps duplicate siblings; the lab's trie merges them.  Under one-hot (T = 1)
-    and greedy (T = 0) verification the merged tree's exact E[tau+1] equals the buffer's, written out."""
+@pytest.mark.parametrize("duplicates", ["keep", "merge_strict", "official"])
+def test_merging_duplicate_siblings_keeps_the_exact_block_efficiency(duplicates):
+    """The official buffer can keep duplicate siblings (pruned with the copies counted, copies tied
+    at the best score under the literal merge, merged copies when nothing is pruned); the lab's trie
+    merges them.  Under one-hot (T = 1) and greedy (T = 0) verification the merged tree's exact
+    E[tau+1] equals the buffer's, written out."""
     from backends.synthetic import make_world
     from simlab.sampling import SamplingSettings
 
@@ -232,10 +319,11 @@ def test_merging_duplicate_siblings_keeps_the_exact_block_efficiency():
                 beam_width=3,
                 adaptive_slot0=False,
                 adaptive_all=False,
+                duplicates=duplicates,
             )
             t = NodeTable(pair, (1,))
             buffer, tree = builder.buffer(t), builder.sample(t)
-            assert len(buffer) > tree.tokens()  # duplicates were merged
+            assert len(buffer) > tree.tokens() or (duplicates == "official" and budget < 200)  # copies were merged
             want = buffer_block_efficiency(pair, (1,), buffer, greedy=verifier == "greedy")
             assert abs(tree_verifiers.get(verifier).expected_block_efficiency(tree) - want) <= 1e-12, (verifier, classes)
 
@@ -364,6 +452,8 @@ def test_bad_input_names_the_argument():
         RankGuided(PairBlockDrafter(4), budget=0)
     with pytest.raises(ValueError, match="^table: "):
         RankGuided(PairBlockDrafter(4), table=(2, 4, 6))
+    with pytest.raises(ValueError, match="^duplicates: "):
+        RankGuided(PairBlockDrafter(4), duplicates="dedup")
     with pytest.raises(ValueError, match="^drafter: "):
         RankGuided(object())
     with pytest.raises(ValueError, match="^vocab_size: "):

@@ -105,7 +105,8 @@ def save(model: BlockDrafterModel, out: Path, manifest: dict) -> None:
 
 
 def load(folder, what: str = "drafter") -> tuple[BlockDrafterModel, dict]:
-    """(model in eval mode, manifest) from a folder written by ``save``.
+    """(model in eval mode, manifest) from a folder written by ``save``; a drafter saved before
+    ``DrafterSpec.rank_top1`` existed keeps the statistic it was trained with (``"vocabulary"``).
 
     Raises:
         ValueError: ``<what>: ...`` for a missing folder or files that do not load.
@@ -119,7 +120,10 @@ def load(folder, what: str = "drafter") -> tuple[BlockDrafterModel, dict]:
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
         model = BlockDrafterModel(
-            DrafterSpec(**manifest["spec"]), manifest["feature_dim"], manifest["vocab_size"], manifest["width"]
+            DrafterSpec(**{"rank_top1": "vocabulary", **manifest["spec"]}),  # saved before the field: the lab's earlier statistic
+            manifest["feature_dim"],
+            manifest["vocab_size"],
+            manifest["width"],
         )
         model.load_state_dict(torch.load(folder / "drafter.pt", weights_only=True))
     except (OSError, KeyError, TypeError, RuntimeError, json.JSONDecodeError) as exc:

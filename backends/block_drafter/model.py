@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from simlab.checks import check_in_range, check_int
-from simlab.specblock.rank import CLASSES, EDGES, STATISTICS
+from simlab.specblock.rank import CLASSES, EDGES, STATISTICS, TOP1
 
 
 ARCHES = ("attention", "attention_free")
@@ -60,7 +60,9 @@ class DrafterSpec:
     ``rank_freeze``: first steps without the rank loss; ``losses``: ``"official"`` or the lab's
     earlier ``"corpus_masks"`` (``backends.block_drafter.train``); ``rank_budget``: the official
     per-class budget of the rank loss's weights; ``rank_smoothing``: the neighbour smoothing of
-    ``"corpus_masks"``.
+    ``"corpus_masks"``; ``rank_top1``: where the rank head's top-1 statistic is normalised,
+    ``"top20"`` (official) or ``"vocabulary"`` (the lab's earlier statistic, which the drafters
+    saved without the field keep: ``backends.block_drafter.drafter.load``).
     """
 
     K: int = 4
@@ -78,6 +80,7 @@ class DrafterSpec:
     heads: int = 4
     losses: str = "official"
     rank_budget: int = 10
+    rank_top1: str = "top20"
 
     def __post_init__(self):
         check_int(self.K, "K", 1, 16)
@@ -96,6 +99,8 @@ class DrafterSpec:
             raise ValueError(f"losses: must be one of {', '.join(LOSSES)}, got {self.losses!r}")
         check_int(self.heads, "heads", 1)
         check_int(self.rank_budget, "rank_budget", 1)
+        if self.rank_top1 not in TOP1:
+            raise ValueError(f"rank_top1: must be one of {', '.join(TOP1)}, got {self.rank_top1!r}")
         if self.width is not None and self.width % self.heads:
             raise ValueError(f"heads: {self.heads} heads do not divide the width {self.width}")
 
@@ -212,7 +217,7 @@ class BlockDrafterModel(nn.Module):
                 h = h + mlp(norm(h))
         normed = self.norm(h)
         logits = self.lm_head(normed)
-        ranks = self.rank_head(torch.cat([normed.detach(), rank_statistics(logits.detach())], dim=-1))
+        ranks = self.rank_head(torch.cat([normed.detach(), rank_statistics(logits.detach(), self.spec.rank_top1)], dim=-1))
         return h, logits, ranks
 
     def _decode(self, start: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
@@ -280,17 +285,18 @@ def parallel_shift(width: int) -> nn.Linear:
     return shift
 
 
-def rank_statistics(logits: torch.Tensor) -> torch.Tensor:
+def rank_statistics(logits: torch.Tensor, top1: str = "top20") -> torch.Tensor:
     """The 15 rank-head statistics of (..., V) logits (V >= 20): torch twin of
-    ``simlab.specblock.rank.statistics`` in the logits' dtype."""
+    ``simlab.specblock.rank.statistics`` (``top1``: ``"top20"`` or ``"vocabulary"``) in the logits' dtype."""
     top = torch.topk(logits, 20, dim=-1).values
     lse = torch.logsumexp(top, dim=-1, keepdim=True)
     logp10 = top[..., :10] - lse
     gaps = torch.stack([top[..., 0] - top[..., 1], top[..., 0] - top[..., 2], top[..., 0] - top[..., 4]], dim=-1)
-    top1 = torch.exp(top[..., :1] - torch.logsumexp(logits, dim=-1, keepdim=True))
+    norm = lse if top1 == "top20" else torch.logsumexp(logits, dim=-1, keepdim=True)
+    first = torch.exp(top[..., :1] - norm)
     p20 = torch.exp(top - lse)
     entropy = -(p20 * torch.log(p20.clamp_min(torch.finfo(p20.dtype).tiny))).sum(-1, keepdim=True)
-    return torch.cat([logp10, gaps, top1, entropy], dim=-1)
+    return torch.cat([logp10, gaps, first, entropy], dim=-1)
 
 
 def valid_prefix_mask(correct: torch.Tensor) -> torch.Tensor:

@@ -196,14 +196,21 @@ class TreeTable:
         return tuple(sorted(out, key=lambda r: (len(r), r)))
 
 
+MAX_BUDGET = 8192
+"""The most draft tokens (root excluded) the DP solves for: its time grows as nodes^2 x levels x
+width and its two tables hold 16 bytes per (node, level, width) cell (depth 8, width 8, one thread,
+CPU time on the lab's 2-core machine under load: 2,048 draft tokens 1.3 s, 8,192 17 s; a budget of
+10^8 asked for 10^11 bytes).  Sequoia's own budgets reach 768."""
+
+
 def tree_dp(acceptance, nodes: int, levels: int) -> TreeTable:
     """Solve Sequoia's DP for up to ``nodes`` nodes (root included) and ``levels`` levels (root = level 1).
 
     Raises:
-        ValueError: a bad acceptance vector, nodes < 1, levels < 1.
+        ValueError: a bad acceptance vector, nodes < 1 or above ``MAX_BUDGET + 1``, levels < 1.
     """
     p = check_acceptance(acceptance)
-    nodes, levels = check_int(nodes, "nodes", 1), check_int(levels, "levels", 1)
+    nodes, levels = check_int(nodes, "nodes", 1, MAX_BUDGET + 1), check_int(levels, "levels", 1)
     width = p.size
     T = np.full((nodes + 1, levels + 1, width + 1), -math.inf)
     split_y = np.zeros((nodes + 1, levels + 1, width + 1), dtype=np.int64)
@@ -322,7 +329,7 @@ class Sequoia:
 
     Args:
         acceptance: (p_1..p_W), measured (``measure_acceptance``) or given.
-        budget: draft tokens of the tree (the DP's m - 1), >= 1.
+        budget: draft tokens of the tree (the DP's m - 1), 1 to ``MAX_BUDGET``.
         depth: the most draft levels (the DP's l - 1), >= 1.
         children: ``"without_replacement"`` (stochastic Sequoia) or ``"topk"`` (greedy Sequoia).
 
@@ -345,7 +352,7 @@ class Sequoia:
 
     def __post_init__(self):
         object.__setattr__(self, "acceptance", tuple(check_acceptance(self.acceptance).tolist()))
-        object.__setattr__(self, "budget", check_int(self.budget, "budget", 1))
+        object.__setattr__(self, "budget", check_int(self.budget, "budget", 1, MAX_BUDGET))
         object.__setattr__(self, "depth", check_int(self.depth, "depth", 1, 64))
         table = tree_dp(self.acceptance, self.budget + 1, self.depth + 1)
         if not math.isfinite(table.value(self.budget + 1, self.depth + 1)):  # said in the caller's units, not the DP's m and l

@@ -5,34 +5,50 @@ root, or a node of the tree) it returns each slot's log-probabilities, the rank 
 head predicts for the slot (``simlab.specblock.rank``) and an opaque state that later blocks
 inherit.  Slot k's law is conditioned on the greedy tokens of slots < k.
 
-**Block 1** (at the root): the greedy tokens g_0..g_{K-1} form a chain; slot k gets t_k children
-in all (the greedy one and the next t_k - 1 by rank, as siblings of g_k, each scored by the
-cumulative draft log-probability):
+**Widths.**  Slot k gets t_k children in all (the greedy one and the next t_k - 1 by rank, each
+scored by the cumulative draft log-probability):
 
-* slot 0 ignores its class: ``beam_width`` (10), or with ``adaptive_slot0`` by the greedy
-  probability p_0: >= 0.9 -> 3, >= 0.8 -> 5, >= 0.6 -> 8 (each at most ``beam_width``);
-* slots >= 1: ``table[c_k]``, capped with ``adaptive_all`` by p_k: >= 0.95 -> 2, >= 0.85 -> 3; an
-  entry 0 (give up) stops block 1 there.
+* slot 0 of block 1 ignores its class: ``beam_width`` (10), or with ``adaptive_slot0`` by the
+  greedy probability p_0: >= 0.9 -> 3, >= 0.8 -> 5, >= 0.6 -> 8 (each at most ``beam_width``);
+* every other slot: ``table[c_k]``, capped with ``adaptive_all`` by p_k: >= 0.95 -> 2, >= 0.85 -> 3;
+* a table whose give-up entry (class 3) is 0 (the class default [2, 4, 10, 0]) stops the
+  alternatives at the first class-3 slot (block 1: from slot 1 on; later blocks: from slot 0 on):
+  that slot and every later one get no alternatives.  A zero width never cuts the greedy chain.
 
-Pending seeds: the greedy nodes of branching slots (t_k > 1), every alternative, and g_{K-1}
-when the chain is whole, slot K - 1 does not branch, and the **rank walk** does not give up (the
-walk gives up when the first slot of a class other than 0 is of class 3, whatever the table).
+**Block 1** (at the root): the greedy chain g_0..g_{K-1}, then the alternatives slot by slot.
+Pending seeds, in this order: the greedy nodes of branching slots (t_k > 1), every alternative,
+and g_{K-1} unless slot K - 1 branches or the **rank walk** gives up (the first slot of a class
+other than 0 is of class 3, whatever the table).
 
 **Later blocks** (``later_blocks="official"``, the default; the evaluation runs ``blocks`` = 2):
 **every** pending seed gets a block, all in one batched forward; each block adds its **full
-K-slot greedy chain** below its seed plus t_k - 1 alternatives at every slot k by the same width
-rule, slot 0 by its rank class (no beam rule), a zero width meaning no alternatives (the chain
-goes on).  The rank walk's valid length M only masks the drafter's cache in the official code:
-it does not cut the chain.  Its pending seeds (for a third block, the lab's extension of the
-official two-block path) follow block 1's rule.  Nodes live in a flat buffer, as the official
-``tn_*`` arrays: a block's token that is already a sibling is a **duplicate** node with its own
-score and subtree.  Finally the buffer is **pruned** to ``budget`` nodes by cumulative draft
-log-probability (ancestor-closed: a child never scores above its parent; ties by creation
-order), and the kept nodes are merged into the lab's trie (``DraftTree`` keys a node by its
-token path): duplicate siblings become one node whose subtree is the union of theirs.  The merge
-leaves the exact E[tau+1] of greedy and one-hot verification unchanged (both accept the longest
-drafted path that is a prefix of the target's continuation, which depends only on the set of
-drafted paths; tested), and the tree's cost counts the buffer's nodes (what the target verifies).
+K-slot greedy chain** below its seed (the chains of all seeds first, seed by seed) and then the
+alternatives (seed by seed, slot by slot).  The rank walk's valid length M only masks the
+drafter's cache in the official code: it does not cut the chain.  For a third block (the
+official eager path; the GPU path runs two): the pending seeds are the greedy nodes of branching
+(seed, slot) pairs, every alternative, and each seed's g_{K-1} when its alternatives were not
+stopped and slot K - 1 does not branch; at most min(``beam_width``, max(1, (budget - nodes so
+far) // K)) of them, the best by score (ties: pending order), get a block.  Nodes live in a flat
+buffer in creation order, as the official ``tn_*`` arrays: a block's token that is already a
+sibling is a **duplicate** node with its own score and subtree.
+
+**Finalize** (``duplicates``): the official code takes its GPU path when ``blocks`` = 2 and the
+give-up width is above 0 (``_tree_gpu_supported``; the shipped ``slim_r2``), and there
+``finalize_tree_gpu`` (``TREE_DEDUP_MODE`` = 1 by default) **merges duplicates before pruning**
+(``merge_duplicates``): depth by depth (depths 1..3 below the root's children, deeper nodes in
+the third pass), siblings with one (parent, token) form a group, the best-scoring copy (ties: the
+first created) wins, the copies strictly below its score get score -inf and their children move
+under the winner with their own scores (copies tied at the best all stay, as the kernel compares;
+``duplicates="merge"`` merges them too, a departure).  Other configurations take the eager fallback ``_build_tree_from_block1``,
+which prunes with the copies counted (``_prune_tree_np``).  The **prune** keeps the ``budget``
+best nodes by score (ties: creation order; ancestor-closed: a child never scores above its
+parent, nor a moved child above its new parent); with no more than ``budget`` nodes every node
+stays, merged copies too (the official code verifies them).  The kept nodes become the lab's trie
+(``DraftTree`` keys a node by its token path): copies left in the buffer become one node whose
+subtree is the union of theirs.  That leaves the exact E[tau+1] of greedy and one-hot verification
+unchanged (both accept the longest drafted path that is a prefix of the target's continuation,
+which depends only on the set of drafted paths; tested), and the tree's cost counts the kept
+buffer nodes (what the target verifies).
 
 ``later_blocks="cut"`` is the lab's earlier reading (a departure, ``docs/departures.md``): the
 best ``beam_width`` distinct seeds per depth get a block, each block's chain is cut at the valid
@@ -44,12 +60,15 @@ while growing), and block 1's g_{K-1} is a seed unless a zero width stopped the 
 it a give-up class still branches), or the class default [2, 4, 10, 0] (``CLASS_DEFAULT``).
 ``rank_head=False`` is the ablation without the rank head: a fixed ``fixed_width`` children per
 slot.  Children are deterministic given the context (``Drafting.DETERMINISTIC``): greedy
-verification at T = 0, the one-hot rule at T > 0.  Cost: one forward of the drafter named
-``"block"`` per block (K tokens per seed).  Budget: 90 draft tokens in the evaluation
-(``"1,2,10,90"``: batch, blocks, beam, tokens); 60 for comparisons with EAGLE-3's.
+verification at T = 0, the one-hot rule at T > 0; alternatives of draft probability 0 are not
+drafted.  Cost: one forward of the drafter named ``"block"`` per block (K tokens per seed).
+Budget: 90 draft tokens in the evaluation (``"1,2,10,90"``: batch, blocks, beam, tokens); 60 for
+comparisons with EAGLE-3's.
 Source: SpecBlock@b7938c5 ``benchmarks_hf/algorithms/_specblock_base.py``
-(``_build_tree_from_block1_gpu``, ``_walk_rank_slots_compiled``, ``_prune_tree_np``),
-``specblock.py`` (``_PARETO_DEFAULTS``).
+(``_build_tree_from_block1_gpu`` and its Triton twin ``tree_build_triton.py``, the eager
+``_build_tree_from_block1``, ``_walk_rank_slots_compiled``, ``_prune_tree_np``,
+``_tree_gpu_supported``), ``tree_finalize_triton.py`` (``finalize_tree_gpu``,
+``dedup_depth_by_depth_triton``), ``specblock.py`` (``_PARETO_DEFAULTS``).
 """
 
 from __future__ import annotations
@@ -71,6 +90,9 @@ SLIM_R2 = (2, 4, 6, 4)
 CLASS_DEFAULT = (2, 4, 10, 0)
 SLOT0_WIDTHS = ((0.9, 3), (0.8, 5), (0.6, 8))
 ALL_CAPS = ((0.95, 2), (0.85, 3))
+MERGE_DEPTH = 3
+"""Passes of the official merge (``dedup_depth_by_depth_triton``'s ``max_tree_depth``, as
+``finalize_tree_gpu`` calls it): depths 1, 2 and 3-or-more below the root's children."""
 
 
 @runtime_checkable
@@ -104,8 +126,61 @@ def check_table(table) -> tuple[int, int, int, int]:
     return out
 
 
+def merge_duplicates(
+    parents: Sequence[int], tokens: Sequence[int], scores: Sequence[float], strict: bool = True
+) -> tuple[list[int], list[float]]:
+    """The official merge of duplicate siblings in a flat buffer, before pruning.
+
+    Args:
+        parents: parent index per node (-1: a child of the root), every parent before its child.
+        tokens: token per node.
+        scores: cumulative draft log-probability per node (float).
+        strict: True (default), the kernel's comparison: only copies strictly below their group's
+            best score are merged, so copies tied at the best all stay (``duplicates="merge_strict"``,
+            the official default); False (``"merge"``, a departure): tied copies merge too, into the
+            first created.
+
+    Returns:
+        (parents, scores), new lists: a merged copy scores -inf and keeps its parent; each child of
+        a merged copy has the group's winner as its parent.  The depth of node i is its number of
+        ancestors, capped at ``MERGE_DEPTH``; pass d = 1..``MERGE_DEPTH`` groups the nodes of depth d
+        by (current parent, token); the winner is the best score, then the lowest index; the
+        copies merged are the group's others (not already at -inf); children move after the
+        grouping, so a duplicate made by a move in the last pass stays.
+    Source: SpecBlock@b7938c5 ``benchmarks_hf/algorithms/tree_finalize_triton.py``
+    (``dedup_depth_by_depth_triton``, ``_dbd_dedup_kernel``; ``finalize_tree_gpu`` runs it when
+    ``TREE_DEDUP_MODE`` is 1, the default).
+    """
+    parents, scores = [int(p) for p in parents], [float(s) for s in scores]
+    depth = []
+    for i in range(len(parents)):
+        d, j = 0, i
+        while d < MERGE_DEPTH and parents[j] >= 0:
+            d, j = d + 1, parents[j]
+        depth.append(d)
+    for d in range(1, MERGE_DEPTH + 1):
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, level in enumerate(depth):
+            if level == d:
+                groups.setdefault((parents[i], int(tokens[i])), []).append(i)
+        winner_of: dict[int, int] = {}
+        for members in groups.values():
+            best = max(scores[i] for i in members)
+            winner = min(i for i in members if scores[i] == best)
+            for i in members:
+                if scores[i] != -np.inf and (scores[i] < best or (not strict and i != winner)):
+                    winner_of[i] = winner
+        for i in winner_of:
+            scores[i] = -np.inf
+        parents = [winner_of.get(p, p) for p in parents]
+    return parents, scores
+
+
 LATER_BLOCKS = ("official", "cut")
 """How blocks after the first are built: the official production path, or the lab's earlier reading."""
+
+DUPLICATES = ("official", "merge", "merge_strict", "keep")
+"""The finalize: the official code's choice for the configuration, or one rule forced (module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +197,11 @@ class RankGuided:
         rank_head: False for the ablation without it (``fixed_width`` children per slot).
         fixed_width: the width per slot of that ablation, >= 1.
         later_blocks: ``"official"`` (default) or ``"cut"`` (the lab's earlier reading).
+        duplicates: ``"official"`` (default: ``"merge_strict"`` where the official code takes its GPU
+            path, ``"keep"`` elsewhere; ``merges``), ``"merge_strict"`` (merge duplicate siblings before
+            pruning, tied copies kept: the kernel's comparison, ``merge_duplicates``), ``"merge"`` (the
+            same, tied copies merged too: a departure) or ``"keep"`` (prune with the copies counted,
+            ``TREE_DEDUP_MODE`` = 0).
 
     Raises:
         ValueError: naming the argument.
@@ -137,6 +217,7 @@ class RankGuided:
     rank_head: bool = True
     fixed_width: int = 3
     later_blocks: str = "official"
+    duplicates: str = "official"
 
     laws: ClassVar[frozenset[Drafting]] = frozenset({Drafting.DETERMINISTIC})
     default_laws: ClassVar[frozenset[Drafting]] = laws
@@ -160,10 +241,29 @@ class RankGuided:
         object.__setattr__(self, "fixed_width", check_int(self.fixed_width, "fixed_width", 1))
         if self.later_blocks not in LATER_BLOCKS:
             raise ValueError(f"later_blocks: must be one of {', '.join(LATER_BLOCKS)}, got {self.later_blocks!r}")
+        if self.duplicates not in DUPLICATES:
+            raise ValueError(f"duplicates: must be one of {', '.join(DUPLICATES)}, got {self.duplicates!r}")
+
+    @property
+    def stops_at_give_up(self) -> bool:
+        """True when the table's give-up width is 0 (with the rank head): alternatives stop at the
+        first class-3 slot, and the official code takes its eager fallback."""
+        return self.rank_head and self.table[CLASSES - 1] == 0
+
+    @property
+    def merges(self) -> str | None:
+        """The finalize's merge: ``"merge"``, ``"merge_strict"`` or None (prune with the copies
+        counted).  ``duplicates="official"``: ``"merge_strict"`` (the kernel's comparison: tied copies
+        stay) exactly where the official code takes its GPU path (two blocks, a give-up width above 0;
+        ``_tree_gpu_supported``), else None."""
+        if self.duplicates == "official":
+            gpu_path = self.later_blocks == "official" and self.blocks == 2 and not self.stops_at_give_up
+            return "merge_strict" if gpu_path else None
+        return None if self.duplicates == "keep" else self.duplicates
 
     def widths(self, block: Block, first: bool, whole: bool = False) -> list[int]:
-        """Children per slot by the rules of the module docstring; a 0 (give up) ends the list
-        there unless ``whole`` (an official later block: every slot, its chain goes on)."""
+        """Children per slot by the width rule of the module docstring, before the give-up stop; a 0
+        ends the list there unless ``whole`` (every slot listed)."""
         probs = np.exp(block.logprobs.max(axis=1))
         out = []
         for k in range(block.logprobs.shape[0]):
@@ -180,6 +280,16 @@ class RankGuided:
             out.append(width)
             if width == 0 and not whole:
                 break
+        return out
+
+    def official_widths(self, block: Block, first: bool) -> list[int]:
+        """The widths of every slot of an official block: ``widths`` with the give-up stop (module
+        docstring) applied."""
+        out = self.widths(block, first, whole=True)
+        if self.stops_at_give_up:
+            classes = block.classes
+            stop = next((k for k in range(1 if first else 0, len(out)) if int(classes[k]) == CLASSES - 1), len(out))
+            out = out[:stop] + [0] * (len(out) - stop)
         return out
 
     def valid_length(self, block: Block) -> int:
@@ -203,18 +313,19 @@ class RankGuided:
         return self.build(table)[0]
 
     def build(self, table: NodeTable) -> tuple[DraftTree, dict[Path, tuple[int, int]]]:
-        """The tree and, for each of its nodes, the (block, slot) that drafted it (0-based; a
-        merged node: its first drafted copy)."""
+        """The tree and, for each of its nodes, the (block, slot) that drafted it (0-based; a node
+        kept in several copies: its first copy not merged away)."""
         growth = self._growth(table)
         tree = growth.tree()
         return tree, {path: growth.origin[path] for path in tree.nodes() if path}
 
     def buffer(self, table: NodeTable) -> list[tuple[int, int, float]]:
-        """The pruned flat buffer before the merge: (parent index or -1, token, cumulative log q)
-        per node in creation order, duplicates kept (the official ``tn_parents``, ``tn_tokens``,
-        ``tn_lps``)."""
+        """The finalized flat buffer before the trie: (parent index or -1, token, cumulative log q)
+        per kept node in creation order, copies kept (a merged copy scores -inf; the official
+        ``tn_parents``, ``tn_tokens``, ``tn_lps`` after ``finalize_tree_gpu`` or ``_prune_tree_np``)."""
         growth = self._growth(table)
         growth.grow()
+        growth.merge()
         kept = growth.kept()
         index = {node: i for i, node in enumerate(kept)}
         return [(index.get(growth.parent[n], -1), growth.token[n], growth.score[n]) for n in kept]
@@ -256,34 +367,65 @@ class _Growth:
         self.index.setdefault(path, len(self.path) - 1)
         return len(self.path) - 1
 
+    def _blocks(self, seeds: list[int], blocks: list[Block], first: bool) -> list[tuple[int, object]]:
+        """Official blocks below ``seeds`` (-1: the root): every chain, then every block's
+        alternatives; return the pending seeds (node, state) in the official order."""
+        widths = [self.b.official_widths(block, first) for block in blocks]
+        chains = []
+        for seed, block, w in zip(seeds, blocks, widths):  # the greedy chains
+            chain, parent = [], seed
+            for k in range(len(w)):
+                self.slot = k
+                lp = block.logprobs[k]
+                top = int(np.argmax(lp))
+                if not np.isfinite(lp[top]):
+                    break
+                parent = self._add(parent, top, lp[top])
+                chain.append(parent)
+            chains.append(chain)
+        active, alternatives, hitchhikers = [], [], []
+        for seed, block, w, chain in zip(seeds, blocks, widths, chains):  # the alternatives
+            branching = [False] * len(chain)
+            for k in range(len(chain)):
+                self.slot = k
+                lp = block.logprobs[k]
+                order = np.argsort(-lp, kind="stable")[: max(w[k], 1)]
+                for t in order[1:][np.isfinite(lp[order[1:]])]:
+                    alternatives.append((self._add(chain[k - 1] if k else seed, int(t), lp[t]), block.states[k]))
+                    branching[k] = True
+            active += [(chain[k], block.states[k]) for k in range(len(chain)) if branching[k]]
+            K = block.logprobs.shape[0]
+            if len(chain) == K and not branching[-1]:  # g_{K-1} hitchhikes
+                give_up = bool(np.any(block.classes == CLASSES - 1))
+                stopped = self.b.gives_up(block) if first else self.b.stops_at_give_up and give_up
+                if not stopped:
+                    hitchhikers.append((chain[-1], block.states[K - 1]))
+        return active + alternatives + hitchhikers
+
     def _expand(self, seed: int, block: Block, first: bool) -> list[tuple[int, object]]:
-        """Add a block below node ``seed`` (-1: the root); return its pending seeds (node, state)."""
-        whole = self.official and not first
-        widths = self.b.widths(block, first, whole=whole)
-        limit = len(widths) if first or self.official else min(len(widths), self.b.valid_length(block))
-        stopped = bool(widths) and widths[-1] == 0 and not whole
-        pending, parent, last, branching = [], seed, -1, False
+        """``later_blocks="cut"``: add a block below node ``seed`` (-1: the root); return its pending
+        seeds (node, state)."""
+        widths = self.b.widths(block, first)
+        limit = len(widths) if first else min(len(widths), self.b.valid_length(block))
+        stopped = bool(widths) and widths[-1] == 0
+        pending, parent, last = [], seed, -1
         for k in range(limit):
             self.slot = k
             width = widths[k]
-            if width == 0 and not whole:
+            if width == 0:
                 break
             lp = block.logprobs[k]
-            order = np.argsort(-lp, kind="stable")[: max(width, 1)]
+            order = np.argsort(-lp, kind="stable")[:width]
             order = order[np.isfinite(lp[order])]
             if not order.size:
                 break
             greedy = self._add(parent, int(order[0]), lp[order[0]])
             for t in order[1:]:
                 pending.append((self._add(parent, int(t), lp[t]), block.states[k]))
-            branching = order.size > 1
-            if branching:
+            if order.size > 1:
                 pending.append((greedy, block.states[k]))
             parent, last = greedy, k
-        if self.official:  # g_{K-1} hitchhikes: a whole chain, not already pending, no give-up
-            if last == block.logprobs.shape[0] - 1 and not branching and not stopped and not self.b.gives_up(block):
-                pending.append((parent, block.states[last]))
-        elif parent != seed and not stopped:
+        if parent != seed and not stopped:
             pending.append((parent, block.states[last]))
         return pending
 
@@ -291,7 +433,7 @@ class _Growth:
         b, K = self.b, self.b.drafter.K
         block = b.drafter.first_block(self.table)
         self.forwards.append(DraftForward(K, 0, "block"))
-        pending = self._expand(-1, block, first=True)
+        pending = self._blocks([-1], [block], True) if self.official else self._expand(-1, block, first=True)
         for block_index in range(1, b.blocks):
             self.block = block_index
             seeds = self._chosen(pending)
@@ -299,13 +441,21 @@ class _Growth:
                 break
             self.forwards.append(DraftForward(K * len(seeds), 0, "block"))
             blocks = b.drafter.next_blocks(self.table, [(self.path[node], state) for node, state in seeds])
-            pending = []
-            for (seed, _), next_block in zip(seeds, blocks):
-                pending.extend(self._expand(seed, next_block, first=False))
+            if self.official:
+                pending = self._blocks([seed for seed, _ in seeds], blocks, False)
+            else:
+                pending = [p for (seed, _), block in zip(seeds, blocks) for p in self._expand(seed, block, first=False)]
 
     def _chosen(self, pending) -> list[tuple[int, object]]:
-        """The seeds that get a block: every pending one (official), or ``_seeds`` (cut)."""
-        return pending if self.official else self._seeds(pending)
+        """The seeds that get a block: every pending one for block 2 (official; beyond it the eager
+        path's beam of the module docstring), or ``_seeds`` (cut)."""
+        if not self.official:
+            return self._seeds(pending)
+        if self.block < 2:
+            return pending
+        beam = min(self.b.beam_width, max(1, (self.b.budget - len(self.path)) // self.b.drafter.K))
+        best = sorted(range(len(pending)), key=lambda i: (-self.score[pending[i][0]], i))[:beam]
+        return [pending[i] for i in sorted(best)]
 
     def _seeds(self, pending) -> list[tuple[int, object]]:
         """``later_blocks="cut"``: the best ``beam_width`` distinct pending seeds per depth, by score
@@ -319,6 +469,12 @@ class _Growth:
         chosen = [n for nodes in by_depth.values() for n in nodes[: self.b.beam_width]]
         return [(n, unique[n]) for n in sorted(chosen)]
 
+    def merge(self) -> None:
+        """The finalize's merge of duplicate siblings (``RankGuided.merges``), in place."""
+        rule = self.b.merges
+        if rule is not None:
+            self.parent, self.score = merge_duplicates(self.parent, self.token, self.score, strict=rule == "merge_strict")
+
     def kept(self) -> list[int]:
         """The ``budget`` best nodes by score (ties: creation order), in creation order."""
         ranked = sorted(range(len(self.path)), key=lambda n: (-self.score[n], n))
@@ -329,9 +485,10 @@ class _Growth:
 
     def tree(self) -> DraftTree:
         self.grow()
+        self.merge()
         kept = self.kept()
         children: dict[Path, tuple[int, ...]] = {}
-        for n in kept:  # the merge: duplicate siblings become one node (the first copy's origin)
+        for n in sorted(kept, key=lambda n: (self.score[n] == -np.inf, n)):  # the trie: copies become one node
             path = self.path[n]
             if path not in self.origin:
                 self.origin[path] = self.where[n]

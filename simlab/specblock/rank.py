@@ -4,9 +4,11 @@ The rank head predicts where the target's token sits in the draft's ranking of a
 **classes** (``bucket``): 0 = rank 1, 1 = ranks 2-4, 2 = ranks 5-10, 3 = beyond 10 ("give up").
 Its inputs are the slot's detached hidden state and 15 statistics of the slot's logits
 (``statistics``): the top-10 log-probabilities normalised by the log-sum-exp of the top 20 (10),
-the logit gaps between ranks 1-2, 1-3 and 1-5 (3), the top-1 probability (1) and the entropy of
-the top-20 renormalised (1).
-Source: SpecBlock (arXiv 2605.07243); shiweijiezero/SpecBlock@b7938c5 ``specforge/core/specblock.py``.
+the logit gaps between ranks 1-2, 1-3 and 1-5 (3), the top-1 probability of the top 20
+renormalised (1: the official ``cumprob_top1``; ``top1="vocabulary"``, the lab's earlier
+statistic, takes it over the whole vocabulary) and the entropy of the top-20 renormalised (1).
+Source: SpecBlock (arXiv 2605.07243); shiweijiezero/SpecBlock@b7938c5 ``specforge/core/specblock.py``,
+``specforge/modeling/draft/llama3_specblock.py`` (``forward_parallel``'s rank features).
 """
 
 from __future__ import annotations
@@ -34,12 +36,23 @@ def rank_of(token: int, scores: np.ndarray) -> int:
     return int(np.count_nonzero(scores > s) + np.count_nonzero(scores[:token] == s) + 1)
 
 
-def statistics(logits: np.ndarray) -> np.ndarray:
+TOP1 = ("top20", "vocabulary")
+"""Where the top-1 statistic is normalised: the top 20 (official) or the whole vocabulary (the lab's earlier)."""
+
+
+def statistics(logits: np.ndarray, top1: str = "top20") -> np.ndarray:
     """The 15 statistics of one slot's logits (V,) or a batch (..., V); float64 (..., 15).
 
+    Args:
+        logits: float (..., V), V >= 20.
+        top1: ``"top20"`` (official) or ``"vocabulary"`` (module docstring).
+
     Raises:
-        ValueError: ``logits: ...`` for a vocabulary below 20 tokens (the statistics need a top 20).
+        ValueError: ``logits: ...`` for a vocabulary below 20 tokens (the statistics need a top 20);
+            ``top1: ...``.
     """
+    if top1 not in TOP1:
+        raise ValueError(f"top1: must be one of {', '.join(TOP1)}, got {top1!r}")
     z = np.asarray(logits, dtype=np.float64)
     if z.shape[-1] < 20:
         raise ValueError(f"logits: the rank statistics need V >= 20, got {z.shape[-1]}")
@@ -47,8 +60,11 @@ def statistics(logits: np.ndarray) -> np.ndarray:
     lse = np.log(np.exp(top - top[..., :1]).sum(-1, keepdims=True)) + top[..., :1]
     logp10 = top[..., :10] - lse
     gaps = np.stack([top[..., 0] - top[..., 1], top[..., 0] - top[..., 2], top[..., 0] - top[..., 4]], axis=-1)
-    full = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
-    top1 = np.exp(top[..., 0] - full)[..., None]
+    if top1 == "top20":
+        norm = lse[..., 0]
+    else:
+        norm = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
+    first = np.exp(top[..., 0] - norm)[..., None]
     p20 = np.exp(top - lse)
     entropy = -(p20 * np.log(np.maximum(p20, 1e-300))).sum(-1, keepdims=True)
-    return np.concatenate([logp10, gaps, top1, entropy], axis=-1)
+    return np.concatenate([logp10, gaps, first, entropy], axis=-1)
