@@ -18,6 +18,11 @@ cond_d; ``docs/metrics.md``).  The per-depth ``alpha`` columns are node-level ra
 the drafted nodes with equal weight, not the papers' conditional rate ``cond_d`` (which weights
 each node by the probability that verification reaches it).
 
+With ``--backend hf`` (or ``--pair``) the run captures p and q first (``backends.capture --full``)
+into ``<out>/capture-<settings hash>``, and keeps each analysed root's rows there
+(``analyses._root_cache``): a rerun of an interrupted run resumes both the capture and the
+analysis, and publishes the tables an uninterrupted run would, byte for byte.
+
 Reading it: at k = 1 every verifier but NSS accepts with probability 1 - TV; the gap between
 alpha* and a verifier is what a better OTLP solver could still win at that depth; the
 multi-draft gain alpha(k=K) - alpha(k=1) says how much extra drafts help there.
@@ -36,7 +41,10 @@ import polars as pl
 
 from backends.capture import run
 from backends.capture_store import CaptureSettings
+from analyses import _root_cache
 from analyses._categories import by_category, print_by_category, stage_by_category
+from analyses._root_cache import RootCache
+from backends.sources import replay
 from backends.cli import (
     OutputSet,
     ToolParser,
@@ -156,47 +164,87 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     return config, parser
 
 
-def measure(config: Config, source, setting) -> tuple[pl.DataFrame, dict]:
+ANALYSIS_FIELDS = ("seed", "k", "child_samples", "methods", "engine_metrics")
+"""The settings the node rows of a captured tree depend on (with the capture itself): the key of
+the per-root results a live run keeps under its capture (``analyses._root_cache``)."""
+
+
+def measure(config: Config, source, setting, resume: Path | None = None) -> tuple[pl.DataFrame, dict]:
     """(one row per tree node: root, path, depth, number of children, divergences and acceptance
     rates, and the root's ``category`` when some root has one; verifier -> the ``EngineMetrics`` of each root's tree, for ``config.engine_metrics``).
 
     Trees: the captured one (a capture), else ``--shape`` drawn with the root's generator (the
     shared walk of a synthetic source) or one seeded by (seed, 1, root id), the capture tool's.
     The khisti / rrs_wor child samples use the same generator, or ``default_rng(seed)``.
+
+    ``resume``: the capture folder ``source`` replays (a live run's own); each root's rows are kept
+    there (``analyses._root_cache.RootCache``, keyed by ``ANALYSIS_FIELDS`` and the code) and a
+    verified entry is reused, so a rerun after an interruption resumes and returns the same frame.
     """
     shape, k_values = named_shape(config.shape, config.width, config.depth, config.trunk), range(1, config.k + 1)
     fallback = np.random.default_rng(config.seed)
     rows, metrics = [], {name: [] for name in config.engine_metrics}
     categories = []  # each row's root's category: a column only when some root has one
+    cache = None
+    if resume is not None:
+        settings = {name: getattr(config, name) for name in ANALYSIS_FIELDS}
+        cache = RootCache(resume, settings, code=(__file__, _root_cache.__file__, replay.__file__))
     roots = source.roots(setting)
-    for root in progress_bar(roots, total=source.count(setting), desc="roots", unit="root", quiet=config.quiet):
-        table = NodeTable(root.pair, root.context)
-        if root.tree is not None:
-            tree = DraftTree(table, root.tree).fill()
+    reused = 0
+    bar = progress_bar(roots, total=source.count(setting), desc="roots analysed", unit="root", quiet=config.quiet)
+    for root in bar:
+        before = fallback.bit_generator.state
+        kept = cache is not None and root.rng is None and root.tree is not None  # a captured tree, the shared generator
+        hit = cache.get(root.root, before) if kept else None
+        if hit is not None:
+            (payload, after), reused = hit, reused + 1
+            fallback.bit_generator.state = after
+            bar.set_postfix_str(f"{reused} from an earlier run", refresh=False)
         else:
-            tree = shape.sample(table, root.rng or seeded_rng(config.seed, Stream.TREE, root.root))
-        for name in config.engine_metrics:  # exact, no randomness drawn
-            metrics[name].append(engine_metrics.tree_metrics(tree, tree_verifiers.get(name)))
-        rng = root.rng or fallback
-        for path in tree.nodes():
-            rows.append(
-                node_rows(
-                    root.root,
-                    path,
-                    len(tree.child_list(path)),
-                    table.p(path),
-                    table.q(path),
-                    k_values,
-                    rng,
-                    config.child_samples,
-                    config.methods,
-                )
-            )
-            categories.append(root.category)
+            payload = _root_payload(config, root, shape, k_values, root.rng or fallback)
+            if kept:
+                cache.put(root.root, before, fallback.bit_generator.state, payload)
+        rows.extend(payload["rows"])
+        categories.extend([root.category] * len(payload["rows"]))
+        for name in config.engine_metrics:
+            metrics[name].append(_engine_metrics(payload["metrics"][name]))
     nodes = pl.DataFrame(rows)
     if any(c is not None for c in categories):
         nodes = nodes.with_columns(pl.Series("category", categories, dtype=pl.String))
     return nodes, metrics
+
+
+def _root_payload(config: Config, root, shape, k_values, rng) -> dict:
+    """One root's node rows and its tree's engine metrics (as plain dicts: ``RootCache`` keeps them)."""
+    table = NodeTable(root.pair, root.context)
+    if root.tree is not None:
+        tree = DraftTree(table, root.tree).fill()
+    else:
+        tree = shape.sample(table, root.rng or seeded_rng(config.seed, Stream.TREE, root.root))
+    metrics = {  # exact, no randomness drawn
+        name: asdict(engine_metrics.tree_metrics(tree, tree_verifiers.get(name))) for name in config.engine_metrics
+    }
+    rows = [
+        node_rows(
+            root.root,
+            path,
+            len(tree.child_list(path)),
+            table.p(path),
+            table.q(path),
+            k_values,
+            rng,
+            config.child_samples,
+            config.methods,
+        )
+        for path in tree.nodes()
+    ]
+    return {"rows": rows, "metrics": metrics}
+
+
+def _engine_metrics(fields: dict) -> engine_metrics.EngineMetrics:
+    """An ``EngineMetrics`` from its fields (arrays as float64, as ``tree_metrics`` returns them)."""
+    arrays = {name: np.asarray(fields[name], dtype=np.float64) for name in ("unconditional", "conditional")}
+    return engine_metrics.EngineMetrics(**{**fields, **arrays})
 
 
 def engine_table(metrics: dict) -> pl.DataFrame:
@@ -351,7 +399,8 @@ def _main(argv) -> int:
             )
             out = study_out(PROG, config, f"hf-{models}")
             log(f"capturing p and q on the draft trees of every root into {out}/capture-*")
-            source = CaptureSource((capture_live(config, setting, out, config.quiet),), grid=False)
+            capture = capture_live(config, setting, out, config.quiet)
+            source = CaptureSource((capture,), grid=False)
         else:
             source, settings = make_source(
                 PROG,
@@ -366,7 +415,7 @@ def _main(argv) -> int:
             )
             (setting,) = settings
             out = study_out(PROG, config, source.slug())
-        nodes, metrics = measure(config, source, setting)
+        nodes, metrics = measure(config, source, setting, Path(capture) if live else None)
     except ValueError as exc:
         # a verifier refused on the trees is one of --engine-metrics (the study's only verifiers)
         fail_from(PROG, exc, parser, {"prompts": "--prompts", "capture": "--capture", "verifier": "--engine-metrics"})

@@ -20,9 +20,15 @@ Memory: the drafting and the labelling tables keep float32 logits, not float64 r
 plan kept (``stream=True``), so one root's grid at V = 128,000 adds about 1.3 GB (its two models'
 logits) to the process (``scripts/capture_memory.py``).
 
-Resumable: a killed run (even SIGKILL) rerun with the same command skips the roots whose shard
-exists and produces no duplicate and no missing rows, because every root is seeded by
-(seed, root id) alone; staging files the killed run left are removed.
+Resumable: a killed run (even SIGKILL) rerun with the same command skips the roots already
+captured and produces no duplicate and no missing rows, because every root is seeded by
+(seed, root id) alone; staging files the killed run left are removed.  A root counts as captured
+when its files pass ``capture_store.check_root`` (read back as the readers need them); a damaged
+one is captured again, with one line saying so, and a file drawn under other settings stops the
+run with one line.  The models are part of the settings: ``model_fingerprints`` records which
+target and draft a capture is drawn from (their files' digest, or a hub id's commit), and a resume
+whose models differ is refused naming which.  Every path the run reads (the prompt file, local
+model folders) is checked before anything is created (``check_inputs``).
 
 ``--evaluation cached`` (the default) evaluates every node once: the G = ``--roots-per-forward``
 (default 8) consecutive roots of a group share one ``backends.tree_cache.TreeSession`` (one
@@ -63,15 +69,18 @@ draw, and ``--full`` copies the logits it stores.  Top-p settings keep the logit
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 from backends import capture_store as store
+from backends import adapter_draft, pretrained
 from backends.capture_lock import CaptureLock
 from backends.cli import ToolParser, check_flags, fail_from, name_list, prepare_out, progress_bar, slow_step
-from backends.hf import oom_errors
+from backends.hf import check_model_folder, oom_errors
 from backends.pretrained import DEFAULT_DRAFT, PAIRS, open_pair, parse_draft
 from backends.roots import prompt_roots, prompt_texts, prompts_digest, read_prompt_records
 from simlab import tree_verifiers
@@ -307,6 +316,104 @@ def union_tree(drafts) -> DraftTree:
     return DraftTree(None, {k: tuple(v) for k, v in children.items()})
 
 
+FROM_TARGET = "from-target"
+"""The draft fingerprint of a named pair's draft computed from the target's own weights by its spec
+(``early-exit:L``, ``quant:B:G``): the target's fingerprint and the spec (``draft``) determine it."""
+SKIPPED_FILES = ("manifest.json",)
+"""Files of a model folder the fingerprint leaves out: the lab's record of how the folder was made
+(its timings differ between bit-identical builds); hidden files and ``*.md`` are left out too."""
+
+
+def folder_fingerprint(folder) -> str:
+    """``"sha256:<hex>"``: SHA-256 over the sorted names, sizes and SHA-256 digests of the files at the
+    top of a model folder (config, weights, tokenizer: every regular file but hidden ones, ``*.md``
+    and ``SKIPPED_FILES``; symbolic links followed).  Cost: one read of every file on one core, about
+    1 s per 0.5 GB (measured: 1.1 s for SmolLM2-135M's 538 MB converted folder on a shared 2-core
+    machine; about 30 s for a 16 GB model), once per run after the models load.
+
+    Raises:
+        ValueError: ``folder: ...`` for a folder that cannot be read.
+    """
+    digest = hashlib.sha256()
+    try:
+        files = sorted(f for f in Path(folder).iterdir() if f.is_file() and not f.name.startswith(".") and f.suffix != ".md")
+        for file in files:
+            if file.name in SKIPPED_FILES:
+                continue
+            inner = hashlib.sha256()
+            with open(file, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 22), b""):
+                    inner.update(block)
+            digest.update(f"{file.name}\0{file.stat().st_size}\0{inner.hexdigest()}\n".encode())
+    except OSError as exc:
+        raise ValueError(f"folder: cannot read the model folder {str(folder)!r} ({exc.strerror or exc})") from None
+    return f"sha256:{digest.hexdigest()}"
+
+
+def hub_fingerprint(name: str, what: str) -> str:
+    """``"hub:<commit>"``: the commit of hub model ``name`` that the Hugging Face cache holds for its
+    default branch (the one a load just resolved; no network).
+
+    Raises:
+        ValueError: ``<what>: ...`` where the cache holds no config.json of ``name``.
+    """
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(name, "config.json")
+    commit = Path(found).parent.name if isinstance(found, str) else ""
+    if not re.fullmatch(r"[0-9a-f]{40}", commit):
+        raise ValueError(
+            f"{what}: cannot tell which commit of the hub model {name!r} was loaded (the Hugging Face cache holds no "
+            "config.json of it); download it into a folder and pass the folder"
+        )
+    return f"hub:{commit}"
+
+
+def model_fingerprints(settings: store.CaptureSettings) -> dict[str, str]:
+    """``target_fingerprint`` and ``draft_fingerprint`` of the models ``settings`` names, as loaded:
+    a local folder's ``folder_fingerprint``, a hub id's ``hub_fingerprint``; a named pair's target is
+    its converted folder (``backends.pretrained.target_folder``), its adapter draft the folder it
+    loads from (``backends.pretrained.adapter_folder``: a draft trained into the user cache shadows
+    a shipped one), its other drafts ``FROM_TARGET``.  Called once the models are loaded (a hub
+    commit is known then, and a named pair's target folder exists); cost: ``folder_fingerprint``.
+
+    Raises:
+        ValueError: ``target: ...`` or ``draft: ...`` for a model that cannot be fingerprinted.
+    """
+
+    def folder(path: Path, what: str) -> str:
+        try:
+            return folder_fingerprint(path)
+        except ValueError as exc:
+            raise ValueError(f"{what}: {str(exc).partition(': ')[2]}") from None
+
+    def of(name: str, what: str) -> str:
+        return folder(Path(name).expanduser(), what) if check_model_folder(name, what) else hub_fingerprint(name, what)
+
+    if settings.pair:
+        target = folder(pretrained.target_folder(), "target")
+        adapter = settings.draft.startswith(f"{adapter_draft.PREFIX}:")
+        draft = folder(pretrained.adapter_folder(settings.draft), "draft") if adapter else FROM_TARGET
+        return {"target_fingerprint": target, "draft_fingerprint": draft}
+    return {"target_fingerprint": of(settings.target, "target"), "draft_fingerprint": of(settings.draft, "draft")}
+
+
+def check_inputs(settings: store.CaptureSettings) -> list:
+    """The prompt records of ``settings`` (``backends.roots.read_prompt_records``), once every path the
+    capture reads is checked: the prompt file (or set) and the local model folders
+    (``backends.hf.check_model_folder``; a hub id and a named pair's models are checked as they load).
+    Reads no weights and creates nothing.
+
+    Raises:
+        ValueError: ``prompts: ...``, ``target: ...`` or ``draft: ...``.
+    """
+    records = read_prompt_records(settings.prompts)
+    if not settings.pair:
+        check_model_folder(settings.target, "target")
+        check_model_folder(settings.draft, "draft")
+    return records
+
+
 def run_settings(settings: store.CaptureSettings, records: list, device: str, labels_engine: str) -> store.CaptureSettings:
     """The settings a run records: ``settings`` with the digest of its prompt records
     (``backends.roots.prompts_digest``) and, with ``--labels``, the label engine ``labels_engine``
@@ -327,21 +434,28 @@ def run(
 ) -> int:
     """Capture every root of this process's share not already in ``out``; returns roots captured.
 
-    The folder is held (``backends.capture_lock``) from the first check of its settings to the
-    last shard; settings.json is claimed (``capture_store.claim_settings``: written if absent, else
-    compared) by every rank before its first shard, and checked unchanged before each group's
-    shards, which record its hash.
+    Every path it reads is checked before ``out`` is created (``check_inputs``).  The folder is held
+    (``backends.capture_lock``) from the first check of its settings to the last shard; settings.json
+    is claimed (``capture_store.claim_settings``: written if absent, else compared, the models'
+    fingerprints included) by every rank once its models are loaded, before its first shard, and
+    checked unchanged before each group's shards, which record its hash.
 
     Raises:
         ValueError: naming the argument (``prompts``, ``target``, ``draft``, ``device``, ``out``...);
-            ``out: ...`` for a folder another run holds or one with other settings.
+            ``out: ...`` for a folder another run holds, one with other settings or models, or one
+            that cannot be resumed (``capture_store.check_legacy``); ``capture: ...`` for a captured
+            root drawn under other settings.
     """
-    records = read_prompt_records(settings.prompts)
+    records = check_inputs(settings)
     settings = run_settings(settings, records, device, labels_engine)
+    Path(out).mkdir(parents=True, exist_ok=True)
     with CaptureLock(
         out, rank, world, store.settings_hash(settings), note=lambda line: print(f"{PROG}: {line}", file=sys.stderr)
     ):
         store.check_resumable(out, settings)  # before the models load: a wrong folder is refused at once
+        note = store.check_legacy(out)
+        if note:
+            print(f"{PROG}: {note}", file=sys.stderr)
         return _capture(settings, records, out, device, quiet, rank, world)
 
 
@@ -368,6 +482,8 @@ def _capture(settings: store.CaptureSettings, records: list, out: Path, device: 
             "renormalised (--trim-draft-vocab; recorded in settings.json)",
             file=sys.stderr,
         )
+    with slow_step(PROG, "fingerprinting the models' files", quiet):
+        settings = replace(settings, **model_fingerprints(settings))
     prompts = prompt_texts(pair, records)  # chat prompts in the target's template
     with slow_step(PROG, f"sampling the continuations of {len(prompts)} prompts", quiet):
         roots = list(prompt_roots(pair, prompts, settings.placement(), settings.seed, settings.tree_depth()))
@@ -375,7 +491,9 @@ def _capture(settings: store.CaptureSettings, records: list, out: Path, device: 
     G = settings.roots_per_forward
     groups = [roots[i : i + G] for i in range(0, len(roots), G)]  # fixed by root order: a resumed run forms the same groups
     mine = [g for j, g in enumerate(groups) if j % world == rank]
-    todo = [g for g in mine if not all(store.shard_path(out, r[0]).exists() for r in g)]
+    with slow_step(PROG, "checking the roots captured already", quiet):
+        done = captured_roots(out, [r[0] for g in mine for r in g], settings, drawn_under)
+    todo = [g for g in mine if not all(r[0] in done for r in g)]
     if not mine:
         print(
             f"{PROG}: rank {rank} of {world} has nothing to do: {len(roots)} roots make {len(groups)} groups of up to {G} "
@@ -387,7 +505,7 @@ def _capture(settings: store.CaptureSettings, records: list, out: Path, device: 
             f"{PROG}: rank {rank} of {world} has nothing to do: its {sum(len(g) for g in mine)} roots are captured already",
             file=sys.stderr,
         )
-    done, max_batch, max_tokens = 0, pair.max_batch, pair.forest_tokens
+    captured, max_batch, max_tokens = 0, pair.max_batch, pair.forest_tokens
     bar = progress_bar(total=sum(len(g) for g in todo), desc="roots", unit="root", quiet=quiet)
     try:  # closed on every exit, so an error's line never shares the bar's
         for group in todo:
@@ -407,7 +525,7 @@ def _capture(settings: store.CaptureSettings, records: list, out: Path, device: 
                     )
             store.check_unchanged(out, drawn_under)
             for (root_id, prompt_index, context), (rows, logits, drafts, labels) in zip(group, results):
-                if store.shard_path(out, root_id).exists():  # captured before a kill; its group is evaluated whole again
+                if root_id in done:  # captured before a kill; its group is evaluated whole again
                     continue
                 if logits is not None:
                     store.save_logits(store.logits_path(out, root_id), *logits, settings_sha256=drawn_under)
@@ -421,10 +539,29 @@ def _capture(settings: store.CaptureSettings, records: list, out: Path, device: 
                     [{**row, "category": records[prompt_index].category} for row in rows],
                     settings_sha256=drawn_under,
                 )
-                done += 1
+                captured += 1
             bar.update(len(group))
     finally:
         bar.close()
+    return captured
+
+
+def captured_roots(out: Path, roots, settings: store.CaptureSettings, drawn_under: str) -> set[int]:
+    """The roots of ``roots`` captured in ``out`` already: those with a node shard whose files pass
+    ``capture_store.check_root``; a damaged one is left out (captured again) with one line on stderr.
+
+    Raises:
+        capture_store.MixedCapture: a file of one of them drawn under other settings.
+    """
+    done = set()
+    for root in roots:
+        if not store.shard_path(out, root).exists():
+            continue
+        damage = store.check_root(out, root, settings, drawn_under)
+        if damage is None:
+            done.add(root)
+        else:
+            print(f"{PROG}: root {root} is damaged ({damage}); capturing it again", file=sys.stderr)
     return done
 
 
@@ -612,8 +749,9 @@ def main(argv=None) -> int:
     settings, out_arg, device, quiet, labels_engine, parser = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         rank, world, local = shard_environment(os.environ)
+        check_inputs(settings)  # before --out is created
     except ValueError as exc:
-        fail_from(PROG, exc)
+        fail_from(PROG, exc, parser)
     out = prepare_out(PROG, out_arg)
     if world > 1 and device == "auto":
         device = f"cuda:{local}" if check_device("auto", "device") == "cuda" else "cpu"

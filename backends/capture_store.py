@@ -27,10 +27,24 @@ and the other compares), and every shard records the hash of the settings it was
 key-value metadata ``simlab.settings_sha256``, logits archives as the member ``settings_sha256``).
 Every reader (``read_nodes``, ``read_capture``, ``read_grid_drafts``, ``read_labels``,
 ``read_logits``, ``CapturedPair``, ``backends.sources.replay.CaptureSource``) refuses a shard whose
-hash differs from that of the folder's settings.json, with one line.  Shards written before the
-hash (captures made before it) carry none: they are read as legacy shards, unchecked.  A folder
-holding shards but no settings.json is refused by the writer.  Who may write into a folder at a
-time: ``backends.capture_lock`` (its ``lock-rank<N>.json`` files, one per writing rank).
+hash differs from that of the folder's settings.json, with one line (``MixedCapture``).  Shards
+written before the hash (captures made before it) carry none: they are read as legacy shards,
+unchecked, only in a folder where no shard records a hash (``unstamped_allowed``); an unstamped
+shard beside stamped ones is refused as one from another capture.  The writer resumes no folder
+holding unstamped shards (``check_legacy``).  A folder holding shards but no settings.json is
+refused by the writer.  Who may write into a folder at a time: ``backends.capture_lock`` (its
+``lock-rank<N>.json`` files, one per writing rank).
+
+**Model fingerprints.** ``target_fingerprint`` and ``draft_fingerprint`` record which models a
+capture was drawn from (``backends.capture.model_fingerprints``: a digest of a model folder's
+files, a hub id's commit), so a resume whose models differ is refused naming which
+(``check_resumable``), and they are part of the settings hash.  An empty fingerprint is left out
+of the hash, so a capture made before the fields keeps its hash; such a capture resumes with its
+models unchecked and a note saying so (``check_legacy``).
+
+**Resume.** A root counts as captured only when its files pass ``check_root`` (the node shard read
+in full, the drafts and labels shards read, the logits archive's directory, stamp and array
+headers), so a damaged root is captured again rather than skipped.
 """
 
 from __future__ import annotations
@@ -41,6 +55,7 @@ import math
 import os
 import types
 import typing
+import zipfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -119,6 +134,8 @@ class CaptureSettings:
         False  # --trim-draft-vocab: a draft with more ids than the target, q cut to the target's ids and renormalised
     )
     pair: str = ""  # --pair: the named pretrained pair (backends.pretrained; target is then ""), else ""
+    target_fingerprint: str = ""  # which target (backends.capture.model_fingerprints); "": before the field, or not yet known
+    draft_fingerprint: str = ""  # which draft, as target_fingerprint
 
     def grid_axes(self) -> GridAxes:
         """``shape == "grid"``: the stored width and depth as the grid's axes (K in 1..width, L1 and
@@ -140,21 +157,30 @@ class CaptureSettings:
         return RootPlacement(self.roots_per_prompt, self.spacing, first=0)
 
 
+MODEL_KEYS = ("target_fingerprint", "draft_fingerprint")
+"""The settings that record which models a capture was drawn from (empty: unknown)."""
+
+
 def settings_hash(settings: CaptureSettings) -> str:
     """SHA-256 (hex) of the settings that determine a capture's content: every field but the prompt
-    file's path (``prompts_sha256`` stands for the prompts), as sorted JSON."""
-    data = {k: v for k, v in asdict(settings).items() if k != "prompts"}
+    file's path (``prompts_sha256`` stands for the prompts) and an empty model fingerprint (so the
+    hash of a capture made before the fingerprints is unchanged), as sorted JSON."""
+    data = {k: v for k, v in asdict(settings).items() if k != "prompts" and not (k in MODEL_KEYS and not v)}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 def differing_settings(stored: dict, mine: dict) -> list[str]:
     """Names of the settings that differ between a stored capture and this run (the prompt file's
-    path is compared through the digest of its prompts, not as a string; model paths by folder)."""
+    path is compared through the digest of its prompts, not as a string; model paths by folder;
+    a model fingerprint only when both are known: a stored one is empty in a capture made before
+    the fields, this run's before its models load)."""
     defaults = asdict(CaptureSettings("", "", ""))
 
     def same(key):
         a, b = stored.get(key, defaults.get(key)), mine.get(key)
         if key == "labels_engine" and a == "unrecorded":  # a capture from before the field: either engine resumes it
+            return True
+        if key in MODEL_KEYS and not (a and b):
             return True
         if key in ("target", "draft") and a and b and Path(a).expanduser().exists() and Path(b).expanduser().exists():
             return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
@@ -188,21 +214,67 @@ def save_settings(out: Path, settings: CaptureSettings) -> None:
     )
 
 
+def _shown(fingerprint: str) -> str:
+    kind, _, value = fingerprint.partition(":")
+    return f"{kind}:{value[:12]}" if value else fingerprint
+
+
 def check_resumable(out: Path, settings: CaptureSettings) -> None:
     """Nothing if ``out`` holds no settings.json or one equal to ``settings`` (``differing_settings``).
 
     Raises:
-        ValueError: ``out: ...`` naming the stored and the asked values of every setting that differs.
+        ValueError: ``out: ...`` naming the stored and the asked values of every setting that differs;
+            where only the models differ, naming which (target, draft) and both fingerprints.
     """
     if not (Path(out) / "settings.json").exists():
         return
     held = load_settings(out).__dict__
     differ = differing_settings(held, asdict(settings))
+    models = [key for key in differ if key in MODEL_KEYS]
+    if differ and models == differ:
+        which = " and ".join(key.split("_")[0] for key in models)
+        detail = ", ".join(f"{key.split('_')[0]} {_shown(held[key])}, not {_shown(getattr(settings, key))}" for key in models)
+        raise ValueError(
+            f"out: {str(out)!r} holds a capture drawn from another {which} model ({detail}: its files changed since the "
+            "capture began, or the name now means another model); resume it with the models it began with, or use a new folder"
+        )
     if differ:
-        detail = ", ".join(f"{key} {held[key]!r}, not {getattr(settings, key)!r}" for key in differ)
+        detail = ", ".join(
+            f"{key} {_shown(held[key])}, not {_shown(getattr(settings, key))}"
+            if key in MODEL_KEYS
+            else f"{key} {held[key]!r}, not {getattr(settings, key)!r}"
+            for key in differ
+        )
         raise ValueError(
             f"out: {str(out)!r} holds a capture with other settings ({detail}); resume it with its own flags, or use a new folder"
         )
+
+
+def check_legacy(out: Path) -> str | None:
+    """For a resume of ``out`` whose settings.json records no model fingerprints (a capture made
+    before them): the note that its models go unchecked; None for a folder without settings.json
+    or with fingerprints.  Reads every shard's footer of such a folder once.
+
+    Raises:
+        ValueError: ``out: ...`` for such a folder holding a shard without a settings hash (a capture
+            made before the hash): a resume would add stamped shards, after which the readers
+            refuse its unstamped ones (``unstamped_allowed``).
+    """
+    if not (Path(out) / "settings.json").exists():
+        return None
+    held = load_settings(out)
+    if held.target_fingerprint or held.draft_fingerprint:
+        return None
+    stray = next((file for file in _shards(out) if _readable_hash(file) is None), None)
+    if stray is not None:
+        raise ValueError(
+            f"out: {str(out)!r} holds shards made before the settings hash ({stray.name} records none), which the readers "
+            "accept only in a folder without stamped shards; it cannot be resumed: recapture into a new folder"
+        )
+    return (
+        "note: the folder's settings.json records no model fingerprints (a capture made before them): this resume "
+        "cannot check that its models are the ones the capture began with"
+    )
 
 
 def claim_settings(out: Path, settings: CaptureSettings) -> str:
@@ -395,15 +467,26 @@ def folder_hash(folder) -> str:
     return settings_hash(load_settings(folder))
 
 
+class MixedCapture(ValueError):
+    """A shard of a capture folder drawn under other settings than the folder's (or without a settings
+    hash among stamped shards): the folder mixes two captures.  Raised by ``check_drawn_under``."""
+
+
 def check_drawn_under(folder, file, recorded: str | None, expected: str) -> None:
     """Refuse a shard whose recorded settings hash is not ``expected`` (the folder's); a shard without
-    one (``recorded`` None: written before the hash) is a legacy shard, accepted.
+    one (``recorded`` None: written before the hash) is a legacy shard, accepted only where no shard
+    of the folder records a hash (``unstamped_allowed``).
 
     Raises:
-        ValueError: ``capture: ...`` naming the shard and both hashes.
+        MixedCapture: ``capture: ...`` naming the shard and both hashes, or the shard without one.
     """
+    if recorded is None and not unstamped_allowed(folder):
+        raise MixedCapture(
+            f"capture: {str(file)!r} records no settings hash, but other shards of {str(folder)!r} do: a shard of "
+            "another capture (made before the hash); the folder mixes two captures; recapture into a new folder"
+        )
     if recorded is not None and recorded != expected:
-        raise ValueError(
+        raise MixedCapture(
             f"capture: {str(file)!r} was drawn under other settings than {str(Path(folder) / 'settings.json')!r} "
             f"(settings hash {recorded[:12]}, not {expected[:12]}): the folder mixes two captures; recapture into a new folder"
         )
@@ -411,6 +494,50 @@ def check_drawn_under(folder, file, recorded: str | None, expected: str) -> None
 
 def _parquet_hash(file) -> str | None:
     return read_safely(file, pl.read_parquet_metadata).get(HASH_KEY)
+
+
+def _logits_hash(file) -> str | None:
+    def read(path):
+        with np.load(path) as stored:  # a member is read only when asked for
+            return str(stored["settings_sha256"]) if "settings_sha256" in stored.files else None
+
+    return read_safely(file, read)
+
+
+def _recorded_hash(file) -> str | None:
+    """The settings hash a shard records (None: none, a shard made before the hash)."""
+    return _logits_hash(file) if Path(file).suffix == ".npz" else _parquet_hash(file)
+
+
+def _readable_hash(file) -> str | bool | None:
+    """``_recorded_hash``, or False for a damaged shard (evidence of neither; its reader refuses it)."""
+    try:
+        return _recorded_hash(file)
+    except ValueError:
+        return False
+
+
+_LEGACY: set[tuple[str, int, int]] = set()
+"""Folders found to hold no stamped shard, by (path, the folder's and its settings.json's mtime in
+ns): a legacy folder's readers scan it once, not once per shard.  A shard added, replaced or removed
+(every writer renames into the folder) or a new settings.json changes the key."""
+
+
+def unstamped_allowed(folder) -> bool:
+    """Whether a shard without a settings hash may be read from ``folder``: only where no shard of
+    the folder records one (a capture made before the hash).  Reads shard footers until the first
+    stamped one (one in a folder written since the hash; every one, once, in a legacy folder); a
+    damaged shard counts as neither (its own reader refuses it).
+    """
+    folder = Path(folder)
+    settings = folder / "settings.json"
+    key = (str(folder.resolve()), folder.stat().st_mtime_ns, settings.stat().st_mtime_ns if settings.exists() else 0)
+    if key in _LEGACY:
+        return True
+    if any(_readable_hash(file) for file in _shards(folder)):
+        return False
+    _LEGACY.add(key)
+    return True
 
 
 def _read_shard(folder, file, expected: str | None) -> pl.DataFrame:
@@ -508,6 +635,58 @@ def read_labels(folder) -> pl.LazyFrame:
     # shards written before the engines' metric columns (simlab.labels.METRIC_COLUMNS) and after,
     # in one resumed capture: the first shard's columns, nulls where a shard lacks one
     return pl.scan_parquet([str(f) for f in files], missing_columns="insert", extra_columns="ignore")
+
+
+def check_root(folder, root: int, settings: CaptureSettings, expected: str) -> str | None:
+    """Why the captured root ``root`` of ``folder`` cannot be read back (its files damaged or missing:
+    capture it again), or None: its node shard read in full (hash against ``expected``, columns,
+    rows), its drafts (``shape="grid"``) and labels (``labels``) shards read, and its logits archive
+    (``full``) opened: its directory, its stamp and both arrays' headers (float32 (nodes, V), one
+    row per node) but not its compressed bytes (a full read would decompress every logit).
+
+    Raises:
+        MixedCapture: a file drawn under other settings (the folder mixes two captures).
+    """
+    try:
+        nodes = read_nodes(folder, root, expected)
+        if settings.shape == "grid":
+            file = drafts_path(folder, root)
+            if not file.exists():
+                return f"{file.name} is missing"
+            _check_columns(_read_shard(folder, file, expected), DRAFT_COLUMNS, file)
+        if settings.labels:
+            file = labels_path(folder, root)
+            if not file.exists():
+                return f"{file.name} is missing"
+            _check_columns(_read_shard(folder, file, expected), ("root", "prompt"), file)
+        if settings.full:
+            file = logits_path(folder, root)
+            if not file.exists():
+                return f"{file.name} is missing"
+            check_drawn_under(folder, file, _logits_hash(file), expected)
+            shapes = read_safely(file, _logits_shapes)
+            if shapes[0] != shapes[1] or len(shapes[0]) != 2 or shapes[0][0] != nodes.height:
+                return f"{file.name} holds logits of shapes {shapes[0]} and {shapes[1]} for {nodes.height} nodes"
+    except MixedCapture:
+        raise
+    except ValueError as exc:
+        return str(exc).removeprefix("capture: ")
+    return None
+
+
+def _logits_shapes(file) -> tuple[tuple, tuple]:
+    """The (target, draft) array shapes of a logits archive, from their ``.npy`` headers alone."""
+    shapes = []
+    with zipfile.ZipFile(file) as archive:
+        for name in ("target.npy", "draft.npy"):
+            with archive.open(name) as member:
+                version = np.lib.format.read_magic(member)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read(member)
+                if dtype != np.float32:
+                    raise ValueError(f"{name} holds {dtype}, not float32")
+                shapes.append(shape)
+    return shapes[0], shapes[1]
 
 
 def read_logits(folder, root: int, expected: str | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -6,7 +6,9 @@ For any draft of the pretrained pair (``--draft``: ``quant:B:G``, ``adapter:L``,
 (``backends.train_draft.acceptance_by_depth``, the measure the adapter drafts' manifests record),
 on a named prompt set (``backends.prompt_sets``).  Prints one table; ``--out FILE.json`` also
 writes the numbers with the machine record (torch version, threads, device), atomically.
-Seeded: same seed and thread count, the same numbers.
+Seeded (``--seed``: an integer in [0, 2**63 - 1], checked before any model loads): same seed and
+thread count, the same numbers.  On stderr (none with ``--quiet``): a line while the models load
+and, per sampler, a progress bar over the prompts (each prompt's paths sampled, then scored).
 """
 
 from __future__ import annotations
@@ -19,28 +21,33 @@ from pathlib import Path
 PROG = "python -m backends.draft_acceptance"
 
 
-def measure(target, draft, tokenizer, prompts: list[str], paths: int, depth: int, seed: int) -> dict:
+def measure(target, draft, tokenizer, prompts: list[str], paths: int, depth: int, seed: int, quiet: bool = True) -> dict:
     """{"target": [...], "draft": [...]}: acceptance by depth (floats, rounded to 5 places) along
-    target- and draft-sampled paths, one ``torch.Generator`` seeded ``seed`` drawing both in turn.
+    target- and draft-sampled paths, one ``torch.Generator`` seeded ``seed`` drawing both in turn;
+    unless ``quiet``, one progress bar per sampler on stderr (each prompt's paths sampled, then scored).
 
     Raises:
-        ValueError: what ``acceptance_by_depth`` raises (``paths``, ``depth``).
+        ValueError: ``seed: ...`` (``simlab.checks.check_seed``), or what ``acceptance_by_depth``
+            raises (``paths``, ``depth``).
     """
     import torch
 
+    from backends.cli import progress_bar
     from backends.train_draft import acceptance_by_depth
+    from simlab.checks import check_seed
 
-    generator = torch.Generator().manual_seed(seed)
-    return {
-        sampler: [
-            round(float(a), 5) for a in acceptance_by_depth(target, draft, tokenizer, prompts, paths, depth, sampler, generator)
-        ]
-        for sampler in ("target", "draft")
-    }
+    generator = torch.Generator().manual_seed(check_seed(seed))
+    result = {}
+    for sampler in ("target", "draft"):
+        desc = f"{sampler}-sampled paths: prompts sampled, then scored"
+        with progress_bar(total=2 * len(prompts), desc=desc, unit="step", quiet=quiet) as bar:
+            by_depth = acceptance_by_depth(target, draft, tokenizer, prompts, paths, depth, sampler, generator, bar)
+        result[sampler] = [round(float(a), 5) for a in by_depth]
+    return result
 
 
 def main(argv=None) -> int:
-    from backends.cli import ToolParser, fail, fail_from, run_tool
+    from backends.cli import ToolParser, fail, fail_from, progress, run_tool, slow_step
 
     def body() -> int:
         import torch
@@ -49,6 +56,7 @@ def main(argv=None) -> int:
         from backends.prompt_sets import PROMPT_SETS, prompt_set
         from backends.reference_pair import machine
         from backends.train_draft import TARGET_NAME
+        from simlab.checks import check_seed
         from simlab.files import atomic_write
 
         parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
@@ -61,11 +69,12 @@ def main(argv=None) -> int:
         parser.add_argument("--out", default=None, help="also write the numbers here (.json)")
         parser.add_argument("--quiet", action="store_true", help="no progress lines")
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-        log = (lambda m: None) if args.quiet else (lambda m: print(f"{PROG}: {m}", file=sys.stderr, flush=True))
+        log = lambda message: progress(PROG, message, args.quiet)
         for name in ("paths", "depth", "threads"):
             if getattr(args, name) < 1:
                 fail(PROG, f"--{name}: must be >= 1, got {getattr(args, name)}")
         try:
+            check_seed(args.seed)  # as backends.train_draft: before any model loads
             spec = pretrained.parse_draft(args.draft)
             prompts = [p.text for p in prompt_set(args.prompts)]
         except ValueError as exc:
@@ -78,12 +87,14 @@ def main(argv=None) -> int:
         try:
             started = time.time()
             try:
-                target, tokenizer = pretrained.load_target(pretrained.target_folder(log=log))
-                draft = pretrained.draft_model(target, spec)
+                folder = pretrained.target_folder(log=log)
+                with slow_step(PROG, f"loading the target and the draft {spec}", args.quiet):
+                    target, tokenizer = pretrained.load_target(folder)
+                    draft = pretrained.draft_model(target, spec)
             except ValueError as exc:
                 fail_from(PROG, exc, parser)
             log(f"{spec}: {len(prompts)} prompts x {args.paths} paths, depths 0..{args.depth - 1}, target- then draft-sampled")
-            result = measure(target, draft, tokenizer, prompts, args.paths, args.depth, args.seed)
+            result = measure(target, draft, tokenizer, prompts, args.paths, args.depth, args.seed, args.quiet)
             ratio = pretrained.weight_ratio(spec, target.config.to_dict())
             recorded = machine()
         finally:

@@ -93,6 +93,21 @@ def _torch():
     return torch
 
 
+def check_model_folder(name: str, what: str) -> bool:
+    """Whether ``name`` names a local model folder (it starts with ``.``, ``/`` or ``~``, or exists);
+    a hub id (any other name) is not checked here (it needs the network).  Reads no weights.
+
+    Raises:
+        ValueError: ``<what>: ...`` for a local name that is not a folder holding ``config.json``.
+    """
+    looks_local = name.startswith((".", "/", "~")) or Path(name).expanduser().exists()
+    if looks_local and not Path(name).expanduser().is_dir():
+        raise ValueError(f"{what}: model folder {name!r} does not exist")
+    if looks_local and not (Path(name).expanduser() / "config.json").is_file():
+        raise ValueError(f"{what}: {name!r} is not a model folder (no config.json)")
+    return looks_local
+
+
 def load_model(name: str, device: str, dtype: str, what: str):
     """(model, tokenizer) from a local folder or hub id, in eval mode on ``device``.
 
@@ -106,11 +121,7 @@ def load_model(name: str, device: str, dtype: str, what: str):
     hf_logging.set_verbosity_error()
     if dtype not in DTYPES:
         raise ValueError(f"dtype: must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    looks_local = name.startswith((".", "/", "~")) or Path(name).expanduser().exists()
-    if looks_local and not Path(name).expanduser().is_dir():
-        raise ValueError(f"{what}: model folder {name!r} does not exist")
-    if looks_local and not (Path(name).expanduser() / "config.json").is_file():
-        raise ValueError(f"{what}: {name!r} is not a model folder (no config.json)")
+    looks_local = check_model_folder(name, what)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(Path(name).expanduser()) if looks_local else name)
         model = AutoModelForCausalLM.from_pretrained(

@@ -55,6 +55,7 @@ from pathlib import Path
 
 from backends.hf import DTYPES, HFPair
 from simlab.checks import check_device
+from simlab.files import umask
 
 PAIRS = {
     "smollm2": "SmolLM2-135M-Instruct (llama, 30 layers, V = 49,152) with trained adapter drafts (adapter:L), quantised self-drafts (quant:B:G) or an early exit (early-exit:L)"
@@ -249,7 +250,9 @@ def load_gguf(path: Path):
 
 def convert(gguf: Path, folder: Path) -> dict:
     """Write the GGUF model as a float32 safetensors folder ``folder`` (module docstring, step 4),
-    atomically: a temporary sibling renamed into place.  Returns the manifest it wrote.
+    atomically: a temporary sibling renamed into place, every file with the permissions of a normally
+    created one (0666 less the umask; safetensors alone writes 0600), so a shared cache is readable.
+    Returns the manifest it wrote.
 
     Raises:
         ValueError: what ``load_gguf`` raises.
@@ -268,6 +271,7 @@ def convert(gguf: Path, folder: Path) -> dict:
         tied = bool(getattr(model.config, "tie_word_embeddings", False))
         state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        os.chmod(tmp / "model.safetensors", 0o666 & ~umask())  # safetensors writes 0600; the cache is shared
         config = model.config.to_dict()
         config.pop("quantization_config", None)
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
@@ -423,13 +427,22 @@ def cached_weight_ratio(spec: str) -> float | None:
         return None
     adapter_layers = 1
     if spec.startswith(adapter_draft.PREFIX):
-        layers, variant = adapter_draft.parse_spec(spec)
-        for root in (cache_dir() / "drafts", SHIPPED_DRAFTS):
-            manifest = adapter_draft.folder_of(root, layers, variant) / "manifest.json"
-            if manifest.is_file():
-                adapter_layers = int(json.loads(manifest.read_text())["recipe"]["adapter_layers"])
-                break
+        manifest = adapter_folder(spec) / "manifest.json"
+        if manifest.is_file():
+            adapter_layers = int(json.loads(manifest.read_text())["recipe"]["adapter_layers"])
     return weight_ratio(spec, json.loads(config.read_text()), adapter_layers)
+
+
+def adapter_folder(spec: str) -> Path:
+    """The folder the trained adapter draft ``spec`` (``adapter:L[:VARIANT]``) loads from: the user
+    cache's (``cache_dir() / "drafts"``) where it holds a manifest, else the shipped one
+    (``SHIPPED_DRAFTS``) where that does, else the user cache's (absent: not trained yet)."""
+    from backends import adapter_draft
+
+    layers, variant = adapter_draft.parse_spec(spec)
+    user = adapter_draft.folder_of(cache_dir() / "drafts", layers, variant)
+    shipped = adapter_draft.folder_of(SHIPPED_DRAFTS, layers, variant)
+    return shipped if not (user / "manifest.json").is_file() and (shipped / "manifest.json").is_file() else user
 
 
 def parse_draft(text: str | None) -> str:
@@ -472,12 +485,7 @@ def draft_model(target, spec: str):
         return early_exit(target, int(value))
     if kind == quant_draft.PREFIX:
         return quant_draft.build(target, spec)
-    layers, variant = adapter_draft.parse_spec(spec)
-    root = cache_dir() / "drafts"
-    if not (adapter_draft.folder_of(root, layers, variant) / "manifest.json").is_file():
-        if (adapter_draft.folder_of(SHIPPED_DRAFTS, layers, variant) / "manifest.json").is_file():
-            root = SHIPPED_DRAFTS
-    return adapter_draft.load(target, spec, root)[0]
+    return adapter_draft.load(target, spec, adapter_folder(spec).parent)[0]
 
 
 def named_pair(name: str, draft: str | None = None, *, layers: int | None = None, download=pip_download, log=None, **options):

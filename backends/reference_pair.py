@@ -31,6 +31,7 @@ from pathlib import Path
 
 from backends.cli import ToolParser, fail, prepare_out
 from simlab.checks import check_int, check_seed
+from simlab.files import umask
 
 PROG = "python -m backends.reference_pair"
 DEFAULT_CACHE = Path(os.environ.get("SIMLAB_CACHE", Path.home() / ".cache" / "simlab")) / "reference_pair"
@@ -257,8 +258,7 @@ def _build(out: Path, seed: int, spec: PairSpec, log, started: float) -> dict:
         log(f"{name}: held-out perplexity {ppl:.1f}")
         path = out / name
         path.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(path)
-        tokenizer.save_pretrained(path)
+        save_model(path, model, tokenizer)
         results[name] = {"parameters": params, "held_out_perplexity": ppl, "path": str(path)}
     manifest = {"seed": seed, "spec": asdict(spec), **machine(), "results": results, "seconds": round(time.time() - started, 1)}
     tmp = out / ".manifest.json.tmp"
@@ -283,8 +283,17 @@ def random_pair(folder: Path, vocab: int) -> None:
     torch.manual_seed(0)
     for name, layers, width in (("target", 4, 256), ("draft", 1, 128)):
         config = GPT2Config(vocab_size=vocab, n_positions=256, n_embd=width, n_layer=layers, n_head=4)
-        GPT2LMHeadModel(config).save_pretrained(folder / name)
-        tokenizer.save_pretrained(folder / name)
+        save_model(folder / name, GPT2LMHeadModel(config), tokenizer)
+
+
+def save_model(folder: Path, model, tokenizer) -> None:
+    """``save_pretrained`` of ``model`` and ``tokenizer`` into ``folder``, every file with the
+    permissions of a normally created one (0666 less the umask; safetensors alone writes 0600)."""
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    for file in Path(folder).iterdir():
+        if file.is_file():
+            os.chmod(file, 0o666 & ~umask())
 
 
 def main(argv=None) -> int:

@@ -191,10 +191,13 @@ def train(target, stack, norm, H, F, recipe: DraftRecipe, generator, log=None, h
     return curve
 
 
-def acceptance_by_depth(target, draft, tokenizer, prompts, paths: int, depth: int, sampler: str, generator) -> np.ndarray:
+def acceptance_by_depth(
+    target, draft, tokenizer, prompts, paths: int, depth: int, sampler: str, generator, bar=None
+) -> np.ndarray:
     """Mean 1 - TV(p, q) at T = 1 at depths 0..depth-1 along ``paths`` paths per prompt sampled by
     ``sampler`` (``"target"`` or ``"draft"``): float64 (depth,); depth 0 is the distribution after
-    the prompt's last token.
+    the prompt's last token.  ``bar``: a progress bar (``backends.cli.progress_bar``) advanced by
+    one as each prompt's paths are sampled and by one as they are scored (2 x len(prompts) in all).
 
     Raises:
         ValueError: ``sampler`` not ``"target"`` or ``"draft"``, ``depth`` or ``paths`` < 1.
@@ -208,8 +211,9 @@ def acceptance_by_depth(target, draft, tokenizer, prompts, paths: int, depth: in
             raise ValueError(f"{name}: must be an integer >= 1, got {value!r}")
     model = target if sampler == "target" else draft
     sums, count = np.zeros(depth), 0
+    tick = None if bar is None else (lambda _message: bar.update(1))  # sample_replies logs once per group: one prompt
     sequences = sample_replies(
-        model, tokenizer, [p for p in prompts for _ in range(paths)], depth - 1, paths, generator, stop=False
+        model, tokenizer, [p for p in prompts for _ in range(paths)], depth - 1, paths, generator, tick, stop=False
     )
     with torch.no_grad():
         for i in range(0, len(sequences), paths):
@@ -218,6 +222,8 @@ def acceptance_by_depth(target, draft, tokenizer, prompts, paths: int, depth: in
             lq = torch.log_softmax(draft(rows, logits_to_keep=depth).logits.double(), -1)
             sums += acceptance(lp, lq).sum(0).numpy()
             count += rows.shape[0]
+            if bar is not None:
+                bar.update(1)
     return sums / count
 
 
@@ -318,6 +324,7 @@ def main(argv=None) -> int:
 
         from backends.adapter_draft import folder_of, save
         from backends.pretrained import cache_dir, load_target, target_folder
+        from simlab.checks import check_seed
 
         defaults = DraftRecipe(layers=1)
         parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
@@ -341,6 +348,7 @@ def main(argv=None) -> int:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
         log = (lambda m: None) if args.quiet else (lambda m: print(f"{PROG}: {m}", file=sys.stderr, flush=True))
         try:
+            check_seed(args.seed)  # what torch.Generator.manual_seed takes (as backends.draft_acceptance), before any load
             recipe = DraftRecipe(**{f.name: getattr(args, f.name) for f in fields(DraftRecipe)})
         except ValueError as exc:
             fail_from(PROG, exc, parser)

@@ -299,6 +299,74 @@ def test_shards_without_a_hash_are_read_as_legacy(two_captures, tmp_path):
     assert store.read_labels(legacy).collect().equals(store.read_labels(a).collect())
 
 
+def _strip_stamp(file) -> None:
+    """Rewrite one shard without its settings hash, as a capture made before the hash wrote it."""
+    if file.suffix == ".npz":
+        with np.load(file) as stored:
+            target, draft = stored["target"], stored["draft"]
+        np.savez_compressed(file, target=target, draft=draft)
+    else:
+        pl.read_parquet(file).write_parquet(file, statistics=False)
+
+
+def _unstamped_shard_refused(folder, shard: str) -> bool:
+    """Whether every reader of ``shard`` in ``folder`` (root 0's, stripped of its hash beside stamped
+    shards) refuses it with one line naming it, the others reading on."""
+    touches = {
+        "nodes": {"read_capture", "CapturedPair", "tree CaptureSource", "CaptureSource"},
+        "drafts": {"read_grid_drafts", "CaptureSource"},
+        "labels": {"read_labels", "CaptureSource"},
+        "logits": {"read_logits", "CapturedPair", "CaptureSource"},
+    }[shard]
+    for reader, read in _readers(folder).items():
+        try:
+            read()
+        except store.MixedCapture as exc:
+            if reader not in touches or "records no settings hash, but other shards" not in str(exc) or "\n" in str(exc):
+                raise
+            continue
+        if reader in touches:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("shard", ["nodes", "drafts", "labels", "logits"])
+def test_an_unstamped_shard_among_stamped_ones_is_refused(two_captures, tmp_path, shard, monkeypatch):
+    """Issue 40 item 4: a shard without a hash in a folder whose other shards have one (a T = 0.5
+    shard from a capture made before the hash) was read as a legacy shard; legacy reading is for a
+    folder with no stamped shard at all.  The planted fault (every unstamped shard read as legacy,
+    the old rule) is caught."""
+    name = {"nodes": store.shard_path, "drafts": store.drafts_path, "labels": store.labels_path, "logits": store.logits_path}[
+        shard
+    ]
+    mixed = tmp_path / "mixed"
+    shutil.copytree(two_captures[0], mixed)
+    _strip_stamp(name(mixed, 0))
+    assert _unstamped_shard_refused(mixed, shard)
+    monkeypatch.setattr(store, "unstamped_allowed", lambda folder: True)  # the planted fault: the old rule
+    assert not _unstamped_shard_refused(mixed, shard)
+
+
+def test_a_legacy_folder_is_scanned_once_per_change(two_captures, tmp_path, monkeypatch):
+    """A folder with no stamped shard is read as legacy; its shards' footers are read once for the
+    verdict, not once per shard, and a shard renamed into it (as every writer does) renews the verdict."""
+    legacy = tmp_path / "legacy"
+    shutil.copytree(two_captures[0], legacy)
+    for file in store._shards(legacy):
+        _strip_stamp(file)
+    calls = []
+    original = store._recorded_hash
+    monkeypatch.setattr(store, "_recorded_hash", lambda file: calls.append(file) or original(file))
+    store.read_capture(legacy)
+    store.read_capture(legacy)
+    assert len(calls) == len(list(store._shards(legacy)))
+    stamped = tmp_path / "stamped.parquet"
+    shutil.copy(store.shard_path(two_captures[0], 1), stamped)
+    stamped.rename(store.shard_path(legacy, 1))  # a stamped shard renamed over an unstamped one
+    with pytest.raises(store.MixedCapture, match="nodes-r000000.parquet' records no settings hash, but other shards"):
+        store.read_capture(legacy)
+
+
 # -- RANK, WORLD_SIZE and settings.json fields ------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "env, says",

@@ -233,6 +233,32 @@ def test_a_damaged_converted_folder_is_refused_with_what_to_do(tmp_path):
         pretrained.load_target(tmp_path)
 
 
+def test_the_cached_model_files_follow_the_umask(tmp_path, monkeypatch):
+    """Issue 40 item 14: the converted model file was written 0600 (safetensors' own mode) while its
+    siblings followed the umask, so a shared cache was unreadable to other users; the reference
+    pair's model files too.  Here under umask 027: every file 0640."""
+    import os
+
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from backends import reference_pair
+
+    previous = os.umask(0o027)
+    try:
+        reference_pair.random_pair(tmp_path / "random", vocab=64)
+        tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "random" / "target"))
+        config = LlamaConfig(
+            vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1
+        )
+        monkeypatch.setattr(pretrained, "load_gguf", lambda path: (LlamaForCausalLM(config).eval(), tokenizer))
+        pretrained.convert(tmp_path / "unused.gguf", tmp_path / "float32")
+    finally:
+        os.umask(previous)
+    for folder in (tmp_path / "float32", tmp_path / "random" / "target", tmp_path / "random" / "draft"):
+        modes = {f.name: oct(f.stat().st_mode & 0o777) for f in folder.iterdir()}
+        assert "model.safetensors" in modes and set(modes.values()) == {oct(0o640)}, modes
+
+
 def test_cache_location_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("SIMLAB_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))

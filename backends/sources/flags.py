@@ -12,7 +12,9 @@ the source the flags ask for:
   ``honours``) is refused with one line, and so is any study flag the study lists as not
   honoured by that source (for example ``--shape`` with a capture, whose trees are captured);
 * errors of the core and the backends (``"vocab: must be ..."``) come back as the flag's error
-  (``"--vocab: must be ..."``): ranges are checked once, where they are defined.
+  (``"--vocab: must be ..."``): ranges are checked once, where they are defined;
+* every file and folder the flags name (model folders, prompt file, capture folders, latency
+  profile file) is checked before a model loads or the output folder is made (``check_paths``).
 
 Sampling settings: ``--settings`` takes ``ddte`` (DDTE's eight) or a comma list of entries
 ``T``, ``T:top_p`` or ``T:top_p:top_k`` (an empty field means off, e.g. ``1::40``).
@@ -183,7 +185,8 @@ def source_kind(config: SourceConfig) -> str:
 def check_honoured(
     prog: str, parser: ToolParser, config: SourceConfig, study_refusals: dict | None = None, study_honours: dict | None = None
 ) -> None:
-    """Exit 2 if a flag given on the command line cannot be honoured by the chosen source.
+    """Exit 2 if a flag given on the command line cannot be honoured by the chosen source, or if a
+    file or folder the flags name is not usable (``check_paths``: before any model is loaded).
 
     ``study_refusals``: ``{source name: {dest: reason}}`` for the study's own flags, or
     ``{dest: (reason, values)}`` to refuse only values outside ``values`` (what the source does anyway);
@@ -206,6 +209,39 @@ def check_honoured(
         reason, allowed = refusal if isinstance(refusal, tuple) else (refusal, ())
         if dest in given and getattr(config, dest) not in allowed:
             fail(prog, f"{parser.flag(dest)}: the {kind} source cannot honour it ({reason})")
+    check_paths(prog, config, given)
+
+
+PATH_FLAGS = {"target": "--target", "draft": "--draft", "prompts": "--prompts", "capture": "--capture", "latency": "--latency"}
+"""The source and latency fields that name files or folders, and their flags."""
+
+
+def check_paths(prog: str, config, given=frozenset()) -> None:
+    """Exit 2 with one line unless every file and folder ``config`` names is usable, reading no model:
+    on ``--backend hf`` the model folders (``backends.sources.live.check_models``; hub ids pass) and
+    the prompt file (read in full, ``backends.roots.read_prompt_records``); each ``--capture``
+    folder's settings.json (``backends.capture_store.load_settings``); a ``--latency`` profile
+    (a published name, or a .json/.toml file read in full; ``probe`` and ``''`` pass; with
+    ``--cost-ratio`` also among ``given``, the flags written, ``make_latency`` refuses the pair).  Called by
+    ``check_honoured`` (so ``make_source``) and ``study_out`` before they load or create anything, so that
+    a wrong path costs no model load and leaves no folder behind."""
+    from backends import capture_store
+    from backends.roots import read_prompt_records
+    from backends.sources.live import check_models
+
+    try:
+        if config.capture:
+            for folder in config.capture:
+                capture_store.load_settings(folder)
+        elif config.backend == "hf":
+            check_models(config.target, config.draft, config.pair)
+            if config.prompts is not None:
+                read_prompt_records(config.prompts)
+        latency = getattr(config, "latency", None)
+        if latency and latency != "probe" and "cost_ratio" not in given:
+            load(latency)
+    except ValueError as exc:
+        fail(prog, flag_message(str(exc), None, PATH_FLAGS))
 
 
 def make_source(
@@ -229,12 +265,13 @@ def make_source(
         depth: the deepest tree the study draws below a root (checked against real models' context).
         max_settings: the most sampling settings the study takes at once (None: any).
         study_refusals, study_honours: see ``check_honoured``.
-        quiet: no progress line even for a slow step (loading models).
+        quiet: no progress line even for a slow step (loading models, reading captures).
     """
     check_honoured(prog, parser, config, study_refusals, study_honours)
     try:
         if config.capture:
-            source = CaptureSource(tuple(config.capture), grid=grid)
+            with slow_step(prog, f"reading {len(config.capture)} capture folder(s)", quiet):
+                source = CaptureSource(tuple(config.capture), grid=grid)
             settings = source.fixed_settings()
         else:
             settings = parse_settings(config.settings)
@@ -308,7 +345,9 @@ def default_out(prog: str, slug: str) -> str:
 
 def study_out(prog: str, config, slug: str) -> Path:
     """The run's output folder, ready to write (``backends.cli.prepare_out``): ``config.out``, else
-    ``default_out(prog, slug)``; exits 2 with one line when it cannot be written."""
+    ``default_out(prog, slug)``; exits 2 with one line when it cannot be written, or, before it
+    creates anything, when a file or folder the source flags name is not usable (``check_paths``)."""
+    check_paths(prog, config)
     return prepare_out(prog, config.out if config.out is not None else default_out(prog, slug))
 
 

@@ -13,12 +13,31 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
+from backends.hf import check_model_folder
 from backends.latency_probe import measure
 from backends.pretrained import linear_weights, open_pair, parse_draft, precision_ratio
 from backends.roots import SHIPPED_PROMPTS, RootPlacement, prompt_roots, prompt_texts, read_prompt_records
 from backends.sources.base import Root, register_source, slug
 from simlab.checks import check_int, check_seed
 from simlab.sampling import SamplingSettings
+
+
+def check_models(target: str | None, draft: str | None, pair: str | None = None) -> None:
+    """Check the models ``HFSource`` would load, without loading them: a named ``pair`` and no
+    ``target``, or both ``target`` and ``draft``, each a hub id or a local model folder with a
+    ``config.json`` (``backends.hf.check_model_folder``).
+
+    Raises:
+        ValueError: ``target: ...`` or ``draft: ...``.
+    """
+    if pair and target:
+        raise ValueError("target: a named pair brings its own target; give --pair or --target, not both")
+    for name, value in (("target", target), ("draft", draft)):
+        if not pair and not value:
+            raise ValueError(f"{name}: --backend hf needs --target and --draft (or --pair)")
+    if not pair:
+        check_model_folder(str(target), "target")
+        check_model_folder(str(draft), "draft")
 
 
 @register_source("hf")
@@ -73,10 +92,7 @@ class HFSource:
         dtype: str = "float32",
         pair: str | None = None,
     ):
-        if pair and target:
-            raise ValueError("target: a named pair brings its own target; give --pair or --target, not both")
-        if not pair and (not target or not draft):
-            raise ValueError("target: --backend hf needs --target and --draft (or --pair)")
+        check_models(target, draft, pair)
         self.target, self.draft = (pair, parse_draft(draft)) if pair else (target, draft)
         self.named_pair = pair or None
         self.placement = RootPlacement(roots_per_trajectory, spacing, first=0)
