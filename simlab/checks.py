@@ -12,8 +12,9 @@ starts with the argument's name (``"k: ..."``), so tools can map it onto their f
 * ``check_token_ids``: a sequence of integer token ids in [0, V);
 * ``check_in_range``: a real number in an interval such as (0, 1] or [0, 1) (probabilities,
   learning rates, weights);
-* ``check_real_array``: an array-like of real numbers as float64 (complex, strings, dates and
-  non-numbers refused, never cast);
+* ``check_real_array``: an array-like of real numbers as float64 (complex, strings, dates, ``None``,
+  masked entries and non-numbers refused, never cast);
+* ``check_choice``: a name registered in a registry (``simlab.verifiers``, ``simlab.tree_verifiers``);
 * ``check_device``: a torch device name (``auto``, ``cpu``, ``cuda``, ``cuda:N``), one rule
   wherever the lab takes one (torch is imported only when a name is checked).
 """
@@ -87,21 +88,53 @@ def check_real_array(x, name: str) -> np.ndarray:
 
     Raises:
         ValueError: ``"<name>: ..."`` for complex input (a cast drops the imaginary part),
-            strings or bytes, also inside object arrays (a cast parses them), dates and times
+            strings or bytes, also inside object arrays (a cast parses them), ``None``, alone or
+            inside a list or object array (a cast makes it NaN), a ``numpy.ma.MaskedArray`` with
+            masked entries (a cast drops the mask and keeps the hidden values), dates and times
             (a cast counts their ticks), and anything NumPy cannot turn into float64 (objects,
             ragged lists, integers beyond float64's range, a torch tensor that requires grad).
     """
+    if isinstance(x, np.ma.MaskedArray) and np.ma.is_masked(x):
+        raise ValueError(
+            f"{name}: a masked array with masked entries (a cast would drop the mask); pass x.filled(value) or x.compressed()"
+        )
     try:
         raw = np.asarray(x)
-        text = raw.dtype.kind in "USVMm" or (raw.dtype.kind == "O" and any(isinstance(v, (str, bytes)) for v in raw.flat))
-        arr = None if text or raw.dtype.kind == "c" else np.asarray(raw, dtype=np.float64)
+        refusal = _cast_refusal(raw)
+        arr = None if refusal else np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError, OverflowError, RuntimeError) as exc:  # RuntimeError: torch's refusals
         raise ValueError(f"{name}: not a numeric array ({exc})") from None
-    if raw.dtype.kind == "c":
-        raise ValueError(f"{name}: must be real, got a complex array")
-    if arr is None:
-        raise ValueError(f"{name}: not a numeric array (got {raw.dtype} values)")
+    if refusal:
+        raise ValueError(f"{name}: {refusal}")
     return arr
+
+
+def _cast_refusal(raw: np.ndarray) -> str | None:
+    """Why a cast of ``raw`` to float64 would silently change it (the message after the name), or None."""
+    kind = raw.dtype.kind
+    if kind == "c":
+        return "must be real, got a complex array"
+    if kind in "USVMm":
+        return f"not a numeric array (got {raw.dtype} values)"
+    if kind == "O":
+        for value in raw.flat:
+            if value is None:
+                return "not a numeric array (got None, which a cast would turn into NaN)"
+            if isinstance(value, (str, bytes)):
+                return f"not a numeric array (got {raw.dtype} values)"
+    return None
+
+
+def check_choice(value, name: str, choices, what: str) -> str:
+    """``value`` itself, if it is a string among ``choices`` (a registry's names, in their order).
+
+    Raises:
+        ValueError: ``"<name>: unknown <what> <value>; choose one of ..."`` for any other value,
+            a non-string (a list, ``None``) included.
+    """
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name}: unknown {what} {value!r}; choose one of {', '.join(choices)}")
+    return value
 
 
 def check_device(device, name: str = "device") -> str:

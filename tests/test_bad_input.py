@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simlab import verifiers
+from simlab import tree_verifiers, verifiers
 from simlab.drafting import Drafting
 from simlab.otlp import optimal_acceptance, solve_ot_lp
 
@@ -26,6 +26,8 @@ BAD_DISTRIBUTIONS = {
     "text in an object array": (np.array(["0.2", "0.3", "0.5"], dtype=object), "numeric"),
     "dates": (np.array(["1970-01-01", "1970-01-02", "1970-01-03"], dtype="datetime64[D]"), "numeric"),
     "complex": (np.array([0.2 + 0j, 0.3 + 0j, 0.5 + 1j]), "must be real"),
+    "None inside": ([0.2, None, 0.8], "None"),  # a cast makes it NaN
+    "masked entries": (np.ma.masked_array([0.2, 0.3, 0.5], mask=[False, False, True]), "masked"),  # a cast drops the mask
 }
 
 
@@ -107,6 +109,18 @@ def test_repeated_children_without_replacement():
 def test_rng_must_be_a_generator():
     with pytest.raises(ValueError, match=r"^rng: "):
         verifiers.get("naive").sample(P, Q, [0], 42)
+
+
+@pytest.mark.parametrize("name", [["hsd"], ("naive",), {"hsd": 1}, None, 3])
+def test_registries_refuse_a_name_that_is_not_a_string_alike(name):
+    """Issue 40 item 12: ``tree_verifiers.get(["hsd"])`` raised a raw ``TypeError: unhashable type``;
+    node and tree registries refuse any non-name with one ValueError naming the argument."""
+    with pytest.raises(ValueError, match=r"^name: unknown verifier .*; choose one of nss, "):
+        verifiers.get(name)
+    with pytest.raises(ValueError, match=r"^name: unknown tree verifier .*; choose one of nss, .*, hsd, "):
+        tree_verifiers.get(name)
+    with pytest.raises(ValueError, match=r"^name: unknown tree verifier "):
+        tree_verifiers.paper_name(name)
 
 
 def test_unknown_verifier_and_options():

@@ -1,5 +1,5 @@
-"""The shared argument checks (``simlab.checks``): the float-range check and the one device rule,
-and the seeded streams (``simlab.sampling.seeded_rng``)."""
+"""The shared argument checks (``simlab.checks``): the float-range check, the real-array cast, the
+registry-name check, the one device rule, and the seeded streams (``simlab.sampling.seeded_rng``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from simlab.checks import check_device, check_in_range
+from simlab.checks import check_choice, check_device, check_in_range, check_real_array
 from simlab.sampling import Stream, seeded_rng
 
 
@@ -50,6 +50,37 @@ def test_in_range_refuses_with_one_line_naming_the_argument(value, kwargs, inter
     with pytest.raises(ValueError) as info:
         check_in_range(value, "top_p", **kwargs)
     assert str(info.value) == f"top_p: must lie in {interval}, got {value!r}"
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (None, "x: not a numeric array (got None, which a cast would turn into NaN)"),
+        ([0.5, None, 0.5], "x: not a numeric array (got None, which a cast would turn into NaN)"),
+        (np.array([[0.5], [None]], dtype=object), "x: not a numeric array (got None, which a cast would turn into NaN)"),
+        (np.ma.masked_array([0.5, 7.0, 0.5], mask=[False, True, False]), "x: a masked array with masked entries"),
+        (np.ma.masked_invalid([0.5, np.nan]), "x: a masked array with masked entries"),
+    ],
+)
+def test_real_array_refuses_none_and_masked_entries(value, message):
+    """Issue 40 item 9: ``None`` became NaN and a masked array lost its mask (the hidden 7.0 came
+    back as data); both are what a cast would silently change, so both are refused by name."""
+    with pytest.raises(ValueError) as info:
+        check_real_array(value, "x")
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_real_array_takes_a_masked_array_with_nothing_masked():
+    out = check_real_array(np.ma.masked_array([0.25, 0.75]), "x")
+    assert type(out) is np.ndarray and out.dtype == np.float64 and out.tolist() == [0.25, 0.75]
+    assert check_real_array(np.array([1, 2.5], dtype=object), "x").tolist() == [1.0, 2.5]  # numbers in objects still cast
+
+
+def test_choice_names_the_argument_for_any_value():
+    assert check_choice("b", "name", {"a": 1, "b": 2}, "thing") == "b"
+    for value in ("c", ["b"], None, b"b"):
+        with pytest.raises(ValueError, match=r"^name: unknown thing .*; choose one of a, b$"):
+            check_choice(value, "name", {"a": 1, "b": 2}, "thing")
 
 
 def test_device_rule_resolves_auto_and_keeps_cpu():

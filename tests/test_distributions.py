@@ -11,7 +11,9 @@ from simlab.distributions import (
     kl_divergence,
     l1_distance,
     residual,
+    inverse_cdf,
     sample_categorical,
+    sum_tolerance,
     top_positive,
     top_ranked,
     total_variation,
@@ -29,6 +31,60 @@ def test_sum_tolerance_is_1e_9():
     check_distribution([0.5, 0.5 + 0.9e-9], "p")
     with pytest.raises(ValueError, match="p: sums to"):
         check_distribution([0.5, 0.5 + 1.1e-9], "p")
+
+
+def _float32_softmax(vocab: int, seed: int) -> np.ndarray:
+    """A law computed in float32 as a model's softmax is (float32 (V,)), its sum off 1 by more than 1e-9."""
+    z = (3.0 * np.random.default_rng(seed).standard_normal(vocab)).astype(np.float32)
+    e = np.exp(z - z.max())
+    p = e / e.sum(dtype=np.float32)
+    assert p.dtype == np.float32 and 1e-9 < abs(float(p.astype(np.float64).sum()) - 1.0) <= sum_tolerance(np.float32, vocab)
+    return p
+
+
+@pytest.mark.parametrize("vocab, seed", [(32_000, 0), (151_936, 1), (50, 4)])
+def test_a_float32_law_within_its_rounding_is_renormalised_in_float64(vocab, seed):
+    """Issue 40 item 17: a float32 softmax (sum off by ~1e-8) was refused against float64's 1e-9
+    with no way forward; it is taken and divided by its float64 sum."""
+    p32 = _float32_softmax(vocab, seed)
+    out = check_distribution(p32, "p")
+    assert out.dtype == np.float64 and abs(out.sum() - 1.0) <= 1e-12
+    p64 = p32.astype(np.float64)
+    np.testing.assert_array_equal(out, p64 / p64.sum())
+
+
+def test_torch_float32_probabilities_are_taken():
+    """The issue's case: probabilities straight from a torch model (sum 0.99999996 there)."""
+    import torch
+
+    logits = torch.randn(32_000, generator=torch.Generator().manual_seed(0), dtype=torch.float32) * 3
+    probs = torch.softmax(logits, dim=-1)
+    assert abs(float(probs.double().sum()) - 1.0) > 1e-9  # the refused case, not one within 1e-9 already
+    out = check_distribution(probs, "p")
+    assert abs(out.sum() - 1.0) <= 1e-12 and out.dtype == np.float64
+
+
+@pytest.mark.parametrize("total", [0.9, 1.1, 0.99, 1.0 + 5e-3])
+def test_a_float32_law_off_by_more_than_its_rounding_is_refused(total):
+    """Garbage in float32 is still garbage: refused with the bound, the dtype and the way forward
+    for logits (V = 32,000: the bound is 32,000 * 2^-23 = 0.0038)."""
+    p = (np.full(32_000, total / 32_000)).astype(np.float32)
+    with pytest.raises(ValueError) as info:
+        check_distribution(p, "p")
+    message = str(info.value)
+    assert message.startswith("p: sums to ") and f"not 1 within {32_000 * 2.0**-23:g} (float32 rounding at V = 32000)" in message
+    assert message.endswith("; for logits use simlab.sampling.sampling_distribution") and "\n" not in message
+
+
+def test_the_sum_bound_of_each_dtype():
+    """float64 (and every dtype but float32, float16 included) keeps 1e-9; float32: V * 2^-23."""
+    assert sum_tolerance(np.float64, 10**6) == 1e-9 and sum_tolerance(np.float16, 50) == 1e-9
+    assert sum_tolerance(np.float32, 128_000) == 128_000 * 2.0**-23 and sum_tolerance(np.dtype("float32"), 3) == 3 * 2.0**-23
+    assert sum_tolerance(np.float32, 2**23) == 1e-9  # a bound of 1 would take any non-negative vector
+    with pytest.raises(ValueError, match=r"^p: sums to .*not 1 within 1e-09; for logits use simlab.sampling"):
+        check_distribution(np.array([0.5, 0.5 + 2e-9]), "p")  # float64: 1e-9, as before
+    with pytest.raises(ValueError, match=r"^p: sums to .*not 1 within 1e-09; "):
+        check_distribution(np.array([0.5, 0.4995], dtype=np.float16), "p")
 
 
 def test_temperature_zero_is_argmax_lowest_index():
@@ -110,6 +166,70 @@ def test_sample_categorical_uses_one_uniform_and_skips_zero_mass():
 
     assert sample_categorical(probs, ConstantGenerator(0.0)) == 1
     assert sample_categorical(probs, ConstantGenerator(0.5)) == 3
+
+
+BAD_LAWS = {  # probs -> the start of the refusal
+    "negative (index 0 never drawn)": ([0.5, -0.5, 1.0], "probs: contains negative entries (min -0.5)"),
+    "-inf": ([0.5, -np.inf, 1.0], "probs: contains negative entries (min -inf)"),
+    "NaN": ([0.5, np.nan, 0.5], "probs: contains NaN"),
+    "inf": ([0.5, np.inf, 0.5], "probs: total mass inf is not finite"),
+    "no mass": ([0.0, 0.0], "probs: total mass 0.0 is not positive"),
+    "2-D (index 3 of a 2 x 2 law)": ([[0.25, 0.25], [0.25, 0.25]], "probs: must be a non-empty 1-D array, got shape (2, 2)"),
+    "0-D": (1.0, "probs: must be a non-empty 1-D array, got shape ()"),
+    "empty": ([], "probs: must be a non-empty 1-D array, got shape (0,)"),
+    "text": (["0.5", "0.5"], "probs: not a numeric array"),
+    "None inside": ([0.5, None], "probs: not a numeric array (got None"),
+    "complex": ([0.5 + 1j, 0.5], "probs: must be real"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_LAWS))
+@pytest.mark.parametrize("form", ["list", "ndarray"])
+def test_sample_categorical_refuses_what_is_not_a_law(case, form):
+    """Issue 40 item 8: negative, infinite and 2-D laws were drawn from silently, an empty one raised
+    IndexError; each is refused naming ``probs`` (as a list and as an ndarray, which takes the fast path)."""
+    from checks import ConstantGenerator
+
+    probs, message = BAD_LAWS[case]
+    if form == "ndarray":
+        probs = np.array(probs)
+    with pytest.raises(ValueError) as info:
+        sample_categorical(probs, ConstantGenerator(0.3))
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("rng", [None, 42, "0"])
+def test_the_draws_refuse_an_rng_that_is_not_a_generator(rng):
+    """``rng=None`` raised AttributeError: refused naming ``rng`` (``simlab.checks.check_generator``)."""
+    probs = np.array([0.25, 0.75])
+    with pytest.raises(ValueError, match=r"^rng: must be a numpy.random.Generator"):
+        sample_categorical(probs, rng)
+    with pytest.raises(ValueError, match=r"^rng: must be a numpy.random.Generator"):
+        inverse_cdf(np.cumsum(probs), rng)
+
+
+def test_inverse_cdf_refuses_an_empty_or_infinite_cdf():
+    with pytest.raises(ValueError, match=r"^probs: is empty"):
+        inverse_cdf(np.zeros(0), np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"^probs: total mass inf is not finite"):
+        inverse_cdf(np.cumsum([0.5, np.inf]), np.random.default_rng(0))
+
+
+def test_sample_categorical_keeps_its_draws():
+    """The checks take no uniform and change no index: the draws of a seeded stream as the plain
+    inverse CDF gives them, for float64, float32 and integer weights, lists and arrays."""
+    rng = np.random.default_rng(11)
+    for dtype in (np.float64, np.float32, np.int64):
+        weights = (rng.dirichlet(np.full(50, 0.3)) * (1000 if dtype is np.int64 else 1)).astype(dtype)
+        a, b = np.random.default_rng(5), np.random.default_rng(5)
+        for _ in range(200):
+            cdf = np.cumsum(weights)
+            expected = int(np.searchsorted(cdf, a.random() * cdf[-1], side="right"))
+            assert sample_categorical(weights, b) == expected
+    a, b = np.random.default_rng(6), np.random.default_rng(6)
+    assert [sample_categorical([0.2, 0.3, 0.5], a) for _ in range(50)] == [
+        sample_categorical(np.array([0.2, 0.3, 0.5]), b) for _ in range(50)
+    ]
 
 
 @given(st.integers(1, 400), st.integers(0, 12), st.integers(0, 2**31 - 1), st.sampled_from(["ties", "zeros", "smooth"]))

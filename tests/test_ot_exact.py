@@ -19,7 +19,7 @@ from simlab.otlp import optimal_acceptance, solve_ot_lp
 from simlab.verifiers import ot_exact
 from simlab.verifiers.ot_exact import OTExact
 from simlab.verifiers.ot_walk import OTWalk
-from test_ot_walk import EDGE, fixed_sample
+from test_ot_walk import EDGE, SUBNORMAL_Q, check_quiet_on_subnormal_q, fixed_sample
 from test_verifiers_exact import pairs
 
 EXACT = OTExact()
@@ -203,3 +203,11 @@ def test_children_with_zero_draft_mass_get_a_law():
     assert plan.output_distribution([0, 0])[0] == 1.0  # selected with mu = 0 < p: accepted (the walk's convention)
     rng = np.random.default_rng(0)
     assert {plan.sample([0, 0], rng) for _ in range(20)} == {0}
+
+
+@pytest.mark.parametrize("case", list(SUBNORMAL_Q))
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_a_subnormal_q_raises_no_overflow_warning(case, k):
+    """Issue 40 item 11: ``RuntimeWarning: overflow encountered in divide`` leaked from prepare
+    (the ratio order, the levels and the selection's test p / mu)."""
+    check_quiet_on_subnormal_q(EXACT, case, k)

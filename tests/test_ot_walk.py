@@ -6,6 +6,8 @@ test_tree_lossless.py) and its planted faults (mutants.py 22-24)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -157,3 +159,36 @@ def test_a_row_whose_selection_underflowed_still_has_a_law():
     p, q = np.array([0.0, 1.0, 0.0]), np.array([7.072335581312517e-134, 1.0, 1.169537122245447e-235])
     plan, _ = exact_check(p, q, 3)
     assert plan.output_distribution(np.array([0, 2, 0]))[1] == 1.0
+
+
+SUBNORMAL_Q = {  # p, q with a draft mass below float64's normal range: p / q overflows to inf
+    "q = 5e-324 at p = 0.5": ([0.5, 0.5, 0.0], [5e-324, 1.0 - 5e-324, 0.0]),
+    "q = 1e-310": ([0.4, 0.3, 0.3], [1e-310, 0.5, 0.5 - 1e-310]),
+    "two subnormal q": ([0.3, 0.3, 0.4], [1e-320, 3e-315, 1.0]),
+    "a subnormal prefix of q below the level": (  # (total - P) / Q_l overflowed in the level
+        [0.13351656169903364, 0.09373204812032661, 3.5e-323, 0.7727513901806398, 3.5e-323],
+        [1.4144446177486518e-300, 1.0, 1.4145e-320, 1.4145e-320, 1.41444461774863e-310],
+    ),
+}
+
+
+def check_quiet_on_subnormal_q(verifier, case, k):
+    """Prepare and every query on a plan whose q is subnormal somewhere warn of nothing (p / q =
+    inf is the exact limit: that token sorts last, its test is 1), as the other OT paths do; every
+    row is a law and the children's mass its entries."""
+    p, q = (np.array(v) for v in SUBNORMAL_Q[case])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plan = verifier.prepare(p, q, k)
+        for x in child_tuples(q, k, Drafting.IID)[0]:
+            law = plan.output_distribution(x)
+            assert law.min() >= 0.0 and abs(law.sum() - 1.0) <= 1e-12
+            np.testing.assert_array_equal(plan.children_mass(x), law[x])
+            plan.sample(x, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("case", list(SUBNORMAL_Q))
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_a_subnormal_q_raises_no_overflow_warning(case, k):
+    """Issue 40 item 11: ``RuntimeWarning: overflow encountered in divide`` leaked from prepare."""
+    check_quiet_on_subnormal_q(WALK, case, k)

@@ -10,6 +10,7 @@ from hypothesis.extra import numpy as hnp
 
 from backends.synthetic import DepthProfileWorld, DistilledWorld
 from simlab.pairs import WithSettings
+from simlab.distributions import check_distribution
 from simlab.sampling import DDTE_SETTINGS, SamplingSettings, sampling_distribution
 
 
@@ -60,6 +61,16 @@ def test_a_batch_equals_its_rows_bit_for_bit(z, temperature, top_k, top_p):
     rows = np.array([sampling_distribution(row, temperature=temperature, top_k=top_k, top_p=top_p) for row in z])
     assert np.array_equal(batch, rows)
     np.testing.assert_allclose(batch.sum(axis=1), 1.0, atol=1e-12)
+
+
+def test_logits_refused_as_a_law_name_the_way_forward():
+    """Issue 40 item 17: float32 logits passed where p belongs are refused with a message naming
+    ``sampling_distribution``, whose float64 law check_distribution then takes unchanged."""
+    z = (2.0 * np.random.default_rng(3).standard_normal(1_000)).astype(np.float32)
+    with pytest.raises(ValueError, match=r"^p: sums to .*; for logits use simlab\.sampling\.sampling_distribution$"):
+        check_distribution(np.abs(z), "p")
+    p = sampling_distribution(z)
+    assert p.dtype == np.float64 and np.array_equal(check_distribution(p, "p"), p)
 
 
 def test_settings_validate_and_name_themselves():

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from simlab import verifiers as node_verifiers
-from simlab.checks import check_bool
+from simlab.checks import check_bool, check_choice
 from simlab.drafting import Drafting, lossless_pairing
 from simlab.tree_verifiers.base import TreeVerifier
 from simlab.tree_verifiers.block import BlockVerification
@@ -92,13 +92,12 @@ def paper_name(name: str) -> str:
     registry name when it declares none.
 
     Raises:
-        ValueError: unknown name.
+        ValueError: ``name: ...`` for a name that is not a tree verifier's (a non-string included).
     """
+    name = check_choice(name, "name", names(), "tree verifier")
     if name in REGISTRY:
         return REGISTRY[name].label or name
-    if name in node_verifiers.REGISTRY:
-        return node_verifiers.REGISTRY[name].display_name()
-    raise ValueError(f"name: unknown tree verifier {name!r}; choose one of {', '.join(names())}")
+    return node_verifiers.REGISTRY[name].display_name()
 
 
 def paper_names() -> dict[str, str]:
@@ -119,8 +118,10 @@ def get(name: str, allow_lossy: bool = False, **options) -> TreeVerifier:
             ``TreeVerifier.lossless_on`` says so) instead of raising ``ValueError``.
 
     Raises:
-        ValueError: unknown name or bad options.
+        ValueError: ``name: ...`` for a name that is not a tree verifier's (a non-string included;
+            ``simlab.checks.check_choice``, as ``simlab.verifiers.get``), or bad options.
     """
+    name = check_choice(name, "name", names(), "tree verifier")
     allow_lossy = check_bool(allow_lossy, "allow_lossy")
     if name in REGISTRY:
         cls = REGISTRY[name]
@@ -129,9 +130,7 @@ def get(name: str, allow_lossy: bool = False, **options) -> TreeVerifier:
             takes = f"takes only {', '.join(sorted(fields))}" if fields else "takes no options"
             raise ValueError(f"options: {name} {takes}, got {sorted(options)}")
         return cls(allow_lossy=allow_lossy, **options)
-    if name in node_verifiers.REGISTRY:
-        return TopDown(node_verifiers.get(name, **options), allow_lossy=allow_lossy)
-    raise ValueError(f"name: unknown tree verifier {name!r}; choose one of {', '.join(names())}")
+    return TopDown(node_verifiers.get(name, **options), allow_lossy=allow_lossy)
 
 
 __all__ = [

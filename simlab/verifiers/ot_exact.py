@@ -412,7 +412,10 @@ class _ExactPlan(SelectionPlan):
     def __init__(self, verifier, p, q, k):
         super().__init__(verifier, p, q, k)
         support = np.flatnonzero(q > 0)
-        order = support[np.argsort(p[support] / q[support])]  # ties share an atom: their order is immaterial
+        with np.errstate(over="ignore"):  # a subnormal q: an infinite ratio still sorts last
+            ratio = p[support] / q[support]
+        rank = np.argsort(ratio)  # ties share an atom: their order is immaterial
+        order = support[rank]
         ps, qs = p[order], q[order]
         prefix_q = np.minimum(np.concatenate(([0.0], np.cumsum(qs))), 1.0)
         cut = np.concatenate(([0.0], np.cumsum(ps))) + 1.0 - prefix_q**k
@@ -421,7 +424,7 @@ class _ExactPlan(SelectionPlan):
         split, total = float(prefix_q[m]), float(prefix_q[-1])
         inside, lam_in = _level(ps[:m], qs[:m], split**k, True)
         outside, lam_out = _level(ps[m:], qs[m:], total**k - split**k, False)
-        r = ps / qs
+        r = ratio[rank]  # ps / qs
         atom = np.concatenate((_atoms(np.maximum(r[:m], lam_in)), _atoms(np.minimum(r[m:], lam_out))))
         n_in = int(atom[m - 1]) + 1 if m else 0
         if m < order.size:

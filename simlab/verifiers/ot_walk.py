@@ -148,11 +148,13 @@ def _level(ps: np.ndarray, qs: np.ndarray, total: float, raise_low: bool) -> tup
         return ps.copy(), (0.0 if raise_low else np.inf)
     P = np.concatenate(([0.0], np.cumsum(ps)))
     Q = np.concatenate(([0.0], np.cumsum(qs)))
-    r = ps / qs
+    with np.errstate(over="ignore"):  # a subnormal q: an infinite ratio, above every level
+        r = ps / qs
     if raise_low:  # sum = lam Q_l + (P_n - P_l) for lam in [r_l, r_{l+1}] (l tokens raised)
         if total <= P[n]:
             return ps.copy(), 0.0
-        lam = (total - (P[n] - P[1:])) / Q[1:]
+        with np.errstate(over="ignore"):  # a subnormal Q_l: an infinite level (the limit), as the ratios
+            lam = (total - (P[n] - P[1:])) / Q[1:]
         l = int(np.argmax(lam <= np.concatenate((r[1:], [np.inf]))))  # the first level inside its bracket
         return np.maximum(ps, lam[l] * qs), float(lam[l])
     if total >= P[n]:  # sum = P_l + lam (Q_n - Q_l) for lam in [r_l, r_{l+1}] (l tokens kept whole)
@@ -190,7 +192,8 @@ class _WalkPlan(NodePlan):
     def __init__(self, verifier, p, q, k):
         super().__init__(verifier, p, q, k)
         support = np.flatnonzero(q > 0)
-        order = support[np.argsort(p[support] / q[support], kind="stable")]
+        with np.errstate(over="ignore"):  # a subnormal q: an infinite ratio still sorts last
+            order = support[np.argsort(p[support] / q[support], kind="stable")]
         ps, qs = p[order], q[order]
         prefix_q = np.minimum(np.concatenate(([0.0], np.cumsum(qs))), 1.0)
         cut = np.concatenate(([0.0], np.cumsum(ps))) + 1.0 - prefix_q**k
@@ -221,7 +224,8 @@ class _WalkPlan(NodePlan):
         self.mu = np.zeros(p.size)
         self.mu[order] = mu
         self.accept = (p > 0).astype(np.float64)  # min(1, p / mu): 1 where mu underflowed to 0 < p
-        np.divide(p, self.mu, out=self.accept, where=self.mu > 0)
+        with np.errstate(over="ignore"):  # a subnormal mu: p / mu = inf, then 1
+            np.divide(p, self.mu, out=self.accept, where=self.mu > 0)
         np.minimum(self.accept, 1.0, out=self.accept)
         self.excess = float(positive_part(p - self.mu).sum())
         if self.excess == 0.0:  # mu = p: a selected child is always accepted

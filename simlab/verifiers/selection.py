@@ -32,7 +32,8 @@ class SelectionPlan(NodePlan):
         self.mu = mu
         self.value = float(np.minimum(mu, self.p).sum())
         self.accept = (self.p > 0).astype(np.float64)
-        np.divide(self.p, mu, out=self.accept, where=mu > 0)
+        with np.errstate(over="ignore"):  # a subnormal mu: p / mu = inf, then 1
+            np.divide(self.p, mu, out=self.accept, where=mu > 0)
         np.minimum(self.accept, 1.0, out=self.accept)
         self.excess = float(positive_part(self.p - mu).sum())
         if self.excess == 0.0:  # mu = p: a selected child is always accepted
