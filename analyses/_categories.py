@@ -8,8 +8,8 @@ estimator restricted to that category's roots, so a category row's mean and stan
 exactly the overall computation on a subset.  The frame stacks one block per category (in order
 of first appearance; roots without one form the block ``(none)``) and the overall block
 ``(all)``, written as ``by_category.parquet`` and printed as a table (``stage_by_category``).
-Without categories nothing is added: no table, and no file (one an earlier run wrote in the
-output folder is removed when the study publishes).
+Without categories nothing is added: no table, and no file (one an earlier publish wrote in the
+output folder is removed when the study publishes: ``backends.cli.OutputSet``).
 """
 
 from __future__ import annotations
@@ -78,11 +78,9 @@ def _labelled(summary: pl.DataFrame, name: str) -> pl.DataFrame:
 
 def stage_by_category(outputs, table: pl.DataFrame | None) -> None:
     """Stage ``by_category.parquet`` in ``outputs`` (``backends.cli.OutputSet``) when ``table`` is
-    not None; else omit it, so that the publish removes one an earlier run left in the folder."""
+    not None (else the publish removes one an earlier publish in the folder wrote)."""
     if table is not None:
         outputs.stage("by_category.parquet", parquet_writer(table))
-    else:
-        outputs.omit("by_category.parquet")
 
 
 def print_by_category(table: pl.DataFrame | None, columns: Sequence, title: str, where: pl.Expr | None = None) -> None:

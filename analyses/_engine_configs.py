@@ -165,36 +165,47 @@ def engine_settings(engine: str, s: dict) -> tuple[dict, tuple[tuple[str, int, s
     return dict(s), ()
 
 
+class SettingError(ValueError):
+    """A refused value of one engine key: ``str`` is ``"<key>: <message>"``; ``key`` is the key as
+    written, so a caller that took the value from a flag names the flag instead (``grid_configs``)."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key, self.message = key, message
+
+
 def lab_builder(engine: str, s: dict) -> dict:
     """The lab builder's options for one engine setting ``s``, as the engine runs it
     (``engine_settings``; module table).
 
     Raises:
-        ValueError: ``<key>: ...`` naming the key as written: a value out of the engine's range, a
-            setting that drafts no token, or one beyond the lab's ``MAX_LEVELS``.
+        SettingError: (a ValueError, ``<key>: ...``) naming the key as written: a value out of the
+            engine's range, a setting that drafts no token, or one beyond the lab's ``MAX_LEVELS``.
     """
     for key, value in s.items():
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{key}: must be an integer, got {value!r}")
+            raise SettingError(key, f"must be an integer, got {value!r}")
     if engine == "eagle" and s["total_token"] == -1:
-        raise ValueError(
-            "total_token: -1 makes EAGLE pick one of 40, 48, 50, 56, 60 by timing the target on its GPU "
-            "(EaModel.from_pretrained): write the total_token it picked"
+        raise SettingError(
+            "total_token",
+            "-1 makes EAGLE pick one of 40, 48, 50, 56, 60 by timing the target on its GPU "
+            "(EaModel.from_pretrained): write the total_token it picked",
         )
     s, _ = engine_settings(engine, s)  # before the ranges: SGLang ignores num_draft_tokens at topk 1
     if engine == "eagle" and s["depth"] < 0:
-        raise ValueError(
-            f"depth: must be an integer >= 0, got {s['depth']} (EAGLE runs no expansion round for a negative depth, "
-            "as for 0: write 0)"
+        raise SettingError(
+            "depth",
+            f"must be an integer >= 0, got {s['depth']} (EAGLE runs no expansion round for a negative depth, as for 0: write 0)",
         )
     for key, value in s.items():
         if value < (0 if key == "depth" else 1):
-            raise ValueError(f"{key}: must be an integer >= {0 if key == 'depth' else 1}, got {value!r}")
+            raise SettingError(key, f"must be an integer >= {0 if key == 'depth' else 1}, got {value!r}")
     if engine == "eagle":
         if s["total_token"] < 2:
-            raise ValueError(
-                f"total_token: counts the root, must be >= 2, got {s['total_token']} (EAGLE would draft no token: "
-                "plain decoding, which the sweep does not value)"
+            raise SettingError(
+                "total_token",
+                f"counts the root, must be >= 2, got {s['total_token']} (EAGLE would draft no token: "
+                "plain decoding, which the sweep does not value)",
             )
         lab = {"kind": "eagle2", "budget": s["total_token"] - 1, "depth": s["depth"], "top_k": s["top_k"]}
         key, levels = "depth", s["depth"] + 1
@@ -205,23 +216,26 @@ def lab_builder(engine: str, s: dict) -> dict:
     elif engine == "sglang":
         n = s["speculative_num_draft_tokens"]
         if n < 2:
-            raise ValueError(
-                f"speculative_num_draft_tokens: counts the root, must be >= 2, got {n} (SGLang would draft no token: "
-                "plain decoding, which the sweep does not value)"
+            raise SettingError(
+                "speculative_num_draft_tokens",
+                f"counts the root, must be >= 2, got {n} (SGLang would draft no token: "
+                "plain decoding, which the sweep does not value)",
             )
         lab = {"kind": "eagle2", "budget": n - 1, "depth": s["speculative_num_steps"] - 1, "top_k": s["speculative_eagle_topk"]}
         key, levels = "speculative_num_steps", s["speculative_num_steps"]
     else:
         if engine == "sequoia" and s["budget"] > SEQUOIA_MAX_BUDGET:
-            raise ValueError(
-                f"budget: at most {SEQUOIA_MAX_BUDGET} draft tokens for the lab's Sequoia DP (its time grows as the "
-                f"budget squared; a limit of the lab), got {s['budget']}"
+            raise SettingError(
+                "budget",
+                f"at most {SEQUOIA_MAX_BUDGET} draft tokens for the lab's Sequoia DP (its time grows as the "
+                f"budget squared; a limit of the lab), got {s['budget']}",
             )
         return {"kind": engine, "budget": s["budget"]}
     if levels > MAX_LEVELS:
-        raise ValueError(
-            f"{key}: {levels} draft positions; the lab's EAGLE-2 builder reaches at most {MAX_LEVELS} "
-            f"(a limit of the lab, not of {ENGINE_NAMES[engine]}), got {s[key]}"
+        raise SettingError(
+            key,
+            f"{levels} draft positions; the lab's EAGLE-2 builder reaches at most {MAX_LEVELS} "
+            f"(a limit of the lab, not of {ENGINE_NAMES[engine]}), got {s[key]}",
         )
     return lab
 
@@ -261,13 +275,14 @@ def vocab_limit(config: EngineConfig, vocab: int) -> str:
     return f"{key}: {top_k} exceeds the vocabulary of {vocab} tokens ({ENGINE_NAMES[config.engine]}'s torch.topk fails)"
 
 
-def make_config(entry: dict, where: str = "config", strict: bool = True) -> EngineConfig:
+def make_config(entry: dict, where: str | None = "config", strict: bool = True) -> EngineConfig:
     """One ``EngineConfig`` from a dict written as the engine writes it (``{"engine": "eagle",
     "total_token": 60, "depth": 7, "top_k": 10}``), with the values the engine runs
     (``engine_settings``: an adjusted key keeps its written value in the label).
 
     ``strict``: refuse a setting the engine cannot run (``engine_limit``); else keep it, its
-    reason in ``unrunnable``.
+    reason in ``unrunnable``.  ``where`` None: a refused key's value raises ``SettingError`` without
+    a prefix (``grid_configs`` names the flag it came from).
 
     Raises:
         ValueError: ``<where>: ...`` for an unknown engine, a missing or unknown key, a bad value,
@@ -276,7 +291,7 @@ def make_config(entry: dict, where: str = "config", strict: bool = True) -> Engi
     if not isinstance(entry, dict):
         raise ValueError(f"{where}: must be an object with an 'engine' key, got {entry!r}")
     engine = entry.get("engine")
-    if engine not in KEYS:
+    if not isinstance(engine, str) or engine not in KEYS:
         raise ValueError(f"{where}: engine must be one of {', '.join(KEYS)}, got {engine!r}")
     unknown = sorted(set(entry) - set(KEYS[engine]) - set(OPTIONAL) - {"engine"})
     if unknown:
@@ -302,8 +317,8 @@ def make_config(entry: dict, where: str = "config", strict: bool = True) -> Engi
     written = {k: entry[k] for k in KEYS[engine]}
     try:
         lab = lab_builder(engine, written)
-    except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
+    except SettingError as exc:
+        raise SettingError(exc.key, exc.message) if where is None else ValueError(f"{where}: {exc}") from None
     settings, adjusted = engine_settings(engine, written)
     why = engine_limit(engine, lab)
     if why and strict:
@@ -346,11 +361,19 @@ def read_configs(path) -> list[EngineConfig]:
     return out
 
 
-def grid_configs(eagle: tuple, chains: tuple, sequoia: tuple, treegraft: tuple, specblock: tuple, modes) -> list[EngineConfig]:
+def grid_configs(
+    eagle: tuple, chains: tuple, sequoia: tuple, treegraft: tuple, specblock: tuple, modes, flags: dict | None = None
+) -> list[EngineConfig]:
     """The default sweep: EAGLE's (total_token, depth, top_k) grid (``eagle``: three tuples),
     vLLM chains of each length in ``chains``, and the other builders at their budgets; an EAGLE
     point the engine cannot build is kept with its ``unrunnable`` reason (the sweep lists it in
-    ``not_run``)."""
+    ``not_run``).
+
+    Raises:
+        ValueError: ``<flag>: ...`` for a value the lab refuses, ``flags`` mapping (engine, key) to
+            the flag the value came from (the key itself where it has none).
+    """
+    flags = flags or {}
     entries = [
         {"engine": "eagle", "total_token": t, "depth": d, "top_k": k} for t in eagle[0] for d in eagle[1] for k in eagle[2]
     ]
@@ -360,4 +383,10 @@ def grid_configs(eagle: tuple, chains: tuple, sequoia: tuple, treegraft: tuple, 
         for name, budgets in zip(SAMPLED + ("treegraft", "specblock"), (sequoia, treegraft, specblock))
         for b in budgets
     ]
-    return [make_config({**e, "modes": list(modes)}, strict=False) for e in entries]
+    out = []
+    for e in entries:
+        try:
+            out.append(make_config({**e, "modes": list(modes)}, where=None, strict=False))
+        except SettingError as exc:
+            raise ValueError(f"{flags.get((e['engine'], exc.key), exc.key)}: {exc.message}") from None
+    return out

@@ -110,6 +110,17 @@ GRID_FLAGS = (
     "specblock_budgets",
 )
 
+GRID_KEYS = {
+    ("eagle", "total_token"): "eagle_total_tokens",
+    ("eagle", "depth"): "eagle_depths",
+    ("eagle", "top_k"): "eagle_top_ks",
+    ("vllm", "num_speculative_tokens"): "chain_lengths",
+    ("sequoia", "budget"): "sequoia_budgets",
+    ("treegraft", "budget"): "treegraft_budgets",
+    ("specblock", "budget"): "specblock_budgets",
+}
+"""The grid flag each (engine, key) of ``engines.grid_configs`` takes its values from."""
+
 MINIMUM = {"eagle_total_tokens": 2, "eagle_depths": 0}
 """The least value of each grid flag (EAGLE's total_token counts the root); the others: 1."""
 
@@ -170,6 +181,7 @@ def parse_args(argv):
                 lists["treegraft_budgets"],
                 lists["specblock_budgets"],
                 modes,
+                {key: parser.flag(f) for key, f in GRID_KEYS.items()},
             )
     except ValueError as exc:
         fail(PROG, str(exc))

@@ -266,24 +266,23 @@ class OutputSet:
     written, so an interrupted run leaves neither half-written files nor a mix of old and new;
     and after ``publish`` the folder holds this run's files only, beside files the lab did not write.
 
-    Use ``stage(name, write)`` for each file (``omit(name)`` for a file this run does not write
-    though the study writes it in other runs), then ``publish()``; on an exception or interrupt
+    Use ``stage(name, write)`` for each file, then ``publish()``; on an exception or interrupt
     call ``discard()`` (``with OutputSet(out) as outputs:`` does that).  Staging files a SIGKILL
     leaves behind are removed by the next ``prepare_out`` of that folder.
 
     What a publish removes: the files the folder's previous publish wrote (listed in its
-    ``PUBLISHED`` file) and the ``omit``-ted names, where this run writes no file of that name.
-    A file the lab did not write (a user's own) is never listed, so never removed; a folder is
-    one study's (two studies given one ``--out`` remove each other's files, as the second run's
-    folder holds only what it wrote).  The list is written before the renames with the files to
-    remove in it, and rewritten after they are removed, so a run killed in between leaves them
-    listed and the next publish removes them.
+    ``PUBLISHED`` file) that this run does not write.  Nothing else: a file the lab did not write
+    (a user's own, even one named as a study's file) is never listed, so never removed, and in a
+    folder written before the list existed nothing is removed until a publish has listed its files.
+    A folder is one study's (two studies given one ``--out`` remove each other's files, as the
+    second run's folder holds only what it wrote).  The list is written before the renames with the
+    files to remove in it, and rewritten after they are removed, so a run killed in between leaves
+    them listed and the next publish removes them.
     """
 
     def __init__(self, folder: Path):
         self.folder = Path(folder)
         self.staged: list[tuple[str, Path]] = []
-        self.omitted: list[str] = []
 
     def __enter__(self):
         return self
@@ -299,14 +298,9 @@ class OutputSet:
         write(str(tmp))
         os.chmod(tmp, 0o666 & ~umask())
 
-    def omit(self, name: str) -> None:
-        """Declare that this run writes no ``name``, one of the study's own files: ``publish``
-        removes a ``name`` an earlier run left (even a run from before the ``PUBLISHED`` list)."""
-        self.omitted.append(name)
-
     def publish(self) -> None:
         names = [name for name, _ in self.staged]
-        stale = [n for n in dict.fromkeys([*published(self.folder), *self.omitted]) if n not in names]
+        stale = [n for n in published(self.folder) if n not in names]
         _list_published(self.folder, names + stale)
         for name, tmp in self.staged:
             os.replace(tmp, self.folder / name)
@@ -315,12 +309,12 @@ class OutputSet:
             if path.is_symlink() or path.is_file():
                 path.unlink(missing_ok=True)
         _list_published(self.folder, names)
-        self.staged, self.omitted = [], []
+        self.staged = []
 
     def discard(self) -> None:
         for _, tmp in self.staged:
             tmp.unlink(missing_ok=True)
-        self.staged, self.omitted = [], []
+        self.staged = []
 
 
 def published(folder: Path) -> list[str]:

@@ -89,15 +89,19 @@ def check_real_array(x, name: str) -> np.ndarray:
     Raises:
         ValueError: ``"<name>: ..."`` for complex input (a cast drops the imaginary part),
             strings or bytes, also inside object arrays (a cast parses them), ``None``, alone or
-            inside a list or object array (a cast makes it NaN), a ``numpy.ma.MaskedArray`` with
-            masked entries (a cast drops the mask and keeps the hidden values), dates and times
+            inside a list or object array (a cast makes it NaN), a polars Series with nulls (its
+            cast makes them NaN), a ``numpy.ma.MaskedArray`` with masked entries, alone or inside
+            a list (a cast drops the mask and keeps the hidden values), dates and times
             (a cast counts their ticks), and anything NumPy cannot turn into float64 (objects,
             ragged lists, integers beyond float64's range, a torch tensor that requires grad).
     """
-    if isinstance(x, np.ma.MaskedArray) and np.ma.is_masked(x):
+    if _masked(x):
         raise ValueError(
             f"{name}: a masked array with masked entries (a cast would drop the mask); pass x.filled(value) or x.compressed()"
         )
+    nulls = getattr(x, "null_count", None)  # a polars Series: its to-NumPy cast turns a null into NaN
+    if callable(nulls) and not isinstance(x, np.ndarray) and nulls() > 0:
+        raise ValueError(f"{name}: not a numeric array (got {nulls()} null values, which a cast would turn into NaN)")
     try:
         raw = np.asarray(x)
         refusal = _cast_refusal(raw)
@@ -107,6 +111,13 @@ def check_real_array(x, name: str) -> np.ndarray:
     if refusal:
         raise ValueError(f"{name}: {refusal}")
     return arr
+
+
+def _masked(x) -> bool:
+    """True for a masked array with masked entries, or a list or tuple holding one (a cast drops the mask)."""
+    if isinstance(x, np.ma.MaskedArray):
+        return bool(np.ma.is_masked(x))
+    return isinstance(x, (list, tuple)) and any(_masked(item) for item in x if isinstance(item, (np.ma.MaskedArray, list, tuple)))
 
 
 def _cast_refusal(raw: np.ndarray) -> str | None:

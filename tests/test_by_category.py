@@ -349,7 +349,8 @@ def test_a_run_without_categories_removes_the_last_runs_by_category_file(tmp_pat
     only what this run wrote; the planted fault (the publish and ``stage_by_category`` before the
     issue: nothing removed) leaves the first run's by-category table beside the second run's rows."""
     assert not _second_run_leaves_by_category(tmp_path / "new")
-    assert not _second_run_leaves_by_category(tmp_path / "legacy", legacy=True)
+    # a folder written before the list: its file may be the user's, so it stays until a publish lists it
+    assert _second_run_leaves_by_category(tmp_path / "legacy", legacy=True)
 
     def old_publish(self):
         for name, tmp in self.staged:
@@ -357,5 +358,4 @@ def test_a_run_without_categories_removes_the_last_runs_by_category_file(tmp_pat
         self.staged = []
 
     monkeypatch.setattr(cli.OutputSet, "publish", old_publish)
-    monkeypatch.setattr(cli.OutputSet, "omit", lambda self, name: None)
     assert _second_run_leaves_by_category(tmp_path / "mutant")

@@ -7,6 +7,7 @@ import hashlib
 import math
 
 import numpy as np
+import polars as pl
 import pytest
 import torch
 
@@ -60,6 +61,8 @@ def test_in_range_refuses_with_one_line_naming_the_argument(value, kwargs, inter
         (np.array([[0.5], [None]], dtype=object), "x: not a numeric array (got None, which a cast would turn into NaN)"),
         (np.ma.masked_array([0.5, 7.0, 0.5], mask=[False, True, False]), "x: a masked array with masked entries"),
         (np.ma.masked_invalid([0.5, np.nan]), "x: a masked array with masked entries"),
+        ([np.ma.masked_array([1.0, 2.0], mask=[True, False])], "x: a masked array with masked entries"),  # inside a list
+        (pl.Series([0.5, None]), "x: not a numeric array (got 1 null values, which a cast would turn into NaN)"),
     ],
 )
 def test_real_array_refuses_none_and_masked_entries(value, message):

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import math
+import random
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -18,6 +21,7 @@ from simlab.distributions import (
     top_ranked,
     total_variation,
 )
+from checks import ConstantGenerator
 from simlab.sampling import sampling_distribution
 
 
@@ -64,23 +68,52 @@ def test_torch_float32_probabilities_are_taken():
     assert abs(out.sum() - 1.0) <= 1e-12 and out.dtype == np.float64
 
 
-@pytest.mark.parametrize("total", [0.9, 1.1, 0.99, 1.0 + 5e-3])
+@pytest.mark.parametrize("total", [0.9, 1.1, 0.99, 1.0 + 5e-3, 1.0 - 5e-4])
 def test_a_float32_law_off_by_more_than_its_rounding_is_refused(total):
     """Garbage in float32 is still garbage: refused with the bound, the dtype and the way forward
-    for logits (V = 32,000: the bound is 32,000 * 2^-23 = 0.0038)."""
+    for logits (V = 32,000: the bound is 4 sqrt(32,000) 2^-23 = 8.5e-5)."""
     p = (np.full(32_000, total / 32_000)).astype(np.float32)
     with pytest.raises(ValueError) as info:
         check_distribution(p, "p")
     message = str(info.value)
-    assert message.startswith("p: sums to ") and f"not 1 within {32_000 * 2.0**-23:g} (float32 rounding at V = 32000)" in message
+    bound = 4 * math.sqrt(32_000) * 2.0**-23
+    assert message.startswith("p: sums to ") and f"not 1 within {bound:g} (float32 rounding at V = 32000)" in message
     assert message.endswith("; for logits use simlab.sampling.sampling_distribution") and "\n" not in message
 
 
+@pytest.mark.parametrize(
+    "vector",
+    [
+        np.full(256_000, 0.97 / 256_000, np.float32),  # 3% short: passed a bound of V eps32 (0.03)
+        np.eye(1, 2**23 - 1, 5, dtype=np.float32)[0] * np.float32(1e-6),  # one entry of 1e-6: passed V eps32 (1.0)
+    ],
+)
+def test_a_float32_vector_far_from_a_law_is_refused_at_any_vocabulary(vector):
+    """The bound grows like sqrt(V), not V: a float32 vector summing to 0.97 at V = 256,000, or to
+    1e-6 at V = 2^23 - 1, was renormalised to a law under V eps32."""
+    with pytest.raises(ValueError, match=r"^p: sums to "):
+        check_distribution(vector, "p")
+
+
+@pytest.mark.parametrize("vocab", [8, 1_000, 32_000, 151_936])
+def test_torch_float32_softmaxes_stay_within_the_bound(vocab):
+    """Real float32 softmaxes (torch's softmax and exp(log_softmax) of N(0, s^2) logits, s up to 10)
+    sum to 1 within ``sum_tolerance`` with room: their largest deviation below half of it."""
+    import torch
+
+    generator = torch.Generator().manual_seed(vocab)
+    for scale in (0.5, 2.0, 10.0):
+        logits = torch.randn(vocab, generator=generator) * scale
+        for probs in (torch.softmax(logits, -1), torch.exp(torch.log_softmax(logits, -1))):
+            deviation = abs(float(probs.double().sum()) - 1.0)
+            assert deviation <= sum_tolerance(np.float32, vocab) / 2, (vocab, scale, deviation)
+
+
 def test_the_sum_bound_of_each_dtype():
-    """float64 (and every dtype but float32, float16 included) keeps 1e-9; float32: V * 2^-23."""
+    """float64 (and every dtype but float32, float16 included) keeps 1e-9; float32: 4 sqrt(V) 2^-23."""
     assert sum_tolerance(np.float64, 10**6) == 1e-9 and sum_tolerance(np.float16, 50) == 1e-9
-    assert sum_tolerance(np.float32, 128_000) == 128_000 * 2.0**-23 and sum_tolerance(np.dtype("float32"), 3) == 3 * 2.0**-23
-    assert sum_tolerance(np.float32, 2**23) == 1e-9  # a bound of 1 would take any non-negative vector
+    assert sum_tolerance(np.float32, 128_000) == 4 * math.sqrt(128_000) * 2.0**-23
+    assert sum_tolerance(np.dtype("float32"), 3) == 4 * math.sqrt(3) * 2.0**-23
     with pytest.raises(ValueError, match=r"^p: sums to .*not 1 within 1e-09; for logits use simlab.sampling"):
         check_distribution(np.array([0.5, 0.5 + 2e-9]), "p")  # float64: 1e-9, as before
     with pytest.raises(ValueError, match=r"^p: sums to .*not 1 within 1e-09; "):
@@ -198,7 +231,9 @@ def test_sample_categorical_refuses_what_is_not_a_law(case, form):
     assert str(info.value).startswith(message) and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("rng", [None, 42, "0"])
+@pytest.mark.parametrize(
+    "rng", [None, 42, "0", np.random.RandomState(0), random], ids=["None", "int", "str", "RandomState", "random"]
+)
 def test_the_draws_refuse_an_rng_that_is_not_a_generator(rng):
     """``rng=None`` raised AttributeError: refused naming ``rng`` (``simlab.checks.check_generator``)."""
     probs = np.array([0.25, 0.75])
@@ -206,6 +241,18 @@ def test_the_draws_refuse_an_rng_that_is_not_a_generator(rng):
         sample_categorical(probs, rng)
     with pytest.raises(ValueError, match=r"^rng: must be a numpy.random.Generator"):
         inverse_cdf(np.cumsum(probs), rng)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_a_low_precision_law_is_drawn_in_float64(dtype):
+    """A float16 or float32 law's own cumulative sum drifts (float16: it stalls at 0.5 for 4,096
+    masses of 1/4,096, so indices >= 2,048 were never drawn): the draw casts it to float64 first,
+    giving the float64 law's index for every uniform."""
+    probs = np.full(4096, 1 / 4096, dtype=dtype)
+    exact = np.cumsum(probs.astype(np.float64))
+    for u in (0.0, 0.3, 0.5, 0.75, 0.999, 1.0 - 2.0**-53):
+        assert sample_categorical(probs, ConstantGenerator(u)) == inverse_cdf(exact, ConstantGenerator(u)), u
+    assert sample_categorical(probs, ConstantGenerator(0.75)) == 3072
 
 
 def test_inverse_cdf_refuses_an_empty_or_infinite_cdf():

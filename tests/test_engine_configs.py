@@ -307,3 +307,31 @@ def test_the_old_sglang_mapping_is_caught(monkeypatch, fault):
         check_against_the_engine(entry)
     monkeypatch.undo()
     check_against_the_engine(entry)
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--chain-lengths", "66"], "--chain-lengths"),
+        (["--sequoia-budgets", "9000"], "--sequoia-budgets"),
+        (["--eagle-depths", "70"], "--eagle-depths"),
+        (["--eagle-top-ks", "0"], "--eagle-top-ks"),
+    ],
+)
+def test_a_grid_value_the_lab_refuses_names_its_flag(tmp_path, capsys, flags, flag):
+    """The default grid's values come from flags: a refused one names the flag, not the engine key
+    under ``config:`` (which names a ``--config`` file's entry)."""
+    with pytest.raises(SystemExit) as exit:
+        sweep.main(flags + ["--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and one_error_line(err) and f"error: {flag}: " in err and "config" not in err, err
+
+
+@pytest.mark.parametrize("engine", [["eagle"], {"e": 1}, None, 3])
+def test_an_engine_that_is_not_a_name_is_refused_in_one_line(tmp_path, capsys, engine):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps([{"engine": engine, "total_token": 8, "depth": 3, "top_k": 4}]))
+    with pytest.raises(SystemExit) as exit:
+        sweep.main(["--config", str(path), "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and one_error_line(err) and "--config[0]: engine must be one of" in err, err

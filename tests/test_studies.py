@@ -115,12 +115,10 @@ def test_output_set_discards_everything_on_interrupt(tmp_path):
     assert (tmp_path / "old.parquet").read_bytes() == b"old"
 
 
-def _publish(folder: Path, files: dict[str, bytes], omit=()) -> None:
+def _publish(folder: Path, files: dict[str, bytes]) -> None:
     with _tool.OutputSet(folder) as outputs:
         for name, data in files.items():
             outputs.stage(name, lambda tmp, data=data: Path(tmp).write_bytes(data))
-        for name in omit:
-            outputs.omit(name)
         outputs.publish()
 
 
@@ -172,17 +170,26 @@ def test_a_publish_killed_between_its_renames_and_removals_is_finished_by_the_ne
     assert sorted(p.name for p in tmp_path.iterdir()) == [_tool.PUBLISHED, "a.parquet"]
 
 
-def test_an_omitted_file_is_removed_even_from_a_folder_without_a_list(tmp_path):
-    """``omit``: a study's own file this run does not write (``by_category.parquet`` without
-    categories) goes, even where an earlier run predates the list of published files; a name the
-    list holds that is no plain file of the folder (a path, a folder, a hidden file) stays."""
+def test_only_listed_files_are_removed(tmp_path):
+    """A publish removes only what the previous publish listed: a user's file named as a study's
+    (``by_category.parquet`` in a folder with no list) stays; a name the list holds that is no plain
+    file of the folder (a path, a folder, a hidden file) stays; an unreadable list removes nothing."""
     for name in ("by_category.parquet", "mine.txt", ".hidden"):
         (tmp_path / name).write_text("old")
+    _publish(tmp_path, {"a.parquet": b"a"})
+    assert (tmp_path / "by_category.parquet").read_text() == "old"
     (tmp_path / "sub").mkdir()
     (tmp_path / _tool.PUBLISHED).write_text(json.dumps({"files": ["../x", "sub", ".hidden", "/etc/passwd", 3]}))
     (tmp_path.parent / "x").write_text("outside")
-    _publish(tmp_path, {"a.parquet": b"a"}, omit=["by_category.parquet"])
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".hidden", _tool.PUBLISHED, "a.parquet", "mine.txt", "sub"]
+    _publish(tmp_path, {"a.parquet": b"a"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".hidden",
+        _tool.PUBLISHED,
+        "a.parquet",
+        "by_category.parquet",
+        "mine.txt",
+        "sub",
+    ]
     assert (tmp_path.parent / "x").exists()
     (tmp_path / _tool.PUBLISHED).write_text("not json")  # an unreadable list removes nothing
     _publish(tmp_path, {"b.parquet": b"b"})
