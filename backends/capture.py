@@ -23,9 +23,9 @@ logits) to the process (``scripts/capture_memory.py``).
 Resumable: a killed run (even SIGKILL) rerun with the same command skips the roots already
 captured and produces no duplicate and no missing rows, because every root is seeded by
 (seed, root id) alone; staging files the killed run left are removed.  A root counts as captured
-when its files pass ``capture_store.check_root`` (read back as the readers need them); a damaged
-one is captured again, with one line saying so, and a file drawn under other settings stops the
-run with one line.  The models are part of the settings: ``model_fingerprints`` records which
+when its files pass ``capture_store.check_root`` (read back as the readers need them, the logits'
+compressed data included, and holding the root their names say); a damaged one is captured again,
+with one line saying so, and a file drawn under other settings stops the run with one line.  The models are part of the settings: ``model_fingerprints`` records which
 target and draft a capture is drawn from (their files' digest, or a hub id's commit), and a resume
 whose models differ is refused naming which.  Every path the run reads (the prompt file, local
 model folders) is checked before anything is created (``check_inputs``).
@@ -316,7 +316,7 @@ def union_tree(drafts) -> DraftTree:
     return DraftTree(None, {k: tuple(v) for k, v in children.items()})
 
 
-FROM_TARGET = "from-target"
+FROM_TARGET = store.FROM_TARGET
 """The draft fingerprint of a named pair's draft computed from the target's own weights by its spec
 (``early-exit:L``, ``quant:B:G``): the target's fingerprint and the spec (``draft``) determine it."""
 SKIPPED_FILES = ("manifest.json",)
@@ -528,7 +528,7 @@ def _capture(settings: store.CaptureSettings, records: list, out: Path, device: 
                 if root_id in done:  # captured before a kill; its group is evaluated whole again
                     continue
                 if logits is not None:
-                    store.save_logits(store.logits_path(out, root_id), *logits, settings_sha256=drawn_under)
+                    store.save_logits(out, root_id, *logits, settings_sha256=drawn_under)
                 if drafts is not None:
                     store.save_drafts(out, root_id, prompt_index, context, drafts, settings_sha256=drawn_under)
                 if labels is not None:

@@ -14,11 +14,16 @@ A capture folder holds:
   the root computed at capture time (``simlab.labels.grid_labels`` rows with root and prompt;
   ``save_labels``, ``read_labels``);
 * ``logits-r<root>.npz`` (``full=True``): both models' float32 logits per node, in node-row
-  order, from which ``CapturedPair`` recomputes p and q with the capture's sampling settings.
+  order (members ``target`` and ``draft``), the settings hash and the root id (``settings_sha256``,
+  ``root``; archives written before the root member lack it), from which ``CapturedPair``
+  recomputes p and q with the capture's sampling settings.
 
-Every file is written atomically.  A damaged file (garbage, wrong schema, truncated archive)
-raises ``ValueError("capture: ... is damaged (...)")``, never a library's own exception; so does a
-settings.json field of the wrong type or out of range (the message names the field).
+Every file is written atomically.  A damaged file (garbage, wrong schema, truncated archive,
+bad CRC) raises ``ValueError("capture: ... is damaged (...)")``, never a library's own exception;
+so does a shard holding another root than its file name says (its ``root`` column, or the logits
+archive's ``root`` member, checked by every reader: a shard copied or renamed under another root's
+name would count that root twice), and a settings.json field of the wrong type or out of range (the
+message names the field).
 
 **Settings hash.** ``settings.json`` is written before any shard, by every rank (``claim_settings``:
 created only if absent, atomically, so that of two runs racing into an empty folder one writes it
@@ -42,9 +47,10 @@ files, a hub id's commit), so a resume whose models differ is refused naming whi
 of the hash, so a capture made before the fields keeps its hash; such a capture resumes with its
 models unchecked and a note saying so (``check_legacy``).
 
-**Resume.** A root counts as captured only when its files pass ``check_root`` (the node shard read
-in full, the drafts and labels shards read, the logits archive's directory, stamp and array
-headers), so a damaged root is captured again rather than skipped.
+**Resume.** A root counts as captured only when its files pass ``check_root`` (the node, drafts and
+labels shards read in full with their root ids, the logits archive read through: every member's
+CRC-32, its stamp, array headers and root id), so a damaged or misnamed root is captured again
+rather than skipped.
 """
 
 from __future__ import annotations
@@ -182,11 +188,63 @@ def differing_settings(stored: dict, mine: dict) -> list[str]:
             return True
         if key in MODEL_KEYS and not (a and b):
             return True
-        if key in ("target", "draft") and a and b and Path(a).expanduser().exists() and Path(b).expanduser().exists():
-            return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+        if key in ("target", "draft"):
+            return _same_path(a, b)
         return a == b
 
     return [key for key in mine if key != "prompts" and not same(key)]
+
+
+FROM_TARGET = "from-target"
+"""The draft fingerprint of a named pair's draft computed from the target's own weights by its spec
+(``early-exit:L``, ``quant:B:G``): the target's fingerprint and the spec (``draft``) determine it."""
+
+
+def _same_path(a: str, b: str) -> bool:
+    """Whether two recorded model names or prompt paths name the same thing: by resolved path where
+    both exist here, else as strings."""
+    if a and b and Path(a).expanduser().exists() and Path(b).expanduser().exists():
+        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+    return a == b
+
+
+def _model_name(settings: CaptureSettings, which: str) -> str:
+    if which == "target":
+        return f"pair {settings.pair}" if settings.pair else settings.target
+    return settings.draft
+
+
+def model_difference(a: CaptureSettings, b: CaptureSettings) -> tuple[str, str] | None:
+    """What differs between the models captures with the settings ``a`` and ``b`` were drawn from, or
+    None: (``"target"``, ``"draft"``, ``"target and draft"`` or ``"dtype"``, the values, ``a``'s first).
+    A model is compared by its fingerprint (``target_fingerprint``, ``draft_fingerprint``) where both
+    captures record one (a ``FROM_TARGET`` draft also by its spec), else by the recorded name (a named
+    pair, a hub id, or a folder, compared by resolved path where both exist here); with the same
+    models, by the dtype they ran at.  Used by ``backends.sources.replay.CaptureSource``."""
+    differ = []
+    for which in ("target", "draft"):
+        fa, fb = getattr(a, f"{which}_fingerprint"), getattr(b, f"{which}_fingerprint")
+        na, nb = _model_name(a, which), _model_name(b, which)
+        if fa and fb and fa != fb:
+            differ.append((which, f"{which} {_shown(fa)}, not {_shown(fb)}"))
+        elif (fa and fb and fa == FROM_TARGET and na != nb) or (not (fa and fb) and not _same_path(na, nb)):
+            differ.append((which, f"{which} {na!r}, not {nb!r}"))
+    if differ:
+        return " and ".join(w for w, _ in differ), "; ".join(d for _, d in differ)
+    if a.dtype != b.dtype:
+        return "dtype", f"dtype {a.dtype}, not {b.dtype}"
+    return None
+
+
+def prompts_difference(a: CaptureSettings, b: CaptureSettings) -> str | None:
+    """How the prompts of captures with the settings ``a`` and ``b`` differ (``a``'s first), or None:
+    compared by the digest of their prompt records (``prompts_sha256``) where both record one, else
+    by the prompt file's path (resolved where both exist here)."""
+    if a.prompts_sha256 and b.prompts_sha256:
+        if a.prompts_sha256 == b.prompts_sha256:
+            return None
+        return f"prompts {a.prompts!r} (digest {a.prompts_sha256[:12]}), not {b.prompts!r} (digest {b.prompts_sha256[:12]})"
+    return None if _same_path(a.prompts, b.prompts) else f"prompts {a.prompts!r}, not {b.prompts!r}"
 
 
 # -- paths ------------------------------------------------------------------------------------
@@ -365,15 +423,16 @@ def save_drafts(out: Path, root: int, prompt: int, context, drafts, *, settings_
     )
 
 
-def save_logits(path: Path, target: np.ndarray, draft: np.ndarray, *, settings_sha256: str) -> None:
-    """Atomically store both models' float32 logits (nodes, V) of one root, stamped with the settings hash."""
+def save_logits(out: Path, root: int, target: np.ndarray, draft: np.ndarray, *, settings_sha256: str) -> None:
+    """Atomically store both models' float32 logits (nodes, V) of one root (``logits_path``), stamped
+    with the settings hash and the root id (members ``settings_sha256`` and ``root``)."""
     stamp = _stamped(settings_sha256)[HASH_KEY]
 
     def write(tmp):
         with open(tmp, "wb") as handle:
-            np.savez_compressed(handle, target=target, draft=draft, settings_sha256=np.array(stamp))
+            np.savez_compressed(handle, target=target, draft=draft, settings_sha256=np.array(stamp), root=np.array(root))
 
-    atomic_write(Path(path), write)
+    atomic_write(logits_path(out, root), write)
 
 
 # -- reader -----------------------------------------------------------------------------------
@@ -558,14 +617,30 @@ def _check_columns(table: pl.DataFrame, columns, file) -> pl.DataFrame:
     return table
 
 
+def _check_root(recorded, root: int, file) -> None:
+    """Refuse a shard whose recorded root ids (``recorded``: its ``root`` column, or the logits
+    archive's ``root`` member) are not all ``root``, the one its file name says: another root's shard
+    under this one's name (copied or renamed), whose rows would count twice."""
+    other = next((int(r) for r in np.unique(np.asarray(recorded)) if int(r) != root), None)
+    if other is not None:
+        raise ValueError(
+            f"capture: {str(file)!r} is damaged (it holds root {other}, not root {root} as its name says: another "
+            "root's shard under this one's name)"
+        )
+
+
 def read_nodes(folder, root: int, expected: str | None = None) -> pl.DataFrame:
-    """The node rows of one root (its settings hash checked against ``expected``, default the folder's).
+    """The node rows of one root (its settings hash checked against ``expected``, default the folder's,
+    and its ``root`` column against ``root``).
 
     Raises:
-        ValueError: ``capture: ...`` for a damaged shard or one drawn under other settings.
+        ValueError: ``capture: ...`` for a damaged shard (one holding another root among them) or one
+            drawn under other settings.
     """
     file = shard_path(folder, root)
-    return _check_columns(_read_shard(folder, file, expected), NODE_COLUMNS, file)
+    table = _check_columns(_read_shard(folder, file, expected), NODE_COLUMNS, file)
+    _check_root(table["root"].to_numpy(), root, file)
+    return table
 
 
 def read_capture(folder) -> pl.DataFrame:
@@ -586,23 +661,25 @@ def read_capture(folder) -> pl.DataFrame:
 
 def root_category(folder, root: int) -> str | None:
     """The prompt category stored with one root's node shard (None: none, or a shard from before
-    the column)."""
+    the column); the shard's ``root`` column is checked against ``root`` (``ValueError``)."""
     file = shard_path(folder, root)
     columns = read_safely(file, pl.read_parquet_schema)
-    if "category" not in columns:
-        return None
-    return read_safely(file, lambda f: pl.read_parquet(f, columns=["category"], n_rows=1))["category"][0]
+    wanted = ["root", "category"] if "category" in columns else ["root"]
+    table = read_safely(file, lambda f: pl.read_parquet(f, columns=wanted))
+    _check_root(table["root"].to_numpy(), root, file)
+    return table["category"][0] if "category" in columns else None
 
 
 def read_grid_drafts(folder):
     """Yield (root, prompt, root context, drafts) for every completed root of a grid capture
-    (each shard's settings hash checked)."""
+    (each shard's settings hash and ``root`` column checked)."""
     expected = folder_hash(folder)
     for root in completed_roots(folder):
         file = drafts_path(folder, root)
         if not file.exists():
             raise ValueError(f"capture: {str(folder)!r} is damaged (root {root} has no drafts file)")
         table = _check_columns(_read_shard(folder, file, expected), DRAFT_COLUMNS, file)
+        _check_root(table["root"].to_numpy(), root, file)
         drafts = tuple(
             GridDraft(int(L1), tuple(trunk), tuple(tuple(b) for b in branches))
             for L1, trunk, branches in table.select("L1", "trunk", "branches").iter_rows()
@@ -614,57 +691,69 @@ def read_labels(folder) -> pl.LazyFrame:
     """The grid labels of every completed root of a ``--labels`` capture, scanned lazily from the
     per-root shards (columns root, prompt, ``simlab.labels.LABEL_COLUMNS`` and, in captures made
     since, ``METRIC_COLUMNS``: the first shard's columns, null where a shard lacks one); each
-    shard's settings hash is checked first (its footer only).
+    shard's settings hash (its footer) and ``root`` column are checked first.
 
     Raises:
         ValueError: ``capture: ...`` for a capture made without ``--labels``, a completed root
-            without its labels file, or a labels shard drawn under other settings.
+            without its labels file, a labels shard drawn under other settings or holding another
+            root than its name says.
     """
     stored = load_settings(folder)
     if not stored.labels:
         raise ValueError(f"capture: {str(folder)!r} was captured without --labels")
-    files = [labels_path(folder, r) for r in completed_roots(folder)]
+    roots = completed_roots(folder)
+    files = [labels_path(folder, r) for r in roots]
     missing = [f for f in files if not f.exists()]
     if missing:
         raise ValueError(f"capture: {str(folder)!r} is damaged ({missing[0].name} is missing)")
     if not files:
         raise ValueError(f"capture: no capture shards in {str(folder)!r}")
     expected = settings_hash(stored)
-    for file in files:
+    for root, file in zip(roots, files):
         check_drawn_under(folder, file, _parquet_hash(file), expected)
+        _check_root(read_safely(file, lambda f: pl.read_parquet(f, columns=["root"]))["root"].to_numpy(), root, file)
     # shards written before the engines' metric columns (simlab.labels.METRIC_COLUMNS) and after,
     # in one resumed capture: the first shard's columns, nulls where a shard lacks one
     return pl.scan_parquet([str(f) for f in files], missing_columns="insert", extra_columns="ignore")
 
 
 def check_root(folder, root: int, settings: CaptureSettings, expected: str) -> str | None:
-    """Why the captured root ``root`` of ``folder`` cannot be read back (its files damaged or missing:
-    capture it again), or None: its node shard read in full (hash against ``expected``, columns,
-    rows), its drafts (``shape="grid"``) and labels (``labels``) shards read, and its logits archive
-    (``full``) opened: its directory, its stamp and both arrays' headers (float32 (nodes, V), one
-    row per node) but not its compressed bytes (a full read would decompress every logit).
+    """Why the captured root ``root`` of ``folder`` cannot be read back (its files damaged, missing
+    or holding another root than their names say: capture it again), or None: its node shard read in
+    full (hash against ``expected``, columns, rows, root ids), its drafts (``shape="grid"``) and labels
+    (``labels``) shards read (root ids checked), and its logits archive (``full``) read through
+    (``_check_logits``: every member's CRC-32, both arrays' headers, float32 (nodes, V) with one row
+    per node, and the root it records).
+
+    Cost: the archive's read decompresses every logit without keeping it (zlib, one core), about
+    what ``np.load`` of both its arrays costs.  Measured on a shared 2-core machine: 0.2 to 0.4 ms per
+    archive of a capture of the micro pair (3 nodes, V = 400; 1 to 2.5 ms for the whole check); 0.27 s
+    per root of 32 nodes at V = 128,000 (33 MB of float32 logits, 30 MB on disk; 0.12 s at V = 49,152),
+    so about 4.5 minutes per 1,000 such roots on a resume.
 
     Raises:
         MixedCapture: a file drawn under other settings (the folder mixes two captures).
     """
     try:
         nodes = read_nodes(folder, root, expected)
-        if settings.shape == "grid":
-            file = drafts_path(folder, root)
+        for wanted, path, columns in (
+            (settings.shape == "grid", drafts_path, DRAFT_COLUMNS),
+            (bool(settings.labels), labels_path, ("root", "prompt")),
+        ):
+            file = path(folder, root)
+            if not wanted:
+                continue
             if not file.exists():
                 return f"{file.name} is missing"
-            _check_columns(_read_shard(folder, file, expected), DRAFT_COLUMNS, file)
-        if settings.labels:
-            file = labels_path(folder, root)
-            if not file.exists():
-                return f"{file.name} is missing"
-            _check_columns(_read_shard(folder, file, expected), ("root", "prompt"), file)
+            _check_root(_check_columns(_read_shard(folder, file, expected), columns, file)["root"].to_numpy(), root, file)
         if settings.full:
             file = logits_path(folder, root)
             if not file.exists():
                 return f"{file.name} is missing"
             check_drawn_under(folder, file, _logits_hash(file), expected)
-            shapes = read_safely(file, _logits_shapes)
+            shapes, recorded = read_safely(file, _check_logits)
+            if recorded is not None:
+                _check_root(recorded, root, file)
             if shapes[0] != shapes[1] or len(shapes[0]) != 2 or shapes[0][0] != nodes.height:
                 return f"{file.name} holds logits of shapes {shapes[0]} and {shapes[1]} for {nodes.height} nodes"
     except MixedCapture:
@@ -674,35 +763,56 @@ def check_root(folder, root: int, settings: CaptureSettings, expected: str) -> s
     return None
 
 
-def _logits_shapes(file) -> tuple[tuple, tuple]:
-    """The (target, draft) array shapes of a logits archive, from their ``.npy`` headers alone."""
-    shapes = []
+def _check_logits(file) -> tuple[tuple[tuple, tuple], int | None]:
+    """((target shape, draft shape), recorded root or None) of a logits archive, read through: the
+    arrays' ``.npy`` headers (float32 required), then every member's data to its end, so that
+    ``zipfile`` checks its CRC-32 (``BadZipFile``, ``zlib.error`` for damaged compressed data); the
+    decompressed bytes are dropped block by block (4 MB), never held."""
+    shapes, recorded = [], None
     with zipfile.ZipFile(file) as archive:
+        names = archive.namelist()
         for name in ("target.npy", "draft.npy"):
+            if name not in names:
+                raise ValueError(f"capture: {str(file)!r} is damaged (it has no member {name})")
+        for name in names:
             with archive.open(name) as member:
-                version = np.lib.format.read_magic(member)
-                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-                shape, _, dtype = read(member)
-                if dtype != np.float32:
-                    raise ValueError(f"{name} holds {dtype}, not float32")
-                shapes.append(shape)
-    return shapes[0], shapes[1]
+                if name in ("target.npy", "draft.npy"):
+                    version = np.lib.format.read_magic(member)
+                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                    shape, _, dtype = read(member)
+                    if dtype != np.float32:
+                        raise ValueError(f"{name} holds {dtype}, not float32")
+                    shapes.append(shape)
+                elif name == "root.npy":
+                    recorded = int(np.lib.format.read_array(member))
+                while member.read(1 << 22):
+                    pass
+    return (shapes[0], shapes[1]), recorded
 
 
 def read_logits(folder, root: int, expected: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(target, draft) float32 logits (nodes, V) of one root of a ``full`` capture (its settings
-    hash checked against ``expected``, default the folder's)."""
+    hash checked against ``expected``, default the folder's, and the root it records, where it
+    records one, against ``root``).
+
+    Raises:
+        ValueError: ``capture: ...`` for a missing or damaged archive (one holding another root
+            among them) or one drawn under other settings.
+    """
 
     def read(file):
         with np.load(file) as stored:  # each read of a member decompresses it: read once
             recorded = str(stored["settings_sha256"]) if "settings_sha256" in stored.files else None
-            return stored["target"], stored["draft"], recorded
+            held = int(stored["root"]) if "root" in stored.files else None
+            return stored["target"], stored["draft"], recorded, held
 
     file = logits_path(folder, root)
     if not file.exists():
         raise ValueError(f"capture: {str(folder)!r} is damaged (root {root} has no logits file)")
-    target, draft, recorded = read_safely(file, read)
+    target, draft, recorded, held = read_safely(file, read)
     check_drawn_under(folder, file, recorded, folder_hash(folder) if expected is None else expected)
+    if held is not None:
+        _check_root(held, root, file)
     return target, draft
 
 

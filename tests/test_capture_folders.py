@@ -281,6 +281,33 @@ def test_readers_refuse_a_shard_drawn_under_other_settings(two_captures, tmp_pat
             read()
 
 
+@pytest.mark.parametrize("shard", ["nodes", "drafts", "labels", "logits"])
+def test_readers_refuse_a_shard_stored_under_another_roots_name(two_captures, tmp_path, shard):
+    """A root's shard copied over another root's file (root 1's over root 0's) was read as root 0:
+    root 1's data counted twice.  Every reader of it compares the root the shard records (its
+    ``root`` column, the logits archive's ``root`` member) with its file name, refusing with one line."""
+    name = {"nodes": store.shard_path, "drafts": store.drafts_path, "labels": store.labels_path, "logits": store.logits_path}[
+        shard
+    ]
+    misnamed = tmp_path / "misnamed"
+    shutil.copytree(two_captures[0], misnamed)
+    shutil.copy(name(misnamed, 1), name(misnamed, 0))
+    touches = {
+        "nodes": {"read_capture", "CapturedPair", "tree CaptureSource", "CaptureSource"},
+        "drafts": {"read_grid_drafts", "CaptureSource"},
+        "labels": {"read_labels", "CaptureSource"},
+        "logits": {"read_logits", "CapturedPair", "CaptureSource"},
+    }[shard]
+    for reader, read in _readers(misnamed).items():
+        if reader in touches:
+            says = rf"^capture: '.*{name(misnamed, 0).name}' is damaged \(it holds root 1, not root 0 as its name says"
+            with pytest.raises(ValueError, match=says) as exc:
+                read()
+            assert "\n" not in str(exc.value), reader
+        else:
+            read()
+
+
 def test_shards_without_a_hash_are_read_as_legacy(two_captures, tmp_path):
     """Captures made before the settings hash: their shards carry none and are read unchecked."""
     a, _ = two_captures

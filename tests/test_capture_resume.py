@@ -199,6 +199,15 @@ def _truncated(file):
     file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
 
 
+def _flipped(file):
+    """64 bytes flipped a quarter of the way in: the archive's directory and the arrays' headers intact,
+    their compressed data damaged (a bad CRC-32, or data zlib cannot inflate)."""
+    data = bytearray(file.read_bytes())
+    at = len(data) // 4
+    data[at : at + 64] = bytes(b ^ 0xFF for b in data[at : at + 64])
+    file.write_bytes(bytes(data))
+
+
 def _no_rows(file):
     pl.read_parquet(file).head(0).write_parquet(file, metadata={store.HASH_KEY: pl.read_parquet_metadata(file)[store.HASH_KEY]})
 
@@ -210,6 +219,7 @@ def _no_rows(file):
         (_truncated, store.shard_path, "nodes-r000001.parquet' is damaged"),
         (_no_rows, store.shard_path, "missing columns [] or no rows"),
         (_truncated, store.logits_path, "logits-r000001.npz' is damaged"),
+        (_flipped, store.logits_path, "logits-r000001.npz' is damaged"),
         (lambda file: file.unlink(), store.logits_path, "logits-r000001.npz is missing"),
     ],
 )
@@ -225,6 +235,41 @@ def test_a_damaged_root_is_captured_again(micro_pair_dir, prompts, full, tmp_pat
     assert store.read_capture(out).equals(store.read_capture(full))
     for root in (0, 1):
         np.testing.assert_array_equal(store.read_logits(out, root)[0], store.read_logits(full, root)[0])
+
+
+def test_the_flipped_archive_passes_a_header_check_and_fails_every_reader(full, tmp_path):
+    """The damage ``_flipped`` plants is one a check of the archive's directory and array headers
+    alone (``check_root`` before the attack round) passes: the archive opens and its headers read,
+    its data does not."""
+    import zipfile
+
+    out = tmp_path / "flipped"
+    shutil.copytree(full, out)
+    _flipped(store.logits_path(out, 1))
+    with zipfile.ZipFile(store.logits_path(out, 1)) as archive, archive.open("target.npy") as member:
+        np.lib.format.read_magic(member)
+        assert len(np.lib.format.read_array_header_1_0(member)[0]) == 2
+    with pytest.raises(ValueError, match=r"^capture: '.*logits-r000001.npz' is damaged \((BadZipFile|error): "):
+        store.read_logits(out, 1)
+    assert "logits-r000001.npz' is damaged (" in store.check_root(out, 1, store.load_settings(out), store.folder_hash(out))
+
+
+def test_a_root_stored_under_another_roots_name_is_captured_again(micro_pair_dir, prompts, full, tmp_path, capsys):
+    """Root 0's shard and logits copied over root 1's: on resume root 1 counted as captured, holding
+    root 0's data (its rows counted twice by every reader)."""
+    out = tmp_path / "renamed"
+    shutil.copytree(full, out)
+    shutil.copy(store.shard_path(out, 0), store.shard_path(out, 1))
+    shutil.copy(store.logits_path(out, 0), store.logits_path(out, 1))
+    assert main(flags(micro_pair_dir, prompts, out, "--full")) == 0
+    err = capsys.readouterr().err
+    assert "root 1 is damaged (" in err and "nodes-r000001.parquet' is damaged (it holds root 0, not root 1" in err, err
+    assert store.read_capture(out).equals(store.read_capture(full))
+    np.testing.assert_array_equal(store.read_logits(out, 1)[1], store.read_logits(full, 1)[1])
+    shutil.copy(store.logits_path(out, 0), store.logits_path(out, 1))  # the logits alone, node counts alike or not
+    assert "logits-r000001.npz' is damaged (it holds root 0, not root 1" in store.check_root(
+        out, 1, store.load_settings(out), store.folder_hash(out)
+    )
 
 
 def test_a_root_drawn_under_other_settings_stops_the_resume(micro_pair_dir, prompts, full, tmp_path, capsys):

@@ -1,4 +1,5 @@
-"""Roots replayed from captures (``backends.capture_store``): one capture folder per sampling setting.
+"""Roots replayed from captures (``backends.capture_store``): one capture folder per sampling setting,
+every one drawn from the same models and prompts.
 
 A capture brings its own roots, trees and sampling settings (and possibly a ``latency.json``).
 Grid captures (``--shape grid``) give each root its grid drafts (``Root.drafts``, the action-grid
@@ -34,9 +35,17 @@ class CaptureSource:
         grid: True: every capture must be a grid capture with at least 2 trees per L1 (half
             choose, half report); False: any capture (its trees' nodes).
 
+    Several captures are compared across their settings, so they must differ in nothing else that
+    determines p and q or the roots: every capture must be drawn from the same target and draft
+    (their fingerprints where both captures record them, else their recorded names; and the same
+    dtype) and from the same prompts (the digest of their prompt records, else the prompt file's
+    path), or the source is refused naming the first difference and the two captures.
+
     Raises:
         ValueError: ``capture: ...`` for a folder that is not a capture, lacks logits, repeats a
-            setting, holds no completed root, has damaged files, or (``grid``) is not a grid.
+            setting, was drawn from other models or prompts than the first capture, holds no
+            completed root, has damaged files (a shard holding another root than its name says
+            among them), or (``grid``) is not a grid.
     """
 
     honours: ClassVar[frozenset[str]] = frozenset({"capture", "seed"})
@@ -64,6 +73,8 @@ class CaptureSource:
             name = stored.sampling().name
             if name in self.captures:
                 raise ValueError(f"capture: two captures with the setting {name}")
+            if self.captures:
+                self._check_comparable(folder, stored)
             self.captures[name] = (folder, stored)
             self.entries[name] = self._entries(folder, stored)
             if not self.entries[name]:
@@ -75,6 +86,25 @@ class CaptureSource:
         pairs = {(getattr(stored, "pair", None) or None, stored.draft) for _, stored in self.captures.values()}
         # the pretrained pair (and draft) every capture was taken on; None if any differs or none is one
         self.named_pair: str | None = next(iter(pairs))[0] if len(pairs) == 1 else None
+
+    def _check_comparable(self, folder: str, stored: store.CaptureSettings) -> None:
+        """Refuse a capture drawn from other models or prompts than the first one (the study compares
+        the captures' settings; ``capture_store.model_difference``, ``prompts_difference``)."""
+        first, held = next(iter(self.captures.values()))
+        models = store.model_difference(stored, held)
+        if models is not None:
+            which, detail = models
+            what = "the models at another dtype" if which == "dtype" else f"another {which} model"
+            raise ValueError(
+                f"capture: {folder!r} was drawn from {what} than {first!r} ({detail}); a study compares the "
+                "settings of one pair: replay captures of the same target and draft together"
+            )
+        prompts = store.prompts_difference(stored, held)
+        if prompts is not None:
+            raise ValueError(
+                f"capture: {folder!r} was drawn from other prompts than {first!r} ({prompts}); a study compares the "
+                "settings on the same prompts: replay captures of the same prompts together"
+            )
 
     def _entries(self, folder: str, stored: store.CaptureSettings) -> list:
         """(root, prompt, context, drafts or None, tree or None, category or None) for every completed root."""
@@ -98,7 +128,7 @@ class CaptureSource:
 
     @property
     def stored(self) -> store.CaptureSettings:
-        """The settings of the first capture (models, dtype, shape)."""
+        """The settings of the first capture (its models, dtype and prompts are every capture's; its shape)."""
         return next(iter(self.captures.values()))[1]
 
     @property
