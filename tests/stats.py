@@ -1,4 +1,5 @@
-"""Designed goodness-of-fit tests for samplers (used by the statistical and mutation tests).
+"""Designed goodness-of-fit tests for samplers (used by the statistical and mutation tests); the
+test itself is public (``simlab.conformance``: ``sample_size``, ``g_test_pvalue``, ``gtest_draws``).
 
 Design, shared by every statistical test in the suite:
 
@@ -20,55 +21,22 @@ Design, shared by every statistical test in the suite:
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
-FALSE_ALARM = 1e-6
-POWER = 0.99
-TV_ALTERNATIVE = 0.02
+from simlab.conformance import FALSE_ALARM, POWER, TV_ALTERNATIVE, g_test_pvalue, gtest_draws, sample_size
+
 TV_SAMPLING_LOOP = 0.05
 """The stated alternative of the tree-level sampling-loop tests (draft, verify, emit, repeat), whose
 law the exact enumeration tests already prove at 1e-12: they check the sampling path end to end."""
 
 
-def sample_size(cells: int, tv: float = TV_ALTERNATIVE) -> int:
-    """Smallest N (multiple of 1,000) giving power >= POWER at level FALSE_ALARM with ``cells`` cells."""
-    df = max(cells - 1, 1)
-    critical = stats.chi2.isf(FALSE_ALARM, df)
-    n = 1000
-    while stats.ncx2.sf(critical, df, 4.0 * n * tv**2) < POWER:
-        n += 1000
-    return n
-
-
-def g_test_pvalue(counts: np.ndarray, law: np.ndarray) -> float:
-    """p-value of the G-test of ``counts`` (V,) against ``law`` (V,); 0.0 if a zero-law cell was hit."""
-    counts = np.asarray(counts, dtype=np.float64)
-    law = np.asarray(law, dtype=np.float64)
-    if np.any(counts[law <= 0] > 0):
-        return 0.0
-    n = counts.sum()
-    expected = n * law / law.sum()
-    keep = expected >= 5
-    obs = list(counts[keep]) + ([counts[~keep].sum()] if np.any(~keep & (law > 0)) else [])
-    exp = list(expected[keep]) + ([expected[~keep].sum()] if np.any(~keep & (law > 0)) else [])
-    if len(obs) < 2:
-        return 1.0
-    obs, exp = np.array(obs), np.array(exp)
-    exp *= obs.sum() / exp.sum()
-    return float(stats.power_divergence(obs, exp, lambda_="log-likelihood").pvalue)
-
-
 def assert_sampler_matches(draw, law: np.ndarray, seed: int, tv: float = TV_ALTERNATIVE) -> None:
     """Draw N tokens with ``draw(rng)`` (N from ``sample_size`` at power 0.99 against ``tv``) and
-    G-test them against ``law``.
+    G-test them against ``law`` (``simlab.conformance.gtest_draws``).
 
     Raises AssertionError when the test rejects at level FALSE_ALARM.
     """
-    law = np.asarray(law, dtype=np.float64)
-    n = sample_size(int(np.count_nonzero(law)), tv)
-    rng = np.random.default_rng(seed)
-    counts = np.bincount([draw(rng) for _ in range(n)], minlength=law.size)
-    pvalue = g_test_pvalue(counts, law)
-    assert pvalue > FALSE_ALARM, (
-        f"G-test rejects (p-value {pvalue:.3g}, N = {n}): counts {counts.tolist()} vs law {np.round(law, 4).tolist()}"
-    )
+    report = gtest_draws(draw, law, seed, tv)
+    assert report.passed, report.summary()
+
+
+__all__ = ["FALSE_ALARM", "POWER", "TV_ALTERNATIVE", "TV_SAMPLING_LOOP", "assert_sampler_matches", "g_test_pvalue", "sample_size"]

@@ -1,4 +1,5 @@
-"""The verifiers the generic tests run on and the edge cases they run them at: one list each.
+"""The verifiers the generic tests run on and the edge cases they run them at (``simlab.conformance``):
+one list each.
 
 Every list is built from the registries when called (``simlab.verifiers.REGISTRY``,
 ``simlab.tree_verifiers.names``), so a verifier registered by its own module, or by a test
@@ -9,9 +10,8 @@ a closed-form acceptance found by override: ``NodePlan.has_formula``), never fro
 
 from __future__ import annotations
 
-import numpy as np
-
 from simlab import tree_verifiers, verifiers
+from simlab.conformance import EDGE_CASES, edge_case  # noqa: F401 - the edge cases, public in simlab.conformance
 from simlab.drafting import Drafting
 from simlab.sampling import SamplingSettings
 
@@ -55,27 +55,6 @@ def renames_another(verifier) -> bool:
 def variant_id(verifier) -> str:
     """``name-option=value-...``: a readable pytest id."""
     return f"{verifier.name}-{'-'.join(f'{f}={getattr(verifier, f)}' for f in verifier.__dataclass_fields__)}".rstrip("-")
-
-
-EDGE_CASES = {
-    "p==q": ([0.2, 0.3, 0.5], [0.2, 0.3, 0.5]),
-    "one-hot p": ([0.0, 1.0, 0.0, 0.0], [0.4, 0.3, 0.2, 0.1]),
-    "one-hot q": ([0.4, 0.3, 0.2, 0.1], [0.0, 0.0, 1.0, 0.0]),
-    "one-hot both, same": ([0.0, 1.0, 0.0], [0.0, 1.0, 0.0]),
-    "disjoint supports": ([0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.3, 0.7]),
-    "q(t)=0<p(t)": ([0.3, 0.3, 0.4], [0.0, 0.5, 0.5]),
-    "p(t)=0<q(t)": ([0.0, 0.5, 0.5], [0.6, 0.2, 0.2]),
-    "tiny masses": ([1.0, 1e-300, 1e-300, 0.0], [0.5, 0.5, 1e-300, 1e-300]),
-    "tiny q": ([0.25, 0.25, 0.25, 0.25], [1.0, 1e-300, 1e-300, 1e-300]),
-    "ties": ([0.25, 0.25, 0.25, 0.25], [0.4, 0.4, 0.1, 0.1]),
-}
-"""(p, q) at one node: the standards' edge cases (p == q, one-hot p or q, disjoint supports,
-q(x) = 0 < p(x), tiny masses, ties)."""
-
-
-def edge_case(name: str) -> tuple[np.ndarray, np.ndarray]:
-    """The float64 (p, q) of ``EDGE_CASES[name]``."""
-    return tuple(np.array(v, dtype=float) for v in EDGE_CASES[name])
 
 
 SAMPLED_T = SamplingSettings(temperature=1.0)

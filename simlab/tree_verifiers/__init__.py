@@ -19,7 +19,8 @@
 Every verifier refuses trees it is not lossless for (``TreeVerifier.check``) unless built with
 ``allow_lossy=True``.  ``lossless_names(laws, settings)`` answers which verifiers may be paired
 with a tree of those drafting laws at a setting, from what each verifier declares
-(``lossless_for``, ``needs_greedy_target``); ``deterministic_rule(settings)`` is the baseline of
+(``lossless_for``, ``needs_greedy_target``; for a node class not of the lab's own, the declared laws
+``simlab.conformance`` confirms: ``TopDown``); ``deterministic_rule(settings)`` is the baseline of
 deterministic trees; ``paper_name`` the label a verifier declares; ``single_path`` (declared by
 the whole-tree classes, ``first_path_only`` for ``TopDown``) marks the verifiers of one path.
 """

@@ -10,6 +10,11 @@ drafts through a node are i.i.d. q_u for i.i.d. rollouts); at each node the node
 that node's law runs (``NodeVerifier.for_law``: the greedy-draft verifier runs the one-hot rule
 where a tail was pruned).
 
+What a node verifier is lossless for is what it declares (``lossless_for``) for the lab's own
+classes; for any other class (a user's, ``simlab.verifiers.register``), only the declared laws its
+exact check confirms (``simlab.conformance.certified_lossless_for``), and a refused pairing names
+the exact bias that check found.
+
 ``first_path_only=True`` gives the single-path methods run on the first draft of a tree: with
 ``naive`` this is standard speculative sampling on the first path ("naive_chain").
 """
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from simlab.conformance import certified_lossless, certified_lossless_for, refutation
 from simlab.drafting import SAMPLED, Drafting
 from simlab.verifiers.base import NodeVerifier
 from simlab.verifiers.naive import Naive
@@ -54,7 +60,9 @@ class TopDown(TreeVerifier):
     @property
     def lossless_for(self) -> frozenset[Drafting]:  # type: ignore[override]
         # The first child of a node is a draw from q under either sampled law, and only it is used.
-        return self.node.lossless_for & SAMPLED if self.first_path_only else self.node.lossless_for
+        # A node class not of the lab's own counts only the declared laws its exact check confirms.
+        laws = certified_lossless_for(self.node)
+        return laws & SAMPLED if self.first_path_only else laws
 
     @property
     def needs_greedy_target(self) -> bool:  # type: ignore[override]
@@ -62,7 +70,18 @@ class TopDown(TreeVerifier):
 
     def node_lossless(self, tree, path) -> bool:
         kids = self._children(tree, path)
-        return self.node.for_law(tree.law(path)).is_lossless(tree.law(path), len(kids))
+        return certified_lossless(self.node.for_law(tree.law(path)), tree.law(path), len(kids))
+
+    def mismatch(self, tree):
+        """``TreeVerifier.mismatch``, naming the exact bias ``simlab.conformance`` found where the node
+        class declares a law lossless that its exact check refutes."""
+        reason = super().mismatch(tree)
+        report = refutation(self.node)
+        if reason is not None and report is not None:
+            refuted = ", ".join(law.value for law in sorted(report.refuted_laws(), key=list(Drafting).index))
+            reason = reason.replace("it is declared lossy (lossless for no drafting law)", "it is lossless for no drafting law")
+            reason += f"; it declares itself lossless for {refuted}, refuted by simlab.conformance: {report.summary()}"
+        return reason
 
     def _children(self, tree, path):
         kids = tree.child_list(path)

@@ -23,11 +23,19 @@ name              algorithm                                              lossles
 ``greedy_draft``  SD against q~ on the tail of a greedy draft            mixed, w/o repl. (det.: one-hot)
 ``exact_match``   strict exact-match (vLLM): NSS's rule, engines' name   every law
 ``sglang_thresh`` SGLang's threshold_single / threshold_acc relaxation   none (declared lossy)
+``diverse``       DIVERSE (transformers): SD against w p + (1 - w) q       none (declared lossy)
+``lenience``      Fast-HSD: accept min(1, p / (l q)), else (p - q)+      none (declared lossy)
+``cos``           Fast-HSD CoS: SD against lambda q + (1 - lambda) p     none (declared lossy)
+``speccascade``   Fast-HSD: accept iff p(x) >= c max p, else draw p      none (declared lossy)
+``eta_accept``    Fast-HSD eta_spd: accept iff p(x) >= tau(p), else p    none (declared lossy)
+``eagle_len``     Fast-HSD EAGLE-3: one-hot rule, accept min(1, p'/l)    none (declared lossy)
+``eagle_min_p``   Fast-HSD EAGLE-3: accept iff p'(x) >= c max p'         none (declared lossy)
+``eagle_eta``     Fast-HSD EAGLE-3: accept min(1, p'(x) / tau(p'))       none (declared lossy)
 ================  =====================================================  ==========================
 
-(``sglang_thresh`` stands for ``sglang_threshold``.)  A declared-lossy verifier (``lossless_for``
-empty) is refused by every tree unless ``allow_lossy=True``; its exact bias is
-``simlab.efficiency.pairing_bias``.
+(``sglang_thresh`` stands for ``sglang_threshold``, ``eta_accept`` for ``eta_acceptance``,
+``eagle_len`` for ``eagle_lenience``.)  A declared-lossy verifier (``lossless_for`` empty) is
+refused by every tree unless ``allow_lossy=True``; its exact bias is ``simlab.efficiency.pairing_bias``.
 
 A tree verifier refuses a pairing outside ``lossless_for`` (``simlab.tree_verifiers``).
 
@@ -39,16 +47,26 @@ name), ``drafting``, ``lossless_for``, ``ot_based``, ``needs_greedy_target``, an
 acceptance rate by overriding ``NodePlan.acceptance_formula``.  Adding one is its own module plus
 ``register(cls)`` here (or in a test: ``tests/test_new_verifier.py``); every query over the
 registry (``names``, ``ot_based``, ``simlab.tree_verifiers.lossless_names``, the generic tests)
-then includes it.
+then includes it.  A class that is not one of the lab's own (``LAB_VERIFIERS``) is lossless for the
+studies only for the declared laws its exact check confirms (``simlab.conformance``): one that
+declares itself lossless and is not is refused with its exact bias.
 """
 
 from __future__ import annotations
 
+from simlab.checks import check_choice
 from simlab.verifiers.base import ALL_LAWS, NodePlan, NodeVerifier, accept_draw
+from simlab.verifiers.cos import CoS
+from simlab.verifiers.diverse import Diverse
+from simlab.verifiers.eagle_eta import EagleEta
+from simlab.verifiers.eagle_lenience import EagleLenience
+from simlab.verifiers.eagle_min_p import EagleMinP
+from simlab.verifiers.eta_acceptance import EtaAcceptance
 from simlab.verifiers.exact_match import ExactMatch
 from simlab.verifiers.greedy import Greedy
 from simlab.verifiers.greedy_draft import GreedyDraft
 from simlab.verifiers.khisti import Khisti
+from simlab.verifiers.lenience import Lenience
 from simlab.verifiers.naive import Naive
 from simlab.verifiers.nss import NSS
 from simlab.verifiers.onehot import OneHot
@@ -58,6 +76,7 @@ from simlab.verifiers.ot_walk import OTWalk
 from simlab.verifiers.ot_wor import OTWithoutReplacement
 from simlab.verifiers.rrs_wor import RRSWithoutReplacement
 from simlab.verifiers.sglang_threshold import SGLangThreshold
+from simlab.verifiers.speccascade import SpecCascade
 from simlab.verifiers.specinfer import SpecInfer
 from simlab.verifiers.spectr import SpecTr
 
@@ -79,8 +98,21 @@ REGISTRY: dict[str, type[NodeVerifier]] = {
         GreedyDraft,
         ExactMatch,
         SGLangThreshold,
+        Diverse,
+        Lenience,
+        CoS,
+        SpecCascade,
+        EtaAcceptance,
+        EagleLenience,
+        EagleMinP,
+        EagleEta,
     )
 }
+
+LAB_VERIFIERS: frozenset[type[NodeVerifier]] = frozenset(REGISTRY.values())
+"""The lab's own node verifier classes (proved by its test suite).  Any other class, registered by
+``register`` or built by hand, is lossless for the studies only where ``simlab.conformance`` confirms
+what it declares (``simlab.conformance.certified_lossless_for``; ``simlab.tree_verifiers.TopDown``)."""
 
 
 def register(cls: type[NodeVerifier]) -> type[NodeVerifier]:
@@ -119,12 +151,11 @@ def get(name: str, **options) -> NodeVerifier:
     """The verifier registered as ``name``, built with ``options`` (for example ``order="fixed"``).
 
     Raises:
-        ValueError: unknown name, or an option the verifier does not take or rejects.
+        ValueError: ``name: ...`` for a name that is not a registered one (a non-string
+            included; ``simlab.checks.check_choice``), or an option the verifier does not take or
+            rejects.
     """
-    try:
-        cls = REGISTRY[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"name: unknown verifier {name!r}; choose one of {', '.join(REGISTRY)}") from None
+    cls = REGISTRY[check_choice(name, "name", REGISTRY, "verifier")]
     try:
         return cls(**options)
     except TypeError as exc:
@@ -135,6 +166,7 @@ __all__ = [
     "ALL_LAWS",
     "NodePlan",
     "NodeVerifier",
+    "LAB_VERIFIERS",
     "REGISTRY",
     "accept_draw",
     "get",

@@ -326,6 +326,9 @@ class NodeVerifier(abc.ABC):
             SpecInfer, Khisti; DDTE Sec. 3), those the neural selector is trained for.
         exact_tuples: ``acceptance_rate(method="auto", rng=...)`` enumerates at most this many
             child tuples before it estimates instead (verifiers without a formula).
+        exact_at_greedy_target: False for a declared-lossy rule that stays lossy at a one-hot
+            target (T = 0), because it can accept a child the target never emits (DIVERSE); the
+            generic temperature-0 tests skip it.
 
     A closed-form acceptance rate is found by override (``NodePlan.acceptance_formula``).
     """
@@ -340,6 +343,7 @@ class NodeVerifier(abc.ABC):
     label: ClassVar[str | None] = None
     ot_based: ClassVar[bool] = False
     exact_tuples: ClassVar[int] = 2_000
+    exact_at_greedy_target: ClassVar[bool] = True
 
     @classmethod
     def display_name(cls) -> str:

@@ -60,11 +60,20 @@ vocabularies (UniVer, arXiv 2605.04543, works on such trees; its definition was 
 Cost: each order is one sort and one ``prefix_containment`` (exponential clocks: about 0.17 s at
 V = 32,000, k = 4; tuple enumeration at small supports) plus, on small supports, one small LP:
 2-4 s a node at V = 49,152 (k = 2 and 4), for analysis rather than serving (benchmarks/RESULTS.md).
+
+Plans are kept by value (``PLAN_CACHE``): a node law met again, in another table or another tree
+(a Markov world repeats its laws at every node with the same last token and depth), reuses the
+plan already computed instead of solving its LPs again.  The key is the content of p and q (their
+bytes), k, the verifier's options and the module's settings, so a hit is the plan that would be
+computed, bit for bit; the cache is bounded in bytes (least recently used entries go first).
 """
 
 from __future__ import annotations
 
+import copy
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +94,8 @@ TOLERANCES = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance
 """HiGHS's feasibility tolerances for the restricted LP (its defaults, 1e-7, left gaps of 1e-8)."""
 LP_BELOW = 2_000
 """Tokens with q > 0 up to which the orders are chosen by column generation (above: Frank-Wolfe)."""
+PLAN_CACHE_BYTES = 256 * 2**20
+"""The most bytes ``PLAN_CACHE`` holds (its keys' p and q and its plans' arrays)."""
 
 
 def _line_search(mu: np.ndarray, law: np.ndarray, p: np.ndarray) -> float:
@@ -226,6 +237,70 @@ class _OrdersPlan(SelectionPlan):
         return self._speculative(int(children[np.argmax(self.ranks[order, children])]), rng)
 
 
+class PlanCache:
+    """``_OrdersPlan`` by value, least recently used first out, at most ``PLAN_CACHE_BYTES`` bytes.
+
+    Keyed by (verifier, k, ``LP_BELOW``, ``ENUMERATE_BELOW``, ``TOLERANCES``, the bytes of p and of
+    q): equal keys give the plan computed from equal inputs, so a hit is bit for bit the plan a miss
+    would compute (HiGHS and the containments are deterministic).  The kept plan's arrays are
+    read-only and its p and q are views of the key's own bytes (no caller's array is kept); each
+    caller gets a shallow copy with its own p and q (``NodeVerifier.prepare`` sets ``law`` on it).
+    ``clear()`` empties it (timings of the plan itself call it first).  Thread-safe.
+    """
+
+    def __init__(self):
+        self._plans: OrderedDict[tuple, tuple[object, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    def clear(self) -> None:
+        """Drop every plan and reset the counters."""
+        with self._lock:
+            self._plans.clear()
+            self.bytes = self.hits = self.misses = 0
+
+    def plan(self, verifier: "OTWithoutReplacement", p: np.ndarray, q: np.ndarray, k: int) -> "_OrdersPlan":
+        """The plan of (p, q, k) under ``verifier``: kept, or computed and kept (errors propagate, nothing kept)."""
+        p_bytes, q_bytes = p.tobytes(), q.tobytes()
+        options = (LP_BELOW, ENUMERATE_BELOW, tuple(sorted(TOLERANCES.items())))
+        key = (verifier, k, options, p.dtype.str, q.dtype.str, p_bytes, q_bytes)
+        with self._lock:
+            found = self._plans.get(key)
+            if found is not None:
+                self._plans.move_to_end(key)
+                self.hits += 1
+        if found is None:
+            kept = _OrdersPlan(verifier, p, q, k)
+            kept.p = np.frombuffer(p_bytes, dtype=p.dtype)
+            kept.q = np.frombuffer(q_bytes, dtype=q.dtype)
+            size = len(p_bytes) + len(q_bytes)
+            for name in ("mu", "accept", "ranks", "weights"):
+                array = getattr(kept, name)
+                array.flags.writeable = False
+                size += array.nbytes
+            with self._lock:
+                self.misses += 1
+                if size <= PLAN_CACHE_BYTES and key not in self._plans:
+                    self._plans[key] = (kept, size)
+                    self.bytes += size
+                    while self.bytes > PLAN_CACHE_BYTES:
+                        self.bytes -= self._plans.popitem(last=False)[1][1]
+        else:
+            kept = found[0]
+        plan = copy.copy(kept)
+        plan.p, plan.q = p, q
+        return plan
+
+
+PLAN_CACHE = PlanCache()
+"""The process's ``ot_wor`` plans by value (``PlanCache``)."""
+
+
 @dataclass(frozen=True)
 class OTWithoutReplacement(NodeVerifier):
     """A mixture of priority orders for children drafted without replacement (module docstring):
@@ -252,4 +327,4 @@ class OTWithoutReplacement(NodeVerifier):
     def _plan(self, p, q, k):
         if k > int(np.count_nonzero(q)):
             raise ValueError(f"k: {k} children drafted without replacement need at least {k} tokens with q > 0")
-        return _OrdersPlan(self, p, q, k)
+        return PLAN_CACHE.plan(self, p, q, k)
