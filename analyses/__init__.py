@@ -17,7 +17,9 @@ Runnable studies (``python -m analyses.<name>``; each module has ``main(argv) ->
 * ``sweep``: many engine configurations (EAGLE, vLLM, SGLang, Sequoia, TreeGraft, SpecBlock
   settings as the engines write them) under the engines' acceptance metrics and a latency profile;
 * ``lossy_rules``: the engines' lossy verification knobs (Medusa's typical acceptance, SGLang's
-  thresholds): throughput gain over strict exact-match against the exact TV of the emitted law.
+  thresholds; with ``--rules``, Fast-HSD's rules and DIVERSE): throughput gain over strict
+  exact-match against the exact TV of the emitted law;
+* ``spectr_gbv``: SpecTr-GBV's released multi-draft block rule against Block Verification, exactly.
 
 Helper modules (their names start with ``_``; no ``main``; imported by the studies above, never run):
 

@@ -3,7 +3,7 @@
 For each world (``simlab.pairs.MarkovPair.random`` of ``--vocab`` tokens, one per ``--seeds`` seed
 and ``--closeness`` value; the round at context (0,)) and each (K, L) of ``--ks`` x ``--gammas``:
 the exact E[tau + 1] of the released round (``simlab.spectr_gbv``, junemily/SpecTr-GBV@e399f44
-``src/engine.py``; K = 1 is the code's "gbv", Sun et al.'s greedy block verification), Block
+``src/engine.py``; K = 1 is the code's "gbv", after Sun et al.'s greedy block verification but uncapped: lossy), Block
 Verification's E[tau + 1] on one block of L tokens (``bv``: the optimum of lossless single-draft
 block verifiers), 1 + the lab's bound on lossless verifiers of K i.i.d. blocks
 (``simlab.spectr_gbv.prefix_bound``), 1 + the per-prefix mass the code's acceptances are built

@@ -7,6 +7,7 @@ Modules:
     simlab.drafting         drafting laws of a node's children (i.i.d., without replacement, ...)
     simlab.verifiers        node-level verifiers (OTLP solvers); ``simlab.verifiers.get(name)``
     simlab.otlp             the optimal-transport LP and its closed-form optimum
+    simlab.conformance      the public losslessness check (exact for a verifier class, a G-test for any sampler)
     simlab.pairs            the model-pair protocol (where p and q come from) and two minimal pairs
     simlab.trees            draft trees (nodes keyed by token path, child lists with multiplicity)
     simlab.builders         draft-tree builders (delayed, static, EAGLE-2, Sequoia, greedy draft, ...)
@@ -26,6 +27,7 @@ Modules:
     simlab.selector         DDTE's neural dynamic selector (NDE)
     simlab.specblock        SpecBlock: rank classes, rank-guided block trees, the bandit
     simlab.treegraft        TreeGraft: n-gram and mid drafters grafting onto one tree
+    simlab.spectr_gbv       SpecTr-GBV's released multi-draft block rule, valued exactly
 
 Three lines for E[tau + 1]::
 

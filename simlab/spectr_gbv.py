@@ -4,8 +4,13 @@ from joint prefix probabilities (Lin, Sheng, Cai and Zhou, arXiv 2604.25925), va
 Source: the official code junemily/SpecTr-GBV@e399f44631b5b46e28d3fed13840cf666efc2016,
 ``src/engine.py::Decoding.speculative_decoding`` (defaults K = 7 ``--num_candidates``, L = 6
 ``--gamma`` in ``src/util.py``, which refuses L < 2).  With K = 1 the official code names its
-run ``"gbv"``: Sun et al.'s greedy block verification (arXiv 2403.10444), built here by
-``sun_gbv``; it is not Thomas & Pal's greedy multi-path block verification.
+run ``"gbv"`` (``official_gbv``), after Sun et al.'s greedy block verification (arXiv 2403.10444;
+not Thomas & Pal's greedy multi-path block verification); it is not that algorithm as published:
+its acceptances use the raw joint ratio M_b / M_s where Sun et al.'s Block Verification uses the
+running capped weight p_i = min(1, p_(i-1) p / q), and replacing M_b by M_s p_i (capped) gives
+Block Verification's law exactly (checked by an independent transcription of the official loops;
+the lab's ``bv`` is Block Verification).  Uncapped, the K = 1 rule is lossy: its
+E[tau] is sum_u min(M_b(u), M_s(u)), above Block Verification's, the lossless optimum.
 
 One round at a context, as the official code runs it (no state is kept across rounds).  The K
 blocks x_1..x_K are drawn i.i.d. from the draft q, each of L tokens.  For a prefix u of a block
@@ -124,8 +129,8 @@ class SpecTrGBV:
     """SpecTr-GBV's released round (module docstring), K blocks of ``gamma`` tokens.
 
     Attributes:
-        k: K, the number of i.i.d. draft blocks (``--num_candidates``, default 7; 1 is Sun et
-            al.'s GBV, ``sun_gbv``).
+        k: K, the number of i.i.d. draft blocks (``--num_candidates``, default 7; 1 is the
+            code's ``"gbv"``, ``official_gbv``).
         gamma: L, the block length (``--gamma``, default 6; at least 2, as the official CLI).
         eps: the official 1e-20 in every ratio and denominator.
         allow_lossy: compute results of this lossy rule instead of raising ``ValueError``.
@@ -151,8 +156,9 @@ class SpecTrGBV:
 
     @property
     def label(self) -> str:
-        """The lab's label: ``"SpecTr-GBV (K=k)"``, or Sun et al.'s GBV for K = 1."""
-        return f"SpecTr-GBV (K={self.k})" if self.k > 1 else "GBV (Sun et al., K=1)"
+        """The lab's label: ``"SpecTr-GBV (K=k)"``, or ``"SpecTr-GBV code's gbv (K=1)"`` (not Sun
+        et al.'s Block Verification, module docstring)."""
+        return f"SpecTr-GBV (K={self.k})" if self.k > 1 else "SpecTr-GBV code's gbv (K=1)"
 
     @property
     def official_method(self) -> str:
@@ -397,8 +403,9 @@ class SpecTrGBV:
         return acc, sample_categorical(law, rng)
 
 
-def sun_gbv(gamma: int = 6, *, allow_lossy: bool = False) -> SpecTrGBV:
-    """Sun et al.'s greedy block verification as the SpecTr-GBV code runs it: ``SpecTrGBV(k=1)``."""
+def official_gbv(gamma: int = 6, *, allow_lossy: bool = False) -> SpecTrGBV:
+    """The SpecTr-GBV code's K = 1 run, named ``"gbv"`` there: ``SpecTrGBV(k=1)`` (module docstring:
+    Sun et al.'s greedy block verification with an uncapped ratio, lossy)."""
     return SpecTrGBV(k=1, gamma=gamma, allow_lossy=allow_lossy)
 
 

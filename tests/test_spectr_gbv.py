@@ -1,6 +1,6 @@
 """SpecTr-GBV as released (simlab.spectr_gbv): the exact law against a written-out brute force of the
 official loops (junemily/SpecTr-GBV@e399f44 src/engine.py::speculative_decoding), its declared
-lossiness confirmed by enumeration, the K = 1 case (Sun et al.'s GBV) against Block Verification,
+lossiness confirmed by enumeration, the K = 1 case (the code's "gbv") against Block Verification,
 and planted mutants of the scan caught."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from simlab.builders import chain
 from simlab.efficiency import expected_block_efficiency
 from simlab.pairs import ContextFreePair, MarkovPair
-from simlab.spectr_gbv import SpecTrGBV, block_bias, emitted_law, prefix_bound, sequence_bias, sun_gbv
+from simlab.spectr_gbv import SpecTrGBV, block_bias, emitted_law, prefix_bound, sequence_bias, official_gbv
 
 EPS = 1e-20
 
@@ -167,11 +167,11 @@ def test_refused_without_allow_lossy():
         SpecTrGBV().verify(pair, [0], np.random.default_rng(0))
 
 
-def test_sun_gbv_is_k_one_and_beats_the_lossless_optimum():
+def test_official_gbv_is_k_one_and_beats_the_lossless_optimum():
     """K = 1 (the code's "gbv") accepts more than Block Verification, the optimum of lossless
     single-draft block verifiers: only a lossy rule can."""
     pair = markov(1)
-    rule = sun_gbv(3, allow_lossy=True)
+    rule = official_gbv(3, allow_lossy=True)
     assert rule.k == 1 and rule.official_method == "gbv" and SpecTrGBV().official_method == "spectr-gbv"
     bv = expected_block_efficiency(pair, [0], chain(3), "bv").mean
     value = rule.expected_block_efficiency(pair, [0])
