@@ -28,6 +28,8 @@ Modules:
     simlab.specblock        SpecBlock: rank classes, rank-guided block trees, the bandit
     simlab.treegraft        TreeGraft: n-gram and mid drafters grafting onto one tree
     simlab.spectr_gbv       SpecTr-GBV's released multi-draft block rule, valued exactly
+    simlab.acceptance_profiles  acceptance profiles engines replay (converters, exports) and both aggregations
+    simlab.widening         rank statistics along the draft's chain, tree-widening gains, RS vs argmax matching
 
 Three lines for E[tau + 1]::
 
