@@ -59,7 +59,12 @@ def transformers_sampler(weight: float | None = None):
 
 
 def transformers_law(ids, draft_logits, target_logits, weight: float | None = None) -> np.ndarray:
-    """The exact law of the first token transformers' function emits (module docstring); float64 (V,)."""
+    """The exact law of the first token transformers' function emits (module docstring); float64 (V,).
+
+    Raises:
+        ValueError: where a rejection has positive probability and the function's correction law is
+            0/0 (p and q equal to float32 rounding in standard mode: the function itself raises there).
+    """
     seen = {}
 
     def rand_like(ratio):
@@ -78,4 +83,8 @@ def transformers_law(ids, draft_logits, target_logits, weight: float | None = No
     correction = seen.get("correction", np.eye(draft_logits.shape[-1])[x])  # accepted: no correction drawn
     out = (1.0 - accept) * correction / correction.sum()
     out[x] += accept
+    if not np.all(np.isfinite(out)):  # a rejection would hand torch.multinomial a 0/0 residual: the function raises
+        raise ValueError(
+            f"the function has no law here: its correction law is {correction.tolist()} (0/0), which torch.multinomial refuses"
+        )
     return out

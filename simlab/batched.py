@@ -27,6 +27,7 @@ from simlab.checks import check_device
 from simlab.distributions import SUM_TOLERANCE, check_distribution
 from simlab.drafting import Drafting
 from simlab.trees import mass_request
+from simlab.verifiers import is_lab_verifier
 from simlab.verifiers.base import DISTINCT_LAWS, check_child_ids, check_drafted, drafted_mask
 
 if TYPE_CHECKING:  # torch is imported on first use: simlab's numpy core does not need it
@@ -41,8 +42,9 @@ in another dtype, 64 machine epsilons times k (float32 cannot resolve 1e-14)."""
 
 
 def supports(verifier) -> bool:
-    """True when ``children_mass`` implements ``verifier`` (a ``simlab.verifiers`` node verifier)."""
-    return getattr(verifier, "name", None) in SUPPORTED
+    """True when ``children_mass`` implements ``verifier``: one of the lab's own classes named in
+    ``SUPPORTED`` (``simlab.verifiers.is_lab_verifier``; a user class that inherits a name is not)."""
+    return getattr(verifier, "name", None) in SUPPORTED and is_lab_verifier(verifier)
 
 
 def children_mass(

@@ -29,6 +29,7 @@ import numpy as np
 
 from simlab.drafting import Drafting
 from simlab.trees import NodeTable, check_child
+from simlab.verifiers import is_lab_verifier
 from simlab.verifiers.base import ALL_LAWS
 
 
@@ -36,15 +37,18 @@ def serves(verifier) -> bool:
     """True when ``verifier`` is a top-down verifier of every child (not the first path only) whose
     node verifier, for i.i.d. and repeated children (the grid's laws), has B = p
     (``branch_is_target``) and which is lossless for every drafting law (so no pairing of the grid
-    is refused; a class not of the lab's own as ``simlab.conformance`` certifies it): ``grid_values``
-    gives its labels."""
+    is refused), one of the lab's own classes (a user class's ``branch_is_target`` is not trusted:
+    ``simlab.verifiers.is_lab_verifier``): ``grid_values`` gives its labels."""
     from simlab.conformance import certified_lossless_for
     from simlab.tree_verifiers.topdown import TopDown
 
     if not isinstance(verifier, TopDown) or verifier.first_path_only or verifier.node.needs_greedy_target:
         return False
     nodes = [verifier.node.for_law(law) for law in (Drafting.IID, Drafting.REPEATED)]
-    return all(getattr(node, "branch_is_target", False) and certified_lossless_for(node) == ALL_LAWS for node in nodes)
+    return all(
+        getattr(node, "branch_is_target", False) and is_lab_verifier(node) and certified_lossless_for(node) == ALL_LAWS
+        for node in nodes
+    )
 
 
 def grid_values(table: NodeTable, drafts, K_values, L2_values, positions: bool = False):

@@ -24,6 +24,7 @@ from simlab.distributions import check_distribution
 from simlab.drafting import Drafting
 from simlab.pairs import ModelPair, NodeBatch, NodeLogits, WithSettings, check_context, eos_of
 from simlab.sampling import SamplingSettings
+from simlab.verifiers import is_lab_verifier
 from simlab.verifiers.naive import Naive
 
 SPECULATIVE = Naive()
@@ -32,8 +33,11 @@ SPECULATIVE = Naive()
 
 def planning_verifier(verifier, k: int):
     """The node verifier whose plan serves ``verifier`` with k children: the shared
-    ``SPECULATIVE`` when k = 1 and the verifier declares ``speculative_at_one``, else itself."""
-    return SPECULATIVE if k == 1 and getattr(verifier, "speculative_at_one", False) else verifier
+    ``SPECULATIVE`` when k = 1 and the verifier, one of the lab's own classes
+    (``simlab.verifiers.is_lab_verifier``), declares ``speculative_at_one``, else itself."""
+    if k == 1 and getattr(verifier, "speculative_at_one", False) and is_lab_verifier(verifier):
+        return SPECULATIVE
+    return verifier
 
 
 Path = tuple[int, ...]

@@ -265,3 +265,130 @@ def test_sampler_bad_input():
         conformance.check_sampler(lab_speculative, P, Q, 7, law=Drafting.WITHOUT_REPLACEMENT)
     with pytest.raises(ValueError, match="^tv: "):
         conformance.sample_size(3, 0.0)
+
+
+# -- the attack round's cases: state, inputs, errors, capabilities -------------------------------------
+class _MixPlan(NodePlan):
+    """Speculative sampling on the first child, then a share ``eps`` of the law moved onto that child."""
+
+    def _law(self, children):
+        law = Naive().prepare(self.p, self.q, self.k).output_distribution(children)
+        return (1.0 - self.verifier.eps) * law + self.verifier.eps * np.eye(self.p.size)[children[0]]
+
+    def _draw(self, children, rng):
+        return int(rng.choice(self.p.size, p=self._law(children)))
+
+
+@dataclass(eq=True)
+class MutableMix(NodeVerifier):
+    """A plain (mutable, unhashable) dataclass: lossless at eps = 0 only."""
+
+    eps: float = 0.0
+    name = "mutable_mix"
+
+    def _plan(self, p, q, k):
+        return _MixPlan(self, p, q, k)
+
+
+def test_an_option_changed_after_the_check_is_checked_anew():
+    """The certificate followed the object (or, unhashable, its class): eps changed from 0 to 0.8
+    after the check kept 'lossless'; the key now digests the state."""
+    conformance._CERTIFICATES.clear()
+    v = MutableMix(0.0)
+    assert conformance.certified_lossless_for(v) == frozenset({Drafting.IID})
+    v.eps = 0.8
+    assert conformance.certified_lossless_for(v) == frozenset()
+    assert conformance.certified_lossless_for(MutableMix(0.5)) == frozenset()
+    assert conformance.certified_lossless_for(MutableMix(0.0)) == frozenset({Drafting.IID})
+
+
+class _TruncatingPlan(NodePlan):
+    """Zeroes p below half its maximum in place, then speculative sampling against the edited p."""
+
+    def __init__(self, verifier, p, q, k):
+        p[p < 0.5 * p.max()] = 0.0
+        p /= p.sum()
+        super().__init__(verifier, p, q, k)
+        self.inner = Naive().prepare(p, q, k)
+
+    def _law(self, children):
+        return self.inner.output_distribution(children)
+
+    def _draw(self, children, rng):
+        return int(rng.choice(self.p.size, p=self._law(children)))
+
+
+@dataclass(frozen=True)
+class EditsItsInputs(NodeVerifier):
+    name = "edits_its_inputs"
+
+    def _plan(self, p, q, k):
+        return _TruncatingPlan(self, p, q, k)
+
+
+@dataclass(frozen=True)
+class Raises(NodeVerifier):
+    name = "raises"
+
+    def _plan(self, p, q, k):
+        raise KeyError("a user's bug")
+
+
+def test_a_verifier_that_edits_its_inputs_or_raises_is_refuted_not_certified():
+    """The check compared with the p the plan had edited in place (certified, true TV 0.2 at
+    p = (.5, .3, .2), q = (.2, .3, .5)); a KeyError escaped the gate.  Both are refutations now."""
+    report = conformance.check_verifier(EditsItsInputs())
+    assert not report.lossless and report.bias > 0.1
+    report = conformance.check_verifier(Raises())
+    assert not report.lossless and "KeyError" in report.worst.problem
+    assert conformance.certified_lossless_for(Raises()) == frozenset()
+
+
+@dataclass(frozen=True)
+class NSSUnderNaive(Naive):
+    """A user's class inheriting Naive's capabilities (``speculative_at_one``, the name ``naive``)
+    while running NSS's rule: the fast paths must not trust what it inherits."""
+
+    name = "nss_under_naive"
+    lossless_for = frozenset(Drafting)
+
+    def _plan(self, p, q, k):
+        return verifiers.get("nss").prepare(p, q, k)
+
+
+def test_inherited_capabilities_are_not_trusted_for_a_users_class():
+    from simlab import batched
+    from simlab.trees import SPECULATIVE, planning_verifier
+
+    user = NSSUnderNaive()
+    assert planning_verifier(user, 1) is user and planning_verifier(Naive(), 1) is SPECULATIVE
+    assert not batched.supports(user) and batched.supports(Naive())
+    from simlab.builders import chain
+
+    ours = expected_block_efficiency(PAIR, (0,), chain(1), tree_verifiers.get("nss")).mean
+    theirs = expected_block_efficiency(PAIR, (0,), chain(1), topdown.TopDown(user)).mean
+    assert theirs == pytest.approx(ours, abs=1e-12)  # NSS's value, not speculative sampling's
+
+
+def test_the_exact_check_refuses_vacuous_or_malformed_requests():
+    for kwargs, name in (({"ks": ()}, "ks"), ({"cases": {}}, "cases"), ({"laws": [None]}, "laws"), ({"laws": []}, "laws")):
+        with pytest.raises(ValueError, match=f"^{name}: "):
+            conformance.check_verifier(Naive(), **kwargs)
+
+
+def test_the_g_test_keeps_its_power_on_merged_cells():
+    """Cells expected below 5 are merged: N grows until the merged tail cannot hide an alternative
+    at the stated TV (a Zipf law over 150,000 tokens: 9.8 million draws, not sample_size's 2.45)."""
+    zipf = 1.0 / np.arange(1, 150_001)
+    zipf /= zipf.sum()
+    plain = conformance.sample_size(150_000)
+    n = conformance.designed_draws(zipf)
+    tail = zipf[zipf * n < 5].sum()
+    assert (
+        n > plain
+        and tail < conformance.TV_ALTERNATIVE
+        and n >= conformance.sample_size(150_000, conformance.TV_ALTERNATIVE - tail)
+    )
+    assert conformance.designed_draws(np.full(5, 0.2)) == conformance.sample_size(5)
+    with pytest.raises(ValueError, match="^sampler: must return integer token ids"):
+        conformance.check_sampler(lambda p, q, drafts, rng: True, [0.5, 0.5], [0.5, 0.5])

@@ -115,6 +115,14 @@ LAB_VERIFIERS: frozenset[type[NodeVerifier]] = frozenset(REGISTRY.values())
 what it declares (``simlab.conformance.certified_lossless_for``; ``simlab.tree_verifiers.TopDown``)."""
 
 
+def is_lab_verifier(verifier) -> bool:
+    """True when ``verifier`` is an instance of one of the lab's own classes (exactly: a subclass is
+    not).  The capabilities a fast path trusts without checking (``speculative_at_one``,
+    ``branch_is_target``, a batched implementation found by ``name``) are honoured only for these;
+    any other class takes the plain path, whose values follow its own ``prepare``."""
+    return type(verifier) in LAB_VERIFIERS
+
+
 def register(cls: type[NodeVerifier]) -> type[NodeVerifier]:
     """Add a node verifier class under its ``name`` (usable as a class decorator); every query over
     the registry (``names``, ``simlab.tree_verifiers.lossless_names``, the generic tests) then
@@ -167,6 +175,7 @@ __all__ = [
     "NodePlan",
     "NodeVerifier",
     "LAB_VERIFIERS",
+    "is_lab_verifier",
     "REGISTRY",
     "accept_draw",
     "get",
