@@ -93,6 +93,10 @@ lab's ``EAGLE2(k, k - 1, 1)``; any ``*_mtp`` name too, which vLLM renames ``mtp`
 vllm-project/vllm@f19b16d ``vllm/config/speculative.py`` ``EagleModelTypes``).  ``ngram``,
 ``ngram_gpu``, ``suffix``, ``medusa``, ``mlp_speculator`` (and ``dflash`` where a vLLM has it) draft
 otherwise and are refused, not relabelled."""
+TREE_METHODS = {"sglang": ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE"), "eagle": ("EAGLE", "EAGLE2", "EAGLE3")}
+"""``method`` values (any case) of the engines whose drafters build the EAGLE-style top-k tree the
+sweep values: SGLang's ``speculative_algorithm`` run by its EAGLE worker (``NGRAM`` and others draft
+otherwise and are refused), EAGLE's own releases."""
 SAMPLED = ("sequoia",)
 """Engines whose trees are sampled (valued by the mean of exact values over drawn trees)."""
 
@@ -309,6 +313,12 @@ def make_config(entry: dict, where: str | None = "config", strict: bool = True) 
         if not isinstance(entry.get(key, ""), str):
             raise ValueError(f"{where}: {key} must be a string, got {entry[key]!r}")
     method = entry.get("method", "")
+    tree_methods = TREE_METHODS.get(engine)
+    if method and tree_methods is not None and method.upper() not in tree_methods:
+        raise ValueError(
+            f"{where}: method {method!r} is not a drafter whose tree the sweep models for engine {engine} "
+            f"(methods: {', '.join(tree_methods)}); it would be valued as an EAGLE-style tree under your label"
+        )
     if engine == "vllm" and method and method not in VLLM_CHAIN_METHODS and not method.endswith("_mtp"):
         raise ValueError(
             f"{where}: method {method!r} does not draft an autoregressive argmax chain, the only vLLM drafter the "

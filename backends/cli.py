@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import sys
@@ -257,8 +258,9 @@ def slow_step(prog: str, message: str, quiet: bool = False, after: float = SLOW_
 
 
 PUBLISHED = ".simlab-published.json"
-"""The file in which ``OutputSet.publish`` lists the files it wrote in its folder (JSON:
-``{"files": [names]}``), so that the next publish there removes the ones it does not write."""
+"""The file in which ``OutputSet.publish`` lists the files it wrote in its folder with their SHA-256
+(JSON: ``{"files": {name: digest}}``), so that the next publish there removes the ones it does not
+write and nobody changed since."""
 
 
 class OutputSet:
@@ -271,9 +273,10 @@ class OutputSet:
     leaves behind are removed by the next ``prepare_out`` of that folder.
 
     What a publish removes: the files the folder's previous publish wrote (listed in its
-    ``PUBLISHED`` file) that this run does not write.  Nothing else: a file the lab did not write
-    (a user's own, even one named as a study's file) is never listed, so never removed, and in a
-    folder written before the list existed nothing is removed until a publish has listed its files.
+    ``PUBLISHED`` file) that this run does not write and that still hold what the lab wrote (their
+    SHA-256).  Nothing else: a file the lab did not write (a user's own, even one named as a study's
+    file) is never listed, a listed file the user has since changed is kept, and in a folder written
+    before the list existed nothing is removed until a publish has listed its files.
     A folder is one study's (two studies given one ``--out`` remove each other's files, as the
     second run's folder holds only what it wrote).  The list is written before the renames with the
     files to remove in it, and rewritten after they are removed, so a run killed in between leaves
@@ -299,16 +302,27 @@ class OutputSet:
         os.chmod(tmp, 0o666 & ~umask())
 
     def publish(self) -> None:
+        """Replace the folder's files by the staged ones and remove the stale ones (class docstring).
+
+        Raises:
+            OutputError: a staged file's name is a folder there (checked before anything is replaced).
+        """
         names = [name for name, _ in self.staged]
-        stale = [n for n in published(self.folder) if n not in names]
-        _list_published(self.folder, names + stale)
+        for name in names:
+            path = self.folder / name
+            if path.is_dir() and not path.is_symlink():
+                raise OutputError(f"--out: {str(path)!r} is a folder, where this run writes a file; move it away and rerun")
+        listed = published_digests(self.folder)
+        stale = {n: d for n, d in listed.items() if n not in names}
+        digests = {name: _digest(tmp) for name, tmp in self.staged}
+        _list_published(self.folder, {**digests, **stale})
         for name, tmp in self.staged:
             os.replace(tmp, self.folder / name)
-        for name in stale:
+        for name, digest in stale.items():
             path = self.folder / name
-            if path.is_symlink() or path.is_file():
-                path.unlink(missing_ok=True)
-        _list_published(self.folder, names)
+            if (path.is_symlink() or path.is_file()) and (digest is None or _digest(path) == digest):
+                path.unlink(missing_ok=True)  # a file changed since the lab wrote it is the user's now: kept
+        _list_published(self.folder, digests)
         self.staged = []
 
     def discard(self) -> None:
@@ -321,17 +335,42 @@ def published(folder: Path) -> list[str]:
     """The names of the files the last ``OutputSet.publish`` in ``folder`` wrote (its
     ``PUBLISHED`` list); empty where there is none or it does not read as one.  Only plain
     names of files in ``folder`` itself are returned (no path, no hidden staging or list file)."""
+    return list(published_digests(folder))
+
+
+def published_digests(folder: Path) -> dict[str, str | None]:
+    """``published`` with the SHA-256 each file had when it was published (None for a list written
+    before the digests): a publish removes a stale file only while it still has that digest."""
     try:
         files = json.loads((Path(folder) / PUBLISHED).read_text())["files"]
     except (OSError, ValueError, TypeError, KeyError):
-        return []
-    if not isinstance(files, list):
-        return []
-    return [n for n in files if isinstance(n, str) and n not in ("", ".", "..") and Path(n).name == n and not n.startswith(".")]
+        return {}
+    if isinstance(files, list):
+        files = dict.fromkeys(files)
+    if not isinstance(files, dict):
+        return {}
+    return {
+        n: d if isinstance(d, str) else None
+        for n, d in files.items()
+        if isinstance(n, str) and n not in ("", ".", "..") and Path(n).name == n and not n.startswith(".")
+    }
 
 
-def _list_published(folder: Path, names: list[str]) -> None:
-    atomic_write(Path(folder) / PUBLISHED, lambda tmp: Path(tmp).write_text(json.dumps({"files": names}, indent=1) + "\n"))
+def _digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _list_published(folder: Path, files: dict[str, str | None]) -> None:
+    atomic_write(Path(folder) / PUBLISHED, lambda tmp: Path(tmp).write_text(json.dumps({"files": files}, indent=1) + "\n"))
+
+
+class OutputError(ValueError):
+    """A study's output folder cannot take this run's files (``OutputSet.publish``); ``run_tool``
+    prints it as one line and exits 2, nothing replaced."""
 
 
 def write_parquet(frame: pl.DataFrame, path: Path, metadata: dict[str, str] | None = None) -> None:
@@ -354,13 +393,17 @@ def chart_writer(chart, fmt: str):
 
 def run_tool(prog: str, body) -> int:
     """Run a tool's ``body()``: a KeyboardInterrupt becomes one line on stderr (after the open
-    progress bars are closed) and status 130."""
+    progress bars are closed) and status 130, an ``OutputError`` one line and status 2."""
     try:
         return body()
     except KeyboardInterrupt:
         close_bars()
         sys.stderr.write(f"{prog}: interrupted; no partial output was published\n")
         return 130
+    except OutputError as exc:
+        close_bars()
+        sys.stderr.write(f"{prog}: error: {exc}\n")
+        return 2
 
 
 def print_table(frame: pl.DataFrame, title: str) -> None:
@@ -379,6 +422,7 @@ def print_table(frame: pl.DataFrame, title: str) -> None:
 
 
 __all__ = [
+    "OutputError",
     "OutputSet",
     "PUBLISHED",
     "ToolParser",

@@ -93,8 +93,11 @@ def check_distribution(x, name: str, *, size: int | None = None) -> np.ndarray:
         tolerance = sum_tolerance(dtype, arr.size)
         if abs(total - 1.0) > tolerance:
             held = "" if tolerance == SUM_TOLERANCE else f" ({dtype} rounding at V = {arr.size})"
+            widened = ""
+            if tolerance == SUM_TOLERANCE and 2.0**-24 < abs(total - 1.0) <= sum_tolerance(np.float32, arr.size):
+                widened = " (a float32 law cast to float64 or a list keeps float32's rounding: pass it as float32)"
             raise ValueError(
-                f"{name}: sums to {total!r}, not 1 within {tolerance:g}{held}; "
+                f"{name}: sums to {total!r}, not 1 within {tolerance:g}{held}{widened}; "
                 "for logits use simlab.sampling.sampling_distribution"
             )
         arr = arr / total  # a float32 law within its rounding: renormalised in float64

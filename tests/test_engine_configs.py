@@ -335,3 +335,29 @@ def test_an_engine_that_is_not_a_name_is_refused_in_one_line(tmp_path, capsys, e
         sweep.main(["--config", str(path), "--out", str(tmp_path / "out"), "--quiet"])
     err = capsys.readouterr().err
     assert exit.value.code == 2 and one_error_line(err) and "--config[0]: engine must be one of" in err, err
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {
+            "engine": "sglang",
+            "speculative_num_steps": 3,
+            "speculative_eagle_topk": 2,
+            "speculative_num_draft_tokens": 4,
+            "method": "NGRAM",
+        },
+        {"engine": "eagle", "total_token": 8, "depth": 3, "top_k": 4, "method": "medusa"},
+    ],
+)
+def test_a_method_that_drafts_otherwise_is_refused(tmp_path, capsys, entry):
+    """SGLang's and EAGLE's ``method`` was recorded but never checked: an n-gram or Medusa drafter
+    was valued as an EAGLE tree under the user's label."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps([entry]))
+    with pytest.raises(SystemExit) as exit:
+        sweep.main(["--config", str(path), "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and one_error_line(err) and f"method {entry['method']!r} is not a drafter" in err, err
+    entry = {**entry, "method": entry["method"] and ("EAGLE3" if entry["engine"] == "sglang" else "eagle3")}
+    assert engines.make_config(entry).method in ("EAGLE3", "eagle3")

@@ -370,3 +370,29 @@ def test_main_job_methods_flag(small_run, tmp_path, capsys):
     err = capsys.readouterr().err
     assert exc.value.code == 2 and one_error_line(err.strip()) and "--methods: unknown lp" in err
     assert not (tmp_path / "b").exists()
+
+
+def test_a_listed_file_the_user_changed_is_kept(tmp_path):
+    """The list records each file's SHA-256: a file the lab wrote and the user has since overwritten
+    is the user's, and a publish that no longer writes that name keeps it."""
+    _publish(tmp_path, {"a.parquet": b"a1", "b.parquet": b"b1"})
+    (tmp_path / "b.parquet").write_bytes(b"USER DATA")
+    _publish(tmp_path, {"a.parquet": b"a2"})
+    assert (tmp_path / "b.parquet").read_bytes() == b"USER DATA" and _tool.published(tmp_path) == ["a.parquet"]
+
+
+def test_a_folder_where_a_file_goes_stops_the_publish_before_anything_is_replaced(tmp_path, capsys):
+    """A published file replaced by a folder made the next publish fail half-way (some files new,
+    some old, a raw IsADirectoryError): refused up front, one line, exit 2, nothing replaced."""
+    _publish(tmp_path, {"a.parquet": b"a1", "b.parquet": b"b1"})
+    (tmp_path / "b.parquet").unlink()
+    (tmp_path / "b.parquet").mkdir()
+
+    def body():
+        _publish(tmp_path, {"a.parquet": b"a2", "b.parquet": b"b2"})
+        return 0
+
+    assert _tool.run_tool("prog", body) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("prog: error: --out: ") and "is a folder" in err and err.count("\n") == 1
+    assert (tmp_path / "a.parquet").read_bytes() == b"a1" and not list(tmp_path.glob(".simlab-staging-*"))

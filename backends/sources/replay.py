@@ -23,6 +23,11 @@ from simlab.latency import LatencyModel
 from simlab.sampling import SamplingSettings
 
 
+ROOT_PLACEMENT = ("roots_per_prompt", "spacing")
+"""The capture settings that place the roots along the prompts' trajectories (``backends.roots``):
+captures replayed together must agree on them."""
+
+
 @register_source("capture")
 class CaptureSource:
     """Captures replayed from disk.
@@ -38,8 +43,9 @@ class CaptureSource:
     Several captures are compared across their settings, so they must differ in nothing else that
     determines p and q or the roots: every capture must be drawn from the same target and draft
     (their fingerprints where both captures record them, else their recorded names; and the same
-    dtype) and from the same prompts (the digest of their prompt records, else the prompt file's
-    path), or the source is refused naming the first difference and the two captures.
+    dtype), from the same prompts (the digest of their prompt records, else the prompt file's
+    path) and with their roots placed alike (``ROOT_PLACEMENT``), every pair of captures compared,
+    or the source is refused naming the first difference and the two captures.
 
     Raises:
         ValueError: ``capture: ...`` for a folder that is not a capture, lacks logits, repeats a
@@ -88,23 +94,32 @@ class CaptureSource:
         self.named_pair: str | None = next(iter(pairs))[0] if len(pairs) == 1 else None
 
     def _check_comparable(self, folder: str, stored: store.CaptureSettings) -> None:
-        """Refuse a capture drawn from other models or prompts than the first one (the study compares
-        the captures' settings; ``capture_store.model_difference``, ``prompts_difference``)."""
-        first, held = next(iter(self.captures.values()))
-        models = store.model_difference(stored, held)
-        if models is not None:
-            which, detail = models
-            what = "the models at another dtype" if which == "dtype" else f"another {which} model"
-            raise ValueError(
-                f"capture: {folder!r} was drawn from {what} than {first!r} ({detail}); a study compares the "
-                "settings of one pair: replay captures of the same target and draft together"
-            )
-        prompts = store.prompts_difference(stored, held)
-        if prompts is not None:
-            raise ValueError(
-                f"capture: {folder!r} was drawn from other prompts than {first!r} ({prompts}); a study compares the "
-                "settings on the same prompts: replay captures of the same prompts together"
-            )
+        """Refuse a capture drawn from other models or prompts, or with its roots placed otherwise,
+        than any capture accepted before it (every pair is compared: a capture without fingerprints
+        compares by name and must not let two fingerprinted ones of other models through; the study
+        compares the captures' settings: ``capture_store.model_difference``, ``prompts_difference``)."""
+        for first, held in self.captures.values():
+            models = store.model_difference(stored, held)
+            if models is not None:
+                which, detail = models
+                what = "the models at another dtype" if which == "dtype" else f"another {which} model"
+                raise ValueError(
+                    f"capture: {folder!r} was drawn from {what} than {first!r} ({detail}); a study compares the "
+                    "settings of one pair: replay captures of the same target and draft together"
+                )
+            prompts = store.prompts_difference(stored, held)
+            if prompts is not None:
+                raise ValueError(
+                    f"capture: {folder!r} was drawn from other prompts than {first!r} ({prompts}); a study compares the "
+                    "settings on the same prompts: replay captures of the same prompts together"
+                )
+            placed = [k for k in ROOT_PLACEMENT if getattr(stored, k) != getattr(held, k)]
+            if placed:
+                k = placed[0]
+                raise ValueError(
+                    f"capture: {folder!r} places its roots otherwise than {first!r} ({k} {getattr(stored, k)!r}, not "
+                    f"{getattr(held, k)!r}); a study compares the settings at the same roots: capture with the same --{k.replace('_', '-')}"
+                )
 
     def _entries(self, folder: str, stored: store.CaptureSettings) -> list:
         """(root, prompt, context, drafts or None, tree or None, category or None) for every completed root."""
