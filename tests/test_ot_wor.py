@@ -114,3 +114,78 @@ def test_frank_wolfe_path_is_lossless(monkeypatch):
         assert np.abs(marginal - p).max() <= 1e-12
         accepted = plan.acceptance_rate("enumerate")
         assert plan.value - 1e-12 <= accepted <= plan.alpha_star + 1e-12 and plan.gap >= -1e-15
+
+
+def _fresh(p, q, k, **options):
+    """The plan computed from scratch (the cache emptied first)."""
+    ot_wor.PLAN_CACHE.clear()
+    return verifiers.get("ot_wor", **options).prepare(p, q, k)
+
+
+def _same_plan(a, b) -> bool:
+    return (
+        a.alpha_star == b.alpha_star
+        and a.value == b.value
+        and a.excess == b.excess
+        and np.array_equal(a.mu, b.mu)
+        and np.array_equal(a.accept, b.accept)
+        and np.array_equal(a.weights, b.weights)
+        and np.array_equal(a.ranks, b.ranks)
+    )
+
+
+def test_plan_cache_hit_is_the_computed_plan():
+    """A node law met again (a new array, equal values) reuses its plan: bit for bit the plan computed
+    from scratch, with the caller's own p and q; its law set by ``prepare`` stays its own, and the kept
+    arrays are read-only (no caller can change another's plan)."""
+    for p, q, k in _instances(12, 8):
+        fresh = _fresh(p, q, k)
+        again = verifiers.get("ot_wor").prepare(p.copy(), q.copy(), k, Drafting.MIXED)
+        assert ot_wor.PLAN_CACHE.hits == 1 and ot_wor.PLAN_CACHE.misses == 1
+        assert _same_plan(fresh, again) and again is not fresh
+        assert again.law is Drafting.MIXED and fresh.law is Drafting.WITHOUT_REPLACEMENT
+        x = draw_children(q, k, Drafting.WITHOUT_REPLACEMENT, np.random.default_rng(0))
+        assert np.array_equal(fresh.output_distribution(x), again.output_distribution(x))
+        with pytest.raises(ValueError):
+            again.mu[0] = 0.5
+
+
+def test_plan_cache_misses_on_another_law_k_or_option(monkeypatch):
+    """Another p, q, k, verifier option or module setting computes its own plan (a miss each)."""
+    p, q, _ = next(_instances(1, 9))
+    q2 = q.copy()
+    q2[[0, 1]] = q[[1, 0]]
+    p2 = p.copy()
+    p2[[0, 1]] = p[[1, 0]]
+    for args, options in [((p2, q, 2), {}), ((p, q2, 2), {}), ((p, q, 1), {}), ((p, q, 2), {"rounds": 1})]:
+        _fresh(p, q, 2)
+        plan = verifiers.get("ot_wor", **options).prepare(*args)
+        assert ot_wor.PLAN_CACHE.misses == 2 and ot_wor.PLAN_CACHE.hits == 0
+        assert _same_plan(plan, _fresh(*args, **options))
+    ot_wor.PLAN_CACHE.clear()
+    verifiers.get("ot_wor").prepare(p, q, 2)
+    monkeypatch.setattr(ot_wor, "LP_BELOW", 0)
+    verifiers.get("ot_wor").prepare(p, q, 2)
+    assert ot_wor.PLAN_CACHE.misses == 2 and ot_wor.PLAN_CACHE.hits == 0
+
+
+def test_plan_cache_is_bounded_in_bytes(monkeypatch):
+    """Past ``PLAN_CACHE_BYTES`` the least recently used plans go first; a plan larger than the bound is not kept."""
+    instances = list(_instances(6, 10))
+    ot_wor.PLAN_CACHE.clear()
+    verifiers.get("ot_wor").prepare(*instances[0])
+    one = ot_wor.PLAN_CACHE.bytes
+    monkeypatch.setattr(ot_wor, "PLAN_CACHE_BYTES", 3 * one)
+    for p, q, k in instances:
+        verifiers.get("ot_wor").prepare(p, q, k)
+        assert ot_wor.PLAN_CACHE.bytes <= 3 * one
+    assert len(ot_wor.PLAN_CACHE) < len(instances)
+    hits, misses = ot_wor.PLAN_CACHE.hits, ot_wor.PLAN_CACHE.misses
+    verifiers.get("ot_wor").prepare(*instances[-1])  # the most recent: kept
+    assert ot_wor.PLAN_CACHE.hits == hits + 1
+    verifiers.get("ot_wor").prepare(*instances[0])  # the least recent: gone
+    assert ot_wor.PLAN_CACHE.misses == misses + 1
+    monkeypatch.setattr(ot_wor, "PLAN_CACHE_BYTES", 0)
+    ot_wor.PLAN_CACHE.clear()
+    verifiers.get("ot_wor").prepare(*instances[0])
+    assert len(ot_wor.PLAN_CACHE) == 0 and ot_wor.PLAN_CACHE.bytes == 0
