@@ -158,6 +158,22 @@ def _no_repeats(values: tuple, text: str, flag: str) -> None:
         seen.add(value)
 
 
+def _split(text: str, flag: str, convert, what: str) -> tuple:
+    """``text`` split at commas, each part through ``convert`` (``int`` or ``float``).
+
+    Raises:
+        ValueError: ``"<flag>: expected comma-separated <what>, ..."`` for an empty list or a part
+            ``convert`` refuses.
+    """
+    parts = [x.strip() for x in str(text).split(",")]
+    if not any(parts):
+        raise ValueError(f"{flag}: expected comma-separated {what}, got an empty list")
+    try:
+        return tuple(convert(x) for x in parts)
+    except ValueError:
+        raise ValueError(f"{flag}: expected comma-separated {what}, got {text!r}") from None
+
+
 def int_list(text: str, flag: str, minimum: int | None = None, repeats: bool = False) -> tuple[int, ...]:
     """Comma-separated integers (``"1,2,4"``) for ``flag``, each value once unless ``repeats``
     (a sequence such as a per-layer schedule ``"1,0,1"``, where a value may recur).
@@ -166,13 +182,7 @@ def int_list(text: str, flag: str, minimum: int | None = None, repeats: bool = F
         ValueError: ``"<flag>: ..."`` for an empty list, a non-integer, a value below ``minimum``,
             or (without ``repeats``) a value listed twice (``"3,3"``, ``"3,03"``).
     """
-    parts = [x.strip() for x in str(text).split(",")]
-    if not any(parts):
-        raise ValueError(f"{flag}: expected comma-separated integers, got an empty list")
-    try:
-        values = tuple(int(x) for x in parts)
-    except ValueError:
-        raise ValueError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+    values = _split(text, flag, int, "integers")
     if minimum is not None and min(values) < minimum:
         raise ValueError(f"{flag}: every value must be >= {minimum}, got {text!r}")
     if not repeats:
@@ -187,13 +197,7 @@ def float_list(text: str, flag: str, low: float, high: float) -> tuple[float, ..
         ValueError: ``"<flag>: ..."`` for an empty list, a non-number, a value out of range (NaN
             included), or a value listed twice (``"0.3,0.3"``, ``"0.3,3e-1"``).
     """
-    parts = [x.strip() for x in str(text).split(",")]
-    if not any(parts):
-        raise ValueError(f"{flag}: expected comma-separated numbers, got an empty list")
-    try:
-        values = tuple(float(x) for x in parts)
-    except ValueError:
-        raise ValueError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
+    values = _split(text, flag, float, "numbers")
     if not all(low <= v <= high for v in values):  # NaN fails too
         raise ValueError(f"{flag}: every value must be in [{low:g}, {high:g}], got {text!r}")
     _no_repeats(values, text, flag)
