@@ -241,10 +241,13 @@ class Builders:
 class FilledPair:
     """A replayed capture (``backends.capture_store.CapturedPair``) whose missing nodes are evaluated
     by the capture's own models (``--fill``): every stored node is read from its logits, the models
-    are opened on the first node the capture lacks and see only those (``calls`` counts them).
+    are opened on the first node the capture lacks (``backends.capture.open_captured_pair``: as the
+    capture opened them, and refused where their fingerprints differ from the recorded ones) and see
+    only those (``calls`` counts them).
 
     Raises:
-        ValueError: from the capture or the models (a folder that is not there, a bad device).
+        ValueError: from the capture or the models (``capture: ...`` for a model that is not the
+            captured one or a folder that is not there; a bad device).
     """
 
     def __init__(self, captured, stored, device: str):
@@ -252,7 +255,7 @@ class FilledPair:
         self.vocab_size, self.live, self.calls = captured.vocab_size, None, 0
 
     def distributions(self, contexts):
-        from backends.pretrained import open_pair
+        from backends.capture import open_captured_pair
 
         contexts = [tuple(int(t) for t in c) for c in contexts]
         missing = [c for c in contexts if not self.captured.holds(c)]
@@ -263,9 +266,9 @@ class FilledPair:
             P[kept], Q[kept] = self.captured.distributions([contexts[i] for i in kept])
         if missing:
             if self.live is None:
-                s = self.stored
-                pair = open_pair(s.pair or None, s.target or None, s.draft, device=self.device, dtype=s.dtype)
-                self.live = pair.with_settings(s.sampling())
+                self.live = open_captured_pair(
+                    self.stored, self.device, note=lambda line: print(f"{PROG}: {line}", file=sys.stderr)
+                )
             self.calls += len(missing)
             rest = [i for i, c in enumerate(contexts) if not self.captured.holds(c)]
             P[rest], Q[rest] = self.live.distributions(missing)
@@ -294,6 +297,8 @@ def value_root(c: engines.EngineConfig, builder, root, setting, index: int, conf
         for tree in trees:
             tree.fill()
     except ValueError as exc:  # a node the capture lacks, or a tree the builder cannot draft at this root
+        if capture and str(exc).startswith("capture:"):  # the capture, or its models (--fill), refused: the run stops
+            raise
         if capture and str(exc).startswith("context:"):
             why = (
                 "the capture lacks nodes of this tree (a replay calls no model; --fill evaluates them with the capture's models)"

@@ -45,7 +45,6 @@ from backends.cli import (
     run_tool,
     slow_step,
 )
-from backends.pretrained import open_pair
 from simlab.checks import check_device
 from simlab import tree_verifiers
 from simlab import verifiers as node_verifiers
@@ -132,19 +131,18 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
 
 def capture_models(source, device: str):
     """Live models for the features of captured roots (hidden states are not stored in captures):
-    the models named in the capture, or None for another source."""
+    the models the capture was drawn from (``backends.capture.open_captured_pair``: opened as the
+    capture opened them, refused where their fingerprints differ from the recorded ones), or None
+    for another source.
+
+    Raises:
+        ValueError: ``capture: ...`` for a model that is not the captured one or cannot be opened.
+    """
+    from backends.capture import open_captured_pair
+
     if source.name != "capture":
         return None
-
-    stored = source.stored
-    return open_pair(
-        stored.pair,
-        stored.target,
-        stored.draft,
-        device=device,
-        dtype=stored.dtype,  # as captured
-        trim_draft_vocab=stored.trim_draft_vocab,
-    )
+    return open_captured_pair(source.stored, device, note=lambda line: print(f"{PROG}: {line}", file=sys.stderr))
 
 
 def _main(argv) -> int:

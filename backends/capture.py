@@ -27,8 +27,10 @@ when its files pass ``capture_store.check_root`` (read back as the readers need 
 compressed data included, and holding the root their names say); a damaged one is captured again,
 with one line saying so, and a file drawn under other settings stops the run with one line.  The models are part of the settings: ``model_fingerprints`` records which
 target and draft a capture is drawn from (their files' digest, or a hub id's commit), and a resume
-whose models differ is refused naming which.  Every path the run reads (the prompt file, local
-model folders) is checked before anything is created (``check_inputs``).
+whose models differ is refused naming which; a local model folder is recorded as an absolute path
+(``absolute_models``), and the studies that reopen a capture's models open them as the capture did,
+checking their fingerprints (``open_captured_pair``).  Every path the run reads (the prompt file,
+local model folders) is checked before anything is created (``check_inputs``).
 
 ``--evaluation cached`` (the default) evaluates every node once: the G = ``--roots-per-forward``
 (default 8) consecutive roots of a group share one ``backends.tree_cache.TreeSession`` (one
@@ -398,6 +400,75 @@ def model_fingerprints(settings: store.CaptureSettings) -> dict[str, str]:
     return {"target_fingerprint": of(settings.target, "target"), "draft_fingerprint": of(settings.draft, "draft")}
 
 
+def absolute_models(settings: store.CaptureSettings) -> store.CaptureSettings:
+    """``settings`` with a local model folder given as a relative path (or with ``~``) made absolute
+    against the current folder, so a study that opens the capture's models later, from another
+    folder, opens the same ones; an absolute path, a hub id and a named pair's models unchanged.
+    A resume of a capture that recorded a relative path compares it by the folder it names from
+    the resuming run's folder (``capture_store.differing_settings``).
+
+    Raises:
+        ValueError: ``target: ...`` or ``draft: ...`` for a local name that is not a model folder.
+    """
+    if settings.pair:
+        return settings
+
+    def absolute(name: str, what: str) -> str:
+        local = check_model_folder(name, what)
+        return str(Path(name).expanduser().absolute()) if local and not Path(name).is_absolute() else name
+
+    return replace(settings, target=absolute(settings.target, "target"), draft=absolute(settings.draft, "draft"))
+
+
+def open_captured_pair(stored: store.CaptureSettings, device: str, note=None):
+    """The ``HFPair`` of the models the capture with settings ``stored`` was drawn from, opened as the
+    capture opens them (``open_pair`` with its dtype, sampling settings and ``trim_draft_vocab``), once
+    their fingerprints (``model_fingerprints``, computed after the load) equal the ones the capture
+    records (``capture_store.check_models``): for the studies that evaluate what a capture lacks
+    (``analyses.sweep --fill``) or read the models' hidden states (``analyses.train_selector``).  A
+    capture that records no fingerprints (made before them) is opened unchecked, and ``note`` (a
+    callable taking one line, or None) is told so.  Cost: the load, then ``folder_fingerprint`` of
+    each local folder.
+
+    Raises:
+        ValueError: ``capture: ...`` for a model that differs from the captured one (naming which and
+            both fingerprints), a model folder recorded as a relative path that names none from the
+            current folder, or a model that cannot be opened or fingerprinted; ``device: ...``.
+    """
+    fingerprinted = bool(stored.target_fingerprint or stored.draft_fingerprint)
+    if not stored.pair:
+        for which in ("target", "draft"):
+            name, fingerprint = getattr(stored, which), getattr(stored, f"{which}_fingerprint")
+            if fingerprint.startswith("sha256:") and not Path(name).expanduser().is_absolute() and not Path(name).is_dir():
+                raise ValueError(
+                    f"capture: the capture records its {which} model folder as the relative path {name!r}, which names no "
+                    f"folder from {os.getcwd()!r}; run from the folder the capture was made in"
+                )
+    try:
+        pair = open_pair(
+            stored.pair or None,
+            stored.target or None,
+            stored.draft,
+            device=device,
+            dtype=stored.dtype,
+            settings=stored.sampling(),
+            trim_draft_vocab=stored.trim_draft_vocab,
+        )
+        now = model_fingerprints(stored) if fingerprinted else {}
+    except ValueError as exc:
+        if str(exc).startswith(("target:", "draft:", "trim_draft_vocab:")):
+            raise ValueError(f"capture: opening the capture's models: {exc}") from None
+        raise
+    if fingerprinted:
+        store.check_models(stored, now)
+    elif note is not None:
+        note(
+            "note: the capture records no model fingerprints (made before them): its models are opened unchecked, "
+            "as whatever its recorded paths hold now"
+        )
+    return pair
+
+
 def check_inputs(settings: store.CaptureSettings) -> list:
     """The prompt records of ``settings`` (``backends.roots.read_prompt_records``), once every path the
     capture reads is checked: the prompt file (or set) and the local model folders
@@ -415,11 +486,11 @@ def check_inputs(settings: store.CaptureSettings) -> list:
 
 
 def run_settings(settings: store.CaptureSettings, records: list, device: str, labels_engine: str) -> store.CaptureSettings:
-    """The settings a run records: ``settings`` with the digest of its prompt records
-    (``backends.roots.prompts_digest``) and, with ``--labels``, the label engine ``labels_engine``
+    """The settings a run records: ``settings`` with its local model folders as absolute paths
+    (``absolute_models``), the digest of its prompt records (``backends.roots.prompts_digest``) and, with ``--labels``, the label engine ``labels_engine``
     resolves to on ``device``."""
     engine = label_engine(check_device(device, "device"), labels_engine) if settings.labels else ""
-    return replace(settings, prompts_sha256=prompts_digest(records), labels_engine=engine)
+    return replace(absolute_models(settings), prompts_sha256=prompts_digest(records), labels_engine=engine)
 
 
 def run(

@@ -45,7 +45,8 @@ capture was drawn from (``backends.capture.model_fingerprints``: a digest of a m
 files, a hub id's commit), so a resume whose models differ is refused naming which
 (``check_resumable``), and they are part of the settings hash.  An empty fingerprint is left out
 of the hash, so a capture made before the fields keeps its hash; such a capture resumes with its
-models unchecked and a note saying so (``check_legacy``).
+models unchecked and a note saying so (``check_legacy``).  A study that reopens a capture's models
+(``backends.capture.open_captured_pair``) refuses models whose fingerprints differ (``check_models``).
 
 **Resume.** A root counts as captured only when its files pass ``check_root`` (the node, drafts and
 labels shards read in full with their root ids, the logits archive read through: every member's
@@ -226,7 +227,9 @@ def model_difference(a: CaptureSettings, b: CaptureSettings) -> tuple[str, str] 
         fa, fb = getattr(a, f"{which}_fingerprint"), getattr(b, f"{which}_fingerprint")
         na, nb = _model_name(a, which), _model_name(b, which)
         if fa and fb and fa != fb:
-            differ.append((which, f"{which} {_shown(fa)}, not {_shown(fb)}"))
+            kinds = {fa.split(":", 1)[0], fb.split(":", 1)[0]} == {"hub", "sha256"}
+            note = " (fingerprints of different kinds, a hub commit and a folder digest: the lab cannot tell them equal)"
+            differ.append((which, f"{which} {_shown(fa)}, not {_shown(fb)}" + (note if kinds else "")))
         elif (fa and fb and fa == FROM_TARGET and na != nb) or (not (fa and fb) and not _same_path(na, nb)):
             differ.append((which, f"{which} {na!r}, not {nb!r}"))
     if differ:
@@ -234,6 +237,31 @@ def model_difference(a: CaptureSettings, b: CaptureSettings) -> tuple[str, str] 
     if a.dtype != b.dtype:
         return "dtype", f"dtype {a.dtype}, not {b.dtype}"
     return None
+
+
+def check_models(stored: CaptureSettings, now: dict[str, str]) -> None:
+    """Nothing where the models at a capture's recorded paths are the ones it was drawn from: ``now``
+    (``target_fingerprint`` and ``draft_fingerprint`` of the models opened for ``stored``, as
+    ``backends.capture.model_fingerprints`` computes them) against those ``stored`` records, each
+    where recorded (a capture made before the fingerprints records none: nothing to compare).
+
+    Raises:
+        ValueError: ``capture: ...`` naming the model (target, draft, or both) whose fingerprint
+            differs, with its recorded name and both fingerprints.
+    """
+    differ = [key for key in MODEL_KEYS if getattr(stored, key) and now.get(key, "") != getattr(stored, key)]
+    if not differ:
+        return
+    which = " and ".join(key.split("_")[0] for key in differ)
+    detail = "; ".join(
+        f"{key.split('_')[0]} {_model_name(stored, key.split('_')[0])!r} is {_shown(now.get(key, '') or '(none)')} now, "
+        f"{_shown(getattr(stored, key))} in the capture"
+        for key in differ
+    )
+    raise ValueError(
+        f"capture: the {which} model at the capture's recorded path is not the one it was drawn from ({detail}): its files "
+        "changed since the capture, or the name now means another model; restore that model, or capture again"
+    )
 
 
 def prompts_difference(a: CaptureSettings, b: CaptureSettings) -> str | None:

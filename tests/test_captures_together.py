@@ -142,7 +142,8 @@ def test_model_difference_names_which_model_differs():
     assert store.model_difference(base, replace(base, target="elsewhere", draft="there")) is None  # same files
     assert store.model_difference(base, replace(base, draft_fingerprint="hub:" + "c" * 40)) == (
         "draft",
-        f"draft sha256:{'b' * 12}, not hub:{'c' * 12}",
+        f"draft sha256:{'b' * 12}, not hub:{'c' * 12} (fingerprints of different kinds, a hub commit and a folder digest: "
+        "the lab cannot tell them equal)",
     )
     assert store.model_difference(base, replace(base, dtype="bfloat16")) == ("dtype", "dtype float32, not bfloat16")
     pair = store.CaptureSettings("", "early-exit:2", "p.txt", pair="smollm2", target_fingerprint=base.target_fingerprint)
@@ -163,3 +164,24 @@ def test_prompts_difference_compares_digests_else_paths():
     assert store.prompts_difference(replace(base, prompts_sha256=""), replace(base, prompts="b.txt")) == (
         "prompts 'a.txt', not 'b.txt'"
     )
+
+
+def test_every_pair_of_captures_is_compared_and_roots_placed_alike(monkeypatch):
+    """Each capture was compared with the first only: a capture without fingerprints listed first
+    (compared by name) let two fingerprinted captures of other models through; captures whose roots
+    sit elsewhere (other roots per prompt or spacing) were replayed together."""
+    from backends.sources import replay
+
+    fingerprinted = store.CaptureSettings(
+        "t", "d", "p.txt", target_fingerprint="sha256:" + "a" * 64, draft_fingerprint="sha256:" + "b" * 64
+    )
+    legacy = replace(fingerprinted, target_fingerprint="", draft_fingerprint="")
+    other = replace(fingerprinted, draft_fingerprint="sha256:" + "c" * 64)
+    source = replay.CaptureSource.__new__(replay.CaptureSource)
+    source.captures = {"L": ("L", legacy), "A": ("A", fingerprinted)}
+    with pytest.raises(ValueError, match="another draft model than 'A'"):
+        source._check_comparable("B", other)
+    source.captures = {"A": ("A", fingerprinted)}
+    with pytest.raises(ValueError, match=r"places its roots otherwise than 'A' \(spacing 16, not 8\)"):
+        source._check_comparable("S", replace(fingerprinted, spacing=16))
+    source._check_comparable("T", replace(fingerprinted, temperature=0.5))  # another setting: the point of several
