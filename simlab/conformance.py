@@ -19,7 +19,7 @@ hand) is lossless, for the studies, only for the declared laws the exact path co
 verifier built on it (``simlab.tree_verifiers.TopDown``) refuses the others and names the exact bias
 found (``refutation``).  The check runs once per verifier state (a cache keyed by the class and a
 digest of the instance's pickled state, so an option changed after the check is checked anew; an
-instance whose state cannot be pickled is checked on every call); the lab's own classes are proved
+instance whose state cannot be pickled is cached by its identity); the lab's own classes are proved
 by its test suite and are not re-checked.
 
 **Statistical path** (``check_sampler``, ``assert_sampler_lossless``): any callable
@@ -521,7 +521,7 @@ _CERTIFICATES: dict = {}
 
 
 def _is_lab_verifier(node: NodeVerifier) -> bool:
-    return type(node) in node_verifiers.LAB_VERIFIERS
+    return node_verifiers.is_lab_verifier(node)
 
 
 def refutation(verifier: NodeVerifier) -> ExactReport | None:
@@ -531,27 +531,25 @@ def refutation(verifier: NodeVerifier) -> ExactReport | None:
     if _is_lab_verifier(verifier) or not verifier.lossless_for:
         return None
     key = _state_key(verifier)
-    if key is None or key not in _CERTIFICATES:
+    if key not in _CERTIFICATES:
         report = check_verifier(verifier)
-        result = None if report.lossless else report
-        if key is None:
-            return result
-        _CERTIFICATES[key] = result
+        _CERTIFICATES[key] = None if report.lossless else report
     return _CERTIFICATES[key]
 
 
-def _state_key(verifier) -> tuple | None:
+def _state_key(verifier) -> tuple:
     """The certificate's key: the class and a digest of the instance's whole state (its ``__dict__``
     and slots, pickled), so an option changed after the check, even in place, is checked anew;
-    None where the state cannot be pickled (checked on every call, never cached)."""
+    where the state cannot be pickled, the class and the object's identity (an option changed on
+    such an object keeps its verdict: build a new instance to have it checked)."""
     state = dict(getattr(verifier, "__dict__", {}))
     for slot in getattr(type(verifier), "__slots__", ()):
         if hasattr(verifier, slot):
             state[slot] = getattr(verifier, slot)
     try:
         digest = hashlib.sha256(pickle.dumps(state, protocol=4)).hexdigest()
-    except Exception:  # an unpicklable option (a lambda, a lock): no cache
-        return None
+    except Exception:  # an unpicklable option (a lambda, a lock): keyed by the object itself
+        return (type(verifier), "id", id(verifier))
     return (type(verifier), digest)
 
 

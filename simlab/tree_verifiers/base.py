@@ -72,6 +72,10 @@ class TreeVerifier(abc.ABC):
                 return path
         return None
 
+    no_lossless_law = "it is declared lossy (lossless for no drafting law)"
+    """How ``mismatch`` says that the verifier is lossless for no drafting law (a subclass whose laws
+    are certified rather than declared says it its way: ``TopDown``)."""
+
     def mismatch(self, tree: DraftTree) -> str | None:
         """Why this verifier is not lossless on ``tree`` (None when it is)."""
         for path, kids in tree.children.items():
@@ -79,8 +83,7 @@ class TreeVerifier(abc.ABC):
                 laws = ", ".join(sorted(law.value for law in self.lossless_for))
                 return (
                     f"verifier: {self.name} is not lossless for children drafted {tree.law(path).description} "
-                    f"(node {path}, {len(kids)} children); "
-                    + (f"it is lossless for {laws}" if laws else "it is declared lossy (lossless for no drafting law)")
+                    f"(node {path}, {len(kids)} children); " + (f"it is lossless for {laws}" if laws else self.no_lossless_law)
                 )
         if self.needs_greedy_target:
             where = self._greedy_target(tree)

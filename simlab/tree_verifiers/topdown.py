@@ -72,6 +72,12 @@ class TopDown(TreeVerifier):
         kids = self._children(tree, path)
         return certified_lossless(self.node.for_law(tree.law(path)), tree.law(path), len(kids))
 
+    @property
+    def no_lossless_law(self) -> str:  # type: ignore[override]
+        if refutation(self.node) is not None:
+            return "it is lossless for no drafting law"
+        return TreeVerifier.no_lossless_law
+
     def mismatch(self, tree):
         """``TreeVerifier.mismatch``, naming the exact bias ``simlab.conformance`` found where the node
         class declares a law lossless that its exact check refutes."""
@@ -79,7 +85,6 @@ class TopDown(TreeVerifier):
         report = refutation(self.node)
         if reason is not None and report is not None:
             refuted = ", ".join(law.value for law in sorted(report.refuted_laws(), key=list(Drafting).index))
-            reason = reason.replace("it is declared lossy (lossless for no drafting law)", "it is lossless for no drafting law")
             reason += f"; it declares itself lossless for {refuted}, refuted by simlab.conformance: {report.summary()}"
         return reason
 

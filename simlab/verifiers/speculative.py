@@ -24,7 +24,9 @@ def accept_probabilities(p_values, r_values) -> np.ndarray:
     used: 1 if p > 0, and 0 if p = 0, so a token the target never emits is never accepted."""
     p_values, r_values = np.asarray(p_values, dtype=np.float64), np.asarray(r_values, dtype=np.float64)
     safe = np.where(r_values > 0, r_values, 1.0)
-    return np.where(r_values > 0, np.minimum(1.0, p_values / safe), (p_values > 0).astype(np.float64))
+    with np.errstate(over="ignore"):  # p / r above the float range for a subnormal r: min(1, inf) = 1
+        ratio = np.minimum(1.0, p_values / safe)
+    return np.where(r_values > 0, ratio, (p_values > 0).astype(np.float64))
 
 
 class SingleDraft:
