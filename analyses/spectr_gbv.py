@@ -7,7 +7,7 @@ the exact E[tau + 1] of the released round (``simlab.spectr_gbv``, junemily/Spec
 Verification's E[tau + 1] on one block of L tokens (``bv``: the optimum of lossless single-draft
 block verifiers), 1 + the lab's bound on lossless verifiers of K i.i.d. blocks
 (``simlab.spectr_gbv.prefix_bound``), 1 + the per-prefix mass the code's acceptances are built
-from (``code_prefix_mass``; the paper's stated closed form was not found), the exact TV of L + 1
+from (``code_prefix_mass``, read from the code), the exact TV of L + 1
 tokens (one round continued by the target) and of the first token from the target's, the
 probability of an all-zero residual (the official draw raises there), the largest and smallest
 float64 prefix acceptance alpha, the number of prefixes whose alpha lies outside [0, 1] by more

@@ -1,4 +1,4 @@
-"""Each study's default run, one round (issue 44): a study that slows down shows here.
+"""Each study's default run, one round: a study that slows down shows here.
 
 Run:  OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python -m pytest benchmarks/test_studies.py
       --benchmark-columns=min,rounds

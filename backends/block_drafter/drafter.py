@@ -105,8 +105,8 @@ def save(model: BlockDrafterModel, out: Path, manifest: dict) -> None:
 
 
 def load(folder, what: str = "drafter") -> tuple[BlockDrafterModel, dict]:
-    """(model in eval mode, manifest) from a folder written by ``save``; a drafter saved before
-    ``DrafterSpec.rank_top1`` existed keeps the statistic it was trained with (``"vocabulary"``).
+    """(model in eval mode, manifest) from a folder written by ``save``; a manifest without a
+    ``rank_top1`` field is read as ``"vocabulary"``, the statistic such a drafter was trained with.
 
     Raises:
         ValueError: ``<what>: ...`` for a missing folder or files that do not load.
@@ -120,7 +120,7 @@ def load(folder, what: str = "drafter") -> tuple[BlockDrafterModel, dict]:
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
         model = BlockDrafterModel(
-            DrafterSpec(**{"rank_top1": "vocabulary", **manifest["spec"]}),  # saved before the field: the lab's earlier statistic
+            DrafterSpec(**{"rank_top1": "vocabulary", **manifest["spec"]}),  # no rank_top1 field: the whole-vocabulary statistic
             manifest["feature_dim"],
             manifest["vocab_size"],
             manifest["width"],

@@ -61,8 +61,8 @@ class DrafterSpec:
     earlier ``"corpus_masks"`` (``backends.block_drafter.train``); ``rank_budget``: the official
     per-class budget of the rank loss's weights; ``rank_smoothing``: the neighbour smoothing of
     ``"corpus_masks"``; ``rank_top1``: where the rank head's top-1 statistic is normalised,
-    ``"top20"`` (official) or ``"vocabulary"`` (the lab's earlier statistic, which the drafters
-    saved without the field keep: ``backends.block_drafter.drafter.load``).
+    ``"top20"`` (official) or ``"vocabulary"`` (the whole vocabulary, a departure; a drafter whose
+    manifest has no ``rank_top1`` field is loaded with it: ``backends.block_drafter.drafter.load``).
     """
 
     K: int = 4

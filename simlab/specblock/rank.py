@@ -5,8 +5,8 @@ The rank head predicts where the target's token sits in the draft's ranking of a
 Its inputs are the slot's detached hidden state and 15 statistics of the slot's logits
 (``statistics``): the top-10 log-probabilities normalised by the log-sum-exp of the top 20 (10),
 the logit gaps between ranks 1-2, 1-3 and 1-5 (3), the top-1 probability of the top 20
-renormalised (1: the official ``cumprob_top1``; ``top1="vocabulary"``, the lab's earlier
-statistic, takes it over the whole vocabulary) and the entropy of the top-20 renormalised (1).
+renormalised (1: the official ``cumprob_top1``; ``top1="vocabulary"``, a departure in
+``docs/departures.md``, takes it over the whole vocabulary) and the entropy of the top-20 renormalised (1).
 Source: SpecBlock (arXiv 2605.07243); shiweijiezero/SpecBlock@b7938c5 ``specforge/core/specblock.py``,
 ``specforge/modeling/draft/llama3_specblock.py`` (``forward_parallel``'s rank features).
 """
@@ -37,7 +37,7 @@ def rank_of(token: int, scores: np.ndarray) -> int:
 
 
 TOP1 = ("top20", "vocabulary")
-"""Where the top-1 statistic is normalised: the top 20 (official) or the whole vocabulary (the lab's earlier)."""
+"""Where the top-1 statistic is normalised: the top 20 (official) or the whole vocabulary (a departure)."""
 
 
 def statistics(logits: np.ndarray, top1: str = "top20") -> np.ndarray:
