@@ -332,6 +332,7 @@ def _main(argv) -> int:
         )
         shown = table.select(columns).with_columns(pl.col(c).round(6) for c in columns[5:])
         print_table(shown, f"Lossy rules against strict exact-match ({subtitle})")
+        print(f"wrote {out}/lossy_rules.parquet, gain_vs_tv.html/.png")
     return 0
 
 

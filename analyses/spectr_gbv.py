@@ -41,6 +41,7 @@ from backends.cli import (
     parquet_writer,
     prepare_out,
     print_table,
+    progress_bar,
     run_tool,
 )
 from simlab.builders import chain
@@ -49,7 +50,7 @@ from simlab.efficiency import expected_block_efficiency
 from simlab.pairs import MarkovPair
 from simlab.spectr_gbv import SpecTrGBV, block_bias, code_prefix_mass, prefix_bound, sequence_bias
 
-PROG = "analyses.spectr_gbv"
+PROG = "python -m analyses.spectr_gbv"
 CONTEXT = (0,)
 EPS = Fraction(1e-20)
 TOL = 1e-12
@@ -104,14 +105,18 @@ def row(pair: MarkovPair, k: int, gamma: int) -> dict:
     }
 
 
-def measure(vocab: int, seeds, closeness, ks, gammas) -> pl.DataFrame:
+def measure(vocab: int, seeds, closeness, ks, gammas, quiet: bool = True) -> pl.DataFrame:
+    """One ``row`` per (seed, closeness, L, K) on ``MarkovPair.random(vocab, default_rng(seed),
+    closeness=c)``, in that order; a progress bar on stderr unless ``quiet``."""
     rows = []
-    for seed in seeds:
-        for c in closeness:
-            pair = MarkovPair.random(vocab, np.random.default_rng(seed), closeness=c)
-            for gamma in gammas:
-                for k in ks:
-                    rows.append({"vocab": vocab, "seed": seed, "closeness": c, **row(pair, k, gamma)})
+    with progress_bar(total=len(seeds) * len(closeness) * len(gammas) * len(ks), desc="worlds x (L, K)", quiet=quiet) as bar:
+        for seed in seeds:
+            for c in closeness:
+                pair = MarkovPair.random(vocab, np.random.default_rng(seed), closeness=c)
+                for gamma in gammas:
+                    for k in ks:
+                        rows.append({"vocab": vocab, "seed": seed, "closeness": c, **row(pair, k, gamma)})
+                        bar.update()
     return pl.DataFrame(rows)
 
 
@@ -149,13 +154,14 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     args, seeds, closeness, ks, gammas = parse_args(argv)
     out = prepare_out(PROG, args.out or str(Path("out") / "spectr_gbv" / f"markov-V{args.vocab}"))
-    table = measure(args.vocab, seeds, closeness, ks, gammas)
+    table = measure(args.vocab, seeds, closeness, ks, gammas, quiet=args.quiet)
     with OutputSet(out) as outputs:
         outputs.stage("spectr_gbv.parquet", parquet_writer(table))
         outputs.publish()
     if not args.quiet:
         shown = table.drop("vocab").with_columns(pl.col(pl.Float64).round(4))
         print_table(shown, f"SpecTr-GBV as released, exact (Markov worlds V={args.vocab}, context {CONTEXT})")
+        print(f"wrote {out}/spectr_gbv.parquet")
     return 0
 
 
