@@ -39,15 +39,13 @@ def serves(verifier) -> bool:
     (``branch_is_target``) and which is lossless for every drafting law (so no pairing of the grid
     is refused), one of the lab's own classes (a user class's ``branch_is_target`` is not trusted:
     ``simlab.verifiers.is_lab_verifier``): ``grid_values`` gives its labels."""
-    from simlab.conformance import certified_lossless_for
     from simlab.tree_verifiers.topdown import TopDown
 
     if not isinstance(verifier, TopDown) or verifier.first_path_only or verifier.node.needs_greedy_target:
         return False
     nodes = [verifier.node.for_law(law) for law in (Drafting.IID, Drafting.REPEATED)]
     return all(
-        getattr(node, "branch_is_target", False) and is_lab_verifier(node) and certified_lossless_for(node) == ALL_LAWS
-        for node in nodes
+        getattr(node, "branch_is_target", False) and is_lab_verifier(node) and node.lossless_for == ALL_LAWS for node in nodes
     )
 
 

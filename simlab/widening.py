@@ -84,7 +84,7 @@ import numpy as np
 
 from simlab import tree_verifiers
 from simlab.builders import Static, chain
-from simlab.checks import check_bool, check_int
+from simlab.checks import check_bool, check_choice, check_int
 from simlab.drafting import Drafting, top_tokens
 from simlab.efficiency import expected_block_efficiency, lossless_over
 from simlab.pairs import ModelPair, WithSettings, rooted
@@ -127,8 +127,7 @@ def ranking_table(table: NodeTable, draft_law: str) -> NodeTable:
     Raises:
         ValueError: ``draft_law: ...`` for a value not in ``DRAFT_LAWS``.
     """
-    if not isinstance(draft_law, str) or draft_law not in DRAFT_LAWS:
-        raise ValueError(f"draft_law: must be one of {', '.join(DRAFT_LAWS)}, got {draft_law!r}")
+    check_choice(draft_law, "draft_law", DRAFT_LAWS, "draft law")
     return table.untempered() if draft_law == "raw" else table
 
 

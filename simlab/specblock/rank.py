@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from simlab.checks import check_choice
+
 CLASSES = 4
 STATISTICS = 15
 EDGES = (1, 4, 10)
@@ -51,8 +53,7 @@ def statistics(logits: np.ndarray, top1: str = "top20") -> np.ndarray:
         ValueError: ``logits: ...`` for a vocabulary below 20 tokens (the statistics need a top 20);
             ``top1: ...``.
     """
-    if top1 not in TOP1:
-        raise ValueError(f"top1: must be one of {', '.join(TOP1)}, got {top1!r}")
+    check_choice(top1, "top1", TOP1, "top-1 normalisation")
     z = np.asarray(logits, dtype=np.float64)
     if z.shape[-1] < 20:
         raise ValueError(f"logits: the rank statistics need V >= 20, got {z.shape[-1]}")
