@@ -2,6 +2,7 @@
 
     python scripts/gpu_bench.py                     # V = 32,000 and 128,000 on cuda (under 5 minutes on one H200)
     python scripts/gpu_bench.py --dry-run           # tiny sizes on the CPU: checks the script runs (tests/test_gpu_bench.py)
+    python scripts/gpu_bench.py --device cpu --vocab 32000   # the engine on the CPU at a real size
 
 For each vocabulary size it prints, with the torch and CUDA versions and the thread count:
 
@@ -21,6 +22,21 @@ For each vocabulary size it prints, with the torch and CUDA versions and the thr
   at this vocabulary (target 4 layers x 256, draft 1 x 128; built from configs, nothing
   downloaded), grid width 4, depth ``--capture-depth`` (4), 2 trees per L1, on the CPU and on
   the device.
+
+* **alpha***: the OT optimum's acceptance of k = 4 i.i.d. children per node (``simlab.otlp.
+  optimal_acceptance`` on the CPU, one node at a time; ``simlab.batched.optimal_acceptance`` on the
+  device, every node in one sort per row), nodes per second;
+* **ot_exact**: the OT-optimal rule's branch masses of one drafted tuple per node (the curtain's
+  plan, then ``children_mass``), nodes per second on the CPU; it has no device path (the curtain is
+  a sequential walk over the sorted atoms), so its device column is the CPU path fed from rows
+  copied off the device.
+
+Before any timing every device result is checked against the CPU reference on the same rows (node
+masses 1e-12, SpecTr 1e-9 where rho* is ill-conditioned (``simlab.batched``); alpha* 1e-12; the
+grid's labels from the torch engine against the numpy engine on the same table, 1e-9; a capture's
+labels must be block efficiencies of their trees, in [1, L1 + L2 + 1]); a mismatch stops the script (exit 1)
+naming the level.  ``--device cpu`` runs every level with the engine on the CPU (``--dry-run``: at
+tiny sizes, the default suite's check).
 
 p and q of the first three levels are softmaxes of N(0, 3^2) logits (the draft's perturbed by N(0, 1.5^2)),
 drawn from a seeded torch Generator on the device.  Writes the table as JSON to ``--out`` when given.
@@ -84,6 +100,9 @@ def bench(vocab: int, device: str, *, nodes: int, trees: int, repeat: int, cpu_n
     P_cpu, Q_cpu, X_cpu = P[:cpu_nodes].cpu().numpy(), Q[:cpu_nodes].cpu().numpy(), X[:cpu_nodes].cpu().numpy()
     for name in VERIFIERS:
         v = verifiers.get(name)
+        want = np.array([v.prepare(p, q, 4, checked=True).children_mass(x) for p, q, x in zip(P_cpu, Q_cpu, X_cpu)])
+        got = batched.children_mass(v, P[:cpu_nodes], Q[:cpu_nodes], X[:cpu_nodes], checked=True).cpu().numpy()
+        _agree(f"node {name}", got, want, 1e-9 if name == "spectr" else 1e-12)
         cpu = _timed(
             lambda: [v.prepare(p, q, 4, checked=True).children_mass(x) for p, q, x in zip(P_cpu, Q_cpu, X_cpu)], lambda: None, 1
         )
@@ -91,6 +110,7 @@ def bench(vocab: int, device: str, *, nodes: int, trees: int, repeat: int, cpu_n
             lambda: batched.children_mass(v, P, Q, X, checked=True), sync, repeat
         )  # rows valid by construction, as the CPU side's
         rows.append({"V": vocab, "level": "node", "verifier": name, "cpu_per_s": cpu_nodes / cpu, "device_per_s": nodes / dev})
+    rows += _optimum_rows(vocab, P, Q, X, P_cpu, Q_cpu, X_cpu, sync, repeat)
     # Trees and the grid: structures drawn on the CPU from a context-free pair at this V (its p, q
     # rows are the device rows' first two), masses on the device from rows resident there.
     pair = ContextFreePair(P[0].cpu().numpy(), Q[0].cpu().numpy())
@@ -105,6 +125,9 @@ def bench(vocab: int, device: str, *, nodes: int, trees: int, repeat: int, cpu_n
             1,
         )  # every round without memoised plans
         requests = [r for t in tree_list for r in tv.mass_requests(t)]
+        cpu_labels = grid_block_efficiency(grid_table.without_plans(), drafts, tv)
+        dev_labels = grid_block_efficiency(grid_table.without_plans(), drafts, tv, engine="torch", device=device)
+        _agree(f"grid {name}", *(np.nan_to_num(_label_values(x), nan=-1.0) for x in (dev_labels, cpu_labels)), 1e-9)
         cpu_grid = _timed(lambda: grid_block_efficiency(grid_table.without_plans(), drafts, tv), lambda: None, 1)
         grid_requests = [
             r for d in drafts for K in (1, 2, 3, 4) for r in tv.mass_requests(Delayed.build(grid_table, d.trunk, d.branches[:K]))
@@ -127,6 +150,55 @@ def bench(vocab: int, device: str, *, nodes: int, trees: int, repeat: int, cpu_n
                 "device_per_s": 1.0 / _engine_time(grid_requests, vocab, device, gen, sync, repeat),
             }
         )
+    return rows
+
+
+class Mismatch(RuntimeError):
+    """A device result that differs from the CPU reference (the script stops, exit 1)."""
+
+
+def _agree(level: str, got, want, atol: float) -> None:
+    """Raise ``Mismatch`` naming ``level`` unless ``got`` equals ``want`` within ``atol``."""
+    got, want = np.asarray(got, dtype=float), np.asarray(want, dtype=float)
+    if got.shape != want.shape or not np.allclose(got, want, rtol=0, atol=atol):
+        gap = np.abs(got - want).max() if got.shape == want.shape else f"shapes {got.shape} and {want.shape}"
+        raise Mismatch(f"{level}: the device result differs from the CPU reference (largest gap {gap}, allowed {atol})")
+
+
+def _label_values(labels) -> np.ndarray:
+    """Every grid label's mean and standard error, in a fixed order (a dict of ``Estimate``s)."""
+    return np.array([[labels[key].mean, labels[key].stderr] for key in sorted(labels, key=repr)], dtype=float)
+
+
+def _optimum_rows(vocab, P, Q, X, P_cpu, Q_cpu, X_cpu, sync, repeat) -> list[dict]:
+    """alpha* (CPU numpy, one node at a time; device batched) and ot_exact (CPU only), checked first."""
+    from simlab import batched, verifiers
+    from simlab.otlp import optimal_acceptance
+
+    n = len(P_cpu)
+    want = np.array([optimal_acceptance(p, q, 4) for p, q in zip(P_cpu, Q_cpu)])
+    _agree("alpha*", batched.optimal_acceptance(P[:n], Q[:n], 4, checked=True).cpu().numpy(), want, 1e-12)
+    cpu = _timed(lambda: [optimal_acceptance(p, q, 4) for p, q in zip(P_cpu, Q_cpu)], lambda: None, 1)
+    dev = _timed(lambda: batched.optimal_acceptance(P, Q, 4, checked=True), sync, repeat)
+    rows = [{"V": vocab, "level": "alpha*", "verifier": "optimal", "cpu_per_s": n / cpu, "device_per_s": P.shape[0] / dev}]
+    v = verifiers.get("ot_exact")
+    masses = np.array([v.prepare(p, q, 4, checked=True).children_mass(x) for p, q, x in zip(P_cpu, Q_cpu, X_cpu)])
+    # the rule reaches alpha*: its acceptance sum min(mu, p) is checked by its own tests; here the
+    # masses of one tuple's distinct tokens (a repeated child carries its token's whole mass) must
+    # be a sub-probability vector
+    distinct = [m[np.unique(x, return_index=True)[1]].sum() for m, x in zip(masses, X_cpu)]
+    if not (np.isfinite(masses).all() and (masses >= -1e-15).all() and max(distinct) <= 1 + 1e-12):
+        raise Mismatch("ot_exact: branch masses of a tuple are not a sub-probability vector")
+    cpu = _timed(
+        lambda: [v.prepare(p, q, 4, checked=True).children_mass(x) for p, q, x in zip(P_cpu, Q_cpu, X_cpu)], lambda: None, 1
+    )
+
+    def from_device():
+        P_host, Q_host, X_host = P[:n].cpu().numpy(), Q[:n].cpu().numpy(), X[:n].cpu().numpy()
+        return [v.prepare(p, q, 4, checked=True).children_mass(x) for p, q, x in zip(P_host, Q_host, X_host)]
+
+    dev = _timed(from_device, sync, 1)
+    rows.append({"V": vocab, "level": "ot_exact", "verifier": "ot_exact", "cpu_per_s": n / cpu, "device_per_s": n / dev})
     return rows
 
 
@@ -178,6 +250,10 @@ def bench_capture(vocab: int, device: str, *, depth: int, roots: int) -> dict:
         for where in ("cpu", device):
             pair = HFPair(f"{tmp}/target", f"{tmp}/draft", device=where)
             engine = label_engine(pair.device, "auto")  # the torch engine on CUDA
+            for _, _, _, labels in capture_group(pair, settings, group, pair.max_batch, pair.forest_tokens, engine):
+                bad = [r for r in labels if not 1.0 <= r["E"] <= r["L1"] + r["L2"] + 1 + 1e-9]
+                if bad:
+                    raise Mismatch(f"capture on {where}: label {bad[0]} is not a block efficiency of its tree")
             seconds = _timed(
                 lambda: capture_group(pair, settings, group, pair.max_batch, pair.forest_tokens, engine), lambda: None, 1
             )
@@ -232,12 +308,18 @@ def main(argv=None) -> int:
     rows = []
     for vocab in args.vocab:
         start = time.perf_counter()
-        rows += bench(vocab, args.device, nodes=args.nodes, trees=args.trees, repeat=args.repeat, cpu_nodes=min(args.nodes, 64))
-        rows.append(bench_capture(vocab, args.device, depth=args.capture_depth, roots=args.capture_roots))
+        try:
+            rows += bench(
+                vocab, args.device, nodes=args.nodes, trees=args.trees, repeat=args.repeat, cpu_nodes=min(args.nodes, 64)
+            )
+            rows.append(bench_capture(vocab, args.device, depth=args.capture_depth, roots=args.capture_roots))
+        except Mismatch as exc:
+            print(f"scripts/gpu_bench.py: V = {vocab}: {exc}", file=sys.stderr)
+            return 1
         print(f"V = {vocab}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    print(f"{'V':>7} {'level':<5} {'verifier':<10} {'cpu /s':>12} {'device /s':>12}")
+    print(f"{'V':>7} {'level':<8} {'verifier':<10} {'cpu /s':>12} {'device /s':>12}")
     for r in rows:
-        print(f"{r['V']:>7} {r['level']:<5} {r['verifier']:<10} {r['cpu_per_s']:>12.1f} {r['device_per_s']:>12.1f}")
+        print(f"{r['V']:>7} {r['level']:<8} {r['verifier']:<10} {r['cpu_per_s']:>12.1f} {r['device_per_s']:>12.1f}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.out.with_suffix(".tmp")

@@ -280,6 +280,53 @@ def _spectr(verifier, P, Q, X):
 _IMPLEMENTATIONS = {"nss": _nss, "naive": _naive, "specinfer": _specinfer, "spectr": _spectr}
 
 
+def optimal_acceptance(P: "torch.Tensor", Q: "torch.Tensor", k: int, *, checked: bool = False) -> "torch.Tensor":
+    """alpha* of N nodes with k i.i.d. children at once: the batched ``simlab.otlp.optimal_acceptance``.
+
+    alpha* = min over H of [p(H) + 1 - q(H)^k], H the prefixes of the tokens with q > 0 in p/q
+    ascending order (H = {} gives 1; Hu et al. ICLR 2025, arXiv 2502.18779).  One sort per row on
+    the device: a token with q = 0 gets the ratio +inf and sorts after the support; adding it to a
+    prefix raises p(H) and leaves q(H), so the minimum over every prefix of the sorted row is the
+    minimum over the support's prefixes.  Tied ratios are sorted in any order: within a block of
+    equal ratio r, p(H) = a + r t and q(H) = b + t along the block, and a + r t + 1 - (b + t)^k is
+    concave in t, so its minimum over the block is at an end, which every order reaches.
+
+    Args:
+        P, Q: [N, V] floating tensors on one device (float64 for the 1e-12 agreement the tests
+            check with the numpy reference); rows are distributions.
+        k: children per node (integer >= 1).
+        checked: True when every row was validated already (not checked again).
+
+    Returns:
+        [N] tensor of alpha* in [0, 1], P's dtype and device.
+
+    Raises:
+        ValueError: tensors of the wrong rank, shape, dtype or device; ``k`` not an integer >= 1;
+            ``P row n: ...`` / ``Q row n: ...`` for a row that is not a distribution.
+    """
+    import torch
+
+    from simlab.drafting import check_k
+
+    k = check_k(k)
+    for name, t in (("P", P), ("Q", Q)):
+        if not isinstance(t, torch.Tensor) or t.ndim != 2:
+            raise ValueError(f"{name}: must be a 2-D torch tensor, got {type(t).__name__} {getattr(t, 'shape', '')}")
+    if P.shape != Q.shape or not P.dtype.is_floating_point or P.dtype != Q.dtype or P.device != Q.device:
+        raise ValueError(
+            f"P, Q: must be floating tensors of one shape, dtype and device, got {tuple(P.shape)} {P.dtype} {P.device} "
+            f"and {tuple(Q.shape)} {Q.dtype} {Q.device}"
+        )
+    if not checked:
+        _check_rows(P, Q)
+    ratio = torch.where(Q > 0, P / torch.where(Q > 0, Q, 1.0), torch.full_like(P, float("inf")))
+    order = torch.sort(ratio, dim=1).indices
+    p_prefix = torch.cumsum(P.gather(1, order), dim=1)
+    q_prefix = torch.cumsum(Q.gather(1, order), dim=1).clamp_max(1.0)
+    best = (p_prefix + 1.0 - q_prefix**k).min(dim=1).values
+    return best.clamp(0.0, 1.0)  # the empty prefix's 1 is the clamp's upper end
+
+
 def table_masses(table, requests, *, device=None, dtype=None, chunk: int = 256) -> dict:
     """Answer a tree verifier's mass requests (``TopDown.mass_requests``) over one
     ``simlab.trees.NodeTable`` with the batched engine.

@@ -167,3 +167,67 @@ def test_a_missing_cuda_device_is_a_value_error():
     table = NodeTable(MarkovPair.random(5, np.random.default_rng(1)), (0,))
     with pytest.raises(ValueError, match="device"):
         table_masses(table, [((), verifiers.get("nss"), (1, 2))], device="cuda")
+
+
+TIES = [
+    ([0.25, 0.25, 0.25, 0.25], [0.25, 0.25, 0.25, 0.25]),  # every ratio 1
+    ([0.1, 0.2, 0.3, 0.4], [0.05, 0.1, 0.15, 0.7]),  # three tokens at ratio 2
+    ([0.3, 0.3, 0.2, 0.2], [0.15, 0.15, 0.35, 0.35]),  # two tie blocks
+]
+
+
+def alpha_rows(pairs, k):
+    P = torch.tensor(np.array([p for p, _ in pairs], dtype=float))
+    Q = torch.tensor(np.array([q for _, q in pairs], dtype=float))
+    return batched.optimal_acceptance(P, Q, k).numpy()
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_alpha_star_equals_the_numpy_closed_form_on_edges_and_ties(k):
+    from simlab.otlp import optimal_acceptance
+
+    for pairs in (EDGES, TIES):  # one batch per vocabulary size
+        want = [optimal_acceptance(p, q, k) for p, q in pairs]
+        np.testing.assert_allclose(alpha_rows(pairs, k), want, rtol=0, atol=1e-12)
+    # tied ratios in other orders (the tokens permuted): the same value, as the docstring proves
+    for perm in ([3, 1, 0, 2], [2, 3, 1, 0], [1, 0, 3, 2]):
+        permuted = [(np.array(p)[perm], np.array(q)[perm]) for p, q in TIES]
+        np.testing.assert_allclose(alpha_rows(permuted, k), want, rtol=0, atol=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(batch=batches())
+def test_alpha_star_random_batches(batch):
+    from simlab.otlp import optimal_acceptance
+
+    P, Q, X = batch
+    k = len(X[0])
+    want = [optimal_acceptance(p, q, k) for p, q in zip(P, Q)]
+    np.testing.assert_allclose(alpha_rows(list(zip(P, Q)), k), want, rtol=0, atol=1e-12)
+
+
+def test_alpha_star_at_a_large_vocabulary_and_a_planted_fault():
+    from simlab.otlp import optimal_acceptance
+
+    rng = np.random.default_rng(5)
+    z = rng.normal(0, 2, (4, 20_000))
+    P = torch.softmax(torch.tensor(z), dim=1)
+    Q = torch.softmax(torch.tensor(z + rng.normal(0, 1, z.shape)), dim=1)
+    want = np.array([optimal_acceptance(p, q, 4) for p, q in zip(P.numpy(), Q.numpy())])
+    np.testing.assert_allclose(batched.optimal_acceptance(P, Q, 4).numpy(), want, rtol=0, atol=1e-12)
+    # planted fault: prefixes taken in the descending order of p/q instead: the comparison fails
+    order = torch.sort(P / Q, dim=1, descending=True).indices
+    wrong = (torch.cumsum(P.gather(1, order), 1) + 1 - torch.cumsum(Q.gather(1, order), 1) ** 4).min(1).values.clamp(0, 1)
+    assert np.abs(wrong.numpy() - want).max() > 1e-3
+
+
+def test_alpha_star_refuses_bad_input():
+    P = torch.full((2, 3), 1 / 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="k"):
+        batched.optimal_acceptance(P, P, 0)
+    with pytest.raises(ValueError, match="P, Q"):
+        batched.optimal_acceptance(P, P.float(), 2)
+    with pytest.raises(ValueError, match="Q row 1"):
+        batched.optimal_acceptance(P, torch.tensor([[0.5, 0.5, 0.0], [0.5, 0.6, 0.0]], dtype=torch.float64), 2)
+    with pytest.raises(ValueError, match="P"):
+        batched.optimal_acceptance(P[0], P[0], 2)

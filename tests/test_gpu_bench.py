@@ -27,8 +27,23 @@ def test_dry_run_writes_every_level(tmp_path, capsys):
     levels = {(r["level"], r["verifier"]) for r in data["rows"]}
     assert {("node", v) for v in ("nss", "naive", "specinfer", "spectr")} <= levels
     assert {("tree", "specinfer"), ("grid", "specinfer"), ("grid", "spectr"), ("capture", "specinfer")} <= levels
+    assert {("alpha*", "optimal"), ("ot_exact", "ot_exact")} <= levels
     assert all(r["cpu_per_s"] > 0 and r["device_per_s"] > 0 for r in data["rows"])
     assert "device /s" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fault", ["alpha", "node"])
+def test_a_device_result_off_the_cpu_reference_stops_the_script(tmp_path, capsys, monkeypatch, fault):
+    """Planted faults: the device's alpha* or node masses off by 1e-6: exit 1 naming the level, nothing written."""
+    from simlab import batched
+
+    name = {"alpha": "optimal_acceptance", "node": "children_mass"}[fault]
+    real = getattr(batched, name)
+    monkeypatch.setattr(batched, name, lambda *a, **kw: real(*a, **kw) + 1e-6)
+    out = tmp_path / "bench.json"
+    assert load().main(["--dry-run", "--out", str(out)]) == 1
+    assert ("alpha*" if fault == "alpha" else "node nss") in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_cuda_missing_exits_2(tmp_path):
