@@ -62,7 +62,13 @@ from simlab import verifiers as node_verifiers
 from simlab.builders import Static, chain, iid
 from simlab.checks import check_seed
 from simlab.drafting import Drafting
-from simlab.efficiency import emitted_sequence_law, expected_block_efficiency, pairing_bias, target_sequence_law
+from simlab.efficiency import (
+    emitted_sequence_law,
+    expected_block_efficiency,
+    pairing_bias,
+    sequence_tv,
+    target_sequence_law,
+)
 from simlab.pairs import MarkovPair
 
 PROG = "python -m analyses.lossy_rules"
@@ -204,14 +210,9 @@ def sampler_distances(pair: MarkovPair, contexts, shape, verifier, tokens: int) 
     for c in contexts:
         law = emitted_sequence_law(pair, c, shape, verifier, tokens, allow_lossy=True)
         truncated, target = target_sequence_law(sampler, c, tokens), target_sequence_law(pair, c, tokens)
-        to_sampler.append(_tv(law, truncated))
-        sampler_to_target.append(_tv(truncated, target))
+        to_sampler.append(sequence_tv(law, truncated))
+        sampler_to_target.append(sequence_tv(truncated, target))
     return {"TV_sampler": float(np.mean(to_sampler)), "TV_sampler_target": float(np.mean(sampler_to_target))}
-
-
-def _tv(a: dict, b: dict) -> float:
-    """Total variation between two laws over token sequences (dicts sequence -> probability)."""
-    return 0.5 * sum(abs(a.get(s, 0.0) - b.get(s, 0.0)) for s in set(a) | set(b))
 
 
 def chart(table: pl.DataFrame, subtitle: str):

@@ -166,8 +166,14 @@ def pairing_bias(pair: ModelPair, context: Sequence[int], shape, verifier, n: in
         ValueError: as ``emitted_sequence_law``.
     """
     law = emitted_sequence_law(pair, context, shape, verifier, check_int(n, "n", 1), allow_lossy=True)
-    target = target_sequence_law(pair, context, n)
-    return 0.5 * sum(abs(law.get(s, 0.0) - target.get(s, 0.0)) for s in set(law) | set(target))
+    return sequence_tv(law, target_sequence_law(pair, context, n))
+
+
+def sequence_tv(a: dict, b: dict) -> float:
+    """Total variation 0.5 sum_s |a(s) - b(s)| between two laws over token sequences (dicts
+    sequence -> probability, as ``emitted_sequence_law`` and ``target_sequence_law`` return; a
+    sequence missing from one law has probability 0 there)."""
+    return 0.5 * sum(abs(a.get(s, 0.0) - b.get(s, 0.0)) for s in set(a) | set(b))
 
 
 def simulate_block_efficiency(

@@ -62,6 +62,7 @@ import numpy as np
 
 from simlab.checks import check_bool, check_generator, check_int
 from simlab.distributions import sample_categorical
+from simlab.efficiency import sequence_tv
 from simlab.pairs import ModelPair, check_context, eos_of
 
 Prefix = tuple[int, ...]
@@ -447,17 +448,13 @@ def _target_extend(pair: ModelPair, context: Sequence[int], law: dict[Prefix, fl
     return out
 
 
-def _tv(a: dict, b: dict) -> float:
-    return 0.5 * sum(abs(a.get(s, 0.0) - b.get(s, 0.0)) for s in set(a) | set(b))
-
-
 def block_bias(rule: SpecTrGBV, pair: ModelPair, context: Sequence[int]) -> float:
     """Exact TV between the law of L + 1 tokens from one round of ``rule`` continued by the
     target and the target's law of L + 1 tokens: 0 (to rounding) iff the round is lossless at
     ``context``.  The mass of an all-zero residual counts as wholly off the target."""
     n = rule.gamma + 1
     law = _target_extend(pair, context, emitted_law(rule, pair, context), n)
-    return _tv(law, _target_extend(pair, context, {(): 1.0}, n))
+    return sequence_tv(law, _target_extend(pair, context, {(): 1.0}, n))
 
 
 def sequence_bias(rule: SpecTrGBV, pair: ModelPair, context: Sequence[int], n: int) -> float:
@@ -479,7 +476,7 @@ def sequence_bias(rule: SpecTrGBV, pair: ModelPair, context: Sequence[int], n: i
             memo[(ctx, need)] = out
         return memo[(ctx, need)]
 
-    return _tv(law(root, n), _target_extend(pair, root, {(): 1.0}, n))
+    return sequence_tv(law(root, n), _target_extend(pair, root, {(): 1.0}, n))
 
 
 def prefix_bound(world: World, k: int) -> float:
