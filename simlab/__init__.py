@@ -12,7 +12,6 @@ Modules:
     simlab.trees            draft trees (nodes keyed by token path, child lists with multiplicity)
     simlab.builders         draft-tree builders (delayed, static, EAGLE-2, Sequoia, greedy draft, ...)
                             and their drafting cost (``simlab.builders.cost``)
-    simlab.shapes           deprecated alias of ``simlab.builders`` (old imports keep working)
     simlab.tree_verifiers   tree verifiers: top-down lifting, naive_chain, bv, traversal, greedy, hsd
     simlab.efficiency       expected block efficiency (exact, mc, simulation), emitted-token laws
     simlab.measures         per-node measurements: divergences and acceptance
@@ -37,7 +36,7 @@ Three lines for E[tau + 1]::
     simlab.expected_block_efficiency(pair, [0], simlab.Delayed(2, 1, 2), "specinfer").mean
 """
 
-from simlab import distributions, drafting, otlp, pairs, shapes, tree_verifiers, trees, verifiers  # shapes: deprecated alias
+from simlab import distributions, drafting, otlp, pairs, tree_verifiers, trees, verifiers
 from simlab.drafting import Drafting
 from simlab.efficiency import Estimate, expected_block_efficiency, simulate_block_efficiency
 from simlab.pairs import ContextFreePair, MarkovPair, ModelPair
