@@ -16,6 +16,10 @@ Runnable studies (``python -m analyses.<name>``; each module has ``main(argv) ->
   drafting at matched budgets;
 * ``sweep``: many engine configurations (EAGLE, vLLM, SGLang, Sequoia, TreeGraft, SpecBlock
   settings as the engines write them) under the engines' acceptance metrics and a latency profile;
+* ``serve_estimate``: is a draft worth serving on an engine (vLLM, SGLang, llama.cpp, EAGLE,
+  TensorRT-LLM), and with which configuration: 1 - TV by position, the engine's metrics, both
+  aggregations, the speed-up at two draft prices, the best configurations with standard errors,
+  and acceptance profiles the engines' synthetic modes replay;
 * ``lossy_rules``: the engines' lossy verification knobs (Medusa's typical acceptance, SGLang's
   thresholds; with ``--rules``, Fast-HSD's rules and DIVERSE): throughput gain over strict
   exact-match against the exact TV of the emitted law;
@@ -32,7 +36,10 @@ Helper modules (their names start with ``_``; no ``main``; imported by the studi
 * ``_block_drafters``: the trained block drafters next to a pair (``specblock`` and
   ``compare_builders`` both use them);
 * ``_engine_configs``: engine settings as the engines write them, mapped to the lab's builders,
-  and the one map from engine verifier modes to lab verifiers (``sweep``).
+  each engine's default grid, and the one map from engine verifier modes to lab verifiers
+  (``sweep``, ``serve_estimate``);
+* ``_engine_valuation``: engine configurations valued at every root of a source (``sweep``,
+  ``serve_estimate``).
 
 Anatomy of a study (``analyses/specblock.py`` is a compact example):
 

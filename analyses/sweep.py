@@ -6,7 +6,7 @@ top_k) grid, vLLM/SGLang chains, Sequoia, TreeGraft and SpecBlock budgets, or a 
 JSON file written as the engines write their settings; each valued as its engine runs it, a
 setting the engine resets shown with its written value, one it cannot run refused) is valued at
 every root under each of its verifier modes (strict exact-match, one-hot, probabilistic) that is
-lossless for its drafting law:
+lossless for its drafting law (``analyses._engine_valuation``, shared with ``analyses.serve_estimate``):
 
 * deterministic trees (EAGLE, the chains, TreeGraft, SpecBlock): one tree per root, exact;
 * sampled trees (Sequoia): ``--samples`` trees per root, the mean of their exact values
@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import math
 import sys
-import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-import numpy as np
 import polars as pl
 
 from analyses import _engine_configs as engines
-from analyses._categories import by_category, print_by_category, stage_by_category, with_category
+from analyses._categories import by_category, print_by_category, stage_by_category
+from analyses._engine_valuation import prepare_drafters, summarise, value_roots
 from backends.cli import (
     OutputSet,
     add_output_flags,
@@ -56,17 +55,13 @@ from backends.sources.flags import (
     LatencyConfig,
     SourceConfig,
     add_draft_law_flag,
-    drafting_table,
     make_latency,
     make_source,
     study_config,
     study_out,
     study_parser,
 )
-from simlab import builders, tree_verifiers
-from simlab.engine_metrics import aggregate, tree_metrics
-from simlab.sampling import SamplingSettings, seeded_rng
-from simlab.trees import NodeTable
+from simlab.sampling import SamplingSettings
 
 PROG = "python -m analyses.sweep"
 
@@ -204,199 +199,6 @@ def parse_args(argv):
     return config, parser, configs
 
 
-class Builders:
-    """The lab builder of each configuration at a root (Sequoia fitted per setting on its roots)."""
-
-    def __init__(self, config: Config, latency, block_drafter):
-        self.config, self.latency, self.block_drafter, self.sequoia = config, latency, block_drafter, {}
-
-    def fit(self, configs, roots, setting) -> list[dict]:
-        """Sequoia's trees for the setting's budgets from the acceptance vector measured on ``roots``
-        (in-sample: the sweep's roots); rows of budgets that cannot be built."""
-        from analyses._builder_roster import Roster, fit_sequoia
-
-        budgets = tuple(sorted({c.budget for c in configs if c.engine == "sequoia"}))
-        if not budgets:
-            return []
-        roster = Roster(budgets, self.latency)
-        fit_sequoia(roster, roots, setting, self.config.seed)
-        self.sequoia.update(roster.sequoia)
-        return [
-            {"config": f"sequoia budget={r['budget']}", "setting": setting.name, "reason": r["reason"]} for r in roster.not_run
-        ]
-
-    def get(self, c: engines.EngineConfig, root, setting):
-        lab = c.lab
-        if lab["kind"] == "eagle2":
-            return builders.get("eagle2", budget=lab["budget"], depth=lab["depth"], top_k=lab["top_k"])
-        if lab["kind"] == "sequoia":
-            return self.sequoia.get((setting.name, lab["budget"]))
-        if lab["kind"] == "treegraft":
-            return builders.get("treegraft", budget=lab["budget"], cached=root.prompt_length)
-        if self.block_drafter is None:
-            return None
-        return builders.get("specblock", drafter=self.block_drafter(root.pair), budget=lab["budget"])
-
-
-class FilledPair:
-    """A replayed capture (``backends.capture_store.CapturedPair``) whose missing nodes are evaluated
-    by the capture's own models (``--fill``): every stored node is read from its logits, the models
-    are opened on the first node the capture lacks (``backends.capture.open_captured_pair``: as the
-    capture opened them, and refused where their fingerprints differ from the recorded ones) and see
-    only those (``calls`` counts them).
-
-    Raises:
-        ValueError: from the capture or the models (``capture: ...`` for a model that is not the
-            captured one or a folder that is not there; a bad device).
-    """
-
-    def __init__(self, captured, stored, device: str):
-        self.captured, self.stored, self.device = captured, stored, device
-        self.vocab_size, self.live, self.calls = captured.vocab_size, None, 0
-
-    def distributions(self, contexts):
-        from backends.capture import open_captured_pair
-
-        contexts = [tuple(int(t) for t in c) for c in contexts]
-        missing = [c for c in contexts if not self.captured.holds(c)]
-        P = np.empty((len(contexts), self.vocab_size))
-        Q = np.empty_like(P)
-        kept = [i for i, c in enumerate(contexts) if self.captured.holds(c)]
-        if kept:
-            P[kept], Q[kept] = self.captured.distributions([contexts[i] for i in kept])
-        if missing:
-            if self.live is None:
-                self.live = open_captured_pair(
-                    self.stored, self.device, note=lambda line: print(f"{PROG}: {line}", file=sys.stderr)
-                )
-            self.calls += len(missing)
-            rest = [i for i, c in enumerate(contexts) if not self.captured.holds(c)]
-            P[rest], Q[rest] = self.live.distributions(missing)
-        return P, Q
-
-
-def value_root(c: engines.EngineConfig, builder, root, setting, index: int, config: Config, latency, capture: bool, tables=None):
-    """Rows (one per mode) of configuration ``c`` at ``root``, and not-run reasons by mode.
-
-    ``index``: the seed stream of the configuration's sampled trees (the CRC-32 of its label).
-    ``tables``: the root's (table, drafting table) shared by every configuration (each node's p
-    and q fetched once per root); None: new ones."""
-    if tables is None:
-        table = NodeTable(root.pair, root.context)
-        tables = (table, drafting_table(table, config.draft_law))
-    table, drafting = tables
-    why = engines.vocab_limit(c, table.vocab_size)
-    if why:
-        return [], {m: why for m in c.modes}
-    try:
-        if getattr(builder, "deterministic", False):
-            trees = [builder.sample(drafting).on(table)]
-        else:
-            rng = seeded_rng(config.seed, 27, index, root.root)
-            trees = [builder.sample(table, rng) for _ in range(config.samples)]
-        for tree in trees:
-            tree.fill()
-    except ValueError as exc:  # a node the capture lacks, or a tree the builder cannot draft at this root
-        if capture and str(exc).startswith("capture:"):  # the capture, or its models (--fill), refused: the run stops
-            raise
-        if capture and str(exc).startswith("context:"):
-            why = (
-                "the capture lacks nodes of this tree (a replay calls no model; --fill evaluates them with the capture's models)"
-            )
-            return [], {m: why for m in c.modes}
-        return [], {m: f"no tree here: {exc}" for m in c.modes}
-    laws = frozenset().union(*(t.laws() for t in trees)) or builder.laws
-    lossless = set(tree_verifiers.lossless_names(laws, setting))
-    rows, missing = [], {}
-    T = [latency.tree_step_time(len(root.context), t) for t in trees]
-    for mode in c.modes:
-        name = c.verifier(mode, laws)
-        if name is None or name not in lossless:
-            missing[mode] = f"no {mode} verifier is lossless for {', '.join(sorted(law.value for law in laws))} children"
-            continue
-        v = tree_verifiers.get(name)
-        plain = [tree_metrics(t, v, eos=False) for t in trees]
-        truncated = [tree_metrics(t, v, eos=True) for t in trees]
-        E = [m.accept_length for m in truncated]
-        rows.append(
-            {
-                "setting": setting.name,
-                "trajectory": root.trajectory,
-                "root": root.root,
-                "category": root.category,
-                "config": c.label,
-                "engine": c.engine,
-                "mode": mode,
-                "verifier": name,
-                "method": "exact" if len(trees) == 1 else "mc",
-                "tokens": float(np.mean([t.tokens() for t in trees])),
-                "E": float(np.mean(E)),
-                "E_se": float(np.std(E, ddof=1) / math.sqrt(len(E))) if len(E) > 1 else 0.0,
-                "T": float(np.mean(T)),
-                "_plain": aggregate(plain),
-                "_eos": aggregate(truncated),
-            }
-        )
-    return rows, missing
-
-
-def summarise(rows: list[dict]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(summary sorted by throughput, per-root rows, per-position rates) from ``value_root`` rows."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        groups.setdefault((r["setting"], r["config"], r["mode"]), []).append(r)
-    summary, positions = [], []
-    for (setting, name, mode), rs in groups.items():
-        plain, eos = aggregate([r["_plain"] for r in rs]), aggregate([r["_eos"] for r in rs])
-        E, T = sum(r["E"] for r in rs), sum(r["T"] for r in rs)
-        summary.append(
-            {
-                "setting": setting,
-                "config": name,
-                "engine": rs[0]["engine"],
-                "mode": mode,
-                "verifier": rs[0]["verifier"],
-                "method": rs[0]["method"],
-                "roots": len(rs),
-                "tokens": float(np.mean([r["tokens"] for r in rs])),
-                **plain.row(),
-                **{f"{k}_eos": v for k, v in eos.row().items() if not k.startswith(("uncond_", "cond_"))},
-                "E": E / len(rs),
-                "E_se": math.sqrt(sum(r["E_se"] ** 2 for r in rs)) / len(rs),
-                "T": T / len(rs),
-                "TPS": E / T,
-            }
-        )
-        for d in range(plain.unconditional.size):
-            positions.append(
-                {
-                    "setting": setting,
-                    "config": name,
-                    "mode": mode,
-                    "position": d + 1,
-                    "unconditional": float(plain.unconditional[d]),
-                    "conditional": float(plain.conditional[d]),
-                    "unconditional_eos": float(eos.unconditional[d]) if d < eos.unconditional.size else 0.0,
-                    "conditional_eos": float(eos.conditional[d]) if d < eos.conditional.size else float("nan"),
-                }
-            )
-    per_root = with_category(
-        pl.DataFrame(
-            [
-                {
-                    **{k: v for k, v in r.items() if not k.startswith("_")},
-                    **{k: v for k, v in r["_plain"].row().items() if not k.startswith(("uncond_", "cond_"))},
-                }
-                for r in rows
-            ]
-        )
-    )
-    fixed = [c for c in next(iter(summary)) if not c.startswith(("uncond_", "cond_"))]
-    frame = pl.DataFrame(summary, infer_schema_length=None)
-    frame = frame.select(*fixed, *[c for c in frame.columns if c not in fixed]).sort(["setting", "TPS"], descending=[False, True])
-    return frame, per_root, pl.DataFrame(positions)
-
-
 def chart(summary: pl.DataFrame, subtitle: str):
     import altair as alt
 
@@ -420,13 +222,8 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    from analyses._block_drafters import DrafterConfig, drafters_for
-    from simlab.latency import ForwardTime
-
     config, parser, configs = parse_args(sys.argv[1:] if argv is None else argv)
     unrunnable = [{"config": c.label, "setting": "all", "mode": "all", "reason": c.unrunnable} for c in configs if c.unrunnable]
-    # a sampled tree's seed stream: its configuration's label, so a row does not depend on its neighbours
-    seed_index = {c.label: zlib.crc32(c.label.encode()) for c in configs}
     configs = [c for c in configs if not c.unrunnable]
     if not configs:
         fail(PROG, f"--eagle-total-tokens: no configuration the engines can run: {unrunnable[0]['reason']}")
@@ -442,59 +239,14 @@ def _main(argv) -> int:
             "use --draft-law setting, or a capture at T = 1",
         )
     latency = make_latency(PROG, parser, config, source, max(c.budget for c in configs))
-    named = {n for n, _ in latency.drafters}
-    if "small" not in named:
-        latency = latency.with_drafter("small", ForwardTime.constant(config.small_ratio * latency.target(0, 1)))
-    not_run, block_drafter = unrunnable, None
-    if any(c.engine == "specblock" for c in configs) and capture:
-        reason = "SpecBlock's block drafter runs on the live models (a capture stores no drafter); run it on --backend hf"
-        not_run.append({"config": "specblock", "setting": "all", "mode": "all", "reason": reason})
-    elif any(c.engine == "specblock" for c in configs):
-        try:
-            drafter_of, _ = drafters_for(
-                DrafterConfig(config.backend, config.target, config.drafters, 4, config.rank_noise, config.seed, pair=config.pair)
-            )
-            block_drafter = drafter_of["full"]
-            if config.backend == "hf" and "block" not in named:  # the trained drafter's forward, measured
-                from backends.block_drafter.drafter import forward_seconds
-
-                latency = latency.with_drafter("block", forward_seconds(block_drafter(source.pair).model))
-        except ValueError as exc:
-            not_run.append({"config": "specblock", "setting": "all", "mode": "all", "reason": str(exc)})
-        if "block" not in dict(latency.drafters):  # synthetic: --block-ratio of a one-token target forward
-            latency = latency.with_drafter("block", ForwardTime.constant(config.block_ratio * latency.target(0, 1)))
-    made = Builders(config, latency, block_drafter)
+    latency, made, cannot = prepare_drafters(PROG, config, configs, source, latency, {n for n, _ in latency.drafters})
+    not_run = unrunnable + cannot
     out = study_out(PROG, config, source.slug())
-    rows, filled = [], []
     try:
         roots = {s: list(source.roots(s)) for s in settings}
         with progress_bar(total=sum(map(len, roots.values())), desc="roots", unit="root", quiet=config.quiet) as bar:
-            for setting, rs in roots.items():
-                if config.fill:
-                    filled.append(FilledPair(rs[0].pair, source.captures[setting.name][1], config.device))
-                    rs = [replace(r, pair=filled[-1]) for r in rs]
-                try:
-                    not_run += made.fit(configs, rs, setting)
-                except ValueError as exc:
-                    if not (capture and str(exc).startswith("context:")):
-                        raise
-                    why = "Sequoia's acceptance vector needs nodes the capture lacks (--fill evaluates them with its models)"
-                    not_run.append({"config": "sequoia", "setting": setting.name, "mode": "all", "reason": why})
-                for root in rs:
-                    table = NodeTable(root.pair, root.context)
-                    tables = (table, drafting_table(table, config.draft_law))
-                    for c in configs:
-                        builder = made.get(c, root, setting)
-                        if builder is None:
-                            continue
-                        got, missing = value_root(
-                            c, builder, root, setting, seed_index[c.label], config, latency, capture, tables
-                        )
-                        rows += got
-                        not_run += [
-                            {"config": c.label, "setting": setting.name, "mode": m, "reason": why} for m, why in missing.items()
-                        ]
-                    bar.update()
+            rows, valued, filled = value_roots(PROG, configs, roots, config, latency, made, bar, source)
+            not_run += valued
     except ValueError as exc:
         fail_from(PROG, exc, parser)
     if config.fill and not config.quiet:

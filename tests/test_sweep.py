@@ -152,6 +152,7 @@ def test_fill_evaluates_only_the_nodes_a_capture_lacks(micro_pair_dir, tmp_path_
 
 def test_value_root_is_the_core_exact_value():
     """The sweep's per-root valuation without the tool around it (the default suite's cheap check)."""
+    from analyses import _engine_valuation as valuation
     from analyses._engine_configs import make_config
     from simlab.latency import LatencyModel
 
@@ -160,8 +161,8 @@ def test_value_root_is_the_core_exact_value():
     c = make_config(
         {"engine": "sglang", "speculative_num_steps": 2, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 4}
     )
-    builder = sweep.Builders(sweep.Config(), None, None).get(c, root, SamplingSettings(1.0))
-    rows, missing = sweep.value_root(
+    builder = valuation.Builders(sweep.Config(), None, None).get(c, root, SamplingSettings(1.0))
+    rows, missing = valuation.value_root(
         c, builder, root, SamplingSettings(1.0), 0, sweep.Config(), LatencyModel.from_cost_ratio(0.1), False
     )
     assert builder == builders.EAGLE2(3, 1, 2) and set(missing) == {"probabilistic"}

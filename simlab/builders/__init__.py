@@ -2,24 +2,27 @@
 
 ``get(name, **options)`` builds one by name:
 
-================  ===================================================  =======================  ===================
-name              builder                                              children (node laws)     lossless verifiers
-================  ===================================================  =======================  ===================
-``delayed``       DDTE's delayed tree ``Delayed(K, L1, L2)``           i.i.d. (or w/o repl.)    nss, naive, spectr,
-                                                                                                specinfer, khisti,
-                                                                                                optimal, traversal,
-                                                                                                bv, naive_chain
-``iid``           K i.i.d. rollouts of L tokens ``iid(K, L)``          i.i.d.                   as delayed
-``chain``         one drafted path ``chain(L)``                        one child from q         every sampled one
-``static``        a topology in tuple notation ``Static(spec, ...)``   top-k / w/o replacement  onehot / rrs_wor, ...
-``eagle2``        EAGLE-2's dynamic tree (``EAGLE2``)                  deterministic            onehot, nss, greedy
-``sequoia``       Sequoia's DP tree (``Sequoia``)                      w/o repl. (or top-k)     rrs_wor, traversal, ...
-``greedy_draft``  greedy draft with proxy scores (``GreedyDraftTree``)  mixed / deterministic    greedy_draft, onehot
-``treegraft``     TreeGraft: n-gram and mid drafters on one trie       deterministic            onehot, nss, greedy
-``specblock``     SpecBlock's rank-guided tree (``RankGuided``)        deterministic            onehot, nss, greedy
-``medusa``        Medusa's static tree over a parallel drafter         deterministic            onehot, nss, greedy
-``ddtree``        DDTree's best-first tree over a parallel drafter     deterministic            onehot, nss, greedy
-================  ===================================================  =======================  ===================
+====================  ===================================================  =======================  ===================
+name                  builder                                              children (node laws)     lossless verifiers
+====================  ===================================================  =======================  ===================
+``delayed``           DDTE's delayed tree ``Delayed(K, L1, L2)``           i.i.d. (or w/o repl.)    nss, naive, spectr,
+                                                                                                    specinfer, khisti,
+                                                                                                    optimal, traversal,
+                                                                                                    bv, naive_chain
+``iid``               K i.i.d. rollouts of L tokens ``iid(K, L)``          i.i.d.                   as delayed
+``chain``             one drafted path ``chain(L)``                        one child from q         every sampled one
+``static``            a topology in tuple notation ``Static(spec, ...)``   top-k / w/o replacement  onehot / rrs_wor, ...
+``eagle2``            EAGLE-2's dynamic tree (``EAGLE2``)                  deterministic            onehot, nss, greedy
+``sequoia``           Sequoia's DP tree (``Sequoia``)                      w/o repl. (or top-k)     rrs_wor, traversal, ...
+``greedy_draft``      greedy draft with proxy scores (``GreedyDraftTree``)  mixed / deterministic    greedy_draft, onehot
+``treegraft``         TreeGraft: n-gram and mid drafters on one trie       deterministic            onehot, nss, greedy
+``specblock``         SpecBlock's rank-guided tree (``RankGuided``)        deterministic            onehot, nss, greedy
+``medusa``            Medusa's static tree over a parallel drafter         deterministic            onehot, nss, greedy
+``ddtree``            DDTree's best-first tree over a parallel drafter     deterministic            onehot, nss, greedy
+``confident_chain``   llama.cpp's draft chain: the argmax while the        deterministic            onehot, nss, greedy
+                      draft is confident, dropped if short
+                      (``ConfidentChain``)
+====================  ===================================================  =======================  ===================
 
 ``medusa`` and ``ddtree`` draft from a parallel drafter's per-position distributions and refuse a
 pair that is not one (``simlab.pairs.ParallelDraft``; ``simlab.builders.parallel``).
@@ -43,6 +46,7 @@ from __future__ import annotations
 import importlib
 
 from simlab.builders.base import MAX_TREES, Builder, enumerate_draws
+from simlab.builders.confident_chain import ConfidentChain
 from simlab.builders.ddtree import DDTree
 from simlab.builders.delayed import Delayed, chain, iid, named_shape
 from simlab.builders.eagle import EAGLE2
@@ -83,6 +87,7 @@ REGISTRY = {
     "specblock": _Lazy("simlab.specblock.builder", "RankGuided"),
     "medusa": Medusa,
     "ddtree": DDTree,
+    "confident_chain": ConfidentChain,
 }
 
 
@@ -133,6 +138,7 @@ def get(name: str, **options) -> Builder:
 
 __all__ = [
     "Builder",
+    "ConfidentChain",
     "DDTree",
     "Delayed",
     "EAGLE2",
