@@ -671,7 +671,7 @@ def _main(argv) -> int:
     runnable = [c for c in configs if not c.unrunnable]
     if not runnable:
         fail(PROG, f"--config: no configuration the engine can run: {refused[0]['reason']}")
-    levels = max(c.lab.get("depth", c.budget - 1) + 1 for c in runnable)
+    levels = max(c.levels or c.budget for c in runnable)
     positions = config.positions or levels
     source, settings = make_source(
         PROG,

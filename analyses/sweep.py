@@ -227,7 +227,7 @@ def _main(argv) -> int:
     configs = [c for c in configs if not c.unrunnable]
     if not configs:
         fail(PROG, f"--eagle-total-tokens: no configuration the engines can run: {unrunnable[0]['reason']}")
-    depth = max(c.lab.get("depth", 8) + 1 for c in configs)
+    depth = max(c.levels or 9 for c in configs)  # 9: the levels of a builder without a fixed bound
     source, settings = make_source(
         PROG, parser, config, grid=False, depth=depth, quiet=config.quiet, study_honours={"capture": {"device"}}
     )
