@@ -269,7 +269,7 @@ def node_rows(root: int, path: tuple[int, ...], children: int, p, q, k_values, r
 def capture_live(config: Config, setting, out: Path, quiet: bool) -> str:
     """Run ``backends.capture`` (with --full) for the hf backend into ``<out>/capture-<hash>``
     (one folder per capture setting: reruns resume, other settings never collide); returns it."""
-    target, draft = ("", parse_draft(config.draft)) if config.pair else (config.target, config.draft)
+    target, draft = ("", parse_draft(config.draft, config.pair)) if config.pair else (config.target, config.draft)
     settings = CaptureSettings(
         target,
         draft,

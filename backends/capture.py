@@ -393,10 +393,9 @@ def model_fingerprints(settings: store.CaptureSettings) -> dict[str, str]:
         return folder(Path(name).expanduser(), what) if check_model_folder(name, what) else hub_fingerprint(name, what)
 
     if settings.pair:
-        target = folder(pretrained.target_folder(), "target")
-        adapter = settings.draft.startswith(f"{adapter_draft.PREFIX}:")
-        draft = folder(pretrained.adapter_folder(settings.draft), "draft") if adapter else FROM_TARGET
-        return {"target_fingerprint": target, "draft_fingerprint": draft}
+        target_dir, draft_dir = pretrained.model_folders(settings.pair, settings.draft)
+        draft = folder(draft_dir, "draft") if draft_dir is not None else FROM_TARGET
+        return {"target_fingerprint": folder(target_dir, "target"), "draft_fingerprint": draft}
     return {"target_fingerprint": of(settings.target, "target"), "draft_fingerprint": of(settings.draft, "draft")}
 
 
@@ -754,7 +753,7 @@ def parse_args(argv):
     )
     if args.pair:
         try:
-            args.target, args.draft = "", parse_draft(args.draft)
+            args.target, args.draft = "", parse_draft(args.draft, args.pair)
         except ValueError as exc:
             fail_from(PROG, exc, parser)
     settings = store.CaptureSettings(

@@ -211,7 +211,7 @@ def main(argv=None) -> int:
 
     log = None if args.quiet else (lambda message: progress(PROG, message))
     try:
-        draft = parse_draft(args.draft) if args.pair else args.draft
+        draft = parse_draft(args.draft, args.pair) if args.pair else args.draft
         with slow_step(PROG, f"loading {args.pair or args.target} and {draft}", args.quiet):
             pair = open_pair(args.pair, args.target, args.draft, device=args.device, dtype=args.dtype)
         latency = measure(

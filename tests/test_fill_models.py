@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 from conftest import capture_flags, one_error_line, write_prompts
 
-from analyses import sweep, train_selector
+from analyses import _engine_valuation, sweep, train_selector
 from backends import capture, capture_store as store, pretrained
 from backends.capture import main as capture_main
 
@@ -203,7 +203,7 @@ def test_fill_opens_a_trimmed_draft_capture_with_the_trim(monkeypatch):
 
     seen = _recording(monkeypatch)
     with pytest.raises(_Opened):
-        sweep.FilledPair(Captured(), TRIMMED, "cpu").distributions([(1, 2)])
+        _engine_valuation.FilledPair(Captured(), TRIMMED, "cpu").distributions([(1, 2)])
     assert seen["trim_draft_vocab"] is True and seen["dtype"] == "float32" and seen["device"] == "cpu"
     assert (seen["target"], seen["draft"]) == ("/m/target", "/m/draft")
 

@@ -109,6 +109,8 @@ def train_named(name: str, variant: str, spec, seed: int, corpus: Corpus, log, l
 
     if name not in PAIRS:
         raise ValueError(f"pair: unknown pair {name!r}; known: {', '.join(PAIRS)}")
+    if name != "smollm2":  # drafter_dir() and load_target(target_folder()) are SmolLM2's
+        raise ValueError(f"pair: {name}: the block drafter is trained for smollm2 only so far")
     target, tokenizer = load_target(target_folder(log=log), layers=layers)
     return train_on(name, target, tokenizer, variant, spec, seed, corpus, log)
 

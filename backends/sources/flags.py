@@ -276,7 +276,7 @@ def make_source(
         else:
             settings = parse_settings(config.settings)
             if config.backend == "hf":
-                draft = parse_draft(config.draft) if config.pair else config.draft
+                draft = parse_draft(config.draft, config.pair) if config.pair else config.draft
                 with slow_step(prog, f"loading {config.pair or config.target} and {draft}", quiet):
                     source = HFSource(
                         config.target,
