@@ -28,7 +28,8 @@ from simlab.drafting import Drafting
 from simlab.efficiency import Estimate, _verifier, lossless_over
 from simlab.pairs import ModelPair
 from simlab.tree_verifiers.base import cut_positions
-from simlab.trees import DraftTree, NodeTable
+from simlab.trees import SPECULATIVE, DraftTree, NodeTable
+from simlab.verifiers.speculative import accept_probabilities
 
 
 @dataclass(frozen=True)
@@ -246,6 +247,9 @@ def grouped_masses(table: NodeTable, verifier, trees) -> dict:
     lists of one (node verifier, node, k, law) are validated together and answered by one
     vectorised call on the table's memoised plan (``NodePlan.children_masses``, row i equal to
     ``children_mass`` of list i bit for bit), instead of one validated call per list and tree.
+    The one-child lists of the shared speculative-sampling plan (``simlab.trees.SPECULATIVE``,
+    most nodes of a grid's trees) are answered together without a plan (``one_child_masses``),
+    the same bits; a node they cannot settle goes through its plan as the others.
 
     Returns:
         (path, law, children) -> the masses as a list of k Python floats.
@@ -261,14 +265,65 @@ def grouped_masses(table: NodeTable, verifier, trees) -> dict:
             if key not in groups:
                 groups[key], nodes[key] = {}, node
             groups[key][tuple(kids)] = None
+    singles = [
+        (path, kids[0]) for (path, k, law), lists in groups.items() if nodes[(path, k, law)] is SPECULATIVE for kids in lists
+    ]
+    settled = one_child_masses(table, singles)
     out = {}
     for (path, k, law), lists in groups.items():
         node = nodes[(path, k, law)]
         lists = list(lists)
+        if node is SPECULATIVE and all((path, kids[0]) in settled for kids in lists):
+            for kids in lists:
+                out[(path, law, kids)] = [settled[(path, kids[0])]]
+            continue
         masses = table.plan(node, path, k, law).children_masses(np.array(lists, dtype=np.int64)).tolist()
         for kids, row in zip(lists, masses):
             out[(path, law, kids)] = row
     return out
+
+
+EXCESS_MARGIN = 1e-8
+"""q(x) - p(x) above which p > q at some other token of a validated pair of rows (``one_child_masses``)."""
+
+
+def one_child_masses(table: NodeTable, requests) -> dict:
+    """B(x, x) of speculative sampling (``simlab.trees.SPECULATIVE``'s plan, one child x) at many
+    (node, x) at once, where it needs no pass over V: (path, x) -> float, for the requests it
+    settles (the others are left to the node's plan).
+
+    The plan's one-child mass (``SingleDraft.masses_at``) is a = min(1, p(x) / q(x))
+    (``accept_probabilities``, elementwise: the same bits here over all requests) when Z = sum
+    (p - q)_+ > 0, and (1 - a) p(x) / sum p + a when Z = 0.  Settled here, with q(x) > 0 (so the
+    plan's check of the child passes: an id in [0, V) with q > 0 is refused by no law) and V <= 10^7:
+
+    * a = 1: both formulas give 1.0 exactly (0 times a finite value, plus 1);
+    * q(x) - p(x) > ``EXCESS_MARGIN``: then Z > 0.  The rows are validated (``NodeTable``: float64
+      sums within 1e-9 of 1, so their exact sums within 1e-9 + V 2^-53 <= 2.2e-9 of 1), so the
+      sum of p(t) - q(t) over t != x is at least (q(x) - p(x)) - 4.4e-9 > 0: p > q at some t.
+
+    Any other request (q(x) = 0, an id outside [0, V), or p(x) just below q(x), where Z = 0 is
+    possible) is not settled; the plan values or refuses it (tests: the grouped grid against
+    ``engine="reference"`` bit for bit, rows with p = q and p just below q).
+
+    Args:
+        table: the p and q rows (validated when fetched).
+        requests: (path, child token) pairs.
+
+    Returns:
+        (path, x) -> the mass, a Python float, for the settled requests.
+    """
+    if not requests or table.vocab_size > 10**7:
+        return {}
+    V = table.vocab_size
+    ids = [x for _, x in requests]
+    usable = [isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) and 0 <= x < V for x in ids]
+    p_at = np.array([table.p(path)[x] if ok else 0.0 for (path, x), ok in zip(requests, usable)])
+    q_at = np.array([table.q(path)[x] if ok else 0.0 for (path, x), ok in zip(requests, usable)])
+    a = accept_probabilities(p_at, q_at)
+    settles = np.array(usable) & (q_at > 0.0) & ((a == 1.0) | (q_at - p_at > EXCESS_MARGIN))
+    values = a.tolist()
+    return {request: values[i] for i, request in enumerate(requests) if settles[i]}
 
 
 @dataclass(frozen=True)
@@ -327,7 +382,8 @@ def grid_block_efficiency(
     every draft, K and L2 at once, without building a tree (``reach_grid.grid_values``; ``stream``
     changes nothing there: it keeps no row); for other top-down verifiers the masses of every tree
     come from ``grouped_masses`` (each distinct (node, children) request once, a node's child lists
-    in one vectorised call), then each tree's reach DP runs on them; other verifiers run
+    in one vectorised call; the pairings checked once per (law, k): ``lossless_depths``), then each
+    tree's reach DP runs on them; other verifiers run
     ``block_efficiency_by_depth`` tree by tree.  ``engine="reference"``: the plain path the
     others are tested against, ``block_efficiency_by_depth`` for every tree (a validated
     ``children_mass`` per node and tree); the same numbers bit for bit (tests).
@@ -423,6 +479,7 @@ def _grid(
                 trees[(L1, K)].append(tree)
     every = [tree for group in trees.values() for tree in group]
     table.fetch(_grid_nodes(every))  # one batched call for every node of every tree
+    margins = None  # lossless_depths of every tree, where the top-down numpy path found them
     if engine == "torch" or (stream and top_down):
         requests = {}  # (L1, K, index) -> the tree's requests, asked once
         for key, group in trees.items():
@@ -443,8 +500,10 @@ def _grid(
                 tree, depths, lambda path, kids: masses[(node_at[path], path, tuple(kids))], positions=positions
             )
     elif top_down and engine == "numpy":
-        for tree in every:
-            verifier.check(tree)
+        margins = lossless_depths(verifier, every)
+        for tree, deepest in zip(every, margins if margins is not None else [None] * len(every)):
+            if deepest != math.inf:  # a tree with a lossy node (or no shortcut): refused with its message
+                verifier.check(tree)
         grouped = grouped_masses(table, verifier, every)
 
         def from_masses(key, i, tree, depths):
@@ -468,9 +527,46 @@ def _grid(
     return _estimates(
         {key: np.array([v[0] if positions else v for v in rows]) for key, rows in per_tree.items()},
         L2_values,
-        {(L1, K): lossless_over(verifier, group, [L1 + L2 for L2 in L2_values]) for (L1, K), group in trees.items()},
+        _lossless_flags(verifier, trees, L2_values, None if margins is None else dict(zip(map(id, every), margins))),
         {key: np.array([v[1] for v in rows]) for key, rows in per_tree.items()} if positions else None,
     )
+
+
+def lossless_depths(verifier, trees) -> list | None:
+    """``verifier.lossless_depth(tree)`` of every tree (``math.inf`` where every node's pairing is
+    lossless), each node's pairing decided once per (law, number of children) by the verifier's own
+    ``node_lossless``, for the lab's ``TopDown`` class itself, whose ``node_lossless`` depends on
+    those two alone, and without a greedy target (``needs_greedy_target``, which reads p); None for
+    any other verifier (the caller then asks the verifier tree by tree).  The grid's 144 trees hold
+    about 6,500 nodes and a handful of (law, k) pairs."""
+    if type(verifier) is not tree_verifiers.TopDown or verifier.needs_greedy_target:
+        return None
+    known: dict = {}
+    out = []
+    for tree in trees:
+        deepest = math.inf
+        for path, kids in tree.children.items():
+            if kids and len(path) < deepest:
+                key = (tree.law(path), len(kids))
+                if key not in known:
+                    known[key] = verifier.node_lossless(tree, path)
+                if not known[key]:
+                    deepest = len(path)
+        out.append(deepest)
+    return out
+
+
+def _lossless_flags(verifier, trees: dict, L2_values, margins: dict | None) -> dict:
+    """(L1, K) -> ``lossless_over`` of its trees at the cuts L1 + L2; every flag True without asking
+    it where ``margins`` (id(tree) -> ``lossless_depths``) says each tree of the group is lossless
+    at every cut."""
+    out = {}
+    for (L1, K), group in trees.items():
+        if margins is not None and all(margins[id(tree)] == math.inf for tree in group):
+            out[(L1, K)] = [True] * len(L2_values)
+        else:
+            out[(L1, K)] = lossless_over(verifier, group, [L1 + L2 for L2 in L2_values])
+    return out
 
 
 def _estimates(values: dict, L2_values, flags: dict, reached: dict | None = None) -> dict:

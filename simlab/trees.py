@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simlab.device_rows import check_rows, is_tensor, probabilities, to_host
-from simlab.distributions import check_distribution
+from simlab.checks import check_real_array
+from simlab.distributions import SUM_TOLERANCE, check_distribution
 from simlab.drafting import Drafting
 from simlab.pairs import ModelPair, NodeBatch, NodeLogits, WithSettings, check_context, eos_of
 from simlab.sampling import SamplingSettings
@@ -57,6 +58,55 @@ def _same(a, b) -> bool:
     if is_tensor(a) and is_tensor(b):
         return a.shape == b.shape and a.device == b.device and bool((a == b).all())
     return np.array_equal(to_host(a), to_host(b))
+
+
+BLOCK_BYTES = 2**21
+"""Bytes of rows per block of ``checked_rows`` (2 MB, at least one row: 8 rows of V = 32,000
+float64), so the second reduction over a block reads it from cache."""
+
+
+def checked_rows(rows, n: int, vocab: int) -> tuple:
+    """Validate n rows of a probability matrix at once: (float64 (n, V) array or None, bool (n,)).
+
+    Row i passes when no float64 entry has its sign bit set (the minimum of the entries' bits read
+    as int64 is >= 0: no negative entry, no -0.0) and their sum is finite and within
+    ``SUM_TOLERANCE / 2`` of 1 (so no NaN or infinite entry), both computed over blocks of
+    ``BLOCK_BYTES`` (the second reduction reads the block from cache; an integer minimum is
+    cheaper than a float one, which must look for NaN).  Such a row is one that
+    ``simlab.distributions.check_distribution`` accepts as it is: that function's sum of the same
+    entries (another order of the same pairwise summation) differs by at most V 2^-52, below the
+    margin SUM_TOLERANCE / 2 for V <= 10^6 (larger vocabularies, and rows near the bound, go
+    through that function), and a passing row holds the values it returns (row i of the float64
+    array: a view of ``rows`` when that is one already).  Rows that do not pass, and every row
+    when ``rows`` cannot be read as one float64 (n, V) array (ragged rows, masked or non-numeric
+    entries, another shape), are False: the caller checks them one by one with
+    ``check_distribution``, which refuses them with its message or renormalises a float32 row.
+
+    Args:
+        rows: the (n, V) rows, array-like (e.g. a pair's answer).
+        n, vocab: the expected shape.
+
+    Returns:
+        (the float64 array, or None when it could not be read whole; which rows passed).
+    """
+    if vocab > 10**6:
+        return None, np.zeros(n, dtype=bool)
+    try:
+        arr = check_real_array(rows, "rows")
+    except ValueError:
+        return None, np.zeros(n, dtype=bool)
+    if arr.shape != (n, vocab):
+        return None, np.zeros(n, dtype=bool)
+    ok = np.empty(n, dtype=bool)
+    step = max(1, BLOCK_BYTES // (8 * vocab))
+    for start in range(0, n, step):
+        block = arr[start : start + step]
+        total = block.sum(axis=1)
+        # no sign bit set: no negative entry (nor -0.0, which check_distribution then accepts);
+        # NaN or an infinite entry makes the sum NaN or infinite, which fails the sum's test
+        signed = block.view(np.int64).min(axis=1) < 0
+        ok[start : start + step] = ~signed & (np.abs(total - 1.0) <= 0.5 * SUM_TOLERANCE)
+    return arr, ok
 
 
 class NodeTable:
@@ -122,22 +172,42 @@ class NodeTable:
             p, q = self.pair.distributions([self.context + pth for pth in missing])
         self.add(missing, p, q)
 
-    def add(self, paths: Sequence[Path], p, q) -> None:
+    def add(self, paths: Sequence[Path], p, q, *, method: str = "blocks") -> None:
         """Record p and q rows (shape (len(paths), V)) that the caller evaluated itself, for example a
         capture's one tree-attention forward over every node; each row is validated once here.
 
+        ``method="blocks"`` (default): the rows are checked together (``checked_rows``: a minimum
+        and a sum per row over blocks of rows, instead of a validated call per row) and kept as
+        views of the float64 arrays; a row the block check does not pass (or arrays it cannot take
+        whole) goes through ``check_distribution`` alone, which refuses it or returns it
+        renormalised (a float32 row within its rounding).  ``method="reference"``: every row
+        through ``check_distribution``, the plain path; the same rows bit for bit and the same
+        refusals (tests/test_trees_rows.py).
+
         Raises:
             ValueError: a row that is not a distribution over V tokens, or a path already known
-                with other values (or known as logits: add a node's rows or its logits, not both).
+                with other values (or known as logits: add a node's rows or its logits, not both);
+                a number of rows other than len(paths); an unknown ``method``.
         """
+        if method not in ("blocks", "reference"):
+            raise ValueError(f"method: must be 'blocks' or 'reference', got {method!r}")
+        paths = [tuple(pth) for pth in paths]
+        for name, given in (("p", p), ("q", q)):
+            if len(given) != len(paths):
+                raise ValueError(f"{name}: has {len(given)} rows, expected {len(paths)} (one per path)")
+        if method == "blocks":
+            rows_p, ok_p = checked_rows(p, len(paths), self.vocab_size)
+            rows_q, ok_q = checked_rows(q, len(paths), self.vocab_size)
+        else:
+            rows_p = rows_q = None
+            ok_p = ok_q = np.zeros(len(paths), dtype=bool)
         for i, pth in enumerate(paths):
-            pth = tuple(pth)
             if pth in self._logits:
                 raise ValueError(
                     f"paths: node {pth} is already known as logits (add_logits); add its rows or its logits, not both"
                 )
-            row_p = check_distribution(p[i], f"p at node {pth}", size=self.vocab_size)
-            row_q = check_distribution(q[i], f"q at node {pth}", size=self.vocab_size)
+            row_p = rows_p[i] if ok_p[i] else check_distribution(p[i], f"p at node {pth}", size=self.vocab_size)
+            row_q = rows_q[i] if ok_q[i] else check_distribution(q[i], f"q at node {pth}", size=self.vocab_size)
             if pth in self._p and not (np.array_equal(self._p[pth], row_p) and np.array_equal(self._q[pth], row_q)):
                 raise ValueError(f"paths: node {pth} is already known with other p, q")
             self._p[pth], self._q[pth] = row_p, row_q
@@ -391,11 +461,15 @@ class DraftTree:
     def nodes(self) -> list[Path]:
         """Every node path, root first, in depth-first order of first appearance."""
         out, stack = [], [()]
+        child_list = self.child_list
         while stack:
             path = stack.pop()
             out.append(path)
-            for t in reversed(list(dict.fromkeys(self.child_list(path)))):
-                stack.append(path + (t,))
+            kids = child_list(path)
+            if len(kids) == 1:  # most nodes of a drafted tree: no duplicates to drop
+                stack.append((*path, kids[0]))
+            elif kids:
+                stack.extend([(*path, t) for t in reversed(dict.fromkeys(kids))])
         return out
 
     def depth(self) -> int:
