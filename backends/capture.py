@@ -79,7 +79,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from backends import capture_store as store
-from backends import adapter_draft, pretrained
+from backends import pretrained
 from backends.capture_lock import CaptureLock
 from backends.cli import ToolParser, check_flags, fail_from, name_list, prepare_out, progress_bar, slow_step
 from backends.hf import check_model_folder, oom_errors
