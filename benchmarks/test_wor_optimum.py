@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from benchmarks.conftest import VOCAB, _softmax
-from simlab import verifiers
 from simlab.otlp import optimal_acceptance
 from simlab.verifiers import ot_wor
 
@@ -38,12 +37,13 @@ def close_pair(request):
     return _softmax(z), _softmax(z + 0.7 * rng.standard_normal(z.size))
 
 
+@pytest.mark.parametrize("containment", ["fast", "reference"])
 @pytest.mark.parametrize("k", [2, 4])
-def test_ot_wor_prepare(benchmark, close_pair, k):
+def test_ot_wor_prepare(benchmark, close_pair, k, containment):
     """``ot_wor``'s plan (16 orders at most; Frank-Wolfe at these supports), computed each round (its
-    plan cache emptied first)."""
+    plan cache emptied first), with its containments by ``containment`` (``"reference"``: the
+    clocks to relative accuracy, as before the closed form and the absolute grid)."""
     p, q = close_pair
-    plan = benchmark.pedantic(
-        verifiers.get("ot_wor").prepare, args=(p, q, k), setup=ot_wor.PLAN_CACHE.clear, rounds=2, iterations=1
-    )
+    verifier = ot_wor.OTWithoutReplacement(containment=containment)
+    plan = benchmark.pedantic(verifier.prepare, args=(p, q, k), setup=ot_wor.PLAN_CACHE.clear, rounds=2, iterations=1)
     assert 0.0 <= plan.gap <= 0.01

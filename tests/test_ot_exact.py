@@ -120,23 +120,92 @@ def logits(vocab: int, temperature: float, seed: int):
     return p / p.sum(), q / q.sum()
 
 
+def prepared(p, q, k, engine):
+    """The plan with the curtain run by ``engine``."""
+    return OTExact(engine=engine).prepare(p, q, k)
+
+
+def agree(p, q, k, engine, reference="reference"):
+    """The plans of two engines: the same selection laws, values and selection probabilities of
+    three tuples drafted from q (1e-12: not the output laws, whose correction norm((p - mu)_+)
+    magnifies the rounding of mu where sum (p - mu)_+ is tiny, nor tuples of atoms far below the
+    rounding of their score positions, which the runs may order differently with the same mu);
+    the loop engines also the same number of pieces."""
+    fast, slow = prepared(p, q, k, engine), prepared(p, q, k, reference)
+    if engine != "vectorised":
+        assert fast.pieces == slow.pieces
+    np.testing.assert_allclose(fast.mu, slow.mu, atol=1e-12, rtol=0)
+    assert abs(fast.value - slow.value) <= 1e-12
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x = rng.choice(fast.q.size, size=k, p=fast.q)
+        np.testing.assert_allclose(fast._selection(x), slow._selection(x), atol=1e-12, rtol=0)
+    return fast, slow
+
+
+ENGINES = [
+    "vectorised",
+    "python",
+    pytest.param("compiled", marks=pytest.mark.skipif(not ot_exact._numba_available(), reason="numba not installed")),
+]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize(
     "vocab,temperature,k,seed", [(500, 1.0, 4, 0), (3000, 0.2, 8, 11), (3000, 0.2, 2, 15), (3000, 0.2, 4, 13)]
 )
-def test_fast_curtain_equals_the_reference(vocab, temperature, k, seed):
-    """The runs placed at once (``stretch``, ``leap``) against one atom at a time: the selection
-    laws agree to 1e-12, both reach alpha*."""
+def test_fast_curtain_equals_the_reference(engine, vocab, temperature, k, seed):
+    """The runs placed at once (``stretch``, ``leap``) and the compiled loop (and the same loop
+    uncompiled) against one atom at a time: the selection laws agree to 1e-12, both reach alpha*;
+    the loop's pieces are the reference's bit for bit."""
     p, q = logits(vocab, temperature, seed)
-    fast = EXACT.prepare(p, q, k)
-    plain = ot_exact.curtain
-    try:
-        ot_exact.curtain = lambda *args: plain(*args, fast=False)
-        slow = EXACT.prepare(p, q, k)
-    finally:
-        ot_exact.curtain = plain
-    np.testing.assert_allclose(fast.mu, slow.mu, atol=1e-12, rtol=0)
+    fast, slow = agree(p, q, k, engine)
+    if engine != "vectorised":
+        np.testing.assert_array_equal(fast.mu, slow.mu)
     for plan in (fast, slow):
         assert abs(plan.value - optimal_acceptance(p, q, k)) <= 1e-9
+
+
+def tiled(p, q, copies, seed=0):
+    """``copies`` scaled copies of a small instance side by side (its ties, zeros and tiny masses
+    repeated at many scales: the runs the fast engines place at once), p and q renormalised."""
+    scale = np.random.default_rng(seed).uniform(0.5, 2.0, size=(copies, 1))
+    big_p, big_q = (np.asarray(p) * scale).ravel(), (np.asarray(q) * scale[::-1]).ravel()
+    return big_p / big_p.sum(), big_q / big_q.sum()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("case", list(EDGE))
+@pytest.mark.parametrize("k", [2, 4])
+def test_engines_agree_on_the_edge_cases(engine, case, k):
+    """p == q, one-hot p or q, disjoint supports, q = 0 < p, tiny masses, ties: every engine's plan
+    equals the reference's (1e-12), on the four-token case and on 100 scaled copies of it."""
+    p, q = (np.array(v, dtype=np.float64) for v in EDGE[case])
+    agree(p, q, k, engine)
+    agree(*tiled(p, q, 100), k, engine)
+
+
+def test_the_engine_check_catches_a_planted_fault(monkeypatch):
+    """Planted fault: the loop solves one atom's root for a target off by 1e-6 (relative); the
+    agreement check above must fail."""
+    p, q = logits(500, 1.0, 0)
+    loop = ot_exact._loop("python")
+
+    def faulty(lengths, targets, *args):
+        targets = targets.copy()
+        targets[targets.size // 2] *= 1.0 + 1e-6
+        return loop(lengths, targets, *args)
+
+    monkeypatch.setitem(ot_exact._LOOPS, "python", faulty)
+    with pytest.raises(AssertionError):
+        agree(p, q, 4, "python")
+
+
+def test_an_unknown_engine_is_refused():
+    with pytest.raises(ValueError, match="engine"):
+        ot_exact.curtain(np.ones(2) / 2, np.ones(2), 0.0, 1.0, 2, True, engine="fast")
+    with pytest.raises(ValueError, match="engine"):
+        OTExact(engine="numba")
 
 
 @pytest.mark.parametrize("temperature,k", [(1.0, 2), (1.0, 4), (0.2, 4), (0.2, 8)])

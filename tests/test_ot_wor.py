@@ -40,6 +40,101 @@ def test_reaches_alpha_star_on_small_supports():
         assert abs(plan.weights.sum() - 1.0) <= 1e-15 and plan.weights.min() > 0.0
 
 
+@pytest.mark.parametrize("zeros", [0, 3])
+def test_vertex_order_equals_the_lexsort(zeros):
+    """The priority order of a vertex (prices ascending, p/q within ties; the last ranked highest)
+    as built without a sort (the p/q order inverted from its ranks, a stable partition for 0/1
+    prices) equals the two-key lexsort it replaces, with ties in p/q and tokens with q = 0; the
+    planted fault (the partition's groups swapped) differs."""
+    rng = np.random.default_rng(zeros)
+    p = rng.dirichlet(np.ones(40))
+    q = rng.dirichlet(np.ones(40))
+    q[:zeros] = 0.0
+    q[10:14] = p[10:14] * q[20] / p[20]  # ties in p/q
+    q /= q.sum()
+    plan = verifiers.get("ot_wor").prepare(p, q, 2)
+    support = np.flatnonzero(q > 0)
+    ratio_rank = np.empty(support.size, dtype=np.int64)
+    ratio_rank[np.argsort(p[support] / q[support], kind="stable")] = np.arange(support.size)
+    for prices in (None, (rng.random(40) < 0.5).astype(float), rng.random(40).round(1)):
+        keys = (ratio_rank,) if prices is None else (ratio_rank, prices[support])
+        expected = support[np.lexsort(keys)]
+        _, rank, _ = plan._vertex(support, ratio_rank, prices)
+        order = np.empty(support.size, dtype=np.int64)
+        order[rank[support]] = support
+        np.testing.assert_array_equal(order, expected)
+        if prices is not None and set(np.unique(prices)) == {0.0, 1.0}:
+            swapped = np.concatenate((expected[prices[expected] == 1.0], expected[prices[expected] == 0.0]))
+            assert not np.array_equal(swapped, expected)  # the check tells the fault apart
+
+
+def _tiled(p, q, copies, seed=0):
+    """``copies`` scaled copies of a small instance side by side (its ties, zeros and tiny masses
+    at many scales), renormalised: a support above the enumeration."""
+    scale = np.random.default_rng(seed).uniform(0.5, 2.0, size=(copies, 1))
+    big_p, big_q = (np.asarray(p, dtype=np.float64) * scale).ravel(), (np.asarray(q, dtype=np.float64) * scale[::-1]).ravel()
+    return big_p / big_p.sum(), big_q / big_q.sum()
+
+
+def _orders_agree(p, q, k):
+    """Each order's selection law (the p/q order and a Frank-Wolfe 0/1 order) by the fast
+    containments equals the reference's (the clocks to relative accuracy) to 1e-12, and so does
+    alpha*; returns the fast plan."""
+    fast = ot_wor.OTWithoutReplacement().prepare(p, q, k)
+    slow = ot_wor.OTWithoutReplacement(containment="reference").prepare(p, q, k)
+    assert abs(fast.alpha_star - slow.alpha_star) <= 1e-12
+    support = np.flatnonzero(q > 0)
+    ratio_rank = np.empty(support.size, dtype=np.int64)
+    ratio_rank[np.argsort(p[support] / q[support], kind="stable")] = np.arange(support.size)
+    for prices in (None, (np.random.default_rng(1).random(p.size) < 0.5).astype(float)):
+        law_fast, rank_fast, _ = fast._vertex(support, ratio_rank, prices)
+        law_slow, rank_slow, _ = slow._vertex(support, ratio_rank, prices)
+        np.testing.assert_array_equal(rank_fast, rank_slow)
+        np.testing.assert_allclose(law_fast, law_slow, atol=1e-12, rtol=0)
+    return fast
+
+
+EDGE_CASES = {
+    "p == q": ([0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4]),
+    "one-hot p": ([0.0, 1.0, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25]),
+    "one-hot q": ([0.3, 0.3, 0.2, 0.2], [0.0, 0.0, 1.0, 0.0]),
+    "disjoint supports": ([0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.6, 0.4]),
+    "q = 0 < p": ([0.2, 0.3, 0.4, 0.1], [0.5, 0.5, 0.0, 0.0]),
+    "tiny masses": ([1e-15, 0.5 - 1e-15, 0.25, 0.25], [0.4, 1e-14, 0.3, 0.3 - 1e-14]),
+    "ties in p/q": ([0.2, 0.2, 0.3, 0.3], [0.1, 0.1, 0.4, 0.4]),
+}
+
+
+@pytest.mark.parametrize("case", list(EDGE_CASES))
+@pytest.mark.parametrize("k", [2, 3])
+def test_fast_containments_equal_the_reference(case, k):
+    """p == q, one-hot p or q, disjoint supports, q = 0 < p, tiny masses, ties, each on 200 scaled
+    copies (above the enumeration): the closed form (k = 2) and the clocks to absolute accuracy
+    (k = 3) give every order's law to 1e-12 of the clocks to relative accuracy.  (The climbs
+    themselves may part: which tokens are below p after a step moves with the last ulp.)"""
+    p, q = _tiled(*EDGE_CASES[case], 200)
+    plan = _orders_agree(p, q, k)
+    assert plan.containment_method == ("pairs" if k == 2 else "clocks") and plan.containment_absolute == (k > 2)
+
+
+def test_the_containment_check_catches_a_planted_fault(monkeypatch):
+    """Planted fault: the fast containments off by 1e-10 at one prefix; the check above must fail."""
+    p, q = _tiled(*EDGE_CASES["p == q"], 100)
+    plain = ot_wor.prefix_containment
+
+    def faulty(q_ordered, k, method="clocks", **options):
+        out = plain(q_ordered, k, method=method, **options)
+        if method == "pairs":
+            out[out.size // 2] += 1e-10
+        return out
+
+    monkeypatch.setattr(ot_wor, "prefix_containment", faulty)
+    ot_wor.PLAN_CACHE.clear()
+    with pytest.raises(AssertionError):
+        _orders_agree(p, q, 2)
+    ot_wor.PLAN_CACHE.clear()
+
+
 def test_real_vocabulary_bounds():
     """V = 3,000 (above the column generation's limit): the selection law is the mixture of the
     orders' laws and a law; sum min(mu, p) <= alpha*, above one order's and within 0.02 of alpha*;

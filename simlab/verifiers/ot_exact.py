@@ -51,11 +51,18 @@ Per child tuple: P(child of atom A is selected) = sum over A's pieces pi of (len
 int_0^1 (c + d u)^(n_A - 1) du prod_{B != A} F_B(pi)^(n_B), with c, d the fractions of A's length
 before and in pi, n the atoms' multiplicities in the tuple and F_B(pi) the fraction of B's length
 in pieces before pi: O(k * pieces) per tuple (pieces per atom is 1-2 but for atoms that pop many
-gaps), O(V) for the whole law.  Preparation: one sort, O(V log V), plus the curtain: runs of atoms
-of one shape (the walk's V shape, ``_Curtain.stretch``; intervals above the frontier,
-``_Curtain.leap``) placed at once by vectorised Newton solves, each atom's shape tested exactly,
-and scalar steps (``_Curtain.step``, the plain reference: ``curtain(..., fast=False)``) between
-them.  Cost at V = 128,000, k = 4: benchmarks/RESULTS.md.
+gaps), O(V) for the whole law.  Preparation: one sort, O(V log V), plus the curtain, by one of
+``curtain``'s engines: the plain reference places one atom at a time (``_Curtain.step``, Python
+floats); ``"compiled"`` runs the same steps as one loop compiled by numba (bit for bit the
+reference's pieces; compiled once per process, a few seconds); ``"vectorised"`` places runs of
+atoms of one shape at once (the walk's V shape, ``_Curtain.stretch``; intervals above the
+frontier, ``_Curtain.leap``) by vectorised Newton solves started from the closed-form root for
+k <= 4 (``ot_walk._span_midpoint``), each atom's shape tested exactly, with scalar steps between
+them.  The default takes the compiled loop where numba imports, else the vectorised runs: the
+runs are long where the draft is far from the target and break at every gap where it is close
+(a short run costs a few hundred microseconds of numpy calls, a compiled step well under one).
+Cost at V = 128,000, k = 4 against one sort of the V ratios: benchmarks/test_ot_exact.py and
+benchmarks/RESULTS.md.
 
 Drafting without replacement is not covered, for three precise reasons.  (a) Its F(A) = P(all k
 distinct draws lie in A) is not a function of q(A) (one token of mass 0.5 and five of mass 0.1 give
@@ -75,13 +82,16 @@ orders (exact on small supports, a reported gap at real V).  ``Optimal`` with
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from simlab.checks import check_choice
 from simlab.distributions import inverse_cdf
 from simlab.verifiers.base import NodeVerifier
-from simlab.verifiers.ot_walk import CERTIFY_TOL, _level, _power_difference
+from simlab.verifiers.ot_walk import CERTIFY_TOL, _level, _power_difference, _span_midpoint
 from simlab.verifiers.selection import SelectionPlan
 
 
@@ -110,6 +120,24 @@ def _root(f, slope, lo: float, hi: float, start: float) -> float:
             return nxt
         x = nxt
     return x
+
+
+def _span_start(k, mass, width, near, cum_l, x_lo, x_hi, upward):
+    """Newton's start for ``_Curtain.stretch``: the span of length ``width`` (float64 (n,)) whose
+    h-mass a^k - b^k is ``mass``, by ``ot_walk._span_midpoint`` (closed form for k <= 4), moved by
+    2^-46 of its scale to the side where Newton converges monotonically (above upward, below
+    downward) and clipped to the bracket; the bracket's end on that side for larger k and where
+    the closed form is not finite.  Returns x (the top length): the span's top is near + x upward,
+    near + cum_l - x downward."""
+    fallback = x_hi if upward else x_lo
+    mid = _span_midpoint(mass, width, k)
+    if mid is None:
+        return fallback.copy()
+    with np.errstate(invalid="ignore"):
+        top = mid + 0.5 * width
+        slack = 2.0**-46 * (np.abs(top) + width + abs(near))
+        x = (top + slack - near) if upward else (near + cum_l - top - slack)
+        return np.where(np.isfinite(x), np.clip(x, x_lo, x_hi), fallback)
 
 
 class _Curtain:
@@ -188,10 +216,11 @@ class _Curtain:
         m, want, room, front = float(self.lengths[atom]), float(self.targets[atom]), self.span - self.front, self.front
         mass = self.scalar_mass
         if m <= room and mass(front, m) <= want:
-            top = self.span - m  # upward the mass is convex in z (Newton from above), downward concave
-            alpha = _root(
-                lambda z: mass(z, m) - want, lambda z: self.scalar_rise(z, m), front, top, top if self.upward else front
+            top = self.span - m
+            first = _PYTHON["interval_start"](
+                m, want, self.start, self.end, self.k, self.upward, front, top, top if self.upward else front
             )
+            alpha = _root(lambda z: mass(z, m) - want, lambda z: self.scalar_rise(z, m), front, top, first)
             if alpha > front:
                 self.stack.append((front, alpha))
             self.put(atom, alpha, m)
@@ -211,12 +240,16 @@ class _Curtain:
             lo, hi = self.stack[-1]
             high = min(hi - lo, rest)
             low = min(max(0.0, rest - room), high)  # [front, front + rest - s] must fit below the end
+            between = mass(hi, front - hi)
+            first = _PYTHON["cut_start"](
+                between, rest, taken_mass, want, front, hi, self.start, self.end, self.k, self.upward, low, high, high
+            )
             s = _root(
                 lambda s: -(mass(front, rest - s) + taken_mass + mass(hi - s, s) - want),
                 lambda s: self.scalar_rise(hi - s, (front - hi) + rest),
                 low,
                 high,
-                high,
+                first,
             )
             if s > 0.0:
                 self.put(atom, hi - s, s)
@@ -245,26 +278,57 @@ class _Curtain:
         lengths = self.lengths[first:stop]
         cum_l, cum_t = np.cumsum(lengths), np.cumsum(self.targets[first:stop])
         x_hi, x_lo = np.minimum(cum_l, room), np.maximum(cum_l - gap, 0.0)
-        f = lambda x: self.mass(front, x) + self.mass(hi - (cum_l - x), cum_l - x) - cum_t
-        ok = (x_lo <= x_hi) & (f(x_hi) >= 0.0) & (f(x_lo) <= 0.0)
+        # the two pieces' masses are the h-mass of the span [cut, top] less the filled [hi, front]
+        # between them (a scalar): one Horner pass gives the value and the slope (the density
+        # rise over the span); each atom's shape is tested with the exact masses below
+        width = (front - hi) + cum_l  # from the cut up to the frontier's new top, exactly
+        goal = cum_t + self.scalar_mass(hi, front - hi)
+        sign = 1.0 if self.upward else -1.0
+        near, far = (self.start + front, self.start + hi) if self.upward else (self.end - hi, self.end - front)
+
+        def span(x, cl, d, g):
+            y = cl - x
+            a, b = (near + x, far - y) if self.upward else (near + y, far - x)
+            lower, total, power = 1.0, a + b, b
+            for _ in range(self.k - 2):
+                power = power * b
+                lower = total
+                total = total * a + power
+            return sign * d * total - g, self.k * d * lower
+
+        ok = (x_lo <= x_hi) & (span(x_hi, cum_l, width, goal)[0] >= 0.0) & (span(x_lo, cum_l, width, goal)[0] <= 0.0)
         bad = np.flatnonzero(~ok)
         count = int(bad[0]) if bad.size else lengths.size
         if count == 0:
             return 0
         cum_l, cum_t, x_lo, x_hi = cum_l[:count], cum_t[:count], x_lo[:count], x_hi[:count]
+        width, goal = width[:count], goal[:count]
         # f'' = density'(front + x) - density'(top - y): >= 0 upward (h convex, front + x above the
         # cut), <= 0 downward (mirrored); Newton from the side that converges monotonically
-        x = (x_hi if self.upward else x_lo).copy()
-        idx = np.arange(count)
+        x = _span_start(self.k, sign * goal, width, near, cum_l, x_lo, x_hi, self.upward)
+        idx = None  # None: every atom still moves (slices, no gathers)
         for _ in range(100):
-            xi, yi = x[idx], cum_l[idx] - x[idx]
-            value = self.mass(front, xi) + self.mass(hi - yi, yi) - cum_t[idx]
-            slope = self.rise(hi - yi, (front - hi) + cum_l[idx])  # from the cut up to the frontier
+            xi = x if idx is None else x[idx]
+            if idx is None:
+                value, slope = span(xi, cum_l, width, goal)
+            else:
+                value, slope = span(xi, cum_l[idx], width[idx], goal[idx])
             step = np.where(slope > 0.0, value / np.where(slope > 0.0, slope, 1.0), 0.0)
-            x[idx] = np.clip(xi - step, x_lo[idx], x_hi[idx])
-            idx = idx[(np.abs(step) > 1e-15 * (np.abs(front) + xi + 1e-300)) & ((value > 0.0) if self.upward else (value < 0.0))]
+            moved = np.clip(xi - step, x_lo if idx is None else x_lo[idx], x_hi if idx is None else x_hi[idx])
+            going = (np.abs(step) > 1e-15 * (np.abs(front) + xi + 1e-300)) & ((value > 0.0) if self.upward else (value < 0.0))
+            if idx is None:
+                x = moved
+                idx = np.flatnonzero(going)
+                if idx.size == count:
+                    idx = None
+                    continue
+            else:
+                x[idx] = moved
+                idx = idx[going]
             if idx.size == 0:
                 break
+        if idx is None:
+            idx = np.arange(count)
         if idx.size:  # not converged in 100 steps: place the atoms before the first such one
             count = int(idx[0])
             if count == 0:
@@ -359,7 +423,231 @@ class _Curtain:
         return owner[order].astype(np.int64), lower[order], size[order]
 
 
-def curtain(lengths, targets, start: float, end: float, k: int, upward: bool, fast: bool = True):
+def _make_kernels(jit):
+    """The curtain one atom at a time (``_Curtain.step`` and ``finish``, the same operations in the
+    same order on float64 scalars) as one loop over plain arrays, decorated by ``jit``: numba's
+    ``njit`` compiles it (``engine="compiled"``: results bit for bit those of the Python steps,
+    as numba contracts no multiply-add without fastmath), the identity leaves it Python (the tests
+    run it so on small inputs where numba is absent).  Returns {"loop": loop(lengths, targets,
+    start, end, k, upward) -> (owner int64, z0 float64, size float64) in placement order,
+    processing coordinates, ``targets`` already signed (negated downward); "interval_start",
+    "cut_start": the roots' closed-form starts, which the reference steps take from the
+    uncompiled kernels}."""
+
+    @jit
+    def midpoint(mass: float, width: float, k: int) -> float:
+        """``ot_walk._span_midpoint`` for one span (Python floats, also compiled by numba in the
+        loop: the same operations, so the same start): the midpoint of the span of length ``width``
+        whose a^k - b^k is ``mass``, closed form for k = 2, 3, 4 (t^2 as (R + sqrt(R^2 + w^3))^(2/3));
+        NaN for other k or where it is not defined (width <= 0, mass < 0, a zero denominator)."""
+        if not (width > 0.0 and mass >= 0.0) or k < 2 or k > 4:
+            return math.nan
+        if k == 2:
+            return mass / (2.0 * width)
+        if k == 3:
+            v = mass / width - 0.25 * width * width
+            return math.sqrt(v / 3.0) if v > 0.0 else 0.0
+        w = width * width / 12.0
+        r = mass / (8.0 * width)
+        t2 = (r + math.sqrt(r * r + w * w * w)) ** (2.0 / 3.0)
+        den = t2 * t2 + t2 * w + w * w
+        return 2.0 * r * t2 / den if den > 0.0 and den < math.inf else math.nan
+
+    @jit
+    def interval_start(
+        m: float, want: float, start: float, end: float, k: int, upward: bool, lo: float, hi: float, default: float
+    ) -> float:
+        """The step's start for an interval [z, z + m] above the frontier of signed h-mass ``want``:
+        the closed-form z (``midpoint``) inside [lo, hi], else ``default``."""
+        mid = midpoint(want if upward else -want, m, k)
+        z = mid - 0.5 * m - start if upward else end - mid - 0.5 * m
+        return min(max(z, lo), hi) if z == z and abs(z) < math.inf else default
+
+    @jit
+    def cut_start(
+        between: float,
+        rest: float,
+        taken_mass: float,
+        want: float,
+        front: float,
+        hi: float,
+        start: float,
+        end: float,
+        k: int,
+        upward: bool,
+        lo: float,
+        top: float,
+        default: float,
+    ) -> float:
+        """The step's start for the cut s of the top gap (the span from hi - s up to front + rest - s,
+        whose h-mass less ``between``, that of the filled [hi, front], is want - taken_mass): the
+        closed-form s inside [lo, top], else ``default``."""
+        width = (front - hi) + rest
+        if upward:
+            mid = midpoint(want - taken_mass + between, width, k)
+            s = start + front + rest - mid - 0.5 * width
+        else:
+            mid = midpoint(-(want - taken_mass + between), width, k)
+            s = mid - 0.5 * width - end + front + rest
+        return min(max(s, lo), top) if s == s and abs(s) < math.inf else default
+
+    @jit
+    def horner(a, b, terms):
+        total, power = 1.0, 1.0
+        for _ in range(terms - 1):
+            power *= b
+            total = total * a + power
+        return total
+
+    @jit
+    def mass(z0, size, start, end, k, upward):
+        if upward:
+            return size * horner(start + z0 + size, start + z0, k)
+        return -(size * horner(end - z0, end - z0 - size, k))
+
+    @jit
+    def rise(z0, size, start, end, k, upward):
+        if upward:
+            return k * size * horner(start + z0 + size, start + z0, k - 1)
+        return k * size * horner(end - z0, end - z0 - size, k - 1)
+
+    @jit
+    def value(mode, x, m, want, front, rest, taken_mass, hi, start, end, k, upward):
+        if mode == 0:  # an interval [x, x + m] above the frontier
+            return mass(x, m, start, end, k, upward) - want
+        return -(mass(front, rest - x, start, end, k, upward) + taken_mass + mass(hi - x, x, start, end, k, upward) - want)
+
+    @jit
+    def slope(mode, x, m, front, rest, hi, start, end, k, upward):
+        if mode == 0:
+            return rise(x, m, start, end, k, upward)
+        return rise(hi - x, (front - hi) + rest, start, end, k, upward)
+
+    @jit
+    def root(mode, lo, hi_x, start_x, m, want, front, rest, taken_mass, hi, start, end, k, upward):
+        """``_root`` for the step's two equations (``mode`` 0: above the frontier, 1: the cut)."""
+        if value(mode, lo, m, want, front, rest, taken_mass, hi, start, end, k, upward) >= 0.0:
+            return lo
+        if value(mode, hi_x, m, want, front, rest, taken_mass, hi, start, end, k, upward) <= 0.0:
+            return hi_x
+        x = start_x
+        for _ in range(200):
+            f = value(mode, x, m, want, front, rest, taken_mass, hi, start, end, k, upward)
+            if f == 0.0:
+                return x
+            if f < 0.0:
+                lo = x
+            else:
+                hi_x = x
+            d = slope(mode, x, m, front, rest, hi, start, end, k, upward)
+            nxt = x - f / d if d > 0.0 else lo - 1.0
+            if not (lo < nxt and nxt < hi_x):
+                nxt = 0.5 * (lo + hi_x)
+            if abs(nxt - x) <= 1e-16 * max(abs(x), 1e-300) or hi_x - lo <= 1e-16 * max(max(abs(hi_x), abs(lo)), 1e-300):
+                return nxt
+            x = nxt
+        return x
+
+    @jit
+    def loop(lengths, targets, start, end, k, upward):
+        n = lengths.size
+        span, front = end - start, 0.0
+        stack_lo, stack_hi = np.empty(n + 1), np.empty(n + 1)
+        depth = 0
+        cap = 4 * n + 4  # a piece per atom and per gap it pops (each gap pushed once), two more
+        owner, z0, size = np.empty(cap, dtype=np.int64), np.empty(cap), np.empty(cap)
+        count = 0
+        for atom in range(n - 1):
+            m, want, room = lengths[atom], targets[atom], span - front
+            if m <= room and mass(front, m, start, end, k, upward) <= want:
+                top = span - m
+                first = interval_start(m, want, start, end, k, upward, front, top, top if upward else front)
+                alpha = root(0, front, top, first, m, want, front, 0.0, 0.0, 0.0, start, end, k, upward)
+                if alpha > front:
+                    stack_lo[depth], stack_hi[depth] = front, alpha
+                    depth += 1
+                owner[count], z0[count], size[count] = atom, alpha, m
+                count += 1
+                front = alpha + m
+                continue
+            taken, taken_mass = 0.0, 0.0
+            while depth > 0:
+                lo, hi = stack_lo[depth - 1], stack_hi[depth - 1]
+                top = m - taken - (hi - lo)
+                if top < 0.0 or (
+                    top <= room
+                    and mass(front, top, start, end, k, upward) + taken_mass + mass(lo, hi - lo, start, end, k, upward) < want
+                ):
+                    break
+                depth -= 1
+                owner[count], z0[count], size[count] = atom, lo, hi - lo
+                count += 1
+                taken, taken_mass = taken + hi - lo, taken_mass + mass(lo, hi - lo, start, end, k, upward)
+            rest, s = m - taken, 0.0
+            if depth > 0:
+                lo, hi = stack_lo[depth - 1], stack_hi[depth - 1]
+                high = min(hi - lo, rest)
+                low = min(max(0.0, rest - room), high)
+                between = mass(hi, front - hi, start, end, k, upward)
+                first = cut_start(between, rest, taken_mass, want, front, hi, start, end, k, upward, low, high, high)
+                s = root(1, low, high, first, m, want, front, rest, taken_mass, hi, start, end, k, upward)
+                if s > 0.0:
+                    owner[count], z0[count], size[count] = atom, hi - s, s
+                    count += 1
+                if hi - s > lo:
+                    stack_hi[depth - 1] = hi - s
+                else:
+                    depth -= 1
+            if rest - s > 0.0:
+                owner[count], z0[count], size[count] = atom, front, rest - s
+                count += 1
+                front = front + rest - s
+        if n > 0:  # ``finish``: the last atom takes what is left
+            placed = False
+            for i in range(depth):
+                if stack_hi[i] > stack_lo[i]:
+                    owner[count], z0[count], size[count] = n - 1, stack_lo[i], stack_hi[i] - stack_lo[i]
+                    count += 1
+                    placed = True
+            if span > front or not placed:
+                owner[count], z0[count] = n - 1, front
+                size[count] = span - front if span > front else lengths[n - 1]
+                count += 1
+        return owner[:count], z0[:count], size[:count]
+
+    return {"loop": loop, "interval_start": interval_start, "cut_start": cut_start}
+
+
+_PYTHON = _make_kernels(lambda f: f)
+"""The kernels uncompiled: the reference steps take their starts from here."""
+_LOOPS = {}
+ENGINES = ("auto", "compiled", "vectorised", "python", "reference")
+"""``curtain``'s engines (its docstring)."""
+
+
+@functools.cache
+def _numba_available() -> bool:
+    """Whether numba imports (checked once)."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _loop(engine: str):
+    """The one-atom-at-a-time loop: ``"compiled"`` by numba (compiled once per process), or ``"python"``."""
+    if engine not in _LOOPS:
+        if engine == "compiled":
+            import numba
+
+            _LOOPS[engine] = _make_kernels(numba.njit(cache=False, nogil=True))["loop"]
+        else:
+            _LOOPS[engine] = _PYTHON["loop"]
+    return _LOOPS[engine]
+
+
+def curtain(lengths, targets, start: float, end: float, k: int, upward: bool, engine: str = "auto"):
     """The left curtain (module docstring, step 3) of atoms on the scores [start, end].
 
     Args:
@@ -368,14 +656,31 @@ def curtain(lengths, targets, start: float, end: float, k: int, upward: bool, fa
         targets: float64 (n,), the atoms' h-masses (q_A times the wanted h-mean, h = k w^(k-1)).
         start, end: the score interval; k: the number of children (>= 2).
         upward: True runs from ``start`` up (the left curtain), False from ``end`` down (mirrored).
-        fast: place runs of V-shaped atoms at once (``_Curtain.stretch``); False: one atom at a
-            time (the plain reference, ``_Curtain.step``; the tests check they agree).
+        engine: ``"reference"``, one atom at a time (``_Curtain.step``, the plain reference);
+            ``"compiled"``, the same steps as one loop compiled by numba (bit for bit the
+            reference's pieces; numba must be installed); ``"python"``, that loop uncompiled (for
+            the tests); ``"vectorised"``, runs of V-shaped atoms and of intervals above the
+            frontier placed at once by numpy (``_Curtain.stretch``, ``leap``), scalar steps
+            between; ``"auto"`` (default), ``"compiled"`` where numba imports, else
+            ``"vectorised"``.
 
     Returns:
         (atom int64, lower end float64, length float64), one entry per piece in score order: the
         pieces tile [start, end] up to rounding; the last atom takes whatever is left.
+
+    Raises:
+        ValueError: an unknown ``engine``.
     """
-    state = _Curtain(np.asarray(lengths, dtype=np.float64), np.asarray(targets, dtype=np.float64), start, end, k, upward)
+    check_choice(engine, "engine", ENGINES, "curtain engine")
+    if engine == "auto":
+        engine = "compiled" if _numba_available() else "vectorised"
+    lengths, targets = np.asarray(lengths, dtype=np.float64), np.asarray(targets, dtype=np.float64)
+    state = _Curtain(lengths, targets, start, end, k, upward)
+    if engine in ("compiled", "python"):
+        owner, z0, size = _loop(engine)(state.lengths, state.targets, float(start), float(end), int(k), bool(upward))
+        state.owner, state.lower, state.size = [owner], [z0], [size]
+        return state.pieces()
+    fast = engine == "vectorised"
     n, atom = len(lengths), 0
     chunk, wait, misses = {"stretch": 64, "leap": 64}, {"stretch": 0, "leap": 0}, {"stretch": 0, "leap": 0}
     while atom < n - 1:  # runs where they are long, scalar steps between (backoff doubles on each miss)
@@ -411,18 +716,25 @@ def _atoms(rho: np.ndarray) -> np.ndarray:
 class _ExactPlan(SelectionPlan):
     def __init__(self, verifier, p, q, k):
         super().__init__(verifier, p, q, k)
-        support = np.flatnonzero(q > 0)
+        full = bool((q > 0).all())  # no support to gather (the common case)
+        support = None if full else np.flatnonzero(q > 0)
         with np.errstate(over="ignore"):  # a subnormal q: an infinite ratio still sorts last
-            ratio = p[support] / q[support]
+            ratio = p / q if full else p[support] / q[support]
         rank = np.argsort(ratio)  # ties share an atom: their order is immaterial
-        order = support[rank]
+        order = rank if full else support[rank]
         ps, qs = p[order], q[order]
-        prefix_q = np.minimum(np.concatenate(([0.0], np.cumsum(qs))), 1.0)
-        cut = np.concatenate(([0.0], np.cumsum(ps))) + 1.0 - prefix_q**k
+        P, Q = np.zeros(ps.size + 1), np.zeros(qs.size + 1)
+        np.cumsum(ps, out=P[1:])
+        np.cumsum(qs, out=Q[1:])
+        prefix_q = np.minimum(Q, 1.0)
+        power = prefix_q
+        for _ in range(k - 1):
+            power = power * prefix_q
+        cut = P + 1.0 - power
         m = int(np.argmin(cut))
         self.alpha_star = float(np.clip(cut[m], 0.0, 1.0))
         split, total = float(prefix_q[m]), float(prefix_q[-1])
-        inside, lam_in = _level(ps[:m], qs[:m], split**k, True)
+        inside, lam_in = _level(ps[:m], qs[:m], split**k, True, sums=(P[: m + 1], Q[: m + 1]))
         outside, lam_out = _level(ps[m:], qs[m:], total**k - split**k, False)
         r = ratio[rank]  # ps / qs
         atom = np.concatenate((_atoms(np.maximum(r[:m], lam_in)), _atoms(np.minimum(r[m:], lam_out))))
@@ -435,8 +747,9 @@ class _ExactPlan(SelectionPlan):
         if k == 1:  # h = 1: every split has the right means; the atoms in order
             pieces = (np.arange(n_atoms), np.concatenate(([0.0], np.cumsum(length)[:-1])), length)
         else:
-            inner = curtain(length[:n_in], goal[:n_in], 0.0, split, k, True)
-            outer = curtain(length[n_in:][::-1], goal[n_in:][::-1], split, total, k, False)
+            engine = verifier.engine
+            inner = curtain(length[:n_in], goal[:n_in], 0.0, split, k, True, engine=engine)
+            outer = curtain(length[n_in:][::-1], goal[n_in:][::-1], split, total, k, False, engine=engine)
             pieces = (np.concatenate((inner[0], n_atoms - 1 - outer[0])),) + tuple(
                 np.concatenate((i, o)) for i, o in zip(inner[1:], outer[1:])
             )
@@ -449,19 +762,27 @@ class _ExactPlan(SelectionPlan):
         atom_len = np.bincount(owner, weights=size, minlength=n_atoms)
         frac = size / atom_len[owner]
         delta = length[owner] * frac  # a draw's score mass in each piece, in score order
-        before = np.concatenate(([0.0], np.cumsum(delta)[:-1]))
+        before = np.zeros(delta.size)
+        np.cumsum(delta[:-1], out=before[1:])
         mu_atom = np.bincount(owner, weights=_power_difference(before + delta, before, self.k, delta), minlength=n_atoms)
-        # pieces grouped by atom, in score order within each (unique keys: a fast unstable sort is stable)
-        by_atom = np.argsort(owner * owner.size + np.arange(owner.size))
-        ptr = np.concatenate(([0], np.cumsum(np.bincount(owner, minlength=n_atoms))))
-        grouped = frac[by_atom]
+        # pieces grouped by atom, in score order within each: a stable sort of the owners (a few
+        # monotone runs in score order, so the merge sort is near linear); one more atom for the
+        # tokens with q = 0 (children only a deterministic or mixed law can hold: a lossy pairing):
+        # one piece below every other, so such a child is selected only when every child is one,
+        # uniformly among them (the last entry of each array below)
+        n = owner.size
+        self.rank = np.full(n + 1, -1, dtype=np.int64)
+        self.rank[:n] = np.argsort(owner, kind="stable")
+        by_atom = self.rank[:n]
+        self.ptr = np.zeros(n_atoms + 2, dtype=np.int64)
+        np.cumsum(np.bincount(owner, minlength=n_atoms), out=self.ptr[1:-1])
+        self.ptr[-1] = n + 1
+        ptr = self.ptr[:-1]
+        self.frac = np.ones(n + 1)
+        grouped = np.take(frac, by_atom, out=self.frac[:n])
         cum = np.cumsum(grouped)
-        lead = cum - grouped - np.repeat(cum[ptr[:-1]] - grouped[ptr[:-1]], np.diff(ptr))
-        # one more atom for the tokens with q = 0 (children only a deterministic or mixed law can
-        # hold: a lossy pairing): one piece below every other, so such a child is selected only when
-        # every child is one, uniformly among them
-        self.ptr = np.append(ptr, ptr[-1] + 1)
-        self.rank, self.frac, self.lead = np.append(by_atom, -1), np.append(grouped, 1.0), np.append(lead, 0.0)
+        self.lead = np.zeros(n + 1)
+        np.subtract(cum - grouped, np.repeat(cum[ptr[:-1]] - grouped[ptr[:-1]], np.diff(ptr)), out=self.lead[:n])
         self.atom_of = np.full(self.p.size, n_atoms, dtype=np.int64)
         self.atom_of[order] = atom
         mu = np.zeros(self.p.size)
@@ -525,12 +846,27 @@ class OTExact(NodeVerifier):
     """The OT optimum for i.i.d. children (module docstring): selection of the child of highest
     score, the scores split among the tokens by the left curtain so that the selection law is
     ``ot_walk``'s mu* at every node, then speculative sampling of mu* against p.  Acceptance alpha*
-    (the closed form) at every p, q, k; lossless for i.i.d. children."""
+    (the closed form) at every p, q, k; lossless for i.i.d. children.
+
+    Args:
+        engine: how the curtain is computed (``curtain``'s engines: ``"auto"``, the default,
+            ``"compiled"``, ``"vectorised"``, ``"python"``, ``"reference"``); every engine gives
+            the same selection law to rounding (the tests: 1e-12), the loops the reference's
+            pieces bit for bit.
+
+    Raises:
+        ValueError: an unknown ``engine``; ``"compiled"`` without numba fails at ``prepare``
+            (ImportError).
+    """
 
     name = "ot_exact"
     label = "OT optimum"
     ot_based = True
     speculative_at_one = True
+    engine: str = "auto"
+
+    def __post_init__(self):
+        check_choice(self.engine, "engine", ENGINES, "curtain engine")
 
     def _plan(self, p, q, k):
         return _ExactPlan(self, p, q, k)

@@ -67,28 +67,60 @@ CERTIFY_TOL = 1e-10
 def _power_difference(a: np.ndarray, b: np.ndarray, k: int, diff: np.ndarray | None = None) -> np.ndarray:
     """a^k - b^k as diff * sum_i a^(k-1-i) b^i with diff = a - b (given exactly by the caller when it
     knows it: no cancellation when a - b is tiny against a)."""
-    total, power = np.ones_like(a), np.ones_like(b)
-    for _ in range(k - 1):
+    if k <= 1:
+        return (a - b if diff is None else diff) * np.ones_like(a)
+    total, power = a + b, b  # Horner's first round, without the arrays of ones
+    for _ in range(k - 2):
         power = power * b
         total = total * a + power
     return (a - b if diff is None else diff) * total
 
 
-def _newton(x: np.ndarray, residual, scale: np.ndarray, lo, hi) -> np.ndarray:
+def _newton(x: np.ndarray, residual, scale: np.ndarray, lo, hi, side: float) -> np.ndarray:
     """Vectorised Newton on the entries still moving: ``residual(x, idx)`` returns (value, slope) at
-    x[idx]; steps are clipped to [lo, hi] (arrays or scalars, full length) and an entry stops once
-    its step is below 1e-14 of its ``scale``, or after 60 rounds."""
+    x[idx], the value monotone with the iterates coming from ``side`` (+1: from above, a convex
+    increasing value; -1: from below, a concave one), so they approach the root without crossing it
+    in exact arithmetic; steps are clipped to [lo, hi] (arrays or scalars, full length) and an entry
+    stops once its step is below 1e-14 of its ``scale``, once its value has crossed to the other
+    side (the root, to the rounding of the value), once a round leaves it where it was (clipped at a
+    bound: every later round would too), or after 60 rounds."""
     idx = np.arange(x.size)
     lo, hi = np.broadcast_to(lo, x.shape), np.broadcast_to(hi, x.shape)
     for _ in range(60):
         if idx.size == 0:
             break
-        value, slope = residual(x[idx], idx)
+        old = x[idx]
+        value, slope = residual(old, idx)
         moving = slope > 0
         step = np.where(moving, value / np.where(moving, slope, 1.0), 0.0)
-        x[idx] = np.clip(x[idx] - step, lo[idx], hi[idx])
-        idx = idx[moving & (np.abs(step) > 1e-14 * scale[idx])]
+        new = np.clip(old - step, lo[idx], hi[idx])
+        x[idx] = new
+        # an entry held where it was (at a bound, the step pointing out) would repeat the same
+        # round forever: it stops, as one whose step is below the tolerance
+        idx = idx[moving & (np.abs(step) > 1e-14 * scale[idx]) & (new != old) & (side * value > 0.0)]
     return x
+
+
+def _span_midpoint(mass: np.ndarray, width: np.ndarray, k: int) -> np.ndarray | None:
+    """The midpoint c of the span [c - width / 2, c + width / 2] whose a^k - b^k is ``mass``
+    (float64 arrays; the root for c >= 0), in closed form for k <= 4 (None above): a^k - b^k is
+    2 c d, d (3 c^2 + d^2 / 4) and 4 d c^3 + d^3 c for k = 2, 3, 4 (d = width); k = 4 by
+    Cardano's formula in the form without cancellation, c = 2 R t^2 / (t^4 + t^2 w + w^2) with
+    w = d^2 / 12, R = mass / (8 d), t^3 = R + sqrt(R^2 + w^3).  Entries where it is not finite
+    (d = 0, overflow) are NaN: the callers keep their own start there."""
+    if k > 4 or k < 2:
+        return None
+    with np.errstate(all="ignore"):
+        if k == 2:
+            mid = mass / (2.0 * width)
+        elif k == 3:
+            mid = np.sqrt(np.maximum(mass / width - 0.25 * width * width, 0.0) / 3.0)
+        else:
+            w = width * width / 12.0
+            r = mass / (8.0 * width)
+            t2 = np.cbrt(r + np.sqrt(r * r + w * w * w)) ** 2
+            mid = 2.0 * r * t2 / (t2 * t2 + t2 * w + w * w)
+    return np.where(np.isfinite(mid), mid, np.nan)
 
 
 def _passed_mass(prefix: np.ndarray, mass: np.ndarray, base: float, k: int) -> np.ndarray:
@@ -104,6 +136,11 @@ def _passed_mass(prefix: np.ndarray, mass: np.ndarray, base: float, k: int) -> n
     slope0 = k * _power_difference(top, np.full_like(top, base), k - 1, mass)
     start = np.maximum(prefix - _power_difference(top, np.full_like(top, base), k, mass), 0.0)
     u = np.divide(start, slope0, out=np.zeros_like(top), where=slope0 > 0)
+    mid = _span_midpoint(prefix, mass, k)
+    if mid is not None:  # the closed form, moved up by 2^-46 of its scale: still above the root
+        with np.errstate(invalid="ignore"):
+            closed = mid - base - 0.5 * mass + 2.0**-46 * (np.abs(mid) + mass + base)
+            u = np.where(closed < u, np.maximum(closed, 0.0), u)  # (NaN: the tangent's start)
     walked = np.maximum(top[-1] - top, 0.0) if top.size else top
     np.minimum(u, walked, out=u)
 
@@ -111,7 +148,7 @@ def _passed_mass(prefix: np.ndarray, mass: np.ndarray, base: float, k: int) -> n
         hi, lo, gap = x + top[idx], x + base, mass[idx]
         return _power_difference(hi, lo, k, gap) - prefix[idx], k * _power_difference(hi, lo, k - 1, gap)
 
-    return _newton(u, residual, top, 0.0, walked)
+    return _newton(u, residual, top, 0.0, walked, 1.0)
 
 
 def _taken_mass(qs: np.ndarray, target: np.ndarray, u: np.ndarray, top: np.ndarray, base: float, k: int) -> np.ndarray:
@@ -135,19 +172,23 @@ def _taken_mass(qs: np.ndarray, target: np.ndarray, u: np.ndarray, top: np.ndarr
             value = _power_difference(ai, ai - d, k, d) + _power_difference(ci + qi - d, ci, k, qi - d) - want[idx]
             return value, k * _power_difference(ai - d, ci + qi - d, k - 1, ai - ci - qi)
 
-        delta[tiny] = _newton(np.zeros_like(qt), residual, qt, 0.0, qt)
+        delta[tiny] = _newton(np.zeros_like(qt), residual, qt, 0.0, qt, -1.0)
     return delta
 
 
-def _level(ps: np.ndarray, qs: np.ndarray, total: float, raise_low: bool) -> tuple[np.ndarray, float]:
+def _level(ps: np.ndarray, qs: np.ndarray, total: float, raise_low: bool, sums=None) -> tuple[np.ndarray, float]:
     """(max(p, lam q), lam) (raise_low) or (min(p, lam q), lam) with the level lam chosen so the sum
     is ``total``; ps, qs in r = p/q ascending order, float64 (n,).  lam is 0 (raise_low) or inf
-    when p itself is returned (nothing raised or lowered)."""
+    when p itself is returned (nothing raised or lowered).  ``sums``: (P, Q), the prefix sums of ps
+    and qs from 0 (float64 (n + 1,)) where the caller has them (the same values)."""
     n = ps.size
     if n == 0:
         return ps.copy(), (0.0 if raise_low else np.inf)
-    P = np.concatenate(([0.0], np.cumsum(ps)))
-    Q = np.concatenate(([0.0], np.cumsum(qs)))
+    if sums is None:
+        P = np.concatenate(([0.0], np.cumsum(ps)))
+        Q = np.concatenate(([0.0], np.cumsum(qs)))
+    else:
+        P, Q = sums
     with np.errstate(over="ignore"):  # a subnormal q: an infinite ratio, above every level
         r = ps / qs
     if raise_low:  # sum = lam Q_l + (P_n - P_l) for lam in [r_l, r_{l+1}] (l tokens raised)
@@ -191,28 +232,41 @@ from the highest p/q, "up" from the lowest (the best value is kept when none is)
 class _WalkPlan(NodePlan):
     def __init__(self, verifier, p, q, k):
         super().__init__(verifier, p, q, k)
-        support = np.flatnonzero(q > 0)
+        full = bool((q > 0).all())  # no support to gather (the common case)
+        support = None if full else np.flatnonzero(q > 0)
         with np.errstate(over="ignore"):  # a subnormal q: an infinite ratio still sorts last
-            order = support[np.argsort(p[support] / q[support], kind="stable")]
+            # tied ratios in whatever order the (unstable) sort leaves them: the coins are solved
+            # for the order walked and the law recomputed from them, so the rule is lossless in
+            # any order, and alpha* (the cut below) does not depend on it
+            order = np.argsort(p / q) if full else support[np.argsort(p[support] / q[support])]
         ps, qs = p[order], q[order]
-        prefix_q = np.minimum(np.concatenate(([0.0], np.cumsum(qs))), 1.0)
-        cut = np.concatenate(([0.0], np.cumsum(ps))) + 1.0 - prefix_q**k
+        P, Q = np.zeros(ps.size + 1), np.zeros(qs.size + 1)
+        np.cumsum(ps, out=P[1:])
+        np.cumsum(qs, out=Q[1:])
+        prefix_q = np.minimum(Q, 1.0)
+        power = prefix_q
+        for _ in range(k - 1):
+            power = power * prefix_q
+        cut = P + 1.0 - power
         m = int(np.argmin(cut))
         inside_mass = prefix_q[m] ** k
         outside_mass = prefix_q[-1] ** k - inside_mass  # rows with a child outside H* (1 - F(H*) up to sum(q) rounding)
-        target = np.concatenate((_level(ps[:m], qs[:m], inside_mass, True)[0], _level(ps[m:], qs[m:], outside_mass, False)[0]))
+        inside = _level(ps[:m], qs[:m], inside_mass, True, sums=(P[: m + 1], Q[: m + 1]))[0]
+        target = np.concatenate((inside, _level(ps[m:], qs[m:], outside_mass, False)[0]))
         self.alpha_star = float(np.clip(cut[m], 0.0, 1.0))
         self.order, self.split = order, m
         self.rank = np.full(p.size, -1, dtype=np.int64)
         self.rank[order] = np.arange(order.size)
-        best = None
+        best, walked = None, {}  # each part's walk in each direction computed once
         for directions in DIRECTIONS:
             coins, mu = np.ones(order.size), np.zeros(order.size)
             for part, base, way in ((slice(0, m), 0.0, directions[0]), (slice(m, order.size), float(prefix_q[m]), directions[1])):
                 if part.stop > part.start:
-                    flip = slice(None, None, -1) if way == "up" else slice(None)
-                    e, law = _walk(qs[part][flip], target[part][flip], base, k)
-                    coins[part], mu[part] = e[flip], law[flip]
+                    if (part.start, way) not in walked:
+                        flip = slice(None, None, -1) if way == "up" else slice(None)
+                        e, law = _walk(qs[part][flip], target[part][flip], base, k)
+                        walked[part.start, way] = e[flip], law[flip]
+                    coins[part], mu[part] = walked[part.start, way]
             value = float(np.minimum(mu, ps).sum())
             if best is None or value > best[0]:
                 best = (value, directions, coins, mu)

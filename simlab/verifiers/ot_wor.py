@@ -57,9 +57,12 @@ vocabularies (UniVer, arXiv 2605.04543, works on such trees; its definition was 
    is t (O(k * orders)); B(x, .) adds the speculative step.  Tokens with q = 0 (children only a
    lossy pairing with another law can hold) rank below every other in every order.
 
-Cost: each order is one sort and one ``prefix_containment`` (exponential clocks: about 0.17 s at
-V = 32,000, k = 4; tuple enumeration at small supports) plus, on small supports, one small LP:
-2-4 s a node at V = 49,152 (k = 2 and 4), for analysis rather than serving (benchmarks/RESULTS.md).
+Cost: each order is one ``prefix_containment`` (tuple enumeration at small supports; above them
+the closed form at k = 2, O(V), and the exponential clocks to absolute accuracy at k >= 3:
+``_containment_method``) plus O(V) passes (the p/q order is sorted once; a Frank-Wolfe order is a
+stable partition of it, a column-generation order one lexsort of its support) and, on small
+supports, one small LP.  At V = 128,000 a plan of 16 orders costs about 0.3 s at k = 2 and
+5 s at k = 4, nearly all of it the clocks (benchmarks/RESULTS.md): analysis rather than serving.
 
 Plans are kept by value (``PLAN_CACHE``): a node law met again, in another table or another tree
 (a Markov world repeats its laws at every node with the same last token and depth), reuses the
@@ -80,7 +83,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from simlab.checks import check_in_range, check_int
+from simlab.checks import check_choice, check_in_range, check_int
 from simlab.containment import prefix_containment
 from simlab.distributions import inverse_cdf
 from simlab.drafting import Drafting
@@ -115,12 +118,34 @@ def _line_search(mu: np.ndarray, law: np.ndarray, p: np.ndarray) -> float:
     return float(min(at[order][stop[0]], 1.0)) if stop.size else 1.0
 
 
+def _containment_method(q_support: np.ndarray, k: int, containment: str) -> tuple[str, bool]:
+    """(method, absolute) of ``prefix_containment`` for the orders of one plan: the enumeration up
+    to ``ENUMERATE_BELOW`` ordered tuples; above it ``containment="reference"`` takes the clocks
+    with F to relative accuracy, ``"fast"`` (the default) the closed form ``"pairs"`` at k = 2
+    (O(V); every mass a normal float after the rescaling by the largest, else the clocks) and the
+    clocks with ``absolute=True`` at k >= 3 (the grid started where the integrand's mass left of
+    it is below ``simlab.containment.TAIL`` = 1e-18: F, hence each order's mu_pi(t) = F(A_t) -
+    F(A_t minus t), to 1e-18 in absolute terms, about 1e-13 in all over V = 128,000 tokens; the
+    relative accuracy of a tiny F is what it gives up, which a selection law's sum does not need)."""
+    n = q_support.size
+    if math.perm(n, k) <= ENUMERATE_BELOW:
+        return "enumerate", False
+    if containment == "reference" or k == 1:
+        return "clocks", False
+    if k == 2:
+        scale = np.ldexp(1.0, -int(np.frexp(q_support.max())[1]))
+        if q_support.min() * scale >= np.finfo(np.float64).tiny:
+            return "pairs", False
+        return "clocks", True
+    return "clocks", True
+
+
 class _OrdersPlan(SelectionPlan):
     def __init__(self, verifier, p, q, k):
         super().__init__(verifier, p, q, k)
         support = np.flatnonzero(q > 0)
         n = support.size
-        self.containment_method = "enumerate" if math.perm(n, k) <= ENUMERATE_BELOW else "clocks"
+        self.containment_method, self.containment_absolute = _containment_method(self.q[support], k, verifier.containment)
         ratio_rank = np.empty(n, dtype=np.int64)
         with np.errstate(over="ignore"):  # a subnormal q: an infinite ratio still sorts last
             ratio_rank[np.argsort(p[support] / q[support], kind="stable")] = np.arange(n)
@@ -199,9 +224,20 @@ class _OrdersPlan(SelectionPlan):
     def _vertex(self, support, ratio_rank, prices=None):
         """(mu_pi float64 (V,), rank int64 (V,): the position in pi, -1 off the support, F on pi's
         n + 1 prefixes) for pi = ascending (prices, then p/q rank): the last token is ranked highest."""
-        keys = (ratio_rank,) if prices is None else (ratio_rank, prices[support])
-        order = support[np.lexsort(keys)]
-        containment = prefix_containment(self.q[order], self.k, method=self.containment_method)
+        ascending = np.empty_like(support)
+        ascending[ratio_rank] = support  # the p/q order: ratio_rank is a permutation (no sort)
+        if prices is None:
+            order = ascending
+        else:
+            price = prices[ascending]
+            low = price == 0.0
+            if (low | (price == 1.0)).all():  # Frank-Wolfe's 0/1 prices: a stable partition
+                order = np.concatenate((ascending[low], ascending[~low]))
+            else:
+                order = support[np.lexsort((ratio_rank, prices[support]))]
+        containment = prefix_containment(
+            self.q[order], self.k, method=self.containment_method, absolute=self.containment_absolute
+        )
         law = np.zeros(self.p.size)
         law[order] = np.diff(containment)
         rank = np.full(self.p.size, -1, dtype=np.int64)
@@ -311,6 +347,12 @@ class OTWithoutReplacement(NodeVerifier):
     Args:
         rounds: at most this many orders (>= 1; default 16).
         tol: stop adding orders once the gap to alpha* is at most this (in [0, 1]; default 1e-12).
+        containment: ``"fast"`` (default) or ``"reference"``: how each order's containments are
+            computed above the enumeration (``_containment_method``: the closed form at k = 2 and
+            the clocks to absolute accuracy at k >= 3, or the clocks to relative accuracy).
+
+    Raises:
+        ValueError: ``rounds``, ``tol`` or ``containment`` out of range, named.
     """
 
     name = "ot_wor"
@@ -319,10 +361,12 @@ class OTWithoutReplacement(NodeVerifier):
     lossless_for = frozenset({Drafting.WITHOUT_REPLACEMENT})
     rounds: int = 16
     tol: float = 1e-12
+    containment: str = "fast"
 
     def __post_init__(self):
         object.__setattr__(self, "rounds", check_int(self.rounds, "rounds", 1, 10_000))
         object.__setattr__(self, "tol", check_in_range(self.tol, "tol", 0.0, 1.0))
+        check_choice(self.containment, "containment", ("fast", "reference"), "containment method")
 
     def _plan(self, p, q, k):
         if k > int(np.count_nonzero(q)):
