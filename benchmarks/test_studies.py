@@ -22,7 +22,9 @@ STUDIES = {
     "lossy_rules": OUT,
     "parallel_drafters": OUT,
     "sequoia_tree": ["--acceptance", "{tmp}/acceptance.json"],  # no default vector; prints its tree, writes nothing
+    "serve_estimate": ["--engine", "vllm", *OUT],  # --engine has no default: vLLM's default grid
     "specblock": OUT,
+    "spectr_gbv": OUT,
     "sweep": OUT,
     "treegraft": OUT,
 }
