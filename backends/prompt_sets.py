@@ -11,6 +11,15 @@
   the kind of context TreeGraft's prompt-lookup drafter copies from (its benchmarks: CNN/DM
   articles, few-shot GSM8K).  Deterministic for one Python installation: fixed topics and files,
   each cut at the last paragraph (topics) or line (code) boundary within a fixed character budget.
+* ``code``: ``backends/prompts/code.jsonl``, 44 short Python tasks written for the lab (never
+  copied from a benchmark) in the spirit of HumanEval (Chen et al. 2021: a signature and docstring
+  to complete) and LiveCodeBench (Jain et al. 2024: code execution, repair and test writing):
+  ``code_completion`` (a function signature and docstring with examples to complete, 12),
+  ``code_explain`` (explain a snippet and what it prints, 12), ``code_fix`` (find and fix the one
+  bug of a short function, 12) and ``code_tests`` (write pytest tests for a function, 8), every
+  one a user turn of the target's chat template.
+* ``seed-workloads``: ``workloads``, then ``code``, then ``long-context`` (108 prompts, every
+  category of the three), the seed papers' kinds of workload in one run.
 
 The loader (``backends.roots.read_prompt_records``) takes a set's name wherever a prompt file is
 taken, when no file of that name exists.
@@ -39,6 +48,9 @@ RESERVED_CATEGORIES = ("(all)", "(none)")
 and their block of roots without a category so (``analyses._categories``)."""
 
 WORKLOADS = Path(__file__).resolve().parent / "prompts" / "workloads.jsonl"
+CODE = Path(__file__).resolve().parent / "prompts" / "code.jsonl"
+COMBINED = ("workloads", "code", "long-context")
+"""The sets ``seed-workloads`` joins, in this order."""
 
 LONG_CONTEXT = (  # (category, kind, topic or file, character budget, instruction)
     ("long_summarisation", "topic", "with", 4000, "Summarise the documentation above in a short paragraph."),
@@ -119,12 +131,18 @@ def prompt_set(name: str) -> list[Prompt]:
         return read_prompt_file(WORKLOADS)
     if name == "long-context":
         return long_context_prompts()
+    if name == "code":
+        return read_prompt_file(CODE)
+    if name == "seed-workloads":
+        return [prompt for part in COMBINED for prompt in prompt_set(part)]
     raise ValueError(f"prompts: unknown prompt set {name!r}; known: {', '.join(PROMPT_SETS)}")
 
 
 PROMPT_SETS = {
     "workloads": "52 short tasks in Spec-Bench's six categories (backends/prompts/workloads.jsonl)",
     "long-context": "12 long prompts built from the standard library's documents and code",
+    "code": "44 Python tasks: complete, explain, fix, write tests (backends/prompts/code.jsonl)",
+    "seed-workloads": "workloads, code and long-context in one set (108 prompts)",
 }
 """The named sets (name -> one line)."""
 

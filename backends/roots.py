@@ -12,7 +12,10 @@ so every root is followed by at least ``s`` target tokens of its own trajectory 
 continuation).  Real prompts use ``f = 0`` (the prompt's end is the first root); synthetic
 worlds use ``f = s`` (a trajectory from the start needs context before its first root).
 Roots of one trajectory share a prefix, so splits by trajectory never share contexts.
-Root ids are ``trajectory * R + j``.
+Root ids are ``trajectory * R + j``; a root's **offset** is ``f + s j``, the target tokens between
+its prefix and it (``RootPlacement.offset_of``, ``Root.offset``): for a chat prompt, offset 0 is
+the end of the chat template (the assistant's turn just opened) and offset ``s j > 0`` lies
+``s j`` tokens inside the target's own reply.
 """
 
 from __future__ import annotations
@@ -69,6 +72,16 @@ class RootPlacement:
 
     def root_id(self, trajectory: int, j: int) -> int:
         return trajectory * self.roots_per_trajectory + j
+
+    def offset_of(self, root_id: int) -> int:
+        """The offset of root ``root_id`` (``root_id``'s j = ``root_id mod R``): f + s j target
+        tokens after its trajectory's prefix (0: the root is the prefix's end).
+
+        Raises:
+            ValueError: ``root_id: ...`` below 0.
+        """
+        j = check_int(root_id, "root_id", 0) % self.roots_per_trajectory
+        return self.first + self.spacing * j
 
 
 def place_roots(

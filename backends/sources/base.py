@@ -41,6 +41,11 @@ class Root:
             None where the whole root context counts as the prompt (synthetic worlds).
         category: the workload category of the trajectory's prompt (a prompt file's
             ``category`` field, e.g. ``"maths"``; ``backends.prompt_sets``), or None.
+        offset: target tokens sampled between the end of the trajectory's prompt and this root
+            (``backends.roots.RootPlacement.offset_of``: 0 for the first root, ``spacing * j`` for
+            the j-th): 0 means the root is the prompt's end (for a chat prompt, the template's
+            opened assistant turn), above 0 that it lies that many tokens inside the target's
+            reply; None where the root has no prompt (synthetic worlds).
     """
 
     setting: str
@@ -54,6 +59,7 @@ class Root:
     labels: dict | None = None
     prompt_length: int | None = None
     category: str | None = None
+    offset: int | None = None
 
 
 @runtime_checkable

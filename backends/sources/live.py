@@ -136,4 +136,13 @@ class HFSource:
     def roots(self, settings: SamplingSettings) -> Iterator[Root]:
         pair = self.pair.with_settings(settings)
         for root, prompt, context, length in prompt_roots(pair, self.texts, self.placement, self.seed, self.depth, True):
-            yield Root(settings.name, prompt, root, context, pair, prompt_length=length, category=self.categories[prompt])
+            yield Root(
+                settings.name,
+                prompt,
+                root,
+                context,
+                pair,
+                prompt_length=length,
+                category=self.categories[prompt],
+                offset=len(context) - length,
+            )

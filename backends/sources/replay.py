@@ -194,5 +194,17 @@ class CaptureSource:
             table = frame.select("root", *LABEL_COLUMNS, *metrics).collect()
             for root, verifier, K, L1, L2, *values in table.iter_rows():
                 labels.setdefault(root, {})[(verifier, K, L1, L2)] = tuple(values)
+        placement = stored.placement()  # the capture tool's (backends.roots): root id -> offset
         for root, prompt, context, drafts, tree, category in self.entries[name]:
-            yield Root(name, prompt, root, context, pair, drafts=drafts, tree=tree, labels=labels.get(root), category=category)
+            yield Root(
+                name,
+                prompt,
+                root,
+                context,
+                pair,
+                drafts=drafts,
+                tree=tree,
+                labels=labels.get(root),
+                category=category,
+                offset=placement.offset_of(root),
+            )
