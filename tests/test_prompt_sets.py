@@ -256,3 +256,6 @@ def test_roots_carry_their_prompts_category_live_and_replayed(micro_pair_dir, tm
     assert [r.offset for r in live_roots] == [r.offset for r in replayed] == [0, 3, 0, 3]
     assert [r.context for r in live_roots] == [r.context for r in replayed]
     assert all(len(r.context) - r.prompt_length == r.offset for r in live_roots)
+    # the replayed roots' prompt length is the live one (treegraft's prompt cache, the rosters' n-gram
+    # corpus): before, a replay left it None and its users took the whole context, reply included
+    assert [r.prompt_length for r in replayed] == [r.prompt_length for r in live_roots]

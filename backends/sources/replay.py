@@ -196,6 +196,7 @@ class CaptureSource:
                 labels.setdefault(root, {})[(verifier, K, L1, L2)] = tuple(values)
         placement = stored.placement()  # the capture tool's (backends.roots): root id -> offset
         for root, prompt, context, drafts, tree, category in self.entries[name]:
+            offset = placement.offset_of(root)
             yield Root(
                 name,
                 prompt,
@@ -206,5 +207,6 @@ class CaptureSource:
                 tree=tree,
                 labels=labels.get(root),
                 category=category,
-                offset=placement.offset_of(root),
+                offset=offset,
+                prompt_length=len(context) - offset,  # as the live source's: the prompt's tokens, not the reply's
             )
