@@ -171,7 +171,8 @@ the per-root results a live run keeps under its capture (``analyses._root_cache`
 
 def measure(config: Config, source, setting, resume: Path | None = None) -> tuple[pl.DataFrame, dict]:
     """(one row per tree node: root, path, depth, number of children, divergences and acceptance
-    rates, and the root's ``category`` when some root has one; verifier -> the ``EngineMetrics`` of each root's tree, for ``config.engine_metrics``).
+    rates, and the root's ``category`` and ``offset`` (target tokens between the prompt's end and
+    the root: 0 at the chat template's end; ``backends.sources.base.Root``) when some root has one; verifier -> the ``EngineMetrics`` of each root's tree, for ``config.engine_metrics``).
 
     Trees: the captured one (a capture), else ``--shape`` drawn with the root's generator (the
     shared walk of a synthetic source) or one seeded by (seed, 1, root id), the capture tool's.
@@ -185,6 +186,7 @@ def measure(config: Config, source, setting, resume: Path | None = None) -> tupl
     fallback = np.random.default_rng(config.seed)
     rows, metrics = [], {name: [] for name in config.engine_metrics}
     categories = []  # each row's root's category: a column only when some root has one
+    offsets = []  # each row's root's offset into the target's reply (0: the template's end): likewise
     cache = None
     if resume is not None:
         settings = {name: getattr(config, name) for name in ANALYSIS_FIELDS}
@@ -206,11 +208,14 @@ def measure(config: Config, source, setting, resume: Path | None = None) -> tupl
                 cache.put(root.root, before, fallback.bit_generator.state, payload)
         rows.extend(payload["rows"])
         categories.extend([root.category] * len(payload["rows"]))
+        offsets.extend([root.offset] * len(payload["rows"]))
         for name in config.engine_metrics:
             metrics[name].append(_engine_metrics(payload["metrics"][name]))
     nodes = pl.DataFrame(rows)
     if any(c is not None for c in categories):
         nodes = nodes.with_columns(pl.Series("category", categories, dtype=pl.String))
+    if any(o is not None for o in offsets):
+        nodes = nodes.with_columns(pl.Series("offset", offsets, dtype=pl.Int64))
     return nodes, metrics
 
 
