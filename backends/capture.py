@@ -660,7 +660,7 @@ def parse_args(argv):
         "--prompts",
         required=True,
         help="prompt file: text (one per line) or .jsonl (prompt, category, chat), "
-        "or a prompt set (backends.prompt_sets: workloads, long-context)",
+        "or a prompt set (backends.prompt_sets: workloads, long-context, code, seed-workloads)",
     )
     parser.add_argument("--out", required=True, help="output folder (resumes if it holds the same capture)")
     parser.add_argument("--roots-per-prompt", type=int, default=4, help="roots along each prompt's continuation")
