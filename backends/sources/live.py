@@ -93,7 +93,7 @@ class HFSource:
         pair: str | None = None,
     ):
         check_models(target, draft, pair)
-        self.target, self.draft = (pair, parse_draft(draft)) if pair else (target, draft)
+        self.target, self.draft = (pair, parse_draft(draft, pair)) if pair else (target, draft)
         self.named_pair = pair or None
         self.placement = RootPlacement(roots_per_trajectory, spacing, first=0)
         self.depth = check_int(depth, "depth", 0)

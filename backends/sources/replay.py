@@ -158,7 +158,7 @@ class CaptureSource:
             return None
         from backends.pretrained import cached_weight_ratio
 
-        return cached_weight_ratio(self.stored.draft)
+        return cached_weight_ratio(self.stored.draft, self.named_pair)
 
     def describe(self) -> str:
         return f"capture of {self.stored.pair or self.stored.target} / {self.stored.draft}"
