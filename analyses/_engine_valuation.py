@@ -280,6 +280,25 @@ def value_roots(prog: str, configs, roots: dict, config, latency, made: Builders
     return rows, not_run, filled
 
 
+def not_run_table(prog: str, config, rows: list[dict], not_run: list[dict], filled) -> pl.DataFrame:
+    """The not-run rows as a frame (duplicates dropped), after the ``--fill`` note on stderr (the
+    nodes the capture's models evaluated); exits 2 (``backends.cli.fail``) when no configuration
+    ran at all, naming the first reason."""
+    from backends.cli import fail
+
+    if config.fill and not config.quiet:
+        print(
+            f"{prog}: note: --fill evaluated {sum(f.calls for f in filled)} nodes the capture lacks with its models",
+            file=sys.stderr,
+        )
+    frame = pl.DataFrame(
+        not_run, schema={"config": pl.String, "setting": pl.String, "mode": pl.String, "reason": pl.String}
+    ).unique(maintain_order=True)
+    if not rows:
+        fail(prog, f"--config: no configuration could run on this source: {frame['reason'][0]}")
+    return frame
+
+
 def summarise(rows: list[dict]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(summary sorted by throughput, per-root rows, per-position rates) from ``value_root`` rows.
 

@@ -67,7 +67,7 @@ import numpy as np
 import polars as pl
 
 from analyses import _engine_configs as engines
-from analyses._engine_valuation import prepare_drafters, summarise, value_roots
+from analyses._engine_valuation import not_run_table, prepare_drafters, summarise, value_roots
 from backends.cli import (
     OutputSet,
     add_output_flags,
@@ -709,16 +709,7 @@ def _main(argv) -> int:
         _, tv = one_minus_tv(roots, positions, config.draft_law)
     except ValueError as exc:
         fail_from(PROG, exc, parser)
-    if config.fill and not config.quiet:
-        print(
-            f"{PROG}: note: --fill evaluated {sum(f.calls for f in filled)} nodes the capture lacks with its models",
-            file=sys.stderr,
-        )
-    not_run = pl.DataFrame(
-        not_run, schema={"config": pl.String, "setting": pl.String, "mode": pl.String, "reason": pl.String}
-    ).unique(maintain_order=True)
-    if not rows:
-        fail(PROG, f"--config: no configuration could run on this source: {not_run['reason'][0]}")
+    not_run = not_run_table(PROG, config, rows, not_run, filled)
     plain_time = {(s.name, r.root): latency.target(len(r.context), 1) for s, rs in roots.items() for r in rs}
     summary, per_root, positions_frame = summarise(rows)
     laws = request_laws(rows)

@@ -36,7 +36,7 @@ import polars as pl
 
 from analyses import _engine_configs as engines
 from analyses._categories import by_category, print_by_category, stage_by_category
-from analyses._engine_valuation import prepare_drafters, summarise, value_roots
+from analyses._engine_valuation import not_run_table, prepare_drafters, summarise, value_roots
 from backends.cli import (
     OutputSet,
     add_output_flags,
@@ -249,16 +249,7 @@ def _main(argv) -> int:
             not_run += valued
     except ValueError as exc:
         fail_from(PROG, exc, parser)
-    if config.fill and not config.quiet:
-        print(
-            f"{PROG}: note: --fill evaluated {sum(f.calls for f in filled)} nodes the capture lacks with its models",
-            file=sys.stderr,
-        )
-    not_run = pl.DataFrame(
-        not_run, schema={"config": pl.String, "setting": pl.String, "mode": pl.String, "reason": pl.String}
-    ).unique(maintain_order=True)
-    if not rows:
-        fail(PROG, f"--config: no configuration could run on this source: {not_run['reason'][0]}")
+    not_run = not_run_table(PROG, config, rows, not_run, filled)
     summary, per_root, positions = summarise(rows)
     categories = by_category(rows, lambda part: summarise(part)[0])
     subtitle = f"source: {source.describe()}; latency: {latency.source}"
