@@ -238,11 +238,13 @@ def prepare_drafters(prog: str, config, configs, source, latency, named: set):
     return latency, Builders(config, latency, block_drafter), not_run
 
 
-def value_roots(prog: str, configs, roots: dict, config, latency, made: Builders, bar, source=None, prices=None):
+def value_roots(prog: str, configs, roots: dict, config, latency, made: Builders, bar, source=None, prices=None, at_root=None):
     """Every configuration at every root: (rows, not-run rows, the ``FilledPair`` of each setting).
 
     ``roots``: setting -> its roots (``Source.roots``); ``source``: the capture source, for
-    ``config.fill``; ``bar``: a progress bar advanced per root; ``prices``: as ``value_root``.  A
+    ``config.fill``; ``bar``: a progress bar advanced per root; ``prices``: as ``value_root``;
+    ``at_root(setting, root, tables)``: called after each root's configurations with the root's
+    (table, drafting table), whose fetched nodes it may read again without a model call.  A
     sampled configuration's seed stream is the CRC-32 of its label, so a row does not depend on
     its neighbours.
 
@@ -276,6 +278,8 @@ def value_roots(prog: str, configs, roots: dict, config, latency, made: Builders
                 )
                 rows += got
                 not_run += [{"config": c.label, "setting": setting.name, "mode": m, "reason": why} for m, why in missing.items()]
+            if at_root is not None:
+                at_root(setting, root, tables)
             bar.update()
     return rows, not_run, filled
 

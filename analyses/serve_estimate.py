@@ -39,7 +39,8 @@ lossless for its drafting law.  Reported:
 
 The standard errors are the workload's: each root's values are exact, and they vary over the
 prompts; with one request they are NaN.  Cost: the sweep's for the same configurations, plus
-``--positions`` nodes per root for the 1 - TV chain: 5-6 s of CPU for vLLM's seven default chains on
+the 1 - TV chain's ``--positions`` nodes per root, read from the root's table the valuation filled
+(a node the configurations fetched is not fetched again): 5-6 s of CPU for vLLM's seven default chains on
 the default synthetic world (8 roots, imports and charts included); a capture replays every node
 from its stored logits (one softmax of the vocabulary per node read, no model call), so its time
 grows with roots x configurations x tree nodes: 5 s of CPU for the same seven chains on a T = 0
@@ -86,7 +87,6 @@ from backends.sources.flags import (
     LatencyConfig,
     SourceConfig,
     add_draft_law_flag,
-    drafting_table,
     make_latency,
     make_source,
     study_config,
@@ -96,7 +96,6 @@ from backends.sources.flags import (
 from simlab import acceptance_profiles as profiles
 from simlab.engine_metrics import aggregate
 from simlab.sampling import SamplingSettings
-from simlab.trees import NodeTable
 
 PROG = "python -m analyses.serve_estimate"
 
@@ -347,34 +346,37 @@ def speedup_influence(E: dict, T: dict, Tp: dict) -> tuple[float, dict]:
 # (a) 1 - TV along the draft's top-1 chain
 
 
-def one_minus_tv(roots: dict, positions: int, draft_law: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(per root and position, summary by setting and position) of 1 - TV(p, q) = sum_x min(p, q)
-    along the draft's top-1 chain from each root (ranked on ``drafting_table(table, draft_law)``);
-    a root whose chain leaves a capture's nodes stops there (``roots`` counts the roots reached)."""
-    rows = []
-    for setting, rs in roots.items():
-        for root in rs:
-            table = NodeTable(root.pair, root.context)
-            drafting = drafting_table(table, draft_law)
-            path: tuple[int, ...] = ()
-            for d in range(1, positions + 1):
-                try:
-                    p, q = table.p(path), table.q(path)
-                    top = int(np.argmax(drafting.q(path)))
-                except ValueError as exc:
-                    if str(exc).startswith("context:"):
-                        break
-                    raise
-                rows.append(
-                    {
-                        "setting": setting.name,
-                        "trajectory": root.trajectory,
-                        "root": root.root,
-                        "position": d,
-                        "one_minus_tv": float(np.minimum(p, q).sum()),
-                    }
-                )
-                path = path + (top,)
+def chain_tv(setting, root, tables, positions: int) -> list[dict]:
+    """Rows of 1 - TV(p, q) = sum_x min(p, q) along the draft's top-1 chain from ``root``, one per
+    position up to ``positions``, read from the root's ``tables`` (the (table, drafting table) the
+    valuation filled: ``analyses._engine_valuation.value_roots``' ``at_root``; the chain's nodes are
+    fetched once); a chain that leaves a capture's nodes stops there."""
+    table, drafting = tables
+    rows, path = [], ()
+    for d in range(1, positions + 1):
+        try:
+            p, q = table.p(path), table.q(path)
+            top = int(np.argmax(drafting.q(path)))
+        except ValueError as exc:
+            if str(exc).startswith("context:"):
+                break
+            raise
+        rows.append(
+            {
+                "setting": setting.name,
+                "trajectory": root.trajectory,
+                "root": root.root,
+                "position": d,
+                "one_minus_tv": float(np.minimum(p, q).sum()),
+            }
+        )
+        path = path + (top,)
+    return rows
+
+
+def one_minus_tv(rows: list[dict]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per root and position, summary by setting and position: the mean and its standard error
+    clustered by request) of ``chain_tv``'s rows (``roots`` counts the roots reached)."""
     per_root = pl.DataFrame(
         rows,
         schema={"setting": pl.String, "trajectory": pl.Int64, "root": pl.Int64, "position": pl.Int64, "one_minus_tv": pl.Float64},
@@ -700,13 +702,23 @@ def _main(argv) -> int:
     try:
         roots = {s: list(source.roots(s)) for s in settings}
         with progress_bar(total=sum(map(len, roots.values())), desc="roots", unit="root", quiet=config.quiet) as bar:
+            chains = []
             rows, valued, filled = value_roots(
-                PROG, runnable, roots, config, latency, made, bar, source, {p.name: p.latency for p in prices}
+                PROG,
+                runnable,
+                roots,
+                config,
+                latency,
+                made,
+                bar,
+                source,
+                {p.name: p.latency for p in prices},
+                at_root=lambda setting, root, tables: chains.extend(chain_tv(setting, root, tables, positions)),
             )
             not_run += valued
         if filled:
             roots = {s: [replace(r, pair=f) for r in rs] for (s, rs), f in zip(roots.items(), filled)}
-        _, tv = one_minus_tv(roots, positions, config.draft_law)
+        _, tv = one_minus_tv(chains)
     except ValueError as exc:
         fail_from(PROG, exc, parser)
     not_run = not_run_table(PROG, config, rows, not_run, filled)
