@@ -106,6 +106,7 @@ def expected_block_efficiency(
     samples: int = 4,
     seed: int = 0,
     allow_lossy: bool = False,
+    table: NodeTable | None = None,
 ) -> Estimate:
     """E[tau + 1] for drafting with the builder ``shape`` at ``context`` and verifying with ``verifier``.
 
@@ -120,21 +121,28 @@ def expected_block_efficiency(
         seed: seed of the ``numpy.random.Generator`` that draws the trees for ``"mc"``.
         allow_lossy: compute the value of a pairing the verifier is not lossless for (biased;
             the result has ``lossless=False``) instead of raising.
+        table: a ``NodeTable`` of this very ``pair`` at this ``context`` whose fetched nodes are
+            read again (several builders or verifiers valued at one root fetch each node once);
+            default: a new one.
 
     Returns:
         ``Estimate`` (tokens per step).
 
     Raises:
         ValueError: unknown method or verifier, samples < 1, a bad context, a lossy pairing
-            (naming the verifier and the drafting law) without ``allow_lossy``, or too many
-            trees to enumerate (with the limit in the message).
+            (naming the verifier and the drafting law) without ``allow_lossy``, too many
+            trees to enumerate (with the limit in the message), or a ``table`` of another pair
+            or context.
     """
     verifier = _verifier(verifier, allow_lossy)
     _check(pair, shape)
-    table = NodeTable(pair, context)
+    if table is None:
+        table = NodeTable(pair, context)
+    elif not isinstance(table, NodeTable) or table.pair is not pair or table.context != NodeTable(pair, context).context:
+        raise ValueError("table: must be a NodeTable of this pair at this context")
     if method == "auto":
         try:
-            return expected_block_efficiency(pair, context, shape, verifier, method="exact")
+            return expected_block_efficiency(pair, context, shape, verifier, method="exact", table=table)
         except ValueError as exc:
             if "exact enumeration would list" not in str(exc) and "above the limit" not in str(exc):
                 raise

@@ -385,9 +385,11 @@ def rejection_sampling_gain(
     rows: list[dict] = []
     for settings, source in grid:
         tempered = rooted(source, len(context))
+        table = NodeTable(tempered, context)  # one per setting: every pairing reads its nodes
         values = {}
         for draft, name in pairings:
-            est = expected_block_efficiency(tempered, context, shapes[draft], name, allow_lossy=(draft, name) == LOSSY_PAIRING)
+            lossy_pairing = (draft, name) == LOSSY_PAIRING
+            est = expected_block_efficiency(tempered, context, shapes[draft], name, allow_lossy=lossy_pairing, table=table)
             values[(draft, name)] = est
         base = values[PAIRINGS[0]].mean
         for draft, name in pairings:

@@ -200,6 +200,38 @@ def test_rejection_sampling_gain_matches_lab_and_closed_forms():
     assert len({round(r["value"], 12) for r in rows if r["temperature"] == 0.0}) == 1  # one-hot p and q at T = 0
 
 
+def test_rejection_sampling_gain_fetches_each_node_once_per_setting(monkeypatch):
+    """Every pairing at a setting reads one table: a node's p and q are fetched once (a live pair
+    paid a model call per pairing), and the values are those of separate tables."""
+    world = DepthProfileWorld(5, seed=4, settings=SamplingSettings(1.0, top_k=3))
+    fetched = []
+    plain = DepthProfileWorld.distributions
+
+    def counting(self, contexts):
+        contexts = [tuple(c) for c in contexts]
+        fetched.extend(contexts)
+        return plain(self, contexts)
+
+    monkeypatch.setattr(DepthProfileWorld, "distributions", counting)
+    rows = widening.rejection_sampling_gain(world, (2,), 3, None, lossy=True)
+    assert fetched and len(fetched) == len(set(fetched))  # no node fetched twice
+    monkeypatch.setattr(DepthProfileWorld, "distributions", plain)
+    tempered = world.rooted(1)
+    for r in rows:
+        shape = Static([(0,), (0, 0), (0, 0, 0)]) if r["draft"] == "argmax" else chain(3)
+        lossy = (r["draft"], r["verifier"]) == widening.LOSSY_PAIRING
+        est = expected_block_efficiency(tempered, (2,), shape, r["verifier"], allow_lossy=lossy)
+        assert r["value"] == est.mean
+
+
+def test_a_table_of_another_pair_or_context_is_refused():
+    world = DepthProfileWorld(5, seed=4, settings=SamplingSettings(1.0))
+    with pytest.raises(ValueError, match="table"):
+        expected_block_efficiency(world, (2,), chain(2), "naive", table=NodeTable(world, (1,)))
+    with pytest.raises(ValueError, match="table"):
+        expected_block_efficiency(world, (2,), chain(2), "naive", table=NodeTable(world.rooted(1), (2,)))
+
+
 def test_rejection_sampling_at_t1_is_the_world_profile():
     profile = LinearProfile(0.1, 0.5, 8)
     world = DepthProfileWorld(6, seed=1, settings=SamplingSettings(1.0), profile=profile)
