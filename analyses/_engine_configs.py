@@ -484,6 +484,29 @@ def vocab_limit(config: EngineConfig, vocab: int) -> str:
     return f"{key}: {top_k} exceeds the vocabulary of {vocab} tokens ({ENGINE_NAMES[config.engine]}'s torch.topk fails)"
 
 
+def draft_law_limit(config: EngineConfig, draft_law: str, setting) -> str:
+    """Why ``config``'s tree cannot be drawn as its engine draws it from the drafting law
+    ``draft_law`` at ``setting`` ("" when it can): llama.cpp's ``draft_p_min`` compares the draft's
+    untempered probabilities (``simlab.builders.confident_chain``), so with ``--draft-law setting``
+    at any setting but plain T = 1 (at T = 0 q is one-hot: every confidence is 1 and the flag would
+    be silently ignored) the chain is not run.
+
+    Args:
+        config: the configuration; draft_law: ``"raw"`` or ``"setting"``
+            (``backends.sources.flags.drafting_table``); setting: its ``simlab.sampling.SamplingSettings``.
+    """
+    from simlab.sampling import SamplingSettings
+
+    if config.lab.get("kind") != "confident_chain" or config.lab.get("p_min", 0) <= 0:
+        return ""
+    if draft_law == "raw" or setting == SamplingSettings():
+        return ""
+    return (
+        f"draft_p_min: {config.lab['p_min']} compares the draft's untempered probabilities, which --draft-law setting "
+        f"does not hold at {setting.name} (at T = 0 every confidence is 1); use --draft-law raw (a capture: one at T = 1)"
+    )
+
+
 def make_config(entry: dict, where: str | None = "config", strict: bool = True) -> EngineConfig:
     """One ``EngineConfig`` from a dict written as the engine writes it (``{"engine": "eagle",
     "total_token": 60, "depth": 7, "top_k": 10}``), with the values the engine runs

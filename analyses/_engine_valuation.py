@@ -144,7 +144,7 @@ def value_root(
         table = NodeTable(root.pair, root.context)
         tables = (table, drafting_table(table, config.draft_law))
     table, drafting = tables
-    why = engines.vocab_limit(c, table.vocab_size)
+    why = engines.vocab_limit(c, table.vocab_size) or engines.draft_law_limit(c, config.draft_law, setting)
     if why:
         return [], {m: why for m in c.modes}
     try:

@@ -512,7 +512,8 @@ def estimates(rows: list[dict], prices: tuple[Price, Price], plain_time: dict) -
                     else math.sqrt(clustered_se(diff, {**best["_cluster"], **t["_cluster"]}) ** 2 + best["_mc"] + t["_mc"])
                 )
                 gap = best["speedup"] - t["speedup"]
-                within = t is best or (not math.isnan(gap_se) and gap <= 2 * gap_se)
+                # None: no standard error (one request), so "within 2 SE" cannot be told
+                within = True if t is best else (None if math.isnan(gap_se) else gap <= 2 * gap_se)
                 out.append(
                     {
                         **{k: v for k, v in t.items() if not k.startswith("_")},
@@ -787,7 +788,10 @@ def report(config, source, latency, prices, table, speed, tv, differ, not_run, e
         best = speed.filter((pl.col("price") == label) & (pl.col("rank") <= config.best)).select(
             "setting", "rank", "config", "mode", "speedup", "speedup_se", "gap_to_best", "gap_se", "within_2se", "E", "E_se"
         )
-        print_table(best, f"Best configurations, draft price {label} ({price.how}); within_2se: within 2 SE of the best")
+        print_table(
+            best,
+            f"Best configurations, draft price {label} ({price.how}); within_2se: within 2 SE of the best (null: no SE, one request)",
+        )
     if not_run.height:
         print_table(
             not_run.group_by("reason", maintain_order=True).agg(

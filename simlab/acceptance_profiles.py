@@ -582,7 +582,9 @@ class RequestLaw:
 
     @classmethod
     def from_metrics(cls, metrics: Sequence[EngineMetrics]) -> RequestLaw:
-        """From one ``EngineMetrics`` per step (its ``accepted`` and ``unconditional``).
+        """From one ``EngineMetrics`` per step (its ``accepted`` and ``unconditional``).  Steps that
+        drafted nothing (an empty tree: llama.cpp's draft below ``--draft-min`` dropped) accept
+        nothing; a request of such steps only has depth 1 with P(tau >= 1) = 0.
 
         Raises:
             ValueError: ``metrics: ...`` when empty or holding something else.
@@ -591,7 +593,7 @@ class RequestLaw:
             raise ValueError("metrics: must be a non-empty sequence of EngineMetrics, one per step")
         if not all(isinstance(m, EngineMetrics) for m in metrics):
             raise ValueError("metrics: every entry must be an EngineMetrics")
-        depth = max(m.unconditional.size for m in metrics)
+        depth = max(1, max(m.unconditional.size for m in metrics))
         u = np.zeros((len(metrics), depth))
         for i, m in enumerate(metrics):
             u[i, : m.unconditional.size] = m.unconditional

@@ -126,6 +126,17 @@ def test_from_engine_metrics():
     assert profile.accept_length == pytest.approx(2.01, abs=1e-15)
 
 
+def test_a_request_whose_steps_drafted_nothing():
+    """llama.cpp drops a draft below --draft-min: the step's tree is empty (depth 0).  A request of
+    such steps only is a law (it accepts nothing), not an error; mixed with others it adds nothing."""
+    empty = path_metrics({(): 1.0}, 0)
+    alone = ap.RequestLaw.from_metrics([empty, empty])
+    assert alone.unconditional.shape == (2, 1) and not alone.unconditional.any()
+    assert ap.pooled([alone]) == 1.0 and ap.per_request_mean([alone]) == 1.0
+    mixed = ap.RequestLaw.from_metrics([empty, path_metrics({(): 0.2, (0,): 0.8}, 1)])
+    assert ap.pooled([mixed]) == pytest.approx(1.4, abs=1e-15)
+
+
 # --------------------------------------------------------------------------------- engines
 
 

@@ -285,6 +285,41 @@ def test_the_best_and_those_within_2_se_by_hand():
     np.testing.assert_allclose(a["gap_se"].to_numpy(), [0.0, 0.06, 0.08], rtol=1e-9)
     assert a["within_2se"].to_list() == [True, True, False]
     np.testing.assert_allclose(frame.filter(pl.col("price") == "b").sort("rank")["speedup"].to_numpy(), [1.0, 0.95, 0.9])
+    # one request: no standard error, so "within 2 SE" is unknown (null), not False
+    one = serve_estimate.estimates(
+        [{**r, "trajectory": 0} for r in rows], prices, dict.fromkeys((("T=1", i) for i in range(4)), 1.0)
+    )
+    assert one.filter(pl.col("price") == "a").sort("rank")["within_2se"].to_list() == [True, None, None]
+
+
+def test_a_request_whose_llama_cpp_drafts_are_all_dropped(tmp_path, monkeypatch):
+    """draft_min above every chain's length: each step is a plain one (E = 1, its draft forwards
+    still paid) and the run finishes (a request of empty trees crashed the aggregation)."""
+    no_chart(monkeypatch)
+    entries = [
+        {"engine": "llama.cpp", "draft_max": 4, "draft_min": 4, "draft_p_min": 0.99},
+        {"engine": "llama.cpp", "draft_max": 2, "draft_min": 0, "draft_p_min": 0},
+    ]
+    out = tmp_path / "out"
+    argv = [*SOURCE, "--engine", "llama.cpp", "--modes", "exact_match", "--draft-prices", "0.05,0.3"]
+    assert serve_estimate.main([*argv, "--config", write_config(tmp_path, entries), "--out", str(out), "--quiet"]) == 0
+    table = pl.read_parquet(out / "serve.parquet")
+    dropped = table.filter(pl.col("config").str.contains("draft_max=4"))
+    assert dropped.height >= 1 and (dropped["pooled"] == 1.0).all() and (dropped["per_request_mean"] == 1.0).all()
+    assert (dropped["speedup_a"] < 1).all()  # the draft's forwards were paid for nothing
+
+
+def test_draft_p_min_is_refused_where_the_drafting_law_cannot_honour_it(tmp_path, monkeypatch):
+    """llama.cpp's draft_p_min reads the draft's untempered probabilities: under --draft-law setting
+    at T = 0 (one-hot q: every confidence 1) it would be silently ignored, so the chain is not run."""
+    no_chart(monkeypatch)
+    entries = [{"engine": "llama.cpp", "draft_max": 4, "draft_min": 0, "draft_p_min": 0.9}]
+    config = write_config(tmp_path, entries)
+    argv = [*SOURCE, "--engine", "llama.cpp", "--modes", "exact_match", "--settings", "0", "--config", config, "--quiet"]
+    with pytest.raises(SystemExit) as exc:  # its only configuration cannot run: one line, exit 2
+        serve_estimate.main([*argv, "--draft-law", "setting", "--out", str(tmp_path / "s")])
+    assert exc.value.code == 2 and not any((tmp_path / "s").iterdir())  # nothing written
+    assert serve_estimate.main([*argv, "--draft-law", "raw", "--out", str(tmp_path / "r")]) == 0
 
 
 def test_adjusted_and_refused_configurations_are_in_the_table(tmp_path, monkeypatch, capsys):
