@@ -91,7 +91,7 @@ import numpy as np
 from simlab.checks import check_choice
 from simlab.distributions import inverse_cdf
 from simlab.verifiers.base import NodeVerifier
-from simlab.verifiers.ot_walk import CERTIFY_TOL, _level, _power_difference, _span_midpoint
+from simlab.verifiers.ot_walk import CERTIFY_TOL, _level, _power_difference, _prefix_cut, _span_midpoint
 from simlab.verifiers.selection import SelectionPlan
 
 
@@ -723,15 +723,7 @@ class _ExactPlan(SelectionPlan):
         rank = np.argsort(ratio)  # ties share an atom: their order is immaterial
         order = rank if full else support[rank]
         ps, qs = p[order], q[order]
-        P, Q = np.zeros(ps.size + 1), np.zeros(qs.size + 1)
-        np.cumsum(ps, out=P[1:])
-        np.cumsum(qs, out=Q[1:])
-        prefix_q = np.minimum(Q, 1.0)
-        power = prefix_q
-        for _ in range(k - 1):
-            power = power * prefix_q
-        cut = P + 1.0 - power
-        m = int(np.argmin(cut))
+        P, Q, prefix_q, cut, m = _prefix_cut(ps, qs, k)
         self.alpha_star = float(np.clip(cut[m], 0.0, 1.0))
         split, total = float(prefix_q[m]), float(prefix_q[-1])
         inside, lam_in = _level(ps[:m], qs[:m], split**k, True, sums=(P[: m + 1], Q[: m + 1]))

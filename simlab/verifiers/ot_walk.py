@@ -176,6 +176,23 @@ def _taken_mass(qs: np.ndarray, target: np.ndarray, u: np.ndarray, top: np.ndarr
     return delta
 
 
+def _prefix_cut(ps: np.ndarray, qs: np.ndarray, k: int):
+    """The closed form's prefixes for p and q in p/q ascending order (``ps``, ``qs``: float64 (n,)):
+    (P, Q, min(Q, 1), cut, m) with P[j], Q[j] the masses of the first j tokens ((n + 1,), P[0] =
+    Q[0] = 0), cut[j] = P[j] + 1 - min(Q[j], 1)^k and m its first argmin: alpha* = cut[m], H* the
+    first m tokens (``simlab.otlp.optimal_acceptance``; Hu et al. ICLR 2025).  The power by
+    repeated products, as ``ot_walk`` and ``ot_exact`` both read it."""
+    P, Q = np.zeros(ps.size + 1), np.zeros(qs.size + 1)
+    np.cumsum(ps, out=P[1:])
+    np.cumsum(qs, out=Q[1:])
+    prefix_q = np.minimum(Q, 1.0)
+    power = prefix_q
+    for _ in range(k - 1):
+        power = power * prefix_q
+    cut = P + 1.0 - power
+    return P, Q, prefix_q, cut, int(np.argmin(cut))
+
+
 def _level(ps: np.ndarray, qs: np.ndarray, total: float, raise_low: bool, sums=None) -> tuple[np.ndarray, float]:
     """(max(p, lam q), lam) (raise_low) or (min(p, lam q), lam) with the level lam chosen so the sum
     is ``total``; ps, qs in r = p/q ascending order, float64 (n,).  lam is 0 (raise_low) or inf
@@ -240,15 +257,7 @@ class _WalkPlan(NodePlan):
             # any order, and alpha* (the cut below) does not depend on it
             order = np.argsort(p / q) if full else support[np.argsort(p[support] / q[support])]
         ps, qs = p[order], q[order]
-        P, Q = np.zeros(ps.size + 1), np.zeros(qs.size + 1)
-        np.cumsum(ps, out=P[1:])
-        np.cumsum(qs, out=Q[1:])
-        prefix_q = np.minimum(Q, 1.0)
-        power = prefix_q
-        for _ in range(k - 1):
-            power = power * prefix_q
-        cut = P + 1.0 - power
-        m = int(np.argmin(cut))
+        P, Q, prefix_q, cut, m = _prefix_cut(ps, qs, k)
         inside_mass = prefix_q[m] ** k
         outside_mass = prefix_q[-1] ** k - inside_mass  # rows with a child outside H* (1 - F(H*) up to sum(q) rounding)
         inside = _level(ps[:m], qs[:m], inside_mass, True, sums=(P[: m + 1], Q[: m + 1]))[0]
