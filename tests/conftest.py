@@ -141,3 +141,25 @@ def one_error_line(err: str) -> bool:
     ``backends.cli.slow_step`` prints, ending in "...", when a step such as loading the models
     takes over 2 s on a busy machine): the one-line error a CLI exits 2 with."""
     return len([line for line in err.splitlines() if line.strip() and not line.endswith("...")]) == 1
+
+
+def check_tree_attention_and_greedy(pair, prompt, tokens: int) -> None:
+    """A real pair's tree attention equals its sequential forwards (1e-5: float32 models) on a
+    ``Delayed(2, 1, 2)`` tree at ``prompt``, and T = 0 speculative decoding with SpecInfer emits
+    the greedy sequence for ``tokens`` tokens (the named pairs' slow whole-model checks)."""
+    import numpy as np
+
+    from simlab.builders import Delayed, iid
+    from simlab.decoding import greedy_decode, speculative_decode
+    from simlab.sampling import SamplingSettings
+    from simlab.trees import NodeTable
+
+    tree = Delayed(2, 1, 2).sample(NodeTable(pair, prompt), np.random.default_rng(0))
+    np.testing.assert_allclose(
+        pair.node_distributions(prompt, tree.nodes())[0],
+        pair.distributions([prompt + path for path in tree.nodes()])[0],
+        atol=1e-5,
+    )
+    greedy = pair.with_settings(SamplingSettings(temperature=0.0))
+    decoded, _ = speculative_decode(greedy, prompt, iid(2, 2), "specinfer", tokens, np.random.default_rng(2))
+    assert decoded == greedy_decode(greedy, prompt, tokens)

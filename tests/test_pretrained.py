@@ -16,6 +16,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from conftest import check_tree_attention_and_greedy
 
 from backends import model_cache, pretrained, self_drafts
 from simlab.decoding import greedy_decode, speculative_decode
@@ -317,15 +318,7 @@ def test_the_gguf_path_and_the_cached_conversion_give_the_same_bits(folder):
 def test_the_whole_model_decodes_its_greedy_sequence_with_tree_attention(folder):
     pair = pretrained.named_pair("smollm2", "early-exit:24", device="cpu")
     prompt = pair.encode(PROMPT)
-    tree = Delayed(2, 1, 2).sample(NodeTable(pair, prompt), np.random.default_rng(0))
-    np.testing.assert_allclose(
-        pair.node_distributions(prompt, tree.nodes())[0],
-        pair.distributions([prompt + path for path in tree.nodes()])[0],
-        atol=1e-5,
-    )
-    greedy = pair.with_settings(SamplingSettings(temperature=0.0))
-    tokens, _ = speculative_decode(greedy, prompt, iid(2, 2), "specinfer", 32, np.random.default_rng(2))
-    assert tokens == greedy_decode(greedy, prompt, 32)
+    check_tree_attention_and_greedy(pair, prompt, 32)
 
 
 @pytest.mark.slow

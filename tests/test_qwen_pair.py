@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import check_tree_attention_and_greedy
 
 from backends import model_cache, pretrained, qwen_pair, self_drafts
 from simlab import tree_verifiers
@@ -597,12 +598,4 @@ def test_the_real_pair_decodes_its_greedy_sequence_with_tree_attention():
     )
     assert text.startswith("<|im_start|>system\nYou are Qwen") and text.endswith("<|im_start|>assistant\n")
     prompt = pair.encode(text)
-    tree = Delayed(2, 1, 2).sample(NodeTable(pair, prompt), np.random.default_rng(0))
-    np.testing.assert_allclose(
-        pair.node_distributions(prompt, tree.nodes())[0],
-        pair.distributions([prompt + path for path in tree.nodes()])[0],
-        atol=1e-5,
-    )
-    greedy = pair.with_settings(SamplingSettings(temperature=0.0))
-    tokens, _ = speculative_decode(greedy, prompt, iid(2, 2), "specinfer", 16, np.random.default_rng(2))
-    assert tokens == greedy_decode(greedy, prompt, 16)
+    check_tree_attention_and_greedy(pair, prompt, 16)
