@@ -30,11 +30,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from backends.cli import ToolParser, fail, prepare_out
+from backends.model_cache import cache_root
 from simlab.checks import check_int, check_seed
 from simlab.files import umask
 
 PROG = "python -m backends.reference_pair"
-DEFAULT_CACHE = Path(os.environ.get("SIMLAB_CACHE", Path.home() / ".cache" / "simlab")) / "reference_pair"
+DEFAULT_CACHE = cache_root() / "reference_pair"
+"""``$SIMLAB_CACHE``, else ``$XDG_CACHE_HOME/simlab``, else ``~/.cache/simlab`` (``backends.model_cache.cache_root``), then ``reference_pair``."""
 
 
 @dataclass(frozen=True)

@@ -225,6 +225,6 @@ class NaiveChain(TopDown):
     on each node's first child only."""
 
     name = "naive_chain"
-    label = "Naive"
+    label = "first-path SD (DDTE's Naive)"
     node: NodeVerifier = field(default_factory=Naive)
     first_path_only: bool = True

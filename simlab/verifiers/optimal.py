@@ -56,7 +56,7 @@ class Optimal(NodeVerifier):
     """
 
     name = "optimal"
-    label = "OT optimum"
+    label = "OT optimum (LP)"
     replacement: bool = True
 
     def __post_init__(self):

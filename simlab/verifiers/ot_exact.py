@@ -852,7 +852,7 @@ class OTExact(NodeVerifier):
     """
 
     name = "ot_exact"
-    label = "OT optimum"
+    label = "OT optimum (curtain)"
     ot_based = True
     speculative_at_one = True
     engine: str = "auto"
