@@ -11,7 +11,10 @@ tables are indexed by context l and new tokens n, in seconds.
     python -m backends.latency_probe --target DIR --draft DIR --out profile.json
     python -m backends.latency_probe --pair smollm2 --draft early-exit:24 --out profile.json
 
-writes the profile (JSON, atomically; ``LatencyModel.load`` reads it) and prints the table.
+writes the profile (JSON, atomically; ``LatencyModel.load`` reads it) and prints the table, then
+the measured cost ratio c = t_q / t_p at every grid point and its median over the grid
+(``cost_ratios``): the draft's price measured on this machine, beside the weight-byte price the
+studies give a named pair's draft (``backends.pretrained.weight_ratio``).
 """
 
 from __future__ import annotations
@@ -157,6 +160,28 @@ def table(latency: LatencyModel) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
+def cost_ratios(latency: LatencyModel) -> pl.DataFrame:
+    """One row per grid point (context, tokens) of the profile: both times in milliseconds and the
+    measured cost ratio t_q / t_p (``ratio``, float64), read off the tables at the draft's grid
+    (the target's table interpolated where its grid differs; ``simlab.latency.ForwardTime``)."""
+    forward = latency.draft
+    rows = [
+        {
+            "context": l,
+            "tokens": n,
+            "draft_ms": 1e3 * t,
+            "target_ms": 1e3 * latency.target(l, n),
+            "ratio": t / latency.target(l, n),
+        }
+        for l, row in zip(forward.contexts, forward.seconds)
+        for n, t in zip(forward.tokens, row)
+    ]
+    return pl.DataFrame(
+        rows,
+        schema={"context": pl.Int64, "tokens": pl.Int64, "draft_ms": pl.Float64, "target_ms": pl.Float64, "ratio": pl.Float64},
+    )
+
+
 def parse_args(argv):
     parser = ToolParser(prog=PROG, description="Measure draft and target forward times (a latency profile).")
     parser.add_argument("--target", default=None, help="target model: local folder or hub id (or --pair)")
@@ -231,6 +256,12 @@ def main(argv=None) -> int:
         fail(PROG, f"--out: cannot write {args.out!r} ({exc.strerror or exc})")
     if not args.quiet:
         print_table(table(latency), f"forward times on {pair.device} ({latency.source}); profile: {args.out}")
+        ratios = cost_ratios(latency)
+        print_table(
+            ratios,
+            f"cost ratio t_q / t_p measured on {pair.device}: median {ratios['ratio'].median():.3f} over the grid "
+            f"({ratios['ratio'].min():.3f}-{ratios['ratio'].max():.3f})",
+        )
     return 0
 
 

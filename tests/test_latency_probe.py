@@ -10,8 +10,8 @@ import math
 import pytest
 
 from backends.hf import HFPair
-from backends.latency_probe import forward_seconds, main, measure
-from simlab.latency import LatencyModel
+from backends.latency_probe import cost_ratios, forward_seconds, main, measure
+from simlab.latency import ForwardTime, LatencyModel
 from conftest import one_error_line
 
 CONTEXTS, TOKENS = (4, 8), (1, 2)
@@ -103,6 +103,18 @@ def test_cli_writes_a_profile_that_loads_back(micro_pair_dir, tmp_path, capsys):
         for row in forward.seconds:
             for t in row:
                 assert f"{1e3 * t:.3f}" in printed, (name, t)
+    ratios = cost_ratios(latency)["ratio"]
+    assert f"cost ratio t_q / t_p measured on cpu: median {ratios.median():.3f} over the grid" in printed
+
+
+def test_cost_ratios_are_the_draft_time_over_the_target_time_at_each_grid_point():
+    draft = ForwardTime((4, 8), (1, 2), ((1.0, 2.0), (3.0, 5.0)))
+    target = ForwardTime((4, 8), (1, 2), ((4.0, 4.0), (6.0, 10.0)))
+    frame = cost_ratios(LatencyModel(draft, target, "test"))
+    assert frame["context"].to_list() == [4, 4, 8, 8] and frame["tokens"].to_list() == [1, 2, 1, 2]
+    assert frame["ratio"].to_list() == [0.25, 0.5, 0.5, 0.5] and frame["target_ms"].to_list() == [4e3, 4e3, 6e3, 1e4]
+    on_other_grid = cost_ratios(LatencyModel(draft, ForwardTime.constant(2.0), "test"))
+    assert on_other_grid["ratio"].to_list() == [0.5, 1.0, 1.5, 2.5]
 
 
 def test_cli_quiet_prints_nothing(micro_pair_dir, tmp_path, capsys):

@@ -57,6 +57,22 @@ def test_the_published_numbers_are_the_profiles():
     assert sb.step_time(0, DraftCost((DraftForward(4, 0, "block"),) * 2, 8)) == pytest.approx(0.007 + 0.037)
 
 
+def test_the_qwen_profiles_are_the_speed_benchmarks_tables():
+    """``qwen2.5-a100`` (vLLM) and ``qwen2.5-a100-hf`` (transformers): one forward is 1 / (tokens/s) of
+    the page's BF16 rows (1.5B the target, 0.5B the draft) at each input length, linear between them,
+    the same for every n."""
+    vllm, hf = profile("qwen2.5-a100"), profile("qwen2.5-a100-hf")
+    inputs = (1, 6144, 14336, 30720)
+    assert [vllm.target(l, 1) for l in inputs] == pytest.approx([1 / v for v in (183.33, 176.68, 168.69, 152.04)], rel=1e-12)
+    assert [vllm.draft(l, 1) for l in inputs] == pytest.approx([1 / v for v in (311.55, 304.79, 290.28, 264.51)], rel=1e-12)
+    assert [hf.target(l, 1) for l in inputs] == pytest.approx([1 / v for v in (39.68, 40.88, 40.43, 38.59)], rel=1e-12)
+    assert [hf.draft(l, 1) for l in inputs] == pytest.approx([1 / v for v in (47.40, 47.45, 47.11, 47.16)], rel=1e-12)
+    assert vllm.target(1, 64) == vllm.target(1, 1) and vllm.draft(6144, 16) == vllm.draft(6144, 1)
+    assert vllm.target(10240, 1) == pytest.approx((1 / 176.68 + 1 / 168.69) / 2, rel=1e-12)
+    assert "QwenLM/Qwen2.5@" in PROFILES["qwen2.5-a100"].source and "vLLM 0.6.3" in PROFILES["qwen2.5-a100"].source
+    assert "transformers 4.46.0" in PROFILES["qwen2.5-a100-hf"].source
+
+
 def test_an_unknown_profile_is_a_value_error_naming_the_known_ones():
     with pytest.raises(ValueError, match=r"^latency: unknown profile 'h100'; known: sequoia-demo"):
         profile("h100")

@@ -599,3 +599,77 @@ def test_the_real_pair_decodes_its_greedy_sequence_with_tree_attention():
     assert text.startswith("<|im_start|>system\nYou are Qwen") and text.endswith("<|im_start|>assistant\n")
     prompt = pair.encode(text)
     check_tree_attention_and_greedy(pair, prompt, 16)
+
+
+# -- python -m backends.draft_acceptance --pair qwen2.5-coder ----------------------------------------------------------
+def test_draft_acceptance_measures_the_pairs_default_draft(tiny, pair, cache, monkeypatch, tmp_path, capsys):
+    """``--pair qwen2.5-coder`` without ``--draft`` measures the independent draft against the target
+    with the target's tokenizer: the numbers are ``measure``'s on the pair the studies open, and the
+    table and the record name the pair, its pinned target and the draft's weight ratio."""
+    from backends import draft_acceptance, prompt_sets
+
+    monkeypatch.setenv("SIMLAB_CACHE", str(cache))
+    monkeypatch.setattr(qwen_pair, "TARGET", tiny["target"].model)
+    monkeypatch.setattr(qwen_pair, "DRAFT", tiny["draft"].model)
+    prompts = [p.text for p in prompt_sets.prompt_set("workloads")[:3]]
+    monkeypatch.setattr(prompt_sets, "prompt_set", lambda name: prompt_sets.read_prompt_file(prompt_sets.WORKLOADS)[:3])
+    out = tmp_path / "acceptance.json"
+    argv = ["--pair", "qwen2.5-coder", "--prompts", "workloads", "--paths", "1", "--depth", "2", "--out", str(out), "--quiet"]
+    assert draft_acceptance.main(argv) == 0
+    record = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    expected = draft_acceptance.measure(pair.target, pair.draft, pair.target_tokenizer, prompts, 1, 2, seed=0)
+    assert record["acceptance_by_depth"] == expected and record["pair"] == "qwen2.5-coder"
+    assert record["draft"] == "qwen2.5-coder-0.5b" and tiny["target"].model.sha256 in record["target"]
+    ratio = model_cache.linear_weights(pair.draft) / model_cache.linear_weights(pair.target)
+    assert record["weight_ratio"] == round(ratio, 5)
+    assert printed.startswith(f"qwen2.5-coder, draft qwen2.5-coder-0.5b (weight bytes per token {ratio:.3f}")
+    assert f"{expected['draft'][1]:6.3f}" in printed.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--pair", "qwen2.5-coder", "--draft", "adapter:14"], "--draft: --pair qwen2.5-coder takes qwen2.5-coder-0.5b"),
+        (
+            ["--pair", "smollm2", "--draft", "qwen2.5-coder-0.5b"],
+            "--draft: qwen2.5-coder-0.5b drafts for --pair qwen2.5-coder only",
+        ),
+        (["--draft", "qwen2.5-coder-0.5b"], "--draft: qwen2.5-coder-0.5b drafts for --pair qwen2.5-coder only"),
+        (["--pair", "qwen2.5"], "--pair: invalid choice: 'qwen2.5'"),
+    ],
+)
+def test_draft_acceptance_refuses_a_draft_of_another_pair_in_one_line(argv, message, monkeypatch, capsys):
+    from backends import draft_acceptance
+    from conftest import one_error_line
+
+    monkeypatch.setattr(pretrained, "named_pair", lambda *a, **k: pytest.fail("loaded"))
+    monkeypatch.setattr(pretrained, "target_folder", lambda *a, **k: pytest.fail("loaded"))
+    with pytest.raises(SystemExit) as info:
+        draft_acceptance.main([*argv, "--quiet"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and message in err and one_error_line(err), err
+
+
+def test_draft_acceptance_refuses_the_pair_without_the_memory_in_one_line(tiny, pair, cache, monkeypatch, capsys):
+    from backends import draft_acceptance
+    from conftest import one_error_line
+
+    monkeypatch.setenv("SIMLAB_CACHE", str(cache))
+    monkeypatch.setattr(qwen_pair, "TARGET", tiny["target"].model)
+    monkeypatch.setattr(qwen_pair, "DRAFT", tiny["draft"].model)
+    monkeypatch.setattr(qwen_pair, "available_memory", lambda: 1 << 20)
+    with pytest.raises(SystemExit) as info:
+        draft_acceptance.main(["--pair", "qwen2.5-coder", "--quiet"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "pair: qwen2.5-coder: loading qwen2.5-coder" in err and one_error_line(err), err
+
+
+def test_the_pair_declares_a_published_gpu_profile_and_roots_along_the_reply():
+    """The pair's GPU profile is a published one of its own model family, and its study defaults are
+    source flags (``backends.sources.flags.SOURCE_FIELDS``) placing at least 3 roots per reply."""
+    from backends.sources.flags import SOURCE_FIELDS
+    from simlab.latency_profiles import PROFILES
+
+    assert qwen_pair.GPU_PROFILE in PROFILES and "Qwen2.5-1.5B" in PROFILES[qwen_pair.GPU_PROFILE].source
+    assert set(qwen_pair.STUDY_DEFAULTS) <= set(SOURCE_FIELDS) and qwen_pair.STUDY_DEFAULTS["roots_per_trajectory"] >= 3
