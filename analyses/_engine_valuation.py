@@ -5,7 +5,9 @@ A configuration (``analyses._engine_configs.EngineConfig``) is valued at a root 
 verifier modes that is lossless for its drafting law (``value_root``): a deterministic tree (EAGLE,
 the chains, TreeGraft, SpecBlock, any registered deterministic builder a configuration's
 ``lab["kind"]`` names) exactly, one tree per root; a sampled tree (Sequoia) by the mean of the exact
-values of ``config.samples`` trees, with its standard error.  ``summarise`` gathers the rows per
+values of ``config.samples`` trees, with its standard error; the trees are drawn once per root
+(``simlab.valuation.draw_trees``) and valued per mode by ``simlab.valuation.trees_value`` (the
+valuation every study shares).  ``summarise`` gathers the rows per
 (setting, configuration, mode) under the engines' metric names (``simlab.engine_metrics``).
 
 ``config`` below is any object with the fields ``seed``, ``samples`` and ``draft_law`` (and, for
@@ -27,9 +29,10 @@ from analyses import _engine_configs as engines
 from analyses._categories import with_category
 from backends.sources.flags import drafting_table
 from simlab import builders, tree_verifiers
-from simlab.engine_metrics import aggregate, tree_metrics
+from simlab.engine_metrics import aggregate
 from simlab.sampling import seeded_rng
 from simlab.trees import NodeTable
+from simlab.valuation import draw_trees, trees_value
 
 
 class Builders:
@@ -148,11 +151,9 @@ def value_root(
     if why:
         return [], {m: why for m in c.modes}
     try:
-        if getattr(builder, "deterministic", False):
-            trees = [builder.sample(drafting).on(table)]
-        else:
-            rng = seeded_rng(config.seed, 27, index, root.root)
-            trees = [builder.sample(table, rng) for _ in range(config.samples)]
+        deterministic = getattr(builder, "deterministic", False)
+        rng = None if deterministic else seeded_rng(config.seed, 27, index, root.root)
+        trees = draw_trees(builder, table, drafting=drafting, samples=config.samples, rng=rng)
         for tree in trees:
             tree.fill()
     except ValueError as exc:  # a node the capture lacks, or a tree the builder cannot draft at this root
@@ -167,7 +168,6 @@ def value_root(
     laws = frozenset().union(*(t.laws() for t in trees)) or builder.laws
     lossless = set(tree_verifiers.lossless_names(laws, setting))
     rows, missing = [], {}
-    T = [latency.tree_step_time(len(root.context), t) for t in trees]
     priced = (
         {name: float(np.mean([model.tree_step_time(len(root.context), t) for t in trees])) for name, model in prices.items()}
         if prices
@@ -175,13 +175,10 @@ def value_root(
     )
     for mode in c.modes:
         name = c.verifier(mode, laws)
-        if name is None or name not in lossless:
+        value = trees_value(trees, name, latency) if name is not None and name in lossless else None
+        if value is None:
             missing[mode] = f"no {mode} verifier is lossless for {', '.join(sorted(law.value for law in laws))} children"
             continue
-        v = tree_verifiers.get(name)
-        plain = [tree_metrics(t, v, eos=False) for t in trees]
-        truncated = [tree_metrics(t, v, eos=True) for t in trees]
-        E = [m.accept_length for m in truncated]
         rows.append(
             {
                 "setting": setting.name,
@@ -193,12 +190,12 @@ def value_root(
                 "mode": mode,
                 "verifier": name,
                 "method": "exact" if len(trees) == 1 else "mc",
-                "tokens": float(np.mean([t.tokens() for t in trees])),
-                "E": float(np.mean(E)),
-                "E_se": float(np.std(E, ddof=1) / math.sqrt(len(E))) if len(E) > 1 else 0.0,
-                "T": float(np.mean(T)),
-                "_plain": aggregate(plain),
-                "_eos": aggregate(truncated),
+                "tokens": value.tokens,
+                "E": value.metrics.accept_length,
+                "E_se": value.metrics_se,
+                "T": value.T,
+                "_plain": value.plain,
+                "_eos": value.metrics,
             }
         )
         if priced is not None:

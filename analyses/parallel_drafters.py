@@ -53,14 +53,16 @@ from backends.sources.flags import (
     study_out,
     study_parser,
 )
-from simlab import tree_verifiers
+from simlab import builders, tree_verifiers
 from simlab.builders import DDTree, EAGLE2, Medusa, Static
 from simlab.trees import NodeTable
 from simlab.valuation import tree_value
 
 PROG = "python -m analyses.parallel_drafters"
-DRAFTERS = {"eagle2": "autoregressive", "static": "autoregressive", "medusa": "parallel", "ddtree": "parallel"}
-"""Each tree's drafting model."""
+TREES = ("eagle2", "static", "medusa", "ddtree")
+"""The registered builders (``simlab.builders``) the study values, in its order."""
+DRAFTERS = {name: "parallel" if builders.parallel_draft(name) else "autoregressive" for name in TREES}
+"""Each tree's drafting model, as its builder declares it (``parallel_draft`` on the class)."""
 
 
 @dataclass(frozen=True)
@@ -133,10 +135,10 @@ def measure(config: Config, source, settings, latency, budgets) -> pl.DataFrame:
                                 "budget": budget,
                                 "tree": name,
                                 "drafter": DRAFTERS[name],
-                                "E": value["E"],
-                                "T": value["T"],
-                                "tokens": value["tokens"],
-                                "draft_forwards": len(value["trees"][0].cost.forwards),
+                                "E": value.E,
+                                "T": value.T,
+                                "tokens": value.tokens,
+                                "draft_forwards": len(value.trees[0].cost.forwards),
                             }
                         )
                 bar.update(1)

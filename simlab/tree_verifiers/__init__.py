@@ -17,7 +17,8 @@
   (SGLang's threshold relaxation, declared lossy) are top-down node rules like the first list.
 
 Every verifier refuses trees it is not lossless for (``TreeVerifier.check``) unless built with
-``allow_lossy=True``.  ``lossless_names(laws, settings)`` answers which verifiers may be paired
+``allow_lossy=True``.  ``as_verifier(name_or_verifier)`` is the one coercion of a name or a
+``TreeVerifier`` every valuation takes.  ``lossless_names(laws, settings)`` answers which verifiers may be paired
 with a tree of those drafting laws at a setting, from what each verifier declares
 (``lossless_for``, ``needs_greedy_target``; for a node class not of the lab's own, the declared laws
 ``simlab.conformance`` confirms: ``TopDown``); ``deterministic_rule(settings)`` is the baseline of
@@ -27,6 +28,7 @@ the whole-tree classes, ``first_path_only`` for ``TopDown``) marks the verifiers
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from simlab import verifiers as node_verifiers
@@ -47,8 +49,8 @@ REGISTRY: dict[str, type[TreeVerifier]] = {
 
 
 def deterministic_rule(settings) -> str:
-    """The verifier EAGLE's code pairs with deterministic trees: ``"greedy"`` at T = 0
-    (``settings.greedy``), else ``"onehot"`` (EAGLE-2 ``evaluate_posterior``; the studies' baseline)."""
+    """The verifier EAGLE's code pairs with deterministic trees: ``"greedy"`` at a greedy target
+    (``settings.greedy``: T = 0 or top-k = 1), else ``"onehot"`` (EAGLE-2 ``evaluate_posterior``; the studies' baseline)."""
     return "greedy" if settings.greedy else "onehot"
 
 
@@ -63,7 +65,7 @@ def lossless_names(laws: Iterable[Drafting], settings, k: int | None = None) -> 
     ``laws`` at ``settings`` (in ``names()`` order): lossless for each law
     (``simlab.drafting.lossless_pairing``; with ``k = 1``, a single child drawn from q also
     serves a verifier lossless for any one-draw law), and a verifier that needs a greedy target
-    only when ``settings.greedy`` (T = 0).
+    only when ``settings.greedy`` (T = 0 or top-k = 1).
 
     Args:
         laws: the drafting laws of the tree's nodes (``Drafting`` values; at least one).
@@ -134,6 +136,27 @@ def get(name: str, allow_lossy: bool = False, **options) -> TreeVerifier:
     return TopDown(node_verifiers.get(name, **options), allow_lossy=allow_lossy)
 
 
+def as_verifier(verifier, allow_lossy: bool = False) -> TreeVerifier:
+    """The tree verifier ``verifier`` names or is: the one public coercion every valuation uses.
+
+    Args:
+        verifier: a tree-verifier name (``get(name, allow_lossy=allow_lossy)``) or a ``TreeVerifier``
+            (returned as it is, or a copy with ``allow_lossy=True`` when that is asked and it lacks it).
+        allow_lossy: as ``get``.
+
+    Raises:
+        ValueError: ``verifier: ...`` for an object that is neither a name nor a ``TreeVerifier``;
+            ``name: ...`` (``get``) for an unknown name.
+    """
+    if isinstance(verifier, str):
+        return get(verifier, allow_lossy=allow_lossy)
+    if not isinstance(verifier, TreeVerifier):
+        raise ValueError(f"verifier: must be a tree-verifier name or object, got {verifier!r}")
+    if allow_lossy and not verifier.allow_lossy:
+        return dataclasses.replace(verifier, allow_lossy=True)
+    return verifier
+
+
 __all__ = [
     "REGISTRY",
     "BlockVerification",
@@ -144,6 +167,7 @@ __all__ = [
     "Traversal",
     "TreeVerifier",
     "TypicalAcceptance",
+    "as_verifier",
     "deterministic_rule",
     "deterministic_rules",
     "get",
