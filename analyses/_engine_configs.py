@@ -103,6 +103,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simlab import builders
 from simlab.builders.confident_chain import DRAFT_TOP_K as LLAMA_DRAFT_TOP_K
 from simlab.builders.sequoia import MAX_BUDGET as SEQUOIA_MAX_BUDGET
 from simlab.drafting import Drafting
@@ -186,8 +187,9 @@ TREE_METHODS = {"sglang": ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE"), "eagle": (
 """``method`` values (any case) of the engines whose drafters build the EAGLE-style top-k tree the
 sweep values: SGLang's ``speculative_algorithm`` run by its EAGLE worker (``NGRAM`` and others draft
 otherwise and are refused), EAGLE's own releases."""
-SAMPLED = ("sequoia",)
-"""Engines whose trees are sampled (valued by the mean of exact values over drawn trees)."""
+SAMPLED = tuple(name for name in ("sequoia", "treegraft", "specblock") if builders.sampled(name))
+"""Engines whose trees are sampled (valued by the mean of exact values over drawn trees): the
+builders whose declared drafting laws draw (``simlab.builders.sampled``)."""
 
 
 MAX_LEVELS = 65
@@ -763,7 +765,7 @@ def grid_configs(
     entries += [{"engine": "vllm", "num_speculative_tokens": k} for k in chains]
     entries += [
         {"engine": name, "budget": b}
-        for name, budgets in zip(SAMPLED + ("treegraft", "specblock"), (sequoia, treegraft, specblock))
+        for name, budgets in zip(("sequoia", "treegraft", "specblock"), (sequoia, treegraft, specblock))
         for b in budgets
     ]
     out = []

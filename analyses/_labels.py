@@ -23,7 +23,7 @@ import polars as pl
 
 from simlab.sampling import seeded_rng
 from simlab import tree_verifiers
-from simlab.grid import GridAxes, draw_grid
+from simlab.grid import DDTE_AXES, GridAxes, draw_grid
 from simlab.labels import grid_labels, verifier_Ks
 from simlab.latency import LatencyModel
 from simlab.trees import NodeTable
@@ -40,9 +40,9 @@ class Grid:
         ValueError: empty axes, K < 1, negative lengths, samples < 1.
     """
 
-    K_values: tuple[int, ...] = (1, 2, 3, 4)
-    L1_values: tuple[int, ...] = tuple(range(9))
-    L2_values: tuple[int, ...] = tuple(range(9))
+    K_values: tuple[int, ...] = DDTE_AXES.K_values
+    L1_values: tuple[int, ...] = DDTE_AXES.L1_values
+    L2_values: tuple[int, ...] = DDTE_AXES.L2_values
     samples: int = 4
     method: str = "mc"
     engine: str = "numpy"

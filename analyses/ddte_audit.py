@@ -76,7 +76,7 @@ from backends.sources.flags import (
     with_hf_defaults,
 )
 from simlab import tree_verifiers
-from simlab.grid import draw_grid, grid_metrics
+from simlab.grid import DDTE_AXES, draw_grid, grid_metrics
 from simlab.selector.features import root_features
 from simlab.trees import NodeTable
 
@@ -161,9 +161,9 @@ def label(config: Config, source, settings, latency) -> tuple[list[dict], list[d
             table = NodeTable(root.pair, root.context)
             drafts = draw_grid(
                 table,
-                K_max=4,
-                L1_values=tuple(range(9)),
-                L2_max=8,
+                K_max=DDTE_AXES.width,
+                L1_values=DDTE_AXES.L1_values,
+                L2_max=DDTE_AXES.depth,
                 samples=config.samples,
                 rng=np.random.default_rng([config.seed, root.root]),
             )

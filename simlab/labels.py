@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 
 from simlab import tree_verifiers
 from simlab.batched import supports
-from simlab.grid import GridDraft, grid_metrics
+from simlab.grid import DDTE_AXES, GridDraft, grid_metrics
 from simlab.trees import NodeTable
 
 LABEL_COLUMNS = ("verifier", "K", "L1", "L2", "E", "E_se", "E_select", "E_holdout")
@@ -58,8 +58,8 @@ def grid_labels(
     drafts: Sequence[GridDraft],
     verifiers: Sequence[str],
     *,
-    K_values=(1, 2, 3, 4),
-    L2_values=tuple(range(9)),
+    K_values=DDTE_AXES.K_values,
+    L2_values=DDTE_AXES.L2_values,
     engine: str = "numpy",
     device=None,
     stream: bool = False,
