@@ -14,35 +14,25 @@ With tau the draft tokens accepted in one verification step of a chain of K draf
   engine's synthetic sampler draws at position d (``u < c_d``).  Where u_{d-1} = 0 position d is
   never reached and c_d is set to 0 (the canonical value: a draw there never happens).
 
-They determine each other exactly: u_d = prod_{j <= d} c_j, E[tau] = sum_d u_d, and the law of tau
-is P(tau = j) = u_j - u_{j+1} (u_{K+1} = 0).  ``AcceptanceProfile`` holds both arrays, its JSON
-format (``PROFILE_FORMAT``, version ``PROFILE_VERSION``) round-trips exactly, and ``llama_cpp_args``,
-``vllm_speculative_config`` and ``sglang_env`` write it in each engine's synthetic-mode form.
+``AcceptanceProfile`` holds both arrays (they determine each other and the law of tau exactly); its
+JSON format (``PROFILE_FORMAT``, version ``PROFILE_VERSION``) round-trips exactly, and
+``llama_cpp_args``, ``vllm_speculative_config`` and ``sglang_env`` write it in each engine's form.
 
-**Engine conversions** (each as its source states it; the module's tests check them against the
-written-out arithmetic, and ``constant_rate_misstatement`` measures the cost of a constant rate):
+**Engine conversions**, each as its source states it (the formulas: the derivations page below):
 
-* llama.cpp PR 27711 (``common_speculative_synth_rates_resolve`` / ``..._get_synth_probs``): a mean
-  length L becomes a constant conditional rate p with p + p^2 + ... + p^K = L - 1
-  (``llama_cpp_length_to_conditional``); unconditional rates become conditional ones by the ratio
-  (``llama_cpp_rates_to_conditional``).
-* vLLM ``vllm/config/speculative.py`` (PR 40662; ``SpeculativeConfig._acceptance_length_to_rates``):
-  a mean length L becomes the "minimum-variance schedule" of unconditional rates
-  [1] * floor(L - 1) + [frac(L - 1)] + [0] * ..
-  (``vllm_length_to_rates``); the rejection kernel draws with the conditional rates from the ratio
-  (``vllm_rates_to_conditional``).  vLLM PR 39359 (closed) proposed reading the rate as conditional.
-* SGLang ``spec_utils._sample_simulated_acc_len``: ``SGLANG_SIMULATE_ACC_LEN`` = L draws the accept
-  length (bonus included) as floor(L) or floor(L) + 1 with the weights that match L
-  ("match-expected"), or round(clip(N(L, 1), 1, K + 1)) ("multinomial") (``sglang_tau_law``).
+* llama.cpp PR 27711: ``llama_cpp_length_to_conditional``, ``llama_cpp_rates_to_conditional``;
+* vLLM ``vllm/config/speculative.py`` (PR 40662): ``vllm_length_to_rates``,
+  ``vllm_rates_to_conditional``;
+* SGLang ``spec_utils._sample_simulated_acc_len``: ``sglang_tau_law``.
 
 **Aggregations** (vLLM issue 42508): a request r with n_r verification steps and per-step E[tau_s].
 vLLM (``metrics.py``: 1 + sum accepted / sum drafts) and SGLang's server log
 (``spec_num_accept_tokens / spec_num_forward_ct``) pool over requests (``pooled``); SpecForge's
 ``benchmarks/sglang.py`` averages the per-request means ``completion_tokens / spec_verify_ct``
-(``statistics.fmean``; ``per_request_mean``).  Both are linear in the per-step expectations for the
-given step counts n_r (a capture's), so both are exact from the same laws; ``compare_aggregations``
-says where two configurations' orderings disagree in sign.  For a request of fixed output length the
-step count is itself random; these functions take it as given.
+(``statistics.fmean``; ``per_request_mean``).  ``compare_aggregations`` says where two
+configurations' orderings disagree in sign.  The identities between the three forms, why both
+aggregations are exact from the same laws, the engines' conversion formulas and the step count's
+caveat: ``docs/derivations/acceptance_profiles.md``.
 """
 
 from __future__ import annotations

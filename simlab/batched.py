@@ -60,7 +60,8 @@ def children_mass(
     Args:
         verifier: a node verifier with ``supports(verifier)`` (its options are honoured:
             SpecInfer's ``order``, SpecTr's ``rho``).
-        P, Q: [N, V] floating tensors on one device; the computation runs in their dtype.
+        P: [N, V] floating tensor of target rows on one device; the computation runs in its dtype.
+        Q: [N, V] floating tensor of draft rows, same device and dtype.
         X: [N, k] integer tensor of child token ids, k >= 1, on the same device.
         laws: the drafting law of each node's children (N ``simlab.drafting.Drafting`` values;
             default: the verifier's ``drafting`` for every node): the children a law drew from q
@@ -292,8 +293,9 @@ def optimal_acceptance(P: "torch.Tensor", Q: "torch.Tensor", k: int, *, checked:
     concave in t, so its minimum over the block is at an end, which every order reaches.
 
     Args:
-        P, Q: [N, V] floating tensors on one device (float64 for the 1e-12 agreement the tests
-            check with the numpy reference); rows are distributions.
+        P: [N, V] floating tensor of target rows on one device (float64 for the 1e-12 agreement
+            the tests check with the numpy reference); rows are distributions.
+        Q: [N, V] floating tensor of draft rows, same device and dtype.
         k: children per node (integer >= 1).
         checked: True when every row was validated already (not checked again).
 

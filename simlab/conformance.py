@@ -155,8 +155,13 @@ class SamplerReport:
     """A designed G-test of a sampler's emitted token against a null law.
 
     Attributes:
-        law: the null law, float64 (V,) (p for a losslessness test); counts: int64 (V,) emitted
-            tokens; n: the draws; pvalue: the G-test's; false_alarm, power, tv: the design;
+        law: the null law, float64 (V,) (p for a losslessness test).
+        counts: int64 (V,) emitted tokens.
+        n: the draws.
+        pvalue: the G-test's.
+        false_alarm: the design's false-alarm probability.
+        power: the design's power.
+        tv: the design's alternative (TV from the null law).
         passed: pvalue > false_alarm (a lossless sampler passes with probability >= 1 - false_alarm).
     """
 
@@ -287,11 +292,16 @@ def check_sampler(
     sequence of emitted token ids whose first entry is the token emitted at this node.
 
     Args:
-        p, q: target and draft distributions, (V,).
-        k: children per run; law: their drafting law (a ``Drafting``).
+        p: the target distribution, (V,).
+        q: the draft distribution, (V,).
+        k: children per run.
+        law: their drafting law (a ``Drafting``).
         reference: the null law, (V,); default p (a losslessness test).  Give the exact law of a
             lossy rule to test that the sampler implements that rule.
-        seed: the generator's seed; tv, false_alarm, power: the design (``sample_size``).
+        seed: the generator's seed.
+        tv: the design's alternative, TV from the null law (``sample_size``).
+        false_alarm: the design's false-alarm probability.
+        power: the design's power against ``tv``.
 
     Returns:
         ``SamplerReport`` (``passed``, the p-value, the counts, the design).
@@ -356,9 +366,12 @@ class ExactReport:
     """The exact path's result for one verifier.
 
     Attributes:
-        verifier: its registry name; declared: the laws it declares lossless for; laws: the laws
-            checked (the declared ones; the verifier's own ``drafting`` law for a declared-lossy one);
-        cases: every enumerated ``Case``; tolerance: the bound on the bias.
+        verifier: its registry name.
+        declared: the laws it declares lossless for.
+        laws: the laws checked (the declared ones; the verifier's own ``drafting`` law for a
+            declared-lossy one).
+        cases: every enumerated ``Case``.
+        tolerance: the bound on the bias.
     """
 
     verifier: str
@@ -460,7 +473,8 @@ def check_verifier(verifier, laws: Iterable[Drafting] | None = None, *, ks=KS, c
         verifier: a ``NodeVerifier`` subclass or instance.
         laws: the drafting laws to check; default the declared ``lossless_for`` (the verifier's own
             ``drafting`` law when it declares none: its exact bias there).
-        ks: the numbers of children; cases: ``{name: (p, q)}`` (default ``CASES``).
+        ks: the numbers of children.
+        cases: ``{name: (p, q)}`` (default ``CASES``).
         tolerance: the bound on the bias (default 1e-12).
 
     Returns:

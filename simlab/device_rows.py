@@ -124,7 +124,8 @@ def summaries(P: "torch.Tensor", Q: "torch.Tensor", top: int) -> dict:
     of p and q (``p_top_ids``, ``p_top_probs``, ``q_top_ids``, ``q_top_probs``: numpy (N, top)).
 
     Args:
-        P, Q: [N, V] float64 tensors of validated rows, one device.
+        P: [N, V] float64 tensor of validated target rows.
+        Q: [N, V] float64 tensor of validated draft rows, on P's device.
         top: the number of top tokens, 1 <= top (at most V are returned).
 
     Returns:

@@ -23,13 +23,18 @@ including the EOS (``simlab.tree_verifiers.base.counted_tokens``), ``accepted`` 
 drafts kept, and position d counts only when no EOS sits among the first d - 1 accepted tokens.
 Without an EOS the conventions agree with the plain ones; ``accept_length - accepted`` is then 1,
 and with truncation P(no EOS accepted).
+
+**Registered metrics** (``register_metric(name, fn)``, ``unregister_metric(name)``): a per-tree
+expectation ``fn(masses, depth, eos) -> float`` from the same accepted-path masses, computed by
+``path_metrics`` into ``EngineMetrics.extra``, averaged over steps by ``aggregate`` and written by
+``EngineMetrics.row`` after the scalar columns; none is registered by default.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -37,6 +42,43 @@ from simlab.tree_verifiers.base import counted_tokens
 
 ENGINE_COLUMNS = ("accept_length", "accepted", "chain")
 """The scalar metrics, in the order studies print them (``EngineMetrics.row``)."""
+
+METRICS: dict[str, Callable[[Mapping[tuple[int, ...], float], int, int | None], float]] = {}
+"""Registered per-tree metrics, name -> ``fn(masses, depth, eos)`` (``register_metric``)."""
+
+
+def register_metric(name: str, fn: Callable[[Mapping[tuple[int, ...], float], int, int | None], float]) -> None:
+    """Add a per-tree metric: ``path_metrics`` computes ``fn(masses, depth, eos)`` into
+    ``EngineMetrics.extra[name]``, ``aggregate`` averages it over steps (as ``accept_length``) and
+    ``EngineMetrics.row`` writes it as column ``name``.
+
+    Args:
+        name: the column name, an identifier not among ``ENGINE_COLUMNS`` nor already registered.
+        fn: ``masses`` (accepted path -> probability, summing to 1), ``depth`` (the tree's) and
+            ``eos`` (the end-of-sequence id, or None) -> a finite float.
+
+    Raises:
+        ValueError: ``name: ...`` for a name that is not an identifier, a built-in column or one
+            already registered; ``fn: ...`` for a value that is not callable.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"name: must be an identifier, got {name!r}")
+    if name in ENGINE_COLUMNS or name in METRICS or name in EngineMetrics.__dataclass_fields__:
+        raise ValueError(f"name: {name!r} is already a metric")
+    if not callable(fn):
+        raise ValueError(f"fn: must be callable, got {fn!r}")
+    METRICS[name] = fn
+
+
+def unregister_metric(name: str) -> None:
+    """Remove a metric added by ``register_metric``.
+
+    Raises:
+        ValueError: ``name: ...`` for a name that is not registered.
+    """
+    if name not in METRICS:
+        raise ValueError(f"name: {name!r} is not a registered metric")
+    del METRICS[name]
 
 
 @dataclass(frozen=True)
@@ -51,6 +93,7 @@ class EngineMetrics:
             position d - 1 is never reached.
         chain: SpecForge's ``simulated_acc_len`` (no bonus).
         eos: True when EOS truncation was applied.
+        extra: the registered metrics (``register_metric``), name -> value.
     """
 
     accept_length: float
@@ -59,11 +102,14 @@ class EngineMetrics:
     conditional: np.ndarray
     chain: float
     eos: bool = False
+    extra: Mapping[str, float] = field(default_factory=dict)
 
     def row(self, prefix: str = "") -> dict:
         """The scalar metrics and the per-position rates as flat columns: ``accept_length``,
-        ``accepted``, ``chain``, ``uncond_1``.., ``cond_1``.. (each name after ``prefix``)."""
+        ``accepted``, ``chain``, the registered metrics, ``uncond_1``.., ``cond_1``.. (each name
+        after ``prefix``)."""
         out = {f"{prefix}{name}": float(getattr(self, name)) for name in ENGINE_COLUMNS}
+        out.update({f"{prefix}{name}": float(value) for name, value in self.extra.items()})
         for d, (u, c) in enumerate(zip(self.unconditional, self.conditional), start=1):
             out[f"{prefix}uncond_{d}"] = float(u)
             out[f"{prefix}cond_{d}"] = float(c)
@@ -126,7 +172,8 @@ def path_metrics(masses: Mapping[tuple[int, ...], float], depth: int, eos: int |
         length += mass * counted_tokens(path, eos)
         kept += mass * counted
     conditional = conditional_rates(reach)
-    return EngineMetrics(length, kept, reach, conditional, chain_acceptance_length(conditional), eos is not None)
+    extra = {name: float(fn(masses, depth, eos)) for name, fn in METRICS.items()}
+    return EngineMetrics(length, kept, reach, conditional, chain_acceptance_length(conditional), eos is not None, extra)
 
 
 def tree_metrics(tree, verifier, *, eos: bool = True) -> EngineMetrics:
@@ -153,13 +200,18 @@ def aggregate(metrics: Sequence[EngineMetrics]) -> EngineMetrics:
     that ends at depth D with position D reached counts rate 0 at position D + 1, and no rate at
     positions beyond, which it never reaches).
 
+    The registered metrics (``extra``) are means over the steps.
+
     Raises:
-        ValueError: ``metrics: ...`` when empty or mixing EOS truncation with none.
+        ValueError: ``metrics: ...`` when empty, mixing EOS truncation with none, or with
+            different registered metrics.
     """
     if not metrics:
         raise ValueError("metrics: need at least one")
     if len({m.eos for m in metrics}) > 1:
         raise ValueError("metrics: some with EOS truncation, some without")
+    if len({tuple(m.extra) for m in metrics}) > 1:
+        raise ValueError("metrics: with different registered metrics")
     depth = max(m.unconditional.size for m in metrics)
 
     def pad(a, fill):
@@ -180,6 +232,7 @@ def aggregate(metrics: Sequence[EngineMetrics]) -> EngineMetrics:
         conditional_rates(unconditional),
         chain_acceptance_length(mean_rates),
         metrics[0].eos,
+        {name: float(np.mean([m.extra[name] for m in metrics])) for name in metrics[0].extra},
     )
 
 

@@ -12,36 +12,13 @@ Block Verification's law exactly (checked by an independent transcription of the
 the lab's ``bv`` is Block Verification).  Uncapped, the K = 1 rule is lossy: its
 E[tau] is sum_u min(M_b(u), M_s(u)), above Block Verification's, the lossless optimum.
 
-One round at a context, as the official code runs it (no state is kept across rounds).  The K
-blocks x_1..x_K are drawn i.i.d. from the draft q, each of L tokens.  For a prefix u of a block
-let M_s(u) = prod q and M_b(u) = prod p over its tokens (left to right), and p_u, q_u the target
-and draft next-token laws after u.  With eps = 1e-20 and E(z) = (1 - z)^K, the acceptance of a
-prefix u of length l in 1..L-1 is
-
-    r(y) = min(1, M_s q_u(y) / (M_b p_u(y) + eps)),   r0 = min(1, M_s / (M_b + eps)),
-    alpha(u) = [sum_y M_b p_u(y) E(r(y)) - M_b E(r0)]
-               / [1 - E(M_s) - sum_y M_b p_u(y) (1 - E(r(y))) + eps],
-
-and of a whole block x, beta(x) = M_b (1 - E(min(1, M_s / (M_b + eps)))) / (1 - E(M_s) + eps).
-Both are used as computed: a uniform U in [0, 1) accepts when U < alpha, so a value above 1
-accepts surely and one at or below 0 never (``acceptances`` lists them).  The scan: blocks in
-order j = 1..K; with a tokens accepted so far (a = 0 at first), block j's prefixes of lengths
-a+1..L-1 in increasing order, each skipped when it is in the set of prefixes rejected earlier
-in the round (the uniform is drawn before the skip), else accepted with alpha (it becomes the
-accepted sequence; the scan of the block goes on) or added to the rejected set; then the whole
-block, accepted with beta, which ends the scan.  Acceptances in a block never end its prefix
-scan, and the start a is fixed when the block begins.  The next token: the bonus Y ~ p_x after
-a whole block x; else, with u the accepted prefix (empty when none: M_s = M_b = 1), Y from
-the residual R(y) = M_b p_u(y) (1 - min(1, M_s q_u(y) / (M_b p_u(y) + eps))^K) normalised
-(the power is on the min, not on 1 - min as in alpha: that is the official expression).  An
-all-zero R makes the official ``torch.multinomial`` raise: the lab counts that mass
-(``undefined_mass``) and refuses a law that has it.
-
-The law is exact: every K-tuple of blocks and every uniform is integrated (each check accepts
-with probability min(1, max(0, value))) through a recursion over the prefix tree
-(``SpecTrGBV.stop_law``), tested equal to a written-out run of the official loops over every
-draw (``tests/test_spectr_gbv.py``).  Float64 throughout (the official code runs the model's
-dtype, float16 by default, with eps a float32 tensor).
+Vocabulary: K **blocks** x_1..x_K of L tokens drawn i.i.d. from q; for a prefix u, M_s(u) and
+M_b(u) the products of q and of p over its tokens; **alpha(u)**, a prefix's acceptance, and
+**beta(x)**, a whole block's, used as computed (U < value); the **residual** R the next token is
+drawn from after a rejection; ``undefined_mass``, the probability of an all-zero R (where the
+official ``torch.multinomial`` raises).  The round's formulas, its scan order and how the exact
+law is computed (``SpecTrGBV.stop_law``, tested equal to a written-out run of the official loops):
+``docs/derivations/spectr_gbv.md``.  Float64 throughout.
 
 **Declared lossy** (``lossless = False``): the enumeration over the worlds of
 ``tests/test_spectr_gbv.py`` and ``analyses/spectr_gbv.py`` finds emitted laws off the target's
@@ -127,7 +104,7 @@ class World:
 
 @dataclass(frozen=True)
 class SpecTrGBV:
-    """SpecTr-GBV's released round (module docstring), K blocks of ``gamma`` tokens.
+    """SpecTr-GBV's released round (docs/derivations/spectr_gbv.md), K blocks of ``gamma`` tokens.
 
     Attributes:
         k: K, the number of i.i.d. draft blocks (``--num_candidates``, default 7; 1 is the

@@ -84,7 +84,8 @@ def checked_rows(rows, n: int, vocab: int) -> tuple:
 
     Args:
         rows: the (n, V) rows, array-like (e.g. a pair's answer).
-        n, vocab: the expected shape.
+        n: the expected number of rows.
+        vocab: the expected row length V.
 
     Returns:
         (the float64 array, or None when it could not be read whole; which rows passed).

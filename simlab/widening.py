@@ -12,67 +12,23 @@ Three questions an engine asks before building a draft tree or changing its acce
   matching against sampled drafting with speculative sampling, as a function of temperature
   (llama.cpp PR 27694).
 
-Conventions (one place):
+Vocabulary (the module's conventions in full, and why each value is what it is:
+``docs/derivations/widening.md``):
 
-* **Ranks.** The draft's rank-r candidate at a node is the r-th token of the ranking law q there,
-  most probable first, ties to the lowest id, among the tokens with q > 0
-  (``simlab.drafting.top_tokens``, the rule of ``simlab.builders.Static(children="topk")``).  The
-  ranking law is ``draft_law``: ``"raw"`` (default) the drafter's untempered law
-  (``NodeTable.untempered``: T = 1, no top-k or top-p; what EAGLE's code and the studies'
-  ``--draft-law raw`` rank by, so that a tree exists at T = 0, where the tempered q is one-hot),
-  or ``"setting"``, the pair's own q.  The target's token is always drawn from the pair's p (under
-  a ``simlab.pairs.WithSettings`` pair, the tempered, truncated law the engine samples from);
-  a pair without settings has one law, used for both.
-* **Positions.** Position k = 1..D is the k-th drafted token; its parent is the chain node of
-  k - 1 tokens (the root for k = 1), where the target's token Y_k is drawn from p.
-* **The greedy chain** of depth D is ``Static([(0,), (0, 0), ...])`` built on the ranking law:
-  c_1 at every node (the argmax of q under either law: the transforms keep the order).
-* **Widening** adds the draft's rank-2..w candidates at a chain node as leaves (no tokens below
-  them): ``"one_position"`` at the parent of position k only, for each k (what PR 28110 calls
-  "the per-step gain of widening the draft tree at that position": its statistic is the rank of
-  the target's token at the rejected position of a chain, so the tree it prices widens that one
-  position), ``"every_position"`` at every chain node (a caterpillar of D (w - 1) + D tokens).
-  The full w-ary tree is not this module's (value it with ``Static`` and
-  ``simlab.efficiency.expected_block_efficiency``).
-* **Verification.** Children of these trees are deterministic (``Drafting.DETERMINISTIC``); the
-  default verifier is ``simlab.tree_verifiers.deterministic_rule``: ``greedy`` at T = 0 and the
-  one-hot rule otherwise; any of ``simlab.tree_verifiers.lossless_names`` for deterministic trees
-  at the pair's settings may be named (``exact_match``, ``nss``, ``onehot``: every rule whose
-  output at a node is a draw Y ~ p, accepted iff Y is a child, gives the same value).  Then at a
-  chain node reached with probability R_k, Y_k is the rank-r candidate with probability p_k(c_r),
-  and a leaf candidate accepted adds exactly one token (the bonus below it replaces the
-  correction), so the gain of widening position k to width w is R_k (p_k(c_2) + ... + p_k(c_w))
-  and of widening every position the sum over k.  With an EOS id (``simlab.pairs.EndOfSequence``)
-  nothing is counted after an accepted EOS: R_k is 0 below an EOS on the chain, and an EOS
-  candidate adds nothing (accepted, it ends the block where the correction would have been that
-  same EOS), so its term drops from the sum.  The tests check these against the built trees'
-  exact values, which are what this module reports.
+* **rank** r of a candidate at a node: its place in the ranking law (``draft_law``: ``"raw"``, the
+  drafter's untempered law, the default; ``"setting"``, the pair's q), most probable first, ties to
+  the lowest id, tokens with q > 0 only (``simlab.drafting.top_tokens``); the target's token is
+  always drawn from the pair's p;
+* **position** k = 1..D: the k-th drafted token of the **greedy chain** of depth D (the rank-1
+  candidate at every node, ``Static([(0,), (0, 0), ...])`` on the ranking law);
+* **widening** to width w: the rank-2..w candidates added as leaves at the parent of one position
+  (``"one_position"``, each k in turn) or of every position (``"every_position"``).
 
-Rejection sampling against argmax matching (PR 27694), on a chain of D tokens at each temperature:
-
-===========  ===============  =========================================  ==============================
-draft        verifier         accepts a drafted token x iff              lossless
-===========  ===============  =========================================  ==============================
-``argmax``   ``exact_match``  Y = x with Y ~ p (argmax matching)         yes (every drafting law)
-``argmax``   ``onehot``       U < p(x) (EAGLE's rule; the same value)    yes (every drafting law)
-``sampled``  ``naive``        U < p(x) / q(x), x ~ q (speculative        yes (x is a draw from q)
-                              sampling: the rejection sampler)
-``sampled``  ``exact_match``  Y = x, x ~ q                               yes
-``argmax``   ``naive``        U < p(x) / q(x), x the argmax of q         no: only with ``lossy=True``
-===========  ===============  =========================================  ==============================
-
-"argmax" drafts are ``Static`` chains (deterministic), "sampled" ones ``simlab.builders.chain(D)``
-(each token drawn from q at its node; valued exactly by enumerating every chain, at most
-``simlab.builders.MAX_TREES``).  The gain column is each value over the argmax/exact-match value
-at the same temperature.
-
-Everything is exact.  A widened tree is built on the ranking table and read back on the setting's
-(``DraftTree.on``, as ``simlab.valuation.tree_value``), then valued by the verifier's exact
-``expected_block_efficiency`` (with ``draft_law="setting"``: the value of
-``simlab.efficiency.expected_block_efficiency`` for the ``Static`` builder, to the bit); the
-temperature grid calls ``simlab.efficiency.expected_block_efficiency(method="exact")``.  Outputs
-are lists of plain dict rows.  A pair that is ``simlab.pairs.Rooted`` is rooted at the context's
-length; a ``simlab.trees.NodeTable`` (nodes already evaluated) is used as it is.
+Contract: every value is an exact E[tau + 1] (bonus included) of a built tree, verified by a tree
+verifier lossless for deterministic trees at the pair's settings (default
+``simlab.tree_verifiers.deterministic_rule``: ``greedy`` at T = 0, else ``onehot``); outputs are
+lists of plain dict rows; a ``simlab.pairs.Rooted`` pair is rooted at the context's length, a
+``simlab.trees.NodeTable`` is used as it is.  Sources: llama.cpp PR 28110 and PR 27694.
 """
 
 from __future__ import annotations
@@ -246,13 +202,16 @@ def widening_gains(
     verifier: str | None = None,
     draft_law: str = "raw",
 ) -> list[dict]:
-    """The exact gain in E[tau + 1] of widening the greedy chain of ``depth`` tokens (module docstring).
+    """The exact gain in E[tau + 1] of widening the greedy chain of ``depth`` tokens.
+
+    Why each gain is what it is: ``docs/derivations/widening.md``.
 
     Each value is the exact E[tau + 1] of the ``Static`` tree (top-k children of the ranking law,
     read back on the setting's table) verified by ``verifier``; the chain's own value is in every row.
 
     Args:
-        source, context: as ``rank_statistics``.
+        source: as ``rank_statistics``.
+        context: as ``rank_statistics``.
         depth: D >= 1.
         widths: each w >= 2 (the candidates kept at a widened node, the chain's own included).
         modes: a non-empty subset of ``MODES``.

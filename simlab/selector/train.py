@@ -29,7 +29,8 @@ class TrainConfig:
         batch: roots per step.
         lr: Adam learning rate.
         weight_decay: Adam weight decay.
-        lam, alpha: the loss's tail weight and tail fraction.
+        lam: the loss's tail weight.
+        alpha: the loss's tail fraction.
         dropout: dropout of the MLP.
         d: projection size.
         hidden: MLP hidden sizes.

@@ -5,56 +5,14 @@ root, or a node of the tree) it returns each slot's log-probabilities, the rank 
 head predicts for the slot (``simlab.specblock.rank``) and an opaque state that later blocks
 inherit.  Slot k's law is conditioned on the greedy tokens of slots < k.
 
-**Widths.**  Slot k gets t_k children in all (the greedy one and the next t_k - 1 by rank, each
-scored by the cumulative draft log-probability):
-
-* slot 0 of block 1 ignores its class: ``beam_width`` (10), or with ``adaptive_slot0`` by the
-  greedy probability p_0: >= 0.9 -> 3, >= 0.8 -> 5, >= 0.6 -> 8 (each at most ``beam_width``);
-* every other slot: ``table[c_k]``, capped with ``adaptive_all`` by p_k: >= 0.95 -> 2, >= 0.85 -> 3;
-* a table whose give-up entry (class 3) is 0 (the class default [2, 4, 10, 0]) stops the
-  alternatives at the first class-3 slot (block 1: from slot 1 on; later blocks: from slot 0 on):
-  that slot and every later one get no alternatives.  A zero width never cuts the greedy chain.
-
-**Block 1** (at the root): the greedy chain g_0..g_{K-1}, then the alternatives slot by slot.
-Pending seeds, in this order: the greedy nodes of branching slots (t_k > 1), every alternative,
-and g_{K-1} unless slot K - 1 branches or the **rank walk** gives up (the first slot of a class
-other than 0 is of class 3, whatever the table).
-
-**Later blocks** (``later_blocks="official"``, the default; the evaluation runs ``blocks`` = 2):
-**every** pending seed gets a block, all in one batched forward; each block adds its **full
-K-slot greedy chain** below its seed (the chains of all seeds first, seed by seed) and then the
-alternatives (seed by seed, slot by slot).  The rank walk's valid length M only masks the
-drafter's cache in the official code: it does not cut the chain.  For a third block (the
-official eager path; the GPU path runs two): the pending seeds are the greedy nodes of branching
-(seed, slot) pairs, every alternative, and each seed's g_{K-1} when its alternatives were not
-stopped and slot K - 1 does not branch; at most min(``beam_width``, max(1, (budget - nodes so
-far) // K)) of them, the best by score (ties: pending order), get a block.  Nodes live in a flat
-buffer in creation order, as the official ``tn_*`` arrays: a block's token that is already a
-sibling is a **duplicate** node with its own score and subtree.
-
-**Finalize** (``duplicates``): the official code takes its GPU path when ``blocks`` = 2 and the
-give-up width is above 0 (``_tree_gpu_supported``; the shipped ``slim_r2``), and there
-``finalize_tree_gpu`` (``TREE_DEDUP_MODE`` = 1 by default) **merges duplicates before pruning**
-(``merge_duplicates``): depth by depth (depths 1..3 below the root's children, deeper nodes in
-the third pass), siblings with one (parent, token) form a group, the best-scoring copy (ties: the
-first created) wins, the copies strictly below its score get score -inf and their children move
-under the winner with their own scores (copies tied at the best all stay, as the kernel compares;
-``duplicates="merge"`` merges them too, a departure).  Other configurations take the eager fallback ``_build_tree_from_block1``,
-which prunes with the copies counted (``_prune_tree_np``).  The **prune** keeps the ``budget``
-best nodes by score (ties: creation order; ancestor-closed: a child never scores above its
-parent, nor a moved child above its new parent); with no more than ``budget`` nodes every node
-stays, merged copies too (the official code verifies them).  The kept nodes become the lab's trie
-(``DraftTree`` keys a node by its token path): copies left in the buffer become one node whose
-subtree is the union of theirs.  That leaves the exact E[tau+1] of greedy and one-hot verification
-unchanged (both accept the longest drafted path that is a prefix of the target's continuation,
-which depends only on the set of drafted paths; tested), and the tree's cost counts the kept
-buffer nodes (what the target verifies).
-
-``later_blocks="cut"`` is the lab's earlier reading (a departure, ``docs/departures.md``): the
-best ``beam_width`` distinct seeds per depth get a block, each block's chain is cut at the valid
-length M (K when every class is 0, else the first slot of another class, plus one unless its
-table entry is 0) and stops at a zero width, a token that is already a child is reused (a trie
-while growing), and block 1's g_{K-1} is a seed unless a zero width stopped the block.
+Vocabulary: slot k's **width** t_k (its children: the greedy one and the next t_k - 1 by rank,
+each **scored** by the cumulative draft log-probability), from ``table[c_k]`` and the adaptive
+caps; **block 1** at the root, **later blocks** at **pending seeds** (``later_blocks``:
+``"official"`` or the lab's earlier reading ``"cut"``, a departure in ``docs/departures.md``); a
+**duplicate**, a block's token already a sibling; the **finalize** (``duplicates``), which merges
+duplicates and **prunes** to the ``budget`` best nodes by score.  The kept nodes become the lab's
+trie; that leaves the exact E[tau+1] of greedy and one-hot verification unchanged (tested).  The
+rules step by step, as the official code runs them: ``docs/derivations/specblock_builder.md``.
 
 ``table``: the shipped "Pareto" default ``slim_r2`` = [2, 4, 6, 4] with both adaptive rules (under
 it a give-up class still branches), or the class default [2, 4, 10, 0] (``CLASS_DEFAULT``).
@@ -180,7 +138,7 @@ LATER_BLOCKS = ("official", "cut")
 """How blocks after the first are built: the official production path, or the lab's earlier reading."""
 
 DUPLICATES = ("official", "merge", "merge_strict", "keep")
-"""The finalize: the official code's choice for the configuration, or one rule forced (module docstring)."""
+"""The finalize: the official code's choice for the configuration, or one rule forced (docs/derivations/specblock_builder.md)."""
 
 
 @dataclass(frozen=True)
@@ -193,7 +151,8 @@ class RankGuided:
         blocks: blocks in all (>= 1; the evaluation runs 2).
         beam_width: slot-0 width of block 1 (and, with ``later_blocks="cut"``, seeds per depth), >= 1.
         table: widths per rank class (``SLIM_R2`` or ``CLASS_DEFAULT``).
-        adaptive_slot0, adaptive_all: the probability caps of the shipped defaults.
+        adaptive_slot0: slot 0 of block 1 capped by its greedy probability (a shipped default).
+        adaptive_all: every other slot capped by its greedy probability (a shipped default).
         rank_head: False for the ablation without it (``fixed_width`` children per slot).
         fixed_width: the width per slot of that ablation, >= 1.
         later_blocks: ``"official"`` (default) or ``"cut"`` (the lab's earlier reading).
@@ -262,8 +221,8 @@ class RankGuided:
         return None if self.duplicates == "keep" else self.duplicates
 
     def widths(self, block: Block, first: bool, whole: bool = False) -> list[int]:
-        """Children per slot by the width rule of the module docstring, before the give-up stop; a 0
-        ends the list there unless ``whole`` (every slot listed)."""
+        """Children per slot by the width rule of docs/derivations/specblock_builder.md, before the give-up
+        stop; a 0 ends the list there unless ``whole`` (every slot listed)."""
         probs = np.exp(block.logprobs.max(axis=1))
         out = []
         for k in range(block.logprobs.shape[0]):
@@ -283,8 +242,8 @@ class RankGuided:
         return out
 
     def official_widths(self, block: Block, first: bool) -> list[int]:
-        """The widths of every slot of an official block: ``widths`` with the give-up stop (module
-        docstring) applied."""
+        """The widths of every slot of an official block: ``widths`` with the give-up stop (docs/derivations/specblock_builder.md)
+        applied."""
         out = self.widths(block, first, whole=True)
         if self.stops_at_give_up:
             classes = block.classes
@@ -448,7 +407,7 @@ class _Growth:
 
     def _chosen(self, pending) -> list[tuple[int, object]]:
         """The seeds that get a block: every pending one for block 2 (official; beyond it the eager
-        path's beam of the module docstring), or ``_seeds`` (cut)."""
+        path's beam of docs/derivations/specblock_builder.md), or ``_seeds`` (cut)."""
         if not self.official:
             return self._seeds(pending)
         if self.block < 2:

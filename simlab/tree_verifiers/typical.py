@@ -34,14 +34,8 @@ plain sampling, bias 0.  Elsewhere the rule is lossy: a deterministic accept and
 token.  Declared lossy (``lossless_for`` empty, every tree refused without ``allow_lossy=True``);
 its exact bias is ``simlab.efficiency.pairing_bias``.
 
-Official behaviours not modelled: Medusa's non-fast typical mode (a sampled match against a
-truncated p, which at e2a5d20 passes one argument too many to ``get_typical_posterior_mask`` and
-cannot run) and its nucleus mode; and the padding of candidates shorter than the deepest one
-(``pad_path`` with -2, then +1: index -1, i.e. the token 0 that ``generate_candidates`` appends and
-the logits of the tree's last node), which lets a short candidate go on with token 0 whenever
-p(0) passes the threshold at its leaf (token 0 is ``<unk>``, of negligible mass, in the Llama
-vocabularies Medusa ships for; in the lab's worlds it is an ordinary token, so the lab stops at
-the leaf).
+Official behaviours not modelled (the non-fast and nucleus modes, the padding of short candidates):
+``docs/derivations/typical.md``.
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 
 Vocabulary (fixed for the whole lab):
 
-* **target** ``p`` and **draft** ``q``: next-token distributions at one draft-tree node,
-  float64 arrays of shape (V,);
+* **target** ``p`` and **draft** ``q``: next-token distributions at one draft-tree node, float64 (V,);
 * **children** (drafts) ``x = (x_1..x_k)``: the ordered token ids drafted below the node,
   duplicates kept; their joint law Q is the verifier's ``drafting`` law;
 * **output** token: what the verifier emits at the node.  It is an **accepted** token when
@@ -11,8 +10,7 @@ Vocabulary (fixed for the whole lab):
   **correction** (residual) token and verification stops.  At a leaf (k = 0) the tree
   verifier emits the **bonus** token by the verifier's leaf rule (``leaf_law``/``leaf_draw``):
   a draw from p, except the greedy rule's argmax of p; node verifiers require k >= 1;
-* **branch probability** B(x, t) = P(output = t | x) (DDTE Def. 5.3), returned whole by
-  ``output_distribution``;
+* **branch probability** B(x, t) = P(output = t | x) (DDTE Def. 5.3; ``output_distribution``);
 * **acceptance rate** alpha = P(output in set(x)) with x ~ Q (DDTE Def. 5.1);
 * **lossless**: sum_x Q(x) B(x, .) = p.  Each verifier declares the drafting laws it is
   lossless for (``lossless_for``); a tree verifier refuses any other pairing unless asked to
@@ -88,7 +86,9 @@ def check_child_ids(children, k: int, vocab: int) -> np.ndarray:
     """Validate a child list's shape and ids (every path, reference and fast, refuses as this does).
 
     Args:
-        children: a 1-D integer sequence of token ids; k: the expected number; vocab: V.
+        children: a 1-D integer sequence of token ids.
+        k: the expected number of children.
+        vocab: V.
 
     Returns:
         int64 (k,).
@@ -131,7 +131,8 @@ def check_drafted(verifier: "NodeVerifier", law: Drafting, children: np.ndarray,
     Args:
         verifier: the node verifier that will value them (its ``drafting`` and ``divides_by_q``).
         law: the drafting law of the node's children.
-        children: int64 (k,) valid ids (``check_child_ids``); q_at: float64 (k,), q at them.
+        children: int64 (k,) valid ids (``check_child_ids``).
+        q_at: float64 (k,), q at them.
 
     Raises:
         ValueError: ``children: ...`` for a child drawn from q with q = 0 (an impossible draw),
@@ -416,7 +417,8 @@ class NodeVerifier(abc.ABC):
                 estimated without bias: the mean over ``samples`` child tuples drawn from its
                 ``drafting`` law with ``rng`` of the exact P(output in set(x) | x) (only the
                 children are sampled).
-            rng, samples: the estimate's randomness and size (``"auto"`` only).
+            rng: the estimate's randomness (``"auto"`` only).
+            samples: the estimate's number of child tuples (``"auto"`` only).
 
         Raises:
             ValueError: as ``NodePlan.acceptance_rate``; ``rng`` given with another method.

@@ -8,76 +8,25 @@ else a draw from norm((p - mu)_+)), is lossless and accepts with probability sum
 (Khisti et al. 2025, arXiv 2410.18234, the canonical decomposition).  ``ot_walk`` derives the
 optimal selection law mu* = max(p, lam_in q) on H* (the minimising prefix, sum q(H*)^k) and
 min(p, lam_out q) outside (sum 1 - q(H*)^k), with sum min(mu*, p) = alpha*, but its coin walk
-realises mu* only where no coin clips.  This module realises mu* at every node (derived here;
+realises mu* only where no coin clips.  This module realises mu* at every node (derived by the lab;
 Thomas and Pal, "Partial Resolution", NeurIPS 2025, and "Global Resolution", ICLR 2026,
 arXiv 2511.15898, compute the optimal coupling by other routes; no official code).
 
-1. Scores.  Give every drafted copy an independent score W on [0, Q] (Q = sum q) whose law f_t
-   depends on its token t, with sum_t q_t f_t = 1 (a draw's score is uniform on [0, Q]), and
-   select the child of highest score.  The highest of k scores has density k w^(k-1), so
-   mu(t) = q_t * int h f_t with h(w) = k w^(k-1): mu/q is the mean of h under f_t.  Every point of
-   the core of F(A) = q(A)^k (hence every selection law) has this form, and conversely every such
-   mu is a selection law: realising mu is splitting the uniform measure on [0, Q] among the
-   tokens, token t taking mass q_t with h-mean rho_t = mu_t / q_t.  By Strassen's theorem that
-   split exists iff sum_t q_t delta(rho_t) is below the law of h(U), U ~ Uniform[0, Q], in convex
-   order, which is core membership (the prefix sums of mu in rho order dominate w -> w^k).
-2. mu* in score terms.  Tokens of H* take [0, q(H*)] and the others [q(H*), Q] (mu*(H*) =
-   q(H*)^k), so a child outside H* always beats those inside, as the walk's split does.  Tokens
-   of equal rho (the raised low tokens of H*, at lam_in; the lowered high tokens outside, at
-   lam_out; ties in p/q) form one *atom* and share one score law.
-3. The curtain.  A martingale coupling of the atoms with the uniform measure: the left curtain
-   (Beiglboeck and Juillet 2016, "On a problem of optimal transport under marginal martingale
-   constraints", Ann. Probab.) takes the atoms in ascending rho, each the *shadow* of its atom in
-   what is left: the piece of mass q_A and h-mean rho_A that is least spread, an interval of the
-   remaining measure.  Its upper end never decreases (the left-curtain monotonicity), so the
-   state is a frontier F (nothing above it taken) and a stack of free gaps below it: an atom
-   either takes [F, F + t] plus the top of the stack down to its mean (free gaps popped whole,
-   the last one cut), or, when even [F, F + q_A] is below its mean, an interval above F, pushing
-   the gap it skips.  Amortised O(1) stack operations and one monotone scalar root per atom.
-   H* runs the left curtain from 0 up (its raised atom first: one interval), the outside runs
-   it mirrored from Q down (its lowered atom first).  Where no gap is ever skipped this is the
-   walk's "down/up" direction pair; a skipped gap is what the walk cannot express (its clipped
-   coins).  Existence of each shadow is the convex-order condition of step 1 (in exact
-   arithmetic the curtain never fails; in floating point every root is clamped to its bracket).
-4. Exact by construction.  The plan keeps only the pieces' *order* along [0, Q] and their
-   lengths; the rule compares pieces by that order and a uniform within a shared piece.  The
-   selection law used by the acceptance test is recomputed from that order (a draw's score CDF
-   at a piece start is the sum of q_A len/len_A over the pieces before it), so the rule is
-   lossless whatever the rounding of the curtain's positions (tiny masses whose pieces collapse
-   in float64 included), and sum min(mu, p) equals alpha* to rounding (tests: 1e-9 against the
-   closed form and the LP, on the instances where the walk is uncertified too).
+Vocabulary: a **score** in [0, Q] per drafted copy, the child of highest score selected; an
+**atom**, the tokens of equal rho = mu*/q sharing one score law; the **curtain**, the left-curtain
+coupling (Beiglboeck and Juillet 2016) that splits [0, Q] into **pieces** among the atoms.  The
+construction, step by step, and why it is lossless whatever the rounding:
+``docs/derivations/ot_exact.md``.
 
-Per child tuple: P(child of atom A is selected) = sum over A's pieces pi of (len_pi / len_A)
-int_0^1 (c + d u)^(n_A - 1) du prod_{B != A} F_B(pi)^(n_B), with c, d the fractions of A's length
-before and in pi, n the atoms' multiplicities in the tuple and F_B(pi) the fraction of B's length
-in pieces before pi: O(k * pieces) per tuple (pieces per atom is 1-2 but for atoms that pop many
-gaps), O(V) for the whole law.  Preparation: one sort, O(V log V), plus the curtain, by one of
-``curtain``'s engines: the plain reference places one atom at a time (``_Curtain.step``, Python
-floats); ``"compiled"`` runs the same steps as one loop compiled by numba (bit for bit the
-reference's pieces; compiled once per process, a few seconds); ``"vectorised"`` places runs of
-atoms of one shape at once (the walk's V shape, ``_Curtain.stretch``; intervals above the
-frontier, ``_Curtain.leap``) by vectorised Newton solves started from the closed-form root for
-k <= 4 (``ot_walk._span_midpoint``), each atom's shape tested exactly, with scalar steps between
-them.  The default takes the compiled loop where numba imports, else the vectorised runs: the
-runs are long where the draft is far from the target and break at every gap where it is close
-(a short run costs a few hundred microseconds of numpy calls, a compiled step well under one).
-Cost at V = 128,000, k = 4 against one sort of the V ratios: benchmarks/test_ot_exact.py and
-benchmarks/RESULTS.md.
-
-Drafting without replacement is not covered, for three precise reasons.  (a) Its F(A) = P(all k
-distinct draws lie in A) is not a function of q(A) (one token of mass 0.5 and five of mass 0.1 give
-different F), so the selection laws are not the splits of one uniform score measure and step 1's
-reduction to a one-dimensional convex order fails.  (b) F is still the containment functional of
-the random drafted set, so its core is the set of selection laws (Artstein's theorem) and the hull
-of the priority orderings' laws; an exact rule would be a law over orderings realising the optimal
-point, whose level form (max(p, lam q) on H*, min(p, lam q) outside) rests on F depending on q(A)
-alone and is not established here.  (c) What the lab does have at any V is the target such a
-rule would have to reach: alpha* without replacement (``optimal_acceptance(replacement=False)``,
-F on every p/q prefix by exponential clocks, ``simlab.containment``), so the gap of the
-without-replacement verifiers to their optimum is measured (``node_acceptance``'s
-``optimal_wor``), and ``simlab.verifiers.ot_wor`` climbs toward it with a mixture of priority
-orders (exact on small supports, a reported gap at real V).  ``Optimal`` with
-``replacement=False`` stays the small-V reference.
+Contract: ``OTExact`` is lossless for i.i.d. drafting at every p, q, k and accepts alpha* to
+rounding (tests: 1e-9 against the closed form and the LP).  Cost: O(k * pieces) per child tuple,
+O(V) for the whole law, after one sort, O(V log V), and the curtain, by one of ``curtain``'s
+engines: ``"reference"`` (one atom at a time, Python floats; the plain reference),
+``"compiled"`` (the same steps compiled by numba, bit for bit the reference's pieces),
+``"vectorised"`` (runs of atoms at once); the default takes the compiled loop where numba
+imports, else the vectorised runs.  Timings: benchmarks/test_ot_exact.py and
+benchmarks/RESULTS.md.  Drafting without replacement is not covered (why, and what the lab has
+instead: the derivations page); ``Optimal`` with ``replacement=False`` is its small-V reference.
 """
 
 from __future__ import annotations
@@ -141,7 +90,7 @@ def _span_start(k, mass, width, near, cum_l, x_lo, x_hi, upward):
 
 
 class _Curtain:
-    """The left curtain's state on [start, end] (module docstring, step 3), in processing coordinates
+    """The left curtain's state on [start, end] (docs/derivations/ot_exact.md, step 3), in processing coordinates
     z in [0, span] (z = w - start upward, z = end - w downward): the frontier, the stack of free
     gaps below it (top last) and the pieces so far (atom, z of the lower end, length)."""
 
@@ -648,13 +597,15 @@ def _loop(engine: str):
 
 
 def curtain(lengths, targets, start: float, end: float, k: int, upward: bool, engine: str = "auto"):
-    """The left curtain (module docstring, step 3) of atoms on the scores [start, end].
+    """The left curtain (docs/derivations/ot_exact.md, step 3) of atoms on the scores [start, end].
 
     Args:
         lengths: float64 (n,), the atoms' q-masses, in processing order (ascending h-mean when
             ``upward``, descending otherwise); their sum is end - start up to rounding.
         targets: float64 (n,), the atoms' h-masses (q_A times the wanted h-mean, h = k w^(k-1)).
-        start, end: the score interval; k: the number of children (>= 2).
+        start: the score interval's lower end.
+        end: the score interval's upper end.
+        k: the number of children (>= 2).
         upward: True runs from ``start`` up (the left curtain), False from ``end`` down (mirrored).
         engine: ``"reference"``, one atom at a time (``_Curtain.step``, the plain reference);
             ``"compiled"``, the same steps as one loop compiled by numba (bit for bit the
@@ -800,7 +751,7 @@ class _ExactPlan(SelectionPlan):
         return ends[idx]
 
     def _selection(self, children: np.ndarray) -> np.ndarray:
-        """P(child j is selected), float64 (k,) (module docstring: per atom, then per copy)."""
+        """P(child j is selected), float64 (k,) (docs/derivations/ot_exact.md: per atom, then per copy)."""
         atoms, inverse, counts = np.unique(self.atom_of[children], return_inverse=True, return_counts=True)
         per_atom = np.empty(atoms.size)
         for i, (a, n) in enumerate(zip(atoms, counts)):

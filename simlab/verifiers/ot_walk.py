@@ -6,45 +6,20 @@ H of the tokens with q > 0 sorted by r = p/q ascending (Hu et al. ICLR 2025, arX
 the subset dual).  The LP (``Optimal``) stops near V = 100; this rule is evaluated per child tuple
 in O(k log k) (children only) or O(V) (the whole law) after an O(V log V) preparation.
 
-Construction (derived here; the reduction to max-flow and polymatroids is Thomas and Pal,
+Construction (derived by the lab; the reduction to max-flow and polymatroids is Thomas and Pal,
 "Partial Resolution", NeurIPS 2025 and "Global Resolution", ICLR 2026, arXiv 2511.15898, whose
 i.i.d. algorithms compute the optimal coupling by a different route; no official code).
 
-1. Selection + speculative sampling.  Any rule that *selects* one child Z from x with law
-   s(x, .) induces mu(y) = sum_x Q(x) s(x, y); accepting Z with probability min(1, p(Z)/mu(Z))
-   and otherwise emitting a draw from R = norm((p - mu)_+) is lossless for every selection rule
-   (single-draft speculative sampling of mu against p), with P(Z accepted) = sum min(mu, p).
-   Khisti et al. 2025 (arXiv 2410.18234, the canonical decomposition) show an optimal verifier
-   has this form.
-2. Which mu.  The laws of selections are the core of the belief function F(A) = q(A)^k
-   (mu(A) >= F(A) for all A, mu(V) = 1).  Let H* = the first m tokens in r order (the minimiser).
-   Max-flow complementary slackness gives: rows inside H* fill p on H*, rows with a child outside
-   H* select outside.  The target is mu = max(p, lam_in q) on H* (sum F(H*)) and
-   mu = min(p, lam_out q) outside (sum 1 - F(H*)): then sum min(mu, p) = p(H*) + 1 - F(H*) = alpha*.
-   Both parts lie in their (restricted, contracted) cores: mu/q is nondecreasing along r, the
-   prefix sums dominate the convex s -> s^k (the optimality of m on each side), and a chord
-   argument extends prefixes to all sets; supermodularity glues the two parts.
-3. Realising mu: the walk.  Per game (rows inside H*; rows with a child outside H*, which select
-   only among their outside children) walk the game's children from the highest r down; a child
-   of token t is taken with probability e(t) (one coin per copy); the lowest child is taken if
-   the walk reaches it.  With u_j = sum q_i (1 - e_i) over the tokens walked before j (mass of
-   passed draws), Q_j the q-mass of the game's tokens not yet walked (j included) plus Q_b, the
-   mass of the tokens outside the game (inside H*, for the outside game), the rows not yet served before token j
-   have mass (u_j + Q_j)^k - (u_j + Q_b)^k.  Setting that equal to the target's prefix mass gives
-   u_j (one monotone root per token, Newton, vectorised), then e_j = 1 - (u_{j-1} - u_j) / q_j
-   (the passed mass grows by what token j does not take).  Each game is walked "down" (from the
-   highest p/q) or "up"; the four combinations are tried in ``DIRECTIONS`` order.
-4. Certificate.  The coins are clipped to [0, 1] and mu is recomputed from the clipped coins (the
-   walk's exact selection law), so the rule is lossless for every p, q, k.  When no coin needed
-   clipping, sum min(mu, p) = alpha* and the plan is ``certified`` (the optimum, checked against
-   ``optimal_acceptance`` and the LP in the tests).  The walk family does not realise every point
-   of the core, so some nodes fall short of alpha* (``certified = False``; the plan still gives its
-   exact law, and ``acceptance_formula`` refuses): 1 of 50 fixed random small instances, and on the
-   depth_profile world 0-25 % of nodes at k = 2..4 with gaps up to 3e-4 (docs/results.md Sec. 7).
-   Partial Resolution reports an exact O(2^{1.5k} k^2 + 2^k V + V log V) algorithm for i.i.d.
-   drafts, which the lab does not implement; ``simlab.verifiers.ot_exact`` realises the same mu
-   at every node (a score selection split by the left curtain, of which this walk's first
-   direction pair is the gap-free case).
+Vocabulary: a **selection** picks one child Z with law mu, then speculative sampling of mu against
+p; **H*** is the minimising prefix; a **game** is the rows inside H* or the rows with a child
+outside it; the **walk** takes a game's children from the highest r down (or up), a child of token
+t with a **coin** e(t); a plan is **certified** when no coin needed clipping.  The construction
+(steps 1-4: selection, which mu, the walk, the certificate): ``docs/derivations/ot_walk.md``.
+
+Contract: lossless for i.i.d. drafting at every p, q, k (the clipped coins' own selection law is
+used); a certified plan accepts alpha* (checked against ``optimal_acceptance`` and the LP in the
+tests), an uncertified one gives its exact law and ``acceptance_formula`` refuses.
+``simlab.verifiers.ot_exact`` reaches alpha* at every node.
 
 Drafting without replacement is not covered (its F(A) is not a function of q(A); ``Optimal`` with
 ``replacement=False`` is the small-V reference).
