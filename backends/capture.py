@@ -7,6 +7,12 @@ are evaluated at every node in one tree-attention forward per model.  What is st
 it is read back is the capture store's business (``backends.capture_store``); with ``--full``
 both models' logits are kept and ``CapturedPair`` replays p and q bit for bit.
 
+Flags as the studies spell them: ``--settings T``, ``T:top_p`` or ``T:top_p:top_k`` (one sampling
+setting per capture folder; ``--temperature``, ``--top-p`` and ``--top-k`` give the same parts one
+by one) and ``--roots-per-trajectory`` (also ``--roots-per-prompt``).  A verifier lossless only for
+a greedy target is labelled (``--labels``) only where ``SamplingSettings.greedy`` holds, the lab's
+one definition of a greedy target (``label_refusal``).
+
 ``--shape grid`` captures the trees behind the action-grid studies (``compare_verifiers``,
 ``train_selector``): at each root, ``--samples`` trees ``Delayed(width, L1, depth)`` for every
 L1 in 0..depth (``simlab.grid.draw_grid``); the node rows then cover the union of their
@@ -88,13 +94,15 @@ from backends.roots import prompt_roots, prompt_texts, prompts_digest, read_prom
 from simlab import tree_verifiers
 from simlab.builders import Delayed
 from simlab.checks import check_device
+from simlab.pairs import TRAJECTORY_METHODS
 from simlab.grid import draw_grid, draw_grids
 from simlab.drafting import Drafting, lossless_pairing
+from simlab.errors import ArgumentError, CaptureError, argument_of
 from simlab.labels import grid_labels, verifier_Ks
 from simlab.device_rows import SUMMARY_COLUMNS, summaries
 from simlab.distributions import top_ranked
 from simlab.measures import node_divergences
-from simlab.sampling import Stream, seeded_rng
+from simlab.sampling import SamplingSettings, Stream, seeded_rng
 from simlab.trees import DraftTree, NodeTable
 
 PROG = "python -m backends.capture"
@@ -128,10 +136,12 @@ def label_engine(device, choice: str) -> str:
     return "torch" if str(device).startswith("cuda") else "numpy"
 
 
-def label_refusal(name: str, width: int, temperature: float, top_k: int | None) -> str | None:
+def label_refusal(name: str, width: int, sampling: SamplingSettings) -> str | None:
     """Why ``--labels`` cannot label the grid with verifier ``name`` (its trees' children are i.i.d.
-    draws from q: one per trunk and branch node, K at the branch point), or None: refused before
-    any model is loaded, as ``grid_labels`` would refuse at the first root."""
+    draws from q: one per trunk and branch node, K at the branch point) at the sampling settings
+    ``sampling``, or None: refused before any model is loaded, as ``grid_labels`` would refuse at
+    the first root.  A verifier that needs a greedy target (``needs_greedy_target``) is refused
+    unless ``sampling.greedy``, the lab's one definition of a greedy target (``simlab.sampling``)."""
     verifier = tree_verifiers.get(name)
     for K in {1, *verifier_Ks(name, range(1, width + 1))}:
         if not lossless_pairing(verifier.lossless_for, Drafting.IID, K):
@@ -139,8 +149,8 @@ def label_refusal(name: str, width: int, temperature: float, top_k: int | None) 
                 f"--labels: {name} is not lossless for the grid's i.i.d. children (K = {K}); it is lossless for "
                 f"{', '.join(sorted(law.value for law in verifier.lossless_for))}"
             )
-    if verifier.needs_greedy_target and temperature > 0 and top_k != 1:
-        return f"--labels: {name} is lossless only for a greedy target (--temperature 0 or --top-k 1)"
+    if verifier.needs_greedy_target and not sampling.greedy:
+        return f"--labels: {name} is lossless only for a greedy target (--settings 0), not at {sampling.name}"
     return None
 
 
@@ -348,7 +358,7 @@ def folder_fingerprint(folder) -> str:
                     inner.update(block)
             digest.update(f"{file.name}\0{file.stat().st_size}\0{inner.hexdigest()}\n".encode())
     except OSError as exc:
-        raise ValueError(f"folder: cannot read the model folder {str(folder)!r} ({exc.strerror or exc})") from None
+        raise ArgumentError("folder", f"cannot read the model folder {str(folder)!r} ({exc.strerror or exc})") from None
     return f"sha256:{digest.hexdigest()}"
 
 
@@ -364,9 +374,10 @@ def hub_fingerprint(name: str, what: str) -> str:
     found = try_to_load_from_cache(name, "config.json")
     commit = Path(found).parent.name if isinstance(found, str) else ""
     if not re.fullmatch(r"[0-9a-f]{40}", commit):
-        raise ValueError(
-            f"{what}: cannot tell which commit of the hub model {name!r} was loaded (the Hugging Face cache holds no "
-            "config.json of it); download it into a folder and pass the folder"
+        raise ArgumentError(
+            what,
+            f"cannot tell which commit of the hub model {name!r} was loaded (the Hugging Face cache holds no "
+            "config.json of it); download it into a folder and pass the folder",
         )
     return f"hub:{commit}"
 
@@ -386,8 +397,8 @@ def model_fingerprints(settings: store.CaptureSettings) -> dict[str, str]:
     def folder(path: Path, what: str) -> str:
         try:
             return folder_fingerprint(path)
-        except ValueError as exc:
-            raise ValueError(f"{what}: {str(exc).partition(': ')[2]}") from None
+        except ArgumentError as exc:
+            raise exc.renamed(what) from None
 
     def of(name: str, what: str) -> str:
         return folder(Path(name).expanduser(), what) if check_model_folder(name, what) else hub_fingerprint(name, what)
@@ -430,7 +441,7 @@ def open_captured_pair(stored: store.CaptureSettings, device: str, note=None):
     each local folder.
 
     Raises:
-        ValueError: ``capture: ...`` for a model that differs from the captured one (naming which and
+        CaptureError: ``capture: ...`` for a model that differs from the captured one (naming which and
             both fingerprints), a model folder recorded as a relative path that names none from the
             current folder, or a model that cannot be opened or fingerprinted; ``device: ...``.
     """
@@ -439,8 +450,8 @@ def open_captured_pair(stored: store.CaptureSettings, device: str, note=None):
         for which in ("target", "draft"):
             name, fingerprint = getattr(stored, which), getattr(stored, f"{which}_fingerprint")
             if fingerprint.startswith("sha256:") and not Path(name).expanduser().is_absolute() and not Path(name).is_dir():
-                raise ValueError(
-                    f"capture: the capture records its {which} model folder as the relative path {name!r}, which names no "
+                raise CaptureError(
+                    f"the capture records its {which} model folder as the relative path {name!r}, which names no "
                     f"folder from {os.getcwd()!r}; run from the folder the capture was made in"
                 )
     try:
@@ -455,8 +466,8 @@ def open_captured_pair(stored: store.CaptureSettings, device: str, note=None):
         )
         now = model_fingerprints(stored) if fingerprinted else {}
     except ValueError as exc:
-        if str(exc).startswith(("target:", "draft:", "trim_draft_vocab:")):
-            raise ValueError(f"capture: opening the capture's models: {exc}") from None
+        if argument_of(exc)[0] in OPENING_ARGUMENTS:
+            raise CaptureError(f"opening the capture's models: {exc}") from None
         raise
     if fingerprinted:
         store.check_models(stored, now)
@@ -466,6 +477,11 @@ def open_captured_pair(stored: store.CaptureSettings, device: str, note=None):
             "as whatever its recorded paths hold now"
         )
     return pair
+
+
+OPENING_ARGUMENTS = ("target", "draft", "trim_draft_vocab")
+"""The arguments whose errors, opening a capture's models, mean those models cannot be opened
+(``open_captured_pair`` reports them as the capture's: ``capture: opening the capture's models: ...``)."""
 
 
 def check_inputs(settings: store.CaptureSettings) -> list:
@@ -556,7 +572,11 @@ def _capture(settings: store.CaptureSettings, records: list, out: Path, device: 
         settings = replace(settings, **model_fingerprints(settings))
     prompts = prompt_texts(pair, records)  # chat prompts in the target's template
     with slow_step(PROG, f"sampling the continuations of {len(prompts)} prompts", quiet):
-        roots = list(prompt_roots(pair, prompts, settings.placement(), settings.seed, settings.tree_depth()))
+        roots = list(
+            prompt_roots(
+                pair, prompts, settings.placement(), settings.seed, settings.tree_depth(), trajectory=settings.trajectory
+            )
+        )
     drawn_under = store.claim_settings(out, settings)  # every rank, before any shard
     G = settings.roots_per_forward
     groups = [roots[i : i + G] for i in range(0, len(roots), G)]  # fixed by root order: a resumed run forms the same groups
@@ -663,7 +683,14 @@ def parse_args(argv):
         "or a prompt set (backends.prompt_sets: workloads, long-context, code, seed-workloads)",
     )
     parser.add_argument("--out", required=True, help="output folder (resumes if it holds the same capture)")
-    parser.add_argument("--roots-per-prompt", type=int, default=4, help="roots along each prompt's continuation")
+    parser.add_argument(
+        "--roots-per-trajectory",
+        "--roots-per-prompt",
+        dest="roots_per_prompt",
+        type=int,
+        default=4,
+        help="roots along each prompt's continuation (the studies' spelling; --roots-per-prompt: the same)",
+    )
     parser.add_argument("--spacing", type=int, default=8, help="tokens between roots")
     parser.add_argument(
         "--shape",
@@ -675,9 +702,15 @@ def parse_args(argv):
     parser.add_argument("--depth", type=int, default=4, help="tree depth in tokens (grid: the largest L1 and L2)")
     parser.add_argument("--samples", type=int, default=4, help="grid: trees per L1 and root (labels: E_se needs 4 or more)")
     parser.add_argument("--trunk", type=int, default=1, help="L1 of a delayed tree")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0 = greedy)")
-    parser.add_argument("--top-p", type=float, default=None, help="nucleus threshold in (0, 1]")
-    parser.add_argument("--top-k", type=int, default=None, help="top-k truncation")
+    parser.add_argument(
+        "--settings",
+        default=None,
+        help="the capture's one sampling setting, as the studies spell it: T, T:top_p or T:top_p:top_k "
+        "(e.g. 0.6, 1:0.9, 1::40; T = 0 is greedy; default 1, or --temperature, --top-p, --top-k)",
+    )
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0 = greedy); or --settings")
+    parser.add_argument("--top-p", type=float, default=None, help="nucleus threshold in (0, 1]; or --settings")
+    parser.add_argument("--top-k", type=int, default=None, help="top-k truncation; or --settings")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32", help="weights")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     parser.add_argument("--store-top", type=int, default=8, help="top ids and probabilities stored per node")
@@ -711,6 +744,13 @@ def parse_args(argv):
         "this flag; resume them with --evaluation forward)",
     )
     parser.add_argument(
+        "--trajectory",
+        choices=list(TRAJECTORY_METHODS),
+        default="cached",
+        help="the continuations' target p: cached, one-token forwards from the target's KV cache; forward, "
+        "the whole context at every step (captures made before this flag; resume them with --trajectory forward)",
+    )
+    parser.add_argument(
         "--trim-draft-vocab",
         action="store_true",
         help="accept a draft whose vocabulary is larger than the target's: q is cut to the target's ids and "
@@ -740,15 +780,15 @@ def parse_args(argv):
     )
     try:
         args.labels = ",".join(name_list(args.labels, "--labels", tree_verifiers.names())) if args.labels else ""
+        sampling = sampling_flags(args, parser.given)
     except ValueError as exc:
-        fail_from(PROG, exc, parser)
+        fail_from(PROG, exc, parser, {"top_k": "--top-k", "top_p": "--top-p"})
+    args.temperature, args.top_p, args.top_k = sampling.temperature, sampling.top_p, sampling.top_k
     check_flags(
         PROG,
         [
             (reason is None, reason)
-            for reason in [
-                label_refusal(name, args.width, args.temperature, args.top_k) for name in args.labels.split(",") if name
-            ]
+            for reason in [label_refusal(name, args.width, sampling) for name in args.labels.split(",") if name]
         ],
     )
     if args.pair:
@@ -777,6 +817,7 @@ def parse_args(argv):
         labels=args.labels,
         roots_per_forward=args.roots_per_forward,
         evaluation=args.evaluation,
+        trajectory=args.trajectory,
         trim_draft_vocab=args.trim_draft_vocab,
         pair=args.pair or "",
     )
@@ -785,8 +826,43 @@ def parse_args(argv):
         settings.placement()
         seeded_rng(args.seed)
     except ValueError as exc:
-        fail_from(PROG, exc, parser, {"roots_per_trajectory": "--roots-per-prompt", "top_k": "--top-k", "top_p": "--top-p"})
+        fail_from(PROG, exc, parser, {"roots_per_trajectory": "--roots-per-trajectory", "top_k": "--top-k", "top_p": "--top-p"})
     return settings, args.out, args.device, args.quiet, args.labels_engine, parser
+
+
+SETTING_FLAGS = ("temperature", "top_p", "top_k")
+"""The flags ``--settings`` stands for (each kept as the way to give one part of the setting)."""
+
+
+def sampling_flags(args, given) -> SamplingSettings:
+    """The capture's one sampling setting: ``--settings`` (one entry, parsed as the studies parse it:
+    ``backends.sources.flags.parse_settings``), else ``--temperature``, ``--top-p`` and ``--top-k``.
+
+    Args:
+        args: the parsed flags (``settings``, ``temperature``, ``top_p``, ``top_k``).
+        given: the dests written on the command line (``ToolParser.given``).
+
+    Raises:
+        ArgumentError: ``settings: ...`` for an entry that is not a setting, more than one setting
+            (a capture folder holds one) or ``--settings`` given with one of ``SETTING_FLAGS``;
+            ``temperature: ...``, ``top_k: ...`` or ``top_p: ...`` for a value out of range.
+    """
+    from backends.sources.flags import parse_settings
+
+    if args.settings is None:
+        return SamplingSettings(args.temperature, args.top_k, args.top_p)
+    also = [name for name in SETTING_FLAGS if name in given]
+    if also:
+        flag = "--" + also[0].replace("_", "-")
+        raise ArgumentError("settings", f"gives the whole sampling setting; drop {flag} (or give {flag} without --settings)")
+    parsed = parse_settings(args.settings)
+    if len(parsed) != 1:
+        raise ArgumentError(
+            "settings",
+            f"a capture folder holds one sampling setting, got {len(parsed)} ({', '.join(s.name for s in parsed)}); "
+            "capture each setting into its own --out folder",
+        )
+    return parsed[0]
 
 
 def shard_environment(environ) -> tuple[int, int, int]:

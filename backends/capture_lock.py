@@ -11,7 +11,7 @@ A process starting in the folder
   size is a fellow rank of its own run (the folder is shared); a live one with other settings or
   another world size is another run: refused (its own lock is released first).
 
-Refusals are ``ValueError("out: ...")`` naming the owner (process id, host, rank of world).  A
+Refusals are ``simlab.errors.ArgumentError`` about ``out`` (``"out: ..."``) naming the owner (process id, host, rank of world).  A
 lock file whose flock is free is stale: its process has died (the kernel releases a dead
 process's flock, even after SIGKILL).  Its own rank's stale file is taken over and another
 rank's is removed, each with one line (``note``) naming the dead process.  Liveness is the flock,
@@ -32,6 +32,8 @@ import os
 import socket
 import time
 from pathlib import Path
+
+from simlab.errors import ArgumentError
 
 LOCK_GLOB = "lock-rank*.json"
 READ_ATTEMPTS = 20
@@ -58,9 +60,10 @@ def _flocked(fd: int) -> bool:
     except BlockingIOError:
         return False
     except OSError as exc:  # a file system without locks (ENOLCK): no run could be kept out
-        raise ValueError(
-            f"out: the capture folder's file system does not lock files ({exc.strerror or exc}); "
-            "capture into a folder on one that does (a local disk, NFS v4)"
+        raise ArgumentError(
+            "out",
+            f"the capture folder's file system does not lock files ({exc.strerror or exc}); "
+            "capture into a folder on one that does (a local disk, NFS v4)",
         ) from None
 
 
@@ -199,9 +202,9 @@ class CaptureLock:
             who = "another run with another WORLD_SIZE"
         else:
             who = "another run with other settings"
-        return ValueError(
-            f"out: {str(self.out)!r} is being captured into by {who}: {_owner(record)}; wait for it to finish "
-            "or use another folder"
+        return ArgumentError(
+            "out",
+            f"{str(self.out)!r} is being captured into by {who}: {_owner(record)}; wait for it to finish or use another folder",
         )
 
     @staticmethod

@@ -4,7 +4,8 @@ captures is ``python -m backends.capture``.)
 
 A capture folder holds:
 
-* ``settings.json``: the ``CaptureSettings`` that determine its content;
+* ``settings.json``: the ``CaptureSettings`` that determine its content, with the number of its
+  format (``backends.capture_format``: an older file is read through ``upgrade_settings``);
 * ``nodes-r<root>.parquet``: one shard per root (its presence marks the root as done): root id,
   prompt index, prompt category (``category``; null without one; absent before the column), root position (context length), root context, node path, depth, token,
   multiplicity (drafts through the node; 1 for grid captures), number of children, TV, L1, KL
@@ -19,7 +20,7 @@ A capture folder holds:
   recomputes p and q with the capture's sampling settings.
 
 Every file is written atomically.  A damaged file (garbage, wrong schema, truncated archive,
-bad CRC) raises ``ValueError("capture: ... is damaged (...)")``, never a library's own exception;
+bad CRC) raises ``simlab.errors.CaptureError`` (``"capture: ... is damaged (...)"``), never a library's own exception;
 so does a shard holding another root than its file name says (its ``root`` column, or the logits
 archive's ``root`` member, checked by every reader: a shard copied or renamed under another root's
 name would count that root twice), and a settings.json field of the wrong type or out of range (the
@@ -69,11 +70,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from backends import capture_format
 from backends.cli import atomic_write, write_parquet
 from backends.roots import RootPlacement
+from simlab.errors import ArgumentError, CaptureError
 from simlab.grid import GridAxes, GridDraft
 from simlab.files import staging_file, umask
-from simlab.pairs import check_contexts
+from simlab.pairs import TRAJECTORY_METHODS, check_contexts
 from simlab.sampling import SamplingSettings
 from simlab.builders import Delayed, named_shape
 
@@ -132,17 +135,20 @@ class CaptureSettings:
     prompts_sha256: str = ""  # of the prompt texts; the prompts path itself may differ on resume
     samples: int = 4  # --shape grid: draws per L1
     labels: str = ""  # --shape grid --labels: comma-separated verifiers labelled at capture time
-    roots_per_forward: int = 8  # roots whose trees share one forward (settings.json without it: 1, the earlier captures)
+    roots_per_forward: int = 8  # roots whose trees share one forward (format 0 without it: 1; backends.capture_format)
     evaluation: str = (
-        "cached"  # "cached": kept KV caches, each node once; "forward" (settings.json without it): levels re-run ancestors
+        "cached"  # "cached": kept KV caches, each node once; "forward" (format 0 without it): levels re-run ancestors
     )
-    labels_engine: str = ""  # --labels: the engine the labels were computed with (numpy or torch; "unrecorded" before the field)
+    labels_engine: str = ""  # --labels: the engine the labels were computed with (numpy or torch; "unrecorded": unknown)
     trim_draft_vocab: bool = (
         False  # --trim-draft-vocab: a draft with more ids than the target, q cut to the target's ids and renormalised
     )
     pair: str = ""  # --pair: the named pretrained pair (backends.pretrained; target is then ""), else ""
-    target_fingerprint: str = ""  # which target (backends.capture.model_fingerprints); "": before the field, or not yet known
+    target_fingerprint: str = ""  # which target (backends.capture.model_fingerprints); "": unknown (format 0 without it)
     draft_fingerprint: str = ""  # which draft, as target_fingerprint
+    trajectory: str = (
+        "cached"  # the continuations' target p (simlab.pairs.target_trajectory): "cached" KV, "forward" (format < 2)
+    )
 
     def grid_axes(self) -> GridAxes:
         """``shape == "grid"``: the stored width and depth as the grid's axes (K in 1..width, L1 and
@@ -170,25 +176,32 @@ MODEL_KEYS = ("target_fingerprint", "draft_fingerprint")
 
 def settings_hash(settings: CaptureSettings) -> str:
     """SHA-256 (hex) of the settings that determine a capture's content: every field but the prompt
-    file's path (``prompts_sha256`` stands for the prompts) and an empty model fingerprint (so the
-    hash of a capture made before the fingerprints is unchanged), as sorted JSON."""
-    data = {k: v for k, v in asdict(settings).items() if k != "prompts" and not (k in MODEL_KEYS and not v)}
+    file's path (``prompts_sha256`` stands for the prompts), an empty model fingerprint and the
+    ``"forward"`` trajectory (so the hash of a capture made before those fields is unchanged), as
+    sorted JSON."""
+    data = {
+        k: v
+        for k, v in asdict(settings).items()
+        if k != "prompts" and not (k in MODEL_KEYS and not v) and not (k == "trajectory" and v == "forward")
+    }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 def differing_settings(stored: dict, mine: dict) -> list[str]:
     """Names of the settings that differ between a stored capture and this run (the prompt file's
-    path is compared through the digest of its prompts, not as a string; model paths by folder;
+    path is compared through the digest of its prompts, not as a string, except in a capture made
+    before the digest, whose prompts are named by the path; model paths by folder;
     a model fingerprint only when both are known: a stored one is empty in a capture made before
     the fields, this run's before its models load)."""
-    defaults = asdict(CaptureSettings("", "", ""))
 
     def same(key):
-        a, b = stored.get(key, defaults.get(key)), mine.get(key)
-        if key == "labels_engine" and a == "unrecorded":  # a capture from before the field: either engine resumes it
+        a, b = stored[key], mine.get(key)
+        if key == "labels_engine" and a == "unrecorded":  # the engine unknown (capture_format): either engine resumes it
             return True
         if key in MODEL_KEYS and not (a and b):
             return True
+        if key == "prompts_sha256" and not a:  # a capture before the digest: its prompts named by the file's path
+            return _same_path(stored["prompts"], mine["prompts"])
         if key in ("target", "draft"):
             return _same_path(a, b)
         return a == b
@@ -246,7 +259,7 @@ def check_models(stored: CaptureSettings, now: dict[str, str]) -> None:
     where recorded (a capture made before the fingerprints records none: nothing to compare).
 
     Raises:
-        ValueError: ``capture: ...`` naming the model (target, draft, or both) whose fingerprint
+        CaptureError: ``capture: ...`` naming the model (target, draft, or both) whose fingerprint
             differs, with its recorded name and both fingerprints.
     """
     differ = [key for key in MODEL_KEYS if getattr(stored, key) and now.get(key, "") != getattr(stored, key)]
@@ -258,8 +271,8 @@ def check_models(stored: CaptureSettings, now: dict[str, str]) -> None:
         f"{_shown(getattr(stored, key))} in the capture"
         for key in differ
     )
-    raise ValueError(
-        f"capture: the {which} model at the capture's recorded path is not the one it was drawn from ({detail}): its files "
+    raise CaptureError(
+        f"the {which} model at the capture's recorded path is not the one it was drawn from ({detail}): its files "
         "changed since the capture, or the name now means another model; restore that model, or capture again"
     )
 
@@ -295,9 +308,12 @@ def logits_path(out: Path, root: int) -> Path:
 
 # -- writer -----------------------------------------------------------------------------------
 def save_settings(out: Path, settings: CaptureSettings) -> None:
-    atomic_write(
-        Path(out) / "settings.json", lambda tmp: Path(tmp).write_text(json.dumps(asdict(settings), indent=2, sort_keys=True))
-    )
+    atomic_write(Path(out) / "settings.json", lambda tmp: Path(tmp).write_text(_settings_text(settings)))
+
+
+def _settings_text(settings: CaptureSettings) -> str:
+    """settings.json's text: the fields with the format number (``capture_format.stored_settings``)."""
+    return json.dumps(capture_format.stored_settings(asdict(settings)), indent=2, sort_keys=True)
 
 
 def _shown(fingerprint: str) -> str:
@@ -320,9 +336,10 @@ def check_resumable(out: Path, settings: CaptureSettings) -> None:
     if differ and models == differ:
         which = " and ".join(key.split("_")[0] for key in models)
         detail = ", ".join(f"{key.split('_')[0]} {_shown(held[key])}, not {_shown(getattr(settings, key))}" for key in models)
-        raise ValueError(
-            f"out: {str(out)!r} holds a capture drawn from another {which} model ({detail}: its files changed since the "
-            "capture began, or the name now means another model); resume it with the models it began with, or use a new folder"
+        raise ArgumentError(
+            "out",
+            f"{str(out)!r} holds a capture drawn from another {which} model ({detail}: its files changed since the "
+            "capture began, or the name now means another model); resume it with the models it began with, or use a new folder",
         )
     if differ:
         detail = ", ".join(
@@ -331,8 +348,9 @@ def check_resumable(out: Path, settings: CaptureSettings) -> None:
             else f"{key} {held[key]!r}, not {getattr(settings, key)!r}"
             for key in differ
         )
-        raise ValueError(
-            f"out: {str(out)!r} holds a capture with other settings ({detail}); resume it with its own flags, or use a new folder"
+        raise ArgumentError(
+            "out",
+            f"{str(out)!r} holds a capture with other settings ({detail}); resume it with its own flags, or use a new folder",
         )
 
 
@@ -353,9 +371,10 @@ def check_legacy(out: Path) -> str | None:
         return None
     stray = next((file for file in _shards(out) if _readable_hash(file) is None), None)
     if stray is not None:
-        raise ValueError(
-            f"out: {str(out)!r} holds shards made before the settings hash ({stray.name} records none), which the readers "
-            "accept only in a folder without stamped shards; it cannot be resumed: recapture into a new folder"
+        raise ArgumentError(
+            "out",
+            f"{str(out)!r} holds shards made before the settings hash ({stray.name} records none), which the readers "
+            "accept only in a folder without stamped shards; it cannot be resumed: recapture into a new folder",
         )
     return (
         "note: the folder's settings.json records no model fingerprints (a capture made before them): this resume "
@@ -375,12 +394,12 @@ def claim_settings(out: Path, settings: CaptureSettings) -> str:
     path = out / "settings.json"
     if not path.exists():
         if next(iter(_shards(out)), None) is not None:
-            raise ValueError(
-                f"out: {str(out)!r} holds capture shards but no settings.json (drawn under unknown settings); use a new folder"
+            raise ArgumentError(
+                "out", f"{str(out)!r} holds capture shards but no settings.json (drawn under unknown settings); use a new folder"
             )
         tmp = staging_file(out, "settings.json")
         try:
-            tmp.write_text(json.dumps(asdict(settings), indent=2, sort_keys=True))
+            tmp.write_text(_settings_text(settings))
             os.chmod(tmp, 0o666 & ~umask())
             try:
                 os.link(tmp, path)  # fails if another run wrote it first: that one is compared below
@@ -393,13 +412,14 @@ def claim_settings(out: Path, settings: CaptureSettings) -> str:
 
 
 def check_unchanged(out: Path, expected: str) -> None:
-    """Raise ``ValueError("out: ...")`` if ``out/settings.json`` no longer has the hash ``expected``
+    """Raise ``ArgumentError`` (``"out: ..."``) if ``out/settings.json`` no longer has the hash ``expected``
     (another capture rewrote it during this run); checked before each group's shards are written."""
     held = settings_hash(load_settings(out))
     if held != expected:
-        raise ValueError(
-            f"out: {str(out)!r}: settings.json changed during this run (settings hash {held[:12]}, not "
-            f"{expected[:12]}): another capture with other settings wrote into the folder; use a new folder"
+        raise ArgumentError(
+            "out",
+            f"{str(out)!r}: settings.json changed during this run (settings hash {held[:12]}, not "
+            f"{expected[:12]}): another capture with other settings wrote into the folder; use a new folder",
         )
 
 
@@ -410,7 +430,7 @@ def _shards(folder: Path):
 
 def _stamped(settings_sha256: str) -> dict[str, str]:
     if not isinstance(settings_sha256, str) or len(settings_sha256) != 64:
-        raise ValueError(f"settings_sha256: must be a settings hash (64 hex digits), got {settings_sha256!r}")
+        raise ArgumentError("settings_sha256", f"must be a settings hash (64 hex digits), got {settings_sha256!r}")
     return {HASH_KEY: settings_sha256}
 
 
@@ -466,35 +486,35 @@ def save_logits(out: Path, root: int, target: np.ndarray, draft: np.ndarray, *, 
 # -- reader -----------------------------------------------------------------------------------
 def read_safely(folder, read):
     """``read(folder)``, with any error of a damaged file (polars, numpy, zip, json) as one
-    ``ValueError("capture: ... is damaged (...)")``; the store's own ValueErrors pass through."""
+    ``CaptureError`` (``"capture: ... is damaged (...)"``); the store's own ``CaptureError`` passes through."""
     try:
         return read(folder)
+    except CaptureError:
+        raise
     except Exception as exc:
-        if isinstance(exc, ValueError) and str(exc).startswith("capture:"):
-            raise
         first = str(exc).splitlines()[0] if str(exc) else ""
-        raise ValueError(f"capture: {str(folder)!r} is damaged ({type(exc).__name__}: {first})") from None
+        raise CaptureError(f"{str(folder)!r} is damaged ({type(exc).__name__}: {first})") from None
 
 
 def load_settings(folder) -> CaptureSettings:
     """The ``CaptureSettings`` a capture folder was made with.
 
     Raises:
-        ValueError: ``capture: ...`` for a folder without settings.json or with a damaged one.
+        CaptureError: ``capture: ...`` for a folder without settings.json or with a damaged one.
     """
     path = Path(folder) / "settings.json"
     if not Path(folder).is_dir():
-        raise ValueError(f"capture: {str(folder)!r} is not a folder")
+        raise CaptureError(f"{str(folder)!r} is not a folder")
     if not path.is_file():
-        raise ValueError(f"capture: {str(folder)!r} has no settings.json (not a capture folder)")
+        raise CaptureError(f"{str(folder)!r} has no settings.json (not a capture folder)")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ValueError(f"capture: {str(folder)!r} has a damaged settings.json") from None
+        raise CaptureError(f"{str(folder)!r} has a damaged settings.json") from None
     try:
         return _settings_from(data)
     except ValueError as exc:
-        raise ValueError(f"capture: {str(folder)!r} has a damaged settings.json ({exc})") from None
+        raise CaptureError(f"{str(folder)!r} has a damaged settings.json ({exc})") from None
 
 
 _KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
@@ -516,32 +536,35 @@ def _field_value(name: str, value, hint):
         if kind is str and isinstance(value, str):
             return value
     wanted = " or ".join(_KINDS.get(kind, "null") for kind in options)
-    raise ValueError(f"{name}: expected {wanted}, got {value!r}")
+    raise ArgumentError(name, f"expected {wanted}, got {value!r}")
 
 
 def _settings_from(data) -> CaptureSettings:
-    """``CaptureSettings`` from settings.json's object: every field type-checked and in range
-    (``ValueError`` naming the field); the fields a capture made before them lacks take the values
-    those captures had."""
+    """``CaptureSettings`` from settings.json's object, brought to the current format first
+    (``capture_format.upgrade_settings``: an older file's missing fields take the values its capture
+    was made with): every field present, type-checked and in range (``ValueError`` naming the field)."""
     if not isinstance(data, dict):
         raise ValueError("expected an object of settings")
+    data = capture_format.upgrade_settings(data)
     hints = typing.get_type_hints(CaptureSettings)
     unknown = sorted(set(data) - set(hints))
     if unknown:
-        raise ValueError(f"{unknown[0]}: not a capture setting")
-    missing = [f.name for f in fields(CaptureSettings) if f.name in ("target", "draft", "prompts") and f.name not in data]
+        raise ArgumentError(unknown[0], "not a capture setting")
+    missing = [f.name for f in fields(CaptureSettings) if f.name not in data]
     if missing:
-        raise ValueError(f"{missing[0]}: missing")
-    defaults = {"roots_per_forward": 1, "evaluation": "forward", "labels_engine": "unrecorded" if data.get("labels") else ""}
-    settings = CaptureSettings(
-        **{k: _field_value(k, v, hints[k]) for k, v in {**defaults, **data}.items()}
-    )  # captures made before the flags
+        raise ArgumentError(missing[0], "missing")
+    settings = CaptureSettings(**{k: _field_value(k, v, hints[k]) for k, v in data.items()})
     for name in ("roots_per_prompt", "spacing", "width", "depth", "samples", "store_top", "roots_per_forward"):
         if getattr(settings, name) < 1:
-            raise ValueError(f"{name}: must be >= 1, got {getattr(settings, name)}")
-    for name, allowed in (("shape", SHAPES), ("evaluation", ("cached", "forward")), ("labels_engine", LABEL_ENGINES)):
+            raise ArgumentError(name, f"must be >= 1, got {getattr(settings, name)}")
+    for name, allowed in (
+        ("shape", SHAPES),
+        ("evaluation", ("cached", "forward")),
+        ("trajectory", TRAJECTORY_METHODS),
+        ("labels_engine", LABEL_ENGINES),
+    ):
         if getattr(settings, name) not in allowed:
-            raise ValueError(f"{name}: must be one of {', '.join(map(repr, allowed))}, got {getattr(settings, name)!r}")
+            raise ArgumentError(name, f"must be one of {', '.join(map(repr, allowed))}, got {getattr(settings, name)!r}")
     settings.sampling()
     settings.placement()
     if settings.shape != "grid":
@@ -554,7 +577,7 @@ def folder_hash(folder) -> str:
     return settings_hash(load_settings(folder))
 
 
-class MixedCapture(ValueError):
+class MixedCapture(CaptureError):
     """A shard of a capture folder drawn under other settings than the folder's (or without a settings
     hash among stamped shards): the folder mixes two captures.  Raised by ``check_drawn_under``."""
 
@@ -569,12 +592,12 @@ def check_drawn_under(folder, file, recorded: str | None, expected: str) -> None
     """
     if recorded is None and not unstamped_allowed(folder):
         raise MixedCapture(
-            f"capture: {str(file)!r} records no settings hash, but other shards of {str(folder)!r} do: a shard of "
+            f"{str(file)!r} records no settings hash, but other shards of {str(folder)!r} do: a shard of "
             "another capture (made before the hash); the folder mixes two captures; recapture into a new folder"
         )
     if recorded is not None and recorded != expected:
         raise MixedCapture(
-            f"capture: {str(file)!r} was drawn under other settings than {str(Path(folder) / 'settings.json')!r} "
+            f"{str(file)!r} was drawn under other settings than {str(Path(folder) / 'settings.json')!r} "
             f"(settings hash {recorded[:12]}, not {expected[:12]}): the folder mixes two captures; recapture into a new folder"
         )
 
@@ -641,7 +664,7 @@ def completed_roots(folder) -> list[int]:
 def _check_columns(table: pl.DataFrame, columns, file) -> pl.DataFrame:
     missing = set(columns) - set(table.columns)
     if table.height == 0 or missing:
-        raise ValueError(f"capture: {str(file)!r} is damaged (missing columns {sorted(missing)} or no rows)")
+        raise CaptureError(f"{str(file)!r} is damaged (missing columns {sorted(missing)} or no rows)")
     return table
 
 
@@ -651,36 +674,37 @@ def _check_root(recorded, root: int, file) -> None:
     under this one's name (copied or renamed), whose rows would count twice."""
     other = next((int(r) for r in np.unique(np.asarray(recorded)) if int(r) != root), None)
     if other is not None:
-        raise ValueError(
-            f"capture: {str(file)!r} is damaged (it holds root {other}, not root {root} as its name says: another "
+        raise CaptureError(
+            f"{str(file)!r} is damaged (it holds root {other}, not root {root} as its name says: another "
             "root's shard under this one's name)"
         )
 
 
 def read_nodes(folder, root: int, expected: str | None = None) -> pl.DataFrame:
     """The node rows of one root (its settings hash checked against ``expected``, default the folder's,
-    and its ``root`` column against ``root``).
+    and its ``root`` column against ``root``), with the current shards' columns
+    (``capture_format.upgrade_nodes``: ``category`` null in a shard written before it).
 
     Raises:
-        ValueError: ``capture: ...`` for a damaged shard (one holding another root among them) or one
+        CaptureError: ``capture: ...`` for a damaged shard (one holding another root among them) or one
             drawn under other settings.
     """
     file = shard_path(folder, root)
     table = _check_columns(_read_shard(folder, file, expected), NODE_COLUMNS, file)
     _check_root(table["root"].to_numpy(), root, file)
-    return table
+    return capture_format.upgrade_nodes(table)
 
 
 def read_capture(folder) -> pl.DataFrame:
     """All node shards of a capture as one table (sorted by root, then node order within the root).
 
     Raises:
-        ValueError: ``capture: ...`` for a folder without shards, with a damaged shard or a shard
+        CaptureError: ``capture: ...`` for a folder without shards, with a damaged shard or a shard
             drawn under other settings than its settings.json.
     """
     roots = completed_roots(folder)
     if not roots:
-        raise ValueError(f"capture: no capture shards in {str(folder)!r}")
+        raise CaptureError(f"no capture shards in {str(folder)!r}")
     expected = folder_hash(folder)
     return pl.concat(
         [read_nodes(folder, r, expected) for r in roots], how="diagonal"
@@ -705,7 +729,7 @@ def read_grid_drafts(folder):
     for root in completed_roots(folder):
         file = drafts_path(folder, root)
         if not file.exists():
-            raise ValueError(f"capture: {str(folder)!r} is damaged (root {root} has no drafts file)")
+            raise CaptureError(f"{str(folder)!r} is damaged (root {root} has no drafts file)")
         table = _check_columns(_read_shard(folder, file, expected), DRAFT_COLUMNS, file)
         _check_root(table["root"].to_numpy(), root, file)
         drafts = tuple(
@@ -722,20 +746,20 @@ def read_labels(folder) -> pl.LazyFrame:
     shard's settings hash (its footer) and ``root`` column are checked first.
 
     Raises:
-        ValueError: ``capture: ...`` for a capture made without ``--labels``, a completed root
+        CaptureError: ``capture: ...`` for a capture made without ``--labels``, a completed root
             without its labels file, a labels shard drawn under other settings or holding another
             root than its name says.
     """
     stored = load_settings(folder)
     if not stored.labels:
-        raise ValueError(f"capture: {str(folder)!r} was captured without --labels")
+        raise CaptureError(f"{str(folder)!r} was captured without --labels")
     roots = completed_roots(folder)
     files = [labels_path(folder, r) for r in roots]
     missing = [f for f in files if not f.exists()]
     if missing:
-        raise ValueError(f"capture: {str(folder)!r} is damaged ({missing[0].name} is missing)")
+        raise CaptureError(f"{str(folder)!r} is damaged ({missing[0].name} is missing)")
     if not files:
-        raise ValueError(f"capture: no capture shards in {str(folder)!r}")
+        raise CaptureError(f"no capture shards in {str(folder)!r}")
     expected = settings_hash(stored)
     for root, file in zip(roots, files):
         check_drawn_under(folder, file, _parquet_hash(file), expected)
@@ -786,8 +810,8 @@ def check_root(folder, root: int, settings: CaptureSettings, expected: str) -> s
                 return f"{file.name} holds logits of shapes {shapes[0]} and {shapes[1]} for {nodes.height} nodes"
     except MixedCapture:
         raise
-    except ValueError as exc:
-        return str(exc).removeprefix("capture: ")
+    except CaptureError as exc:
+        return exc.detail
     return None
 
 
@@ -801,7 +825,7 @@ def _check_logits(file) -> tuple[tuple[tuple, tuple], int | None]:
         names = archive.namelist()
         for name in ("target.npy", "draft.npy"):
             if name not in names:
-                raise ValueError(f"capture: {str(file)!r} is damaged (it has no member {name})")
+                raise CaptureError(f"{str(file)!r} is damaged (it has no member {name})")
         for name in names:
             with archive.open(name) as member:
                 if name in ("target.npy", "draft.npy"):
@@ -824,7 +848,7 @@ def read_logits(folder, root: int, expected: str | None = None) -> tuple[np.ndar
     records one, against ``root``).
 
     Raises:
-        ValueError: ``capture: ...`` for a missing or damaged archive (one holding another root
+        CaptureError: ``capture: ...`` for a missing or damaged archive (one holding another root
             among them) or one drawn under other settings.
     """
 
@@ -836,7 +860,7 @@ def read_logits(folder, root: int, expected: str | None = None) -> tuple[np.ndar
 
     file = logits_path(folder, root)
     if not file.exists():
-        raise ValueError(f"capture: {str(folder)!r} is damaged (root {root} has no logits file)")
+        raise CaptureError(f"{str(folder)!r} is damaged (root {root} has no logits file)")
     target, draft, recorded, held = read_safely(file, read)
     check_drawn_under(folder, file, recorded, folder_hash(folder) if expected is None else expected)
     if held is not None:
@@ -869,8 +893,8 @@ class LabelsOnlyPair:
         self.folder, self.labels = str(folder), labels
 
     def _refuse(self):
-        raise ValueError(
-            f"capture: {self.folder!r} was captured without --full and holds labels for {self.labels} only "
+        raise CaptureError(
+            f"{self.folder!r} was captured without --full and holds labels for {self.labels} only "
             "(with its grid); for other verifiers, grids or p and q, recapture with --full"
         )
 
@@ -891,7 +915,7 @@ class CapturedPair:
     to some root ids (default: every completed root).
 
     Raises:
-        ValueError: ``capture: ...`` for a capture without ``full`` logits or with damaged files;
+        CaptureError: ``capture: ...`` for a capture without ``full`` logits or with damaged files;
             ``context: ...`` for a context that was not captured.
     """
 
@@ -899,10 +923,10 @@ class CapturedPair:
         self.folder = str(folder)
         self.settings = load_settings(folder)
         if not self.settings.full:
-            raise ValueError(f"capture: {self.folder!r} was captured without --full; recapture with --full to replay p and q")
+            raise CaptureError(f"{self.folder!r} was captured without --full; recapture with --full to replay p and q")
         wanted = completed_roots(folder) if roots is None else list(roots)
         if not wanted:
-            raise ValueError(f"capture: no capture shards in {self.folder!r}")
+            raise CaptureError(f"no capture shards in {self.folder!r}")
         self._rows: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         transform = self.settings.sampling().probabilities
         expected = settings_hash(self.settings)
@@ -910,8 +934,8 @@ class CapturedPair:
             nodes = read_nodes(folder, root, expected)
             target, draft = read_logits(folder, root, expected)
             if target.shape[0] != nodes.height or draft.shape != target.shape:
-                raise ValueError(
-                    f"capture: {self.folder!r} is damaged (root {root}: {target.shape[0]} logit rows for {nodes.height} nodes)"
+                raise CaptureError(
+                    f"{self.folder!r} is damaged (root {root}: {target.shape[0]} logit rows for {nodes.height} nodes)"
                 )
             p, q = transform(target), transform(draft)
             context = tuple(nodes["root_context"][0].to_list())
@@ -933,5 +957,5 @@ class CapturedPair:
         try:
             pairs = [self._rows[c] for c in contexts]
         except KeyError as exc:
-            raise ValueError(f"context: {exc.args[0]} was not captured") from None
+            raise ArgumentError("context", f"{exc.args[0]} was not captured") from None
         return np.array([a for a, _ in pairs]), np.array([b for _, b in pairs])

@@ -6,9 +6,9 @@ What makes a tool behave like one:
 * ``ToolParser``: ``--help`` shows every default; an argument error is one line on stderr and
   exit status 2; abbreviations are off, and ``parser.given`` holds the flags (dests) written
   on the command line, so a flag a source cannot honour is refused, never ignored;
-* ``fail_from(prog, exc, parser)``: a ``ValueError`` of the core (``"vocab: must be ..."``)
-  becomes the flag's error (``"--vocab: must be ..."``), so a range is checked once, where it
-  is defined;
+* ``fail_from(prog, exc, parser)``: a ``ValueError`` of the core (``"vocab: must be ..."``; a
+  ``simlab.errors.ArgumentError`` carries the name as ``exc.argument``) becomes the flag's error
+  (``"--vocab: must be ..."``), so a range is checked once, where it is defined;
 * ``prepare_out``: the output folder is created and proved writable up front, and the staging
   files an interrupted (even SIGKILLed) run left there are removed;
 * ``OutputSet``: every file of a run is staged and published together (atomic renames), and the
@@ -35,6 +35,7 @@ from pathlib import Path
 import polars as pl
 from tqdm import tqdm
 
+from simlab.errors import argument_of
 from simlab.files import atomic_write, remove_stale_staging, staging_file, umask
 
 SLOW_STEP_SECONDS = 2.0
@@ -121,23 +122,25 @@ def fail(prog: str, message: str) -> None:
     raise SystemExit(2)
 
 
-def flag_message(message: str, parser: ToolParser | None, aliases: dict[str, str] | None = None) -> str:
-    """``"name: rest"`` -> ``"--flag: rest"`` when ``name`` is a dest of ``parser`` or a key of
-    ``aliases`` (a core argument name mapped onto a flag); other messages unchanged."""
-    first = message.splitlines()[0] if message else ""
-    name, sep, rest = first.partition(": ")
-    if not sep:
-        return first
-    if aliases and name in aliases:
-        return f"{aliases[name]}: {rest}"
-    if parser is not None and any(a.dest == name and a.option_strings for a in parser._actions):
-        return f"{parser.flag(name)}: {rest}"
-    return first
+def flag_message(error: str | BaseException, parser: ToolParser | None, aliases: dict[str, str] | None = None) -> str:
+    """One line naming the flag: the argument of ``error`` (``simlab.errors.argument_of``: an
+    ``ArgumentError``'s ``argument`` attribute, else the ``"name: "`` of a core message, the text
+    ``str(error)`` where ``error`` is a string) mapped onto the flag that sets it, as
+    ``"--flag: detail"``, when it is a key of ``aliases`` (a core argument name mapped onto a
+    flag) or a dest of ``parser``; an error about no flag comes back as its first line, unchanged."""
+    argument, detail = argument_of(error if isinstance(error, BaseException) else ValueError(error))
+    if argument is None:
+        return detail
+    if aliases and argument in aliases:
+        return f"{aliases[argument]}: {detail}"
+    if parser is not None and any(a.dest == argument and a.option_strings for a in parser._actions):
+        return f"{parser.flag(argument)}: {detail}"
+    return f"{argument}: {detail}"
 
 
 def fail_from(prog: str, exc: Exception, parser: ToolParser | None = None, aliases: dict[str, str] | None = None) -> None:
-    """``fail`` with the first line of ``exc``, its argument name mapped onto the flag."""
-    fail(prog, flag_message(str(exc), parser, aliases))
+    """``fail`` with ``flag_message(exc, parser, aliases)``: the error's argument mapped onto its flag."""
+    fail(prog, flag_message(exc, parser, aliases))
 
 
 def check_flags(prog: str, checks) -> None:

@@ -61,7 +61,16 @@ import numpy as np
 
 from simlab.checks import check_device, check_int
 from simlab.pairs import check_contexts, check_eos
-from backends.tree_cache import CachedTree, TreeSession, additive_mask, closed_nodes, last_only, left_padded
+from backends.tree_cache import (
+    CachedTree,
+    TreeSession,
+    additive_mask,
+    cache_kwarg,
+    cache_of,
+    closed_nodes,
+    last_only,
+    left_padded,
+)
 from simlab.device_rows import to_host
 from simlab.sampling import SamplingSettings, check_settings
 
@@ -423,6 +432,39 @@ class HFPair:
             raise ValueError("context: empty; a real model needs at least one token (for example a BOS token)")
         logits_p, logits_q = self._path_logits(contexts, self.max_batch)
         return self.settings.probabilities(to_host(logits_p)), self.settings.probabilities(to_host(logits_q))
+
+    def target_steps(self, prefix: Sequence[int]):
+        """The target's p along a growing context from its KV cache (``simlab.pairs.TargetSteps``):
+        a generator that yields float64 (V,) p(. | prefix) after one forward of the prefix, then
+        p(. | context + token) for each ``send(token)`` after a one-token forward (the
+        ``distributions`` transform; equal to its rows to float32 rounding).
+
+        Raises:
+            ValueError: an empty prefix, ids outside [0, V), or a context longer than the model's.
+        """
+        torch = _torch()
+        (prefix,) = check_contexts([prefix], self.vocab_size)
+        if not prefix:
+            raise ValueError("prefix: empty; a real model needs at least one token (for example a BOS token)")
+        length = len(prefix)
+        self._check_length(length)
+        key, keep = cache_kwarg(self.target), last_only(self.target)
+        with torch.no_grad():
+            out = self.target(torch.tensor([prefix], device=self.device), use_cache=True, **keep)
+            while True:
+                p = self.settings.probabilities(to_host(self._logits(out.logits[:, -1])))[0]
+                token = yield p
+                length += 1
+                self._check_length(length)
+                (step,) = check_contexts([(token,)], self.vocab_size)
+                position = torch.tensor([[length - 1]], device=self.device)
+                out = self.target(
+                    torch.tensor([step], device=self.device),
+                    position_ids=position,
+                    use_cache=True,
+                    **keep,
+                    **{key: cache_of(out)},
+                )
 
     def prefix_distributions(self, context: Sequence[int], last: int, rows: int = 256) -> np.ndarray:
         """The target's p(. | context[:i]) for i = 1..last from one causal forward of

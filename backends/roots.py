@@ -91,21 +91,23 @@ def place_roots(
     rng: np.random.Generator,
     trajectory: int = 0,
     whole: bool = True,
+    method: str = "forward",
 ) -> Iterator[tuple[int, tuple[int, ...]]]:
     """Sample one trajectory after ``prefix`` and yield ``(root id, root context)`` for its roots.
 
     The trajectory is sampled whole (``placement.sampled`` tokens, one uniform of ``rng`` each)
     before the first root is yielded; ``whole=False`` stops at the last root's context (the
     same roots, for a generator that serves this trajectory only: the tail's uniforms are then
-    never used; with ``first = 0`` and one root, nothing is sampled).
+    never used; with ``first = 0`` and one root, nothing is sampled).  ``method``: how the target's
+    p is evaluated (``simlab.pairs.target_trajectory``: ``forward`` or ``cached``).
 
     Raises:
-        ValueError: a bad prefix, placement or generator.
+        ValueError: a bad prefix, placement, generator or method.
     """
     prefix = check_context(prefix, pair.vocab_size, "prefix")
     check_generator(rng)
     length = placement.sampled if whole else placement.offsets()[-1]
-    tokens = target_trajectory(pair, length, rng, prefix=prefix)
+    tokens = target_trajectory(pair, length, rng, prefix=prefix, method=method)
     for j, offset in enumerate(placement.offsets()):
         yield placement.root_id(trajectory, j), tokens[: len(prefix) + offset]
 
@@ -168,14 +170,21 @@ def prompts_digest(records: list[Prompt]) -> str:
 
 
 def prompt_roots(
-    pair, prompts: list[str], placement: RootPlacement, seed: int, depth: int, with_prompt_length: bool = False
+    pair,
+    prompts: list[str],
+    placement: RootPlacement,
+    seed: int,
+    depth: int,
+    with_prompt_length: bool = False,
+    trajectory: str = "forward",
 ) -> Iterator[tuple]:
     """Yield ``(root id, prompt index, root context)`` for the roots along every prompt's continuation
     (``with_prompt_length``: and the prompt's length in tokens, a fourth entry).
 
     Prompt i is encoded with ``pair.encode`` and continued by the target with the generator
     ``seeded_rng(seed, Stream.PROMPT, i)``; roots as ``place_roots`` puts them (``placement.first = 0``:
-    the prompt's end is the first root).  Every prompt is checked against the model's context
+    the prompt's end is the first root; ``trajectory``: ``target_trajectory``'s method).  Every
+    prompt is checked against the model's context
     (``pair.max_context``, with a tree of ``depth`` below the last root) before any is sampled.
 
     Raises:
@@ -196,7 +205,7 @@ def prompt_roots(
         encoded.append(prompt)
     for i, prompt in enumerate(encoded):
         rng = seeded_rng(seed, Stream.PROMPT, i)  # this trajectory's own: its tail need not be sampled
-        for root, context in place_roots(pair, prompt, placement, rng, trajectory=i, whole=False):
+        for root, context in place_roots(pair, prompt, placement, rng, trajectory=i, whole=False, method=trajectory):
             yield (root, i, context, len(prompt)) if with_prompt_length else (root, i, context)
 
 

@@ -196,20 +196,60 @@ def check_eos(eos_id, vocab_size: int) -> int | None:
     return None if eos_id is None else check_int(eos_id, "eos_id", 0, vocab_size - 1)
 
 
-def target_trajectory(pair: ModelPair, length: int, rng: np.random.Generator, prefix=()) -> tuple[int, ...]:
-    """Sample ``length`` tokens from the target after ``prefix`` (one uniform per token).
+TRAJECTORY_METHODS = ("forward", "cached")
+"""How ``target_trajectory`` evaluates the target: ``forward``, ``pair.distributions`` on the whole
+context at every step (any pair; q is computed and unused); ``cached``, the pair's
+``TargetSteps.target_steps`` (one step's p from the model's KV cache: a real model's cost per token
+falls from a forward over the whole context to one over one token)."""
+
+
+@runtime_checkable
+class TargetSteps(Protocol):
+    """Optional: the target's p along a growing context, one token at a time, from a KV cache."""
+
+    def target_steps(self, prefix: Sequence[int]):
+        """A generator: it yields float64 (V,) p(. | prefix), then, after each ``send(token)``,
+        p(. | the context so far + token); equal to ``distributions([context])[0][0]`` to the
+        model's float rounding (cached attention sums in another order)."""
+        ...
+
+
+def target_trajectory(
+    pair: ModelPair, length: int, rng: np.random.Generator, prefix=(), method: str = "forward"
+) -> tuple[int, ...]:
+    """Sample ``length`` tokens from the target after ``prefix`` (one uniform of ``rng`` per token,
+    ``simlab.distributions.sample_categorical``).
+
+    ``method`` (``TRAJECTORY_METHODS``): ``forward`` evaluates p with ``pair.distributions`` (the
+    reference, any pair); ``cached`` with ``pair.target_steps`` (``TargetSteps``), the same law and
+    the same uniforms, its p equal to the reference's to the model's float rounding, so a token
+    can differ only where a uniform falls within that rounding of a boundary of the cumulative p.
 
     Returns the prefix followed by the sampled tokens (token ids).
 
     Raises:
-        ValueError: a bad prefix, length < 0, or rng not a numpy Generator.
+        ValueError: a bad prefix, length < 0, rng not a numpy Generator, an unknown ``method``, or
+            ``method="cached"`` for a pair without ``target_steps``.
     """
     tokens = list(check_context(prefix, pair.vocab_size, "prefix"))
     check_int(length, "length", 0)
     check_generator(rng)
-    for _ in range(length):
-        p, _ = pair.distributions([tuple(tokens)])
-        tokens.append(sample_categorical(p[0], rng))
+    if method not in TRAJECTORY_METHODS:
+        raise ValueError(f"method: one of {', '.join(TRAJECTORY_METHODS)}, got {method!r}")
+    if method == "cached" and not isinstance(pair, TargetSteps):
+        raise ValueError(f"method: 'cached' needs a pair with target_steps; {type(pair).__name__} has none")
+    if method == "forward" or length == 0:
+        for _ in range(length):
+            p, _ = pair.distributions([tuple(tokens)])
+            tokens.append(sample_categorical(p[0], rng))
+        return tuple(tokens)
+    steps = pair.target_steps(tuple(tokens))
+    p = next(steps)
+    for i in range(length):
+        tokens.append(sample_categorical(p, rng))
+        if i + 1 < length:
+            p = steps.send(tokens[-1])
+    steps.close()
     return tuple(tokens)
 
 

@@ -165,8 +165,9 @@ class SamplingSettings:
 
     @property
     def greedy(self) -> bool:
-        """True at temperature 0."""
-        return self.temperature == 0.0
+        """True where p is one-hot on the argmax: temperature 0, or top-k = 1 at any temperature
+        (``probabilities`` gives the same law for both, ties included)."""
+        return self.temperature == 0.0 or self.top_k == 1
 
     @property
     def name(self) -> str:

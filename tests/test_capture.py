@@ -213,7 +213,7 @@ def test_settings_without_roots_per_forward_resume_as_one_root_per_forward(micro
     out = tmp_path / "old"
     assert main(flags(micro_pair_dir, prompts, out, "--roots-per-forward", "1")) == 0
     data = json.loads((out / "settings.json").read_text())
-    del data["roots_per_forward"]
+    del data["format"], data["roots_per_forward"]  # format 0: a settings.json from before the field
     (out / "settings.json").write_text(json.dumps(data))
     assert load_settings(out).roots_per_forward == 1
     assert main(flags(micro_pair_dir, prompts, out, "--roots-per-forward", "1")) == 0

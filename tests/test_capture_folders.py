@@ -5,6 +5,7 @@ WORLD_SIZE and settings.json fields validated with one line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -120,8 +121,7 @@ def test_settings_rewritten_during_a_run_stop_it_before_its_next_shard(micro_pai
     def rewrite_after_the_first(*args):
         calls[0] += 1
         if calls[0] == 2:
-            data = json.loads((out / "settings.json").read_text())
-            store.save_settings(out, store.CaptureSettings(**{**data, "seed": 7}))
+            store.save_settings(out, dataclasses.replace(store.load_settings(out), seed=7))
         return original(*args)
 
     monkeypatch.setattr(capture_module, "capture_group", rewrite_after_the_first)

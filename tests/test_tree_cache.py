@@ -116,7 +116,7 @@ def test_cached_and_forward_evaluation_capture_the_same_trees_and_statistics(mic
     # settings.json from before the flag: the forward evaluation, resumed only with --evaluation forward
     out = tmp_path / "forward"
     data = json.loads((out / "settings.json").read_text())
-    del data["evaluation"]
+    del data["format"], data["evaluation"]  # format 0: a settings.json from before the field
     (out / "settings.json").write_text(json.dumps(data))
     assert load_settings(out).evaluation == "forward"
     assert main(capture_flags(micro_pair_dir, prompts, out, *grid, "--evaluation", "forward")) == 0

@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from backends import capture_store as store
 from backends.sources.base import Root, register_source, slug
+from simlab.errors import CaptureError
 from simlab.labels import LABEL_COLUMNS, METRIC_COLUMNS
 from simlab.latency import LatencyModel
 from simlab.sampling import SamplingSettings
@@ -48,7 +49,7 @@ class CaptureSource:
     or the source is refused naming the first difference and the two captures.
 
     Raises:
-        ValueError: ``capture: ...`` for a folder that is not a capture, lacks logits, repeats a
+        CaptureError: ``capture: ...`` for a folder that is not a capture, lacks logits, repeats a
             setting, was drawn from other models or prompts than the first capture, holds no
             completed root, has damaged files (a shard holding another root than its name says
             among them), or (``grid``) is not a grid.
@@ -59,37 +60,37 @@ class CaptureSource:
     def __init__(self, folders, grid: bool = True):
         folders = tuple(str(f) for f in folders)
         if not folders:
-            raise ValueError("capture: name at least one capture folder")
+            raise CaptureError("name at least one capture folder")
         self.folders, self.grid = folders, grid
         self.captures: dict[str, tuple[str, store.CaptureSettings]] = {}
         self.entries: dict[str, list] = {}
         for folder in folders:
             stored = store.load_settings(folder)
             if not stored.full and not (grid and stored.labels):
-                raise ValueError(
-                    f"capture: {folder!r} was captured without --full; recapture with --full to replay p and q "
+                raise CaptureError(
+                    f"{folder!r} was captured without --full; recapture with --full to replay p and q "
                     "(a --labels grid capture replays its stored labels in the grid studies)"
                 )
             if grid and stored.shape != "grid":
-                raise ValueError(f"capture: {folder!r} holds {stored.shape!r} trees; the grid studies need --shape grid")
+                raise CaptureError(f"{folder!r} holds {stored.shape!r} trees; the grid studies need --shape grid")
             if grid and stored.samples < 2:
-                raise ValueError(
-                    f"capture: {folder!r} has {stored.samples} tree per L1; the studies need >= 2 (half choose, half report)"
+                raise CaptureError(
+                    f"{folder!r} has {stored.samples} tree per L1; the studies need >= 2 (half choose, half report)"
                 )
             name = stored.sampling().name
             if name in self.captures:
-                raise ValueError(f"capture: two captures with the setting {name}")
+                raise CaptureError(f"two captures with the setting {name}")
             if self.captures:
                 self._check_comparable(folder, stored)
             self.captures[name] = (folder, stored)
             self.entries[name] = self._entries(folder, stored)
             if not self.entries[name]:
-                raise ValueError(f"capture: {folder!r} holds no completed root")
+                raise CaptureError(f"{folder!r} holds no completed root")
             started = len(list(Path(folder).glob("drafts-r*.parquet" if stored.shape == "grid" else "nodes-r*.parquet")))
             skipped = started - len(self.entries[name])
             if skipped > 0:
                 print(f"note: {folder}: {skipped} interrupted roots skipped (rerun the capture to finish them)", file=sys.stderr)
-        pairs = {(getattr(stored, "pair", None) or None, stored.draft) for _, stored in self.captures.values()}
+        pairs = {(stored.pair or None, stored.draft) for _, stored in self.captures.values()}
         # the pretrained pair (and draft) every capture was taken on; None if any differs or none is one
         self.named_pair: str | None = next(iter(pairs))[0] if len(pairs) == 1 else None
 
@@ -103,21 +104,21 @@ class CaptureSource:
             if models is not None:
                 which, detail = models
                 what = "the models at another dtype" if which == "dtype" else f"another {which} model"
-                raise ValueError(
-                    f"capture: {folder!r} was drawn from {what} than {first!r} ({detail}); a study compares the "
+                raise CaptureError(
+                    f"{folder!r} was drawn from {what} than {first!r} ({detail}); a study compares the "
                     "settings of one pair: replay captures of the same target and draft together"
                 )
             prompts = store.prompts_difference(stored, held)
             if prompts is not None:
-                raise ValueError(
-                    f"capture: {folder!r} was drawn from other prompts than {first!r} ({prompts}); a study compares the "
+                raise CaptureError(
+                    f"{folder!r} was drawn from other prompts than {first!r} ({prompts}); a study compares the "
                     "settings on the same prompts: replay captures of the same prompts together"
                 )
             placed = [k for k in ROOT_PLACEMENT if getattr(stored, k) != getattr(held, k)]
             if placed:
                 k = placed[0]
-                raise ValueError(
-                    f"capture: {folder!r} places its roots otherwise than {first!r} ({k} {getattr(stored, k)!r}, not "
+                raise CaptureError(
+                    f"{folder!r} places its roots otherwise than {first!r} ({k} {getattr(stored, k)!r}, not "
                     f"{getattr(held, k)!r}); a study compares the settings at the same roots: capture with the same --{k.replace('_', '-')}"
                 )
 
@@ -128,7 +129,7 @@ class CaptureSource:
         out = []
         for root in store.completed_roots(folder):
             nodes = store.read_nodes(folder, root)
-            category = nodes["category"][0] if "category" in nodes.columns else None
+            category = nodes["category"][0]  # null in a shard written before the column (read_nodes)
             out.append(
                 (
                     root,
