@@ -30,6 +30,7 @@ from analyses._categories import with_category
 from backends.sources.flags import drafting_table
 from simlab import builders, tree_verifiers
 from simlab.engine_metrics import aggregate
+from simlab.errors import argument_of
 from simlab.sampling import seeded_rng
 from simlab.trees import NodeTable
 from simlab.valuation import draw_trees, trees_value
@@ -157,9 +158,9 @@ def value_root(
         for tree in trees:
             tree.fill()
     except ValueError as exc:  # a node the capture lacks, or a tree the builder cannot draft at this root
-        if capture and str(exc).startswith("capture:"):  # the capture, or its models (--fill), refused: the run stops
+        if capture and argument_of(exc)[0] == "capture":  # the capture, or its models (--fill), refused: the run stops
             raise
-        if capture and str(exc).startswith("context:"):
+        if capture and argument_of(exc)[0] == "context":
             why = (
                 "the capture lacks nodes of this tree (a replay calls no model; --fill evaluates them with the capture's models)"
             )
@@ -259,7 +260,7 @@ def value_roots(prog: str, configs, roots: dict, config, latency, made: Builders
         try:
             not_run += made.fit(configs, rs, setting)
         except ValueError as exc:
-            if not (capture and str(exc).startswith("context:")):
+            if not (capture and argument_of(exc)[0] == "context"):
                 raise
             why = "Sequoia's acceptance vector needs nodes the capture lacks (--fill evaluates them with its models)"
             not_run.append({"config": "sequoia", "setting": setting.name, "mode": "all", "reason": why})

@@ -69,6 +69,7 @@ import polars as pl
 
 from analyses import _engine_configs as engines
 from analyses._engine_valuation import not_run_table, prepare_drafters, summarise, value_roots
+from simlab.errors import argument_of
 from backends.cli import (
     OutputSet,
     add_output_flags,
@@ -358,7 +359,7 @@ def chain_tv(setting, root, tables, positions: int) -> list[dict]:
             p, q = table.p(path), table.q(path)
             top = int(np.argmax(drafting.q(path)))
         except ValueError as exc:
-            if str(exc).startswith("context:"):
+            if argument_of(exc)[0] == "context":
                 break
             raise
         rows.append(
