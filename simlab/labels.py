@@ -72,9 +72,12 @@ def grid_labels(
         table: p and q at the drafts' nodes (the root's ``NodeTable``).
         drafts: the root's grid drafts (``simlab.grid.draw_grid``), ``samples`` per L1.
         verifiers: tree-verifier names; single-path ones get K = 1 only (``verifier_Ks``).
-        K_values, L2_values: the grid's K and L2 axes (its L1 axis is the drafts' L1 values).
-        engine, device: as ``grid_block_efficiency``; with ``"torch"`` the verifiers the batched
-            engine implements use it (``simlab.batched.SUPPORTED``), the others the numpy path.
+        K_values: the grid's K axis (branches; its L1 axis is the drafts' L1 values).
+        L2_values: the grid's L2 axis (branch tokens).
+        engine: ``"numpy"`` or ``"torch"``, as ``grid_block_efficiency``; with ``"torch"`` the
+            verifiers the batched engine implements use it (``simlab.batched.SUPPORTED``), the
+            others the numpy path.
+        device: the torch device of the ``"torch"`` engine, as ``grid_block_efficiency``.
         stream: as ``grid_block_efficiency`` (node by node, no plan kept: bounded memory).
 
     Raises:

@@ -77,7 +77,8 @@ def node_acceptance(
     """``alpha_<method>_k<k>`` for each method and k; floats in [0, 1] (NaN where undefined).
 
     Args:
-        p, q: target and draft distributions (V,).
+        p: the target distribution, float64 of shape (V,).
+        q: the draft distribution, float64 of shape (V,) (the same V).
         k_values: numbers of children.
         rng: randomness for the sampled children of ``khisti`` and ``rrs_wor`` at large V.
         samples: child tuples per estimate.

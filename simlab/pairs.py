@@ -257,7 +257,8 @@ class ContextFreePair:
     """The same p and q at every context (the single-node world of the node-level analysis).
 
     Args:
-        p, q: distributions of shape (V,).
+        p: the target distribution, float64 of shape (V,).
+        q: the draft distribution, float64 of shape (V,) (the same V).
         eos_id: an end-of-sequence id, or None.
     """
 
@@ -278,7 +279,8 @@ class MarkovPair:
     Args:
         target: (V, V) row-stochastic matrix, row a = p(. | last token a).
         draft: (V, V) row-stochastic matrix, row a = q(. | last token a).
-        target_start, draft_start: (V,) laws for the empty context (default: row 0).
+        target_start: (V,) target law for the empty context (default: row 0 of ``target``).
+        draft_start: (V,) draft law for the empty context (default: row 0 of ``draft``).
         eos_id: an end-of-sequence id, or None.
     """
 

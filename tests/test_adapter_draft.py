@@ -1,4 +1,4 @@
-"""The trained adapter draft of the pretrained pair (``backends.adapter_draft``, ``backends.train_draft``).
+"""The trained adapter draft of the pretrained pair (``backends.drafts.adapter``, ``backends.train_draft``).
 
 Runs on a truncated copy of the real weights (the first 3 of 30 layers) with a short-trained
 recipe (a few steps on a few hundred tokens): the draft's forward is its written-out definition,
@@ -14,7 +14,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from backends import adapter_draft, pretrained, train_draft
+from backends import pretrained, train_draft
+from backends.drafts import adapter
 from backends.draft_corpus import plain_text, training_prompts
 from backends.hf import HFPair
 from backends.prompt_sets import prompt_set
@@ -91,7 +92,7 @@ def test_the_draft_is_its_definition_and_shares_the_targets_modules(target, trai
 
     model, tokenizer = target
     stack, norm, _ = trained
-    draft = adapter_draft.build(model, 1, stack, norm)
+    draft = adapter.build(model, 1, stack, norm)
     assert draft.model.layers[0] is model.model.layers[0] and draft.model.layers[1] is stack[0]
     assert draft.lm_head is model.lm_head and draft.model.embed_tokens is model.model.embed_tokens
     assert draft.model.norm is norm and norm is not model.model.norm
@@ -99,7 +100,7 @@ def test_the_draft_is_its_definition_and_shares_the_targets_modules(target, trai
     with torch.no_grad():
         h1 = model(ids, output_hidden_states=True).hidden_states[1]  # the target's stream after its first layer
         written_out = model.lm_head(
-            adapter_draft.adapter_forward(stack, norm, model.model.rotary_emb, h1, torch.arange(ids.shape[1])[None])
+            adapter.adapter_forward(stack, norm, model.model.rotary_emb, h1, torch.arange(ids.shape[1])[None])
         )
         np.testing.assert_allclose(draft(ids).logits.numpy(), written_out.numpy(), atol=2e-5, rtol=0)
 
@@ -109,25 +110,25 @@ def test_the_draft_is_an_ordinary_pair_member_and_round_trips_through_its_folder
 
     model, tokenizer = target
     stack, norm, manifest = trained
-    adapter_draft.save(tmp_path / "adapter-1-tiny", stack, norm, manifest)
-    loaded, again = adapter_draft.load(model, "adapter:1:tiny", tmp_path)
+    adapter.save(tmp_path / "adapter-1-tiny", stack, norm, manifest)
+    loaded, again = adapter.load(model, "adapter:1:tiny", tmp_path)
     assert again == manifest and not any(p.requires_grad for p in loaded.parameters())
     pair = check_pair_member(model, tokenizer, loaded, "adapter:1:tiny")
     root = pair.encode("Here is a list:")
     ids = torch.tensor([list(root)])
     with torch.no_grad():
-        built = adapter_draft.build(model, 1, stack, norm)
+        built = adapter.build(model, 1, stack, norm)
         assert torch.equal(loaded(ids).logits, built(ids).logits)
 
 
 def test_a_draft_not_trained_says_which_command_trains_it(target, tmp_path):
     model, _ = target
     with pytest.raises(ValueError, match=r"^draft: adapter:2 is not trained yet .*python -m backends.train_draft --layers 2"):
-        adapter_draft.load(model, "adapter:2", tmp_path)
+        adapter.load(model, "adapter:2", tmp_path)
     (tmp_path / "adapter-1").mkdir()
     (tmp_path / "adapter-1" / "manifest.json").write_text("{not json")
     with pytest.raises(ValueError, match=r"^draft: cannot load adapter:1 .*train it again"):
-        adapter_draft.load(model, "adapter:1", tmp_path)
+        adapter.load(model, "adapter:1", tmp_path)
     for bad in ("adapter", "adapter:0", "adapter:x", "adapter:2:a b", "adapter:\u00b2", "adapter:2:\u00e9"):
         with pytest.raises(ValueError, match=r"^draft: "):
             pretrained.parse_draft(bad)
@@ -195,13 +196,13 @@ def test_load_refuses_a_draft_of_another_exit_layer_target_or_recipe(tmp_path, m
 
     write("adapter-2", {**default, "steps": 10})
     with pytest.raises(ValueError, match=r"^draft: adapter:2 .*another recipe than today's default \(differs in steps\)"):
-        adapter_draft.load(target, "adapter:2", tmp_path)
+        adapter.load(target, "adapter:2", tmp_path)
     write("adapter-3", default)
     with pytest.raises(ValueError, match=r"^draft: adapter:3 .*was trained as adapter:2"):
-        adapter_draft.load(target, "adapter:3", tmp_path)
+        adapter.load(target, "adapter:3", tmp_path)
     write("adapter-2-v", {**default, "steps": 10}, target_layers=3)
     with pytest.raises(ValueError, match=r"^draft: adapter:2:v .*trained on a target of 3 layers"):
-        adapter_draft.load(target, "adapter:2:v", tmp_path)
+        adapter.load(target, "adapter:2:v", tmp_path)
     write("adapter-2-w", {**default, "steps": 10})  # a variant may have any recipe
     write("adapter-4", asdict(train_draft.DraftRecipe(layers=4)))  # today's default recipe
 
@@ -211,10 +212,10 @@ def test_load_refuses_a_draft_of_another_exit_layer_target_or_recipe(tmp_path, m
     def reached(*args):
         raise Reached
 
-    monkeypatch.setattr(adapter_draft, "adapter_modules", reached)
+    monkeypatch.setattr(adapter, "adapter_modules", reached)
     for spec in ("adapter:2:w", "adapter:4"):
         with pytest.raises(Reached):
-            adapter_draft.load(target, spec, tmp_path)
+            adapter.load(target, spec, tmp_path)
 
 
 def test_acceptance_by_depth_and_the_cli_refuse_bad_input_before_any_work(tmp_path, capsys):
@@ -238,7 +239,7 @@ def test_the_weight_ratio_from_the_config_is_the_models_own(target, trained):
     stack, norm, _ = trained
     config = model.config.to_dict()
     for spec, draft in (
-        ("adapter:1", adapter_draft.build(model, 1, stack, norm)),
+        ("adapter:1", adapter.build(model, 1, stack, norm)),
         ("early-exit:2", pretrained.early_exit(model, 2)),
         ("early-exit:3", pretrained.early_exit(model, 3)),
     ):
@@ -253,7 +254,7 @@ def test_temperature_zero_speculative_decoding_with_the_adapter_draft_is_the_gre
     from simlab.sampling import SamplingSettings
 
     model, tokenizer = target
-    draft = adapter_draft.build(model, 1, trained[0], trained[1])
+    draft = adapter.build(model, 1, trained[0], trained[1])
     pair = HFPair("smollm2", "adapter:1", device="cpu", models=((model, tokenizer), (draft, tokenizer)))
     pair = pair.with_settings(SamplingSettings(temperature=0.0))
     prompt = pair.encode("The for statement is used to iterate over")
@@ -271,7 +272,7 @@ def test_the_shipped_drafts_are_the_default_recipe_with_their_record(layers):
 
     from safetensors import safe_open
 
-    folder = adapter_draft.folder_of(pretrained.SHIPPED_DRAFTS, layers)
+    folder = adapter.folder_of(pretrained.SHIPPED_DRAFTS, layers)
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["recipe"] == {**train_draft.asdict(train_draft.DraftRecipe(layers=layers))}
     assert manifest["target_layers"] == 30 and manifest["threads"] == 1 and manifest["target"] == train_draft.TARGET_NAME

@@ -81,7 +81,7 @@ def fixed_sample(n: int = 50):
 
 def test_certified_on_a_fixed_sample_and_lossless_everywhere():
     """50 fixed random instances (V 2..6, k 2..4, Dirichlet 0.2/1/5): lossless on all, certified on 49
-    (the walk does not reach every point of the core: module docstring)."""
+    (the walk does not reach every point of the core: docs/derivations/ot_walk.md)."""
     certified = 0
     for p, q, k in fixed_sample():
         plan = WALK.prepare(p, q, k)

@@ -143,10 +143,10 @@ def two_layers(smollm2_folder):
 
 
 def test_the_acceptance_tool_reports_progress_and_the_numbers_do_not_depend_on_it(two_layers, capsys, monkeypatch):
-    from backends import quant_draft
+    from backends.drafts import quant
 
     model, tokenizer = two_layers
-    draft = quant_draft.build(model, "quant:8:32")
+    draft = quant.build(model, "quant:8:32")
     prompts = ["Name a colour.", "Count to three."]
     quiet = draft_acceptance.measure(model, draft, tokenizer, prompts, 2, 3, 5)
     assert capsys.readouterr().err == ""

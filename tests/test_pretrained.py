@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 from conftest import check_tree_attention_and_greedy
 
-from backends import model_cache, pretrained, self_drafts
+from backends import model_cache, pretrained
+from backends.drafts import self_drafts
 from simlab.decoding import greedy_decode, speculative_decode
 from simlab.sampling import SamplingSettings
 from simlab.builders import Delayed, chain, iid

@@ -1,4 +1,4 @@
-"""The quantised self-draft of the pretrained pair (``backends.quant_draft``, ``quant:B:G``).
+"""The quantised self-draft of the pretrained pair (``backends.drafts.quant``, ``quant:B:G``).
 
 The rounding is checked on random tensors against its definition (a grid of 2^B levels per group,
 the group's minimum and maximum kept, error at most half a step); the draft on a truncated copy of
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from backends import pretrained, quant_draft
+from backends import pretrained
+from backends.drafts import quant
 from pair_checks import check_pair_member
 
 
@@ -29,7 +30,7 @@ def test_the_rounding_is_its_definition(bits, group):
 
     weight = torch.randn(12, 4 * group, generator=torch.Generator().manual_seed(bits * group), dtype=torch.float64)
     weight[3, :group] = 0.25  # a constant group is kept as it is
-    out = quant_draft.quantise(weight, bits, group)
+    out = quant.quantise(weight, bits, group)
     assert out.shape == weight.shape and out.dtype == weight.dtype
     groups, rounded = weight.reshape(-1, group), out.reshape(-1, group)
     lo, hi = groups.min(1).values, groups.max(1).values
@@ -40,7 +41,7 @@ def test_the_rounding_is_its_definition(bits, group):
     codes = (rounded - lo[:, None]) / torch.where(step > 0, step, 1)[:, None]
     assert torch.allclose(codes, codes.round(), rtol=0, atol=1e-9)
     assert torch.equal(out[3, :group], weight[3, :group])
-    assert torch.allclose(quant_draft.quantise(out, bits, group), out, rtol=0, atol=1e-12)  # a fixed point
+    assert torch.allclose(quant.quantise(out, bits, group), out, rtol=0, atol=1e-12)  # a fixed point
 
 
 def test_the_rounding_and_the_spec_refuse_bad_input():
@@ -55,11 +56,11 @@ def test_the_rounding_and_the_spec_refuse_bad_input():
         ({"bits": 4, "group": 3}, r"^weight: .*groups of 3"),
     ):
         with pytest.raises(ValueError, match=match):
-            quant_draft.quantise(w, **kwargs)
+            quant.quantise(w, **kwargs)
     with pytest.raises(ValueError, match=r"^weight: .*2-D"):
-        quant_draft.quantise(torch.zeros(8), 4, 4)
+        quant.quantise(torch.zeros(8), 4, 4)
     with pytest.raises(ValueError, match=r"^weight: has a non-finite entry"):
-        quant_draft.quantise(torch.full((2, 8), float("nan")), 4, 4)
+        quant.quantise(torch.full((2, 8), float("nan")), 4, 4)
     for bad in ("quant", "quant:4", "quant:1:64", "quant:9:64", "quant:4:1", "quant:4:x", "quant:\u00b2:64", "quant:4:64:x"):
         with pytest.raises(ValueError, match=r"^draft: "):
             pretrained.parse_draft(bad)
@@ -80,26 +81,26 @@ def test_the_draft_is_the_rounded_target_and_leaves_the_target_untouched(target)
     assert len(linears) == 2 * 7 + 1
     for name, module in linears:
         assert mine[name].weight is not module.weight
-        assert torch.equal(mine[name].weight, quant_draft.quantise(module.weight, 4, 64)), name
+        assert torch.equal(mine[name].weight, quant.quantise(module.weight, 4, 64)), name
     for name, p in model.named_parameters():  # norms are kept as they are
         if "norm" in name:
             assert torch.equal(dict(draft.named_parameters())[name], p)
     with pytest.raises(ValueError, match=r"^draft: quant:4:7: the input size 576 of .* not divisible by 7"):
-        quant_draft.build(model, "quant:4:7")
+        quant.build(model, "quant:4:7")
 
 
 def test_the_draft_is_an_ordinary_pair_member_and_more_bits_bring_it_closer(target):
     import torch
 
     model, tokenizer = target
-    pair = check_pair_member(model, tokenizer, quant_draft.build(model, "quant:4:64"), "quant:4:64")
+    pair = check_pair_member(model, tokenizer, quant.build(model, "quant:4:64"), "quant:4:64")
     root = pair.encode("Here is a list:")
     ids = torch.tensor([list(root)])
     with torch.no_grad():
         lp = torch.log_softmax(model(ids).logits.double(), -1)
         tv = {}
         for spec in ("quant:2:64", "quant:4:64", "quant:8:32"):
-            lq = torch.log_softmax(quant_draft.build(model, spec)(ids).logits.double(), -1)
+            lq = torch.log_softmax(quant.build(model, spec)(ids).logits.double(), -1)
             tv[spec] = float(0.5 * (lp.exp() - lq.exp()).abs().sum(-1).mean())
     assert tv["quant:8:32"] < 0.02 < tv["quant:4:64"] < tv["quant:2:64"]
 
@@ -107,7 +108,7 @@ def test_the_draft_is_an_ordinary_pair_member_and_more_bits_bring_it_closer(targ
 def test_the_cost_is_the_bits_it_reads(target):
     model, _ = target
     config = model.config.to_dict()
-    draft = quant_draft.build(model, "quant:4:64")
+    draft = quant.build(model, "quant:4:64")
     expected = pretrained.linear_weights(draft) / pretrained.linear_weights(model) * (4 + 32 / 64) / 16
     assert pretrained.weight_ratio("quant:4:64", config) == pytest.approx(expected, rel=1e-12) == 4.5 / 16
     assert pretrained.precision_ratio("quant:3:32") == 4 / 16 and pretrained.precision_ratio("adapter:14") == 1.0
@@ -121,7 +122,7 @@ def test_the_default_draft_is_the_quantised_self_draft_on_the_whole_pair(smollm2
     assert pretrained.DEFAULT_DRAFT == "quant:4:64" and pair.tree_attention
     assert len(pair.draft.model.layers) == 30 and pair.draft.model.layers[0] is not pair.target.model.layers[0]
     w = pair.target.model.layers[7].mlp.down_proj.weight
-    assert torch.equal(pair.draft.model.layers[7].mlp.down_proj.weight, quant_draft.quantise(w, 4, 64))
+    assert torch.equal(pair.draft.model.layers[7].mlp.down_proj.weight, quant.quantise(w, 4, 64))
 
 
 def test_the_acceptance_tool_measures_a_draft_and_refuses_bad_flags(target, capsys, tmp_path, monkeypatch):
@@ -130,7 +131,7 @@ def test_the_acceptance_tool_measures_a_draft_and_refuses_bad_flags(target, caps
     from backends import draft_acceptance
 
     model, tokenizer = target
-    draft = quant_draft.build(model, "quant:8:32")
+    draft = quant.build(model, "quant:8:32")
     once = draft_acceptance.measure(model, draft, tokenizer, ["Name a colour."], 2, 3, seed=5)
     assert once == draft_acceptance.measure(model, draft, tokenizer, ["Name a colour."], 2, 3, seed=5)
     assert len(once["target"]) == len(once["draft"]) == 3 and all(0.9 < a <= 1 for a in once["target"] + once["draft"])

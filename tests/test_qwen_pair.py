@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 from conftest import check_tree_attention_and_greedy
 
-from backends import model_cache, pretrained, qwen_pair, self_drafts
+from backends import model_cache, pretrained, qwen_pair
+from backends.drafts import self_drafts
 from simlab import tree_verifiers
 from simlab.builders import Delayed, chain, iid
 from simlab.decoding import greedy_decode, speculative_decode
@@ -516,7 +517,7 @@ def test_the_pair_is_in_the_registry_with_its_drafts():
 
 
 def test_both_pairs_parse_the_self_drafts_by_one_rule():
-    """``backends.self_drafts`` is the one parser of ``early-exit:L`` and ``quant:B:G`` both pairs use:
+    """``backends.drafts.self_drafts`` is the one parser of ``early-exit:L`` and ``quant:B:G`` both pairs use:
     the same normalised spec from each, None (no self-draft) for any other text, and ``build``
     refuses a spec that is no self-draft."""
     for text, spec in (("quant:04:064", "quant:4:64"), ("quant:3:32", "quant:3:32"), ("early-exit:03", "early-exit:3")):

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from analyses import treegraft
-from backends import pretrained, quant_draft, tree_cache
+from backends import pretrained, tree_cache
+from backends.drafts import quant
 from backends.hf import HFPair
 from backends.sources.base import Root
 from simlab.latency import ForwardTime, LatencyModel
@@ -37,7 +38,7 @@ class Prompts:
 @pytest.fixture(scope="module")
 def pair(smollm2_folder):
     model, tokenizer = pretrained.load_target(smollm2_folder, layers=2)
-    draft = quant_draft.build(model, "quant:4:64")
+    draft = quant.build(model, "quant:4:64")
     return HFPair("smollm2", "quant:4:64", device="cpu", models=((model, tokenizer), (draft, tokenizer)))
 
 

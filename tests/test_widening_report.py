@@ -70,8 +70,8 @@ def test_roots_lie_along_the_targets_greedy_reply(run):
 
 
 def test_widening_rows_equal_the_rank_closed_form_at_every_root(run):
-    """Per root: widening position k to width w gains sum_{r=2..w} R_k p_k(c_r) (simlab.widening's
-    docstring), and widening every position the sum over k."""
+    """Per root: widening position k to width w gains sum_{r=2..w} R_k p_k(c_r)
+    (docs/derivations/widening.md), and widening every position the sum over k."""
     _, args, roots, rows, _ = run
     joint = {(x["setting"], x["root"], x["position"], x["rank"]): x["joint"] for x in rows["rank"]}
     checked = 0

@@ -1,13 +1,17 @@
 """The draft kinds of ``--pair smollm2``, found by the prefix of their spec (the text before the first ``:``).
 
-==============  =======================  ==============================  ===================================
-prefix          spec                     made by                         weights it reads
-==============  =======================  ==============================  ===================================
-``early-exit``  ``early-exit:L``         ``backends.self_drafts``        the target's first L layers (shared)
-``adapter``     ``adapter:L[:VARIANT]``  ``backends.adapter_draft``      the first L layers + trained layers
-                                                                         loaded from a folder
-``quant``       ``quant:B:G``            ``backends.quant_draft``        every target layer at B bits
-==============  =======================  ==============================  ===================================
+==============  =======================  ================================  ===================================
+prefix          spec                     made by                           weights it reads
+==============  =======================  ================================  ===================================
+``early-exit``  ``early-exit:L``         ``backends.drafts.self_drafts``   the target's first L layers (shared)
+``adapter``     ``adapter:L[:VARIANT]``  ``backends.drafts.adapter``       the first L layers + trained layers
+                                                                           loaded from a folder
+``quant``       ``quant:B:G``            ``backends.drafts.quant``         every target layer at B bits
+==============  =======================  ================================  ===================================
+
+Modules: ``self_drafts`` (the untrained self-drafts ``early-exit:L`` and ``quant:B:G`` both named
+pairs take: spec, build, cost), ``adapter`` (the trained adapter draft: model, cache format,
+``DraftRecipe``), ``quant`` (the re-quantisation of ``quant:B:G``).
 
 ``kind_of(spec)`` is the ``DraftKind`` of a spec (None for a prefix no kind has); ``backends.pretrained``
 reads every per-kind step through it (normalise, decoder layers read, precision, folder, build), so
@@ -22,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends import adapter_draft, quant_draft, self_drafts
+from backends.drafts import adapter, quant, self_drafts
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,7 @@ class DraftKind:
 
 
 def _adapter_folder(spec: str, root: Path) -> Path:
-    return adapter_draft.folder_of(root, *adapter_draft.parse_spec(spec))
+    return adapter.folder_of(root, *adapter.parse_spec(spec))
 
 
 KINDS: dict[str, DraftKind] = {}
@@ -85,16 +89,16 @@ for _kind in (
         lambda target, spec, folder: self_drafts.build(target, spec),
     ),
     DraftKind(
-        adapter_draft.PREFIX,
+        adapter.PREFIX,
         "adapter:L[:VARIANT] (a trained adapter draft, python -m backends.train_draft)",
-        lambda spec: adapter_draft.name_of(*adapter_draft.parse_spec(spec)),
-        lambda spec, config, adapter_layers: adapter_draft.parse_spec(spec)[0] + adapter_layers,
+        lambda spec: adapter.name_of(*adapter.parse_spec(spec)),
+        lambda spec, config, adapter_layers: adapter.parse_spec(spec)[0] + adapter_layers,
         self_drafts.precision_ratio,
         _adapter_folder,
-        lambda target, spec, folder: adapter_draft.load(target, spec, folder.parent)[0],
+        lambda target, spec, folder: adapter.load(target, spec, folder.parent)[0],
     ),
     DraftKind(
-        quant_draft.PREFIX,
+        quant.PREFIX,
         "quant:B:G (the target re-quantised to B bits in groups of G)",
         self_drafts.parse,
         lambda spec, config, adapter_layers: int(config["num_hidden_layers"]),

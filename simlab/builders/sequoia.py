@@ -9,19 +9,20 @@ or by Sequoia's semi-analytic estimator (``"mc"``: sampled children, exact condi
 P(first j - 1 rejected) min(1, p^(j)(x_j) / q^(j)(x_j)); unbiased); ``measure_acceptance``
 averages it over roots.
 
-**The DP** (``tree_dp``; Sequoia ``tree_search.py``): T[m][l][b] = the best expected number of
+**The DP** (``tree_dp``; Sequoia ``tree_search.py``): ``T[m][l][b]`` = the best expected number of
 accepted tokens, root included (accepted drafts + 1), of a tree of m nodes, at most l levels
-(the root is level 1) and b root children: T[1][l][0] = 1; T[m][l][1] = 1 + p_1 max_b' T[m-1][l-1][b'];
-T[m][l][b] = max_{1 <= y < m} T[y][l][b-1] + p_b max_b' T[m-y][l-1][b'] (the b-th child's subtree
-of m - y nodes weighted by p_b).  Ties go to the first strictly better y and the first arg-max b
+(the root is level 1) and b root children: ``T[1][l][0] = 1``;
+``T[m][l][1] = 1 + p_1 max_b' T[m-1][l-1][b']``;
+``T[m][l][b] = max_{1 <= y < m} T[y][l][b-1] + p_b max_b' T[m-y][l-1][b']`` (the b-th child's
+subtree of m - y nodes weighted by p_b).  Ties go to the first strictly better y and the first arg-max b
 (Sequoia's ``branch_map``).  Sequoia's m counts the root: a tree of m nodes has m - 1 draft
 tokens (the lab's budget).
 
 **Size.**  Sequoia's rule (``sequoia_size``, ``tree_search.py``): over its valid budgets m (nodes,
 root included) with a measured target time t_target(m) each, and levels l, minimise
-(l t_draft + t_target(m)) / T[m][l] (the draft charged once per level, the root's included).
+``(l t_draft + t_target(m)) / T[m][l]`` (the draft charged once per level, the root's included).
 The lab's rule (``choose``, the studies' matched comparisons): among draft-token budgets and
-depths, the tree minimising T-hat / T[m][l], with T-hat from ``simlab.latency`` (one draft
+depths, the tree minimising ``T-hat / T[m][l]``, with T-hat from ``simlab.latency`` (one draft
 forward per level, one target forward over the tree) at a given context length
 (``docs/departures.md``).
 
@@ -247,7 +248,7 @@ def positional_value(spec, acceptance) -> float:
 
 def choose(acceptance, latency, *, context: int, budgets: Sequence[int], levels: int) -> tuple[tuple[tuple[int, ...], ...], dict]:
     """The hardware-aware tree: over the draft budgets and every depth up to ``levels``, the one
-    minimising T-hat / T[m][l] (seconds per accepted token) under ``latency`` at ``context``.
+    minimising ``T-hat / T[m][l]`` (seconds per accepted token) under ``latency`` at ``context``.
 
     Returns:
         (spec, facts): the tree in tuple notation and a dict with ``budget``, ``levels``,

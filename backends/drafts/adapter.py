@@ -150,7 +150,7 @@ def build(target, layers: int, stack, norm, name: str | None = None):
     draft.lm_head = target.lm_head
     left = [n for n, t in [*draft.named_parameters(), *draft.named_buffers()] if t.is_meta]
     if left:
-        raise RuntimeError(f"adapter_draft: {type(target).__name__} has modules the draft does not set: {left[:3]}")
+        raise RuntimeError(f"backends.drafts.adapter: {type(target).__name__} has modules the draft does not set: {left[:3]}")
     return draft.eval()
 
 

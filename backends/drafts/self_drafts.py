@@ -2,7 +2,7 @@
 
 * ``early-exit:L`` (``early_exit``): the target's embedding, its first L decoder layers, its final
   norm and its head, sharing the target's modules (no weight copied); untrained and weak for small L.
-* ``quant:B:G`` (``backends.quant_draft``): the target's weights re-quantised to B bits in groups of
+* ``quant:B:G`` (``backends.drafts.quant``): the target's weights re-quantised to B bits in groups of
   G, built on load.
 
 ``parse`` normalises their specs, ``build`` makes the draft of a loaded target, ``weight_ratio``
@@ -15,27 +15,27 @@ through their own ``parse_draft`` and ``draft_model``.
 
 from __future__ import annotations
 
-from backends import quant_draft
+from backends.drafts import quant
 from backends.model_cache import config_weights
 
 EARLY_EXIT = "early-exit"
 """The early exit's spec prefix (``early-exit:L``)."""
-KINDS = (EARLY_EXIT, quant_draft.PREFIX)
+KINDS = (EARLY_EXIT, quant.PREFIX)
 """The spec prefixes of the self-drafts (the text before the first ``:``)."""
 
 
 def parse(spec: str) -> str | None:
     """The normalised spec of the self-draft ``spec`` (``early-exit:L`` with L decimal digits, leading
-    zeros dropped; ``quant:B:G`` by ``backends.quant_draft``); None for any other text (another kind
+    zeros dropped; ``quant:B:G`` by ``backends.drafts.quant``); None for any other text (another kind
     of draft, or ``early-exit:`` without a decimal depth).
 
     Raises:
-        ValueError: ``draft: ...`` (``quant_draft.parse_spec``) for a text of the ``quant`` kind
+        ValueError: ``draft: ...`` (``quant.parse_spec``) for a text of the ``quant`` kind
             (before its first ``:``) that is no valid ``quant:B:G``.
     """
     kind, _, value = str(spec).partition(":")
-    if kind == quant_draft.PREFIX:
-        return quant_draft.name_of(*quant_draft.parse_spec(spec))
+    if kind == quant.PREFIX:
+        return quant.name_of(*quant.parse_spec(spec))
     if kind == EARLY_EXIT and value.isascii() and value.isdigit():
         return f"{EARLY_EXIT}:{int(value)}"
     return None
@@ -43,7 +43,7 @@ def parse(spec: str) -> str | None:
 
 def build(target, spec: str):
     """The draft model of the normalised self-draft ``spec`` (``parse``) for the loaded ``target``:
-    ``early_exit`` (sharing the target's modules) or ``quant_draft.build`` (a re-quantised copy).
+    ``early_exit`` (sharing the target's modules) or ``quant.build`` (a re-quantised copy).
 
     Raises:
         ValueError: ``draft: ...`` for a bad depth or group, or a spec that is no self-draft.
@@ -51,9 +51,9 @@ def build(target, spec: str):
     kind, _, value = spec.partition(":")
     if kind == EARLY_EXIT:
         return early_exit(target, int(value))
-    if kind == quant_draft.PREFIX:
-        return quant_draft.build(target, spec)
-    raise ValueError(f"draft: {spec!r} is not a self-draft ({EARLY_EXIT}:L or {quant_draft.PREFIX}:B:G)")
+    if kind == quant.PREFIX:
+        return quant.build(target, spec)
+    raise ValueError(f"draft: {spec!r} is not a self-draft ({EARLY_EXIT}:L or {quant.PREFIX}:B:G)")
 
 
 def early_exit(target, layers: int):
@@ -66,7 +66,7 @@ def early_exit(target, layers: int):
     """
     import torch
 
-    from backends.adapter_draft import build as build_adapter
+    from backends.drafts.adapter import build as build_adapter
 
     n = int(target.config.num_hidden_layers)
     if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= n:
@@ -75,9 +75,9 @@ def early_exit(target, layers: int):
 
 
 def precision_ratio(spec: str) -> float:
-    """Bits per weight the draft ``spec`` reads over the 16-bit target's: ``quant_draft.bytes_ratio``
+    """Bits per weight the draft ``spec`` reads over the 16-bit target's: ``quant.bytes_ratio``
     for ``quant:B:G``, 1 for the drafts that read the target's own weights (early exit, adapter)."""
-    return quant_draft.bytes_ratio(spec) if spec.startswith(quant_draft.PREFIX + ":") else 1.0
+    return quant.bytes_ratio(spec) if spec.startswith(quant.PREFIX + ":") else 1.0
 
 
 def weight_ratio(spec: str, config: dict, layers: int | None = None) -> float:
@@ -95,7 +95,7 @@ def weight_ratio(spec: str, config: dict, layers: int | None = None) -> float:
     """
     kind, _, value = spec.partition(":")
     if layers is None:
-        if kind == quant_draft.PREFIX:  # every layer, at fewer bits (precision_ratio)
+        if kind == quant.PREFIX:  # every layer, at fewer bits (precision_ratio)
             layers = int(config["num_hidden_layers"])
         elif kind == EARLY_EXIT:
             layers = int(value)
