@@ -176,6 +176,7 @@ def test_line_search_is_the_maximum_along_the_segment():
         ({"tol": float("nan")}, r"^tol: "),
         ({"tol": True}, r"^tol: "),
         ({"tol": 2.0}, r"^tol: "),
+        ({"lp": "simplex"}, r"^lp: "),
     ],
 )
 def test_bad_options_name_the_argument(options, match):
@@ -280,3 +281,77 @@ def test_plan_cache_is_bounded_in_bytes(monkeypatch):
     ot_wor.PLAN_CACHE.clear()
     verifiers.get("ot_wor").prepare(*instances[0])
     assert len(ot_wor.PLAN_CACHE) == 0 and ot_wor.PLAN_CACHE.bytes == 0
+
+
+def _lp_instances(count: int, seed: int):
+    """Small supports (V = 4..9, k = 2..4) whose column generation solves restricted LPs with
+    contested tokens (about 2.4 a plan past the first)."""
+    rng = np.random.default_rng(seed)
+    for trial in range(count):
+        vocab = int(rng.integers(4, 10))
+        k = int(rng.integers(2, (4 if vocab <= 7 else 3) + 1))
+        p = rng.dirichlet(np.full(vocab, rng.uniform(0.2, 3.0)))
+        q = rng.dirichlet(np.full(vocab, rng.uniform(0.2, 3.0))) ** (3 if trial % 3 == 0 else 1)
+        yield p, q / q.sum(), k
+
+
+def _lp_paths_agree(count: int = 20) -> None:
+    """Every plan by HiGHS called directly (``lp="highs"``) equals the plan through scipy's
+    ``linprog`` (``lp="linprog"``): the same orders, weights and selection law to 1e-12."""
+    for p, q, k in _lp_instances(count, 11):
+        fast = ot_wor._OrdersPlan(ot_wor.OTWithoutReplacement(), p, q, k)
+        slow = ot_wor._OrdersPlan(ot_wor.OTWithoutReplacement(lp="linprog"), p, q, k)
+        assert fast.ranks.shape == slow.ranks.shape and np.array_equal(fast.ranks, slow.ranks), (p, q, k)
+        np.testing.assert_allclose(fast.weights, slow.weights, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(fast.mu, slow.mu, rtol=0, atol=1e-12)
+        assert abs(fast.value - slow.value) <= 1e-12 and fast.alpha_star == slow.alpha_star
+
+
+def test_highs_direct_equals_linprog(monkeypatch):
+    """20 random small supports (48 restricted LPs with contested tokens): the direct HiGHS path
+    gives linprog's plans (measured bit for bit here and on compare_builders' 451 plans of T = 1;
+    asserted to 1e-12), and it does not go through linprog."""
+
+    def refused(*args, **kwargs):
+        raise AssertionError("lp='highs' called scipy's linprog")
+
+    calls = []
+    plain = ot_wor._highs_restricted
+    monkeypatch.setattr(ot_wor, "_highs_restricted", lambda *args: calls.append(args[1].shape) or plain(*args))
+    for p, q, k in _lp_instances(20, 11):
+        with monkeypatch.context() as m:
+            m.setattr(ot_wor, "linprog", refused)
+            ot_wor._OrdersPlan(ot_wor.OTWithoutReplacement(), p, q, k)
+    assert len(calls) >= 40 and all(c > 0 and m >= 2 for m, c in calls)
+    _lp_paths_agree()
+
+
+@pytest.mark.parametrize("fault", ["duals of the next row", "caps reversed", "weights ignored"])
+def test_highs_direct_check_catches_planted_faults(monkeypatch, fault):
+    """Planted faults in the direct path's model or its reading: the agreement check fails."""
+    plain = ot_wor._highs_restricted
+
+    def faulty(cost, mu, cap):
+        if fault == "caps reversed":
+            return plain(cost, mu, cap[::-1].copy())
+        if fault == "weights ignored":
+            weights, duals = plain(cost, mu, cap)
+            return np.ones_like(weights), duals
+        weights, duals = plain(cost, mu, cap)
+        return weights, np.roll(duals, 1)
+
+    monkeypatch.setattr(ot_wor, "_highs_restricted", faulty)
+    with pytest.raises(AssertionError):
+        _lp_paths_agree()
+
+
+def test_highs_instance_follows_the_module_options(monkeypatch):
+    """The thread's HiGHS instance carries ``TOLERANCES`` and ``LINPROG_OPTIONS``, and takes them
+    again when a caller changes them (as ``linprog`` would, call by call)."""
+    solver = ot_wor._highs_instance()
+    assert solver.getOptionValue("primal_feasibility_tolerance")[1] == 1e-10
+    assert solver.getOptionValue("simplex_strategy")[1] == 1 and solver.getOptionValue("presolve")[1] == "on"
+    monkeypatch.setattr(ot_wor, "TOLERANCES", {**ot_wor.TOLERANCES, "primal_feasibility_tolerance": 1e-8})
+    assert ot_wor._highs_instance() is solver and solver.getOptionValue("primal_feasibility_tolerance")[1] == 1e-8
+    monkeypatch.undo()
+    assert ot_wor._highs_instance().getOptionValue("primal_feasibility_tolerance")[1] == 1e-10

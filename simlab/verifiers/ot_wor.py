@@ -21,9 +21,9 @@ vocabularies (UniVer, arXiv 2605.04543, works on such trees; its definition was 
    drafted child of highest p/q is selected; its prefix containments also give alpha*).  Up to
    ``LP_BELOW`` tokens with q > 0 the next orders come by column generation: the restricted LP
    over the orders so far (max sum_t a_t, a_t <= p_t, a_t <= sum_i w_i mu_pi_i(t), w on the
-   simplex; scipy's HiGHS) prices each token (y_t >= 0, the dual of a_t <= mu(t)) and the next
-   order is Edmonds' greedy vertex for those prices (highest price ranked highest, p/q within
-   ties).  Above it the restricted LPs cost seconds each, and the orders come by conditional gradient
+   simplex; HiGHS, ``OTWithoutReplacement.lp``) prices each token (y_t >= 0, the dual of
+   a_t <= mu(t)) and the next order is Edmonds' greedy vertex for those prices (highest price
+   ranked highest, p/q within ties).  Above it the restricted LPs cost seconds each, and the orders come by conditional gradient
    (Frank-Wolfe): the vertex maximising the supergradient 1[mu < p] (every token still below p
    ranked above the others, p/q within each group), reached by the exact line search on the
    concave, piecewise-linear objective.  Either stops when sum min(mu, p) reaches alpha* within
@@ -61,8 +61,12 @@ Cost: each order is one ``prefix_containment`` (tuple enumeration at small suppo
 the closed form at k = 2, O(V), and the exponential clocks to absolute accuracy at k >= 3:
 ``_containment_method``) plus O(V) passes (the p/q order is sorted once; a Frank-Wolfe order is a
 stable partition of it, a column-generation order one lexsort of its support) and, on small
-supports, one small LP.  At V = 128,000 a plan of 16 orders costs about 0.3 s at k = 2 and
-5 s at k = 4, nearly all of it the clocks (benchmarks/RESULTS.md): analysis rather than serving.
+supports, one small LP: HiGHS called directly through ``highspy`` (``lp="highs"``, the default:
+the model built here as the column-wise arrays ``scipy.optimize.linprog(method="highs")`` hands
+HiGHS, with the same options, so the same optimum bit for bit, without linprog's input checks and
+conversions, which cost more than the solve at these sizes; ``lp="linprog"`` is that reference
+path).  At V = 128,000 a plan of 16 orders costs about 0.3 s at k = 2 and 5 s at k = 4, nearly
+all of it the clocks (benchmarks/RESULTS.md): analysis rather than serving.
 
 Plans are kept by value (``PLAN_CACHE``): a node law met again, in another table or another tree
 (a Markov world repeats its laws at every node with the same last token and depth), reuses the
@@ -79,6 +83,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import highspy
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
@@ -95,6 +100,11 @@ ENUMERATE_BELOW = 20_000
 """Ordered tuples up to which an order's containments are enumerated exactly (above: clocks)."""
 TOLERANCES = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
 """HiGHS's feasibility tolerances for the restricted LP (its defaults, 1e-7, left gaps of 1e-8)."""
+LINPROG_OPTIONS = {"presolve": "on", "simplex_strategy": 1, "highs_debug_level": 0, "output_flag": False, "log_to_console": False}
+"""The other HiGHS options ``scipy.optimize.linprog(method="highs")`` sets (scipy 1.17.1,
+``scipy/optimize/_linprog_highs.py``: presolve on, the dual simplex, no debugging, no output);
+``lp="highs"`` sets them with ``TOLERANCES`` on its own HiGHS instance, so both paths solve the
+same model under the same options."""
 LP_BELOW = 2_000
 """Tokens with q > 0 up to which the orders are chosen by column generation (above: Frank-Wolfe)."""
 PLAN_CACHE_BYTES = 256 * 2**20
@@ -138,6 +148,73 @@ def _containment_method(q_support: np.ndarray, k: int, containment: str) -> tupl
             return "pairs", False
         return "clocks", True
     return "clocks", True
+
+
+def _linprog_restricted(cost: np.ndarray, mu: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(w (m,), the rows' duals (c,)) of min cost @ (w, a) subject to a_j - sum_i w_i mu[i, j] <= 0,
+    sum_i w_i = 1, w >= 0, 0 <= a <= cap, through ``scipy.optimize.linprog(method="highs")`` (the
+    reference path, ``lp="linprog"``).  ``mu``: (m, c) float64, the orders' laws on the contested
+    tokens.  Raises ValueError (naming p, q) unless HiGHS reports an optimum."""
+    m, c = mu.shape
+    rows = sp.hstack((sp.csr_matrix(-mu.T), sp.identity(c, format="csr")), format="csr")
+    equal = np.concatenate((np.ones(m), np.zeros(c)))[None, :]
+    bounds = [(0.0, None)] * m + [(0.0, float(v)) for v in cap]
+    result = linprog(cost, A_ub=rows, b_ub=np.zeros(c), A_eq=equal, b_eq=[1.0], bounds=bounds, method="highs", options=TOLERANCES)
+    if result.status != 0:
+        raise ValueError(f"p, q: the restricted LP of ot_wor failed ({result.message})")
+    return result.x[:m], result.ineqlin.marginals
+
+
+_SOLVERS = threading.local()
+
+
+def _highs_instance() -> highspy._Highs:
+    """This thread's HiGHS instance (``highspy._Highs``, the plain binding: no callbacks, no banner)
+    with ``LINPROG_OPTIONS`` and ``TOLERANCES`` set (again whenever either has changed since);
+    each solve passes a whole new model."""
+    options = {**LINPROG_OPTIONS, **TOLERANCES}
+    solver = getattr(_SOLVERS, "highs", None)
+    if solver is None:
+        solver = _SOLVERS.highs = highspy._Highs()
+        _SOLVERS.options = None
+    if _SOLVERS.options != options:
+        for name, value in options.items():
+            if solver.setOptionValue(name, value) != highspy.HighsStatus.kOk:
+                raise RuntimeError(f"highspy refused the HiGHS option {name} = {value!r}")
+        _SOLVERS.options = options
+    return solver
+
+
+def _highs_restricted(cost: np.ndarray, mu: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_linprog_restricted`` with HiGHS called directly: the model linprog passes (columns w_1..w_m,
+    a_1..a_c; rows a_j - sum_i w_i mu[i, j] <= 0, then sum_i w_i = 1; column-wise, zeros dropped,
+    row indices ascending), under the same options, so the same solution.  Raises ValueError
+    (naming p, q) unless HiGHS reports an optimum."""
+    m, c = mu.shape
+    n = m + c
+    columns = np.zeros((n, c + 1))  # the constraint matrix, one column of it per row here
+    np.negative(mu, out=columns[:m, :c])
+    columns[:m, c] = 1.0
+    columns[np.arange(m, n), np.arange(c)] = 1.0
+    column, row = np.nonzero(columns)  # by column, rows ascending within each
+    start = np.zeros(n, dtype=np.int32)
+    np.cumsum(np.bincount(column, minlength=n)[:-1], out=start[1:])
+    upper = np.concatenate((np.full(m, np.inf), cap))
+    row_lower = np.full(c + 1, -np.inf)
+    row_upper = np.zeros(c + 1)
+    row_lower[c] = row_upper[c] = 1.0
+    solver = _highs_instance()
+    status = solver.passModel(
+        n, c + 1, column.size, 1, 1, 0.0, cost, np.zeros(n), upper, row_lower, row_upper,
+        start, row.astype(np.int32), columns[column, row], np.zeros(n, dtype=np.int32),
+    )  # fmt: skip
+    if status == highspy.HighsStatus.kError or solver.run() == highspy.HighsStatus.kError:
+        raise ValueError("p, q: the restricted LP of ot_wor failed (HiGHS reported an error)")
+    model = solver.getModelStatus()
+    if model != highspy.HighsModelStatus.kOptimal:
+        raise ValueError(f"p, q: the restricted LP of ot_wor failed ({solver.modelStatusToString(model)})")
+    solution = solver.getSolution()
+    return np.array(solution.col_value[:m]), np.array(solution.row_dual[:c])
 
 
 class _OrdersPlan(SelectionPlan):
@@ -199,26 +276,25 @@ class _OrdersPlan(SelectionPlan):
         """(value, weights, prices (V,)) of max sum_t min(sum_i w_i law_i(t), p_t) over w on the
         simplex (module docstring, step 2).  A token below p under every order so far adds its mu
         (price 1), one above p under all adds p (price 0); only the others get a variable a_t <= p_t
-        and a row a_t <= mu(t), whose HiGHS dual is its price."""
+        and a row a_t <= mu(t), whose HiGHS dual is its price.  One order (m = 1): no token is
+        contested (its law is both the largest and the smallest), the simplex is the point w = 1,
+        and ``lp="highs"`` returns it without a solve (HiGHS's w_1 / w_1 is that 1.0 too)."""
         m, p = laws.shape[0], self.p[support]
         on = laws[:, support]
         below, above = on.max(axis=0) <= p, on.min(axis=0) >= p
         contested = np.flatnonzero(~below & ~above)
-        c = contested.size
-        cost = np.concatenate((-on[:, below].sum(axis=1), -np.ones(c)))
-        rows = sp.hstack((sp.csr_matrix(-on[:, contested].T), sp.identity(c, format="csr")), format="csr")
-        equal = np.concatenate((np.ones(m), np.zeros(c)))[None, :]
-        bounds = [(0.0, None)] * m + [(0.0, float(v)) for v in p[contested]]
-        result = linprog(
-            cost, A_ub=rows, b_ub=np.zeros(c), A_eq=equal, b_eq=[1.0], bounds=bounds, method="highs", options=TOLERANCES
-        )
-        if result.status != 0:
-            raise ValueError(f"p, q: the restricted LP of ot_wor failed ({result.message})")
-        weights = np.clip(result.x[:m], 0.0, None)
+        cost = np.concatenate((-on[:, below].sum(axis=1), -np.ones(contested.size)))
+        if self.verifier.lp == "linprog":
+            weights, duals = _linprog_restricted(cost, on[:, contested], p[contested])
+        elif m == 1:
+            weights, duals = np.ones(1), np.zeros(0)
+        else:
+            weights, duals = _highs_restricted(cost, on[:, contested], p[contested])
+        weights = np.clip(weights, 0.0, None)
         weights /= weights.sum()
         prices = np.zeros(self.p.size)
         prices[support[below]] = 1.0
-        prices[support[contested]] = -result.ineqlin.marginals
+        prices[support[contested]] = -duals
         return float(np.minimum(weights @ laws, self.p).sum()), weights, prices
 
     def _vertex(self, support, ratio_rank, prices=None):
@@ -276,9 +352,9 @@ class _OrdersPlan(SelectionPlan):
 class PlanCache:
     """``_OrdersPlan`` by value, least recently used first out, at most ``PLAN_CACHE_BYTES`` bytes.
 
-    Keyed by (verifier, k, ``LP_BELOW``, ``ENUMERATE_BELOW``, ``TOLERANCES``, the bytes of p and of
-    q): equal keys give the plan computed from equal inputs, so a hit is bit for bit the plan a miss
-    would compute (HiGHS and the containments are deterministic).  The kept plan's arrays are
+    Keyed by (verifier, k, ``LP_BELOW``, ``ENUMERATE_BELOW``, ``TOLERANCES``, ``LINPROG_OPTIONS``, the
+    bytes of p and of q): equal keys give the plan computed from equal inputs, so a hit is bit for
+    bit the plan a miss would compute (HiGHS and the containments are deterministic).  The kept plan's arrays are
     read-only and its p and q are views of the key's own bytes (no caller's array is kept); each
     caller gets a shallow copy with its own p and q (``NodeVerifier.prepare`` sets ``law`` on it).
     ``clear()`` empties it (timings of the plan itself call it first).  Thread-safe.
@@ -303,7 +379,7 @@ class PlanCache:
     def plan(self, verifier: "OTWithoutReplacement", p: np.ndarray, q: np.ndarray, k: int) -> "_OrdersPlan":
         """The plan of (p, q, k) under ``verifier``: kept, or computed and kept (errors propagate, nothing kept)."""
         p_bytes, q_bytes = p.tobytes(), q.tobytes()
-        options = (LP_BELOW, ENUMERATE_BELOW, tuple(sorted(TOLERANCES.items())))
+        options = (LP_BELOW, ENUMERATE_BELOW, tuple(sorted(TOLERANCES.items())), tuple(sorted(LINPROG_OPTIONS.items())))
         key = (verifier, k, options, p.dtype.str, q.dtype.str, p_bytes, q_bytes)
         with self._lock:
             found = self._plans.get(key)
@@ -350,9 +426,15 @@ class OTWithoutReplacement(NodeVerifier):
         containment: ``"fast"`` (default) or ``"reference"``: how each order's containments are
             computed above the enumeration (``_containment_method``: the closed form at k = 2 and
             the clocks to absolute accuracy at k >= 3, or the clocks to relative accuracy).
+        lp: ``"highs"`` (default) or ``"linprog"``: how the column generation's restricted LPs
+            reach HiGHS: directly through ``highspy`` (``_highs_restricted``) or through
+            ``scipy.optimize.linprog`` (``_linprog_restricted``, the reference); the same model and
+            options, the same plans (bit for bit where measured; tested to 1e-12 on random
+            instances).
 
     Raises:
-        ValueError: ``rounds``, ``tol`` or ``containment`` out of range, named.
+        ValueError: ``rounds``, ``tol``, ``containment`` or ``lp`` out of range, named; ``p, q``
+            when a restricted LP has no optimum in HiGHS's report.
     """
 
     name = "ot_wor"
@@ -362,11 +444,13 @@ class OTWithoutReplacement(NodeVerifier):
     rounds: int = 16
     tol: float = 1e-12
     containment: str = "fast"
+    lp: str = "highs"
 
     def __post_init__(self):
         object.__setattr__(self, "rounds", check_int(self.rounds, "rounds", 1, 10_000))
         object.__setattr__(self, "tol", check_in_range(self.tol, "tol", 0.0, 1.0))
         check_choice(self.containment, "containment", ("fast", "reference"), "containment method")
+        check_choice(self.lp, "lp", ("highs", "linprog"), "LP path")
 
     def _plan(self, p, q, k):
         if k > int(np.count_nonzero(q)):
