@@ -205,6 +205,11 @@ def check_token_ids(ids, vocab_size: int, name: str = "context") -> tuple[int, .
     if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
         raise ValueError(f"{name}: must be a sequence of integer token ids, got {ids!r}")
     out = tuple(ids)
+    if all(type(t) is int for t in out):  # plain ints (bools are not): no conversion needed
+        if out and (min(out) < 0 or max(out) >= vocab_size):
+            bad = next(t for t in out if not 0 <= t < vocab_size)
+            raise ValueError(f"{name}: token id {bad} is outside [0, {vocab_size})")
+        return out
     if any(isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)) for t in out):
         bad = next(t for t in out if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)))
         raise ValueError(f"{name}: token ids must be integers, got {bad!r}")

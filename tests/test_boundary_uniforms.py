@@ -81,3 +81,21 @@ def test_the_one_hot_rule_at_the_boundary_of_the_issue(u):
     tree = DraftTree(table, {(): tuple(range(10))}, drafting=Drafting.DETERMINISTIC)
     path, token = tree_verifiers.get("onehot").verify(tree, ConstantGenerator(u))
     assert len(path) == 1 and 0 <= token < 10
+
+
+def test_token_id_checks_agree_on_plain_and_numpy_ints():
+    """``check_token_ids``' plain-int fast path returns and refuses what the general path does."""
+    import numpy as np
+    import pytest
+
+    from simlab.checks import check_token_ids
+
+    ids = [3, 0, 7, 7]
+    assert check_token_ids(ids, 8) == check_token_ids(np.array(ids), 8) == (3, 0, 7, 7)
+    assert all(type(t) is int for t in check_token_ids(np.array(ids), 8))
+    for bad in ([3, 8], [-1, 2]):
+        for form in (bad, np.array(bad)):
+            with pytest.raises(ValueError, match=rf"^context: token id {[t for t in bad if not 0 <= t < 8][0]} is outside"):
+                check_token_ids(form, 8)
+    with pytest.raises(ValueError, match="^context: token ids must be integers"):
+        check_token_ids([1, True], 8)
