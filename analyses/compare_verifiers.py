@@ -31,17 +31,17 @@ the means over roots; ``docs/metrics.md``), ``labels.parquet`` (every root and a
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from analyses._grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
-from analyses._categories import by_category, print_by_category, stage_by_category
-from analyses._labels import DDTE_VERIFIERS, by_position, grid_of, label_all
-from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, name_list, parquet_writer, print_table, run_tool
-from backends.sources.flags import study_config, study_out
+from analyses._categories import by_category, with_category
+from analyses._labels import DDTE_VERIFIERS, by_position, grid_of, label_all, label_root
+from analyses._study import WROTE, ByCategory, Opened, Report, Study, chart_files, parse, run_study
+from backends.cli import ToolParser, chart_writer, fail, name_list
+from backends.sources.flags import study_config
 from simlab import tree_verifiers
 from simlab.latency import LatencyModel
 
@@ -64,9 +64,8 @@ class Config(GridStudyConfig):
     out: str | None = None
 
 
-def parse_args(argv) -> tuple[Config, ToolParser]:
-    d = Config()
-    parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
+def flags(parser: ToolParser, d: Config) -> None:
+    """The grid study's flags, then ``--verifiers``, ``--baseline`` and ``--out``."""
     add_grid_study_flags(parser, d)
     parser.add_argument(
         "--verifiers",
@@ -75,7 +74,10 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     )
     parser.add_argument("--baseline", default=d.baseline, help="verifier whose throughput the ratios divide by")
     parser.add_argument("--out", default=None, help="output folder (default: out/compare_verifiers/<source>)")
-    args = parser.parse_args(argv)
+
+
+def config_of(args, parser: ToolParser) -> Config:
+    """The typed config (``--verifiers`` as a tuple of names), or exit 2 with one line."""
     try:
         verifiers = name_list(args.verifiers, "--verifiers", tree_verifiers.names())
     except ValueError as exc:
@@ -96,7 +98,12 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
             ),
         ],
     )
-    return study_config(Config, args, verifiers=verifiers), parser
+    return study_config(Config, args, verifiers=verifiers)
+
+
+def parse_args(argv) -> tuple[Config, ToolParser]:
+    """(config, parser) from the command line ``argv``."""
+    return parse(STUDY, argv)
 
 
 def aggregate(labels: pl.DataFrame) -> pl.DataFrame:
@@ -273,68 +280,106 @@ def charts(chosen: pl.DataFrame, order: list[str], subtitle: str):
     return out
 
 
-def main(argv=None) -> int:
-    return run_tool(PROG, lambda: _main(argv))
+def open_source(config: Config, parser: ToolParser, say) -> Opened:
+    """The grid study's source, settings and latency model (``analyses._grid_study.grid_source``)."""
+    return Opened(*grid_source(PROG, parser, config))
 
 
-def _main(argv) -> int:
-    config, parser = parse_args(sys.argv[1:] if argv is None else argv)
-    source, settings, latency = grid_source(PROG, parser, config)
-    out = study_out(PROG, config, source.slug())
-    config = replace(config, out=str(out))
-    try:
-        labels, _ = label_all(
-            source, settings, config.verifiers, grid_of(config), latency, seed=config.seed, jobs=config.jobs, quiet=config.quiet
-        )
-    except ValueError as exc:
-        fail_from(PROG, exc, parser)
+def value_root(config: Config, opened: Opened, task) -> list[dict]:
+    """One root's labels (``analyses._labels.label_root``): seeded by (seed, setting index,
+    trajectory, root) alone."""
+    return label_root(task.root, config.verifiers, grid_of(config), opened.latency, seed=config.seed, key=task.setting_index)
+
+
+def merge(config: Config, opened: Opened, payloads) -> pl.DataFrame:
+    """The labels frame of every root's rows in order, as ``label_all`` builds it."""
+    return with_category(pl.DataFrame([row for rows in payloads for row in rows]))
+
+
+def values(config: Config, opened: Opened, say) -> pl.DataFrame:
+    """Every root's labels in one process (settings of a synthetic world in ``--jobs`` workers)."""
+    labels, _ = label_all(
+        opened.source,
+        opened.settings,
+        config.verifiers,
+        grid_of(config),
+        opened.latency,
+        seed=config.seed,
+        jobs=config.jobs,
+        quiet=config.quiet,
+    )
+    return labels
+
+
+def shardable(config: Config, opened: Opened, parser: ToolParser) -> str | None:
+    """Why a sharded run would not match one process: live models timed on each rank's machine."""
+    if (
+        opened.source.name == "hf"
+        and not getattr(opened.source, "named_pair", None)
+        and not ({"latency", "cost_ratio"} & set(parser.given))
+    ):
+        return "each rank would time the live models itself; pass --latency FILE or --cost-ratio"
+    return None
+
+
+def run(config: Config, opened: Opened, labels: pl.DataFrame, say) -> Report:
+    """The chosen configurations, the grid, the per-position rates, the labels, the charts and the tables."""
+    source, latency, settings = opened.source, opened.latency, [s.name for s in opened.settings]
     grid = aggregate(labels)
     chosen = choose(grid, config.baseline)
     categories = by_category(labels, lambda part: choose(aggregate(part), config.baseline))
-    tps_chart, e_chart = charts(chosen, [s.name for s in settings], f"source: {source.describe()}; latency: {latency.source}")
-    with OutputSet(out) as outputs:
-        outputs.stage("compare_verifiers.parquet", parquet_writer(chosen))
-        outputs.stage("grid.parquet", parquet_writer(grid))
-        outputs.stage("by_position.parquet", parquet_writer(by_position(labels, ["setting", "verifier", "K", "L1", "L2"])))
-        outputs.stage("labels.parquet", parquet_writer(labels))
-        stage_by_category(outputs, categories)
-        outputs.stage("latency.json", lambda tmp: latency.save(tmp))
-        for name, chart in (("throughput", tps_chart), ("block_efficiency", e_chart)):
-            for fmt in ("html", "png"):
-                outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
-        outputs.publish()
-    if not config.quiet:
-        report(config, source, latency, chosen, labels, [s.name for s in settings])
-        print_by_category(
+    tps_chart, e_chart = charts(chosen, settings, f"source: {source.describe()}; latency: {latency.source}")
+    outputs = {
+        "compare_verifiers.parquet": chosen,
+        "grid.parquet": grid,
+        "by_position.parquet": by_position(labels, ["setting", "verifier", "K", "L1", "L2"]),
+        "labels.parquet": labels,
+        "latency.json": lambda tmp: latency.save(tmp),
+        **chart_files("throughput", tps_chart, chart_writer),
+        **chart_files("block_efficiency", e_chart, chart_writer),
+    }
+    printed = (
+        *tables(config, source, latency, chosen, labels, settings),
+        WROTE,
+        ByCategory(
             categories,
             ("setting", "verifier", "choice", "K", "L1", "L2", "E", "E_se", "TPS", "TPS_se", "TPS_ratio", "roots"),
             "Best static configurations for throughput (held-out E[tau+1] and throughput)",
             pl.col("choice").str.ends_with("_TPS"),
-        )
-    return 0
+        ),
+    )
+    return Report(outputs, categories, printed)
 
 
-def report(
+def tables(
     config: Config, source, latency: LatencyModel, chosen: pl.DataFrame, labels: pl.DataFrame, settings: list[str]
-) -> None:
-    """Print the paper-layout tables."""
+) -> list:
+    """The printed lines and paper-layout tables (``analyses._study.Report.printed`` items)."""
     roots = int(chosen["roots"].max())
-    print(f"Source: {source.describe()}; {roots} roots per setting; latency: {latency.source}")
-    print_table(
-        wide(chosen, "iid_E", "E", settings, config.verifiers),
-        "Block efficiency E[tau+1] (tokens per step), best static i.i.d. tree for E (cf. DDTE Table 2)",
+    items: list = [f"Source: {source.describe()}; {roots} roots per setting; latency: {latency.source}"]
+    items.append(
+        (
+            wide(chosen, "iid_E", "E", settings, config.verifiers),
+            "Block efficiency E[tau+1] (tokens per step), best static i.i.d. tree for E (cf. DDTE Table 2)",
+        )
     )
-    print_table(
-        wide(chosen, "iid_TPS", "TPS", settings, config.verifiers),
-        "Throughput (tokens/s), best static i.i.d. tree for throughput (cf. DDTE Table 3)",
+    items.append(
+        (
+            wide(chosen, "iid_TPS", "TPS", settings, config.verifiers),
+            "Throughput (tokens/s), best static i.i.d. tree for throughput (cf. DDTE Table 3)",
+        )
     )
-    print_table(
-        wide(chosen, "iid_TPS", "TPS_ratio", settings, config.verifiers),
-        f"Throughput ratio to {tree_verifiers.paper_name(config.baseline)} (best static i.i.d. trees)",
+    items.append(
+        (
+            wide(chosen, "iid_TPS", "TPS_ratio", settings, config.verifiers),
+            f"Throughput ratio to {tree_verifiers.paper_name(config.baseline)} (best static i.i.d. trees)",
+        )
     )
-    print_table(
-        wide(chosen, "delayed_TPS", "TPS", settings, config.verifiers),
-        "Throughput (tokens/s), best static delayed tree (K, L1, L2) for throughput",
+    items.append(
+        (
+            wide(chosen, "delayed_TPS", "TPS", settings, config.verifiers),
+            "Throughput (tokens/s), best static delayed tree (K, L1, L2) for throughput",
+        )
     )
     base = tree_verifiers.paper_name(config.baseline)
     versus = [
@@ -342,18 +387,22 @@ def report(
         for v in config.verifiers
         if v != config.baseline
     ]
-    print_table(
-        difference_table(labels, chosen, versus, settings),
-        "Throughput difference (tokens/s) on best static i.i.d. trees, paired by root and tree draw (± standard error)",
+    items.append(
+        (
+            difference_table(labels, chosen, versus, settings),
+            "Throughput difference (tokens/s) on best static i.i.d. trees, paired by root and tree draw (± standard error)",
+        )
     )
     delayed = [
         (tree_verifiers.paper_name(v), (v, "delayed_TPS"), (v, "iid_TPS"))
         for v in config.verifiers
         if not tree_verifiers.get(v).single_path
     ]
-    print_table(
-        difference_table(labels, chosen, delayed, settings),
-        "Delayed minus i.i.d.: throughput gain (tokens/s) of the best static delayed tree, paired (± standard error)",
+    items.append(
+        (
+            difference_table(labels, chosen, delayed, settings),
+            "Delayed minus i.i.d.: throughput gain (tokens/s) of the best static delayed tree, paired (± standard error)",
+        )
     )
     gains = []
     for v in config.verifiers:
@@ -369,15 +418,35 @@ def report(
                 "delayed actions by setting": " ".join(actions),
             }
         )
-    print_table(
-        pl.DataFrame(gains), "Delayed expansion: average throughput of the best static delayed vs i.i.d. tree (ratio of averages)"
+    items.append(
+        (
+            pl.DataFrame(gains),
+            "Delayed expansion: average throughput of the best static delayed vs i.i.d. tree (ratio of averages)",
+        )
     )
     chain = [tree_verifiers.paper_name(v) for v in config.verifiers if tree_verifiers.get(v).single_path]
     if chain:
-        print(f"({', '.join(chain)} verify one path: valued at K = 1 only.)")
-    print(
-        f"wrote {config.out}/compare_verifiers.parquet, grid.parquet, by_position.parquet, labels.parquet, latency.json, throughput.html/.png, block_efficiency.html/.png"
-    )
+        items.append(f"({', '.join(chain)} verify one path: valued at K = 1 only.)")
+    return items
+
+
+STUDY = Study(
+    prog=PROG,
+    doc=__doc__,
+    config_type=Config,
+    flags=flags,
+    config=config_of,
+    open=open_source,
+    value_root=value_root,
+    merge=merge,
+    run=run,
+    values=values,
+    shardable=shardable,
+)
+
+
+def main(argv=None) -> int:
+    return run_study(STUDY, argv)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,11 @@ into ``<out>/capture-<settings hash>``, and keeps each analysed root's rows ther
 (``analyses._root_cache``): a rerun of an interrupted run resumes both the capture and the
 analysis, and publishes the tables an uninterrupted run would, byte for byte.
 
+``--draws root`` seeds each root's tree and child samples by (seed, root id) alone
+(``root_rngs``) instead of continuing one generator from root to root (the default, ``shared``):
+other numbers, but a root's rows depend on that root only, so the run can be shared among
+processes (``WORLD_SIZE`` > 1, ``analyses._study``), which the default refuses.
+
 Reading it: at k = 1 every verifier but NSS accepts with probability 1 - TV; the gap between
 alpha* and a verifier is what a better OTLP solver could still win at that depth; the
 multi-draft gain alpha(k=K) - alpha(k=1) says how much extra drafts help there.
@@ -32,8 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,24 +46,11 @@ import polars as pl
 from backends.capture import run
 from backends.capture_store import CaptureSettings
 from analyses import _root_cache
-from analyses._categories import by_category, print_by_category, stage_by_category
+from analyses._categories import by_category
 from analyses._root_cache import RootCache
 from backends.sources import replay
-from backends.cli import (
-    OutputSet,
-    ToolParser,
-    add_output_flags,
-    chart_writer,
-    check_flags,
-    fail,
-    fail_from,
-    name_list,
-    parquet_writer,
-    print_table,
-    progress,
-    progress_bar,
-    run_tool,
-)
+from analyses._study import ByCategory, Opened, Report, Study, chart_files, parse, run_study
+from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, name_list, progress_bar
 from backends.pretrained import parse_draft
 from backends.roots import SHIPPED_PROMPTS
 from backends.sources import CaptureSource
@@ -68,7 +59,6 @@ from backends.sources.flags import (
     add_source_flags,
     check_honoured,
     make_source,
-    note_hf_defaults,
     parse_settings,
     study_config,
     study_out,
@@ -85,6 +75,7 @@ REFUSALS = {
     "capture": {flag: "the trees come from the capture" for flag in ("depth", "shape", "width", "trunk")},
     "hf": {"trajectories": "a live run captures every prompt of --prompts; pass a shorter prompt file"},
 }
+DRAWS = ("shared", "root")
 HF_DEFAULTS = {"roots_per_trajectory": 2}
 """Defaults that differ with --backend hf (the reference models see at most 64 tokens)."""
 
@@ -104,13 +95,13 @@ class Config(SourceConfig):
     child_samples: int = 32
     methods: tuple[str, ...] = ACCEPTANCE_METHODS
     engine_metrics: tuple[str, ...] = ()
+    draws: str = "shared"
     out: str | None = None
     quiet: bool = False
 
 
-def parse_args(argv) -> tuple[Config, ToolParser]:
-    d = Config()
-    parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
+def flags(parser: ToolParser, d: Config) -> None:
+    """The source flags (one setting), the tree and acceptance flags, ``--draws`` and the output flags."""
     add_source_flags(parser, d, many_settings=False)
     parser.add_argument("--depth", type=int, default=d.depth, help="draft-tree depth in tokens (1..64)")
     parser.add_argument("--shape", choices=SHAPES, default=d.shape, help="draft-tree shape")
@@ -134,9 +125,19 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         default="",
         help="tree verifiers (comma-separated) whose engine metrics on each root's tree go to engine_metrics.parquet",
     )
+    parser.add_argument(
+        "--draws",
+        choices=DRAWS,
+        default=d.draws,
+        help="shared: the trees and child samples continue one generator from root to root (a synthetic world's "
+        "walk, else default_rng(seed)); root: each root's own generators, seeded by (seed, root id), so the "
+        "roots can be shared among processes (WORLD_SIZE > 1)",
+    )
     add_output_flags(parser, PROG)
-    note_hf_defaults(parser, HF_DEFAULTS)
-    args = parser.parse_args(argv)
+
+
+def config_of(args, parser: ToolParser) -> Config:
+    """The typed config (``--methods`` and ``--engine-metrics`` as tuples of names), or exit 2 with one line."""
     try:
         metrics = name_list(args.engine_metrics, "--engine-metrics", tree_verifiers.names()) if args.engine_metrics else ()
         methods = name_list(args.methods, "--methods", MEASURABLE)
@@ -161,10 +162,15 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
             (config.child_samples >= 1, f"--child-samples: must be >= 1, got {config.child_samples}"),
         ],
     )
-    return config, parser
+    return config
 
 
-ANALYSIS_FIELDS = ("seed", "k", "child_samples", "methods", "engine_metrics")
+def parse_args(argv) -> tuple[Config, ToolParser]:
+    """(config, parser) from the command line ``argv``."""
+    return parse(STUDY, argv)
+
+
+ANALYSIS_FIELDS = ("seed", "k", "child_samples", "methods", "engine_metrics", "draws")
 """The settings the node rows of a captured tree depend on (with the capture itself): the key of
 the per-root results a live run keeps under its capture (``analyses._root_cache``)."""
 
@@ -176,7 +182,8 @@ def measure(config: Config, source, setting, resume: Path | None = None) -> tupl
 
     Trees: the captured one (a capture), else ``--shape`` drawn with the root's generator (the
     shared walk of a synthetic source) or one seeded by (seed, 1, root id), the capture tool's.
-    The khisti / rrs_wor child samples use the same generator, or ``default_rng(seed)``.
+    The khisti / rrs_wor child samples use the same generator, or ``default_rng(seed)``.  With
+    ``--draws root`` every root draws from its own generators instead (``root_rngs``).
 
     ``resume``: the capture folder ``source`` replays (a live run's own); each root's rows are kept
     there (``analyses._root_cache.RootCache``, keyed by ``ANALYSIS_FIELDS`` and the code) and a
@@ -184,33 +191,52 @@ def measure(config: Config, source, setting, resume: Path | None = None) -> tupl
     """
     shape, k_values = named_shape(config.shape, config.width, config.depth, config.trunk), range(1, config.k + 1)
     fallback = np.random.default_rng(config.seed)
-    rows, metrics = [], {name: [] for name in config.engine_metrics}
-    categories = []  # each row's root's category: a column only when some root has one
-    offsets = []  # each row's root's offset into the target's reply (0: the template's end): likewise
     cache = None
     if resume is not None:
         settings = {name: getattr(config, name) for name in ANALYSIS_FIELDS}
         cache = RootCache(resume, settings, code=(__file__, _root_cache.__file__, replay.__file__))
     roots = source.roots(setting)
-    reused = 0
+    reused, records = 0, []
     bar = progress_bar(roots, total=source.count(setting), desc="roots analysed", unit="root", quiet=config.quiet)
     for root in bar:
-        before = fallback.bit_generator.state
-        kept = cache is not None and root.rng is None and root.tree is not None  # a captured tree, the shared generator
+        tree_rng, rng = root_rngs(config, root) if config.draws == "root" else (None, root.rng or fallback)
+        before = rng.bit_generator.state
+        kept = cache is not None and root.rng is None and root.tree is not None  # a captured tree
         hit = cache.get(root.root, before) if kept else None
         if hit is not None:
             (payload, after), reused = hit, reused + 1
-            fallback.bit_generator.state = after
+            rng.bit_generator.state = after
             bar.set_postfix_str(f"{reused} from an earlier run", refresh=False)
         else:
-            payload = _root_payload(config, root, shape, k_values, root.rng or fallback)
+            payload = _root_payload(config, root, shape, k_values, rng, tree_rng)
             if kept:
-                cache.put(root.root, before, fallback.bit_generator.state, payload)
-        rows.extend(payload["rows"])
-        categories.extend([root.category] * len(payload["rows"]))
-        offsets.extend([root.offset] * len(payload["rows"]))
+                cache.put(root.root, before, rng.bit_generator.state, payload)
+        records.append(root_record(root, payload))
+    return assemble(config, records)
+
+
+def root_rngs(config: Config, root) -> tuple[np.random.Generator, np.random.Generator]:
+    """``--draws root``: (the root's tree generator ``seeded_rng(seed, Stream.TREE, root id)``, its
+    child-sample generator ``seeded_rng(seed, Stream.TREE, root id, 1)``): a root's rows depend on
+    that root alone."""
+    return seeded_rng(config.seed, Stream.TREE, root.root), seeded_rng(config.seed, Stream.TREE, root.root, 1)
+
+
+def root_record(root, payload: dict) -> dict:
+    """A root's payload with its ``category`` and ``offset`` (``assemble``'s input; JSON-able)."""
+    return {**payload, "category": root.category, "offset": root.offset}
+
+
+def assemble(config: Config, records) -> tuple[pl.DataFrame, dict]:
+    """(nodes, verifier -> ``EngineMetrics`` per root) of the roots' ``root_record`` s in order."""
+    rows, metrics = [], {name: [] for name in config.engine_metrics}
+    categories, offsets = [], []  # each row's root's category and offset: a column only when some root has one
+    for record in records:
+        rows.extend(record["rows"])
+        categories.extend([record["category"]] * len(record["rows"]))
+        offsets.extend([record["offset"]] * len(record["rows"]))
         for name in config.engine_metrics:
-            metrics[name].append(_engine_metrics(payload["metrics"][name]))
+            metrics[name].append(_engine_metrics(record["metrics"][name]))
     nodes = pl.DataFrame(rows)
     if any(c is not None for c in categories):
         nodes = nodes.with_columns(pl.Series("category", categories, dtype=pl.String))
@@ -219,13 +245,14 @@ def measure(config: Config, source, setting, resume: Path | None = None) -> tupl
     return nodes, metrics
 
 
-def _root_payload(config: Config, root, shape, k_values, rng) -> dict:
-    """One root's node rows and its tree's engine metrics (as plain dicts: ``RootCache`` keeps them)."""
+def _root_payload(config: Config, root, shape, k_values, rng, tree_rng=None) -> dict:
+    """One root's node rows and its tree's engine metrics (as plain dicts: ``RootCache`` keeps them);
+    ``tree_rng``: the generator of a drawn tree (None: the root's own, else (seed, 1, root id)'s)."""
     table = NodeTable(root.pair, root.context)
     if root.tree is not None:
         tree = DraftTree(table, root.tree).fill()
     else:
-        tree = shape.sample(table, root.rng or seeded_rng(config.seed, Stream.TREE, root.root))
+        tree = shape.sample(table, tree_rng or root.rng or seeded_rng(config.seed, Stream.TREE, root.root))
     metrics = {  # exact, no randomness drawn
         name: asdict(engine_metrics.tree_metrics(tree, tree_verifiers.get(name))) for name in config.engine_metrics
     }
@@ -383,78 +410,88 @@ def charts(table: pl.DataFrame, k_max: int, methods, subtitle: str):
     return div_chart, acc_chart
 
 
-def main(argv=None) -> int:
-    return run_tool(PROG, lambda: _main(argv))
+def open_source(config: Config, parser: ToolParser, say) -> Opened:
+    """The source of one setting: with ``--backend hf`` (or ``--pair``) a capture of the live models
+    into ``<out>/capture-<hash>`` (``capture_live``) replayed, else the source the flags name."""
+    if config.backend == "hf" and not config.capture:
+        check_honoured(PROG, parser, config, REFUSALS)
+        (setting,) = _one_setting(parse_settings(config.settings), parser)
+        models = (
+            f"{config.pair}-{config.draft or 'default'}"
+            if config.pair
+            else f"{Path(config.target).name}-{Path(config.draft).name}"
+        )
+        out = study_out(PROG, config, f"hf-{models}")
+        say(f"capturing p and q on the draft trees of every root into {out}/capture-*")
+        capture = capture_live(config, setting, out, config.quiet)
+        return Opened(CaptureSource((capture,), grid=False), (setting,), None, out)
+    source, settings = make_source(
+        PROG,
+        parser,
+        config,
+        stream="shared",
+        grid=False,
+        depth=config.depth,
+        max_settings=1,
+        study_refusals=REFUSALS,
+        quiet=config.quiet,
+    )
+    return Opened(source, settings)
 
 
-def _main(argv) -> int:
-    config, parser = parse_args(sys.argv[1:] if argv is None else argv)
-    live = config.backend == "hf" and not config.capture
-    if live:
-        config = replace(config, **{k: v for k, v in HF_DEFAULTS.items() if k not in parser.given})
-    log = lambda message: progress(PROG, message, config.quiet)
-    try:
-        if live:
-            check_honoured(PROG, parser, config, REFUSALS)
-            (setting,) = _one_setting(parse_settings(config.settings), parser)
-            models = (
-                f"{config.pair}-{config.draft or 'default'}"
-                if config.pair
-                else f"{Path(config.target).name}-{Path(config.draft).name}"
-            )
-            out = study_out(PROG, config, f"hf-{models}")
-            log(f"capturing p and q on the draft trees of every root into {out}/capture-*")
-            capture = capture_live(config, setting, out, config.quiet)
-            source = CaptureSource((capture,), grid=False)
-        else:
-            source, settings = make_source(
-                PROG,
-                parser,
-                config,
-                stream="shared",
-                grid=False,
-                depth=config.depth,
-                max_settings=1,
-                study_refusals=REFUSALS,
-                quiet=config.quiet,
-            )
-            (setting,) = settings
-            out = study_out(PROG, config, source.slug())
-        nodes, metrics = measure(config, source, setting, Path(capture) if live else None)
-    except ValueError as exc:
-        # a verifier refused on the trees is one of --engine-metrics (the study's only verifiers)
-        fail_from(PROG, exc, parser, {"prompts": "--prompts", "capture": "--capture", "verifier": "--engine-metrics"})
+def _live(config: Config) -> bool:
+    return config.backend == "hf" and not config.capture
+
+
+def values(config: Config, opened: Opened, say) -> tuple[pl.DataFrame, dict]:
+    """(nodes, engine metrics) of every root in one process (``measure``; a live run resumes from its capture)."""
+    return measure(config, opened.source, opened.settings[0], Path(opened.source.folders[0]) if _live(config) else None)
+
+
+def value_root(config: Config, opened: Opened, task) -> dict:
+    """One root's ``root_record`` drawn from its own generators (``--draws root``: ``root_rngs``)."""
+    shape = named_shape(config.shape, config.width, config.depth, config.trunk)
+    tree_rng, rng = root_rngs(config, task.root)
+    return root_record(task.root, _root_payload(config, task.root, shape, range(1, config.k + 1), rng, tree_rng))
+
+
+def merge(config: Config, opened: Opened, records) -> tuple[pl.DataFrame, dict]:
+    """(nodes, engine metrics) of every root's record in order (``assemble``)."""
+    return assemble(config, records)
+
+
+def shardable(config: Config, opened: Opened, parser: ToolParser) -> str | None:
+    """Why this run cannot be shared among processes, or None."""
+    if _live(config):
+        return "a live run captures first: run python -m backends.capture under torchrun, then this study over --capture"
+    if config.draws != "root":
+        return "--draws shared continues one generator from root to root; pass --draws root"
+    return None
+
+
+def report(config: Config, opened: Opened, measured, say) -> Report:
+    """The per-depth table, the node rows, the by-category table, the engine metrics, the charts and the tables."""
+    nodes, metrics = measured
+    source, (setting,) = opened.source, opened.settings
     table = aggregate(nodes, config.k, config.methods)
     categories = by_category(nodes, lambda part: aggregate(part, config.k, config.methods))
     described = f"{source.describe()}, {setting.name}, {source.count(setting)} roots"
     div_chart, acc_chart = charts(table, config.k, config.methods, f"source: {described}; trees: {_trees(config, source)}")
-    with OutputSet(out) as outputs:
-        outputs.stage("divergence_by_depth.parquet", parquet_writer(table))
-        outputs.stage("nodes.parquet", parquet_writer(nodes))
-        stage_by_category(outputs, categories)
-        if config.engine_metrics:
-            outputs.stage("engine_metrics.parquet", parquet_writer(engine_table(metrics)))
-        for name, chart in (("divergence_by_depth", div_chart), ("acceptance_by_depth", acc_chart)):
-            for fmt in ("html", "png"):
-                outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
-        outputs.publish()
-    if not config.quiet:
-        shown = table.select(
-            "depth",
-            "nodes",
-            "l1_mean",
-            "tv_mean",
-            "tv_q25",
-            "tv_q50",
-            "tv_q75",
-            "kl_pq_mean",
-            "kl_qp_mean",
-            "h_p_mean",
-            "h_q_mean",
-        )
-        print_table(shown, f"Divergence by depth ({described}, trees: {_trees(config, source)})")
-        k = config.k
-        print_table(
+    outputs = {
+        "divergence_by_depth.parquet": table,
+        "nodes.parquet": nodes,
+        **chart_files("divergence_by_depth", div_chart, chart_writer),
+        **chart_files("acceptance_by_depth", acc_chart, chart_writer),
+    }
+    if config.engine_metrics:
+        outputs["engine_metrics.parquet"] = engine_table(metrics)
+    k = config.k
+    shown = table.select(
+        "depth", "nodes", "l1_mean", "tv_mean", "tv_q25", "tv_q50", "tv_q75", "kl_pq_mean", "kl_qp_mean", "h_p_mean", "h_q_mean"
+    )
+    printed = [
+        (shown, f"Divergence by depth ({described}, trees: {_trees(config, source)})"),
+        (
             table.select(
                 "depth",
                 (1 - pl.col("tv_mean")).alias("k=1: 1-TV"),
@@ -464,23 +501,22 @@ def _main(argv) -> int:
             f"Acceptance by depth at k = {k} children (optimal = alpha*"
             + ("; optimal_wor = alpha* drafting without replacement" if "optimal_wor" in config.methods else "")
             + "); at k = 1 every verifier but nss accepts 1 - TV",
-        )
-        print_table(
+        ),
+        (
             table.select("depth", *[pl.col(f"gain_{m}").alias(m) for m in config.methods]),
             f"Multi-draft gain alpha(k={k}) - alpha(k=1) by depth",
-        )
-        print_by_category(
+        ),
+        ByCategory(
             categories,
             ("depth", "nodes", "tv_mean", "kl_pq_mean", *[f"alpha_{m}_k{k}_mean" for m in config.methods]),
             f"Divergence and acceptance (k = {k}) by depth",
+        ),
+    ]
+    if config.engine_metrics:
+        printed.append(
+            (engine_table(metrics).select("verifier", "accept_length", "accepted", "chain", "roots"), "Engine metrics")
         )
-        if config.engine_metrics:
-            print_table(engine_table(metrics).select("verifier", "accept_length", "accepted", "chain", "roots"), "Engine metrics")
-        print(
-            f"wrote {out}/divergence_by_depth.parquet, nodes.parquet, divergence_by_depth.html/.png, acceptance_by_depth.html/.png"
-            + (", engine_metrics.parquet" if config.engine_metrics else "")
-        )
-    return 0
+    return Report(outputs, categories, tuple(printed))
 
 
 def _one_setting(settings, parser):
@@ -494,6 +530,28 @@ def _trees(config: Config, source) -> str:
         stored = source.stored
         return f"captured {stored.shape} (width {stored.width}, depth {stored.depth})"
     return f"{config.shape} (width {config.width}, depth {config.depth}{f', trunk {config.trunk}' if config.shape == 'delayed' else ''})"
+
+
+STUDY = Study(
+    prog=PROG,
+    doc=__doc__,
+    config_type=Config,
+    flags=flags,
+    config=config_of,
+    open=open_source,
+    value_root=value_root,
+    merge=merge,
+    run=report,
+    values=values,
+    hf_defaults=HF_DEFAULTS,
+    # a verifier refused on the trees is one of --engine-metrics (the study's only verifiers)
+    error_flags={"prompts": "--prompts", "capture": "--capture", "verifier": "--engine-metrics"},
+    shardable=shardable,
+)
+
+
+def main(argv=None) -> int:
+    return run_study(STUDY, argv)
 
 
 if __name__ == "__main__":

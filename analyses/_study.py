@@ -1,0 +1,369 @@
+"""The study runner: what every study over roots does once, given what the study declares.
+
+A study declares a ``Study`` (its program name and docstring, its typed config and flags, its
+refusals, its live-model defaults, how it opens its source and latency, the drafters it times,
+how it values one root and how it reports) and its ``main`` is ``run_study(STUDY, argv)``.
+``run_study`` parses the flags once into the config (lists as tuples of ints or names, never
+strings), opens the source and latency model, prepares ``--out``, values the roots, stages every
+output the report names (parquet frames, HTML + PNG charts, other files, the by-category table),
+publishes them atomically (``backends.cli.OutputSet``), prints the tables and the "wrote" line,
+and maps every ``ValueError`` onto its flag (one line on stderr, exit 2).
+
+Sharding across processes and machines (``torchrun`` or ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``
+set by hand, read as ``backends.capture`` reads them): with ``WORLD_SIZE`` = W > 1 the roots,
+enumerated over the settings in the source's order (index i = 0, 1, ...), are split round-robin:
+rank R values the roots with ``i % W == R`` (``study.value_root``) into its own part,
+``<out>/parts/rank-R-of-W.json``, rewritten atomically after every ``SHARD_BATCH`` roots and
+marked complete at the end.  A part records the key of the run (the study, its config without
+``out`` and ``quiet``, W); a rerun of a killed rank reuses the roots its part already holds (a
+complete part is not recomputed; another key is started afresh).  Merge: rank 0, after its own
+share, waits for every part of the same key to be complete (``SIMLAB_SHARD_WAIT`` seconds, default
+86400; polled every second), then orders the payloads by root index, which is the order of a
+one-process run, and reports and publishes as one process does: the tables are byte-identical to
+a one-process run whenever each root's value depends on that root alone (``study.shardable``
+refuses the configurations where it does not).  A merge after the fact is rank 0 rerun with the
+same W: its part is complete, so it only waits for the others and merges.  Other ranks print one
+"wrote part" line and publish nothing.  Parts are JSON (floats by ``repr``, read back bit for bit).
+
+One node: ``torchrun --standalone --nproc_per_node 4 --no-python python -m analyses.STUDY FLAGS
+--out DIR``; several nodes sharing ``DIR`` (a shared file system): ``torchrun --nnodes N
+--nproc_per_node P --node_rank K --rdzv_backend c10d --rdzv_endpoint HOST:PORT --no-python python -m
+analyses.STUDY FLAGS --out DIR`` on each node.  ``--out`` must be given when sharded (every rank
+writes into it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from analyses._categories import print_by_category, stage_by_category
+from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, parquet_writer, print_table, progress, run_tool
+from backends.sources.flags import note_hf_defaults, study_out, with_drafter_time, with_hf_defaults
+
+WROTE = "wrote"
+"""A ``Report.printed`` item: where the "wrote" line goes (default: after every other item)."""
+
+SHARD_BATCH = 4
+"""Roots a rank values between two atomic rewrites of its part."""
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What a study's ``open`` returns: the source of roots, its sampling settings (a tuple of
+    ``simlab.sampling.SamplingSettings``), the latency model (``simlab.latency.LatencyModel`` or
+    None for a study that times nothing) and, for a study that must place files before its source
+    exists (a live capture), the output folder it prepared (else None: the runner prepares it)."""
+
+    source: object
+    settings: tuple
+    latency: object = None
+    out: Path | None = None
+
+
+@dataclass(frozen=True)
+class ByCategory:
+    """A ``Report.printed`` item: the by-category table (``analyses._categories.print_by_category``)."""
+
+    table: pl.DataFrame | None
+    columns: tuple
+    title: str
+    where: object = None
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a study's ``run`` returns.
+
+    Attributes:
+        outputs: file name -> content, in the order of the "wrote" line: a polars DataFrame
+            (written as parquet) or a callable ``write(tmp_path)`` (any other file, e.g.
+            ``latency.json``; charts: ``chart_files``).
+        by_category: the by-category table (``analyses._categories.by_category``) or None;
+            staged as ``by_category.parquet`` (not named in the "wrote" line).
+        printed: what is printed on stdout after publishing, unless ``--quiet``: items
+            ``(frame, title)`` (a table), strings (a line), ``ByCategory`` and ``WROTE``.
+    """
+
+    outputs: dict
+    by_category: pl.DataFrame | None = None
+    printed: tuple = ()
+
+
+@dataclass(frozen=True)
+class RootTask:
+    """One root to value: its index in the run's order (settings in order, then the source's
+    roots), the setting's index and ``SamplingSettings``, and the ``backends.sources.base.Root``."""
+
+    index: int
+    setting_index: int
+    setting: object
+    root: object
+
+
+def _never(config, opened, parser) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Study:
+    """A study's declaration (``run_study`` does the rest).
+
+    Attributes:
+        prog: ``python -m analyses.NAME`` (error lines, default ``--out``).
+        doc: the module docstring (its first paragraph is ``--help``'s description).
+        config_type: the config dataclass; ``config_type()`` gives the flags' defaults.
+        flags: ``flags(parser, defaults)`` adds the study's flags.
+        config: ``config(args, parser) -> Config``: the typed config from the parsed flags, or exit 2
+            with one line (the study's refusals).
+        open: ``open(config, parser, progress) -> Opened``.
+        value_root: ``value_root(config, opened, task) -> payload``: one root's values, JSON-able,
+            depending on that root alone (the sharded path).
+        merge: ``merge(config, opened, payloads) -> values``: the payloads of every root in task
+            order, as ``run`` takes them.
+        run: ``run(config, opened, values, progress) -> Report``.
+        values: ``values(config, opened, progress) -> values``: the one-process path (None:
+            ``merge`` of ``value_root`` over every root).
+        hf_defaults: field -> default with ``--backend hf`` (``with_hf_defaults``).
+        drafters: (name, config field, flag) of the extra drafters the study times: the latency
+            model gets each one's forward time (``with_drafter_time``).
+        error_flags: error argument -> flag, beside the parser's own (``fail_from``).
+        shardable: ``shardable(config, opened, parser) -> reason or None``: why this run cannot be
+            sharded (exit 2 with it when ``WORLD_SIZE`` > 1).
+    """
+
+    prog: str
+    doc: str
+    config_type: type
+    flags: Callable
+    config: Callable
+    open: Callable
+    value_root: Callable
+    merge: Callable
+    run: Callable
+    values: Callable | None = None
+    hf_defaults: dict = field(default_factory=dict)
+    drafters: tuple = ()
+    error_flags: dict = field(default_factory=dict)
+    shardable: Callable = _never
+
+
+def parse(study: Study, argv) -> tuple[object, ToolParser]:
+    """(config, parser) from ``argv``: the study's flags and refusals, then its live-model defaults."""
+    parser = ToolParser(prog=study.prog, description=study.doc.split("\n\n")[0])
+    study.flags(parser, study.config_type())
+    if study.hf_defaults:
+        note_hf_defaults(parser, study.hf_defaults)
+    config = study.config(parser.parse_args(argv), parser)
+    if study.hf_defaults:
+        config = with_hf_defaults(config, parser, study.hf_defaults)
+    return config, parser
+
+
+def tasks(opened: Opened) -> Iterator[RootTask]:
+    """Every root of the run in order: the settings in order, each one's roots in the source's order."""
+    index = 0
+    for s, setting in enumerate(opened.settings):
+        for root in opened.source.roots(setting):
+            yield RootTask(index, s, setting, root)
+            index += 1
+
+
+def run_study(study: Study, argv=None) -> int:
+    """Run ``study`` on ``argv`` (default ``sys.argv[1:]``) as a command-line tool: 0 on success,
+    2 with one line on stderr for a bad flag or input, 130 on an interrupt (``run_tool``)."""
+    return run_tool(study.prog, lambda: _run(study, sys.argv[1:] if argv is None else argv))
+
+
+def _run(study: Study, argv) -> int:
+    from backends.capture import shard_environment
+
+    try:
+        rank, world, _ = shard_environment(os.environ)
+    except ValueError as exc:
+        fail(study.prog, str(exc))
+    config, parser = parse(study, argv)
+    quiet = getattr(config, "quiet", False)
+    say = lambda message: progress(study.prog, message, quiet)
+    if world > 1 and "out" not in parser.given:
+        fail(study.prog, f"--out: a sharded run (WORLD_SIZE {world}) needs --out, the folder every rank writes its part into")
+    try:
+        opened = study.open(config, parser, say)
+        if world > 1 and (reason := study.shardable(config, opened, parser)):
+            fail(study.prog, f"WORLD_SIZE: {world} processes cannot share this run ({reason})")
+        if opened.latency is not None:
+            latency = opened.latency
+            for name, ratio_field, flag in study.drafters:
+                latency = with_drafter_time(latency, name, getattr(config, ratio_field), flag, parser)
+            opened = replace(opened, latency=latency)
+        out = opened.out if opened.out is not None else study_out(study.prog, config, opened.source.slug())
+        opened = replace(opened, out=out)
+        config = replace(config, out=str(out)) if hasattr(config, "out") else config
+        if world > 1:
+            values = _sharded(study, config, opened, rank, world, say)
+            if values is None:
+                return 0
+        elif study.values is not None:
+            values = study.values(config, opened, say)
+        else:
+            values = study.merge(config, opened, [study.value_root(config, opened, task) for task in tasks(opened)])
+        report = study.run(config, opened, values, say)
+    except ValueError as exc:
+        fail_from(study.prog, exc, parser, study.error_flags)
+    publish(out, report)
+    if not quiet:
+        show(out, report)
+    return 0
+
+
+def publish(out: Path, report: Report) -> None:
+    """Stage every output of ``report`` in ``out`` and publish them at once (``OutputSet``)."""
+    with OutputSet(out) as outputs:
+        for name, content in report.outputs.items():
+            if isinstance(content, pl.DataFrame):
+                outputs.stage(name, parquet_writer(content))
+            else:
+                outputs.stage(name, content)
+        stage_by_category(outputs, report.by_category)
+        outputs.publish()
+
+
+def chart_files(name: str, chart, writer=chart_writer) -> dict:
+    """``{NAME.html: writer, NAME.png: writer}`` of an altair ``chart`` for ``Report.outputs``
+    (``writer``: ``backends.cli.chart_writer`` or a study's own)."""
+    return {f"{name}.{fmt}": writer(chart, fmt) for fmt in ("html", "png")}
+
+
+def wrote_line(out: Path, report: Report) -> str:
+    """``wrote OUT/first, second, ...``: the outputs in order, ``NAME.html`` then ``NAME.png`` as ``NAME.html/.png``."""
+    names = []
+    for name in report.outputs:
+        if name.endswith(".png") and names and names[-1] == name[: -len(".png")] + ".html":
+            names[-1] += "/.png"
+        else:
+            names.append(name)
+    return f"wrote {out}/{', '.join(names)}"
+
+
+def show(out: Path, report: Report) -> None:
+    """Print ``report.printed`` with the "wrote" line at its ``WROTE`` item (else last)."""
+    items = report.printed if WROTE in report.printed else (*report.printed, WROTE)
+    for item in items:
+        if item is WROTE or item == WROTE:
+            print(wrote_line(out, report))
+        elif isinstance(item, str):
+            print(item)
+        elif isinstance(item, ByCategory):
+            print_by_category(item.table, item.columns, item.title, item.where)
+        else:
+            frame, title = item
+            print_table(frame, title)
+
+
+# -- sharding ------------------------------------------------------------------------------------
+def part_path(out: Path, rank: int, world: int) -> Path:
+    """Rank ``rank``'s part of a ``world``-process run under ``out``."""
+    return Path(out) / "parts" / f"rank-{rank}-of-{world}.json"
+
+
+def run_key(study: Study, config, world: int) -> str:
+    """sha256 of the study, its config (without ``out`` and ``quiet``) and ``world``: a part is
+    reused only by a run of the same key."""
+    fields = {k: v for k, v in asdict(config).items() if k not in ("out", "quiet")}
+    text = json.dumps({"prog": study.prog, "config": fields, "world": world}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _plain(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    raise TypeError(f"payload: {type(value).__name__} is not JSON")
+
+
+def read_part(path: Path, key: str) -> dict | None:
+    """The part at ``path`` (``{"key", "rank", "world", "complete", "roots": {index: payload}}``)
+    when it is readable and of run ``key``, else None."""
+    try:
+        part = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return part if isinstance(part, dict) and part.get("key") == key else None
+
+
+def write_part(path: Path, part: dict) -> None:
+    """Write ``part`` to ``path`` atomically (``simlab.files.atomic_write``)."""
+    from simlab.files import atomic_write
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(part, default=_plain)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
+def value_share(study: Study, config, opened: Opened, rank: int, world: int, say) -> dict:
+    """Value rank ``rank``'s roots (``index % world == rank``) into its part, resuming from the
+    part on disk; returns the complete part."""
+    key, path = run_key(study, config, world), part_path(opened.out, rank, world)
+    part = read_part(path, key) or {"key": key, "rank": rank, "world": world, "complete": False, "roots": {}}
+    if part["complete"]:
+        say(f"rank {rank} of {world}: part {path} is complete; nothing to value")
+        return part
+    if part["roots"]:
+        say(f"rank {rank} of {world}: resuming {path} ({len(part['roots'])} roots already valued)")
+    fresh = 0
+    for task in tasks(opened):
+        if task.index % world != rank or str(task.index) in part["roots"]:
+            continue
+        part["roots"][str(task.index)] = study.value_root(config, opened, task)
+        fresh += 1
+        if fresh % SHARD_BATCH == 0:
+            write_part(path, part)
+    part["complete"] = True
+    write_part(path, part)
+    return part
+
+
+def merge_parts(study: Study, config, opened: Opened, world: int, wait: float, say):
+    """Wait (at most ``wait`` seconds) until the ``world`` parts of this run are complete; the
+    values of every root in index order (``study.merge``)."""
+    key = run_key(study, config, world)
+    deadline, told = time.monotonic() + wait, False
+    while True:
+        parts = [read_part(part_path(opened.out, r, world), key) for r in range(world)]
+        missing = [r for r, p in enumerate(parts) if p is None or not p["complete"]]
+        if not missing:
+            break
+        if time.monotonic() > deadline:
+            raise ValueError(
+                f"WORLD_SIZE: ranks {', '.join(map(str, missing))} of {world} left no complete part under "
+                f"{Path(opened.out) / 'parts'} (rerun them with the same flags; rank 0 rerun then merges)"
+            )
+        if not told:
+            say(f"waiting for the parts of ranks {', '.join(map(str, missing))} of {world}")
+            told = True
+        time.sleep(1.0)
+    payloads = {int(i): payload for p in parts for i, payload in p["roots"].items()}
+    return study.merge(config, opened, [payloads[i] for i in sorted(payloads)])
+
+
+def _sharded(study: Study, config, opened: Opened, rank: int, world: int, say):
+    value_share(study, config, opened, rank, world, say)
+    if rank != 0:
+        if not getattr(config, "quiet", False):
+            print(f"wrote part {part_path(opened.out, rank, world)} (rank 0 merges)")
+        return None
+    return merge_parts(study, config, opened, world, float(os.environ.get("SIMLAB_SHARD_WAIT", 86400)), say)

@@ -1,0 +1,161 @@
+"""Studies sharded across processes (``analyses._study``): each rank values its share of the roots
+into its own part, rank 0 merges, and the published tables are those of one process, byte for
+byte; a killed rank resumes from its part."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analyses import _study
+from analyses import compare_verifiers as cv
+from analyses import divergence_by_depth as dbd
+from tests.conftest import one_error_line
+
+ROOT = Path(__file__).resolve().parent.parent
+DBD = ["--roots-per-trajectory", "5", "--depth", "2", "--trajectories", "2", "--draws", "root", "--k", "2", "--quiet"]
+DBD += ["--width", "2", "--methods", "spectr,khisti,rrs_wor,optimal", "--child-samples", "4"]  # khisti, rrs_wor: sampled
+CV = ["--K-max", "2", "--L-max", "2", "--samples", "2", "--verifiers", "specinfer,traversal", "--quiet"]
+TABLES = {
+    dbd: ("divergence_by_depth.parquet", "nodes.parquet"),
+    cv: ("compare_verifiers.parquet", "grid.parquet", "by_position.parquet", "labels.parquet", "latency.json"),
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_charts(monkeypatch):
+    """Empty chart files: the tables are what the merge must reproduce (and PNGs are slow)."""
+    for module in (dbd, cv):
+        monkeypatch.setattr(module, "chart_writer", lambda chart, fmt: lambda tmp: Path(tmp).write_bytes(b""))
+
+
+def _rank(monkeypatch, module, argv, rank: int, world: int) -> int:
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    monkeypatch.setenv("SIMLAB_SHARD_WAIT", "0")
+    try:
+        return module.main(argv)
+    finally:
+        for name in ("RANK", "WORLD_SIZE", "SIMLAB_SHARD_WAIT"):
+            monkeypatch.delenv(name)
+
+
+def _sharded(monkeypatch, module, argv, out: Path, world: int) -> None:
+    """Ranks world-1 .. 1 write their parts, then rank 0 values its own share and merges."""
+    for rank in reversed(range(world)):
+        assert _rank(monkeypatch, module, [*argv, "--out", str(out)], rank, world) == 0
+
+
+def _same_tables(module, one: Path, many: Path) -> None:
+    for name in TABLES[module]:
+        assert (one / name).read_bytes() == (many / name).read_bytes(), name
+
+
+def test_sharded_divergence_by_depth_equals_one_process(monkeypatch, tmp_path, world=3):
+    assert dbd.main([*DBD, "--engine-metrics", "specinfer", "--out", str(tmp_path / "one")]) == 0
+    _sharded(monkeypatch, dbd, [*DBD, "--engine-metrics", "specinfer"], tmp_path / "many", world)
+    _same_tables(dbd, tmp_path / "one", tmp_path / "many")
+    assert (tmp_path / "one" / "engine_metrics.parquet").read_bytes() == (
+        tmp_path / "many" / "engine_metrics.parquet"
+    ).read_bytes()
+    parts = sorted(p.name for p in (tmp_path / "many" / "parts").iterdir())
+    assert parts == [f"rank-{r}-of-{world}.json" for r in range(world)]
+    held = {r: sorted(map(int, json.loads((tmp_path / "many" / "parts" / parts[r]).read_text())["roots"])) for r in range(world)}
+    assert held == {r: list(range(r, 10, world)) for r in range(world)}  # round-robin by root index
+
+
+def test_sharded_compare_verifiers_over_a_capture_equals_one_process(monkeypatch, tmp_path, grid_capture):
+    argv = [*CV, "--capture", str(grid_capture)]
+    assert cv.main([*argv, "--out", str(tmp_path / "one")]) == 0
+    _sharded(monkeypatch, cv, argv, tmp_path / "many", 2)
+    _same_tables(cv, tmp_path / "one", tmp_path / "many")
+
+
+def test_sharded_compare_verifiers_over_settings_and_trajectories(monkeypatch, tmp_path):
+    argv = [*CV, "--settings", "1,0.6", "--trajectories", "2", "--roots-per-trajectory", "2", "--jobs", "1"]
+    assert cv.main([*argv, "--out", str(tmp_path / "one")]) == 0
+    _sharded(monkeypatch, cv, argv, tmp_path / "many", 3)
+    _same_tables(cv, tmp_path / "one", tmp_path / "many")
+
+
+def test_a_killed_rank_resumes_from_its_part(monkeypatch, tmp_path):
+    """Rank 1 dies after its 3rd root (its part, written per root here, holds 3 roots); its rerun
+    values only the other 2, a further rerun none, and rank 0's merge equals one process."""
+    monkeypatch.setattr(_study, "SHARD_BATCH", 1)
+    argv = [*DBD, "--out", str(tmp_path / "many")]
+    calls = []
+    plain = dbd.value_root
+
+    def dying(config, opened, task):
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the process dies here: its part holds what it wrote before
+        calls.append(task.index)
+        return plain(config, opened, task)
+
+    study = dbd.STUDY.__class__(**{**dbd.STUDY.__dict__, "value_root": dying})
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert _study.run_study(study, argv) == 130
+    part = json.loads((tmp_path / "many" / "parts" / "rank-1-of-2.json").read_text())
+    assert not part["complete"] and sorted(map(int, part["roots"])) == [1, 3, 5]
+    calls.clear()
+    counted = dbd.STUDY.__class__(**{**dbd.STUDY.__dict__, "value_root": lambda *a: calls.append(a[2].index) or plain(*a)})
+    assert _study.run_study(counted, argv) == 0
+    assert calls == [7, 9]
+    assert _study.run_study(counted, argv) == 0
+    assert calls == [7, 9]  # a complete part is not recomputed
+    monkeypatch.setenv("RANK", "0")
+    assert _study.run_study(dbd.STUDY, argv) == 0
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    assert dbd.main([*DBD, "--out", str(tmp_path / "one")]) == 0
+    _same_tables(dbd, tmp_path / "one", tmp_path / "many")
+
+
+def test_a_part_of_another_run_is_not_reused(monkeypatch, tmp_path):
+    out = tmp_path / "many"
+    assert _rank(monkeypatch, dbd, [*DBD, "--seed", "1", "--out", str(out)], 1, 2) == 0
+    _sharded(monkeypatch, dbd, DBD, out, 2)
+    assert dbd.main([*DBD, "--out", str(tmp_path / "one")]) == 0
+    _same_tables(dbd, tmp_path / "one", out)
+
+
+@pytest.mark.parametrize(
+    "env, argv, message",
+    [
+        ({"RANK": "2", "WORLD_SIZE": "2"}, [*DBD, "--out", "{out}"], "RANK: 2 is not a rank of WORLD_SIZE 2"),
+        ({"RANK": "0", "WORLD_SIZE": "2"}, DBD, "--out: a sharded run"),
+        ({"RANK": "0", "WORLD_SIZE": "2"}, ["--depth", "2", "--out", "{out}"], "--draws shared continues one generator"),
+        (
+            {"RANK": "0", "WORLD_SIZE": "2", "SIMLAB_SHARD_WAIT": "0"},
+            [*DBD, "--out", "{out}"],
+            "ranks 1 of 2 left no complete part",
+        ),
+    ],
+)
+def test_sharding_refusals_are_one_line(monkeypatch, tmp_path, capsys, env, argv, message):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exit_:
+        dbd.main([a.replace("{out}", str(tmp_path / "o")) for a in argv])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and one_error_line(err)
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_over_a_capture(tmp_path, grid_capture):
+    """``torchrun --nproc_per_node 2`` on CPU gives the one-process tables byte for byte."""
+    torchrun = Path(sys.executable).parent / "torchrun"
+    argv = ["-m", "analyses.compare_verifiers", *CV, "--capture", str(grid_capture)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, *argv, "--out", str(tmp_path / "one")], cwd=ROOT, env=env, capture_output=True)
+    assert one.returncode == 0, one.stderr
+    command = [str(torchrun), "--standalone", "--nproc_per_node", "2", "--no-python", sys.executable, *argv]
+    many = subprocess.run([*command, "--out", str(tmp_path / "many")], cwd=ROOT, env=env, capture_output=True)
+    assert many.returncode == 0, many.stderr
+    _same_tables(cv, tmp_path / "one", tmp_path / "many")
