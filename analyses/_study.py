@@ -164,8 +164,7 @@ def parse(study: Study, argv) -> tuple[object, ToolParser]:
     if study.hf_defaults:
         note_hf_defaults(parser, study.hf_defaults)
     config = study.config(parser.parse_args(argv), parser)
-    if study.hf_defaults:
-        config = with_hf_defaults(config, parser, study.hf_defaults)
+    config = with_hf_defaults(config, parser, study.hf_defaults or {})  # the named pair's own too (pair_study_defaults)
     return config, parser
 
 

@@ -48,7 +48,7 @@ from backends.cli import (
 from simlab.checks import check_device
 from simlab import tree_verifiers
 from simlab import verifiers as node_verifiers
-from backends.sources.flags import study_config, study_out
+from backends.sources.flags import study_config, study_out, with_hf_defaults
 
 PROG = "python -m analyses.train_selector"
 
@@ -149,6 +149,7 @@ def _main(argv) -> int:
     from simlab.selector.train import TrainConfig, split_by_trajectory
 
     config, parser = parse_args(sys.argv[1:] if argv is None else argv)
+    config = with_hf_defaults(config, parser, {})  # the named pair's defaults (pair_study_defaults)
     grid = grid_of(config)
     source, settings, latency = grid_source(PROG, parser, config, study_honours={"capture": {"device"}})
     out = study_out(PROG, config, source.slug())

@@ -284,6 +284,34 @@ def default_draft(pair: str | None = None) -> str:
     return qwen_pair.DRAFT_SPEC if pair == qwen_pair.NAME else DEFAULT_DRAFT
 
 
+def pair_gpu_profile(pair: str | None) -> str | None:
+    """The published GPU latency profile a named pair declares for its own models
+    (``backends.qwen_pair.GPU_PROFILE`` for ``qwen2.5-coder``), None where it declares none
+    (``smollm2`` and None: a study's own profile prices it).
+
+    Raises:
+        ValueError: ``pair: ...`` for an unknown pair.
+    """
+    from backends import qwen_pair
+
+    check_pair(pair)
+    return qwen_pair.GPU_PROFILE if pair == qwen_pair.NAME else None
+
+
+def pair_study_defaults(pair: str | None) -> dict:
+    """Source defaults (``backends.sources.flags.SourceConfig`` field -> value) a named pair gives every
+    study for the flags not given: ``backends.qwen_pair.STUDY_DEFAULTS`` for ``qwen2.5-coder``
+    (``roots_per_trajectory`` 3), {} for ``smollm2`` and None.
+
+    Raises:
+        ValueError: ``pair: ...`` for an unknown pair.
+    """
+    from backends import qwen_pair
+
+    check_pair(pair)
+    return dict(qwen_pair.STUDY_DEFAULTS) if pair == qwen_pair.NAME else {}
+
+
 def check_pair(pair: str | None) -> None:
     """Raises ``ValueError("pair: unknown pair ...")`` unless ``pair`` is None or in ``PAIRS``."""
     if pair is not None and pair not in PAIRS:

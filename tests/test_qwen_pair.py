@@ -674,3 +674,50 @@ def test_the_pair_declares_a_published_gpu_profile_and_roots_along_the_reply():
 
     assert qwen_pair.GPU_PROFILE in PROFILES and "Qwen2.5-1.5B" in PROFILES[qwen_pair.GPU_PROFILE].source
     assert set(qwen_pair.STUDY_DEFAULTS) <= set(SOURCE_FIELDS) and qwen_pair.STUDY_DEFAULTS["roots_per_trajectory"] >= 3
+
+
+def test_the_pairs_study_defaults_place_three_roots_unless_given():
+    from analyses import compare_builders, compare_verifiers, treegraft
+    from backends.sources.flags import with_hf_defaults
+
+    for module, defaults in ((compare_builders, compare_builders.HF_DEFAULTS), (treegraft, treegraft.HF_DEFAULTS)):
+        config, parser = module.parse_args(["--pair", "qwen2.5-coder"])
+        assert with_hf_defaults(config, parser, defaults).roots_per_trajectory == 3
+        config, parser = module.parse_args(["--pair", "smollm2"])
+        assert with_hf_defaults(config, parser, defaults).roots_per_trajectory == defaults["roots_per_trajectory"]
+        config, parser = module.parse_args(["--pair", "qwen2.5-coder", "--roots-per-trajectory", "2"])
+        assert with_hf_defaults(config, parser, defaults).roots_per_trajectory == 2
+    from analyses import divergence_by_depth
+
+    assert compare_verifiers.parse_args(["--pair", "qwen2.5-coder"])[0].roots_per_trajectory == 3
+    assert divergence_by_depth.parse_args(["--pair", "qwen2.5-coder"])[0].roots_per_trajectory == 3
+    assert (
+        divergence_by_depth.parse_args(["--pair", "smollm2"])[0].roots_per_trajectory
+        == divergence_by_depth.HF_DEFAULTS["roots_per_trajectory"]
+    )
+    assert (
+        compare_verifiers.parse_args(["--pair", "smollm2"])[0].roots_per_trajectory
+        == compare_verifiers.Config().roots_per_trajectory
+    )
+
+
+def test_the_pairs_own_gpu_profile_prices_its_target(capsys):
+    from types import SimpleNamespace
+
+    from analyses import compare_builders
+    from backends.sources.flags import make_latency
+    from simlab.latency_profiles import profile
+
+    class Source:
+        named_pair, draft, name = "qwen2.5-coder", "qwen2.5-coder-0.5b", "hf"
+
+        def draft_weight_ratio(self):
+            return 0.32
+
+    config, parser = compare_builders.parse_args(["--pair", "qwen2.5-coder", "--quiet"])
+    model = make_latency("prog", parser, config, Source(), 8, gpu_profile="specblock-a100")
+    qwen = profile("qwen2.5-a100")
+    assert model.target(1, 1) == qwen.target(1, 1) and model.draft(1, 1) == qwen.target(1, 1) * 0.32
+    smol = SimpleNamespace(named_pair="smollm2", draft="quant:4:64", draft_weight_ratio=lambda: 0.281)
+    config, parser = compare_builders.parse_args(["--pair", "smollm2", "--quiet"])
+    assert make_latency("prog", parser, config, smol, 8, gpu_profile="specblock-a100").target(0, 1) == 0.037

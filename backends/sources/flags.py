@@ -27,9 +27,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from backends.cli import ToolParser, fail, flag_message, prepare_out, progress, slow_step
-from backends.pretrained import DEFAULT_DRAFT, PAIRS, parse_draft
+from backends.pretrained import DEFAULT_DRAFT, PAIRS, pair_gpu_profile, pair_study_defaults, parse_draft
 from backends.sources import SOURCES, CaptureSource, HFSource, SyntheticSource
 from backends.synthetic import WORLDS
+from simlab.errors import argument_of
 from simlab.latency import LatencyModel
 from simlab.latency_profiles import listing, load
 from simlab.sampling import DDTE_SETTINGS, SamplingSettings
@@ -104,8 +105,9 @@ def parse_settings(text: str) -> tuple[SamplingSettings, ...]:
         try:
             out.append(SamplingSettings(temperature, top_k, top_p))
         except ValueError as exc:
-            name, _, rest = str(exc).partition(": ")
-            raise ValueError(f"settings: {name.replace('_', '-')} {rest} (entry {entry!r})") from None
+            name, rest = argument_of(exc)
+            detail = f"{name.replace('_', '-')} {rest}" if name else rest
+            raise ValueError(f"settings: {detail} (entry {entry!r})") from None
     names = [s.name for s in out]
     if len(set(names)) != len(names):
         raise ValueError(f"settings: {text!r} names a setting twice")
@@ -241,7 +243,7 @@ def check_paths(prog: str, config, given=frozenset()) -> None:
         if latency and latency != "probe" and "cost_ratio" not in given:
             load(latency)
     except ValueError as exc:
-        fail(prog, flag_message(str(exc), None, PATH_FLAGS))
+        fail(prog, flag_message(exc, None, PATH_FLAGS))
 
 
 def make_source(
@@ -302,7 +304,7 @@ def make_source(
                     stream=stream,
                 )
     except ValueError as exc:
-        fail(prog, flag_message(str(exc), parser, {"backend": "--backend"}))
+        fail(prog, flag_message(exc, parser, {"backend": "--backend"}))
     if max_settings is not None and len(settings) > max_settings:
         where = "--capture" if config.capture else "--settings"
         fail(
@@ -363,11 +365,14 @@ def note_hf_defaults(parser: ToolParser, defaults: dict) -> None:
 
 
 def with_hf_defaults(config, parser: ToolParser, defaults: dict, **also):
-    """``config`` with a study's live-model defaults (``defaults``, then ``also``) for every field
-    not given on the command line, when it runs on ``--backend hf`` (else unchanged)."""
+    """``config`` with a study's live-model defaults (``defaults``, then ``also``, then the named
+    pair's own, ``backends.pretrained.pair_study_defaults``: ``--pair qwen2.5-coder`` places 3 roots
+    along each reply) for every field not given on the command line, when it runs on
+    ``--backend hf`` (else unchanged)."""
     if config.backend != "hf" or config.capture:
         return config
-    return replace(config, **{k: v for k, v in {**defaults, **also}.items() if k not in parser.given})
+    merged = {**defaults, **also, **pair_study_defaults(getattr(config, "pair", None))}
+    return replace(config, **{k: v for k, v in merged.items() if k not in parser.given})
 
 
 DRAFT_LAWS = ("raw", "setting")
@@ -436,6 +441,8 @@ def make_latency(prog: str, parser: ToolParser, config, source, largest_tree: in
     source's own (a capture's ``latency.json``, a warm-up benchmark of live models); else the
     cost-ratio model with the defaults.  Exit 2 on conflicting or unusable flags."""
     given = parser.given
+    if gpu_profile and getattr(source, "named_pair", None):  # a pair's own published profile comes first
+        gpu_profile = pair_gpu_profile(source.named_pair) or gpu_profile
     if gpu_profile and "latency" not in given and "cost_ratio" not in given and getattr(source, "named_pair", None):
         if "per_token" in given:
             fail(
@@ -491,7 +498,7 @@ def make_latency(prog: str, parser: ToolParser, config, source, largest_tree: in
                 return own
         return LatencyModel.from_cost_ratio(config.cost_ratio, per_token=config.per_token)
     except ValueError as exc:
-        fail(prog, flag_message(str(exc), parser, {"c": "--cost-ratio", "per_token": "--per-token"}))
+        fail(prog, flag_message(exc, parser, {"c": "--cost-ratio", "per_token": "--per-token"}))
 
 
 def with_drafter_time(latency, name: str, ratio: float, flag: str, parser: ToolParser):
