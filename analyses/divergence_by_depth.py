@@ -65,7 +65,7 @@ from backends.sources.flags import (
 )
 from simlab import engine_metrics, tree_verifiers
 from simlab.builders import named_shape
-from simlab.measures import ACCEPTANCE_METHODS, MEASURABLE, node_acceptance, node_divergences
+from simlab.measures import ACCEPTANCE_METHODS, measurable, node_acceptance, node_divergences
 from simlab.sampling import Stream, seeded_rng
 from simlab.trees import DraftTree, NodeTable
 
@@ -117,7 +117,7 @@ def flags(parser: ToolParser, d: Config) -> None:
     parser.add_argument(
         "--methods",
         default=",".join(d.methods),
-        help=f"acceptance methods (comma-separated) of {', '.join(MEASURABLE)}; optimal_wor (alpha* drafting without "
+        help=f"acceptance methods (comma-separated) of {', '.join(measurable())}; optimal_wor (alpha* drafting without "
         "replacement, the bound of rrs_wor) costs about 0.25 s per node and k at V = 49,152",
     )
     parser.add_argument(
@@ -140,7 +140,7 @@ def config_of(args, parser: ToolParser) -> Config:
     """The typed config (``--methods`` and ``--engine-metrics`` as tuples of names), or exit 2 with one line."""
     try:
         metrics = name_list(args.engine_metrics, "--engine-metrics", tree_verifiers.names()) if args.engine_metrics else ()
-        methods = name_list(args.methods, "--methods", MEASURABLE)
+        methods = name_list(args.methods, "--methods", measurable())
     except ValueError as exc:
         fail(PROG, str(exc))
     config = study_config(Config, args, engine_metrics=metrics, methods=methods)

@@ -49,10 +49,7 @@ def speculative_decode(
     context = check_context(prompt, pair.vocab_size, "prompt")
     if not hasattr(shape, "sample"):
         raise ValueError(f"shape: must be a tree shape (simlab.Delayed, iid, chain, Static), got {shape!r}")
-    if isinstance(verifier, str):
-        verifier = tree_verifiers.get(verifier)
-    elif not isinstance(verifier, tree_verifiers.TreeVerifier):
-        raise ValueError(f"verifier: must be a tree-verifier name or object, got {verifier!r}")
+    verifier = tree_verifiers.as_verifier(verifier)
     new_tokens = check_int(new_tokens, "new_tokens", 0)
     check_generator(rng)
     eos = eos_of(pair)

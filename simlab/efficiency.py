@@ -23,7 +23,6 @@ target's).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -76,16 +75,6 @@ def lossless_over(verifier, trees, depths: Sequence[int] | None = None):
     return [all(deepest >= cut for deepest, _ in margins) for cut in depths]
 
 
-def _verifier(verifier, allow_lossy: bool = False):
-    if isinstance(verifier, str):
-        return tree_verifiers.get(verifier, allow_lossy=allow_lossy)
-    if not isinstance(verifier, tree_verifiers.TreeVerifier):
-        raise ValueError(f"verifier: must be a tree-verifier name or object, got {verifier!r}")
-    if allow_lossy and not verifier.allow_lossy:
-        return dataclasses.replace(verifier, allow_lossy=True)
-    return verifier
-
-
 def _check(pair, shape) -> None:
     if not isinstance(pair, ModelPair):
         raise ValueError(f"pair: must implement the ModelPair protocol (vocab_size, distributions), got {type(pair).__name__}")
@@ -134,7 +123,7 @@ def expected_block_efficiency(
             trees to enumerate (with the limit in the message), or a ``table`` of another pair
             or context.
     """
-    verifier = _verifier(verifier, allow_lossy)
+    verifier = tree_verifiers.as_verifier(verifier, allow_lossy)
     _check(pair, shape)
     if table is None:
         table = NodeTable(pair, context)
@@ -189,7 +178,7 @@ def simulate_block_efficiency(
 ) -> Estimate:
     """Brute force: draw a tree and run ``verify`` ``steps`` times; mean and standard error of tau + 1
     (with an EOS id, of the tokens kept: ``simlab.tree_verifiers.base.counted_tokens``)."""
-    verifier = _verifier(verifier, allow_lossy)
+    verifier = tree_verifiers.as_verifier(verifier, allow_lossy)
     _check(pair, shape)
     steps = check_int(steps, "steps", 2)
     table = NodeTable(pair, context)
@@ -214,7 +203,7 @@ def emitted_sequence_law(
     sequence ends at its first EOS: the law is over sequences of n tokens or shorter ones
     ending in EOS.  ``allow_lossy``: as in ``expected_block_efficiency``.
     """
-    verifier = _verifier(verifier, allow_lossy)
+    verifier = tree_verifiers.as_verifier(verifier, allow_lossy)
     _check(pair, shape)
     eos = eos_of(pair)
     memo: dict[tuple[tuple[int, ...], int], dict[tuple[int, ...], float]] = {}

@@ -68,7 +68,7 @@ def evaluate_schedules(builder, table, verifier, latency, verify_table=None) -> 
     from simlab import tree_verifiers
     from simlab.valuation import value_tree
 
-    verifier = tree_verifiers.get(verifier) if isinstance(verifier, str) else verifier
+    verifier = tree_verifiers.as_verifier(verifier)
     root = builder.prepare(table)
     out = {}
     stack = [(builder.start(root), ())]
