@@ -362,3 +362,18 @@ def summarise(rows: list[dict]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFram
     frame = pl.DataFrame(summary, infer_schema_length=None)
     frame = frame.select(*fixed, *[c for c in frame.columns if c not in fixed]).sort(["setting", "TPS"], descending=[False, True])
     return frame, per_root, pl.DataFrame(positions)
+
+
+def refuse_raw_draft_law_on_capture(prog: str, config, settings) -> None:
+    """Exit 2 with one line (``backends.cli.fail``, on ``--draft-law``) when ``config`` replays a
+    capture (``config.capture``) with ``config.draft_law == "raw"`` at a setting other than T = 1:
+    a capture holds q under its own setting only, not the drafters' untempered law."""
+    from backends.cli import fail
+    from simlab.sampling import SamplingSettings
+
+    if config.capture and config.draft_law == "raw" and any(s != SamplingSettings() for s in settings):
+        fail(
+            prog,
+            "--draft-law: a capture holds q under its own setting only, not the drafters' untempered law; "
+            "use --draft-law setting, or a capture at T = 1",
+        )

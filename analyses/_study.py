@@ -366,3 +366,112 @@ def _sharded(study: Study, config, opened: Opened, rank: int, world: int, say):
             print(f"wrote part {part_path(opened.out, rank, world)} (rank 0 merges)")
         return None
     return merge_parts(study, config, opened, world, float(os.environ.get("SIMLAB_SHARD_WAIT", 86400)), say)
+
+
+def live_timing_reason(opened: Opened, parser: ToolParser) -> str | None:
+    """A ``Study.shardable`` reason for a study that times live models: with ``--backend hf`` (not a
+    named pair, whose published profile prices it) and neither ``--latency`` nor ``--cost-ratio``
+    given, each rank would time the models on its own machine, so the ranks' values would differ
+    from one process's; else None."""
+    if (
+        opened.source.name == "hf"
+        and not getattr(opened.source, "named_pair", None)
+        and not ({"latency", "cost_ratio"} & set(parser.given))
+    ):
+        return "each rank would time the live models itself; pass --latency FILE or --cost-ratio"
+    return None
+
+
+def folder_only(prog: str, out: str) -> Opened:
+    """``Opened`` for a study with no source of roots (it builds its own synthetic worlds or reads a
+    file): no settings, no latency, and the output folder ``out`` prepared
+    (``backends.cli.prepare_out``: exit 2 with one line when it cannot be written)."""
+    from backends.cli import prepare_out
+
+    return Opened(None, (), None, prepare_out(prog, out))
+
+
+def no_roots(what: str) -> Callable:
+    """A ``Study.shardable`` for a study that values no roots: it always refuses, with
+    ``"the study values no roots: " + what`` (what it computes instead, in one process)."""
+    return lambda config, opened, parser: f"the study values no roots: {what}"
+
+
+def run_printing_study(study: Study, argv=None) -> int:
+    """Run ``study``, a tool that prints its answer and writes no file, as ``run_study`` does but
+    without ``--out``, publishing or the "wrote" line: the flags and refusals once (``parse``), its
+    ``open``, ``values`` and ``run``, then ``report.printed`` on stdout (its ``outputs`` must be
+    empty).  ``WORLD_SIZE`` > 1 is refused (``study.shardable``'s reason): there are no roots to
+    share.  0 on success, 2 with one line on stderr for a bad flag or input (``study.error_flags``)."""
+    return run_tool(study.prog, lambda: _run_printing(study, sys.argv[1:] if argv is None else argv))
+
+
+def _run_printing(study: Study, argv) -> int:
+    from backends.capture import shard_environment
+
+    try:
+        _, world, _ = shard_environment(os.environ)
+    except ValueError as exc:
+        fail(study.prog, str(exc))
+    config, parser = parse(study, argv)
+    say = lambda message: progress(study.prog, message, getattr(config, "quiet", False))
+    try:
+        opened = study.open(config, parser, say)
+        if world > 1:
+            fail(study.prog, f"WORLD_SIZE: {world} processes cannot share this run ({study.shardable(config, opened, parser)})")
+        report = study.run(config, opened, study.values(config, opened, say), say)
+    except ValueError as exc:
+        fail_from(study.prog, exc, parser, study.error_flags)
+    if report.outputs or report.by_category is not None:
+        raise TypeError(f"{study.prog}: a printing study's Report names no outputs")
+    for item in report.printed:
+        if isinstance(item, str):
+            print(item)
+        else:
+            print_table(*item)
+    return 0
+
+
+STUDY_NAMES = {
+    "prog": "PROG",
+    "doc": "__doc__",
+    "config_type": "Config",
+    "flags": "flags",
+    "config": "config_of",
+    "open": "open_source",
+    "value_root": "value_root",
+    "merge": "merge",
+    "run": "run",
+    "values": "values",
+    "shardable": "shardable",
+    "hf_defaults": "HF_DEFAULTS",
+}
+"""``Study`` field -> the name a study module gives it (``declared``)."""
+
+
+def declared(namespace: dict, **fields) -> Study:
+    """The ``Study`` of a study module from its namespace (``globals()``), each field read under its
+    conventional name (``STUDY_NAMES``: ``PROG``, ``__doc__``, ``Config``, ``flags``, ``config_of``,
+    ``open_source``, ``value_root``, ``merge``, ``run``, ``values``, ``shardable``, ``HF_DEFAULTS``);
+    a name the module does not define keeps ``Study``'s default (None for ``value_root`` and
+    ``merge``: a study whose ``shardable`` always refuses).  ``fields`` override or add fields
+    (``drafters``, ``error_flags``, ``run=report``, ...)."""
+    found = {name: namespace[key] for name, key in STUDY_NAMES.items() if key in namespace}
+    return Study(**{"value_root": None, "merge": None, **found, **fields})
+
+
+def titled(chart, width: int, height: int, title: str, subtitle: str):
+    """``chart.properties(width=..., height=..., title=alt.TitleParams(title, subtitle=subtitle))``:
+    an altair chart of ``width`` x ``height`` pixels (each facet's) under a title and subtitle."""
+    import altair as alt
+
+    return chart.properties(width=width, height=height, title=alt.TitleParams(title, subtitle=subtitle))
+
+
+def flag_value(prog: str, parse: Callable, *args, **kwargs):
+    """``parse(*args, **kwargs)`` (a flag's parser, e.g. ``backends.cli.int_list``), or exit 2 with
+    one line (``backends.cli.fail``) carrying the ``ValueError``'s message, which names the flag."""
+    try:
+        return parse(*args, **kwargs)
+    except ValueError as exc:
+        fail(prog, str(exc))

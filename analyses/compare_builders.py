@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,35 +39,20 @@ from simlab.engine_metrics import conditional_rates
 from simlab.valuation import tree_value
 
 from analyses import _builder_roster as roster_module
-from analyses._categories import by_category, print_by_category, stage_by_category, with_category
-from backends.cli import (
-    OutputSet,
-    ToolParser,
-    add_output_flags,
-    chart_writer,
-    check_flags,
-    fail,
-    fail_from,
-    int_list,
-    name_list,
-    parquet_writer,
-    print_table,
-    progress_bar,
-    run_tool,
-)
+from analyses._categories import by_category, with_category
+from analyses._study import ByCategory, Opened, Report, chart_files, declared, parse, run_study
+from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, int_list, name_list, progress_bar
 from backends.sources.flags import (
     LatencyConfig,
     SourceConfig,
     add_draft_law_flag,
+    add_latency_flags,
+    add_source_flags,
     drafting_table,
     make_latency,
-    with_drafter_time,
     make_source,
-    note_hf_defaults,
     study_config,
-    study_out,
-    study_parser,
-    with_hf_defaults,
+    with_drafter_time,
 )
 
 PROG = "python -m analyses.compare_builders"
@@ -89,18 +74,33 @@ takes a third of the default run's time, and the OT walk's and the curtain's per
 (Newton solves over V) are of the same order; the node-gap table and ``--verifiers all`` measure them."""
 
 
+def verifier_names(text: str) -> tuple[str, ...]:
+    """``--verifiers``: ``default`` (every registered tree verifier but ``NOT_IN_ALL`` and
+    ``NOT_BY_DEFAULT``), ``all`` (all but ``NOT_IN_ALL``) or a comma list of names.
+
+    Raises:
+        ValueError: ``--verifiers: ...`` for an unknown or repeated name.
+    """
+    if text in ("all", "default"):
+        left_out = NOT_IN_ALL + (NOT_BY_DEFAULT if text == "default" else ())
+        return tuple(v for v in tree_verifiers.names() if v not in left_out)
+    return tuple(name_list(text, "--verifiers", tree_verifiers.names()))
+
+
 @dataclass(frozen=True)
 class Config(SourceConfig, LatencyConfig):
-    """The study's settings (the command-line flags)."""
+    """The study's settings (the command-line flags): ``budgets`` a tuple of ints, ``builders`` and
+    ``verifiers`` tuples of names (a string given in code is read once, as the flags are:
+    ``ValueError`` naming the flag)."""
 
     vocab: int = 32
     trajectories: int = 4
     roots_per_trajectory: int = 2
     spacing: int = 12
     settings: str = "0,ddte"
-    budgets: str = "16,32,63,90"
-    builders: str = ",".join(roster_module.NAMES)
-    verifiers: str = "default"
+    budgets: tuple[int, ...] = (16, 32, 63, 90)
+    builders: tuple[str, ...] = roster_module.NAMES
+    verifiers: tuple[str, ...] = ()
     samples: int = 4
     grid_samples: int = 2
     test_share: float = 0.5
@@ -115,16 +115,27 @@ class Config(SourceConfig, LatencyConfig):
     out: str | None = None
     quiet: bool = False
 
+    def __post_init__(self):
+        if isinstance(self.budgets, str):
+            object.__setattr__(self, "budgets", int_list(self.budgets, "--budgets", minimum=1))
+        if isinstance(self.builders, str):
+            object.__setattr__(self, "builders", name_list(self.builders, "--builders", roster_module.NAMES))
+        if isinstance(self.verifiers, str) or not self.verifiers:
+            object.__setattr__(self, "verifiers", verifier_names(self.verifiers or "default"))
 
-def parse_args(argv) -> tuple[Config, ToolParser]:
-    d = Config()
-    parser = study_parser(PROG, __doc__, d)
+
+def flags(parser: ToolParser, d: Config) -> None:
+    """The source and latency flags, the comparison's flags and the output flags."""
+    add_source_flags(parser, d)
+    add_latency_flags(parser, d)
     g = parser.add_argument_group("comparison")
-    g.add_argument("--budgets", default=d.budgets, help="matched verify budgets (draft tokens, root excluded)")
-    g.add_argument("--builders", default=d.builders, help=f"comma list of {', '.join(roster_module.NAMES)}")
+    g.add_argument(
+        "--budgets", default=",".join(map(str, d.budgets)), help="matched verify budgets (draft tokens, root excluded)"
+    )
+    g.add_argument("--builders", default=",".join(d.builders), help=f"comma list of {', '.join(roster_module.NAMES)}")
     g.add_argument(
         "--verifiers",
-        default=d.verifiers,
+        default="default",
         help="comma list of tree verifiers, default (all but optimal and khisti) or all (all but optimal); each builder gets those lossless for it",
     )
     g.add_argument("--samples", type=int, default=d.samples, help="sampled trees per root for builders with sampled children")
@@ -147,21 +158,17 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     g.add_argument("--epochs", type=int, default=d.epochs, help="TreeGraft scheduler's training epochs")
     add_draft_law_flag(g, d.draft_law)
     add_output_flags(parser, PROG)
-    note_hf_defaults(parser, HF_DEFAULTS)
-    args = parser.parse_args(argv)
+
+
+def config_of(args, parser: ToolParser) -> Config:
+    """The typed config (lists as tuples), or exit 2 with one line."""
     try:
         budgets = int_list(args.budgets, "--budgets", minimum=1)
         builders = name_list(args.builders, "--builders", roster_module.NAMES)
-        if args.verifiers in ("all", "default"):
-            left_out = NOT_IN_ALL + (NOT_BY_DEFAULT if args.verifiers == "default" else ())
-            verifiers = [v for v in tree_verifiers.names() if v not in left_out]
-        else:
-            verifiers = list(name_list(args.verifiers, "--verifiers", tree_verifiers.names()))
+        verifiers = verifier_names(args.verifiers)
     except ValueError as exc:
         fail(PROG, str(exc))
-    config = study_config(
-        Config, args, budgets=",".join(map(str, budgets)), builders=",".join(builders), verifiers=",".join(verifiers)
-    )
+    config = study_config(Config, args, budgets=budgets, builders=builders, verifiers=verifiers)
     check_flags(
         PROG,
         [
@@ -173,14 +180,19 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
             (0 < config.small_ratio < float("inf"), f"--small-ratio: must be a finite number > 0, got {config.small_ratio}"),
             (0 < config.block_ratio < float("inf"), f"--block-ratio: must be a finite number > 0, got {config.block_ratio}"),
             (0 <= config.rank_noise <= 1, f"--rank-noise: must lie in [0, 1], got {config.rank_noise}"),
-            (config.baseline in builders, f"--baseline: {config.baseline} is not among --builders ({config.builders})"),
+            (config.baseline in builders, f"--baseline: {config.baseline} is not among --builders ({','.join(builders)})"),
             (
                 config.selector is None or (Path(config.selector) / "run.json").is_file(),
                 f"--selector: {config.selector!r} is not a train_selector run (no run.json)",
             ),
         ],
     )
-    return config, parser
+    return config
+
+
+def parse_args(argv) -> tuple[Config, ToolParser]:
+    """(config, parser) from the command line ``argv``."""
+    return parse(STUDY, argv)
 
 
 def split(trajectories, share: float, seed: int) -> set[int]:
@@ -274,7 +286,7 @@ def node_gaps(trees, verifier: str) -> dict[int, list[float]]:
 def measure(config: Config, roster, test_roots: dict, verifiers, builders, bar):
     from simlab.trees import NodeTable
 
-    budgets = int_list(config.budgets, "--budgets", minimum=1)
+    budgets = config.budgets
     rows, depth_rows, gap_rows, missing = [], [], [], {}
     for setting, roots in test_roots.items():
         for root in roots:
@@ -478,25 +490,34 @@ def charts(summary: pl.DataFrame, by_depth: pl.DataFrame, subtitle: str, rules: 
     return tps, acc
 
 
-def main(argv=None) -> int:
-    return run_tool(PROG, lambda: _main(argv))
+@dataclass(frozen=True)
+class Rostered(Opened):
+    """``Opened`` with the study's ``roster`` (``analyses._builder_roster.Roster``, ``roster_for``)."""
+
+    roster: object = None
 
 
-def _main(argv) -> int:
-    from analyses._block_drafters import DrafterConfig, drafters_for
-
-    config, parser = parse_args(sys.argv[1:] if argv is None else argv)
-    config = with_hf_defaults(config, parser, HF_DEFAULTS)
-    builders = list(name_list(config.builders, "--builders", roster_module.NAMES))
-    verifiers = list(name_list(config.verifiers, "--verifiers", tree_verifiers.names()))
+def open_source(config: Config, parser: ToolParser, say) -> Rostered:
+    """The source the flags name (per-trajectory streams; never a capture), the latency model
+    (``GPU_PROFILE`` on a pretrained pair without ``--latency``) with TreeGraft's ``small`` drafter
+    (``--small-ratio``), and the roster (``roster_for``: it times SpecBlock's block drafter)."""
     source, settings = make_source(
         PROG, parser, config, stream="per_trajectory", grid=False, depth=9, study_refusals=REFUSALS, quiet=config.quiet
     )
-    budgets = int_list(config.budgets, "--budgets", minimum=1)
-    latency = make_latency(PROG, parser, config, source, max(budgets), gpu_profile=GPU_PROFILE)
+    latency = make_latency(PROG, parser, config, source, max(config.budgets), gpu_profile=GPU_PROFILE)
     latency = with_drafter_time(latency, "small", config.small_ratio, "small_ratio", parser)
-    roster = roster_module.Roster(budgets, latency, config.draft_law)
-    if "specblock" in builders:
+    opened = Rostered(source, settings, latency)
+    return replace(opened, roster=roster_for(config, opened, parser))
+
+
+def roster_for(config: Config, opened: Opened, parser: ToolParser) -> roster_module.Roster:
+    """The roster at the study's budgets: SpecBlock's block drafter (its forward measured on the
+    live models unless the profile gives it, else ``--block-ratio``), the NDE selectors, and a
+    not-run row for each builder that cannot run or has no lossless verifier among ``--verifiers``."""
+    from analyses._block_drafters import DrafterConfig, drafters_for
+
+    roster = roster_module.Roster(config.budgets, opened.latency, config.draft_law)
+    if "specblock" in config.builders:
         sb = DrafterConfig(
             backend=config.backend,
             target=config.target,
@@ -506,47 +527,55 @@ def _main(argv) -> int:
             seed=config.seed,
             drafters=config.drafters,
         )
-        measure_block = config.backend == "hf" and "block" not in dict(
-            latency.drafters
-        )  # measured, unless the profile gives it (as sweep)
+        measure_block = config.backend == "hf" and "block" not in dict(opened.latency.drafters)  # unless the profile gives it
         try:
             drafter_of, missing = drafters_for(sb)
             roster.block_drafter = drafter_of["full"]
             if measure_block:
                 from backends.block_drafter.drafter import forward_seconds
 
-                roster.latency = latency = latency.with_drafter("block", forward_seconds(drafter_of["full"](source.pair).model))
+                seconds = forward_seconds(drafter_of["full"](opened.source.pair).model)
+                roster.latency = roster.latency.with_drafter("block", seconds)
         except ValueError as exc:
             roster.not_run.append({"builder": "specblock", "setting": "all", "budget": None, "reason": str(exc)})
         if not measure_block:
-            roster.latency = latency = with_drafter_time(latency, "block", config.block_ratio, "block_ratio", parser)
-    if "nde" in builders:
+            roster.latency = with_drafter_time(roster.latency, "block", config.block_ratio, "block_ratio", parser)
+    if "nde" in config.builders:
         if config.selector is None:
-            roster.not_run.append(
-                {
-                    "builder": "nde",
-                    "setting": "all",
-                    "budget": None,
-                    "reason": "needs --selector RUN (a folder of python -m analyses.train_selector on this source)",
-                }
-            )
+            why = "needs --selector RUN (a folder of python -m analyses.train_selector on this source)"
+            roster.not_run.append({"builder": "nde", "setting": "all", "budget": None, "reason": why})
         else:
             roster.selectors = nde_entry(config, roster)
     listed = {r["builder"] for r in roster.not_run}
-    roster.not_run += unpaired_builders([b for b in builders if b not in listed], settings, verifiers)
-    out = study_out(PROG, config, source.slug())
-    try:
-        roots = {s: list(source.roots(s)) for s in settings}
-        test = split([r.trajectory for rs in roots.values() for r in rs], config.test_share, config.seed)
-        train_roots = {s: [r for r in rs if r.trajectory not in test] for s, rs in roots.items()}
-        test_roots = {s: [r for r in rs if r.trajectory in test] for s, rs in roots.items()}
-        with progress_bar(
-            total=sum(len(r) for r in roots.values()), desc="roots (fit, then compare)", unit="root", quiet=config.quiet
-        ) as bar:
-            fit(config, roster, train_roots, verifiers, set(builders), source, bar)
-            rows, depth_rows, gap_rows, missing = measure(config, roster, test_roots, verifiers, builders, bar)
-    except ValueError as exc:
-        fail_from(PROG, exc, parser, {"k": "--verifiers"})
+    roster.not_run += unpaired_builders([b for b in config.builders if b not in listed], opened.settings, config.verifiers)
+    return roster
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What ``values`` measures: the per-root, per-depth and node-gap rows, the not-run rows and
+    the held-out trajectories."""
+
+    rows: list
+    depth_rows: list
+    gap_rows: list
+    not_run: list
+    test: set
+
+
+def values(config: Config, opened: Rostered, say) -> Measured:
+    """Split the roots by trajectory, fit on the training ones and value every builder on the
+    held-out ones (``fit``, ``measure``); exit 2 when no builder could run."""
+    roster = opened.roster
+    builders, verifiers = list(config.builders), list(config.verifiers)
+    roots = {s: list(opened.source.roots(s)) for s in opened.settings}
+    test = split([r.trajectory for rs in roots.values() for r in rs], config.test_share, config.seed)
+    train_roots = {s: [r for r in rs if r.trajectory not in test] for s, rs in roots.items()}
+    test_roots = {s: [r for r in rs if r.trajectory in test] for s, rs in roots.items()}
+    total = sum(len(r) for r in roots.values())
+    with progress_bar(total=total, desc="roots (fit, then compare)", unit="root", quiet=config.quiet) as bar:
+        fit(config, roster, train_roots, verifiers, set(builders), opened.source, bar)
+        rows, depth_rows, gap_rows, missing = measure(config, roster, test_roots, verifiers, builders, bar)
     everywhere = {r["builder"] for r in roster.not_run if r["setting"] == "all"}
     for (name, setting, budget, v), reason in sorted(missing.items()):
         if name not in everywhere:
@@ -554,12 +583,34 @@ def _main(argv) -> int:
     if not rows:
         reasons = "; ".join(dict.fromkeys(f"{r['builder']}: {r['reason']}" for r in roster.not_run))
         fail(PROG, f"--builders: no builder could run on this source ({reasons})")
-    per_root = with_category(pl.DataFrame(rows))
-    rules = tree_verifiers.deterministic_rules(settings)
-    summary = baseline_notes(summarise(per_root, config.baseline, rules), config.baseline, verifiers, rules)
-    categories = by_category(
-        per_root, lambda part: baseline_notes(summarise(part, config.baseline, rules), config.baseline, verifiers, rules)
-    )
+    return Measured(rows, depth_rows, gap_rows, roster.not_run, test)
+
+
+GAP_SCHEMA = {
+    "setting": pl.String,
+    "trajectory": pl.Int64,
+    "root": pl.Int64,
+    "context_length": pl.Int64,
+    "category": pl.String,
+    "budget": pl.Int64,
+    "builder": pl.String,
+    "verifier": pl.String,
+    "depth": pl.Int64,
+    "gap": pl.Float64,
+    "nodes": pl.Int64,
+}
+NOT_RUN_SCHEMA = {"builder": pl.String, "setting": pl.String, "budget": pl.Int64, "verifier": pl.String, "reason": pl.String}
+
+
+def run(config: Config, opened: Opened, measured: Measured, say) -> Report:
+    """The summary, per-root, per-depth, node-gap and not-run frames, the charts and the tables;
+    a note on stderr where the baseline's ratios are empty."""
+    source, latency, verifiers = opened.source, opened.latency, config.verifiers
+    per_root = with_category(pl.DataFrame(measured.rows))
+    rules = tree_verifiers.deterministic_rules(opened.settings)
+    noted = lambda part: baseline_notes(summarise(part, config.baseline, rules), config.baseline, verifiers, rules)
+    summary = noted(per_root)
+    categories = by_category(per_root, noted)
     for note, where in (
         summary.filter(pl.col("baseline_note").is_not_null())
         .group_by("baseline_note", maintain_order=True)
@@ -567,73 +618,56 @@ def _main(argv) -> int:
         .iter_rows()
     ):
         print(f"{PROG}: note: vs_baseline and paired_dE are empty at {where}: {note}", file=sys.stderr)
-    by_depth, gaps = (
-        with_category(pl.DataFrame(depth_rows)),
-        pl.DataFrame(
-            gap_rows,
-            schema={
-                "setting": pl.String,
-                "trajectory": pl.Int64,
-                "root": pl.Int64,
-                "context_length": pl.Int64,
-                "category": pl.String,
-                "budget": pl.Int64,
-                "builder": pl.String,
-                "verifier": pl.String,
-                "depth": pl.Int64,
-                "gap": pl.Float64,
-                "nodes": pl.Int64,
-            },
-        ),
-    )
-    not_run = pl.DataFrame(
-        [{"verifier": "all", **r} for r in roster.not_run],
-        schema={"builder": pl.String, "setting": pl.String, "budget": pl.Int64, "verifier": pl.String, "reason": pl.String},
-    )
-    subtitle = f"source: {source.describe()}; latency: {latency.source}; {len(test)} held-out trajectories"
+    by_depth = with_category(pl.DataFrame(measured.depth_rows))
+    gaps = pl.DataFrame(measured.gap_rows, schema=GAP_SCHEMA)
+    not_run = pl.DataFrame([{"verifier": "all", **r} for r in measured.not_run], schema=NOT_RUN_SCHEMA)
+    subtitle = f"source: {source.describe()}; latency: {latency.source}; {len(measured.test)} held-out trajectories"
     tps_chart, acc_chart = charts(summary, by_depth, subtitle, rules)
-    with OutputSet(out) as outputs:
-        for name, frame in (
-            ("compare_builders", summary),
-            ("per_root", per_root),
-            ("by_depth", by_depth),
-            ("node_gaps", gaps),
-            ("not_run", not_run),
-        ):
-            outputs.stage(f"{name}.parquet", parquet_writer(frame))
-        stage_by_category(outputs, categories)
-        for name, chart in (("throughput", tps_chart), ("acceptance_by_depth", acc_chart)):
-            for fmt in ("html", "png"):
-                outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
-        outputs.publish()
-    if not config.quiet:
-        print(f"Source: {source.describe()}; {per_root['root'].n_unique()} held-out roots per setting; latency: {latency.source}")
-        best = best_pairings(summary, rules).sort("setting", "budget", "TPS", descending=[False, False, True])
-        print_table(
-            best.select(
-                "setting",
-                "budget",
-                "builder",
-                "verifier",
-                "E",
-                "E_se",
-                pl.col("T").mul(1e3).alias("T (ms)"),
-                "TPS",
-                "vs_baseline",
-                "paired_dE",
-                "paired_dE_se",
-                "tokens",
-            ),
+    outputs = {
+        "compare_builders.parquet": summary,
+        "per_root.parquet": per_root,
+        "by_depth.parquet": by_depth,
+        "node_gaps.parquet": gaps,
+        "not_run.parquet": not_run,
+        **chart_files("throughput", tps_chart, chart_writer),
+        **chart_files("acceptance_by_depth", acc_chart, chart_writer),
+    }
+    return Report(outputs, categories, tables(config, source, latency, summary, per_root, categories, gaps, not_run, rules))
+
+
+def tables(config: Config, source, latency, summary, per_root, categories, gaps, not_run, rules) -> tuple:
+    """The printed lines and tables (``analyses._study.Report.printed`` items)."""
+    best = best_pairings(summary, rules).sort("setting", "budget", "TPS", descending=[False, False, True])
+    shown = best.select(
+        "setting",
+        "budget",
+        "builder",
+        "verifier",
+        "E",
+        "E_se",
+        pl.col("T").mul(1e3).alias("T (ms)"),
+        "TPS",
+        "vs_baseline",
+        "paired_dE",
+        "paired_dE_se",
+        "tokens",
+    )
+    items: list = [
+        f"Source: {source.describe()}; {per_root['root'].n_unique()} held-out roots per setting; latency: {latency.source}",
+        (
+            shown,
             f"Each builder with its best lossless verifier (ratios and paired differences vs {config.baseline} with "
             "greedy at T = 0, one-hot at T > 0; every pairing: compare_builders.parquet)",
-        )
-        print_by_category(
+        ),
+        ByCategory(
             categories,
             ("setting", "budget", "builder", "verifier", "roots", "E", "E_se", "TPS", "vs_baseline", "paired_dE", "paired_dE_se"),
             "Every pairing's E[tau+1] (SE) and throughput",
-        )
-        if gaps.height:
-            print_table(
+        ),
+    ]
+    if gaps.height:
+        items.append(
+            (
                 gaps.group_by("builder", "verifier", "depth")
                 .agg(pl.col("gap").mean())
                 .sort("depth")
@@ -641,20 +675,28 @@ def _main(argv) -> int:
                 .sort("builder", "verifier"),
                 "Mean gap alpha* - alpha to the per-node optimum, by node depth (columns; OT verifiers on i.i.d. trees, all settings and budgets)",
             )
-        if not_run.height:
-            print_table(
-                not_run.group_by("builder", "reason", maintain_order=True).agg(
-                    pl.col("setting").unique().sort().str.join(" ").alias("settings"),
-                    pl.col("budget").unique().sort().cast(pl.String).str.join(" ").alias("budgets"),
-                    pl.col("verifier").unique().sort().str.join(" ").alias("verifiers"),
-                ),
-                "Not run",
-            )
-        print(
-            f"wrote {out}/compare_builders.parquet, per_root, by_depth, node_gaps, not_run (.parquet), throughput.html/.png, "
-            "acceptance_by_depth.html/.png"
         )
-    return 0
+    if not_run.height:
+        grouped = not_run.group_by("builder", "reason", maintain_order=True).agg(
+            pl.col("setting").unique().sort().str.join(" ").alias("settings"),
+            pl.col("budget").unique().sort().cast(pl.String).str.join(" ").alias("budgets"),
+            pl.col("verifier").unique().sort().str.join(" ").alias("verifiers"),
+        )
+        items.append((grouped, "Not run"))
+    return tuple(items)
+
+
+def shardable(config: Config, opened: Opened, parser: ToolParser) -> str:
+    """Always a reason: the builders are fitted on the training trajectories before any held-out
+    root is valued, so no root's value depends on that root alone."""
+    return "the builders are fitted on the training trajectories (every root of them) before the held-out roots are valued"
+
+
+STUDY = declared(globals(), error_flags={"k": "--verifiers"})
+
+
+def main(argv=None) -> int:
+    return run_study(STUDY, argv)
 
 
 if __name__ == "__main__":

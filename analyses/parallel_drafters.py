@@ -24,34 +24,22 @@ setting (``NodeTable.untempered``, as ``analyses.compare_builders``).
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 import polars as pl
 
-from analyses._categories import by_category, print_by_category, stage_by_category, with_category
-from backends.cli import (
-    OutputSet,
-    ToolParser,
-    add_output_flags,
-    chart_writer,
-    check_flags,
-    fail_from,
-    int_list,
-    parquet_writer,
-    print_table,
-    progress_bar,
-    run_tool,
-)
+from analyses._categories import by_category, with_category
+from analyses._study import ByCategory, Opened, Report, chart_files, declared, live_timing_reason, parse, run_study
+from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, int_list, progress_bar
 from backends.parallel_draft import RootConditioned
 from backends.sources.flags import (
     LatencyConfig,
     SourceConfig,
+    add_latency_flags,
+    add_source_flags,
     make_latency,
     make_source,
     study_config,
-    study_out,
-    study_parser,
 )
 from simlab import builders, tree_verifiers
 from simlab.builders import DDTree, EAGLE2, Medusa, Static
@@ -67,27 +55,41 @@ DRAFTERS = {name: "parallel" if builders.parallel_draft(name) else "autoregressi
 
 @dataclass(frozen=True)
 class Config(SourceConfig, LatencyConfig):
-    """The study's settings (the command-line flags); source and latency fields as ``SourceConfig``'s."""
+    """The study's settings (the command-line flags); source and latency fields as ``SourceConfig``'s.
+    ``budgets``: verify budgets in draft tokens (a tuple of ints; a string given in code is read
+    once by ``backends.cli.int_list``, which raises ``ValueError`` naming ``--budgets``)."""
 
     latency: str | None = "specblock-a100"
-    budgets: str = "8,16,32,63"
+    budgets: tuple[int, ...] = (8, 16, 32, 63)
     depth: int = 8
     out: str | None = None
     quiet: bool = False
 
+    def __post_init__(self):
+        if isinstance(self.budgets, str):
+            object.__setattr__(self, "budgets", int_list(self.budgets, "--budgets", minimum=1))
 
-def parse_args(argv) -> tuple[Config, ToolParser]:
-    d = Config()
-    parser = study_parser(PROG, __doc__, d)
-    parser.add_argument("--budgets", default=d.budgets, help="verify budgets in draft tokens (1..63: Medusa's tree has 63)")
+
+def flags(parser: ToolParser, d: Config) -> None:
+    """The source and latency flags, ``--budgets``, ``--depth`` and the output flags."""
+    add_source_flags(parser, d)
+    add_latency_flags(parser, d)
+    parser.add_argument(
+        "--budgets",
+        default=",".join(map(str, d.budgets)),
+        help="verify budgets in draft tokens (1..63: Medusa's tree has 63)",
+    )
     parser.add_argument("--depth", type=int, default=d.depth, help="DDTree's positions (the parallel drafter's block), 1..64")
     add_output_flags(parser, PROG)
-    args = parser.parse_args(argv)
+
+
+def config_of(args, parser: ToolParser) -> Config:
+    """The typed config (``--budgets`` as a tuple of ints), or exit 2 with one line."""
     try:
         budgets = int_list(args.budgets, "--budgets", minimum=1)
     except ValueError as exc:
-        fail_from(PROG, exc)
-    config = study_config(Config, args)
+        fail(PROG, str(exc))
+    config = study_config(Config, args, budgets=budgets)
     check_flags(
         PROG,
         [
@@ -99,7 +101,12 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
             ),
         ],
     )
-    return config, parser
+    return config
+
+
+def parse_args(argv) -> tuple[Config, ToolParser]:
+    """(config, parser) from the command line ``argv``."""
+    return parse(STUDY, argv)
 
 
 def builders_at(budget: int, depth: int) -> dict:
@@ -111,36 +118,44 @@ def builders_at(budget: int, depth: int) -> dict:
     }
 
 
-def measure(config: Config, source, settings, latency, budgets) -> pl.DataFrame:
-    """One row per (setting, root, budget, tree): E, T-hat, tokens."""
+def root_rows(config: Config, latency, setting_name: str, verifier: str, root) -> list[dict]:
+    """One root's rows: every budget and tree of ``builders_at``, valued exactly
+    (``simlab.valuation.tree_value``, ranked by the drafters' untempered law) on the tree's drafter's table."""
+    tables = {"autoregressive": NodeTable(root.pair, root.context)}
+    tables["parallel"] = NodeTable(RootConditioned(root.pair, len(root.context)), root.context)
+    rows = []
+    for budget in config.budgets:
+        for name, builder in builders_at(budget, config.depth).items():
+            table = tables[DRAFTERS[name]]
+            value = tree_value(builder, table, verifier, latency, drafting=table.untempered())
+            rows.append(
+                {
+                    "setting": setting_name,
+                    "verifier": verifier,
+                    "trajectory": root.trajectory,
+                    "root": root.root,
+                    "category": root.category,
+                    "budget": budget,
+                    "tree": name,
+                    "drafter": DRAFTERS[name],
+                    "E": value.E,
+                    "T": value.T,
+                    "tokens": value.tokens,
+                    "draft_forwards": len(value.trees[0].cost.forwards),
+                }
+            )
+    return rows
+
+
+def measure(config: Config, source, settings, latency) -> pl.DataFrame:
+    """One row per (setting, root, budget, tree): E, T-hat, tokens (``root_rows``), with a progress bar."""
     rows = []
     total = sum(source.count(s) for s in settings)
     with progress_bar(total=total, desc="roots", unit="root", quiet=config.quiet) as bar:
         for setting in settings:
             verifier = tree_verifiers.deterministic_rule(setting)
             for root in source.roots(setting):
-                tables = {"autoregressive": NodeTable(root.pair, root.context)}
-                tables["parallel"] = NodeTable(RootConditioned(root.pair, len(root.context)), root.context)
-                for budget in budgets:
-                    for name, builder in builders_at(budget, config.depth).items():
-                        table = tables[DRAFTERS[name]]
-                        value = tree_value(builder, table, verifier, latency, drafting=table.untempered())
-                        rows.append(
-                            {
-                                "setting": setting.name,
-                                "verifier": verifier,
-                                "trajectory": root.trajectory,
-                                "root": root.root,
-                                "category": root.category,
-                                "budget": budget,
-                                "tree": name,
-                                "drafter": DRAFTERS[name],
-                                "E": value.E,
-                                "T": value.T,
-                                "tokens": value.tokens,
-                                "draft_forwards": len(value.trees[0].cost.forwards),
-                            }
-                        )
+                rows += root_rows(config, latency, setting.name, verifier, root)
                 bar.update(1)
     return with_category(pl.DataFrame(rows))
 
@@ -180,40 +195,60 @@ def chart(summary: pl.DataFrame, subtitle: str):
     )
 
 
-def main(argv=None) -> int:
-    return run_tool(PROG, lambda: _main(argv))
-
-
-def _main(argv) -> int:
-    config, parser = parse_args(sys.argv[1:] if argv is None else argv)
-    budgets = int_list(config.budgets, "--budgets", minimum=1)
+def open_source(config: Config, parser: ToolParser, say) -> Opened:
+    """The source the flags name (never a capture: the trees are built here) and the latency model."""
     source, settings = make_source(
         PROG, parser, config, depth=max(8, config.depth), study_refusals={"capture": {"capture": "the trees are built here"}}
     )
-    latency = make_latency(PROG, parser, config, source, max(budgets))
-    out = study_out(PROG, config, source.slug())
-    try:
-        per_root = measure(config, source, settings, latency, budgets)
-    except ValueError as exc:
-        fail_from(PROG, exc, parser)
+    return Opened(source, settings, make_latency(PROG, parser, config, source, max(config.budgets)))
+
+
+def values(config: Config, opened: Opened, say) -> pl.DataFrame:
+    """Every root's rows in one process (``measure``)."""
+    return measure(config, opened.source, opened.settings, opened.latency)
+
+
+def value_root(config: Config, opened: Opened, task) -> list[dict]:
+    """One root's rows (``root_rows``): deterministic trees, so they depend on that root alone."""
+    setting = task.setting
+    return root_rows(config, opened.latency, setting.name, tree_verifiers.deterministic_rule(setting), task.root)
+
+
+def merge(config: Config, opened: Opened, payloads) -> pl.DataFrame:
+    """The per-root frame of every root's rows in order, as ``measure`` builds it."""
+    return with_category(pl.DataFrame([row for rows in payloads for row in rows]))
+
+
+def shardable(config: Config, opened: Opened, parser: ToolParser) -> str | None:
+    """Why a sharded run would not match one process: live models timed on each rank's machine."""
+    return live_timing_reason(opened, parser)
+
+
+def run(config: Config, opened: Opened, per_root: pl.DataFrame, say) -> Report:
+    """The summary, the per-root rows, the by-category table, the chart and the printed tables."""
+    source, latency = opened.source, opened.latency
     summary = summarise(per_root)
     categories = by_category(per_root, summarise)
-    with OutputSet(out) as outputs:
-        outputs.stage("parallel_drafters.parquet", parquet_writer(summary))
-        outputs.stage("per_root.parquet", parquet_writer(per_root))
-        stage_by_category(outputs, categories)
-        graph = chart(summary, f"source: {source.describe()}; latency: {latency.source}")
-        for fmt in ("html", "png"):
-            outputs.stage(f"throughput.{fmt}", chart_writer(graph, fmt))
-        outputs.publish()
-    if not config.quiet:
-        print(f"Source: {source.describe()}; latency: {latency.source}")
-        print_table(
-            summary.drop("verifier"), "E[tau+1] (mean over roots, with its standard error), T-hat and throughput by verify budget"
-        )
-        print_by_category(categories, [c for c in summary.columns if c != "verifier"], "E[tau+1] (SE), T-hat and throughput")
-    return 0
+    graph = chart(summary, f"source: {source.describe()}; latency: {latency.source}")
+    outputs = {
+        "parallel_drafters.parquet": summary,
+        "per_root.parquet": per_root,
+        **chart_files("throughput", graph, chart_writer),
+    }
+    printed = (
+        f"Source: {source.describe()}; latency: {latency.source}",
+        (summary.drop("verifier"), "E[tau+1] (mean over roots, with its standard error), T-hat and throughput by verify budget"),
+        ByCategory(categories, tuple(c for c in summary.columns if c != "verifier"), "E[tau+1] (SE), T-hat and throughput"),
+    )
+    return Report(outputs, categories, printed)
+
+
+STUDY = declared(globals())
+
+
+def main(argv=None) -> int:
+    return run_study(STUDY, argv)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -29,46 +29,46 @@ Output under ``--out`` (default ``out/sweep/<source>/``): ``sweep.parquet`` (sum
 from __future__ import annotations
 
 import math
-import sys
+import zlib
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from analyses import _engine_configs as engines
-from analyses._categories import by_category, print_by_category, stage_by_category
-from analyses._engine_valuation import not_run_table, prepare_drafters, summarise, value_roots
-from backends.cli import (
-    OutputSet,
-    add_output_flags,
-    chart_writer,
-    check_flags,
-    fail,
-    fail_from,
-    int_list,
-    name_list,
-    parquet_writer,
-    print_table,
-    progress_bar,
-    run_tool,
+from analyses import _engine_valuation as valuation
+from analyses._categories import by_category
+from analyses._engine_valuation import (
+    not_run_table,
+    prepare_drafters,
+    refuse_raw_draft_law_on_capture,
+    summarise,
+    value_roots,
 )
+from analyses._study import ByCategory, Opened, Report, chart_files, declared, live_timing_reason, parse, run_study
+from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, int_list, name_list, progress_bar
 from backends.sources.flags import (
     LatencyConfig,
     SourceConfig,
     add_draft_law_flag,
+    add_latency_flags,
+    add_source_flags,
+    drafting_table,
     make_latency,
     make_source,
     study_config,
-    study_out,
-    study_parser,
 )
-from simlab.sampling import SamplingSettings
+from simlab.engine_metrics import EngineMetrics
+from simlab.trees import NodeTable
 
 PROG = "python -m analyses.sweep"
 
 
 @dataclass(frozen=True)
 class Config(SourceConfig, LatencyConfig):
-    """The sweep's settings (the command-line flags)."""
+    """The sweep's settings (the command-line flags): the grid flags as tuples of ints, ``modes`` as
+    a tuple of names, and ``configs``, the engine configurations they (or ``--config``) name
+    (``analyses._engine_configs.EngineConfig``, those the engines cannot run included)."""
 
     vocab: int = 32
     trajectories: int = 2
@@ -76,14 +76,14 @@ class Config(SourceConfig, LatencyConfig):
     spacing: int = 8
     settings: str = "0,1"
     config: str | None = None
-    eagle_total_tokens: str = "8,16,32,60"
-    eagle_depths: str = "3,5,7"
-    eagle_top_ks: str = "1,4,10"
-    chain_lengths: str = "1,2,3,4,5"
-    sequoia_budgets: str = "8,16,32"
-    treegraft_budgets: str = "16,32"
-    specblock_budgets: str = "16,32"
-    modes: str = ",".join(engines.MODES)
+    eagle_total_tokens: tuple[int, ...] = (8, 16, 32, 60)
+    eagle_depths: tuple[int, ...] = (3, 5, 7)
+    eagle_top_ks: tuple[int, ...] = (1, 4, 10)
+    chain_lengths: tuple[int, ...] = (1, 2, 3, 4, 5)
+    sequoia_budgets: tuple[int, ...] = (8, 16, 32)
+    treegraft_budgets: tuple[int, ...] = (16, 32)
+    specblock_budgets: tuple[int, ...] = (16, 32)
+    modes: tuple[str, ...] = engines.MODES
     samples: int = 4
     small_ratio: float = 0.011
     block_ratio: float = 0.1
@@ -93,6 +93,7 @@ class Config(SourceConfig, LatencyConfig):
     fill: bool = False
     out: str | None = None
     quiet: bool = False
+    configs: tuple = ()
 
 
 GRID_FLAGS = (
@@ -120,9 +121,11 @@ MINIMUM = {"eagle_total_tokens": 2, "eagle_depths": 0}
 """The least value of each grid flag (EAGLE's total_token counts the root); the others: 1."""
 
 
-def parse_args(argv):
-    d = Config()
-    parser = study_parser(PROG, __doc__, d)
+def flags(parser: ToolParser, d: Config) -> None:
+    """The source and latency flags, the configuration flags (``--config`` or the grid), the
+    valuation flags and the output flags."""
+    add_source_flags(parser, d)
+    add_latency_flags(parser, d)
     g = parser.add_argument_group("configurations")
     g.add_argument(
         "--config",
@@ -132,14 +135,17 @@ def parse_args(argv):
         '"speculative_eagle_topk": 8, "speculative_num_draft_tokens": 32}, {"engine": "sequoia", "budget": 32}] '
         "(instead of the grid flags)",
     )
-    g.add_argument("--eagle-total-tokens", default=d.eagle_total_tokens, help="EAGLE total_token values (root included)")
-    g.add_argument("--eagle-depths", default=d.eagle_depths, help="EAGLE depth values (expansion rounds)")
-    g.add_argument("--eagle-top-ks", default=d.eagle_top_ks, help="EAGLE top_k values")
-    g.add_argument("--chain-lengths", default=d.chain_lengths, help="vLLM num_speculative_tokens values (top-1 chains)")
-    g.add_argument("--sequoia-budgets", default=d.sequoia_budgets, help="Sequoia budgets (draft tokens; empty: none)")
-    g.add_argument("--treegraft-budgets", default=d.treegraft_budgets, help="TreeGraft budgets (empty: none)")
-    g.add_argument("--specblock-budgets", default=d.specblock_budgets, help="SpecBlock budgets (empty: none)")
-    g.add_argument("--modes", default=d.modes, help=f"verifier modes: comma list of {', '.join(engines.MODES)}")
+    for field, help in (
+        ("eagle_total_tokens", "EAGLE total_token values (root included)"),
+        ("eagle_depths", "EAGLE depth values (expansion rounds)"),
+        ("eagle_top_ks", "EAGLE top_k values"),
+        ("chain_lengths", "vLLM num_speculative_tokens values (top-1 chains)"),
+        ("sequoia_budgets", "Sequoia budgets (draft tokens; empty: none)"),
+        ("treegraft_budgets", "TreeGraft budgets (empty: none)"),
+        ("specblock_budgets", "SpecBlock budgets (empty: none)"),
+    ):
+        g.add_argument("--" + field.replace("_", "-"), default=",".join(map(str, getattr(d, field))), help=help)
+    g.add_argument("--modes", default=",".join(d.modes), help=f"verifier modes: comma list of {', '.join(engines.MODES)}")
     g.add_argument("--samples", type=int, default=d.samples, help="trees per root for sampled builders (Sequoia)")
     g.add_argument("--small-ratio", type=float, default=d.small_ratio, help="TreeGraft's n-gram step / one-token target forward")
     g.add_argument("--block-ratio", type=float, default=d.block_ratio, help="synthetic: block-drafter forward / target forward")
@@ -153,34 +159,46 @@ def parse_args(argv):
         "need, on --device); without it a replay calls no model and lists such configurations as not run",
     )
     add_output_flags(parser, PROG)
-    args = parser.parse_args(argv)
+
+
+def _configurations(args, parser: ToolParser, modes) -> tuple[dict, list]:
+    """(the grid flags as tuples of ints, the configurations): ``--config``'s entries, else the grid's.
+
+    Raises:
+        ValueError: naming the flag (a grid flag beside ``--config``, a bad list or entry).
+    """
+    if args.config is not None:
+        given = [f for f in GRID_FLAGS if f in parser.given]
+        if given:
+            raise ValueError(f"{parser.flag(given[0])}: --config lists the configurations; drop one of the two")
+        try:
+            return {}, engines.read_configs(args.config)
+        except ValueError as exc:
+            raise ValueError(f"--{exc}") from None
+    lists = {
+        f: int_list(getattr(args, f), parser.flag(f), minimum=MINIMUM.get(f, 1)) if getattr(args, f) else () for f in GRID_FLAGS
+    }
+    configs = engines.grid_configs(
+        (lists["eagle_total_tokens"], lists["eagle_depths"], lists["eagle_top_ks"]),
+        lists["chain_lengths"],
+        lists["sequoia_budgets"],
+        lists["treegraft_budgets"],
+        lists["specblock_budgets"],
+        modes,
+        {key: parser.flag(f) for key, f in GRID_KEYS.items()},
+    )
+    return lists, configs
+
+
+def config_of(args, parser: ToolParser) -> Config:
+    """The typed config (lists as tuples, the configurations built once), or exit 2 with one line."""
     try:
         modes = name_list(args.modes, "--modes", engines.MODES)
-        if args.config is not None:
-            given = [f for f in GRID_FLAGS if f in parser.given]
-            if given:
-                raise ValueError(f"{parser.flag(given[0])}: --config lists the configurations; drop one of the two")
-            try:
-                configs = engines.read_configs(args.config)
-            except ValueError as exc:
-                raise ValueError(f"--{exc}") from None
-        else:
-            lists = {
-                f: int_list(getattr(args, f), parser.flag(f), minimum=MINIMUM.get(f, 1)) if getattr(args, f) else ()
-                for f in GRID_FLAGS
-            }
-            configs = engines.grid_configs(
-                (lists["eagle_total_tokens"], lists["eagle_depths"], lists["eagle_top_ks"]),
-                lists["chain_lengths"],
-                lists["sequoia_budgets"],
-                lists["treegraft_budgets"],
-                lists["specblock_budgets"],
-                modes,
-                {key: parser.flag(f) for key, f in GRID_KEYS.items()},
-            )
+        lists, configs = _configurations(args, parser, modes)
     except ValueError as exc:
         fail(PROG, str(exc))
-    config = study_config(Config, args, modes=",".join(modes))
+    defaults = {f: getattr(Config(), f) for f in GRID_FLAGS}
+    config = study_config(Config, args, **{**defaults, **lists}, modes=modes, configs=tuple(configs))
     check_flags(
         PROG,
         [
@@ -196,7 +214,15 @@ def parse_args(argv):
             ),
         ],
     )
-    return config, parser, configs
+    runnable = [c for c in configs if not c.unrunnable]
+    if not runnable:
+        fail(PROG, f"--eagle-total-tokens: no configuration the engines can run: {configs[0].unrunnable}")
+    return config
+
+
+def parse_args(argv) -> tuple[Config, ToolParser]:
+    """(config, parser) from the command line ``argv``."""
+    return parse(STUDY, argv)
 
 
 def chart(summary: pl.DataFrame, subtitle: str):
@@ -217,84 +243,163 @@ def chart(summary: pl.DataFrame, subtitle: str):
     )
 
 
-def main(argv=None) -> int:
-    return run_tool(PROG, lambda: _main(argv))
+@dataclass(frozen=True)
+class Swept(Opened):
+    """``Opened`` with what ``open_source`` readies beside the source: ``configs``, the
+    configurations the engines can run; ``not_run``, the not-run rows so far (the engines'
+    refusals, the drafters that cannot run); ``made``, the ``analyses._engine_valuation.Builders``;
+    ``timed_block``: whether SpecBlock's block drafter was timed on this machine (``prepare_drafters``)."""
+
+    configs: tuple = ()
+    not_run: tuple = ()
+    made: object = None
+    timed_block: bool = False
 
 
-def _main(argv) -> int:
-    config, parser, configs = parse_args(sys.argv[1:] if argv is None else argv)
-    unrunnable = [{"config": c.label, "setting": "all", "mode": "all", "reason": c.unrunnable} for c in configs if c.unrunnable]
-    configs = [c for c in configs if not c.unrunnable]
-    if not configs:
-        fail(PROG, f"--eagle-total-tokens: no configuration the engines can run: {unrunnable[0]['reason']}")
+def open_source(config: Config, parser: ToolParser, say) -> Swept:
+    """The source (a capture replays; ``--draft-law raw`` refused on a capture at T != 1), the
+    latency model with the configurations' extra drafters (``prepare_drafters``)."""
+    unrunnable = [
+        {"config": c.label, "setting": "all", "mode": "all", "reason": c.unrunnable} for c in config.configs if c.unrunnable
+    ]
+    configs = tuple(c for c in config.configs if not c.unrunnable)
     depth = max(c.levels or 9 for c in configs)  # 9: the levels of a builder without a fixed bound
     source, settings = make_source(
         PROG, parser, config, grid=False, depth=depth, quiet=config.quiet, study_honours={"capture": {"device"}}
     )
-    capture = bool(config.capture)
-    if capture and config.draft_law == "raw" and any(s != SamplingSettings() for s in settings):
-        fail(
-            PROG,
-            "--draft-law: a capture holds q under its own setting only, not the drafters' untempered law; "
-            "use --draft-law setting, or a capture at T = 1",
-        )
+    refuse_raw_draft_law_on_capture(PROG, config, settings)
     latency = make_latency(PROG, parser, config, source, max(c.budget for c in configs))
-    latency, made, cannot = prepare_drafters(PROG, config, configs, source, latency, {n for n, _ in latency.drafters})
-    not_run = unrunnable + cannot
-    out = study_out(PROG, config, source.slug())
-    try:
-        roots = {s: list(source.roots(s)) for s in settings}
-        with progress_bar(total=sum(map(len, roots.values())), desc="roots", unit="root", quiet=config.quiet) as bar:
-            rows, valued, filled = value_roots(PROG, configs, roots, config, latency, made, bar, source)
-            not_run += valued
-    except ValueError as exc:
-        fail_from(PROG, exc, parser)
-    not_run = not_run_table(PROG, config, rows, not_run, filled)
+    named = {n for n, _ in latency.drafters}
+    latency, made, cannot = prepare_drafters(PROG, config, configs, source, latency, named)
+    timed = config.backend == "hf" and "block" not in named and made.block_drafter is not None
+    return Swept(source, settings, latency, configs=configs, not_run=tuple(unrunnable + cannot), made=made, timed_block=timed)
+
+
+def values(config: Config, opened: Swept, say) -> tuple[list, pl.DataFrame]:
+    """(per-root rows, the not-run table) of every configuration at every root (``value_roots``)."""
+    roots = {s: list(opened.source.roots(s)) for s in opened.settings}
+    with progress_bar(total=sum(map(len, roots.values())), desc="roots", unit="root", quiet=config.quiet) as bar:
+        rows, valued, filled = value_roots(
+            PROG, list(opened.configs), roots, config, opened.latency, opened.made, bar, opened.source
+        )
+    return rows, not_run_table(PROG, config, rows, [*opened.not_run, *valued], filled)
+
+
+def value_root(config: Config, opened: Swept, task) -> dict:
+    """One root's rows and not-run rows: every configuration valued there (seeded by its label
+    alone, as ``value_roots``); no fit and no filled model, so they depend on that root alone."""
+    root, setting = task.root, task.setting
+    table = NodeTable(root.pair, root.context)
+    tables = (table, drafting_table(table, config.draft_law))
+    rows, not_run = [], []
+    for c in opened.configs:
+        builder = opened.made.get(c, root, setting)
+        if builder is None:
+            continue
+        seed = zlib.crc32(c.label.encode())
+        got, missing = valuation.value_root(c, builder, root, setting, seed, config, opened.latency, bool(config.capture), tables)
+        rows += got
+        not_run += [{"config": c.label, "setting": setting.name, "mode": m, "reason": why} for m, why in missing.items()]
+    return {"rows": [{k: _plain_metrics(v) for k, v in row.items()} for row in rows], "not_run": not_run}
+
+
+METRICS = ("_plain", "_eos")
+"""The row fields that hold a ``simlab.engine_metrics.EngineMetrics`` (a part holds its fields)."""
+
+
+def _plain_metrics(value):
+    """An ``EngineMetrics`` as its fields (arrays as lists, read back bit for bit); anything else as is."""
+    return {**vars(value), "extra": dict(value.extra)} if isinstance(value, EngineMetrics) else value
+
+
+def _metrics_row(row: dict) -> dict:
+    """A part's row with its ``EngineMetrics`` rebuilt (``_plain_metrics`` inverted; float64 arrays)."""
+    rebuilt = {}
+    for name in METRICS:
+        if name in row:
+            fields = row[name]
+            arrays = {k: np.asarray(fields[k], dtype=np.float64) for k in ("unconditional", "conditional")}
+            rebuilt[name] = EngineMetrics(**{**fields, **arrays})
+    return {**row, **rebuilt}
+
+
+def merge(config: Config, opened: Swept, payloads) -> tuple[list, pl.DataFrame]:
+    """(rows, not-run table) of every root's payload in order, as ``values`` gives them."""
+    rows = [_metrics_row(row) for p in payloads for row in p["rows"]]
+    valued = [row for p in payloads for row in p["not_run"]]
+    return rows, not_run_table(PROG, config, rows, [*opened.not_run, *valued], [])
+
+
+def shardable(config: Config, opened: Swept, parser: ToolParser) -> str | None:
+    """Why this sweep cannot be shared among processes: Sequoia is fitted on every root of a
+    setting; ``--fill`` opens the capture's models once per setting; live models or SpecBlock's
+    block drafter timed on each rank's machine (``analyses._study.live_timing_reason``)."""
+    if any(c.engine == "sequoia" for c in opened.configs):
+        return (
+            "Sequoia's acceptance vector is fitted on every root of a setting; pass --sequoia-budgets '' or a --config without it"
+        )
+    if config.fill:
+        return "--fill opens the capture's models for the nodes it lacks in one process"
+    if opened.timed_block:
+        return "each rank would time SpecBlock's block drafter itself; pass --latency with a profile that gives it"
+    return live_timing_reason(opened, parser)
+
+
+def run(config: Config, opened: Swept, valued, say) -> Report:
+    """The summary, the per-root rows, the per-position rates, the not-run table, the chart and the tables."""
+    rows, not_run = valued
+    source, latency = opened.source, opened.latency
     summary, per_root, positions = summarise(rows)
     categories = by_category(rows, lambda part: summarise(part)[0])
     subtitle = f"source: {source.describe()}; latency: {latency.source}"
-    with OutputSet(out) as outputs:
-        for name, frame in (("sweep", summary), ("per_root", per_root), ("by_position", positions), ("not_run", not_run)):
-            outputs.stage(f"{name}.parquet", parquet_writer(frame))
-        stage_by_category(outputs, categories)
-        for fmt in ("html", "png"):
-            outputs.stage(f"throughput.{fmt}", chart_writer(chart(summary, subtitle), fmt))
-        outputs.publish()
-    if not config.quiet:
-        print(f"Source: {source.describe()}; latency: {latency.source}")
-        print_table(
-            summary.select(
-                "setting",
-                "config",
-                "mode",
-                "accept_length",
-                "accept_length_eos",
-                "accepted",
-                "chain",
-                "E_se",
-                *[c for c in ("cond_1", "cond_2", "cond_3") if c in summary.columns],
-                "tokens",
-                "T",
-                "TPS",
-            ),
+    outputs = {
+        "sweep.parquet": summary,
+        "per_root.parquet": per_root,
+        "by_position.parquet": positions,
+        "not_run.parquet": not_run,
+        **chart_files("throughput", chart(summary, subtitle), chart_writer),
+    }
+    shown = summary.select(
+        "setting",
+        "config",
+        "mode",
+        "accept_length",
+        "accept_length_eos",
+        "accepted",
+        "chain",
+        "E_se",
+        *[c for c in ("cond_1", "cond_2", "cond_3") if c in summary.columns],
+        "tokens",
+        "T",
+        "TPS",
+    )
+    printed = [
+        f"Source: {source.describe()}; latency: {latency.source}",
+        (
+            shown,
             "Engine configurations by predicted throughput (accept_length = E[tau+1]; _eos: EOS truncation; "
             "chain = SpecForge's simulated_acc_len; cond_d: the papers' per-position rate; all columns: sweep.parquet)",
-        )
-        print_by_category(
+        ),
+        ByCategory(
             categories,
             ("setting", "config", "mode", "roots", "accept_length", "accepted", "chain", "E_se", "T", "TPS"),
             "Engine configurations",
+        ),
+    ]
+    if not_run.height:
+        grouped = not_run.group_by("reason", maintain_order=True).agg(
+            pl.col("mode").unique().sort().str.join(" ").alias("modes"),
+            pl.col("config").unique(maintain_order=True).str.join("; ").str.slice(0, 90).alias("configs"),
         )
-        if not_run.height:
-            print_table(
-                not_run.group_by("reason", maintain_order=True).agg(
-                    pl.col("mode").unique().sort().str.join(" ").alias("modes"),
-                    pl.col("config").unique(maintain_order=True).str.join("; ").str.slice(0, 90).alias("configs"),
-                ),
-                "Not run (every row: not_run.parquet)",
-            )
-        print(f"wrote {out}/sweep.parquet, per_root, by_position, not_run (.parquet), throughput.html/.png")
-    return 0
+        printed.append((grouped, "Not run (every row: not_run.parquet)"))
+    return Report(outputs, categories, tuple(printed))
+
+
+STUDY = declared(globals())
+
+
+def main(argv=None) -> int:
+    return run_study(STUDY, argv)
 
 
 if __name__ == "__main__":

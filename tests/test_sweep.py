@@ -205,3 +205,23 @@ def test_a_sampled_configuration_does_not_depend_on_its_neighbours(tmp_path):
         table = pl.read_parquet(out / "per_root.parquet").filter(pl.col("config") == "sequoia budget=8")
         rows.append(table.sort("root", "mode").select("root", "mode", "E").rows())
     assert rows[0] == rows[1] and len(rows[0]) > 0
+
+
+def test_a_capture_ranked_by_the_raw_law_is_refused_at_any_setting_but_t1(capsys):
+    """``--draft-law raw`` needs the drafters' untempered q, which a capture holds only at T = 1
+    (``analyses._engine_valuation.refuse_raw_draft_law_on_capture``): refused with one line elsewhere."""
+    from types import SimpleNamespace
+
+    from analyses._engine_valuation import refuse_raw_draft_law_on_capture
+
+    replay = SimpleNamespace(capture=("folder",), draft_law="raw")
+    with pytest.raises(SystemExit) as info:
+        refuse_raw_draft_law_on_capture("prog", replay, [SamplingSettings(), SamplingSettings(temperature=0.5)])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and one_error_line(err) and err.startswith("prog: error: --draft-law: a capture"), err
+    refuse_raw_draft_law_on_capture("prog", replay, [SamplingSettings()])  # T = 1: the capture's q is the raw law
+    refuse_raw_draft_law_on_capture(
+        "prog", SimpleNamespace(capture=("f",), draft_law="setting"), [SamplingSettings(temperature=0)]
+    )
+    refuse_raw_draft_law_on_capture("prog", SimpleNamespace(capture=(), draft_law="raw"), [SamplingSettings(temperature=0)])
+    assert capsys.readouterr().err == ""

@@ -1,0 +1,78 @@
+"""The parallel-drafter comparison and the sweep sharded across processes (``analyses._study``):
+each rank values its share of the roots into its part, rank 0 merges, and the published tables are
+one process's, byte for byte; the runs whose roots cannot be valued apart are refused with one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import one_error_line
+
+from analyses import _study, compare_builders, parallel_drafters, sweep
+
+PARALLEL = ["--vocab", "8", "--trajectories", "1", "--roots-per-trajectory", "3", "--spacing", "3", "--budgets", "4"]
+PARALLEL += ["--depth", "3", "--settings", "1", "--quiet"]
+SWEEP = ["--latency", "sequoia-demo", "--trajectories", "2", "--roots-per-trajectory", "2", "--settings", "0,1"]
+SWEEP += ["--vocab", "12", "--sequoia-budgets=", "--eagle-total-tokens", "6", "--eagle-depths", "2", "--eagle-top-ks", "1,2"]
+SWEEP += ["--chain-lengths", "1,3", "--treegraft-budgets", "4", "--specblock-budgets", "4", "--quiet"]
+TABLES = {
+    parallel_drafters: ("parallel_drafters.parquet", "per_root.parquet"),
+    sweep: ("sweep.parquet", "per_root.parquet", "by_position.parquet", "not_run.parquet"),
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_charts(monkeypatch):
+    """Empty chart files: the tables are what the merge must reproduce (and PNGs are slow)."""
+    for module in TABLES:
+        monkeypatch.setattr(module, "chart_writer", lambda chart, fmt: lambda tmp: Path(tmp).write_bytes(b""))
+
+
+def _sharded(monkeypatch, module, argv, out: Path, world: int) -> None:
+    """Ranks world-1 .. 1 write their parts, then rank 0 values its own share and merges."""
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    monkeypatch.setenv("SIMLAB_SHARD_WAIT", "0")
+    for rank in reversed(range(world)):
+        monkeypatch.setenv("RANK", str(rank))
+        assert module.main([*argv, "--out", str(out)]) == 0
+    for name in ("RANK", "WORLD_SIZE", "SIMLAB_SHARD_WAIT"):
+        monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize("module, argv", [(parallel_drafters, PARALLEL), (sweep, SWEEP)], ids=["parallel_drafters", "sweep"])
+def test_a_sharded_run_equals_one_process(monkeypatch, tmp_path, module, argv):
+    assert module.main([*argv, "--out", str(tmp_path / "one")]) == 0
+    _sharded(monkeypatch, module, argv, tmp_path / "many", 2)
+    for name in TABLES[module]:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "many" / name).read_bytes(), name
+    assert sorted(p.name for p in (tmp_path / "many" / "parts").iterdir()) == ["rank-0-of-2.json", "rank-1-of-2.json"]
+
+
+@pytest.mark.parametrize(
+    "module, argv, reason",
+    [
+        (sweep, [a for a in SWEEP if a != "--sequoia-budgets="] + ["--sequoia-budgets", "4"], "Sequoia's acceptance vector"),
+        (compare_builders, ["--vocab", "8", "--trajectories", "2", "--quiet"], "fitted on the training trajectories"),
+    ],
+    ids=["sweep-sequoia", "compare_builders"],
+)
+def test_a_run_whose_roots_share_a_fit_is_refused(monkeypatch, tmp_path, capsys, module, argv, reason):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(SystemExit) as info:
+        module.main([*argv, "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and one_error_line(err) and "WORLD_SIZE: 2 processes cannot share" in err and reason in err, err
+    assert not (tmp_path / "o" / "parts").exists()
+
+
+def test_declared_reads_a_study_module_by_its_conventional_names():
+    namespace = {name: object() for name in _study.STUDY_NAMES.values()}
+    study = _study.declared(namespace, error_flags={"k": "--x"})
+    assert all(getattr(study, field) is namespace[name] for field, name in _study.STUDY_NAMES.items())
+    assert study.error_flags == {"k": "--x"}
+    bare = _study.declared({k: namespace[k] for k in ("PROG", "__doc__", "Config", "flags", "config_of", "open_source", "run")})
+    assert bare.value_root is None and bare.merge is None and bare.values is None and bare.shardable is _study._never
+    assert compare_builders.STUDY.hf_defaults is compare_builders.HF_DEFAULTS and compare_builders.STUDY.value_root is None
+    assert sweep.STUDY.value_root is sweep.value_root and sweep.STUDY.shardable is sweep.shardable
