@@ -59,7 +59,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -69,31 +68,11 @@ import polars as pl
 
 from analyses import _engine_configs as engines
 from analyses._engine_valuation import not_run_table, prepare_drafters, summarise, value_roots
+from analyses._study import Opened, Report, chart_files, declared, run_study
 from simlab.errors import argument_of
-from backends.cli import (
-    OutputSet,
-    add_output_flags,
-    chart_writer,
-    check_flags,
-    fail,
-    fail_from,
-    name_list,
-    parquet_writer,
-    print_table,
-    progress,
-    progress_bar,
-    run_tool,
-)
-from backends.sources.flags import (
-    LatencyConfig,
-    SourceConfig,
-    add_draft_law_flag,
-    make_latency,
-    make_source,
-    study_config,
-    study_out,
-    study_parser,
-)
+from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, name_list, progress, progress_bar
+from backends.sources.flags import LatencyConfig, SourceConfig, add_draft_law_flag, add_latency_flags, add_source_flags
+from backends.sources.flags import make_latency, make_source, study_config
 from simlab import acceptance_profiles as profiles
 from simlab.engine_metrics import aggregate
 from simlab.sampling import SamplingSettings
@@ -113,7 +92,9 @@ FALLBACK_PRICE = "0.2"
 @dataclass(frozen=True)
 class Config(SourceConfig, LatencyConfig):
     """The estimator's settings (the command-line flags; ``samples``, ``small_ratio``, ``block_ratio``,
-    ``rank_noise`` and ``drafters`` are the shared valuation's, fixed here)."""
+    ``rank_noise`` and ``drafters`` are the shared valuation's, fixed here; ``configs``: the engine's
+    configurations, ``analyses._engine_configs.EngineConfig``, read once from ``--config`` or the
+    engine's default grid)."""
 
     vocab: int = 32
     trajectories: int = 4
@@ -122,8 +103,8 @@ class Config(SourceConfig, LatencyConfig):
     settings: str = "1"
     engine: str = ""
     config: str | None = None
-    modes: str = ",".join(engines.MODES)
-    draft_prices: str | None = None
+    modes: tuple[str, ...] = tuple(engines.MODES)
+    draft_prices: tuple[str, str] | None = None
     positions: int | None = None
     best: int = 10
     draft_law: str = "raw"
@@ -133,6 +114,7 @@ class Config(SourceConfig, LatencyConfig):
     block_ratio: float = 0.1
     rank_noise: float = 0.2
     drafters: str | None = None
+    configs: tuple = ()
     out: str | None = None
     quiet: bool = False
 
@@ -160,9 +142,10 @@ ENGINE_METRICS = {
 engine not listed is shown under the lab's names."""
 
 
-def parse_args(argv):
-    d = Config()
-    parser = study_parser(PROG, __doc__, d)
+def flags(parser: ToolParser, d: Config) -> None:
+    """The source and latency flags, the engine's group and ``--out``/``--quiet``."""
+    add_source_flags(parser, d)
+    add_latency_flags(parser, d)
     g = parser.add_argument_group("engine and configurations")
     g.add_argument("--engine", required=True, choices=list(engines.ENGINES), help="the serving engine")
     g.add_argument(
@@ -172,7 +155,7 @@ def parse_args(argv):
         '[{"engine": "vllm", "num_speculative_tokens": 3}] (default: the engine\'s default grid); '
         "a setting the engine cannot build is listed as refused",
     )
-    g.add_argument("--modes", default=d.modes, help=f"verifier modes: comma list of {', '.join(engines.MODES)}")
+    g.add_argument("--modes", default=",".join(d.modes), help=f"verifier modes: comma list of {', '.join(engines.MODES)}")
     g.add_argument(
         "--draft-prices",
         default=d.draft_prices,
@@ -192,7 +175,11 @@ def parse_args(argv):
         help="with --capture: evaluate the nodes a capture lacks with the capture's own models",
     )
     add_output_flags(parser, PROG)
-    args = parser.parse_args(argv)
+
+
+def config_of(args, parser: ToolParser) -> Config:
+    """The typed config (``--modes`` and ``--draft-prices`` as tuples of names, ``--config`` read
+    into ``configs``), or exit 2 with one line (also when no configuration can run)."""
     try:
         modes = name_list(args.modes, "--modes", engines.MODES)
         prices = parse_prices(args.draft_prices) if args.draft_prices is not None else None
@@ -205,7 +192,7 @@ def parse_args(argv):
             configs = engines.default_configs(args.engine, modes)
     except ValueError as exc:
         fail(PROG, str(exc))
-    config = study_config(Config, args, modes=",".join(modes))
+    config = study_config(Config, args, modes=modes, draft_prices=prices, configs=tuple(configs))
     check_flags(
         PROG,
         [
@@ -214,7 +201,19 @@ def parse_args(argv):
             (not config.fill or bool(config.capture), "--fill: fills the nodes a capture lacks; it needs --capture"),
         ],
     )
-    return config, parser, configs, prices
+    if not any(not c.unrunnable for c in configs):
+        fail(PROG, f"--config: no configuration the engine can run: {refusals(config)[0]['reason']}")
+    return config
+
+
+def refusals(config: Config) -> list[dict]:
+    """The not-run rows of the configurations the engine refuses (``EngineConfig.unrunnable``)."""
+    return [{"config": c.label, "setting": "all", "mode": "all", "reason": c.unrunnable} for c in config.configs if c.unrunnable]
+
+
+def runnable(config: Config) -> list:
+    """The configurations the engine runs."""
+    return [c for c in config.configs if not c.unrunnable]
 
 
 def parse_prices(text: str) -> tuple[str, str]:
@@ -665,17 +664,24 @@ def chart(speed: pl.DataFrame, prices: tuple[Price, Price], subtitle: str, top: 
 # ---------------------------------------------------------------------------------------------
 
 
-def main(argv=None) -> int:
-    return run_tool(PROG, lambda: _main(argv))
+@dataclass(frozen=True)
+class Served(Opened):
+    """``Opened`` with the drafters the configurations need (``made``,
+    ``analyses._engine_valuation.prepare_drafters``), the rows not run so far (refused by the engine
+    or without their drafter), the two draft ``prices`` and the 1 - TV chain's ``positions``."""
+
+    made: object = None
+    not_run: tuple = ()
+    prices: tuple = ()
+    positions: int = 1
 
 
-def _main(argv) -> int:
-    config, parser, configs, price_names = parse_args(sys.argv[1:] if argv is None else argv)
-    refused = [{"config": c.label, "setting": "all", "mode": "all", "reason": c.unrunnable} for c in configs if c.unrunnable]
-    runnable = [c for c in configs if not c.unrunnable]
-    if not runnable:
-        fail(PROG, f"--config: no configuration the engine can run: {refused[0]['reason']}")
-    levels = max(c.levels or c.budget for c in runnable)
+def open_source(config: Config, parser: ToolParser, say) -> Served:
+    """The source (trees as deep as the deepest configuration or the 1 - TV chain), the latency
+    model, the configurations' drafters and the two draft prices; exit 2 with one line where a
+    capture cannot give the drafters' untempered law or a price cannot be made."""
+    runs = runnable(config)
+    levels = max(c.levels or c.budget for c in runs)
     positions = config.positions or levels
     source, settings = make_source(
         PROG,
@@ -686,82 +692,92 @@ def _main(argv) -> int:
         quiet=config.quiet,
         study_honours={"capture": {"device"}},
     )
-    capture = bool(config.capture)
-    if capture and config.draft_law == "raw" and any(s != SamplingSettings() for s in settings):
+    if config.capture and config.draft_law == "raw" and any(s != SamplingSettings() for s in settings):
         fail(
             PROG,
             "--draft-law: a capture holds q under its own setting only, not the drafters' untempered law; "
             "use --draft-law setting, or a capture at T = 1",
         )
-    latency = make_latency(PROG, parser, config, source, max(c.budget for c in runnable))
-    latency, made, cannot = prepare_drafters(PROG, config, runnable, source, latency, {n for n, _ in latency.drafters})
+    latency = make_latency(PROG, parser, config, source, max(c.budget for c in runs))
+    latency, made, cannot = prepare_drafters(PROG, config, runs, source, latency, {n for n, _ in latency.drafters})
     try:
-        prices = make_prices(price_names, latency, source, source.name == "synthetic", config.quiet)
+        prices = make_prices(config.draft_prices, latency, source, source.name == "synthetic", config.quiet)
     except ValueError as exc:
         fail(PROG, str(exc))
-    not_run = refused + cannot
-    out = study_out(PROG, config, source.slug())
-    try:
-        roots = {s: list(source.roots(s)) for s in settings}
-        with progress_bar(total=sum(map(len, roots.values())), desc="roots", unit="root", quiet=config.quiet) as bar:
-            chains = []
-            rows, valued, filled = value_roots(
-                PROG,
-                runnable,
-                roots,
-                config,
-                latency,
-                made,
-                bar,
-                source,
-                {p.name: p.latency for p in prices},
-                at_root=lambda setting, root, tables: chains.extend(chain_tv(setting, root, tables, positions)),
-            )
-            not_run += valued
-        if filled:
-            roots = {s: [replace(r, pair=f) for r in rs] for (s, rs), f in zip(roots.items(), filled)}
-        _, tv = one_minus_tv(chains)
-    except ValueError as exc:
-        fail_from(PROG, exc, parser)
-    not_run = not_run_table(PROG, config, rows, not_run, filled)
+    return Served(source, settings, latency, made=made, not_run=(*refusals(config), *cannot), prices=prices, positions=positions)
+
+
+def values(config: Config, opened: Served, say) -> tuple:
+    """(rows, not-run rows, the roots by setting, 1 - TV by setting and position): every
+    configuration valued at every root (``analyses._engine_valuation.value_roots``) and the
+    draft's top-1 chain read from each root's tables."""
+    roots = {s: list(opened.source.roots(s)) for s in opened.settings}
+    prices = {p.name: p.latency for p in opened.prices}
+    with progress_bar(total=sum(map(len, roots.values())), desc="roots", unit="root", quiet=config.quiet) as bar:
+        chains = []
+        rows, valued, filled = value_roots(
+            PROG,
+            runnable(config),
+            roots,
+            config,
+            opened.latency,
+            opened.made,
+            bar,
+            opened.source,
+            prices,
+            at_root=lambda setting, root, tables: chains.extend(chain_tv(setting, root, tables, opened.positions)),
+        )
+    if filled:
+        roots = {s: [replace(r, pair=f) for r in rs] for (s, rs), f in zip(roots.items(), filled)}
+    _, tv = one_minus_tv(chains)
+    return rows, not_run_table(PROG, config, rows, [*opened.not_run, *valued], filled), roots, tv
+
+
+def shardable(config: Config, opened: Served, parser: ToolParser) -> str | None:
+    """Always a reason: the valuation fills each root's tables once for every configuration and, with
+    ``--fill``, the capture's models for the roots together (``value_roots``), not root by root."""
+    return "the estimator values every root's configurations together (analyses._engine_valuation.value_roots); run it in one process"
+
+
+def run(config: Config, opened: Served, valued, say) -> Report:
+    """The aggregations, speed-ups, the best, exports and the chart (``serve_table``, ``estimates``, ``exports``)."""
+    rows, not_run, roots, tv = valued
+    source, latency, prices = opened.source, opened.latency, opened.prices
     plain_time = {(s.name, r.root): latency.target(len(r.context), 1) for s, rs in roots.items() for r in rs}
     summary, per_root, positions_frame = summarise(rows)
     laws = request_laws(rows)
     speed = estimates(rows, prices, plain_time)
-    table = serve_table(summary, speed, laws, runnable, refused)
+    table = serve_table(summary, speed, laws, runnable(config), refusals(config))
     differ = disagreements(laws)
     exported = exports(rows, speed)
     subtitle = f"source: {source.describe()}; engine: {config.engine}; latency: {latency.source}"
-    with OutputSet(out) as outputs:
-        for name, frame in (
-            ("serve", table),
-            ("speedup", speed),
-            ("one_minus_tv", tv),
-            ("per_root", per_root),
-            ("by_position", positions_frame),
-            ("disagreements", differ),
-            ("not_run", not_run),
-        ):
-            outputs.stage(f"{name}.parquet", parquet_writer(frame))
-        document = [{k: v for k, v in e.items() if not k.startswith("_")} for e in exported]
-        outputs.stage("exports.json", lambda tmp: Path(tmp).write_text(json.dumps(document, indent=1)))
-        for e in exported:
-            text = e["_profile"].to_json()
-            outputs.stage(f"profile-{slug(e['setting'])}.json", lambda tmp, text=text: Path(tmp).write_text(text))
-        for fmt in ("html", "png"):
-            outputs.stage(f"speedup.{fmt}", chart_writer(chart(speed, prices, subtitle), fmt))
-        outputs.publish()
-    if not config.quiet:
-        report(config, source, latency, prices, table, speed, tv, differ, not_run, exported, out)
-    return 0
+    document = [{k: v for k, v in e.items() if not k.startswith("_")} for e in exported]
+    outputs = {
+        "serve.parquet": table,
+        "speedup.parquet": speed,
+        "one_minus_tv.parquet": tv,
+        "per_root.parquet": per_root,
+        "by_position.parquet": positions_frame,
+        "disagreements.parquet": differ,
+        "not_run.parquet": not_run,
+        "exports.json": lambda tmp: Path(tmp).write_text(json.dumps(document, indent=1)),
+        **{
+            f"profile-{slug(e['setting'])}.json": lambda tmp, text=e["_profile"].to_json(): Path(tmp).write_text(text)
+            for e in exported
+        },
+        **chart_files("speedup", chart(speed, prices, subtitle), chart_writer),
+    }
+    return Report(outputs, None, report(config, source, latency, prices, table, speed, tv, differ, not_run, exported))
 
 
-def report(config, source, latency, prices, table, speed, tv, differ, not_run, exported, out) -> None:
-    """The printed answer: 1 - TV, the configurations under the engine's names, the best, the
-    refusals, the disagreements and the exports."""
-    print(f"Source: {source.describe()}; engine: {config.engine}; latency: {latency.source}")
-    print(f"Draft prices: a = {prices[0].how}; b = {prices[1].how}")
-    print_table(tv, "1 - TV(p, q) along the draft's top-1 chain, by position (se: clustered by request)")
+def report(config, source, latency, prices, table, speed, tv, differ, not_run, exported) -> tuple:
+    """The printed answer (``analyses._study.Report.printed`` items): 1 - TV, the configurations
+    under the engine's names, the best, the refusals, the disagreements and the exports."""
+    items: list = [
+        f"Source: {source.describe()}; engine: {config.engine}; latency: {latency.source}",
+        f"Draft prices: a = {prices[0].how}; b = {prices[1].how}",
+        (tv, "1 - TV(p, q) along the draft's top-1 chain, by position (se: clustered by request)"),
+    ]
     names = ENGINE_METRICS.get(config.engine, ())
     renames = {lab: mine for mine, lab, _ in names if not lab.endswith("_d")}
     shown = table.select(
@@ -778,54 +794,71 @@ def report(config, source, latency, prices, table, speed, tv, differ, not_run, e
         "speedup_se_b",
         pl.col("status").str.split(":").list.first(),  # the full rule or reason: serve.parquet, the refusals below
     )
-    print_table(
-        shown,
-        f"Configurations of {config.engine} (exact; names as {config.engine} prints them where it names them: "
-        + ("; ".join(f"{mine} = {how}" for mine, _, how in names) or "the lab's")
-        + "; pooled: vLLM/SGLang, each root one step; pooled_equal_tokens: the same if every request emits as many "
-        "tokens; per_request_mean: SpecForge; every column: serve.parquet)",
+    items.append(
+        (
+            shown,
+            f"Configurations of {config.engine} (exact; names as {config.engine} prints them where it names them: "
+            + ("; ".join(f"{mine} = {how}" for mine, _, how in names) or "the lab's")
+            + "; pooled: vLLM/SGLang, each root one step; pooled_equal_tokens: the same if every request emits as many "
+            "tokens; per_request_mean: SpecForge; every column: serve.parquet)",
+        )
     )
     for label, price in zip("ab", prices):
         best = speed.filter((pl.col("price") == label) & (pl.col("rank") <= config.best)).select(
             "setting", "rank", "config", "mode", "speedup", "speedup_se", "gap_to_best", "gap_se", "within_2se", "E", "E_se"
         )
-        print_table(
-            best,
-            f"Best configurations, draft price {label} ({price.how}); within_2se: within 2 SE of the best (null: no SE, one request)",
+        items.append(
+            (
+                best,
+                f"Best configurations, draft price {label} ({price.how}); within_2se: within 2 SE of the best (null: no SE, one request)",
+            )
         )
     if not_run.height:
-        print_table(
-            not_run.group_by("reason", maintain_order=True).agg(
-                pl.col("mode").unique().sort().str.join(" ").alias("modes"),
-                pl.col("config").unique(maintain_order=True).str.join("; ").str.slice(0, 90).alias("configs"),
-            ),
-            "Refused by the engine or not run (every row: not_run.parquet)",
+        items.append(
+            (
+                not_run.group_by("reason", maintain_order=True).agg(
+                    pl.col("mode").unique().sort().str.join(" ").alias("modes"),
+                    pl.col("config").unique(maintain_order=True).str.join("; ").str.slice(0, 90).alias("configs"),
+                ),
+                "Refused by the engine or not run (every row: not_run.parquet)",
+            )
         )
     if differ.height:
-        print(f"The two aggregations disagree in sign on {differ.height} pair(s) (disagreements.parquet), e.g.:")
+        items.append(f"The two aggregations disagree in sign on {differ.height} pair(s) (disagreements.parquet), e.g.:")
         for note, a, b, steps in differ.select("note", "a", "b", "steps").head(3).iter_rows():
-            print(f"  A = {a}, B = {b} (steps: {steps}): {note}")
+            items.append(f"  A = {a}, B = {b} (steps: {steps}): {note}")
     else:
-        print(
+        items.append(
             "The pooled (vLLM/SGLang; roots as steps, or equal tokens per request) and per-request-mean (SpecForge) "
             "aggregations order every pair of configurations alike"
         )
+    return (*items, *export_lines(exported))
+
+
+def export_lines(exported: list[dict]) -> tuple:
+    """The printed lines of each setting's exports (``exports``)."""
+    items = []
     for e in exported:
         vllm = e["vllm"]["rates"]["flag"]
         wrong = e["constant_rate_misstatement"]
         err = wrong["unconditional_error"][wrong["worst_position"] - 1]
-        print(f"Exports for the best at price a, setting {e['setting']}: {e['config']} / {e['mode']}")
-        print(f"  llama.cpp: {' '.join(e['llama.cpp']['rates'])}")
-        print(f"  vLLM:      {vllm[0]} '{vllm[1]}'")
-        print(f"  SGLang:    {' '.join(f'{k}={v}' for k, v in e['sglang'].items())}")
-        print(
+        items.append(f"Exports for the best at price a, setting {e['setting']}: {e['config']} / {e['mode']}")
+        items.append(f"  llama.cpp: {' '.join(e['llama.cpp']['rates'])}")
+        items.append(f"  vLLM:      {vllm[0]} '{vllm[1]}'")
+        items.append(f"  SGLang:    {' '.join(f'{k}={v}' for k, v in e['sglang'].items())}")
+        items.append(
             f"  a constant rate (llama.cpp's --spec-synthetic-acceptance-length {e['llama.cpp']['length'][1]}) replays "
             f"p = {wrong['rate']:.4f} at every position: P(tau >= d) off by {err:+.4f} at d = {wrong['worst_position']}"
         )
-    print(
-        f"wrote {out}/serve.parquet, speedup, one_minus_tv, per_root, by_position, disagreements, not_run (.parquet), "
-        "exports.json, profile-<setting>.json, speedup.html/.png"
-    )
+    return tuple(items)
+
+
+STUDY = declared(globals())
+"""The estimator as a study: one process (``shardable`` says why), every root valued together (``values``)."""
+
+
+def main(argv=None) -> int:
+    return run_study(STUDY, argv)
 
 
 if __name__ == "__main__":

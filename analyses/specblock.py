@@ -39,7 +39,6 @@ one-token target forward (synthetic), or measured (live).  Output under ``--out`
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
 
 import polars as pl
@@ -48,36 +47,14 @@ from simlab import tree_verifiers
 from simlab.drafting import Drafting
 from simlab.tree_verifiers.base import accepted_lengths, reach_probabilities
 
-from analyses._categories import by_category, print_by_category, stage_by_category, with_category
-from backends.cli import (
-    OutputSet,
-    ToolParser,
-    add_output_flags,
-    chart_writer,
-    check_flags,
-    fail,
-    fail_from,
-    int_list,
-    parquet_writer,
-    print_table,
-    progress_bar,
-    run_tool,
-)
 from analyses._block_drafters import TRAINED, drafter_folder, drafters_for
-from backends.sources.flags import (
-    LatencyConfig,
-    SourceConfig,
-    add_draft_law_flag,
-    drafting_table,
-    make_latency,
-    with_drafter_time,
-    make_source,
-    note_hf_defaults,
-    study_config,
-    study_out,
-    study_parser,
-    with_hf_defaults,
-)
+from analyses._categories import by_category, with_category
+from analyses._throughput_bars import throughput_bars
+from analyses._study import ByCategory, Opened, Report, chart_files, declared, flag_value, live_timing_reason, parse
+from analyses._study import run_study, titled
+from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, int_list, progress_bar
+from backends.sources.flags import LatencyConfig, SourceConfig, add_draft_law_flag, add_latency_flags, add_source_flags
+from backends.sources.flags import drafting_table, make_latency, make_source, study_config, with_drafter_time
 
 PROG = "python -m analyses.specblock"
 GPU_PROFILE = "specblock-a100"
@@ -119,7 +96,7 @@ class Config(SourceConfig, LatencyConfig):
     cost_ratio: float = 0.07
     per_token: float = 0.002
     block_ratio: float = 0.1
-    budgets: str = "60,90"
+    budgets: tuple[int, ...] = (60, 90)
     K: int = 4
     blocks: int = 2
     beam_width: int = 10
@@ -143,12 +120,19 @@ class Config(SourceConfig, LatencyConfig):
     out: str | None = None
     quiet: bool = False
 
+    def __post_init__(self):
+        if isinstance(self.budgets, str):  # a config built in code with a list as written: parsed once, here
+            object.__setattr__(self, "budgets", int_list(self.budgets, "--budgets", minimum=1))
 
-def parse_args(argv) -> tuple[Config, ToolParser]:
-    d = Config()
-    parser = study_parser(PROG, __doc__, d)
+
+def flags(parser: ToolParser, d: Config) -> None:
+    """The source and latency flags, the SpecBlock trees' group, the stream's group and ``--out``/``--quiet``."""
+    add_source_flags(parser, d)
+    add_latency_flags(parser, d)
     g = parser.add_argument_group("SpecBlock trees")
-    g.add_argument("--budgets", default=d.budgets, help="matched budgets (draft tokens after pruning), comma list")
+    g.add_argument(
+        "--budgets", default=",".join(map(str, d.budgets)), help="matched budgets (draft tokens after pruning), comma list"
+    )
     g.add_argument("--K", type=int, default=d.K, help="slots per block (synthetic; the trained drafter has its own)")
     g.add_argument("--blocks", type=int, default=d.blocks, help="blocks per tree (the evaluation's 2)")
     g.add_argument("--beam-width", type=int, default=d.beam_width, help="slot-0 width of block 1 and seeds per depth")
@@ -187,13 +171,11 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     s.add_argument("--ewma", type=float, default=d.ewma, help="weight of the newest gain in the bandit's estimates")
     s.add_argument("--window", type=int, default=d.window, help="prompts per rollback window")
     add_output_flags(parser, PROG)
-    note_hf_defaults(parser, HF_DEFAULTS)
-    args = parser.parse_args(argv)
-    try:
-        budgets = int_list(args.budgets, "--budgets", minimum=1)
-    except ValueError as exc:
-        fail(PROG, str(exc))
-    config = study_config(Config, args, budgets=",".join(map(str, budgets)))
+
+
+def config_of(args, parser: ToolParser) -> Config:
+    """The typed config (``--budgets`` as a tuple of ints), or exit 2 with one line."""
+    config = study_config(Config, args, budgets=flag_value(PROG, int_list, args.budgets, "--budgets", minimum=1))
     check_flags(
         PROG,
         [
@@ -215,7 +197,12 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
             (config.window >= 1, f"--window: must be >= 1, got {config.window}"),
         ],
     )
-    return config, parser
+    return config
+
+
+def parse_args(argv) -> tuple[Config, ToolParser]:
+    """(config, parser) from the command line ``argv`` (the live-model defaults applied)."""
+    return parse(STUDY, argv)
 
 
 def slots(config: Config) -> int:
@@ -254,66 +241,75 @@ def builders_for(config: Config, budget: int, drafter_of: dict, pair) -> dict:
 
 def measure(config: Config, source, settings, latency, drafter_of) -> tuple[list, list, list]:
     """(per-root rows, by-depth rows, by-slot rows) over every root, budget, builder and verifier."""
-    from simlab import tree_verifiers
-    from simlab.builders.cost import DraftCost
-    from simlab.trees import NodeTable
-    from simlab.engine_metrics import conditional_rates, path_metrics
-    from simlab.valuation import value_tree
-
-    budgets = int_list(config.budgets, "--budgets", minimum=1)
     rows, depth_rows, slot_rows = [], [], []
     bar = progress_bar(total=sum(source.count(s) for s in settings), desc="roots", unit="root", quiet=config.quiet)
     for setting in settings:
         for root in source.roots(setting):
-            table = NodeTable(root.pair, root.context)
-            drafting = drafting_table(table, config.draft_law)
-            key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
-            key["category"] = root.category
-            for budget in budgets:
-                for name, builder in builders_for(config, budget, drafter_of, root.pair).items():
-                    tree, origin = builder.build(drafting) if hasattr(builder, "build") else (builder.sample(drafting), None)
-                    tree = tree.on(table)
-                    cost = tree.cost if tree.cost is not None else DraftCost.of_tree(tree)
-                    for v in tree_verifiers.lossless_names({Drafting.DETERMINISTIC}, setting):
-                        verifier = tree_verifiers.get(v)
-                        value = value_tree(tree, verifier, latency)
-                        E, T = value["E"], value["T"]
-                        draft = T - latency.target(len(root.context) + cost.verified, 1 + cost.verified)
-                        law = verifier.outcome_law(tree)
-                        reach = reach_probabilities(accepted_lengths(law, tree.depth()))
-                        engine = path_metrics({p: float(x.sum()) for p, x in law.items()}, tree.depth(), table.eos_id)
-                        rows.append(
-                            {
-                                **key,
-                                "budget": budget,
-                                "builder": name,
-                                "verifier": v,
-                                "E": E,
-                                "accepted": engine.accepted,  # E[tau], the engines' no-bonus convention
-                                "T": T,
-                                "TPS": E / T,
-                                "draft_share": draft / T,
-                                "tokens": tree.tokens(),
-                                "depth": tree.depth(),
-                            }
-                        )
-                        depth_rows += [
-                            {**key, "budget": budget, "builder": name, "verifier": v, "depth": d, "reach": float(r)}
-                            | {"conditional": float(c)}  # the papers' rate; reach is vLLM's per-position counter
-                            for d, (r, c) in enumerate(zip(reach, conditional_rates(reach)), start=1)
-                        ]
-                        if origin is not None:
-                            counts: dict[tuple[int, int], float] = {}
-                            for path, vector in law.items():
-                                for d in range(1, len(path) + 1):
-                                    counts[origin[path[:d]]] = counts.get(origin[path[:d]], 0.0) + float(vector.sum())
-                            slot_rows += [
-                                {**key, "budget": budget, "builder": name, "verifier": v, "block": b, "slot": k, "accepted": a}
-                                for (b, k), a in sorted(counts.items())
-                            ]
+            mine = measure_root(config, setting, root, latency, drafter_of)
+            rows += mine["rows"]
+            depth_rows += mine["by_depth"]
+            slot_rows += mine["by_slot"]
             bar.update()
     bar.close()
     return rows, depth_rows, slot_rows
+
+
+def measure_root(config: Config, setting, root, latency, drafter_of) -> dict:
+    """One root's ``rows``, ``by_depth`` and ``by_slot`` rows over every budget, builder and
+    lossless verifier; they depend on this root alone (the stand-in drafter is seeded by ``--seed``)."""
+    from simlab.builders.cost import DraftCost
+    from simlab.engine_metrics import conditional_rates, path_metrics
+    from simlab.trees import NodeTable
+    from simlab.valuation import value_tree
+
+    rows, depth_rows, slot_rows = [], [], []
+    table = NodeTable(root.pair, root.context)
+    drafting = drafting_table(table, config.draft_law)
+    key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
+    key["category"] = root.category
+    for budget in config.budgets:
+        for name, builder in builders_for(config, budget, drafter_of, root.pair).items():
+            tree, origin = builder.build(drafting) if hasattr(builder, "build") else (builder.sample(drafting), None)
+            tree = tree.on(table)
+            cost = tree.cost if tree.cost is not None else DraftCost.of_tree(tree)
+            for v in tree_verifiers.lossless_names({Drafting.DETERMINISTIC}, setting):
+                verifier = tree_verifiers.get(v)
+                value = value_tree(tree, verifier, latency)
+                E, T = value["E"], value["T"]
+                draft = T - latency.target(len(root.context) + cost.verified, 1 + cost.verified)
+                law = verifier.outcome_law(tree)
+                reach = reach_probabilities(accepted_lengths(law, tree.depth()))
+                engine = path_metrics({p: float(x.sum()) for p, x in law.items()}, tree.depth(), table.eos_id)
+                mine = {**key, "budget": budget, "builder": name, "verifier": v}
+                rows.append(
+                    {
+                        **mine,
+                        "E": E,
+                        "accepted": engine.accepted,  # E[tau], the engines' no-bonus convention
+                        "T": T,
+                        "TPS": E / T,
+                        "draft_share": draft / T,
+                        "tokens": tree.tokens(),
+                        "depth": tree.depth(),
+                    }
+                )
+                depth_rows += [
+                    {**mine, "depth": d, "reach": float(r)}
+                    | {"conditional": float(c)}  # the papers' rate; reach is vLLM's per-position counter
+                    for d, (r, c) in enumerate(zip(reach, conditional_rates(reach)), start=1)
+                ]
+                if origin is not None:
+                    slot_rows += [{**mine, "block": b, "slot": k, "accepted": a} for (b, k), a in _by_slot(law, origin)]
+    return {"rows": rows, "by_depth": depth_rows, "by_slot": slot_rows}
+
+
+def _by_slot(law: dict, origin: dict) -> list:
+    """((block, slot), accepted tokens) in order: the probability mass of the accepted paths' tokens by their origin."""
+    counts: dict[tuple[int, int], float] = {}
+    for path, vector in law.items():
+        for d in range(1, len(path) + 1):
+            counts[origin[path[:d]]] = counts.get(origin[path[:d]], 0.0) + float(vector.sum())
+    return sorted(counts.items())
 
 
 def summarise(per_root: pl.DataFrame) -> pl.DataFrame:
@@ -364,7 +360,7 @@ def run_stream(config: Config, source, latency, drafter_of) -> list[dict]:
     except ValueError as exc:
         raise ValueError(f"stream_prompts: {str(exc).partition(': ')[2]}") from None
     prompts = [pair.encode(t)[:length] for t in texts]
-    budget = max(int_list(config.budgets, "--budgets", minimum=1))
+    budget = max(config.budgets)
     table = SLIM_R2 if config.table == "slim_r2" else CLASS_DEFAULT
     builder_for = lambda model: RankGuided(
         TorchBlockDrafter(model, pair),
@@ -418,24 +414,10 @@ def charts(summary: pl.DataFrame, trace: pl.DataFrame | None, subtitle: str, rul
     import altair as alt
 
     primary = summary.filter(pl.col("verifier") == pl.col("setting").replace_strict(rules, return_dtype=pl.String))
-    tps = (
-        alt.Chart(primary)
-        .mark_bar()
-        .encode(
-            x=alt.X("builder:N", sort=list(BUILDERS), title=None),
-            y=alt.Y("TPS:Q", title="throughput (tokens/s)"),
-            color="builder:N",
-            column=alt.Column("budget:O", title="budget"),
-            row=alt.Row("setting:N", title=None),
-            tooltip=["builder", "verifier", "E", "TPS", "vs_eagle2", "draft_share"],
-        )
-        .properties(
-            width=220,
-            height=150,
-            title=alt.TitleParams(
-                "SpecBlock vs EAGLE-2 at matched budgets (exact E / T-hat; greedy at T = 0, one-hot at T > 0)", subtitle=subtitle
-            ),
-        )
+    tooltip = ["builder", "verifier", "E", "TPS", "vs_eagle2", "draft_share"]
+    tps = throughput_bars(primary, "builder", BUILDERS, "budget:O", "setting:N", tooltip, column_title="budget")
+    tps = titled(
+        tps, 220, 150, "SpecBlock vs EAGLE-2 at matched budgets (exact E / T-hat; greedy at T = 0, one-hot at T > 0)", subtitle
     )
     if trace is None:
         return tps, None
@@ -448,80 +430,104 @@ def charts(summary: pl.DataFrame, trace: pl.DataFrame | None, subtitle: str, rul
             color="policy:N",
             tooltip=["policy", "prompt", "acceptance", "throughput", "arm", "rolled_back"],
         )
-        .properties(
-            width=520,
-            height=220,
-            title=alt.TitleParams(
-                "Serving-time adaptation on standard-library source (drafter trained on the docs)", subtitle=subtitle
-            ),
-        )
     )
-    return tps, line
+    return tps, titled(
+        line, 520, 220, "Serving-time adaptation on standard-library source (drafter trained on the docs)", subtitle
+    )
 
 
-def main(argv=None) -> int:
-    return run_tool(PROG, lambda: _main(argv))
+@dataclass(frozen=True)
+class Drafted(Opened):
+    """``Opened`` with the block drafters: ``drafter_of`` (variant -> factory(pair),
+    ``analyses._block_drafters.drafters_for``), the builders not run, and whether the block
+    drafter's forward was measured on this machine."""
+
+    drafter_of: dict = None
+    not_run: tuple = ()
+    block_measured: bool = False
 
 
-def _main(argv) -> int:
-
-    config, parser = parse_args(sys.argv[1:] if argv is None else argv)
-    config = with_hf_defaults(config, parser, HF_DEFAULTS)
+def open_source(config: Config, parser: ToolParser, say) -> Drafted:
+    """The source (trees as deep as the block drafter's or EAGLE-2's), the latency model with the
+    block drafter's forward (measured for live models unless the profile gives it, else
+    ``--block-ratio``) and the block drafters."""
     depth = max(config.blocks * slots(config), config.eagle_depth + 1)
     source, settings = make_source(
         PROG, parser, config, stream="per_trajectory", grid=False, depth=depth, study_refusals=REFUSALS, quiet=config.quiet
     )
-    largest = max(int_list(config.budgets, "--budgets", minimum=1))
-    latency = make_latency(PROG, parser, config, source, largest, gpu_profile=GPU_PROFILE)
-    try:
-        drafter_of, not_run = drafters_for(config)
-    except ValueError as exc:
-        fail_from(PROG, exc, parser)
-    if config.backend == "hf" and "block" not in dict(latency.drafters):  # measured, unless the profile gives it (as sweep)
+    latency = make_latency(PROG, parser, config, source, max(config.budgets), gpu_profile=GPU_PROFILE)
+    drafter_of, not_run = drafters_for(config)
+    measured = config.backend == "hf" and "block" not in dict(latency.drafters)  # unless the profile gives it (as sweep)
+    if measured:
         from backends.block_drafter.drafter import forward_seconds
 
         latency = latency.with_drafter("block", forward_seconds(drafter_of["full"](source.pair).model))
     else:
         latency = with_drafter_time(latency, "block", config.block_ratio, "block_ratio", parser)
-    out = study_out(PROG, config, source.slug())
-    try:
-        rows, depth_rows, slot_rows = measure(config, source, settings, latency, drafter_of)
-        trace_rows = run_stream(config, source, latency, drafter_of) if config.backend == "hf" else None
-    except ValueError as exc:
-        fail_from(PROG, exc, parser)
+    return Drafted(source, settings, latency, drafter_of=drafter_of, not_run=tuple(not_run), block_measured=measured)
+
+
+def values(config: Config, opened: Drafted, say):
+    """Every root's rows in one process (``measure``)."""
+    return measure(config, opened.source, opened.settings, opened.latency, opened.drafter_of)
+
+
+def value_root(config: Config, opened: Drafted, task) -> dict:
+    """One root's rows (``measure_root``), for a sharded run."""
+    return measure_root(config, task.setting, task.root, opened.latency, opened.drafter_of)
+
+
+def merge(config: Config, opened: Drafted, payloads):
+    """``measure``'s three lists from every root's payload in task order."""
+    return tuple([row for payload in payloads for row in payload[part]] for part in ("rows", "by_depth", "by_slot"))
+
+
+def shardable(config: Config, opened: Drafted, parser: ToolParser) -> str | None:
+    """Why a sharded run would not match one process: live models or the block drafter timed on each rank's machine."""
+    if opened.block_measured:
+        return "each rank would time the block drafter itself; pass --latency FILE with a 'block' drafter time"
+    return live_timing_reason(opened, parser)
+
+
+def run(config: Config, opened: Drafted, measured, say) -> Report:
+    """The stream (live models), the summary, the per-root, by-depth and by-slot frames, the charts and the tables."""
+    source, settings, latency = opened.source, opened.settings, opened.latency
+    rows, depth_rows, slot_rows = measured
+    trace_rows = run_stream(config, source, latency, opened.drafter_of) if config.backend == "hf" else None
     per_root = with_category(pl.DataFrame(rows))
     summary = summarise(per_root)
     categories = by_category(per_root, summarise)
     trace = pl.DataFrame(trace_rows) if trace_rows else None
-    not_run_frame = pl.DataFrame(not_run, schema={"builder": pl.String, "reason": pl.String})
+    not_run_frame = pl.DataFrame(list(opened.not_run), schema={"builder": pl.String, "reason": pl.String})
     subtitle = f"source: {source.describe()}; latency: {latency.source}; block drafter: " + (
         "measured"
         if config.backend == "hf"
         else f"{config.block_ratio:g} t_p (stand-in: pair q, rank noise {config.rank_noise:g})"
     )
     tps_chart, stream_chart = charts(summary, trace, subtitle, tree_verifiers.deterministic_rules(settings))
-    with OutputSet(out) as outputs:
-        outputs.stage("specblock.parquet", parquet_writer(summary))
-        outputs.stage("per_root.parquet", parquet_writer(per_root))
-        outputs.stage("by_depth.parquet", parquet_writer(with_category(pl.DataFrame(depth_rows))))
-        outputs.stage("by_slot.parquet", parquet_writer(with_category(pl.DataFrame(slot_rows))))
-        stage_by_category(outputs, categories)
-        outputs.stage("not_run.parquet", parquet_writer(not_run_frame))
-        charts_out = [("throughput", tps_chart)]
-        if trace is not None:
-            outputs.stage("stream.parquet", parquet_writer(trace))
-            charts_out.append(("stream", stream_chart))
-        for name, chart in charts_out:
-            for fmt in ("html", "png"):
-                outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
-        outputs.publish()
-    if not config.quiet:
-        print(f"Source: {source.describe()}; {per_root['root'].n_unique()} roots per setting; latency: {latency.source}")
-        primary = [tree_verifiers.deterministic_rule(s) for s in settings]
-        shown = pl.concat(
-            [summary.filter((pl.col("setting") == s.name) & (pl.col("verifier") == v)) for s, v in zip(settings, primary)]
-        )
-        print_table(
+    outputs = {
+        "specblock.parquet": summary,
+        "per_root.parquet": per_root,
+        "by_depth.parquet": with_category(pl.DataFrame(depth_rows)),
+        "by_slot.parquet": with_category(pl.DataFrame(slot_rows)),
+        "not_run.parquet": not_run_frame,
+        **({"stream.parquet": trace} if trace is not None else {}),
+        **chart_files("throughput", tps_chart, chart_writer),
+        **(chart_files("stream", stream_chart, chart_writer) if trace is not None else {}),
+    }
+    return Report(outputs, categories, tables(config, opened, summary, per_root, categories, trace, not_run_frame))
+
+
+def tables(config: Config, opened: Drafted, summary, per_root, categories, trace, not_run_frame) -> tuple:
+    """The printed lines and tables (``analyses._study.Report.printed`` items)."""
+    source, settings, latency = opened.source, opened.settings, opened.latency
+    primary = [tree_verifiers.deterministic_rule(s) for s in settings]
+    shown = pl.concat(
+        [summary.filter((pl.col("setting") == s.name) & (pl.col("verifier") == v)) for s, v in zip(settings, primary)]
+    )
+    items = [
+        f"Source: {source.describe()}; {per_root['root'].n_unique()} roots per setting; latency: {latency.source}",
+        (
             shown.select(
                 "setting",
                 "verifier",
@@ -538,28 +544,30 @@ def _main(argv) -> int:
             ),
             "Exact E[tau+1], T-hat, throughput (sum E / sum T), drafting share (the other lossless verifiers "
             "of these deterministic trees give the same exact values: specblock.parquet)",
-        )
-        print_by_category(
+        ),
+        ByCategory(
             categories,
             ("setting", "verifier", "budget", "builder", "roots", "E", "accepted", "TPS", "vs_eagle2", "draft_share"),
             "Exact E[tau+1] and throughput (sum E / sum T)",
             pl.col("verifier") == pl.col("setting").replace_strict(tree_verifiers.deterministic_rules(settings)),
-        )
-        if trace is not None:
-            print_table(
+        ),
+    ]
+    if trace is not None:
+        items.append(
+            (
                 stream_summary(trace),
                 f"Shifted stream ({config.stream_prompts} standard-library source prompts, "
                 f"{trace['setting'][0]}): acceptance (mean exact E[tau+1]) and throughput by policy",
             )
-        if len(not_run_frame):
-            print_table(not_run_frame, "Not run")
-        print(
-            f"wrote {out}/specblock.parquet, per_root, by_depth, by_slot, not_run"
-            + (", stream" if trace is not None else "")
-            + " (.parquet), throughput.html/.png"
-            + (", stream.html/.png" if trace is not None else "")
         )
-    return 0
+    return (*items, *([(not_run_frame, "Not run")] if len(not_run_frame) else []))
+
+
+STUDY = declared(globals())
+
+
+def main(argv=None) -> int:
+    return run_study(STUDY, argv)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ every root), ``throughput.{html,png}`` and ``schedules.{html,png}``.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -43,36 +42,15 @@ from simlab.drafting import Drafting
 from simlab.engine_metrics import tree_metrics
 from simlab.treegraft.rules import DEPARTURES, Rules
 
-from analyses._categories import by_category, print_by_category, stage_by_category, with_category
-from backends.cli import (
-    OutputSet,
-    ToolParser,
-    add_output_flags,
-    chart_writer,
-    check_flags,
-    fail,
-    fail_from,
-    int_list,
-    parquet_writer,
-    prepare_out,
-    print_table,
-    progress_bar,
-    run_tool,
-)
+from analyses._categories import by_category, with_category
+from analyses._throughput_bars import throughput_bars
+from analyses._study import ByCategory, Opened, Report, chart_files, declared, flag_value, live_timing_reason, parse
+from analyses._study import run_study, tasks, titled
+from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, int_list, progress_bar
 from backends.roots import SHIPPED_PROMPTS
 from backends.tree_cache import EVALUATIONS, node_table
-from backends.sources.flags import (
-    LatencyConfig,
-    SourceConfig,
-    add_draft_law_flag,
-    drafting_table,
-    make_latency,
-    with_drafter_time,
-    make_source,
-    study_parser,
-    note_hf_defaults,
-    with_hf_defaults,
-)
+from backends.sources.flags import LatencyConfig, SourceConfig, add_draft_law_flag, add_source_flags, add_latency_flags
+from backends.sources.flags import drafting_table, make_latency, make_source, note_hf_defaults, study_config, with_hf_defaults
 
 PROG = "python -m analyses.treegraft"
 GPU_PROFILE = "treegraft-a100"
@@ -82,11 +60,13 @@ POLICIES = ("all_small", "all_mid", "fixed", "learned", "best", "no_expanded_pos
 REFUSALS = {"capture": {"capture": "TreeGraft builds its own trees; use --backend hf or a synthetic world"}}
 HF_DEFAULTS = {"roots_per_trajectory": 2, "spacing": 8}
 """Defaults that differ with --backend hf (the reference models see at most 64 tokens)."""
+DRAFTERS = (("small", "small_ratio", "small_ratio"),)
+"""The drafter the study times beside the models (``Study.drafters``): the n-gram step, ``--small-ratio`` of a target forward."""
 
 
 @dataclass(frozen=True)
 class Config(SourceConfig, LatencyConfig):
-    """The study's settings (the command-line flags)."""
+    """The study's settings (the command-line flags; ``fixed``: the fixed schedule, one 0/1 per layer)."""
 
     world: str = "repetitive"
     vocab: int = 64
@@ -105,7 +85,7 @@ class Config(SourceConfig, LatencyConfig):
     ngram: int = 5
     scoring: str = "code"
     rules: str = "official"
-    fixed: str = "1,0,1,0,1"
+    fixed: tuple[int, ...] = (1, 0, 1, 0, 1)
     draft_law: str = "raw"
     epochs: int = 300
     test_share: float = 0.34
@@ -114,9 +94,10 @@ class Config(SourceConfig, LatencyConfig):
     quiet: bool = False
 
 
-def parse_args(argv) -> tuple[Config, ToolParser]:
-    d = Config()
-    parser = study_parser(PROG, __doc__, d)
+def flags(parser: ToolParser, d: Config) -> None:
+    """The source and latency flags, the TreeGraft group and ``--out``/``--quiet``."""
+    add_source_flags(parser, d)
+    add_latency_flags(parser, d)
     group = parser.add_argument_group("TreeGraft")
     group.add_argument("--small-ratio", type=float, default=d.small_ratio, help="n-gram step time / one-token target forward")
     group.add_argument("--budget", type=int, default=d.budget, help="draft tokens after pruning (B_ver)")
@@ -136,7 +117,9 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         help="'official' (the official code's rules), 'lab' (the lab's earlier ones), or comma-separated "
         "departures: " + ", ".join(DEPARTURES),
     )
-    group.add_argument("--fixed", default=d.fixed, help="the fixed schedule (and the ablations'), one 0/1 per layer")
+    group.add_argument(
+        "--fixed", default=",".join(map(str, d.fixed)), help="the fixed schedule (and the ablations'), one 0/1 per layer"
+    )
     add_draft_law_flag(group, d.draft_law)
     group.add_argument("--epochs", type=int, default=d.epochs, help="training epochs of the learned scheduler")
     group.add_argument("--test-share", type=float, default=d.test_share, help="share of trajectories held out for evaluation")
@@ -149,24 +132,26 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         "reference; the same values to float32 rounding)",
     )
     add_output_flags(parser, PROG)
-    note_hf_defaults(parser, {**HF_DEFAULTS, "prompts": "backends/prompts/repetitive_prompts.txt"})
-    args = parser.parse_args(argv)
-    try:
-        fixed = int_list(args.fixed, "--fixed", minimum=0, repeats=True)  # a schedule: one 0/1 per layer
-    except ValueError as exc:
-        fail(PROG, str(exc))
-    config = Config(**{**vars(args), "fixed": ",".join(map(str, fixed)), "capture": tuple(args.capture)})
+    note_hf_defaults(parser, {"prompts": "backends/prompts/repetitive_prompts.txt"})  # the rest: Study.hf_defaults
+
+
+def config_of(args, parser: ToolParser) -> Config:
+    """The typed config (``--fixed`` as a tuple of ints, the shipped repetitive prompts with
+    ``--backend hf``), or exit 2 with one line."""
+    fixed = flag_value(PROG, int_list, args.fixed, "--fixed", minimum=0, repeats=True)  # a schedule: one 0/1 per layer
+    config = study_config(Config, args, fixed=fixed)
     try:
         Rules.parse(config.rules)
     except ValueError as exc:
         fail(PROG, "--" + str(exc))
+    shown = ",".join(map(str, fixed))
     check_flags(
         PROG,
         [
             (config.depth >= 1, f"--depth: must be >= 1, got {config.depth}"),
             (config.ngram >= 1, f"--ngram: must be >= 1, got {config.ngram}"),
             (config.epochs >= 1, f"--epochs: must be >= 1, got {config.epochs}"),
-            (set(fixed) <= {0, 1}, f"--fixed: one 0 or 1 per layer, got {config.fixed}"),
+            (set(fixed) <= {0, 1}, f"--fixed: one 0 or 1 per layer, got {shown}"),
             (config.trajectories >= 2, f"--trajectories: need >= 2 (train and test), got {config.trajectories}"),
             (0 < config.test_share < 1, f"--test-share: must lie in (0, 1), got {config.test_share}"),
             (config.depth <= 5, f"--depth: the learned scheduler's features hold 5 layers; got {config.depth}"),
@@ -174,7 +159,12 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
             (len(fixed) == config.depth, f"--fixed: needs {config.depth} entries (one per layer), got {len(fixed)}"),
         ],
     )
-    return config, parser
+    return with_hf_defaults(config, parser, {"prompts": REPETITIVE_PROMPTS})
+
+
+def parse_args(argv) -> tuple[Config, ToolParser]:
+    """(config, parser) from the command line ``argv`` (the live-model defaults applied)."""
+    return parse(STUDY, argv)
 
 
 def builders_for(config: Config, prompt_length: int | None):
@@ -182,7 +172,7 @@ def builders_for(config: Config, prompt_length: int | None):
     from simlab.treegraft import NGramDrafter, TreeGraft
 
     base = TreeGraft(
-        schedule=int_list(config.fixed, "--fixed", minimum=0, repeats=True),
+        schedule=config.fixed,
         budget=config.budget,
         depth=config.depth,
         top_k=config.top_k,
@@ -203,54 +193,70 @@ def builders_for(config: Config, prompt_length: int | None):
 
 def measure(config: Config, source, settings, latency):
     """(per-root rows, schedule rows, margins by setting, the roots by setting) over every root."""
-    from simlab.treegraft.schedules import best, evaluate_schedules, margins
-
     rows, schedule_rows, training, roots = [], [], {}, {}
     total = sum(source.count(s) for s in settings)
     bar = progress_bar(total=total, desc="roots", unit="root", quiet=config.quiet)
     for setting in settings:
-        verifiers = tree_verifiers.lossless_names({Drafting.DETERMINISTIC}, setting)
         for root in source.roots(setting):
             roots.setdefault(setting.name, []).append(root)
-            base, fixed = builders_for(config, root.prompt_length)
-            table = node_table(root.pair, root.context, config.evaluation)
-            drafting = drafting_table(table, config.draft_law)
-            prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
-            key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
-            key["category"] = root.category
-            for v in verifiers:
-                values = evaluate_schedules(base, drafting, v, latency, verify_table=table)
-                top = best(values)
-                for s, value in values.items():
-                    schedule_rows.append(
-                        {
-                            **key,
-                            "verifier": v,
-                            "schedule": "".join(map(str, s)),
-                            "E": value["E"],
-                            "T": value["T"],
-                            "TPS": value["TPS"],
-                            "tokens": value["tokens"],
-                            "best": s == top,
-                            "stop": value["state"].stop or "",
-                            "early_stop": value["state"].stopped_early,
-                        }
-                    )
-                rows.append({**key, **_row("best", v, values[top], top)})
-                for name, builder in fixed.items():
-                    if builder.mode == "tree" and builder.pool == "window" and builder.grafting == "non_destructive":
-                        value = values[builder.schedule]
-                    else:
-                        value = _value(builder, drafting, table, v, latency)
-                    rows.append({**key, **_row(name, v, value, builder.schedule)})
-                if v == verifiers[0]:
-                    training.setdefault(setting.name, []).extend(
-                        {**key, "z": z, "y": y, "prefix": prefix}
-                        for z, y, prefix in margins(base, drafting, values, latency, prompt)
-                    )
+            mine = measure_root(config, setting, root, latency)
+            rows += mine["rows"]
+            schedule_rows += mine["schedules"]
+            training.setdefault(setting.name, []).extend(mine["training"])
             bar.update()
     bar.close()
     return rows, schedule_rows, training, roots
+
+
+def _key(setting, root) -> dict:
+    key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
+    key["category"] = root.category
+    return key
+
+
+def measure_root(config: Config, setting, root, latency) -> dict:
+    """One root's values: ``rows`` (every fixed policy and ``best`` under every lossless verifier),
+    ``schedules`` (every schedule's exact value) and ``training`` (the scheduler's margins under the
+    first verifier: ``z`` float64 (17,), ``y``, ``prefix``); they depend on this root alone."""
+    from simlab.treegraft.schedules import best, evaluate_schedules, margins
+
+    verifiers = tree_verifiers.lossless_names({Drafting.DETERMINISTIC}, setting)
+    rows, schedule_rows, training = [], [], []
+    base, fixed = builders_for(config, root.prompt_length)
+    table = node_table(root.pair, root.context, config.evaluation)
+    drafting = drafting_table(table, config.draft_law)
+    prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
+    key = _key(setting, root)
+    for v in verifiers:
+        values = evaluate_schedules(base, drafting, v, latency, verify_table=table)
+        top = best(values)
+        for s, value in values.items():
+            schedule_rows.append(
+                {
+                    **key,
+                    "verifier": v,
+                    "schedule": "".join(map(str, s)),
+                    "E": value["E"],
+                    "T": value["T"],
+                    "TPS": value["TPS"],
+                    "tokens": value["tokens"],
+                    "best": s == top,
+                    "stop": value["state"].stop or "",
+                    "early_stop": value["state"].stopped_early,
+                }
+            )
+        rows.append({**key, **_row("best", v, values[top], top)})
+        for name, builder in fixed.items():
+            if builder.mode == "tree" and builder.pool == "window" and builder.grafting == "non_destructive":
+                value = values[builder.schedule]
+            else:
+                value = _value(builder, drafting, table, v, latency)
+            rows.append({**key, **_row(name, v, value, builder.schedule)})
+        if v == verifiers[0]:
+            training += [
+                {**key, "z": z, "y": y, "prefix": prefix} for z, y, prefix in margins(base, drafting, values, latency, prompt)
+            ]
+    return {"rows": rows, "schedules": schedule_rows, "training": training}
 
 
 def _value(builder, drafting, table, verifier, latency) -> dict:
@@ -313,8 +319,7 @@ def learn(config: Config, roots, settings, latency, training, test: set[int], ro
             drafting = drafting_table(table, config.draft_law)
             prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
             schedule = scheduler.schedule(base, drafting, latency, prompt)
-            key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
-            key["category"] = root.category
+            key = _key(setting, root)
             for v in tree_verifiers.lossless_names({Drafting.DETERMINISTIC}, setting):
                 out.append(
                     {**key, **_row("learned", v, _value(replace(base, schedule=schedule), drafting, table, v, latency), schedule)}
@@ -367,25 +372,16 @@ def summarise(per_root: pl.DataFrame) -> pl.DataFrame:
 def charts(summary: pl.DataFrame, schedules: pl.DataFrame, subtitle: str, rules: dict[str, str]):
     import altair as alt
 
-    tps = (
-        alt.Chart(summary)
-        .mark_bar()
-        .encode(
-            x=alt.X("policy:N", sort=list(POLICIES), title=None),
-            y=alt.Y("TPS:Q", title="throughput (tokens/s)"),
-            color="policy:N",
-            column=alt.Column("setting:N", title=None),
-            row=alt.Row("verifier:N", title=None),
-            tooltip=["policy", "E", "TPS", "vs_all_small", "vs_all_mid"],
-        )
-        .properties(
-            width=260,
-            height=160,
-            title=alt.TitleParams("TreeGraft policies on the test roots (exact E / T-hat)", subtitle=subtitle),
-        )
+    tps = throughput_bars(
+        summary, "policy", POLICIES, "setting:N", "verifier:N", ["policy", "E", "TPS", "vs_all_small", "vs_all_mid"]
     )
+    tps = titled(tps, 260, 160, "TreeGraft policies on the test roots (exact E / T-hat)", subtitle)
     primary = pl.col("setting").replace_strict(rules, return_dtype=pl.String)
-    best = schedules.filter(pl.col("best") & (pl.col("verifier") == primary)).group_by("setting", "schedule").len("roots")
+    best = (
+        schedules.filter(pl.col("best") & (pl.col("verifier") == primary))
+        .group_by("setting", "schedule", maintain_order=True)
+        .len("roots")
+    )
     sched = (
         alt.Chart(best)
         .mark_bar()
@@ -394,26 +390,14 @@ def charts(summary: pl.DataFrame, schedules: pl.DataFrame, subtitle: str, rules:
             y=alt.Y("roots:Q", title="roots (all, training and test)"),
             column=alt.Column("setting:N", title=None),
         )
-        .properties(
-            width=300,
-            height=160,
-            title=alt.TitleParams(
-                "How often each schedule is the exact best (1 = call the mid drafter; greedy at T = 0, one-hot at T > 0)",
-                subtitle=subtitle,
-            ),
-        )
     )
-    return tps, sched
+    title = "How often each schedule is the exact best (1 = call the mid drafter; greedy at T = 0, one-hot at T > 0)"
+    return tps, titled(sched, 300, 160, title, subtitle)
 
 
-def main(argv=None) -> int:
-    return run_tool(PROG, lambda: _main(argv))
-
-
-def _main(argv) -> int:
-
-    config, parser = parse_args(sys.argv[1:] if argv is None else argv)
-    config = with_hf_defaults(config, parser, HF_DEFAULTS, prompts=REPETITIVE_PROMPTS)
+def open_source(config: Config, parser: ToolParser, say) -> Opened:
+    """The source (per-trajectory streams, trees of depth ``depth + ngram``) and the latency model
+    (TreeGraft's published profile on a pretrained pair without ``--latency``)."""
     source, settings = make_source(
         PROG,
         parser,
@@ -424,41 +408,66 @@ def _main(argv) -> int:
         study_refusals=REFUSALS,
         quiet=config.quiet,
     )
-    latency = make_latency(PROG, parser, config, source, config.budget, gpu_profile=GPU_PROFILE)
-    latency = with_drafter_time(latency, "small", config.small_ratio, "small_ratio", parser)
-    out = prepare_out(PROG, config.out if config.out is not None else f"out/treegraft/{source.slug()}")
-    try:
-        rows, schedule_rows, training, roots = measure(config, source, settings, latency)
-        trajectories = [r["trajectory"] for r in rows]
-        test = split(trajectories, config.test_share, config.seed)
-        learned, facts = learn(config, roots, settings, latency, training, test, rows)
-    except ValueError as exc:
-        fail_from(PROG, exc, parser)
+    return Opened(source, settings, make_latency(PROG, parser, config, source, config.budget, gpu_profile=GPU_PROFILE))
+
+
+def values(config: Config, opened: Opened, say):
+    """Every root's values in one process (``measure``)."""
+    return measure(config, opened.source, opened.settings, opened.latency)
+
+
+def value_root(config: Config, opened: Opened, task) -> dict:
+    """One root's values (``measure_root``), for a sharded run."""
+    return measure_root(config, task.setting, task.root, opened.latency)
+
+
+def merge(config: Config, opened: Opened, payloads):
+    """``measure``'s four values from every root's payload in task order (the roots read again from
+    the source, the margins' features as float64 arrays)."""
+    rows, schedule_rows, training, roots = [], [], {}, {}
+    for task, payload in zip(tasks(opened), payloads, strict=True):
+        roots.setdefault(task.setting.name, []).append(task.root)
+        rows += payload["rows"]
+        schedule_rows += payload["schedules"]
+        training.setdefault(task.setting.name, []).extend(
+            {**e, "z": np.asarray(e["z"], dtype=np.float64), "prefix": tuple(e["prefix"])} for e in payload["training"]
+        )
+    return rows, schedule_rows, training, roots
+
+
+def shardable(config: Config, opened: Opened, parser: ToolParser) -> str | None:
+    """Why a sharded run would not match one process: live models timed on each rank's machine."""
+    return live_timing_reason(opened, parser)
+
+
+def run(config: Config, opened: Opened, measured, say) -> Report:
+    """The learned scheduler on the test roots, the summary, the per-root and schedule frames, the charts and the tables."""
+    source, settings, latency = opened.source, opened.settings, opened.latency
+    rows, schedule_rows, training, roots = measured
+    test = split([r["trajectory"] for r in rows], config.test_share, config.seed)
+    learned, facts = learn(config, roots, settings, latency, training, test, rows)
     per_root = with_category(pl.DataFrame(rows + learned).with_columns(pl.col("trajectory").is_in(sorted(test)).alias("test")))
     schedules = with_category(pl.DataFrame(schedule_rows))
     summary = summarise(per_root)
     categories = by_category(per_root.filter(pl.col("test")), summarise)  # the summary is over the test roots
-    subtitle = f"source: {source.describe()}; latency: {latency.source}; small step {config.small_ratio:g} t_p; rules: {Rules.parse(config.rules).name}"
+    rules = Rules.parse(config.rules).name
+    subtitle = f"source: {source.describe()}; latency: {latency.source}; small step {config.small_ratio:g} t_p; rules: {rules}"
     tps_chart, sched_chart = charts(summary, schedules, subtitle, tree_verifiers.deterministic_rules(settings))
-    with OutputSet(out) as outputs:
-        outputs.stage("treegraft.parquet", parquet_writer(summary))
-        outputs.stage("per_root.parquet", parquet_writer(per_root))
-        outputs.stage("schedules.parquet", parquet_writer(schedules))
-        stage_by_category(outputs, categories)
-        for name, chart in (("throughput", tps_chart), ("schedules", sched_chart)):
-            for fmt in ("html", "png"):
-                outputs.stage(f"{name}.{fmt}", chart_writer(chart, fmt))
-        outputs.publish()
-    if not config.quiet:
-        print(
-            f"Source: {source.describe()}; {per_root.filter(pl.col('test'))['root'].n_unique()} test roots per setting; latency: {latency.source}; "
-            f"rules: {Rules.parse(config.rules).name}; context {per_root['context_length'].min()}-{per_root['context_length'].max()} tokens"
-        )
-        primary = [tree_verifiers.deterministic_rule(s) for s in settings]
-        shown = pl.concat(
-            [summary.filter((pl.col("setting") == s.name) & (pl.col("verifier") == v)) for s, v in zip(settings, primary)]
-        )
-        print_table(
+    outputs = {
+        "treegraft.parquet": summary,
+        "per_root.parquet": per_root,
+        "schedules.parquet": schedules,
+        **chart_files("throughput", tps_chart, chart_writer),
+        **chart_files("schedules", sched_chart, chart_writer),
+    }
+    primary = [tree_verifiers.deterministic_rule(s) for s in settings]
+    shown = pl.concat(
+        [summary.filter((pl.col("setting") == s.name) & (pl.col("verifier") == v)) for s, v in zip(settings, primary)]
+    )
+    printed = (
+        f"Source: {source.describe()}; {per_root.filter(pl.col('test'))['root'].n_unique()} test roots per setting; latency: {latency.source}; "
+        f"rules: {rules}; context {per_root['context_length'].min()}-{per_root['context_length'].max()} tokens",
+        (
             shown.select(
                 "setting",
                 "verifier",
@@ -478,8 +487,8 @@ def _main(argv) -> int:
             ),
             "TreeGraft on the test roots: exact E[tau+1], T-hat, throughput (sum E / sum T) and ratios "
             "(every other lossless verifier of these deterministic trees gives the same exact values: treegraft.parquet)",
-        )
-        print_by_category(
+        ),
+        ByCategory(
             categories,
             (
                 "setting",
@@ -496,10 +505,17 @@ def _main(argv) -> int:
             ),
             "TreeGraft on the test roots: exact E[tau+1] and throughput",
             pl.col("verifier") == pl.col("setting").replace_strict(tree_verifiers.deterministic_rules(settings)),
-        )
-        print_table(pl.DataFrame(facts), "Learned scheduler (g_psi, trained on the other trajectories' exact margins)")
-        print(f"wrote {out}/treegraft.parquet, per_root.parquet, schedules.parquet, throughput.html/.png, schedules.html/.png")
-    return 0
+        ),
+        (pl.DataFrame(facts), "Learned scheduler (g_psi, trained on the other trajectories' exact margins)"),
+    )
+    return Report(outputs, categories, printed)
+
+
+STUDY = declared(globals(), drafters=DRAFTERS)
+
+
+def main(argv=None) -> int:
+    return run_study(STUDY, argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,47 @@
+"""TreeGraft and SpecBlock sharded across processes (``analyses._study``): each rank values its
+share of the roots into its part, rank 0 merges, and the published tables are one process's, byte
+for byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analyses import specblock, treegraft
+
+TREEGRAFT = ["--vocab", "12", "--trajectories", "3", "--roots-per-trajectory", "1", "--spacing", "6", "--budget", "6"]
+TREEGRAFT += ["--top-k", "2", "--depth", "2", "--fixed", "1,0", "--epochs", "2", "--quiet"]
+SPECBLOCK = ["--vocab", "12", "--trajectories", "2", "--roots-per-trajectory", "2", "--spacing", "6", "--budgets", "4,6"]
+SPECBLOCK += ["--K", "2", "--beam-width", "2", "--eagle-depth", "2", "--eagle-top-k", "2", "--quiet"]
+TABLES = {
+    treegraft: ("treegraft.parquet", "per_root.parquet", "schedules.parquet"),
+    specblock: ("specblock.parquet", "per_root.parquet", "by_depth.parquet", "by_slot.parquet", "not_run.parquet"),
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_charts(monkeypatch):
+    """Empty chart files: the tables are what the merge must reproduce (and PNGs are slow)."""
+    for module in TABLES:
+        monkeypatch.setattr(module, "chart_writer", lambda chart, fmt: lambda tmp: Path(tmp).write_bytes(b""))
+
+
+def _sharded(monkeypatch, module, argv, out: Path, world: int) -> None:
+    """Ranks world-1 .. 1 write their parts, then rank 0 values its own share and merges."""
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    monkeypatch.setenv("SIMLAB_SHARD_WAIT", "0")
+    for rank in reversed(range(world)):
+        monkeypatch.setenv("RANK", str(rank))
+        assert module.main([*argv, "--out", str(out)]) == 0
+    for name in ("RANK", "WORLD_SIZE", "SIMLAB_SHARD_WAIT"):
+        monkeypatch.delenv(name)
+
+
+@pytest.mark.parametrize("module, argv", [(treegraft, TREEGRAFT), (specblock, SPECBLOCK)], ids=["treegraft", "specblock"])
+def test_a_sharded_run_equals_one_process(monkeypatch, tmp_path, module, argv):
+    assert module.main([*argv, "--out", str(tmp_path / "one")]) == 0
+    _sharded(monkeypatch, module, argv, tmp_path / "many", 2)
+    for name in TABLES[module]:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "many" / name).read_bytes(), name
+    assert sorted(p.name for p in (tmp_path / "many" / "parts").iterdir()) == ["rank-0-of-2.json", "rank-1-of-2.json"]
