@@ -39,7 +39,7 @@ import polars as pl
 from analyses._grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
 from analyses._categories import by_category, with_category
 from analyses._labels import DDTE_VERIFIERS, by_position, grid_of, label_all, label_root
-from analyses._study import WROTE, ByCategory, Opened, Report, Study, chart_files, parse, run_study
+from analyses._study import WROTE, ByCategory, Opened, Report, Study, chart_files, live_timing_reason, parse, run_study
 from backends.cli import ToolParser, chart_writer, fail, name_list
 from backends.sources.flags import study_config
 from simlab import tree_verifiers
@@ -313,13 +313,7 @@ def values(config: Config, opened: Opened, say) -> pl.DataFrame:
 
 def shardable(config: Config, opened: Opened, parser: ToolParser) -> str | None:
     """Why a sharded run would not match one process: live models timed on each rank's machine."""
-    if (
-        opened.source.name == "hf"
-        and not getattr(opened.source, "named_pair", None)
-        and not ({"latency", "cost_ratio"} & set(parser.given))
-    ):
-        return "each rank would time the live models itself; pass --latency FILE or --cost-ratio"
-    return None
+    return live_timing_reason(opened, parser)
 
 
 def run(config: Config, opened: Opened, labels: pl.DataFrame, say) -> Report:
