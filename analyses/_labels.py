@@ -203,6 +203,18 @@ def grid_of(config) -> Grid:
     return Grid(axes.K_values, axes.L1_values, axes.L2_values, config.samples, config.method, config.engine, config.engine_device)
 
 
+def feature_record(root, settings, latency: LatencyModel, feature_pair=None) -> dict:
+    """The selector's features at ``root`` (``simlab.selector.features.root_features`` under
+    ``settings``, the ``SamplingSettings`` of its setting): ``{"setting", "trajectory", "root"}``
+    then the scalars (floats) and the embeddings (float32 vectors).  ``feature_pair``: the pair
+    whose hidden states give the features (``label_all``); None: the root's own pair."""
+    from simlab.selector.features import root_features
+
+    pair = feature_pair.with_settings(settings) if feature_pair is not None else root.pair
+    embeddings, scalars = root_features(pair, root.context, settings, latency)
+    return {"setting": root.setting, "trajectory": root.trajectory, "root": root.root, **scalars, **embeddings}
+
+
 def _label_setting(task):
     """Label every root of one setting (a worker task): (rows, feature records or [])."""
     source, settings, index, verifiers, grid, latency, seed, features, feature_pair = task
@@ -210,11 +222,7 @@ def _label_setting(task):
     for root in source.roots(settings):
         rows.extend(label_root(root, verifiers, grid, latency, seed=seed, key=index))
         if features:
-            from simlab.selector.features import root_features
-
-            pair = feature_pair.with_settings(settings) if feature_pair is not None else root.pair
-            embeddings, scalars = root_features(pair, root.context, settings, latency)
-            records.append({"setting": root.setting, "trajectory": root.trajectory, "root": root.root, **scalars, **embeddings})
+            records.append(feature_record(root, settings, latency, feature_pair))
     return rows, records
 
 

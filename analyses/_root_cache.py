@@ -25,6 +25,7 @@ import numpy as np
 import scipy
 
 import simlab
+from analyses._study import _plain  # NumPy scalars and arrays as the JSON types they stand for
 from simlab.files import atomic_write
 
 
@@ -41,19 +42,6 @@ def code_digest(*modules: str | Path) -> str:
         hasher.update(path.name.encode())
         hasher.update(_digest(path.read_bytes()).encode())
     return hasher.hexdigest()
-
-
-def _plain(value):
-    """NumPy scalars and arrays as the JSON types they stand for."""
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    raise TypeError(f"payload: {type(value).__name__} is not JSON")
 
 
 class RootCache:

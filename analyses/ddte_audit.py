@@ -44,40 +44,20 @@ the ratio of totals) and ``selector_roots.parquet`` (each test root's chosen act
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
-from analyses._categories import by_category, print_by_category, stage_by_category, with_category
-from analyses._labels import by_position
+from analyses._categories import by_category, with_category
+from analyses._labels import by_position, feature_record
 from analyses._selector_data import choose, feature_arrays, fit_selector, static_choice, value_matrices
-from backends.cli import (
-    OutputSet,
-    add_output_flags,
-    chart_writer,
-    check_flags,
-    fail_from,
-    parquet_writer,
-    print_table,
-    progress_bar,
-    run_tool,
-)
-from backends.sources.flags import (
-    LatencyConfig,
-    SourceConfig,
-    make_latency,
-    make_source,
-    note_hf_defaults,
-    study_config,
-    study_out,
-    study_parser,
-    with_hf_defaults,
-)
+from analyses._study import WROTE, ByCategory, Opened, Report, Study, chart_files, parse, run_study
+from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, progress_bar
+from backends.sources.flags import LatencyConfig, SourceConfig, make_latency, make_source, study_config
+from backends.sources.flags import add_latency_flags, add_source_flags
 from simlab import tree_verifiers
 from simlab.grid import DDTE_AXES, draw_grid, grid_metrics
-from simlab.selector.features import root_features
 from simlab.trees import NodeTable
 
 PROG = "python -m analyses.ddte_audit"
@@ -106,9 +86,11 @@ class Config(SourceConfig, LatencyConfig):
     quiet: bool = False
 
 
-def parse_args(argv) -> tuple[Config, object]:
-    d = Config()
-    parser = study_parser(PROG, __doc__, d)
+def flags(parser: ToolParser, d: Config) -> None:
+    """The source and latency flags (``--capture`` refused), ``--samples``, ``--no-selector``,
+    ``--epochs`` and the output flags."""
+    add_source_flags(parser, d)
+    add_latency_flags(parser, d)
     for action in parser._actions:  # the shared source flags: say what this study does with --capture
         if action.dest == "capture":
             action.help = f"refused here: {REFUSALS['capture']['capture']}"
@@ -118,8 +100,11 @@ def parse_args(argv) -> tuple[Config, object]:
     )
     parser.add_argument("--epochs", type=int, default=d.epochs, help="selector training epochs (per verifier and convention)")
     add_output_flags(parser, PROG)
-    note_hf_defaults(parser, HF_DEFAULTS)
-    args = parser.parse_args(argv)
+
+
+def config_of(args, parser: ToolParser) -> Config:
+    """The config, or exit 2 with one line (bad ``--samples`` or ``--epochs``; too few trajectories
+    for the selector's split)."""
     config = study_config(Config, args)
     check_flags(
         PROG,
@@ -134,7 +119,12 @@ def parse_args(argv) -> tuple[Config, object]:
             ),
         ],
     )
-    return config, parser
+    return config
+
+
+def parse_args(argv) -> tuple[Config, ToolParser]:
+    """(config, parser) from the command line ``argv`` (with the live-model defaults)."""
+    return parse(STUDY, argv)
 
 
 def convention(verifier: str, name: str):
@@ -151,6 +141,48 @@ def convention(verifier: str, name: str):
     return tree_verifiers.get(verifier, allow_lossy=trunk == "per_path", **options), trunk
 
 
+def root_values(config: Config, setting, root, latency) -> tuple[list[dict], dict | None]:
+    """One root's label rows (every verifier, convention and grid action, on trees drawn from
+    ``default_rng([seed, root id])``) and, with ``config.selector``, its feature record
+    (``analyses._labels.feature_record``), else None."""
+    table, axes = NodeTable(root.pair, root.context), DDTE_AXES
+    drafts = draw_grid(
+        table,
+        K_max=axes.width,
+        L1_values=axes.L1_values,
+        L2_max=axes.depth,
+        samples=config.samples,
+        rng=np.random.default_rng([config.seed, root.root]),
+    )
+    rows, times = [], {}
+    keys = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "category": root.category}
+    for v in VERIFIERS:
+        for name in CONVENTIONS:
+            chosen = convention(v, name)
+            if chosen is None:
+                continue
+            verifier, trunk = chosen
+            grid = grid_metrics(table, drafts, verifier, K_values=axes.K_values, L2_values=axes.L2_values, trunk_children=trunk)
+            for action, metrics in grid.items():
+                if action not in times:
+                    times[action] = latency.delayed_time(*action, len(root.context))
+                rows.append(
+                    {
+                        **keys,
+                        "verifier": v,
+                        "convention": name,
+                        "K": action[0],
+                        "L1": action[1],
+                        "L2": action[2],
+                        "E": metrics.E.mean,
+                        "T": times[action],
+                        "accepted": metrics.accepted,
+                        "unconditional": metrics.unconditional.tolist(),
+                    }
+                )
+    return rows, feature_record(root, setting, latency) if config.selector else None
+
+
 def label(config: Config, source, settings, latency) -> tuple[list[dict], list[dict]]:
     """(one row per root, setting, verifier, convention and grid action; with ``config.selector``
     one feature record per root, ``simlab.selector.features.root_features``, else [])."""
@@ -158,48 +190,9 @@ def label(config: Config, source, settings, latency) -> tuple[list[dict], list[d
     bar = progress_bar(total=sum(source.count(s) for s in settings), desc="roots", unit="root", quiet=config.quiet)
     for setting in settings:
         for root in source.roots(setting):
-            table = NodeTable(root.pair, root.context)
-            drafts = draw_grid(
-                table,
-                K_max=DDTE_AXES.width,
-                L1_values=DDTE_AXES.L1_values,
-                L2_max=DDTE_AXES.depth,
-                samples=config.samples,
-                rng=np.random.default_rng([config.seed, root.root]),
-            )
-            times = {}
-            for v in VERIFIERS:
-                for name in CONVENTIONS:
-                    chosen = convention(v, name)
-                    if chosen is None:
-                        continue
-                    verifier, trunk = chosen
-                    grid = grid_metrics(table, drafts, verifier, trunk_children=trunk)
-                    for action, metrics in grid.items():
-                        if action not in times:
-                            times[action] = latency.delayed_time(*action, len(root.context))
-                        rows.append(
-                            {
-                                "setting": setting.name,
-                                "trajectory": root.trajectory,
-                                "root": root.root,
-                                "category": root.category,
-                                "verifier": v,
-                                "convention": name,
-                                "K": action[0],
-                                "L1": action[1],
-                                "L2": action[2],
-                                "E": metrics.E.mean,
-                                "T": times[action],
-                                "accepted": metrics.accepted,
-                                "unconditional": metrics.unconditional.tolist(),
-                            }
-                        )
-            if config.selector:
-                embeddings, scalars = root_features(root.pair, root.context, setting, latency)
-                records.append(
-                    {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, **scalars, **embeddings}
-                )
+            own, record = root_values(config, setting, root, latency)
+            rows.extend(own)
+            records.extend([record] if record is not None else [])
             bar.update()
     bar.close()
     return rows, records
@@ -426,26 +419,73 @@ def selector_view(table: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows).sort(pl.col("verifier"), pl.col("convention").replace_strict(order, return_dtype=pl.Int64))
 
 
-def main(argv=None) -> int:
-    return run_tool(PROG, lambda: _main(argv))
-
-
-def _main(argv) -> int:
-    import altair as alt
-
-    config, parser = parse_args(sys.argv[1:] if argv is None else argv)
-    config = with_hf_defaults(config, parser, HF_DEFAULTS)
+def open_roots(config: Config, parser: ToolParser, say) -> Opened:
+    """The source (per-trajectory streams, trees drawn here: ``--capture`` refused) and latency model
+    (``GPU_PROFILE`` on a pretrained pair without ``--latency``)."""
     source, settings = make_source(
         PROG, parser, config, stream="per_trajectory", grid=False, depth=16, study_refusals=REFUSALS, quiet=config.quiet
     )
-    latency = make_latency(PROG, parser, config, source, 40, gpu_profile=GPU_PROFILE)
-    out = study_out(PROG, config, source.slug())
-    try:
-        rows, records = label(config, source, settings, latency)
-        labels = with_category(pl.DataFrame(rows))
-        selected = select(config, labels, records) if config.selector else None
-    except ValueError as exc:
-        fail_from(PROG, exc, parser)
+    return Opened(source, settings, make_latency(PROG, parser, config, source, 40, gpu_profile=GPU_PROFILE))
+
+
+def values(config: Config, opened: Opened, say) -> tuple[pl.DataFrame, list[dict]]:
+    """(labels with their categories, feature records) of every root in one process (``label``)."""
+    rows, records = label(config, opened.source, opened.settings, opened.latency)
+    return with_category(pl.DataFrame(rows)), records
+
+
+def value_root(config: Config, opened: Opened, task) -> dict:
+    """One root's ``root_values`` (its trees seeded by (seed, root id) alone): ``{"rows", "record"}``."""
+    rows, record = root_values(config, task.setting, task.root, opened.latency)
+    return {"rows": rows, "record": record}
+
+
+def merge(config: Config, opened: Opened, payloads) -> tuple[pl.DataFrame, list[dict]]:
+    """``values``'s pair from every root's payload in task order."""
+    rows = [row for payload in payloads for row in payload["rows"]]
+    return with_category(pl.DataFrame(rows)), [p["record"] for p in payloads if p["record"] is not None]
+
+
+def shardable(config: Config, opened: Opened, parser: ToolParser) -> str | None:
+    """Why a sharded run would not match one process: live models timed on each rank's machine."""
+    timed = opened.source.name == "hf" and not getattr(opened.source, "named_pair", None)
+    if timed and not {"latency", "cost_ratio"} & set(parser.given):
+        return "each rank would time the live models itself; pass --latency FILE or --cost-ratio"
+    return None
+
+
+def inflation_chart(overall: pl.DataFrame, subtitle: str):
+    """Mean label inflation (static_iid rows of ``overall``): one bar per verifier and convention."""
+    import altair as alt
+
+    return (
+        alt.Chart(overall.filter(pl.col("static") == "static_iid"))
+        .mark_bar()
+        .encode(
+            x=alt.X("convention:N", sort=list(CONVENTIONS), title=None),
+            y=alt.Y("inflation:Q", title="mean label inflation (tokens)"),
+            color="convention:N",
+            column=alt.Column("verifier:N", title=None),
+            tooltip=list(overall.columns),
+        )
+        .properties(
+            width=140,
+            height=180,
+            title=alt.TitleParams(
+                "Label inflation of the public-code conventions over DDTE's grid (mean over settings)", subtitle=subtitle
+            ),
+        )
+    )
+
+
+def run(config: Config, opened: Opened, labelled: tuple[pl.DataFrame, list[dict]], say) -> Report:
+    """The summary, labels, per-position rates, inflation chart and, with the selector, its policies.
+
+    Raises:
+        ValueError: ``trajectories: ...`` with the selector and fewer than 3 trajectories (``select``).
+    """
+    labels, records = labelled
+    selected = select(config, labels, records) if config.selector else None
     summary = summarise(labels)
     categories = by_category(labels, summarise)
     overall = (
@@ -458,64 +498,45 @@ def _main(argv) -> int:
         )
         .sort("verifier", "convention", "static")
     )
-    chart = (
-        alt.Chart(overall.filter(pl.col("static") == "static_iid"))
-        .mark_bar()
-        .encode(  # inflation: one bar per verifier and convention
-            x=alt.X("convention:N", sort=list(CONVENTIONS), title=None),
-            y=alt.Y("inflation:Q", title="mean label inflation (tokens)"),
-            color="convention:N",
-            column=alt.Column("verifier:N", title=None),
-            tooltip=list(overall.columns),
-        )
-        .properties(
-            width=140,
-            height=180,
-            title=alt.TitleParams(
-                "Label inflation of the public-code conventions over DDTE's grid (mean over settings)",
-                subtitle=f"source: {source.describe()}; latency: {latency.source}",
-            ),
-        )
-    )
-    with OutputSet(out) as outputs:
-        outputs.stage("ddte_audit.parquet", parquet_writer(summary))
-        outputs.stage("labels.parquet", parquet_writer(labels))
-        stage_by_category(outputs, categories)
-        key = ["setting", "verifier", "convention", "K", "L1", "L2"]
-        outputs.stage("by_position.parquet", parquet_writer(by_position(labels, key)))
-        for fmt in ("html", "png"):
-            outputs.stage(f"inflation.{fmt}", chart_writer(chart, fmt))
-        if selected is not None:
-            outputs.stage("selector.parquet", parquet_writer(selected[0]))
-            outputs.stage("selector_roots.parquet", parquet_writer(selected[1]))
-            policy_chart = selector_chart(selected[0], f"source: {source.describe()}; latency: {latency.source}")
-            for fmt in ("html", "png"):
-                outputs.stage(f"selector.{fmt}", chart_writer(policy_chart, fmt))
-        outputs.publish()
-    if not config.quiet:
-        print(f"Source: {source.describe()}; {labels['root'].n_unique()} roots per setting; latency: {latency.source}")
-        print_table(
+    subtitle = f"source: {opened.source.describe()}; latency: {opened.latency.source}"
+    outputs = {
+        "ddte_audit.parquet": summary,
+        "labels.parquet": labels,
+        "by_position.parquet": by_position(labels, ["setting", "verifier", "convention", "K", "L1", "L2"]),
+        **chart_files("inflation", inflation_chart(overall, subtitle), chart_writer),
+    }
+    printed = [
+        f"Source: {opened.source.describe()}; {labels['root'].n_unique()} roots per setting; latency: {opened.latency.source}",
+        (
             overall,
             "Mean over settings: label inflation, and the best static action's throughput vs Traversal's "
             "(claimed under the convention, exact for the same action)",
-        )
-        print_by_category(
+        ),
+        ByCategory(
             categories,
             ("setting", "verifier", "convention", "static", "inflation", "claimed_vs_traversal", "exact_vs_traversal"),
             "Label inflation and the best static action's throughput vs Traversal's",
-        )
-        if selected is not None:
-            print_table(
+        ),
+    ]
+    if selected is not None:
+        outputs |= {"selector.parquet": selected[0], "selector_roots.parquet": selected[1]}
+        outputs |= chart_files("selector", selector_chart(selected[0], subtitle), chart_writer)
+        printed.append(
+            (
                 selector_view(selected[0]),
                 f"Held-out roots ({selected[1].filter(pl.col('verifier') == 'traversal').height}, "
                 "all settings): E[tau+1] (exact) and throughput vs Traversal's exact static_iid policy, as the convention "
                 "claims it and exactly",
             )
-        print(
-            f"wrote {out}/ddte_audit.parquet, labels.parquet, by_position.parquet, inflation.html/.png"
-            + (", selector.parquet, selector_roots.parquet, selector.html/.png" if selected is not None else "")
         )
-    return 0
+    return Report(outputs, categories, (*printed, WROTE))
+
+
+STUDY = Study(PROG, __doc__, Config, flags, config_of, open_roots, value_root, merge, run, values, HF_DEFAULTS, (), {}, shardable)
+
+
+def main(argv=None) -> int:
+    return run_study(STUDY, argv)
 
 
 if __name__ == "__main__":

@@ -33,25 +33,16 @@ from __future__ import annotations
 
 import io
 import json
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from analyses._categories import by_category, print_by_category, stage_by_category, with_category
+from analyses._categories import by_category, with_category
 from analyses._selector_data import DEFAULT_RUN, STATIC_BASELINES, choose, static_choice, value_matrices
-from backends.cli import (
-    OutputSet,
-    ToolParser,
-    chart_writer,
-    check_flags,
-    fail,
-    parquet_writer,
-    prepare_out,
-    print_table,
-    run_tool,
-)
+from analyses._study import WROTE, ByCategory, Opened, Report, Study, chart_files, run_study
+from backends.cli import ToolParser, chart_writer, check_flags, fail, prepare_out
 from simlab import tree_verifiers
 
 PROG = "python -m analyses.evaluate_selector"
@@ -69,13 +60,28 @@ REFERENCE, TRAVERSAL_REFERENCE = "static_iid", "traversal_static_iid"
 LOSS_THRESHOLD = 0.05
 
 
-def parse_args(argv):
-    parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run", default=DEFAULT_RUN, help="output folder of python -m analyses.train_selector")
-    parser.add_argument("--split", choices=["test", "validation", "train"], default="test", help="roots to evaluate on")
+@dataclass(frozen=True)
+class Config:
+    """The study's settings (the command-line flags): the ``train_selector`` run folder, the split
+    evaluated, the output folder and ``--quiet``."""
+
+    run: str = DEFAULT_RUN
+    split: str = "test"
+    out: str | None = None
+    quiet: bool = False
+    backend = None  # not a field: the study reads a run folder, no source (no live-model defaults)
+
+
+def flags(parser: ToolParser, d: Config) -> None:
+    """``--run``, ``--split``, ``--out`` and ``--quiet``."""
+    parser.add_argument("--run", default=d.run, help="output folder of python -m analyses.train_selector")
+    parser.add_argument("--split", choices=["test", "validation", "train"], default=d.split, help="roots to evaluate on")
     parser.add_argument("--out", default=None, help="output folder (default: <run>/evaluation)")
     parser.add_argument("--quiet", action="store_true")
-    args = parser.parse_args(argv)
+
+
+def config_of(args, parser: ToolParser) -> Config:
+    """The config, or exit 2 with one line when ``--run`` is not a ``train_selector`` output folder."""
     run = Path(args.run)
     check_flags(
         PROG,
@@ -84,7 +90,29 @@ def parse_args(argv):
             ((run / "run.json").is_file(), f"--run: {args.run!r} is not a train_selector output (no run.json)"),
         ],
     )
-    return args
+    return Config(args.run, args.split, args.out, args.quiet)
+
+
+def open_run(config: Config, parser: ToolParser, say) -> Opened:
+    """No source of roots: the output folder (``--out``, default ``<run>/evaluation``), prepared."""
+    return Opened(
+        None, (), None, prepare_out(PROG, config.out if config.out is not None else str(Path(config.run) / "evaluation"))
+    )
+
+
+def shardable(config: Config, opened: Opened, parser: ToolParser) -> str:
+    """Always refused: the study values no roots (it reads a ``train_selector`` run's labels)."""
+    return "the study values no roots: it reads the labels of a train_selector run"
+
+
+def values(config: Config, opened: Opened, say) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``evaluate``'s (summary, per-root table) of the run, or exit 2 with one line naming ``--run``
+    whatever the reader raised (a damaged or foreign run folder)."""
+    try:
+        return evaluate(*load_run(Path(config.run)), config.split)
+    except Exception as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        fail(PROG, f"--run: cannot evaluate {config.run!r} ({type(exc).__name__}: {first})")
 
 
 def load_run(run: Path):
@@ -245,70 +273,72 @@ def chart(table: pl.DataFrame):
     )
 
 
-def main(argv=None) -> int:
-    return run_tool(PROG, lambda: _main(argv))
-
-
-def _main(argv) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    run = Path(args.run)
-    out = prepare_out(PROG, args.out if args.out is not None else str(run / "evaluation"))
-    try:
-        meta, labels, roots, arrays, checkpoints = load_run(run)
-        table, per_root = evaluate(meta, labels, roots, arrays, checkpoints, args.split)
-    except Exception as exc:  # a damaged or foreign run folder: one line, whatever the reader raised
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        fail(PROG, f"--run: cannot evaluate {args.run!r} ({type(exc).__name__}: {first})")
+def run(config: Config, opened: Opened, evaluated: tuple[pl.DataFrame, pl.DataFrame], say) -> Report:
+    """The summary, per-root rows, losses, by-category table, chart and the DDTE-layout tables."""
+    table, per_root = evaluated
     lost = losses(per_root)
     loss_baseline = dict(table.select("verifier", "loss_baseline").unique().iter_rows())
     categories = by_category(per_root, lambda part: summarise(part, loss_baseline))
-    with OutputSet(out) as outputs:
-        outputs.stage("evaluation.parquet", parquet_writer(table))
-        outputs.stage("per_root.parquet", parquet_writer(per_root))
-        outputs.stage("losses.parquet", parquet_writer(lost))
-        stage_by_category(outputs, categories)
-        for fmt in ("html", "png"):
-            outputs.stage(f"evaluation.{fmt}", chart_writer(chart(table), fmt))
-        outputs.publish()
-    if not args.quiet:
-        report(table, lost, args.split, per_root)
-        print_by_category(
+    outputs = {
+        "evaluation.parquet": table,
+        "per_root.parquet": per_root,
+        "losses.parquet": lost,
+        **chart_files("evaluation", chart(table), chart_writer),
+    }
+    printed = (
+        *report(table, lost, config.split),
+        ByCategory(
             categories,
             ("verifier", "setting", "policy", "roots", "E", "TPS", "TPS_ratio_static", "TPS_ratio_traversal"),
-            f"E[tau+1] and throughput on the {args.split} roots",
+            f"E[tau+1] and throughput on the {config.split} roots",
             pl.col("setting") == "all",
-        )
-        print(f"wrote {out}/evaluation.parquet, per_root.parquet, losses.parquet, evaluation.html/.png")
-    return 0
+        ),
+        WROTE,
+    )
+    return Report(outputs, categories, printed)
 
 
-def report(table: pl.DataFrame, lost: pl.DataFrame, split: str, per_root: pl.DataFrame) -> None:
+def report(table: pl.DataFrame, lost: pl.DataFrame, split: str) -> list:
+    """The printed tables (``analyses._study.Report.printed`` items): DDTE Tables 4-7's layout,
+    the ratios to Traversal, the loss baselines and the contexts the selector loses."""
     named = lambda frame: frame.with_columns(
         pl.col("verifier").replace_strict(tree_verifiers.paper_names(), default=pl.col("verifier"))
     )
-    overall = table.filter(pl.col("setting") == "all")
+    overall, items = table.filter(pl.col("setting") == "all"), []
     for metric, title in (("E", "Block efficiency E[tau+1] (tokens per step)"), ("TPS", "Throughput (tokens/s)")):
-        print_table(
-            named(overall.pivot(on="policy", index="verifier", values=metric).select("verifier", *POLICIES)),
-            f"{title} on the {split} roots, by policy (cf. DDTE Tables 6-7; oracle = per-context best action)",
+        items.append(
+            (
+                named(overall.pivot(on="policy", index="verifier", values=metric).select("verifier", *POLICIES)),
+                f"{title} on the {split} roots, by policy (cf. DDTE Tables 6-7; oracle = per-context best action)",
+            )
         )
     ratios = table.filter(pl.col("policy") == "selector").pivot(on="setting", index="verifier", values="TPS_ratio_static")
-    print_table(
-        named(ratios),
-        "Selector / static_iid (DDTE's static baseline) throughput by setting (cf. DDTE Table 5; 'all' = ratio of totals)",
+    items.append(
+        (
+            named(ratios),
+            "Selector / static_iid (DDTE's static baseline) throughput by setting (cf. DDTE Table 5; 'all' = ratio of totals)",
+        )
     )
     ratios = table.filter(pl.col("policy") == "selector").pivot(on="setting", index="verifier", values="E_ratio_static")
-    print_table(named(ratios), "Selector / static_iid block efficiency by setting (cf. DDTE Table 4)")
+    items.append((named(ratios), "Selector / static_iid block efficiency by setting (cf. DDTE Table 4)"))
     vs = overall.filter(pl.col("policy").is_in(["selector", "oracle", "static_all_actions"])).pivot(
         on="policy", index="verifier", values="TPS_ratio_traversal"
     )
-    print_table(named(vs), "Throughput relative to Traversal on its best static i.i.d. rollouts (traversal_static_iid)")
+    items.append((named(vs), "Throughput relative to Traversal on its best static i.i.d. rollouts (traversal_static_iid)"))
     baselines = ", ".join(
         f"{tree_verifiers.paper_name(v)}: {b}"
         for v, b in overall.select("verifier", "loss_baseline").unique(maintain_order=True).iter_rows()
     )
-    print(f"(the selectors' loss baseline: {baselines})")
-    print_table(named(lost), f"Contexts where the selector's throughput is more than {LOSS_THRESHOLD:.0%} below static_iid's")
+    items.append(f"(the selectors' loss baseline: {baselines})")
+    items.append((named(lost), f"Contexts where the selector's throughput is more than {LOSS_THRESHOLD:.0%} below static_iid's"))
+    return items
+
+
+STUDY = Study(PROG, __doc__, Config, flags, config_of, open_run, None, None, run, values, shardable=shardable)
+
+
+def main(argv=None) -> int:
+    return run_study(STUDY, argv)
 
 
 if __name__ == "__main__":

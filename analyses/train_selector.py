@@ -25,30 +25,21 @@ import io
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import polars as pl
 
 from analyses._grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
-from analyses._labels import grid_of, label_all
+from analyses._labels import feature_record, grid_of, label_all, label_root
+from analyses._categories import with_category
 from analyses._selector_data import STATIC_BASELINES, feature_arrays, fit_selector, value_matrices
-from backends.cli import (
-    OutputSet,
-    ToolParser,
-    chart_writer,
-    fail,
-    fail_from,
-    name_list,
-    parquet_writer,
-    print_table,
-    run_tool,
-    slow_step,
-)
+from analyses._study import WROTE, Opened, Report, Study, chart_files, parse, run_study
+from backends.cli import ToolParser, chart_writer, fail, name_list, slow_step
+from backends.sources.flags import study_config
 from simlab.checks import check_device
 from simlab import tree_verifiers
 from simlab import verifiers as node_verifiers
-from backends.sources.flags import study_config, study_out, with_hf_defaults
 
 PROG = "python -m analyses.train_selector"
 
@@ -76,21 +67,20 @@ class Config(GridStudyConfig):
     out: str | None = None
 
 
-def parse_args(argv) -> tuple[Config, ToolParser]:
-    parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    d = Config()
+def flags(parser: ToolParser, d: Config) -> None:
+    """The grid study's flags, ``--verifiers``, the training flags and ``--out``."""
     add_grid_study_flags(parser, d)
-    parser.add_argument(
-        "--verifiers",
-        default=",".join(d.verifiers),
-        help=f"OT-based verifiers, one selector each: {', '.join(node_verifiers.ot_based())}",
-    )
-    parser.add_argument("--epochs", type=int, default=d.epochs)
-    parser.add_argument("--batch", type=int, default=d.batch)
-    parser.add_argument("--lr", type=float, default=d.lr)
-    parser.add_argument("--lam", type=float, default=d.lam, help="loss: weight of the tail penalty (lambda)")
-    parser.add_argument("--alpha", type=float, default=d.alpha, help="loss: tail fraction of the batch (alpha)")
-    parser.add_argument("--dropout", type=float, default=d.dropout)
+    ot_based = ", ".join(node_verifiers.ot_based())
+    parser.add_argument("--verifiers", default=",".join(d.verifiers), help=f"OT-based verifiers, one selector each: {ot_based}")
+    for flag, kind, text in (
+        ("--epochs", int, None),
+        ("--batch", int, None),
+        ("--lr", float, None),
+        ("--lam", float, "loss: weight of the tail penalty (lambda)"),
+        ("--alpha", float, "loss: tail fraction of the batch (alpha)"),
+        ("--dropout", float, None),
+    ):
+        parser.add_argument(flag, type=kind, default=getattr(d, flag[2:]), help=text)
     parser.add_argument(
         "--loss-baseline",
         choices=STATIC_BASELINES,
@@ -100,17 +90,20 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     )
     parser.add_argument("--train-device", default=d.train_device, help="torch device for training: cpu, cuda, auto")
     parser.add_argument("--out", default=None, help="output folder (default: out/train_selector/<source>)")
-    args = parser.parse_args(argv)
-    verifiers, verifiers_error = (), None
+
+
+def _checked(check, *args) -> tuple[object, str | None]:
+    """(``check(*args)``, None), or (None, the message of the ``ValueError`` it raised)."""
     try:
-        verifiers = name_list(args.verifiers, "--verifiers", node_verifiers.ot_based())  # OT-based: one selector each
+        return check(*args), None
     except ValueError as exc:
-        verifiers_error = str(exc)
-    device_error = None
-    try:
-        check_device(args.train_device, "--train-device")
-    except ValueError as exc:
-        device_error = str(exc)
+        return None, str(exc)
+
+
+def config_of(args, parser: ToolParser) -> Config:
+    """The typed config (``--verifiers`` as a tuple of OT-based names), or exit 2 with one line."""
+    verifiers, verifiers_error = _checked(name_list, args.verifiers, "--verifiers", node_verifiers.ot_based())
+    device_error = _checked(check_device, args.train_device, "--train-device")[1]
     check_grid_study_flags(
         PROG,
         args,
@@ -126,7 +119,12 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
         ],
         min_trajectories=3,
     )
-    return study_config(Config, args, verifiers=verifiers), parser
+    return study_config(Config, args, verifiers=verifiers)
+
+
+def parse_args(argv) -> tuple[Config, ToolParser]:
+    """(config, parser) from the command line ``argv`` (with the named pair's defaults)."""
+    return parse(STUDY, argv)
 
 
 def capture_models(source, device: str):
@@ -145,46 +143,69 @@ def capture_models(source, device: str):
     return open_captured_pair(source.stored, device, note=lambda line: print(f"{PROG}: {line}", file=sys.stderr))
 
 
-def _main(argv) -> int:
-    from simlab.selector.train import TrainConfig, split_by_trajectory
+def open_source(config: Config, parser: ToolParser, say) -> Opened:
+    """The grid study's source, settings and latency model (a capture's ``--device`` honoured: the
+    features' live models run there)."""
+    return Opened(*grid_source(PROG, parser, config, study_honours={"capture": {"device"}}))
 
-    config, parser = parse_args(sys.argv[1:] if argv is None else argv)
-    config = with_hf_defaults(config, parser, {})  # the named pair's defaults (pair_study_defaults)
-    grid = grid_of(config)
-    source, settings, latency = grid_source(PROG, parser, config, study_honours={"capture": {"device"}})
-    out = study_out(PROG, config, source.slug())
-    config = replace(config, out=str(out))
-    try:
-        with slow_step(PROG, "loading the captured models for the features", config.quiet):
-            models = capture_models(source, config.device)
-        started = time.perf_counter()
-        labels, records = label_all(
-            source,
-            settings,
-            [*config.verifiers, "traversal"],
-            grid,
-            latency,
-            seed=config.seed,
-            jobs=config.jobs,
-            quiet=config.quiet,
-            features=True,
-            feature_pair=models,
-        )
-        label_seconds = time.perf_counter() - started
-    except ValueError as exc:
-        fail_from(PROG, exc, parser)
-    if len({r["trajectory"] for r in records}) < 3:
-        fail(
-            PROG,
-            f"--trajectories: the source has {len({r['trajectory'] for r in records})} trajectories; "
-            "train, validation and test need >= 3 (captures: capture more prompts)",
-        )
-    roots, arrays = feature_arrays(records)
-    roots = roots.with_columns(pl.Series("split", split_by_trajectory(roots["trajectory"].to_list(), config.seed)))
+
+def values(config: Config, opened: Opened, say) -> tuple[pl.DataFrame, list[dict], float]:
+    """(labels of the verifiers and Traversal, feature records, labelling seconds) of every root in
+    one process (``analyses._labels.label_all``; a capture's features from its live models)."""
+    with slow_step(PROG, "loading the captured models for the features", config.quiet):
+        models = capture_models(opened.source, config.device)
+    started = time.perf_counter()
+    labels, records = label_all(
+        opened.source,
+        opened.settings,
+        [*config.verifiers, "traversal"],
+        grid_of(config),
+        opened.latency,
+        seed=config.seed,
+        jobs=config.jobs,
+        quiet=config.quiet,
+        features=True,
+        feature_pair=models,
+    )
+    return labels, records, time.perf_counter() - started
+
+
+def value_root(config: Config, opened: Opened, task) -> dict:
+    """One root's label rows and feature record (seeded by (seed, setting index, trajectory, root)
+    alone, as ``label_all`` labels it) and the seconds they took."""
+    started = time.perf_counter()
+    verifiers = [*config.verifiers, "traversal"]
+    rows = label_root(task.root, verifiers, grid_of(config), opened.latency, seed=config.seed, key=task.setting_index)
+    record = feature_record(task.root, task.setting, opened.latency)
+    return {"rows": rows, "record": record, "seconds": time.perf_counter() - started}
+
+
+def merge(config: Config, opened: Opened, payloads) -> tuple[pl.DataFrame, list[dict], float]:
+    """``values``'s triple from every root's payload in task order (seconds: summed over roots)."""
+    labels = with_category(pl.DataFrame([row for payload in payloads for row in payload["rows"]]))
+    return labels, [p["record"] for p in payloads], float(sum(p["seconds"] for p in payloads))
+
+
+def shardable(config: Config, opened: Opened, parser: ToolParser) -> str | None:
+    """Why a sharded run would not match one process: a capture's features need its live models
+    (loaded once, by one process), or live models timed on each rank's machine."""
+    if opened.source.name == "capture":
+        return "a capture's features come from its live models, which one process loads; run it unsharded"
+    timed = opened.source.name == "hf" and not getattr(opened.source, "named_pair", None)
+    if timed and not {"latency", "cost_ratio"} & set(parser.given):
+        return "each rank would time the live models itself; pass --latency FILE or --cost-ratio"
+    return None
+
+
+def fit_all(config: Config, labels: pl.DataFrame, roots: pl.DataFrame, arrays, actions) -> tuple[dict, pl.DataFrame, list]:
+    """One selector per verifier (``analyses._selector_data.fit_selector``): ({verifier: checkpoint},
+    the history of every verifier, one summary row each); exit 2 with the trainer's line on failure."""
+    from simlab.selector.train import TrainConfig
+
     split = roots["split"].to_numpy()
     checkpoints, histories, summary = {}, [], []
     for verifier in config.verifiers:
-        values = value_matrices(labels, verifier, roots, grid.actions())
+        values = value_matrices(labels, verifier, roots, actions)
         train_config = TrainConfig(
             config.epochs,
             config.batch,
@@ -197,13 +218,13 @@ def _main(argv) -> int:
         )
         t0 = time.perf_counter()
         try:
-            model, history, base = fit_selector(roots, arrays, values, split, train_config, grid.actions(), config.loss_baseline)
+            model, history, base = fit_selector(roots, arrays, values, split, train_config, actions, config.loss_baseline)
         except ValueError as exc:
             fail(PROG, str(exc))
         checkpoints[verifier] = {
             **model.checkpoint(),
             "verifier": verifier,
-            "actions": grid.actions(),
+            "actions": actions,
             "static": base,
             "static_baseline": config.loss_baseline,
             "train_config": asdict(train_config),
@@ -222,43 +243,60 @@ def _main(argv) -> int:
                 "seconds": time.perf_counter() - t0,
             }
         )
-    history = pl.concat(histories)
-    with OutputSet(out) as outputs:
+    return checkpoints, pl.concat(histories), summary
+
+
+def checkpoint_writer(checkpoint: dict):
+    """A ``write(tmp_path)`` of ``checkpoint`` by ``torch.save``."""
+
+    def write(tmp):
         import torch
 
-        outputs.stage("labels.parquet", parquet_writer(labels))
-        outputs.stage("roots.parquet", parquet_writer(roots))
-        outputs.stage("embeddings.npz", lambda tmp: np.savez(tmp, **arrays))
-        outputs.stage("history.parquet", parquet_writer(history))
-        outputs.stage("latency.json", lambda tmp: latency.save(tmp))
-        run = {**asdict(config), "actions": grid.actions(), "label_seconds": label_seconds, "roots": roots.height}
-        outputs.stage("run.json", lambda tmp: open(tmp, "w").write(json.dumps(run, indent=2)))
-        for verifier, ckpt in checkpoints.items():
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        open(tmp, "wb").write(buffer.getvalue())
 
-            def write(tmp, ckpt=ckpt):
-                buffer = io.BytesIO()
-                torch.save(ckpt, buffer)
-                open(tmp, "wb").write(buffer.getvalue())
+    return write
 
-            outputs.stage(f"selector-{verifier}.pt", write)
-        chart = training_chart(history)
-        for fmt in ("html", "png"):
-            outputs.stage(f"training.{fmt}", chart_writer(chart, fmt))
-        outputs.publish()
-    if not config.quiet:
-        print(
-            f"Labelled {roots.height} roots x {len(grid.actions())} actions x {len(config.verifiers) + 1} verifiers in "
-            f"{label_seconds:.1f} s ({roots.height / label_seconds:.2f} roots/s); latency: {latency.source}"
+
+def run(config: Config, opened: Opened, labelled: tuple[pl.DataFrame, list[dict], float], say) -> Report:
+    """Split the roots by trajectory, train one selector per verifier; the checkpoints, labels,
+    roots, embeddings, history, chart, latency and ``run.json``, and the training table."""
+    from simlab.selector.train import split_by_trajectory
+
+    labels, records, label_seconds = labelled
+    if len({r["trajectory"] for r in records}) < 3:
+        fail(
+            PROG,
+            f"--trajectories: the source has {len({r['trajectory'] for r in records})} trajectories; "
+            "train, validation and test need >= 3 (captures: capture more prompts)",
         )
-        print_table(
+    actions = grid_of(config).actions()
+    roots, arrays = feature_arrays(records)
+    roots = roots.with_columns(pl.Series("split", split_by_trajectory(roots["trajectory"].to_list(), config.seed)))
+    checkpoints, history, summary = fit_all(config, labels, roots, arrays, actions)
+    meta = {**asdict(config), "actions": actions, "label_seconds": label_seconds, "roots": roots.height}
+    outputs = {
+        "labels.parquet": labels,
+        "roots.parquet": roots,
+        "embeddings.npz": lambda tmp: np.savez(tmp, **arrays),
+        "history.parquet": history,
+        "latency.json": lambda tmp: opened.latency.save(tmp),
+        "run.json": lambda tmp: open(tmp, "w").write(json.dumps(meta, indent=2)),
+        **{f"selector-{verifier}.pt": checkpoint_writer(ckpt) for verifier, ckpt in checkpoints.items()},
+        **chart_files("training", training_chart(history), chart_writer),
+    }
+    printed = (
+        f"Labelled {roots.height} roots x {len(actions)} actions x {len(config.verifiers) + 1} verifiers in "
+        f"{label_seconds:.1f} s ({roots.height / label_seconds:.2f} roots/s); latency: {opened.latency.source}",
+        (
             pl.DataFrame(summary),
             f"Selector training (DDTE loss, baseline {config.loss_baseline}; weights of the best validation epoch kept)",
-        )
-        print(
-            f"wrote {out}/selector-*.pt, labels.parquet, roots.parquet, embeddings.npz, history.parquet, training.html/.png; "
-            f"evaluate with: python -m analyses.evaluate_selector --run {out}"
-        )
-    return 0
+        ),
+        WROTE,
+        f"evaluate with: python -m analyses.evaluate_selector --run {opened.out}",
+    )
+    return Report(outputs, None, printed)
 
 
 def training_chart(history: pl.DataFrame):
@@ -277,8 +315,11 @@ def training_chart(history: pl.DataFrame):
     )
 
 
+STUDY = Study(PROG, __doc__, Config, flags, config_of, open_source, value_root, merge, run, values, shardable=shardable)
+
+
 def main(argv=None) -> int:
-    return run_tool(PROG, lambda: _main(argv))
+    return run_study(STUDY, argv)
 
 
 if __name__ == "__main__":
