@@ -409,13 +409,10 @@ def run_printing_study(study: Study, argv=None) -> int:
 def _run_printing(study: Study, argv) -> int:
     from backends.capture import shard_environment
 
-    try:
-        _, world, _ = shard_environment(os.environ)
-    except ValueError as exc:
-        fail(study.prog, str(exc))
     config, parser = parse(study, argv)
     say = lambda message: progress(study.prog, message, getattr(config, "quiet", False))
     try:
+        world = shard_environment(os.environ)[1]  # RANK / WORLD_SIZE / LOCAL_RANK malformed: one line
         opened = study.open(config, parser, say)
         if world > 1:
             fail(study.prog, f"WORLD_SIZE: {world} processes cannot share this run ({study.shardable(config, opened, parser)})")

@@ -16,29 +16,15 @@ K), and the best static configuration per verifier printed as a table.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 import polars as pl
 
-from analyses._categories import by_category, print_by_category, stage_by_category, with_category
+from analyses._categories import by_category, with_category
 from analyses._labels import by_position
-from backends.cli import (
-    OutputSet,
-    ToolParser,
-    add_output_flags,
-    chart_writer,
-    check_flags,
-    fail,
-    fail_from,
-    int_list,
-    name_list,
-    parquet_writer,
-    print_table,
-    progress_bar,
-    run_tool,
-)
-from backends.sources.flags import SourceConfig, add_source_flags, make_source, study_config, study_out
+from analyses._study import WROTE, ByCategory, Opened, Report, chart_files, declared, parse, run_study, tasks
+from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, int_list, name_list, progress_bar
+from backends.sources.flags import SourceConfig, add_source_flags, make_source, study_config
 from simlab import tree_verifiers
 from simlab.builders import Delayed
 from simlab.efficiency import expected_block_efficiency
@@ -74,9 +60,9 @@ class Config(SourceConfig):
         return GridAxes(tuple(self.K), tuple(range(self.L1_max + 1)), tuple(range(self.L2_max + 1)))
 
 
-def parse_args(argv) -> tuple[Config, ToolParser]:
-    d = Config()
-    parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
+def flags(parser: ToolParser, d: Config) -> None:
+    """The source flags (one setting), ``--verifiers``, ``--K``, ``--L1-max``, ``--L2-max``,
+    ``--method``, ``--samples``, ``--out`` and ``--quiet``."""
     add_source_flags(parser, d, many_settings=False)
     parser.add_argument(
         "--verifiers", default=",".join(d.verifiers), help=f"comma-separated tree verifiers: {', '.join(tree_verifiers.names())}"
@@ -87,7 +73,10 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     parser.add_argument("--method", choices=METHODS, default=d.method, help="outer expectation over trees")
     parser.add_argument("--samples", type=int, default=d.samples, help="sampled trees per action (mc)")
     add_output_flags(parser, PROG)
-    args = parser.parse_args(argv)
+
+
+def config_of(args, parser: ToolParser) -> Config:
+    """The typed config (``--K`` a tuple of ints, ``--verifiers`` of names), or exit 2 with one line."""
     try:
         ks = int_list(args.K, "--K", minimum=1)
         verifiers = name_list(args.verifiers, "--verifiers", tree_verifiers.names())
@@ -111,64 +100,96 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
             (max(config.K) <= 16 and config.L1_max <= 32 and config.L2_max <= 32, "--K, --L1-max, --L2-max: at most 16, 32, 32"),
         ],
     )
-    return config, parser
+    return config
 
 
-def estimate(config: Config, source, setting) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(one row per (verifier, K, L1, L2): E[tau + 1] and ``accepted`` = E[tau] averaged over
-    roots, standard error across roots (``summarise``); the per-position table,
-    ``analyses._labels.by_position``; the per-root rows, with each root's ``category``)."""
+def parse_args(argv) -> tuple[Config, ToolParser]:
+    """(config, parser) from the command line ``argv``."""
+    return parse(STUDY, argv)
+
+
+def open_source(config: Config, parser: ToolParser, say) -> Opened:
+    """The source and its one setting (``backends.sources.flags.make_source``); no latency model."""
+    source, settings = make_source(
+        PROG,
+        parser,
+        config,
+        stream="shared",
+        grid=True,
+        depth=config.L1_max + config.L2_max,
+        max_settings=1,
+        study_refusals=REFUSALS,
+        quiet=config.quiet,
+    )
+    return Opened(source, tuple(settings))
+
+
+def root_grid(config: Config, root, name: str, index: int) -> tuple[dict, str]:
+    """({(K, L1, L2): ``simlab.grid.GridMetrics``}, method) of verifier ``name`` at ``root``, the
+    root's ``index``-th of the run: the capture's own trees, else exact enumeration (``exact``, or
+    ``auto`` where it succeeds), else mc (seeded by ``seed + 1000 index``)."""
     axes = config.axes()
     L1s, L2s = axes.L1_values, axes.L2_values
-    roots = list(source.roots(setting))
-    rows = []
-    jobs = [(v, r) for v in config.verifiers for r in range(len(roots))]
-    for name, index in progress_bar(jobs, desc="verifier x root", quiet=config.quiet):
-        root = roots[index]
-        grid, method = None, config.method
-        if root.drafts is not None:
+    if root.drafts is not None:
+        drafts = [d for d in root.drafts if d.L1 in L1s]
+        return grid_metrics(NodeTable(root.pair, root.context), drafts, name, K_values=config.K, L2_values=L2s), "mc"
+    if config.method in ("exact", "auto"):
+        try:
             table = NodeTable(root.pair, root.context)
-            drafts = [d for d in root.drafts if d.L1 in L1s]
-            grid, method = grid_metrics(table, drafts, name, K_values=config.K, L2_values=L2s), "mc"
-        elif method in ("exact", "auto"):
-            try:
-                table = NodeTable(root.pair, root.context)
-                grid = {
-                    (K, L1, L2): GridMetrics(
-                        expected_block_efficiency(root.pair, root.context, Delayed(K, L1, L2), name),
-                        *expected_positions(table, Delayed(K, L1, L2), tree_verifiers.get(name)),
-                    )
-                    for K in config.K
-                    for L1 in L1s
-                    for L2 in L2s
-                }
-                method = "exact"
-            except ValueError as exc:
-                if config.method == "exact":
-                    raise ValueError(f"method: exact: {exc}") from None
-                method = "mc"
-        if grid is None:
-            grid = action_grid_metrics(
-                root.pair,
-                root.context,
-                name,
-                K_values=config.K,
-                L1_values=L1s,
-                L2_values=L2s,
-                samples=config.samples,
-                seed=config.seed + 1000 * index,
-            )
+            grid = {
+                (K, L1, L2): GridMetrics(
+                    expected_block_efficiency(root.pair, root.context, Delayed(K, L1, L2), name),
+                    *expected_positions(table, Delayed(K, L1, L2), tree_verifiers.get(name)),
+                )
+                for K in config.K
+                for L1 in L1s
+                for L2 in L2s
+            }
+            return grid, "exact"
+        except ValueError as exc:
+            if config.method == "exact":
+                raise ValueError(f"method: exact: {exc}") from None
+    grid = action_grid_metrics(
+        root.pair,
+        root.context,
+        name,
+        K_values=config.K,
+        L1_values=L1s,
+        L2_values=L2s,
+        samples=config.samples,
+        seed=config.seed + 1000 * index,
+    )
+    return grid, "mc"
+
+
+def value_root(config: Config, opened: Opened, task) -> list[dict]:
+    """One root's rows, one per verifier and action (``root_grid``): E[tau + 1] (``value``),
+    ``accepted`` = E[tau], the per-position ``unconditional`` P(tau >= j), the method, the category."""
+    rows = []
+    for name in config.verifiers:
+        grid, method = root_grid(config, task.root, name, task.index)
         rows.extend(
             {
-                **dict(verifier=name, root=index, K=K, L1=L1, L2=L2, method=method, value=m.E.mean, accepted=m.accepted),
+                **dict(verifier=name, root=task.index, K=K, L1=L1, L2=L2, method=method, value=m.E.mean, accepted=m.accepted),
                 "unconditional": m.unconditional.tolist(),
-                "category": root.category,
+                "category": task.root.category,
             }
             for (K, L1, L2), m in grid.items()
         )
-    per_root = with_category(pl.DataFrame(rows))
-    positions = by_position(per_root, ["verifier", "K", "L1", "L2"]).sort("verifier", "K", "L1", "L2", "position")
-    return summarise(per_root), positions, per_root
+    return rows
+
+
+def merge(config: Config, opened: Opened, payloads) -> pl.DataFrame:
+    """The per-root rows of every root, verifier by verifier (each in root order), with each root's ``category``."""
+    return with_category(
+        pl.DataFrame([row for v in config.verifiers for rows in payloads for row in rows if row["verifier"] == v])
+    )
+
+
+def values(config: Config, opened: Opened, say) -> pl.DataFrame:
+    """``merge`` of ``value_root`` over every root in one process (a progress bar unless ``--quiet``)."""
+    roots = list(tasks(opened))
+    return merge(config, opened, [value_root(config, opened, t) for t in progress_bar(roots, desc="root", quiet=config.quiet)])
 
 
 def summarise(per_root: pl.DataFrame) -> pl.DataFrame:
@@ -218,46 +239,35 @@ def heatmap(table: pl.DataFrame, subtitle: str):
     )
 
 
-def main(argv=None) -> int:
-    return run_tool(PROG, lambda: _main(argv))
-
-
-def _main(argv) -> int:
-    config, parser = parse_args(sys.argv[1:] if argv is None else argv)
-    source, (setting,) = make_source(
-        PROG,
-        parser,
-        config,
-        stream="shared",
-        grid=True,
-        depth=config.L1_max + config.L2_max,
-        max_settings=1,
-        study_refusals=REFUSALS,
-        quiet=config.quiet,
-    )
-    out = study_out(PROG, config, source.slug())
-    try:
-        table, positions, per_root = estimate(config, source, setting)
-    except ValueError as exc:
-        fail_from(PROG, exc, parser)
-    described = f"{source.describe()}, {setting.name}, {source.count(setting)} roots"
-    chart = heatmap(table, f"source: {described}")
-    with OutputSet(out) as outputs:
-        outputs.stage("block_efficiency_grid.parquet", parquet_writer(table))
-        outputs.stage("by_position.parquet", parquet_writer(positions))
-        stage_by_category(outputs, by_category(per_root, summarise))
-        for fmt in ("html", "png"):
-            outputs.stage(f"block_efficiency_grid.{fmt}", chart_writer(chart, fmt))
-        outputs.publish()
-    if not config.quiet:
-        print_table(best_per_verifier(table), f"Best static delayed tree per verifier ({described})")
-        print_by_category(
+def run(config: Config, opened: Opened, per_root: pl.DataFrame, say) -> Report:
+    """``block_efficiency_grid.parquet`` (``summarise``), ``by_position.parquet``, the heatmap, the
+    by-category table, and the best static delayed tree per verifier."""
+    (setting,) = opened.settings
+    table = summarise(per_root)
+    positions = by_position(per_root, ["verifier", "K", "L1", "L2"]).sort("verifier", "K", "L1", "L2", "position")
+    described = f"{opened.source.describe()}, {setting.name}, {opened.source.count(setting)} roots"
+    outputs = {
+        "block_efficiency_grid.parquet": table,
+        "by_position.parquet": positions,
+        **chart_files("block_efficiency_grid", heatmap(table, f"source: {described}"), chart_writer),
+    }
+    printed = (
+        (best_per_verifier(table), f"Best static delayed tree per verifier ({described})"),
+        ByCategory(
             by_category(per_root, lambda part: best_per_verifier(summarise(part))),
             ("verifier", "K", "L1", "L2", "block_efficiency", "stderr", "accepted"),
             "Best static delayed tree per verifier",
-        )
-        print(f"wrote {out}/block_efficiency_grid.parquet, by_position.parquet, block_efficiency_grid.html/.png")
-    return 0
+        ),
+        WROTE,
+    )
+    return Report(outputs, by_category(per_root, summarise), printed)
+
+
+STUDY = declared(globals())
+
+
+def main(argv=None) -> int:
+    return run_study(STUDY, argv)
 
 
 if __name__ == "__main__":

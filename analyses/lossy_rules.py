@@ -34,28 +34,23 @@ the threshold no child passes: typical acceptance then accepts nothing, the knob
 
 from __future__ import annotations
 
-import argparse
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
+from analyses._study import WROTE, Opened, Report, chart_files, declared, folder_only, no_roots, parse, run_study
 from backends.cli import (
-    OutputSet,
     ToolParser,
     add_output_flags,
     chart_writer,
+    check_flags,
     fail,
     fail_from,
     float_list,
     name_list,
-    parquet_writer,
-    prepare_out,
-    print_table,
     progress_bar,
-    run_tool,
 )
 from simlab import tree_verifiers
 from simlab import verifiers as node_verifiers
@@ -99,28 +94,40 @@ TREE_LAWS = {TOP_K: Drafting.DETERMINISTIC, "i.i.d. tree (2 x 2)": Drafting.IID,
 the i.i.d. tree and the chain; its EAGLE-3 rules, top-k children: the top-k tree)."""
 
 
+KNOB_GRIDS = ("epsilons", "alphas", "singles", "accs")
+"""The Config fields of the default knob grids (typical acceptance's, SGLang's), in flag order."""
+RANGES = {"epsilons": (0.0, 1.0), "alphas": (0.0, 1e9), "singles": (0.0, 1.0), "accs": (0.0, 1.0)}
+"""Each default knob grid's allowed range (both ends included)."""
+
+
 @dataclass(frozen=True)
 class Config:
+    """The study's settings (the command-line flags), each knob grid a tuple of floats parsed once
+    (``backends.cli.float_list``) and ``--rules`` a tuple of names."""
+
     vocab: int = 4
     seed: int = 0
     concentration: float = 0.7
     closeness: float = 0.5
     tokens: int = 3
-    epsilons: str = "0.05,0.3,0.6,1"
-    alphas: str = "0.3,1,1e9"
-    singles: str = "0.3,0.6,1"
-    accs: str = "0.25,0.5,0.75,1"
-    rules: str = ""
-    leniences: str = "0.2,0.4,0.6,0.8"
-    cos_lambdas: str = "0.2,0.4,0.6,0.8"
-    min_ps: str = "0.1,0.3,0.5,0.7,0.9"
-    etas: str = "0.05,0.1,0.15,0.2,0.25"
-    weights: str = "0.2,0.4,0.6,0.8"
+    epsilons: tuple[float, ...] = (0.05, 0.3, 0.6, 1.0)
+    alphas: tuple[float, ...] = (0.3, 1.0, 1e9)
+    singles: tuple[float, ...] = (0.3, 0.6, 1.0)
+    accs: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
+    rules: tuple[str, ...] = ()
+    leniences: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)
+    cos_lambdas: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)
+    min_ps: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)
+    etas: tuple[float, ...] = (0.05, 0.1, 0.15, 0.2, 0.25)
+    weights: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)
+    out: str | None = None
+    quiet: bool = False
+    backend = None  # not a field: the world is synthetic, no source (no live-model defaults)
 
 
 def extra_rules(config: Config) -> tuple[str, ...]:
     """The names ``--rules`` lists (empty by default)."""
-    return name_list(config.rules, "--rules", EXTRA_RULES) if config.rules else ()
+    return config.rules
 
 
 def trees(config: Config) -> dict:
@@ -131,24 +138,29 @@ def trees(config: Config) -> dict:
 def rules(config: Config) -> list[tuple[str, dict, str]]:
     """(rule, options, knob label) for every knob setting swept, the exact-match baseline first."""
     out = [(BASELINE, {}, "-")]
-    for eps in float_list(config.epsilons, "--epsilons", 0.0, 1.0):
-        for alpha in float_list(config.alphas, "--alphas", 0.0, 1e9):
+    for eps in config.epsilons:
+        for alpha in config.alphas:
             for next_token in ("argmax", "target"):
                 options = {"posterior_threshold": eps, "posterior_alpha": alpha, "next_token": next_token}
                 out.append(("typical", options, f"eps={eps:g} alpha={alpha:g} next={next_token}"))
-    for single in float_list(config.singles, "--singles", 0.0, 1.0):
-        for acc in float_list(config.accs, "--accs", 0.0, 1.0):
+    for single in config.singles:
+        for acc in config.accs:
             out.append(("sglang_threshold", {"threshold_single": single, "threshold_acc": acc}, f"single={single:g} acc={acc:g}"))
     for name in extra_rules(config):
         knob, field = EXTRA_RULES[name]
-        flag = "--" + field.replace("_", "-")
-        for value in float_list(getattr(config, field), flag, 0.0, 1.0):
-            try:
-                node_verifiers.get(name, **{knob: value})  # the verifier's own range: (0, 1] or [0, 1)
-            except ValueError as exc:
-                raise ValueError(f"{flag}: {exc}") from None
-            out.append((name, {knob: value}, f"{knob}={value:g}"))
+        out.extend((name, {knob: value}, f"{knob}={value:g}") for value in getattr(config, field))
     return out
+
+
+def check_knobs(name: str, values: tuple[float, ...]) -> None:
+    """Raise ``ValueError`` (``--<grid>: ...``) when a knob of ``values`` lies outside the added rule
+    ``name``'s own range (``simlab.verifiers.get``: (0, 1] or [0, 1))."""
+    knob, field = EXTRA_RULES[name]
+    for value in values:
+        try:
+            node_verifiers.get(name, **{knob: value})
+        except ValueError as exc:
+            raise ValueError(f"--{field.replace('_', '-')}: {exc}") from None
 
 
 def world(config: Config) -> MarkovPair:
@@ -234,66 +246,69 @@ def chart(table: pl.DataFrame, subtitle: str):
     )
 
 
-def parse_args(argv) -> tuple[Config, argparse.Namespace, ToolParser]:
-    d = Config()
-    parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
+def flags(parser: ToolParser, d: Config) -> None:
+    """The world's flags, the knob grids, ``--rules`` and the added rules' grids, ``--out`` and ``--quiet``."""
+    text = lambda values: ",".join(f"{v:g}".replace("e+0", "e") for v in values)  # noqa: E731
     parser.add_argument("--vocab", type=int, default=d.vocab, help="V of the Markov world (2..6: the laws are enumerated)")
     parser.add_argument("--seed", type=int, default=d.seed, help="seed of the world")
     parser.add_argument("--concentration", type=float, default=d.concentration, help="Dirichlet concentration of p rows")
     parser.add_argument("--closeness", type=float, default=d.closeness, help="how close q is to p (0..1)")
     parser.add_argument("--tokens", type=int, default=d.tokens, help="emitted tokens whose law's TV is reported (1..4)")
-    parser.add_argument("--epsilons", default=d.epsilons, help="typical acceptance: posterior_threshold values")
-    parser.add_argument("--alphas", default=d.alphas, help="typical acceptance: posterior_alpha values")
-    parser.add_argument("--singles", default=d.singles, help="SGLang: threshold_single values in [0, 1]")
-    parser.add_argument("--accs", default=d.accs, help="SGLang: threshold_acc values in [0, 1]")
-    parser.add_argument("--rules", default=d.rules, help=f"2026 rules to add (comma-separated): {', '.join(EXTRA_RULES)}")
-    parser.add_argument("--leniences", default=d.leniences, help="Fast-HSD lenience: values in (0, 1]")
+    parser.add_argument("--epsilons", default=text(d.epsilons), help="typical acceptance: posterior_threshold values")
+    parser.add_argument("--alphas", default=text(d.alphas), help="typical acceptance: posterior_alpha values")
+    parser.add_argument("--singles", default=text(d.singles), help="SGLang: threshold_single values in [0, 1]")
+    parser.add_argument("--accs", default=text(d.accs), help="SGLang: threshold_acc values in [0, 1]")
+    parser.add_argument("--rules", default="", help=f"2026 rules to add (comma-separated): {', '.join(EXTRA_RULES)}")
+    parser.add_argument("--leniences", default=text(d.leniences), help="Fast-HSD lenience: values in (0, 1]")
     parser.add_argument(
-        "--cos-lambdas", default=d.cos_lambdas, help="Fast-HSD CoS: cos_lambda values (the draft's weight) in [0, 1]"
+        "--cos-lambdas", default=text(d.cos_lambdas), help="Fast-HSD CoS: cos_lambda values (the draft's weight) in [0, 1]"
     )
-    parser.add_argument("--min-ps", default=d.min_ps, help="Fast-HSD SpecCascade: min_p_spd values in [0, 1]")
-    parser.add_argument("--etas", default=d.etas, help="Fast-HSD eta acceptance: eta_spd values in [0, 1)")
-    parser.add_argument("--weights", default=d.weights, help="DIVERSE: ensemble weights w in (0, 1]")
+    parser.add_argument("--min-ps", default=text(d.min_ps), help="Fast-HSD SpecCascade: min_p_spd values in [0, 1]")
+    parser.add_argument("--etas", default=text(d.etas), help="Fast-HSD eta acceptance: eta_spd values in [0, 1)")
+    parser.add_argument("--weights", default=text(d.weights), help="DIVERSE: ensemble weights w in (0, 1]")
     add_output_flags(parser, PROG, "markov-V<vocab>-seed<seed>")
-    args = parser.parse_args(argv)
+
+
+def grids(args, parser: ToolParser) -> dict:
+    """The knob grids as tuples of floats: the default grids, ``--rules``, and the grids of the added
+    rules (an added rule's grid is read once; a grid no added rule reads keeps its default), or exit
+    2 with one line naming the flag (a bad list, a knob outside the rule's range, a grid given
+    without a rule that reads it)."""
+    d, flag = Config(), lambda field: "--" + field.replace("_", "-")
+    try:
+        out = {field: float_list(getattr(args, field), flag(field), *RANGES[field]) for field in KNOB_GRIDS}
+        out["rules"] = name_list(args.rules, "--rules", EXTRA_RULES) if args.rules else ()
+        for name in out["rules"]:
+            field = EXTRA_RULES[name][1]
+            out[field] = float_list(getattr(args, field), flag(field), 0.0, 1.0)
+            check_knobs(name, out[field])
+    except ValueError as exc:
+        fail_from(PROG, exc, parser)
+    for field in sorted({field for _, field in EXTRA_RULES.values()} - set(out)):
+        if getattr(args, field) != parser.get_default(field):
+            users = " or ".join(name for name, (_, f) in EXTRA_RULES.items() if f == field)
+            fail(PROG, f"{flag(field)}: given without a rule that reads it (--rules {users})")
+    return {**{field: getattr(d, field) for _, field in EXTRA_RULES.values()}, **out}
+
+
+def config_of(args, parser: ToolParser) -> Config:
+    """The typed config, or exit 2 with one line naming the flag (``grids``; the world's flags; a
+    world whose draft rows cannot feed the top-k tree)."""
     try:
         check_seed(args.seed)
     except ValueError as exc:
         fail_from(PROG, exc, parser)
-    if not 2 <= args.vocab <= 6:
-        fail(PROG, f"--vocab: must be in 2..6 (every law is enumerated), got {args.vocab}")
-    if not 1 <= args.tokens <= 4:
-        fail(PROG, f"--tokens: must be in 1..4, got {args.tokens}")
-    if not 0 < args.concentration < float("inf"):
-        fail(PROG, f"--concentration: must be a finite number > 0, got {args.concentration}")
-    if not 0 <= args.closeness <= 1:
-        fail(PROG, f"--closeness: must be in [0, 1], got {args.closeness}")
-    config = Config(
-        args.vocab,
-        args.seed,
-        args.concentration,
-        args.closeness,
-        args.tokens,
-        args.epsilons,
-        args.alphas,
-        args.singles,
-        args.accs,
-        args.rules,
-        args.leniences,
-        args.cos_lambdas,
-        args.min_ps,
-        args.etas,
-        args.weights,
+    check_flags(
+        PROG,
+        [
+            (2 <= args.vocab <= 6, f"--vocab: must be in 2..6 (every law is enumerated), got {args.vocab}"),
+            (1 <= args.tokens <= 4, f"--tokens: must be in 1..4, got {args.tokens}"),
+            (0 < args.concentration < float("inf"), f"--concentration: must be a finite number > 0, got {args.concentration}"),
+            (0 <= args.closeness <= 1, f"--closeness: must be in [0, 1], got {args.closeness}"),
+        ],
     )
-    try:
-        rules(config)
-    except ValueError as exc:
-        fail_from(PROG, exc, parser)
-    read = {EXTRA_RULES[name][1] for name in extra_rules(config)}
-    for field in sorted({field for _, field in EXTRA_RULES.values()} - read):
-        if getattr(config, field) != getattr(d, field):
-            users = " or ".join(name for name, (_, f) in EXTRA_RULES.items() if f == field)
-            fail(PROG, f"--{field.replace('_', '-')}: given without a rule that reads it (--rules {users})")
+    world_flags = ("vocab", "seed", "concentration", "closeness", "tokens")
+    config = Config(**{k: getattr(args, k) for k in world_flags}, **grids(args, parser), out=args.out, quiet=args.quiet)
     try:
         with np.errstate(all="ignore"):  # a concentration near the float64 limit draws no laws (refused below)
             support = int((world(config).draft > 0).sum(axis=1).min())
@@ -307,34 +322,38 @@ def parse_args(argv) -> tuple[Config, argparse.Namespace, ToolParser]:
             f"fewer than {ranks} tokens of positive probability, which the top-k tree's {ranks} children need; "
             "raise --concentration or change --seed",
         )
-    return config, args, parser
+    return config
+
+
+def parse_args(argv) -> tuple[Config, ToolParser]:
+    """(config, parser) from the command line ``argv``."""
+    return parse(STUDY, argv)
+
+
+def open_source(config: Config, parser: ToolParser, say) -> Opened:
+    """No source of roots: the output folder (``--out``, default ``out/lossy_rules/markov-V<vocab>-seed<seed>``), prepared."""
+    return folder_only(PROG, config.out or str(Path("out") / "lossy_rules" / f"markov-V{config.vocab}-seed{config.seed}"))
+
+
+def values(config: Config, opened: Opened, say) -> pl.DataFrame:
+    """``measure`` of the config (a progress bar unless ``--quiet``)."""
+    return measure(config, config.quiet)
+
+
+def run(config: Config, opened: Opened, table: pl.DataFrame, say) -> Report:
+    """``lossy_rules.parquet``, the chart ``gain_vs_tv`` and the table of gains and TVs."""
+    subtitle = f"Markov world V={config.vocab} seed={config.seed}; means over the {config.vocab} one-token contexts; TV of {config.tokens} tokens"
+    columns = ["tree", "rule", "knobs", "E", "gain", "TV"] + (["TV_sampler", "TV_sampler_target"] if extra_rules(config) else [])
+    shown = table.select(columns).with_columns(pl.col(c).round(6) for c in columns[5:])
+    outputs = {"lossy_rules.parquet": table, **chart_files("gain_vs_tv", chart(table, subtitle), chart_writer)}
+    return Report(outputs, printed=((shown, f"Lossy rules against strict exact-match ({subtitle})"), WROTE))
+
+
+STUDY = declared(globals(), shardable=no_roots("it values one Markov world exactly, in one process"))
 
 
 def main(argv=None) -> int:
-    return run_tool(PROG, lambda: _main(sys.argv[1:] if argv is None else argv))
-
-
-def _main(argv) -> int:
-    config, args, parser = parse_args(argv)
-    out = prepare_out(PROG, args.out or str(Path("out") / "lossy_rules" / f"markov-V{config.vocab}-seed{config.seed}"))
-    try:
-        table = measure(config, args.quiet)
-    except ValueError as exc:
-        fail_from(PROG, exc, parser)
-    subtitle = f"Markov world V={config.vocab} seed={config.seed}; means over the {config.vocab} one-token contexts; TV of {config.tokens} tokens"
-    with OutputSet(out) as outputs:
-        outputs.stage("lossy_rules.parquet", parquet_writer(table))
-        for fmt in ("html", "png"):
-            outputs.stage(f"gain_vs_tv.{fmt}", chart_writer(chart(table, subtitle), fmt))
-        outputs.publish()
-    if not args.quiet:
-        columns = ["tree", "rule", "knobs", "E", "gain", "TV"] + (
-            ["TV_sampler", "TV_sampler_target"] if extra_rules(config) else []
-        )
-        shown = table.select(columns).with_columns(pl.col(c).round(6) for c in columns[5:])
-        print_table(shown, f"Lossy rules against strict exact-match ({subtitle})")
-        print(f"wrote {out}/lossy_rules.parquet, gain_vs_tv.html/.png")
-    return 0
+    return run_study(STUDY, argv)
 
 
 if __name__ == "__main__":

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import json
 import math
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from backends.cli import ToolParser, fail, fail_from, int_list, print_table
+from analyses._study import Opened, Report, declared, no_roots, run_printing_study
+from backends.cli import ToolParser, fail, fail_from, int_list
 from simlab.builders.sequoia import check_acceptance, choose, sequoia_size, tree_dp
 from simlab.latency import LatencyModel
 from simlab.latency_profiles import load
@@ -153,82 +154,132 @@ def sequoia_rule(acceptance, rule: dict) -> dict:
     }
 
 
-def print_tree(spec) -> None:
+def tree_lines(spec) -> tuple[str, str]:
+    """The printed lines of a tree (tuple notation ``spec``): its nodes per depth, root included, and the tree."""
     per_depth: dict[int, int] = {}
     for node in spec:
         per_depth[len(node)] = per_depth.get(len(node), 0) + 1
-    print("nodes per depth:", [1] + [per_depth[d] for d in sorted(per_depth)])
-    print("tree (tuple notation):", [list(node) for node in spec])
+    return (
+        f"nodes per depth: {[1] + [per_depth[d] for d in sorted(per_depth)]}",
+        f"tree (tuple notation): {[list(node) for node in spec]}",
+    )
 
 
-def main(argv=None) -> int:
-    parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
+@dataclass(frozen=True)
+class Config:
+    """The tool's settings (the command-line flags), ``--budgets`` a tuple of ints parsed once."""
+
+    acceptance: str = ""
+    latency: str | None = None
+    cost_ratio: float = 0.1
+    budgets: tuple[int, ...] = (16, 32, 63, 90)
+    depth: int = 8
+    context: int = 64
+    backend = None  # not a field: no source of roots (no live-model defaults)
+
+
+def flags(parser: ToolParser, d: Config) -> None:
+    """``--acceptance`` (required), ``--latency``, ``--cost-ratio``, ``--budgets``, ``--depth``, ``--context``."""
     parser.add_argument("--acceptance", required=True, help="the acceptance vector: JSON, a .pt tensor file, or Sequoia's config")
     parser.add_argument(
         "--latency",
-        default=None,
+        default=d.latency,
         help="a published profile name (simlab.latency_profiles, e.g. sequoia-demo) "
         "or a profile file (.json or .toml; see simlab.latency)",
     )
-    parser.add_argument("--cost-ratio", type=float, default=0.1, help="c = t_q / t_p when no --latency is given")
-    parser.add_argument("--budgets", default="16,32,63,90", help="draft-token budgets to choose among")
-    parser.add_argument("--depth", type=int, default=8, help="the most draft levels")
-    parser.add_argument("--context", type=int, default=64, help="context length l at which the step is timed (tokens)")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    parser.add_argument("--cost-ratio", type=float, default=d.cost_ratio, help="c = t_q / t_p when no --latency is given")
+    parser.add_argument("--budgets", default=",".join(map(str, d.budgets)), help="draft-token budgets to choose among")
+    parser.add_argument("--depth", type=int, default=d.depth, help="the most draft levels")
+    parser.add_argument("--context", type=int, default=d.context, help="context length l at which the step is timed (tokens)")
+
+
+def config_of(args, parser: ToolParser) -> Config:
+    """The typed config, or exit 2 with one line (``--latency`` with ``--cost-ratio``; a bad ``--budgets``)."""
     if args.latency and "cost_ratio" in parser.given:
         fail(PROG, "--cost-ratio: a latency profile (--latency) was given; use one of the two")
     try:
-        vector, rule = read_acceptance(args.acceptance)
-        acceptance = check_acceptance(vector)
-        if rule is not None:
-            clash = [f for f in ("latency", "cost_ratio", "budgets", "depth", "context") if f in parser.given]
-            if clash:
-                fail(
-                    PROG,
-                    f"--{clash[0].replace('_', '-')}: {args.acceptance!r} carries Sequoia's own size rule "
-                    "(valid_budget, target_time, draft_time, max_depth); pass its .pt vector for the lab's latency model",
-                )
-            facts = sequoia_rule(acceptance, rule)
-        else:
-            budgets = int_list(args.budgets, "--budgets", minimum=1)
-            latency = load(args.latency) if args.latency else LatencyModel.from_cost_ratio(args.cost_ratio)
-            spec, facts = choose(acceptance, latency, context=args.context, budgets=budgets, levels=args.depth)
+        budgets = int_list(args.budgets, "--budgets", minimum=1)
     except ValueError as exc:
-        fail_from(PROG, exc, parser, {"c": "--cost-ratio", "levels": "--depth"})
+        fail_from(PROG, exc, parser)
+    return Config(args.acceptance, args.latency, args.cost_ratio, budgets, args.depth, args.context)
+
+
+def open_source(config: Config, parser: ToolParser, say) -> Opened:
+    """The study's input in place of a source: ``Opened.source`` is (p_1..p_W, Sequoia's size rule
+    or None) read from ``--acceptance`` (``read_acceptance``, ``check_acceptance``); the latency
+    model (``--latency`` or ``--cost-ratio``) where there is no size rule.  Exit 2 with one line for
+    a size-rule config given the lab's flags."""
+    vector, rule = read_acceptance(config.acceptance)
+    acceptance = check_acceptance(vector)
     if rule is not None:
-        print(f"acceptance p_1..p_W = {[round(float(a), 4) for a in acceptance]}; Sequoia's size rule from {args.acceptance}")
-        print_table(
-            pl.DataFrame(
-                [
-                    {"budget m (nodes, root included)": m, f"best expected tokens (<= {rule['max_depth']} levels)": v}
-                    for m, v in facts["best_by_budget"].items()
-                ]
-            ),
-            "Sequoia's DP by valid budget (tree_search.py)",
+        clash = [f for f in ("latency", "cost_ratio", "budgets", "depth", "context") if f in parser.given]
+        if clash:
+            fail(
+                PROG,
+                f"--{clash[0].replace('_', '-')}: {config.acceptance!r} carries Sequoia's own size rule "
+                "(valid_budget, target_time, draft_time, max_depth); pass its .pt vector for the lab's latency model",
+            )
+        return Opened((acceptance, rule), ())
+    latency = load(config.latency) if config.latency else LatencyModel.from_cost_ratio(config.cost_ratio)
+    return Opened((acceptance, None), (), latency)
+
+
+def values(config: Config, opened: Opened, say):
+    """(spec, facts): Sequoia's own size rule (``sequoia_rule``; spec None) or the lab's choice
+    (``simlab.builders.sequoia.choose``) over the budgets and depths."""
+    acceptance, rule = opened.source
+    if rule is not None:
+        return None, sequoia_rule(acceptance, rule)
+    return choose(acceptance, opened.latency, context=config.context, budgets=config.budgets, levels=config.depth)
+
+
+def run(config: Config, opened: Opened, chosen, say) -> Report:
+    """The printed answer: the acceptance vector, the table of the choice, the tree."""
+    (acceptance, rule), (spec, facts) = opened.source, chosen
+    shown = [round(float(a), 4) for a in acceptance]
+    if rule is not None:
+        best = pl.DataFrame(
+            [
+                {"budget m (nodes, root included)": m, f"best expected tokens (<= {rule['max_depth']} levels)": v}
+                for m, v in facts["best_by_budget"].items()
+            ]
         )
-        print(
+        chosen_line = (
             f"chosen: m = {facts['nodes']} nodes, l = {facts['levels']} levels (root included), expected tokens "
             f"{facts['expected_tokens']:.6f}, time per token {facts['time_per_token']:.6f}, speedup {facts['speedup']:.6f}"
         )
-        print_tree(facts["spec"])
-        return 0
-    print(f"acceptance p_1..p_W = {[round(float(a), 4) for a in acceptance]}; latency: {latency.source}")
-    print_table(
-        pl.DataFrame(
-            [
-                {
-                    "budget": facts["budget"],
-                    "levels": facts["levels"],
-                    "expected tokens": facts["expected_tokens"],
-                    "T-hat (s)": facts["T"],
-                    "tokens/s": facts["tokens_per_second"],
-                }
-            ]
-        ),
-        f"Sequoia's tree for budgets {', '.join(map(str, budgets))} and depth <= {args.depth} (context {args.context})",
+        printed = (
+            f"acceptance p_1..p_W = {shown}; Sequoia's size rule from {config.acceptance}",
+            (best, "Sequoia's DP by valid budget (tree_search.py)"),
+            chosen_line,
+            *tree_lines(facts["spec"]),
+        )
+        return Report({}, printed=printed)
+    keys = {
+        "budget": "budget",
+        "levels": "levels",
+        "expected tokens": "expected_tokens",
+        "T-hat (s)": "T",
+        "tokens/s": "tokens_per_second",
+    }
+    title = (
+        f"Sequoia's tree for budgets {', '.join(map(str, config.budgets))} and depth <= {config.depth} (context {config.context})"
     )
-    print_tree(spec)
-    return 0
+    printed = (
+        f"acceptance p_1..p_W = {shown}; latency: {opened.latency.source}",
+        (pl.DataFrame([{k: facts[v] for k, v in keys.items()}]), title),
+        *tree_lines(spec),
+    )
+    return Report({}, printed=printed)
+
+
+STUDY = declared(
+    globals(), shardable=no_roots("it solves one dynamic program"), error_flags={"c": "--cost-ratio", "levels": "--depth"}
+)
+
+
+def main(argv=None) -> int:
+    return run_printing_study(STUDY, argv)
 
 
 if __name__ == "__main__":

@@ -23,27 +23,15 @@ row per world and (K, L).  Bad flags: one line, exit 2.
 
 from __future__ import annotations
 
-import sys
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from backends.cli import (
-    OutputSet,
-    ToolParser,
-    add_output_flags,
-    fail,
-    fail_from,
-    float_list,
-    int_list,
-    parquet_writer,
-    prepare_out,
-    print_table,
-    progress_bar,
-    run_tool,
-)
+from analyses._study import WROTE, Opened, Report, declared, folder_only, no_roots, parse, run_study
+from backends.cli import ToolParser, add_output_flags, check_flags, fail_from, float_list, int_list, progress_bar
 from simlab.builders import chain
 from simlab.checks import check_seed
 from simlab.efficiency import expected_block_efficiency
@@ -120,15 +108,33 @@ def measure(vocab: int, seeds, closeness, ks, gammas, quiet: bool = True) -> pl.
     return pl.DataFrame(rows)
 
 
-def parse_args(argv):
-    parser = ToolParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--vocab", type=int, default=2, help="V of the Markov worlds (2..4: every law is enumerated)")
-    parser.add_argument("--seeds", default="0,1,2,3", help="seeds of the worlds (comma-separated)")
-    parser.add_argument("--closeness", default="0.3,0.7", help="how close q is to p (comma-separated, in [0, 1])")
-    parser.add_argument("--ks", default="1,2,3,7", help="K values, the number of i.i.d. blocks (1..8; 7 is the default)")
-    parser.add_argument("--gammas", default="2,3,4,6", help="L values, the block length (2..6; 6 is the default)")
+@dataclass(frozen=True)
+class Config:
+    """The study's settings (the command-line flags), the lists parsed once."""
+
+    vocab: int = 2
+    seeds: tuple[int, ...] = (0, 1, 2, 3)
+    closeness: tuple[float, ...] = (0.3, 0.7)
+    ks: tuple[int, ...] = (1, 2, 3, 7)
+    gammas: tuple[int, ...] = (2, 3, 4, 6)
+    out: str | None = None
+    quiet: bool = False
+    backend = None  # not a field: the worlds are synthetic, no source (no live-model defaults)
+
+
+def flags(parser: ToolParser, d: Config) -> None:
+    """``--vocab``, ``--seeds``, ``--closeness``, ``--ks``, ``--gammas``, ``--out`` and ``--quiet``."""
+    text = lambda values: ",".join(map(str, values))  # noqa: E731
+    parser.add_argument("--vocab", type=int, default=d.vocab, help="V of the Markov worlds (2..4: every law is enumerated)")
+    parser.add_argument("--seeds", default=text(d.seeds), help="seeds of the worlds (comma-separated)")
+    parser.add_argument("--closeness", default=text(d.closeness), help="how close q is to p (comma-separated, in [0, 1])")
+    parser.add_argument("--ks", default=text(d.ks), help="K values, the number of i.i.d. blocks (1..8; 7 is the default)")
+    parser.add_argument("--gammas", default=text(d.gammas), help="L values, the block length (2..6; 6 is the default)")
     add_output_flags(parser, PROG, "markov-V<vocab>")
-    args = parser.parse_args(argv)
+
+
+def config_of(args, parser: ToolParser) -> Config:
+    """The typed config (each list parsed once), or exit 2 with one line naming the flag."""
     try:
         seeds = int_list(args.seeds, "--seeds", 0)
         for s in seeds:
@@ -138,31 +144,47 @@ def parse_args(argv):
         gammas = int_list(args.gammas, "--gammas", 2)
     except ValueError as exc:
         fail_from(PROG, exc, parser)
-    if not 2 <= args.vocab <= 4:
-        fail(PROG, f"--vocab: must be in 2..4 (every law is enumerated), got {args.vocab}")
-    if max(ks) > 8:
-        fail(PROG, f"--ks: every value must be in 1..8, got {args.ks!r}")
-    if max(gammas) > 6 or args.vocab ** max(gammas) > 729:
-        fail(PROG, f"--gammas: needs L <= 6 and V^L <= 729 (every block is enumerated), got {args.gammas!r} at V = {args.vocab}")
-    return args, seeds, closeness, ks, gammas
+    check_flags(
+        PROG,
+        [
+            (2 <= args.vocab <= 4, f"--vocab: must be in 2..4 (every law is enumerated), got {args.vocab}"),
+            (max(ks) <= 8, f"--ks: every value must be in 1..8, got {args.ks!r}"),
+            (
+                max(gammas) <= 6 and args.vocab ** max(gammas) <= 729,
+                f"--gammas: needs L <= 6 and V^L <= 729 (every block is enumerated), got {args.gammas!r} at V = {args.vocab}",
+            ),
+        ],
+    )
+    return Config(args.vocab, seeds, closeness, ks, gammas, args.out, args.quiet)
+
+
+def parse_args(argv) -> tuple[Config, ToolParser]:
+    """(config, parser) from the command line ``argv``."""
+    return parse(STUDY, argv)
+
+
+def open_source(config: Config, parser: ToolParser, say) -> Opened:
+    """No source of roots: the output folder (``--out``, default ``out/spectr_gbv/markov-V<vocab>``), prepared."""
+    return folder_only(PROG, config.out or str(Path("out") / "spectr_gbv" / f"markov-V{config.vocab}"))
+
+
+def values(config: Config, opened: Opened, say) -> pl.DataFrame:
+    """``measure`` of the config's worlds."""
+    return measure(config.vocab, config.seeds, config.closeness, config.ks, config.gammas, quiet=config.quiet)
+
+
+def run(config: Config, opened: Opened, table: pl.DataFrame, say) -> Report:
+    """``spectr_gbv.parquet`` and the table rounded to 4 digits."""
+    shown = table.drop("vocab").with_columns(pl.col(pl.Float64).round(4))
+    title = f"SpecTr-GBV as released, exact (Markov worlds V={config.vocab}, context {CONTEXT})"
+    return Report({"spectr_gbv.parquet": table}, printed=((shown, title), WROTE))
+
+
+STUDY = declared(globals(), shardable=no_roots("it values a few Markov worlds exactly, in one process"))
 
 
 def main(argv=None) -> int:
-    return run_tool(PROG, lambda: _main(sys.argv[1:] if argv is None else argv))
-
-
-def _main(argv) -> int:
-    args, seeds, closeness, ks, gammas = parse_args(argv)
-    out = prepare_out(PROG, args.out or str(Path("out") / "spectr_gbv" / f"markov-V{args.vocab}"))
-    table = measure(args.vocab, seeds, closeness, ks, gammas, quiet=args.quiet)
-    with OutputSet(out) as outputs:
-        outputs.stage("spectr_gbv.parquet", parquet_writer(table))
-        outputs.publish()
-    if not args.quiet:
-        shown = table.drop("vocab").with_columns(pl.col(pl.Float64).round(4))
-        print_table(shown, f"SpecTr-GBV as released, exact (Markov worlds V={args.vocab}, context {CONTEXT})")
-        print(f"wrote {out}/spectr_gbv.parquet")
-    return 0
+    return run_study(STUDY, argv)
 
 
 if __name__ == "__main__":
