@@ -25,7 +25,7 @@ import numpy as np
 import scipy
 
 import simlab
-from analyses._study import _plain  # NumPy scalars and arrays as the JSON types they stand for
+from analyses._study import json_plain  # NumPy scalars and arrays as the JSON types they stand for
 from simlab.files import atomic_write
 
 
@@ -98,7 +98,7 @@ class RootCache:
             "after": after,
             "payload": payload,
         }
-        body = json.loads(json.dumps(body, default=_plain))
+        body = json.loads(json.dumps(body, default=json_plain))
         text = json.dumps({"body": body, "digest": _digest(json.dumps(body, sort_keys=True).encode())})
         self.folder.mkdir(exist_ok=True)
         atomic_write(self._path(root), lambda tmp: Path(tmp).write_text(text))

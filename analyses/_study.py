@@ -138,7 +138,9 @@ class Study:
             model gets each one's forward time (``with_drafter_time``).
         error_flags: error argument -> flag, beside the parser's own (``fail_from``).
         shardable: ``shardable(config, opened, parser) -> reason or None``: why this run cannot be
-            sharded (exit 2 with it when ``WORLD_SIZE`` > 1).
+            sharded (exit 2 with it when ``WORLD_SIZE`` > 1); called before ``open`` with ``opened``
+            None (the reasons the flags alone decide: nothing is opened or written before them) and
+            again after it.
     """
 
     prog: str
@@ -164,7 +166,8 @@ def parse(study: Study, argv) -> tuple[object, ToolParser]:
     if study.hf_defaults:
         note_hf_defaults(parser, study.hf_defaults)
     config = study.config(parser.parse_args(argv), parser)
-    config = with_hf_defaults(config, parser, study.hf_defaults or {})  # the named pair's own too (pair_study_defaults)
+    if hasattr(config, "backend"):  # a study with a source: its live-model defaults and the named pair's own
+        config = with_hf_defaults(config, parser, study.hf_defaults or {})
     return config, parser
 
 
@@ -196,6 +199,8 @@ def _run(study: Study, argv) -> int:
     if world > 1 and "out" not in parser.given:
         fail(study.prog, f"--out: a sharded run (WORLD_SIZE {world}) needs --out, the folder every rank writes its part into")
     try:
+        if world > 1 and (reason := study.shardable(config, None, parser)):
+            fail(study.prog, f"WORLD_SIZE: {world} processes cannot share this run ({reason})")
         opened = study.open(config, parser, say)
         if world > 1 and (reason := study.shardable(config, opened, parser)):
             fail(study.prog, f"WORLD_SIZE: {world} processes cannot share this run ({reason})")
@@ -282,7 +287,7 @@ def run_key(study: Study, config, world: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _plain(value):
+def json_plain(value):
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.bool_):
@@ -309,7 +314,7 @@ def write_part(path: Path, part: dict) -> None:
     from simlab.files import atomic_write
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(part, default=_plain)
+    text = json.dumps(part, default=json_plain)
     atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
@@ -368,16 +373,13 @@ def _sharded(study: Study, config, opened: Opened, rank: int, world: int, say):
     return merge_parts(study, config, opened, world, float(os.environ.get("SIMLAB_SHARD_WAIT", 86400)), say)
 
 
-def live_timing_reason(opened: Opened, parser: ToolParser) -> str | None:
+def live_timing_reason(config, parser: ToolParser) -> str | None:
     """A ``Study.shardable`` reason for a study that times live models: with ``--backend hf`` (not a
-    named pair, whose published profile prices it) and neither ``--latency`` nor ``--cost-ratio``
-    given, each rank would time the models on its own machine, so the ranks' values would differ
-    from one process's; else None."""
-    if (
-        opened.source.name == "hf"
-        and not getattr(opened.source, "named_pair", None)
-        and not ({"latency", "cost_ratio"} & set(parser.given))
-    ):
+    capture, not a named pair, whose published profile prices it) and neither ``--latency`` nor
+    ``--cost-ratio`` given, each rank would time the models on its own machine, so the ranks' values
+    would differ from one process's; else None.  The flags alone decide it."""
+    live = getattr(config, "backend", None) == "hf" and not getattr(config, "capture", None)
+    if live and not getattr(config, "pair", None) and not ({"latency", "cost_ratio"} & set(parser.given)):
         return "each rank would time the live models itself; pass --latency FILE or --cost-ratio"
     return None
 

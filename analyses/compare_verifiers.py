@@ -313,7 +313,7 @@ def values(config: Config, opened: Opened, say) -> pl.DataFrame:
 
 def shardable(config: Config, opened: Opened, parser: ToolParser) -> str | None:
     """Why a sharded run would not match one process: live models timed on each rank's machine."""
-    return live_timing_reason(opened, parser)
+    return live_timing_reason(config, parser)
 
 
 def run(config: Config, opened: Opened, labels: pl.DataFrame, say) -> Report:

@@ -52,7 +52,7 @@ import polars as pl
 from analyses._categories import by_category, with_category
 from analyses._labels import by_position, feature_record
 from analyses._selector_data import choose, feature_arrays, fit_selector, static_choice, value_matrices
-from analyses._study import WROTE, ByCategory, Opened, Report, Study, chart_files, parse, run_study
+from analyses._study import WROTE, ByCategory, Opened, Report, Study, chart_files, live_timing_reason, parse, run_study
 from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, progress_bar
 from backends.sources.flags import LatencyConfig, SourceConfig, make_latency, make_source, study_config
 from backends.sources.flags import add_latency_flags, add_source_flags
@@ -448,10 +448,7 @@ def merge(config: Config, opened: Opened, payloads) -> tuple[pl.DataFrame, list[
 
 def shardable(config: Config, opened: Opened, parser: ToolParser) -> str | None:
     """Why a sharded run would not match one process: live models timed on each rank's machine."""
-    timed = opened.source.name == "hf" and not getattr(opened.source, "named_pair", None)
-    if timed and not {"latency", "cost_ratio"} & set(parser.given):
-        return "each rank would time the live models itself; pass --latency FILE or --cost-ratio"
-    return None
+    return live_timing_reason(config, parser)
 
 
 def inflation_chart(overall: pl.DataFrame, subtitle: str):

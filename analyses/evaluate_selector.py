@@ -69,7 +69,6 @@ class Config:
     split: str = "test"
     out: str | None = None
     quiet: bool = False
-    backend = None  # not a field: the study reads a run folder, no source (no live-model defaults)
 
 
 def flags(parser: ToolParser, d: Config) -> None:

@@ -221,7 +221,7 @@ def merge(config: Config, opened: Opened, payloads) -> pl.DataFrame:
 
 def shardable(config: Config, opened: Opened, parser: ToolParser) -> str | None:
     """Why a sharded run would not match one process: live models timed on each rank's machine."""
-    return live_timing_reason(opened, parser)
+    return live_timing_reason(config, parser)
 
 
 def run(config: Config, opened: Opened, per_root: pl.DataFrame, say) -> Report:

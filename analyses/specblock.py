@@ -484,9 +484,9 @@ def merge(config: Config, opened: Drafted, payloads):
 
 def shardable(config: Config, opened: Drafted, parser: ToolParser) -> str | None:
     """Why a sharded run would not match one process: live models or the block drafter timed on each rank's machine."""
-    if opened.block_measured:
+    if opened is not None and opened.block_measured:
         return "each rank would time the block drafter itself; pass --latency FILE with a 'block' drafter time"
-    return live_timing_reason(opened, parser)
+    return live_timing_reason(config, parser)
 
 
 def run(config: Config, opened: Drafted, measured, say) -> Report:

@@ -334,15 +334,15 @@ def shardable(config: Config, opened: Swept, parser: ToolParser) -> str | None:
     """Why this sweep cannot be shared among processes: Sequoia is fitted on every root of a
     setting; ``--fill`` opens the capture's models once per setting; live models or SpecBlock's
     block drafter timed on each rank's machine (``analyses._study.live_timing_reason``)."""
-    if any(c.engine == "sequoia" for c in opened.configs):
+    if config.fill:
+        return "--fill opens the capture's models for the nodes it lacks in one process"
+    if opened is not None and any(c.engine == "sequoia" for c in opened.configs):
         return (
             "Sequoia's acceptance vector is fitted on every root of a setting; pass --sequoia-budgets '' or a --config without it"
         )
-    if config.fill:
-        return "--fill opens the capture's models for the nodes it lacks in one process"
-    if opened.timed_block:
+    if opened is not None and opened.timed_block:
         return "each rank would time SpecBlock's block drafter itself; pass --latency with a profile that gives it"
-    return live_timing_reason(opened, parser)
+    return live_timing_reason(config, parser)
 
 
 def run(config: Config, opened: Swept, valued, say) -> Report:

@@ -34,7 +34,7 @@ from analyses._grid_study import GridStudyConfig, add_grid_study_flags, check_gr
 from analyses._labels import feature_record, grid_of, label_all, label_root
 from analyses._categories import with_category
 from analyses._selector_data import STATIC_BASELINES, feature_arrays, fit_selector, value_matrices
-from analyses._study import WROTE, Opened, Report, Study, chart_files, parse, run_study
+from analyses._study import WROTE, Opened, Report, Study, chart_files, live_timing_reason, parse, run_study
 from backends.cli import ToolParser, chart_writer, fail, name_list, slow_step
 from backends.sources.flags import study_config
 from simlab.checks import check_device
@@ -189,12 +189,9 @@ def merge(config: Config, opened: Opened, payloads) -> tuple[pl.DataFrame, list[
 def shardable(config: Config, opened: Opened, parser: ToolParser) -> str | None:
     """Why a sharded run would not match one process: a capture's features need its live models
     (loaded once, by one process), or live models timed on each rank's machine."""
-    if opened.source.name == "capture":
+    if config.capture:
         return "a capture's features come from its live models, which one process loads; run it unsharded"
-    timed = opened.source.name == "hf" and not getattr(opened.source, "named_pair", None)
-    if timed and not {"latency", "cost_ratio"} & set(parser.given):
-        return "each rank would time the live models itself; pass --latency FILE or --cost-ratio"
-    return None
+    return live_timing_reason(config, parser)
 
 
 def fit_all(config: Config, labels: pl.DataFrame, roots: pl.DataFrame, arrays, actions) -> tuple[dict, pl.DataFrame, list]:

@@ -147,6 +147,29 @@ def test_sharding_refusals_are_one_line(monkeypatch, tmp_path, capsys, env, argv
     assert exit_.value.code == 2 and message in err and one_error_line(err)
 
 
+@pytest.mark.parametrize(
+    "module, argv",
+    [
+        ("lossy_rules", ["--quiet"]),
+        ("spectr_gbv", ["--quiet"]),
+        ("divergence_by_depth", ["--backend", "hf", "--target", "{out}-t", "--draft", "{out}-d", "--quiet"]),
+    ],
+)
+def test_a_refused_sharded_run_writes_nothing(monkeypatch, tmp_path, capsys, module, argv):
+    """Reasons the flags alone decide are given before the study opens anything: no --out folder,
+    no capture of live models, one line."""
+    import importlib
+
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    out = tmp_path / "o"
+    with pytest.raises(SystemExit) as exit_:
+        importlib.import_module(f"analyses.{module}").main([a.replace("{out}", str(out)) for a in [*argv, "--out", "{out}"]])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "WORLD_SIZE: 2 processes cannot share this run" in err and one_error_line(err)
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.slow
 def test_torchrun_two_processes_over_a_capture(tmp_path, grid_capture):
     """``torchrun --nproc_per_node 2`` on CPU gives the one-process tables byte for byte."""

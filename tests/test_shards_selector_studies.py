@@ -65,12 +65,12 @@ def test_the_audits_sharded_labels_are_its_one_process_labels_in_order():
     import numpy as np
 
     from analyses._selector_data import feature_arrays
-    from analyses._study import _plain, parse, tasks
+    from analyses._study import json_plain, parse, tasks
 
     small = ["--vocab", "6", "--trajectories", "3", "--settings", "1,0.6", "--samples", "1"]
     config, parser = parse(ddte_audit.STUDY, small)
     opened = ddte_audit.open_roots(config, parser, lambda message: None)
-    payloads = [json.loads(json.dumps(ddte_audit.value_root(config, opened, t), default=_plain)) for t in tasks(opened)]
+    payloads = [json.loads(json.dumps(ddte_audit.value_root(config, opened, t), default=json_plain)) for t in tasks(opened)]
     labels, records = ddte_audit.merge(config, opened, payloads)
     one_labels, one_records = ddte_audit.values(config, opened, lambda message: None)
     assert labels.equals(one_labels) and len(records) == len(one_records) == 6
@@ -97,8 +97,8 @@ def test_the_selectors_evaluation_refuses_to_be_sharded_with_one_line(monkeypatc
 def test_train_selector_refuses_to_shard_a_capture():
     """A capture's features come from its live models, loaded once: a sharded run is refused."""
 
-    class Source:
-        name = "capture"
+    from dataclasses import replace
 
-    reason = train_selector.shardable(train_selector.Config(), ddte_audit.Opened(Source(), ()), None)
+    captured = replace(train_selector.Config(), capture=("CAP",))
+    reason = train_selector.shardable(captured, None, None)  # decided before anything is opened
     assert reason and "capture" in reason
