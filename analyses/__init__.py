@@ -27,6 +27,10 @@ Runnable studies (``python -m analyses.<name>``; each module has ``main(argv) ->
 
 Helper modules (their names start with ``_``; no ``main``; imported by the studies above, never run):
 
+* ``_study``: the study runner (parsing, source, latency, ``--out``, staging, publishing, printing,
+  errors and sharding, once for every study);
+* ``_flags``: the study kit: the one source config and flag group, the latency flags, ``make_source``,
+  ``make_latency`` and the live-model defaults;
 * ``_grid_study``: what the action-grid studies share (config, grid and parallelism flags, set-up);
 * ``_labels``: per-root action values (E[tau + 1] and T-hat of every grid action per verifier);
 * ``_selector_data``: label rows and features to the selector's tensors, and the static choices;
@@ -41,26 +45,23 @@ Helper modules (their names start with ``_``; no ``main``; imported by the studi
 * ``_engine_valuation``: engine configurations valued at every root of a source (``sweep``,
   ``serve_estimate``).
 
-Anatomy of a study (``analyses/specblock.py`` is a compact example):
+Anatomy of a study: a ``Study`` for the runner ``analyses._study`` (``STUDY = declared(globals())``
+builds it from the module's conventional names; ``main(argv)`` is ``run_study(STUDY, argv)``):
 
-1. **Source flags**: ``backends.sources.flags.study_parser(PROG, __doc__, Config())`` gives the
-   source group (``--backend``/``--world``/``--pair``/``--capture``, ``--settings``, roots) and the
-   latency group; the study adds its own flags.  ``make_source`` builds the source (refusing, with
-   exit 2, a flag it cannot honour: ``check_honoured``, the study's ``study_refusals``) and
-   ``make_latency`` the latency model.
-2. **Config dataclass**: ``Config(SourceConfig, LatencyConfig)`` with the study's fields and
-   defaults (the flags' defaults come from ``Config()``); ``study_config(Config, args, **parsed)``
-   makes it from the parsed flags.
-3. **Run**: the measuring function(s) take the config, the source and the latency model and
-   return rows (plain dicts); values come from the core (``simlab.valuation.tree_value`` for a
-   builder's tree at a root, ``simlab.efficiency``, the tree verifiers), never recomputed here.
-4. **Tables**: ``backends.cli.print_table`` prints the summary tables to stdout (``--quiet`` skips them).
-5. **Outputs**: under ``--out`` (default ``out/<study>/<source slug>``: ``default_out``,
-   ``study_out``) the parquet tables and HTML + PNG charts, staged with ``backends.cli.OutputSet``
-   and published atomically (an interrupted run leaves nothing half-written).
-6. **Progress**: ``backends.cli.progress_bar`` on stderr within seconds (``--quiet`` silences it).
-7. **Exit codes**: 0 done; 2 with one line on stderr for a bad flag or an input the study cannot
-   use (``backends.cli.fail``, ``check_flags``); 130 on Ctrl-C (``backends.cli.run_tool``).
+1. **Config and flags**: a frozen ``Config(SourceConfig, LatencyConfig)`` dataclass whose lists are
+   tuples parsed once; ``flags(parser, defaults)`` adds the kit's source and latency groups
+   (``analyses._flags``) and the study's own; ``config(args, parser)`` builds the config and
+   refuses, with one line, what the study cannot honour.
+2. **Open**: ``open(config, parser, progress) -> Opened`` (the source from ``make_source``, the
+   latency model from ``make_latency``).
+3. **Values**: ``value_root(config, opened, task)`` values one root (so the runner can shard the
+   roots across ``torchrun`` ranks) and ``merge`` joins them in root order, or ``values`` computes
+   everything in one process; values come from the core (``simlab.valuation``,
+   ``simlab.efficiency``, the tree verifiers), never recomputed here.
+4. **Report**: ``run(config, opened, values, progress) -> Report``: named frames and charts (staged
+   under ``--out`` and published atomically by the runner) and the printed tables.
+5. The runner does the rest once: parsing, ``--out`` (default ``out/<study>/<source slug>``),
+   progress on stderr, the "wrote" line, exit 2 with one line for a bad flag or input, 130 on Ctrl-C.
 
 A study imports helpers and the core, never another runnable study (``tests/test_layers.py``):
 what two studies share lives in a helper (``_selector_data.DEFAULT_RUN``, where ``train_selector``

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from backends.sources.flags import drafting_table
+from simlab.trees import drafting_table
 from simlab import builders, tree_verifiers
 
 KIND = {

@@ -495,7 +495,7 @@ def draft_law_limit(config: EngineConfig, draft_law: str, setting) -> str:
 
     Args:
         config: the configuration; draft_law: ``"raw"`` or ``"setting"``
-            (``backends.sources.flags.drafting_table``); setting: its ``simlab.sampling.SamplingSettings``.
+            (``analyses._flags.drafting_table``); setting: its ``simlab.sampling.SamplingSettings``.
     """
     from simlab.sampling import SamplingSettings
 

@@ -27,7 +27,7 @@ import polars as pl
 
 from analyses import _engine_configs as engines
 from analyses._categories import with_category
-from backends.sources.flags import drafting_table
+from simlab.trees import drafting_table
 from simlab import builders, tree_verifiers
 from simlab.engine_metrics import aggregate
 from simlab.errors import argument_of

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from backends.cli import ToolParser, check_flags, fail, progress
 from simlab.checks import check_device
-from backends.sources.flags import LatencyConfig, SourceConfig, add_latency_flags, add_source_flags, make_latency, make_source
+from analyses._flags import LatencyConfig, SourceConfig, add_latency_flags, add_source_flags, make_latency, make_source
 from simlab.grid import GridAxes
 
 _EXACT = ("--method exact enumerates the trees of synthetic worlds only", ("mc",))
@@ -108,7 +108,7 @@ def check_grid_study_flags(prog: str, args, checks, *, min_trajectories: int = 1
 
 def grid_source(prog: str, parser: ToolParser, config: GridStudyConfig, study_honours: dict | None = None):
     """(source, settings, latency) for a grid study's flags, or exit 2 with one line
-    (``study_honours``: see ``backends.sources.flags.check_honoured``)."""
+    (``study_honours``: see ``analyses._flags.check_honoured``)."""
     source, settings = make_source(
         prog,
         parser,

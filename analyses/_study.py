@@ -48,7 +48,7 @@ import polars as pl
 
 from analyses._categories import print_by_category, stage_by_category
 from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, parquet_writer, print_table, progress, run_tool
-from backends.sources.flags import note_hf_defaults, study_out, with_drafter_time, with_hf_defaults
+from analyses._flags import note_hf_defaults, study_out, with_drafter_time, with_hf_defaults
 
 WROTE = "wrote"
 """A ``Report.printed`` item: where the "wrote" line goes (default: after every other item)."""

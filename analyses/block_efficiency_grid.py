@@ -24,7 +24,7 @@ from analyses._categories import by_category, with_category
 from analyses._labels import by_position
 from analyses._study import WROTE, ByCategory, Opened, Report, chart_files, declared, parse, run_study, tasks
 from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, int_list, name_list, progress_bar
-from backends.sources.flags import SourceConfig, add_source_flags, make_source, study_config
+from analyses._flags import SourceConfig, add_source_flags, make_source, study_config
 from simlab import tree_verifiers
 from simlab.builders import Delayed
 from simlab.efficiency import expected_block_efficiency
@@ -36,7 +36,7 @@ PROG = "python -m analyses.block_efficiency_grid"
 METHODS = ("auto", "exact", "mc")
 _EXACT = ("--method exact enumerates the trees of synthetic worlds only", ("mc",))
 REFUSALS = {"capture": {"samples": "a capture brings its own trees", "method": _EXACT}, "hf": {"method": _EXACT}}
-"""The flags a source cannot honour (``backends.sources.flags.check_honoured``)."""
+"""The flags a source cannot honour (``analyses._flags.check_honoured``)."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
 
 
 def open_source(config: Config, parser: ToolParser, say) -> Opened:
-    """The source and its one setting (``backends.sources.flags.make_source``); no latency model."""
+    """The source and its one setting (``analyses._flags.make_source``); no latency model."""
     source, settings = make_source(
         PROG,
         parser,

@@ -42,18 +42,18 @@ from analyses import _builder_roster as roster_module
 from analyses._categories import by_category, with_category
 from analyses._study import ByCategory, Opened, Report, chart_files, declared, parse, run_study
 from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, int_list, name_list, progress_bar
-from backends.sources.flags import (
+from analyses._flags import (
     LatencyConfig,
     SourceConfig,
     add_draft_law_flag,
     add_latency_flags,
     add_source_flags,
-    drafting_table,
     make_latency,
     make_source,
     study_config,
     with_drafter_time,
 )
+from simlab.trees import drafting_table
 
 PROG = "python -m analyses.compare_builders"
 GPU_PROFILE = "specblock-a100"

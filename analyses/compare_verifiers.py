@@ -41,7 +41,7 @@ from analyses._categories import by_category, with_category
 from analyses._labels import DDTE_VERIFIERS, by_position, grid_of, label_all, label_root
 from analyses._study import WROTE, ByCategory, Opened, Report, Study, chart_files, live_timing_reason, parse, run_study
 from backends.cli import ToolParser, chart_writer, fail, name_list
-from backends.sources.flags import study_config
+from analyses._flags import study_config
 from simlab import tree_verifiers
 from simlab.latency import LatencyModel
 

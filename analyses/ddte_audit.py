@@ -54,8 +54,8 @@ from analyses._labels import by_position, feature_record
 from analyses._selector_data import choose, feature_arrays, fit_selector, static_choice, value_matrices
 from analyses._study import WROTE, ByCategory, Opened, Report, Study, chart_files, live_timing_reason, parse, run_study
 from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, progress_bar
-from backends.sources.flags import LatencyConfig, SourceConfig, make_latency, make_source, study_config
-from backends.sources.flags import add_latency_flags, add_source_flags
+from analyses._flags import LatencyConfig, SourceConfig, make_latency, make_source, study_config
+from analyses._flags import add_latency_flags, add_source_flags
 from simlab import tree_verifiers
 from simlab.grid import DDTE_AXES, draw_grid, grid_metrics
 from simlab.trees import NodeTable

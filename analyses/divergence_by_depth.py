@@ -54,15 +54,8 @@ from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags
 from backends.pretrained import parse_draft
 from backends.roots import SHIPPED_PROMPTS
 from backends.sources import CaptureSource
-from backends.sources.flags import (
-    SourceConfig,
-    add_source_flags,
-    check_honoured,
-    make_source,
-    parse_settings,
-    study_config,
-    study_out,
-)
+from analyses._flags import SourceConfig, add_source_flags, check_honoured, make_source, study_config, study_out
+from simlab.sampling import parse_settings
 from simlab import engine_metrics, tree_verifiers
 from simlab.builders import named_shape
 from simlab.measures import ACCEPTANCE_METHODS, measurable, node_acceptance, node_divergences

@@ -32,7 +32,7 @@ from analyses._categories import by_category, with_category
 from analyses._study import ByCategory, Opened, Report, chart_files, declared, live_timing_reason, parse, run_study
 from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, int_list, progress_bar
 from backends.parallel_draft import RootConditioned
-from backends.sources.flags import (
+from analyses._flags import (
     LatencyConfig,
     SourceConfig,
     add_latency_flags,

@@ -71,8 +71,8 @@ from analyses._engine_valuation import not_run_table, prepare_drafters, summaris
 from analyses._study import Opened, Report, chart_files, declared, run_study
 from simlab.errors import argument_of
 from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, name_list, progress, progress_bar
-from backends.sources.flags import LatencyConfig, SourceConfig, add_draft_law_flag, add_latency_flags, add_source_flags
-from backends.sources.flags import make_latency, make_source, study_config
+from analyses._flags import LatencyConfig, SourceConfig, add_draft_law_flag, add_latency_flags, add_source_flags
+from analyses._flags import make_latency, make_source, study_config
 from simlab import acceptance_profiles as profiles
 from simlab.engine_metrics import aggregate
 from simlab.sampling import SamplingSettings

@@ -53,8 +53,9 @@ from analyses._throughput_bars import throughput_bars
 from analyses._study import ByCategory, Opened, Report, chart_files, declared, flag_value, live_timing_reason, parse
 from analyses._study import run_study, titled
 from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, int_list, progress_bar
-from backends.sources.flags import LatencyConfig, SourceConfig, add_draft_law_flag, add_latency_flags, add_source_flags
-from backends.sources.flags import drafting_table, make_latency, make_source, study_config, with_drafter_time
+from analyses._flags import LatencyConfig, SourceConfig, add_draft_law_flag, add_latency_flags, add_source_flags
+from simlab.trees import drafting_table
+from analyses._flags import make_latency, make_source, study_config, with_drafter_time
 
 PROG = "python -m analyses.specblock"
 GPU_PROFILE = "specblock-a100"
@@ -339,7 +340,7 @@ def run_stream(config: Config, source, latency, drafter_of) -> list[dict]:
     from backends.block_drafter.adapt import Adapter
     from backends.block_drafter.drafter import TorchBlockDrafter
     from backends.roots import source_code_prompts
-    from backends.sources.flags import parse_settings
+    from simlab.sampling import parse_settings
     from simlab.specblock import CLASS_DEFAULT, SLIM_R2, RankGuided
 
     try:

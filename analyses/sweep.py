@@ -47,17 +47,17 @@ from analyses._engine_valuation import (
 )
 from analyses._study import ByCategory, Opened, Report, chart_files, declared, live_timing_reason, parse, run_study
 from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, int_list, name_list, progress_bar
-from backends.sources.flags import (
+from analyses._flags import (
     LatencyConfig,
     SourceConfig,
     add_draft_law_flag,
     add_latency_flags,
     add_source_flags,
-    drafting_table,
     make_latency,
     make_source,
     study_config,
 )
+from simlab.trees import drafting_table
 from simlab.engine_metrics import EngineMetrics
 from simlab.trees import NodeTable
 

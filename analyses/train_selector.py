@@ -36,7 +36,7 @@ from analyses._categories import with_category
 from analyses._selector_data import STATIC_BASELINES, feature_arrays, fit_selector, value_matrices
 from analyses._study import WROTE, Opened, Report, Study, chart_files, live_timing_reason, parse, run_study
 from backends.cli import ToolParser, chart_writer, fail, name_list, slow_step
-from backends.sources.flags import study_config
+from analyses._flags import study_config
 from simlab.checks import check_device
 from simlab import tree_verifiers
 from simlab import verifiers as node_verifiers

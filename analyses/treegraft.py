@@ -49,8 +49,9 @@ from analyses._study import run_study, tasks, titled
 from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, int_list, progress_bar
 from backends.roots import SHIPPED_PROMPTS
 from backends.tree_cache import EVALUATIONS, node_table
-from backends.sources.flags import LatencyConfig, SourceConfig, add_draft_law_flag, add_source_flags, add_latency_flags
-from backends.sources.flags import drafting_table, make_latency, make_source, note_hf_defaults, study_config, with_hf_defaults
+from analyses._flags import LatencyConfig, SourceConfig, add_draft_law_flag, add_source_flags, add_latency_flags
+from simlab.trees import drafting_table
+from analyses._flags import make_latency, make_source, note_hf_defaults, study_config, with_hf_defaults
 
 PROG = "python -m analyses.treegraft"
 GPU_PROFILE = "treegraft-a100"

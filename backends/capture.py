@@ -836,7 +836,7 @@ SETTING_FLAGS = ("temperature", "top_p", "top_k")
 
 def sampling_flags(args, given) -> SamplingSettings:
     """The capture's one sampling setting: ``--settings`` (one entry, parsed as the studies parse it:
-    ``backends.sources.flags.parse_settings``), else ``--temperature``, ``--top-p`` and ``--top-k``.
+    ``analyses._flags.parse_settings``), else ``--temperature``, ``--top-p`` and ``--top-k``.
 
     Args:
         args: the parsed flags (``settings``, ``temperature``, ``top_p``, ``top_k``).
@@ -847,7 +847,7 @@ def sampling_flags(args, given) -> SamplingSettings:
             (a capture folder holds one) or ``--settings`` given with one of ``SETTING_FLAGS``;
             ``temperature: ...``, ``top_k: ...`` or ``top_p: ...`` for a value out of range.
     """
-    from backends.sources.flags import parse_settings
+    from simlab.sampling import parse_settings
 
     if args.settings is None:
         return SamplingSettings(args.temperature, args.top_k, args.top_p)

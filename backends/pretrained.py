@@ -299,7 +299,7 @@ def pair_gpu_profile(pair: str | None) -> str | None:
 
 
 def pair_study_defaults(pair: str | None) -> dict:
-    """Source defaults (``backends.sources.flags.SourceConfig`` field -> value) a named pair gives every
+    """Source defaults (``analyses._flags.SourceConfig`` field -> value) a named pair gives every
     study for the flags not given: ``backends.qwen_pair.STUDY_DEFAULTS`` for ``qwen2.5-coder``
     (``roots_per_trajectory`` 3), {} for ``smollm2`` and None.
 

@@ -76,7 +76,7 @@ MARGIN = 1 << 30
 """Memory kept free beyond a model's float32 bytes when loading (activations, the tokenizer, Python)."""
 GPU_PROFILE = "qwen2.5-a100"
 """The published GPU latency profile (``simlab.latency_profiles``) that prices this pair's target in
-the studies that name a GPU profile for a pretrained pair (``backends.sources.flags.make_latency``),
+the studies that name a GPU profile for a pretrained pair (``analyses._flags.make_latency``),
 in place of the study's own: the Qwen team's A100 speed benchmark of Qwen2.5-1.5B-Instruct and
 -0.5B-Instruct under vLLM (the Coder models' shapes).  Three prices of the independent draft
 follow: its weight bytes per token (``weight_ratio``, 0.320: the default, as ``smollm2``'s drafts
@@ -86,7 +86,7 @@ STUDY_DEFAULTS = {"roots_per_trajectory": 3}
 """Source defaults a study takes on this pair for the flags not given (``--roots-per-trajectory 3``):
 three roots along each prompt's reply, the end of the chat template and two further along the
 target's reply, so that the root at the template is not the only one a verdict rests on
-(``backends.sources.flags.with_hf_defaults``)."""
+(``analyses._flags.with_hf_defaults``)."""
 
 
 @dataclass(frozen=True)

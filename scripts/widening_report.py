@@ -159,7 +159,7 @@ def parse_args(argv):
         for flag in ("trajectories", "roots", "spacing", "depth", "ranks", "rs_depth", "top_k"):
             if getattr(args, flag) < 1:
                 raise ValueError(f"--{flag.replace('_', '-')}: must be >= 1, got {getattr(args, flag)}")
-        from backends.sources.flags import parse_settings
+        from simlab.sampling import parse_settings
 
         try:
             widening = parse_settings(args.widening_settings)

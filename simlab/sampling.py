@@ -30,6 +30,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from simlab.errors import argument_of
 from simlab.checks import check_in_range, check_int, check_seed
 
 
@@ -209,3 +210,37 @@ DDTE_SETTINGS = tuple(SamplingSettings(t) for t in (0.2, 0.4, 0.6, 0.8, 1.0, 1.2
     SamplingSettings(1.0, top_p=0.99),
 )
 """DDTE's eight sampling settings (Tables 2-7): T in {0.2, ..., 1.2}, and T = 1 with top-p 0.9 and 0.99."""
+
+
+def parse_settings(text: str) -> tuple[SamplingSettings, ...]:
+    """A comma list of ``T``, ``T:top_p`` or ``T:top_p:top_k`` entries, e.g. ``"0.6,1:0.9,1::40"``,
+    where the entry ``ddte`` stands for DDTE's eight settings (``"ddte"``, ``"0,ddte"``).
+
+    Raises:
+        ValueError: ``settings: ...`` for an entry that is not of that form, values out of
+            range (the message of ``SamplingSettings``), or a setting named twice.
+    """
+    out = []
+    for entry in (e.strip() for e in str(text).split(",")):
+        if entry == "ddte":
+            out.extend(DDTE_SETTINGS)
+            continue
+        parts = entry.split(":")
+        if not entry or len(parts) > 3 or not parts[0]:
+            raise ValueError(f"settings: {entry!r} is not T, T:top_p or T:top_p:top_k")
+        try:
+            temperature = float(parts[0])
+            top_p = float(parts[1]) if len(parts) > 1 and parts[1] else None
+            top_k = int(parts[2]) if len(parts) > 2 and parts[2] else None
+        except ValueError:
+            raise ValueError(f"settings: {entry!r} is not T, T:top_p or T:top_p:top_k") from None
+        try:
+            out.append(SamplingSettings(temperature, top_k, top_p))
+        except ValueError as exc:
+            name, rest = argument_of(exc)
+            detail = f"{name.replace('_', '-')} {rest}" if name else rest
+            raise ValueError(f"settings: {detail} (entry {entry!r})") from None
+    names = [s.name for s in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"settings: {text!r} names a setting twice")
+    return tuple(out)

@@ -564,3 +564,17 @@ def parse_tuples(spec: Sequence[Sequence[int]]) -> dict[tuple[int, ...], int]:
         if ranks != list(range(n)):
             raise ValueError(f"spec: the children of {parent} have ranks {ranks}, expected 0..{n - 1}")
     return counts
+
+
+DRAFT_LAWS = ("raw", "setting")
+"""What a deterministic builder ranks tokens by (``drafting_table``): ``"raw"``, the drafters'
+untempered (T = 1) law, as EAGLE's, TreeGraft's and SpecBlock's code do; ``"setting"``, the
+sampling setting's tempered q."""
+
+
+def drafting_table(table, draft_law: str):
+    """The table a deterministic builder ranks by: ``table.untempered()`` for ``"raw"``, else ``table``
+    itself; the tree is read back on ``table`` (``DraftTree.on``) for its value."""
+    if draft_law not in DRAFT_LAWS:
+        raise ValueError(f"draft_law: must be one of {', '.join(DRAFT_LAWS)}, got {draft_law!r}")
+    return table.untempered() if draft_law == "raw" else table

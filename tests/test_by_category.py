@@ -31,7 +31,7 @@ from analyses import (
 )
 from backends import cli
 from backends.sources import SyntheticSource
-from backends.sources.flags import parse_settings
+from simlab.sampling import parse_settings
 from simlab import tree_verifiers
 
 CATEGORIES = ("maths", "qa", None)  # by trajectory % 3: the third trajectory's prompt has none

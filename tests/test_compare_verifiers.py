@@ -11,7 +11,7 @@ import pytest
 from analyses import compare_verifiers as cv
 from analyses._labels import Grid, label_root
 from backends.sources import SyntheticSource
-from backends.sources.flags import parse_settings
+from simlab.sampling import parse_settings
 from simlab.sampling import SamplingSettings
 from simlab.efficiency import expected_block_efficiency
 from simlab.grid import draw_grid, grid_block_efficiency

@@ -42,7 +42,7 @@ from analyses import _engine_configs as engines
 from analyses import _engine_valuation as valuation
 from analyses import sweep
 from backends.sources import SyntheticSource
-from backends.sources.flags import drafting_table
+from simlab.trees import drafting_table
 from simlab import builders
 from simlab.latency import LatencyModel
 from simlab.sampling import SamplingSettings

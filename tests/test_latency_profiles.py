@@ -103,7 +103,7 @@ def test_bad_latency_names_exit_2_with_one_line(tmp_path, capsys, value, message
 def test_the_shared_flag_gives_the_profile_and_probe_gives_the_sources_own():
     from dataclasses import dataclass
 
-    from backends.sources.flags import LatencyConfig, SourceConfig, make_latency, study_parser
+    from analyses._flags import LatencyConfig, SourceConfig, make_latency, study_parser
 
     @dataclass(frozen=True)
     class Config(SourceConfig, LatencyConfig):
@@ -129,7 +129,7 @@ def test_on_a_pretrained_pair_the_seed_claim_studies_default_to_their_gpu_profil
     from dataclasses import dataclass
 
     from analyses import _grid_study, compare_builders, ddte_audit, specblock, treegraft
-    from backends.sources.flags import LatencyConfig, SourceConfig, make_latency, study_parser, with_drafter_time
+    from analyses._flags import LatencyConfig, SourceConfig, make_latency, study_parser, with_drafter_time
     from simlab.latency import ForwardTime
 
     @dataclass(frozen=True)

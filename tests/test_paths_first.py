@@ -2,7 +2,7 @@
 
 Every study that takes source flags refuses a missing model folder, prompt file, capture folder or
 latency profile file with one line naming the flag, before it loads a model or creates its output
-folder (``backends.sources.flags.check_paths``); ``backends.draft_acceptance`` and
+folder (``analyses._flags.check_paths``); ``backends.draft_acceptance`` and
 ``backends.train_draft`` refuse a seed torch cannot take before the target loads, and the
 acceptance tool reports its progress on stderr while it measures.
 """

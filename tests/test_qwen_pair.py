@@ -668,8 +668,8 @@ def test_draft_acceptance_refuses_the_pair_without_the_memory_in_one_line(tiny, 
 
 def test_the_pair_declares_a_published_gpu_profile_and_roots_along_the_reply():
     """The pair's GPU profile is a published one of its own model family, and its study defaults are
-    source flags (``backends.sources.flags.SOURCE_FIELDS``) placing at least 3 roots per reply."""
-    from backends.sources.flags import SOURCE_FIELDS
+    source flags (``analyses._flags.SOURCE_FIELDS``) placing at least 3 roots per reply."""
+    from analyses._flags import SOURCE_FIELDS
     from simlab.latency_profiles import PROFILES
 
     assert qwen_pair.GPU_PROFILE in PROFILES and "Qwen2.5-1.5B" in PROFILES[qwen_pair.GPU_PROFILE].source
@@ -678,7 +678,7 @@ def test_the_pair_declares_a_published_gpu_profile_and_roots_along_the_reply():
 
 def test_the_pairs_study_defaults_place_three_roots_unless_given():
     from analyses import compare_builders, compare_verifiers, treegraft
-    from backends.sources.flags import with_hf_defaults
+    from analyses._flags import with_hf_defaults
 
     for module, defaults in ((compare_builders, compare_builders.HF_DEFAULTS), (treegraft, treegraft.HF_DEFAULTS)):
         config, parser = module.parse_args(["--pair", "qwen2.5-coder"])
@@ -705,7 +705,7 @@ def test_the_pairs_own_gpu_profile_prices_its_target(capsys):
     from types import SimpleNamespace
 
     from analyses import compare_builders
-    from backends.sources.flags import make_latency
+    from analyses._flags import make_latency
     from simlab.latency_profiles import profile
 
     class Source:

@@ -293,7 +293,7 @@ def test_evaluate_selector_reads_train_selectors_default_run_by_default():
     the other) is where train_selector writes with its default flags."""
     from analyses._grid_study import grid_source
     from analyses._selector_data import DEFAULT_RUN
-    from backends.sources.flags import default_out
+    from analyses._flags import default_out
 
     config, parser = train_selector.parse_args([])
     source, _, _ = grid_source(train_selector.PROG, parser, config, study_honours={"capture": {"device"}})

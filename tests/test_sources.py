@@ -9,7 +9,7 @@ import pytest
 from analyses import block_efficiency_grid, compare_verifiers, divergence_by_depth, train_selector
 from backends.roots import RootPlacement, place_roots
 from backends.sources import SOURCES, Source, SyntheticSource
-from backends.sources.flags import parse_settings
+from simlab.sampling import parse_settings
 from backends.synthetic import WORLDS, register_world
 from simlab.pairs import ModelPair, WithSettings, check_contexts, check_eos
 from simlab.sampling import SamplingSettings

@@ -12,7 +12,7 @@ import pytest
 from analyses import _study
 from analyses import compare_verifiers as cv
 from analyses import divergence_by_depth as dbd
-from backends.sources.flags import SourceConfig, add_latency_flags, add_source_flags, make_latency, make_source, study_config
+from analyses._flags import SourceConfig, add_latency_flags, add_source_flags, make_latency, make_source, study_config
 from tests.conftest import one_error_line
 
 PROG = "python -m analyses.toy"

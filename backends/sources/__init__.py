@@ -15,7 +15,7 @@ name           module                                           roots from
 =============  ===============================================  =============================
 
 Every source places its roots with ``backends.roots`` and declares the ``SourceConfig`` fields it
-honours (``honours``); ``backends.sources.flags`` builds the one flag group every study takes
+honours (``honours``); ``analyses._flags`` builds the one flag group every study takes
 and refuses the flags the chosen source cannot honour.  A new source is one module with a class
 decorated ``@register_source("name")`` (``backends.sources.base``: ``Source``, ``Root``, ``SOURCES``)
 and one import line below.

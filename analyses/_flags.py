@@ -1,4 +1,4 @@
-"""The one source config and flag group of every study, and the latency flags of the grid studies.
+"""The study kit: the one source config and flag group of every study, and the latency flags of the grid studies.
 
 ``SourceConfig`` holds every source field once; a study's own config extends it (its defaults
 differ: ``divergence_by_depth`` walks one trajectory of 24 roots, the grid studies four of two).
@@ -30,10 +30,10 @@ from backends.cli import ToolParser, fail, flag_message, prepare_out, progress, 
 from backends.pretrained import DEFAULT_DRAFT, PAIRS, pair_gpu_profile, pair_study_defaults, parse_draft
 from backends.sources import SOURCES, CaptureSource, HFSource, SyntheticSource
 from backends.synthetic import WORLDS
-from simlab.errors import argument_of
 from simlab.latency import LatencyModel
 from simlab.latency_profiles import listing, load
-from simlab.sampling import DDTE_SETTINGS, SamplingSettings
+from simlab.sampling import parse_settings
+from simlab.trees import DRAFT_LAWS
 
 SOURCE_FIELDS = (
     "backend",
@@ -78,40 +78,6 @@ class SourceConfig:
     seed: int = 0
     device: str = "auto"
     dtype: str = "float32"
-
-
-def parse_settings(text: str) -> tuple[SamplingSettings, ...]:
-    """A comma list of ``T``, ``T:top_p`` or ``T:top_p:top_k`` entries, e.g. ``"0.6,1:0.9,1::40"``,
-    where the entry ``ddte`` stands for DDTE's eight settings (``"ddte"``, ``"0,ddte"``).
-
-    Raises:
-        ValueError: ``settings: ...`` for an entry that is not of that form, values out of
-            range (the message of ``SamplingSettings``), or a setting named twice.
-    """
-    out = []
-    for entry in (e.strip() for e in str(text).split(",")):
-        if entry == "ddte":
-            out.extend(DDTE_SETTINGS)
-            continue
-        parts = entry.split(":")
-        if not entry or len(parts) > 3 or not parts[0]:
-            raise ValueError(f"settings: {entry!r} is not T, T:top_p or T:top_p:top_k")
-        try:
-            temperature = float(parts[0])
-            top_p = float(parts[1]) if len(parts) > 1 and parts[1] else None
-            top_k = int(parts[2]) if len(parts) > 2 and parts[2] else None
-        except ValueError:
-            raise ValueError(f"settings: {entry!r} is not T, T:top_p or T:top_p:top_k") from None
-        try:
-            out.append(SamplingSettings(temperature, top_k, top_p))
-        except ValueError as exc:
-            name, rest = argument_of(exc)
-            detail = f"{name.replace('_', '-')} {rest}" if name else rest
-            raise ValueError(f"settings: {detail} (entry {entry!r})") from None
-    names = [s.name for s in out]
-    if len(set(names)) != len(names):
-        raise ValueError(f"settings: {text!r} names a setting twice")
-    return tuple(out)
 
 
 def add_source_flags(parser: ToolParser, d: SourceConfig, *, many_settings: bool = True) -> None:
@@ -375,9 +341,6 @@ def with_hf_defaults(config, parser: ToolParser, defaults: dict, **also):
     return replace(config, **{k: v for k, v in merged.items() if k not in parser.given})
 
 
-DRAFT_LAWS = ("raw", "setting")
-
-
 def add_draft_law_flag(group, default: str = "raw") -> None:
     """``--draft-law``: what deterministic trees are ranked by (``drafting_table``)."""
     group.add_argument(
@@ -387,14 +350,6 @@ def add_draft_law_flag(group, default: str = "raw") -> None:
         help="what deterministic trees rank by: the drafters' untempered (T = 1) law, as EAGLE's, TreeGraft's "
         "and SpecBlock's code do, or the setting's tempered q (at T = 0 one-hot: every tree a chain)",
     )
-
-
-def drafting_table(table, draft_law: str):
-    """The table a deterministic builder ranks by: ``table.untempered()`` for ``"raw"``, else ``table``
-    itself; the tree is read back on ``table`` (``DraftTree.on``) for its value."""
-    if draft_law not in DRAFT_LAWS:
-        raise ValueError(f"draft_law: must be one of {', '.join(DRAFT_LAWS)}, got {draft_law!r}")
-    return table.untempered() if draft_law == "raw" else table
 
 
 class _Latency(argparse.Action):
