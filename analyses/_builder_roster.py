@@ -165,12 +165,11 @@ class TreeGraftEntry:
 
     def fit(self, roots, setting, verifier: str) -> None:
         from simlab.treegraft.schedules import margins, train
-        from simlab.trees import NodeTable
 
         for budget in self.roster.budgets:
             X, y = [], []
             for root in roots:
-                table = NodeTable(root.pair, root.context)
+                table = root.table()
                 prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
                 values = self.values(root, budget, verifier, table)
                 for z, margin, _ in margins(

@@ -32,7 +32,6 @@ from simlab import builders, tree_verifiers
 from simlab.engine_metrics import aggregate
 from simlab.errors import argument_of
 from simlab.sampling import seeded_rng
-from simlab.trees import NodeTable
 from simlab.valuation import draw_trees, trees_value
 
 
@@ -145,7 +144,7 @@ def value_root(
         ValueError: ``capture: ...`` from a capture or its models (``--fill``): the run stops.
     """
     if tables is None:
-        table = NodeTable(root.pair, root.context)
+        table = root.table()
         tables = (table, drafting_table(table, config.draft_law))
     table, drafting = tables
     why = engines.vocab_limit(c, table.vocab_size) or engines.draft_law_limit(c, config.draft_law, setting)
@@ -265,7 +264,7 @@ def value_roots(prog: str, configs, roots: dict, config, latency, made: Builders
             why = "Sequoia's acceptance vector needs nodes the capture lacks (--fill evaluates them with its models)"
             not_run.append({"config": "sequoia", "setting": setting.name, "mode": "all", "reason": why})
         for root in rs:
-            table = NodeTable(root.pair, root.context)
+            table = root.table()
             tables = (table, drafting_table(table, config.draft_law))
             for c in configs:
                 builder = made.get(c, root, setting)

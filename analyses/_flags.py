@@ -30,6 +30,7 @@ from backends.cli import ToolParser, fail, flag_message, prepare_out, progress, 
 from backends.pretrained import DEFAULT_DRAFT, PAIRS, pair_gpu_profile, pair_study_defaults, parse_draft
 from backends.sources import SOURCES, CaptureSource, HFSource, SyntheticSource
 from backends.synthetic import WORLDS
+from backends.tree_cache import EVALUATIONS
 from simlab.latency import LatencyModel
 from simlab.latency_profiles import listing, load
 from simlab.sampling import parse_settings
@@ -51,6 +52,7 @@ SOURCE_FIELDS = (
     "seed",
     "device",
     "dtype",
+    "evaluation",
 )
 NOT_HONOURED = {
     "synthetic": "it applies to --backend hf only",
@@ -78,6 +80,7 @@ class SourceConfig:
     seed: int = 0
     device: str = "auto"
     dtype: str = "float32"
+    evaluation: str = "cached"
 
 
 def add_source_flags(parser: ToolParser, d: SourceConfig, *, many_settings: bool = True) -> None:
@@ -128,6 +131,14 @@ def add_source_flags(parser: ToolParser, d: SourceConfig, *, many_settings: bool
     group.add_argument("--seed", type=int, default=d.seed, help="seed of the world, trajectories and draws")
     group.add_argument("--device", default=d.device, help="hf: device of the models (auto, cpu, cuda, cuda:N)")
     group.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=d.dtype, help="hf: model weights")
+    group.add_argument(
+        "--evaluation",
+        choices=EVALUATIONS,
+        default=d.evaluation,
+        help="hf: how a root's tree nodes are evaluated: 'cached' (the root's context prefilled once, each node "
+        "evaluated once for every tree and table of the root: backends.tree_cache.RootCache) or 'plain' (the "
+        "pair's tree forward per fetch, the reference; the same values to float32 rounding)",
+    )
 
 
 class _Backend(argparse.Action):
@@ -224,6 +235,7 @@ def make_source(
     study_refusals: dict | None = None,
     study_honours: dict | None = None,
     quiet: bool = False,
+    record=None,
 ):
     """(source, settings) for a study's flags, or exit 2 with one line.
 
@@ -234,8 +246,12 @@ def make_source(
         max_settings: the most sampling settings the study takes at once (None: any).
         study_refusals, study_honours: see ``check_honoured``.
         quiet: no progress line even for a slow step (loading models, reading captures).
+        record: a ``backends.sources.recorded.RecordedTrees`` (a study's keyword, not a flag): with
+            ``--backend hf`` the live pair is recorded on those trees and replayed (``_recorded``).
     """
     check_honoured(prog, parser, config, study_refusals, study_honours)
+    if record is not None and config.backend == "hf" and not config.capture:
+        return _recorded(prog, parser, config, record, grid=grid, max_settings=max_settings, quiet=quiet)
     try:
         if config.capture:
             with slow_step(prog, f"reading {len(config.capture)} capture folder(s)", quiet):
@@ -258,6 +274,7 @@ def make_source(
                         device=config.device,
                         dtype=config.dtype,
                         pair=config.pair,
+                        evaluation=config.evaluation,
                     )
             else:
                 source = SyntheticSource(
@@ -271,13 +288,54 @@ def make_source(
                 )
     except ValueError as exc:
         fail(prog, flag_message(exc, parser, {"backend": "--backend"}))
+    _check_count(prog, config, settings, max_settings)
+    return source, settings
+
+
+def _check_count(prog: str, config: SourceConfig, settings, max_settings: int | None) -> None:
+    """Exit 2 with one line when ``settings`` hold more than ``max_settings`` sampling settings."""
     if max_settings is not None and len(settings) > max_settings:
         where = "--capture" if config.capture else "--settings"
         fail(
             prog,
             f"{where}: this study takes {max_settings} sampling setting{'s' if max_settings > 1 else ''} at a time, got {len(settings)}",
         )
-    return source, settings
+
+
+def _recorded(prog: str, parser: ToolParser, config, trees, *, grid: bool, max_settings: int | None, quiet: bool):
+    """``make_source``'s ``record``: (the live pair recorded into ``<out>/capture-<hash>``, one capture
+    per sampling setting, and replayed: ``backends.sources.recorded.record``; its settings).  The
+    settings and the output folder (``study_out`` under ``live_slug``) are checked before a model
+    loads; a rerun with the same flags resumes the same folders.  The capture tool's errors
+    (``prompts: ...``, ``out: ...``) propagate as ``ValueError`` to the caller (the study runner
+    maps them onto flags)."""
+    from backends.sources import recorded
+
+    try:
+        settings = parse_settings(config.settings)
+    except ValueError as exc:
+        fail(prog, flag_message(exc, parser, {"backend": "--backend"}))
+    _check_count(prog, config, settings, max_settings)
+    slug = recorded.live_slug(config.target, config.draft, config.pair)
+    out = study_out(prog, config, slug)
+    progress(prog, f"capturing p and q on the draft trees of every root into {out}/capture-*", quiet)
+    captures = [
+        recorded.recording_settings(
+            trees,
+            setting,
+            target=config.target,
+            draft=config.draft,
+            pair=config.pair,
+            prompts=config.prompts,
+            roots_per_prompt=config.roots_per_trajectory,
+            spacing=config.spacing,
+            dtype=config.dtype,
+            seed=config.seed,
+            evaluation=config.evaluation,
+        )
+        for setting in settings
+    ]
+    return recorded.record(captures, out, device=config.device, quiet=quiet, grid=grid, slug=slug), settings
 
 
 # -- latency flags (the action-grid studies) ------------------------------------------------------

@@ -26,7 +26,6 @@ from simlab import tree_verifiers
 from simlab.grid import DDTE_AXES, GridAxes, draw_grid
 from simlab.labels import grid_labels, verifier_Ks
 from simlab.latency import LatencyModel
-from simlab.trees import NodeTable
 
 DDTE_VERIFIERS = ("nss", "naive_chain", "khisti", "naive", "spectr", "bv", "specinfer", "traversal")
 """DDTE Tables 2-3 in order: NSS, Naive, Khisti, NaiveTree, SpecTr, BV, SpecInfer, Traversal."""
@@ -70,7 +69,7 @@ class Grid:
 def root_drafts(root, grid: Grid, seed: int, key: int):
     """(table, drafts) at a root: its captured drafts, or ``grid.samples`` fresh ones per L1
     seeded by (seed, key, trajectory, root) alone."""
-    table = NodeTable(root.pair, root.context)
+    table = root.table()
     if root.drafts is not None:
         return table, [d for d in root.drafts if d.L1 in grid.L1_values]
     rng = seeded_rng(seed, 3, key, root.trajectory, root.root)
@@ -154,7 +153,7 @@ def _exact_values(root, verifiers, grid: Grid):
     from simlab.efficiency import expected_block_efficiency
     from simlab.engine_metrics import expected_positions
 
-    table = NodeTable(root.pair, root.context)
+    table = root.table()
     for name in verifiers:
         verifier = tree_verifiers.get(name)
         for K in verifier_Ks(name, grid.K_values):

@@ -30,7 +30,6 @@ from simlab.builders import Delayed
 from simlab.efficiency import expected_block_efficiency
 from simlab.engine_metrics import expected_positions
 from simlab.grid import GridAxes, GridMetrics, action_grid_metrics, grid_metrics
-from simlab.trees import NodeTable
 
 PROG = "python -m analyses.block_efficiency_grid"
 METHODS = ("auto", "exact", "mc")
@@ -132,10 +131,10 @@ def root_grid(config: Config, root, name: str, index: int) -> tuple[dict, str]:
     L1s, L2s = axes.L1_values, axes.L2_values
     if root.drafts is not None:
         drafts = [d for d in root.drafts if d.L1 in L1s]
-        return grid_metrics(NodeTable(root.pair, root.context), drafts, name, K_values=config.K, L2_values=L2s), "mc"
+        return grid_metrics(root.table(), drafts, name, K_values=config.K, L2_values=L2s), "mc"
     if config.method in ("exact", "auto"):
         try:
-            table = NodeTable(root.pair, root.context)
+            table = root.table()
             grid = {
                 (K, L1, L2): GridMetrics(
                     expected_block_efficiency(root.pair, root.context, Delayed(K, L1, L2), name),

@@ -284,13 +284,12 @@ def node_gaps(trees, verifier: str) -> dict[int, list[float]]:
 
 
 def measure(config: Config, roster, test_roots: dict, verifiers, builders, bar):
-    from simlab.trees import NodeTable
 
     budgets = config.budgets
     rows, depth_rows, gap_rows, missing = [], [], [], {}
     for setting, roots in test_roots.items():
         for root in roots:
-            table = NodeTable(root.pair, root.context)
+            table = root.table()
             key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
             key["category"] = root.category
             for budget in budgets:

@@ -58,7 +58,6 @@ from analyses._flags import LatencyConfig, SourceConfig, make_latency, make_sour
 from analyses._flags import add_latency_flags, add_source_flags
 from simlab import tree_verifiers
 from simlab.grid import DDTE_AXES, draw_grid, grid_metrics
-from simlab.trees import NodeTable
 
 PROG = "python -m analyses.ddte_audit"
 GPU_PROFILE = "specblock-a100"
@@ -145,7 +144,7 @@ def root_values(config: Config, setting, root, latency) -> tuple[list[dict], dic
     """One root's label rows (every verifier, convention and grid action, on trees drawn from
     ``default_rng([seed, root id])``) and, with ``config.selector``, its feature record
     (``analyses._labels.feature_record``), else None."""
-    table, axes = NodeTable(root.pair, root.context), DDTE_AXES
+    table, axes = root.table(), DDTE_AXES
     drafts = draw_grid(
         table,
         K_max=axes.width,

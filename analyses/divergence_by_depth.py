@@ -18,10 +18,11 @@ cond_d; ``docs/metrics.md``).  The per-depth ``alpha`` columns are node-level ra
 the drafted nodes with equal weight, not the papers' conditional rate ``cond_d`` (which weights
 each node by the probability that verification reaches it).
 
-With ``--backend hf`` (or ``--pair``) the run captures p and q first (``backends.capture --full``)
-into ``<out>/capture-<settings hash>``, and keeps each analysed root's rows there
-(``analyses._root_cache``): a rerun of an interrupted run resumes both the capture and the
-analysis, and publishes the tables an uninterrupted run would, byte for byte.
+With ``--backend hf`` (or ``--pair``) the run records p and q first (``backends.capture --full``,
+in process: ``backends.sources.recorded``) into ``<out>/capture-<settings hash>`` and replays
+them, and keeps each analysed root's rows there (``analyses._root_cache``): a rerun of an
+interrupted run resumes both the capture and the analysis, and publishes the tables an
+uninterrupted run would, byte for byte.
 
 ``--draws root`` seeds each root's tree and child samples by (seed, root id) alone
 (``root_rngs``) instead of continuing one generator from root to root (the default, ``shared``):
@@ -35,32 +36,25 @@ multi-draft gain alpha(k=K) - alpha(k=1) says how much extra drafts help there.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from backends.capture import run
-from backends.capture_store import CaptureSettings
 from analyses import _root_cache
 from analyses._categories import by_category
 from analyses._root_cache import RootCache
 from backends.sources import replay
 from analyses._study import ByCategory, Opened, Report, Study, chart_files, parse, run_study
 from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, name_list, progress_bar
-from backends.pretrained import parse_draft
-from backends.roots import SHIPPED_PROMPTS
-from backends.sources import CaptureSource
-from analyses._flags import SourceConfig, add_source_flags, check_honoured, make_source, study_config, study_out
-from simlab.sampling import parse_settings
+from backends.sources.recorded import RecordedSource, RecordedTrees
+from analyses._flags import SourceConfig, add_source_flags, make_source, study_config
 from simlab import engine_metrics, tree_verifiers
 from simlab.builders import named_shape
 from simlab.measures import ACCEPTANCE_METHODS, measurable, node_acceptance, node_divergences
 from simlab.sampling import Stream, seeded_rng
-from simlab.trees import DraftTree, NodeTable
+from simlab.trees import DraftTree
 
 PROG = "python -m analyses.divergence_by_depth"
 SHAPES = ("iid", "chain", "delayed")
@@ -241,7 +235,7 @@ def assemble(config: Config, records) -> tuple[pl.DataFrame, dict]:
 def _root_payload(config: Config, root, shape, k_values, rng, tree_rng=None) -> dict:
     """One root's node rows and its tree's engine metrics (as plain dicts: ``RootCache`` keeps them);
     ``tree_rng``: the generator of a drawn tree (None: the root's own, else (seed, 1, root id)'s)."""
-    table = NodeTable(root.pair, root.context)
+    table = root.table()
     if root.tree is not None:
         tree = DraftTree(table, root.tree).fill()
     else:
@@ -289,35 +283,6 @@ def node_rows(root: int, path: tuple[int, ...], children: int, p, q, k_values, r
         **node_divergences(p, q),
         **node_acceptance(p, q, k_values, rng, child_samples, methods),
     }
-
-
-def capture_live(config: Config, setting, out: Path, quiet: bool) -> str:
-    """Run ``backends.capture`` (with --full) for the hf backend into ``<out>/capture-<hash>``
-    (one folder per capture setting: reruns resume, other settings never collide); returns it."""
-    target, draft = ("", parse_draft(config.draft, config.pair)) if config.pair else (config.target, config.draft)
-    settings = CaptureSettings(
-        target,
-        draft,
-        config.prompts or str(SHIPPED_PROMPTS),
-        config.roots_per_trajectory,
-        config.spacing,
-        config.shape,
-        config.width,
-        config.depth,
-        config.trunk,
-        setting.temperature,
-        setting.top_p,
-        setting.top_k,
-        dtype=config.dtype,
-        full=True,
-        seed=config.seed,
-        pair=config.pair or "",
-    )
-    digest = hashlib.sha256(json.dumps(asdict(settings), sort_keys=True).encode()).hexdigest()[:10]
-    folder = out / f"capture-{digest}"
-    folder.mkdir(exist_ok=True)
-    run(settings, folder, device=config.device, quiet=quiet)
-    return str(folder)
 
 
 def aggregate(nodes: pl.DataFrame, k_max: int, methods=ACCEPTANCE_METHODS) -> pl.DataFrame:
@@ -404,20 +369,9 @@ def charts(table: pl.DataFrame, k_max: int, methods, subtitle: str):
 
 
 def open_source(config: Config, parser: ToolParser, say) -> Opened:
-    """The source of one setting: with ``--backend hf`` (or ``--pair``) a capture of the live models
-    into ``<out>/capture-<hash>`` (``capture_live``) replayed, else the source the flags name."""
-    if config.backend == "hf" and not config.capture:
-        check_honoured(PROG, parser, config, REFUSALS)
-        (setting,) = _one_setting(parse_settings(config.settings), parser)
-        models = (
-            f"{config.pair}-{config.draft or 'default'}"
-            if config.pair
-            else f"{Path(config.target).name}-{Path(config.draft).name}"
-        )
-        out = study_out(PROG, config, f"hf-{models}")
-        say(f"capturing p and q on the draft trees of every root into {out}/capture-*")
-        capture = capture_live(config, setting, out, config.quiet)
-        return Opened(CaptureSource((capture,), grid=False), (setting,), None, out)
+    """The source of one setting, as the flags name it (``make_source``); with ``--backend hf`` (or
+    ``--pair``) the live pair recorded on the study's trees into ``<out>/capture-<hash>`` and
+    replayed (``record``: ``backends.sources.recorded``), whose output folder the run writes to."""
     source, settings = make_source(
         PROG,
         parser,
@@ -428,8 +382,9 @@ def open_source(config: Config, parser: ToolParser, say) -> Opened:
         max_settings=1,
         study_refusals=REFUSALS,
         quiet=config.quiet,
+        record=RecordedTrees(config.shape, config.width, config.depth, config.trunk),
     )
-    return Opened(source, settings)
+    return Opened(source, settings, None, source.out if isinstance(source, RecordedSource) else None)
 
 
 def _live(config: Config) -> bool:
@@ -510,12 +465,6 @@ def report(config: Config, opened: Opened, measured, say) -> Report:
             (engine_table(metrics).select("verifier", "accept_length", "accepted", "chain", "roots"), "Engine metrics")
         )
     return Report(outputs, categories, tuple(printed))
-
-
-def _one_setting(settings, parser):
-    if len(settings) != 1:
-        fail(PROG, f"--settings: this study takes 1 sampling setting at a time, got {len(settings)}")
-    return settings
 
 
 def _trees(config: Config, source) -> str:

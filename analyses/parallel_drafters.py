@@ -121,7 +121,7 @@ def builders_at(budget: int, depth: int) -> dict:
 def root_rows(config: Config, latency, setting_name: str, verifier: str, root) -> list[dict]:
     """One root's rows: every budget and tree of ``builders_at``, valued exactly
     (``simlab.valuation.tree_value``, ranked by the drafters' untempered law) on the tree's drafter's table."""
-    tables = {"autoregressive": NodeTable(root.pair, root.context)}
+    tables = {"autoregressive": root.table()}
     tables["parallel"] = NodeTable(RootConditioned(root.pair, len(root.context)), root.context)
     rows = []
     for budget in config.budgets:

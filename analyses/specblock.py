@@ -260,11 +260,10 @@ def measure_root(config: Config, setting, root, latency, drafter_of) -> dict:
     lossless verifier; they depend on this root alone (the stand-in drafter is seeded by ``--seed``)."""
     from simlab.builders.cost import DraftCost
     from simlab.engine_metrics import conditional_rates, path_metrics
-    from simlab.trees import NodeTable
     from simlab.valuation import value_tree
 
     rows, depth_rows, slot_rows = [], [], []
-    table = NodeTable(root.pair, root.context)
+    table = root.table()
     drafting = drafting_table(table, config.draft_law)
     key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
     key["category"] = root.category

@@ -59,7 +59,6 @@ from analyses._flags import (
 )
 from simlab.trees import drafting_table
 from simlab.engine_metrics import EngineMetrics
-from simlab.trees import NodeTable
 
 PROG = "python -m analyses.sweep"
 
@@ -289,7 +288,7 @@ def value_root(config: Config, opened: Swept, task) -> dict:
     """One root's rows and not-run rows: every configuration valued there (seeded by its label
     alone, as ``value_roots``); no fit and no filled model, so they depend on that root alone."""
     root, setting = task.root, task.setting
-    table = NodeTable(root.pair, root.context)
+    table = root.table()
     tables = (table, drafting_table(table, config.draft_law))
     rows, not_run = [], []
     for c in opened.configs:

@@ -48,7 +48,7 @@ from analyses._study import ByCategory, Opened, Report, chart_files, declared, f
 from analyses._study import run_study, tasks, titled
 from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, int_list, progress_bar
 from backends.roots import SHIPPED_PROMPTS
-from backends.tree_cache import EVALUATIONS, node_table
+from backends.tree_cache import node_table
 from analyses._flags import LatencyConfig, SourceConfig, add_draft_law_flag, add_source_flags, add_latency_flags
 from simlab.trees import drafting_table
 from analyses._flags import make_latency, make_source, note_hf_defaults, study_config, with_hf_defaults
@@ -90,7 +90,6 @@ class Config(SourceConfig, LatencyConfig):
     draft_law: str = "raw"
     epochs: int = 300
     test_share: float = 0.34
-    evaluation: str = "cached"
     out: str | None = None
     quiet: bool = False
 
@@ -124,14 +123,6 @@ def flags(parser: ToolParser, d: Config) -> None:
     add_draft_law_flag(group, d.draft_law)
     group.add_argument("--epochs", type=int, default=d.epochs, help="training epochs of the learned scheduler")
     group.add_argument("--test-share", type=float, default=d.test_share, help="share of trajectories held out for evaluation")
-    group.add_argument(
-        "--evaluation",
-        choices=EVALUATIONS,
-        default=d.evaluation,
-        help="live models: 'cached' (each root's context prefilled once, each tree node evaluated once for every "
-        "schedule and table: backends.tree_cache.RootCache) or 'plain' (the pair's tree forward per fetch, the "
-        "reference; the same values to float32 rounding)",
-    )
     add_output_flags(parser, PROG)
     note_hf_defaults(parser, {"prompts": "backends/prompts/repetitive_prompts.txt"})  # the rest: Study.hf_defaults
 

@@ -28,7 +28,7 @@ from analyses import (
     treegraft,
 )
 from backends import draft_acceptance, pretrained, train_draft
-from backends.sources import live
+from backends.sources import live, recorded
 from conftest import one_error_line
 
 STUDIES = {
@@ -59,7 +59,7 @@ def nothing_loads(monkeypatch):
     monkeypatch.setattr(live, "open_pair", _never)
     monkeypatch.setattr(pretrained, "named_pair", _never)
     monkeypatch.setattr(pretrained, "target_folder", _never)
-    monkeypatch.setattr(divergence_by_depth, "run", _never)
+    monkeypatch.setattr(recorded, "run", _never)
 
 
 @pytest.fixture()

@@ -1,15 +1,21 @@
-"""The source protocol and its registry: ``Root``, ``Source``, ``SOURCES``, ``register_source``.
+"""The source protocol and its registry: ``Root``, ``Source``, ``Tables``, ``SOURCES``, ``register_source``.
 
 Each source module (``backends.sources.synthetic``, ``.live``, ``.replay``) imports these from
 here and registers itself; the package ``backends.sources`` imports the three modules (so that
 all are registered) and re-exports everything.  Keeping the protocol out of the package's
 ``__init__`` keeps the source modules from importing the package that imports them.
+
+A root's node table (``Root.table()``) is its source's ``table(root)`` (the optional capability
+``Tables``): the live source evaluates a tree's nodes on the root's kept KV caches
+(``backends.tree_cache.node_table``, ``--evaluation cached``) or by the pair's own forwards
+(``plain``); the synthetic and capture sources, and a root that names no source, give
+``simlab.trees.NodeTable(root.pair, root.context)``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
@@ -46,6 +52,8 @@ class Root:
             the j-th): 0 means the root is the prompt's end (for a chat prompt, the template's
             opened assistant turn), above 0 that it lies that many tokens inside the target's
             reply; None where the root has no prompt (synthetic worlds).
+        source: the source that yielded the root (``Root.table`` asks it for the root's node
+            table), or None (a root made by hand: the plain table).  Not compared, not printed.
     """
 
     setting: str
@@ -60,6 +68,28 @@ class Root:
     prompt_length: int | None = None
     category: str | None = None
     offset: int | None = None
+    source: object | None = field(default=None, repr=False, compare=False)
+
+    def table(self):
+        """The root's ``simlab.trees.NodeTable`` (p and q of every node below ``context``):
+        ``source.table(self)`` where the source offers it (``Tables``), else
+        ``NodeTable(pair, context)``.  A new table per call (its nodes fetched again)."""
+        if self.source is not None and isinstance(self.source, Tables):
+            return self.source.table(self)
+        from simlab.trees import NodeTable
+
+        return NodeTable(self.pair, self.context)
+
+
+@runtime_checkable
+class Tables(Protocol):
+    """The optional source capability behind ``Root.table()``: the node table of one of its roots."""
+
+    def table(self, root: Root):
+        """A ``simlab.trees.NodeTable`` of ``root.context`` under ``root.pair`` (its settings).
+        The values are the pair's p and q; how they are evaluated (kept KV caches or plain
+        forwards) is the source's choice, equal to float32 rounding."""
+        ...
 
 
 @runtime_checkable

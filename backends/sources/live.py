@@ -5,6 +5,10 @@ Prompt i (the first ``trajectories`` of the prompt file; default the shipped ref
 is continued by the target with ``seeded_rng(seed, Stream.PROMPT, i)``; roots sit at the prompt's end and
 every ``spacing`` tokens after it (``backends.roots.prompt_roots``), exactly as the capture tool
 places them, so a live run and a replayed capture of the same settings see the same roots.
+
+A root's node table (``table``, ``Root.table()``) evaluates each tree node once on the root's
+context prefilled once (``evaluation="cached"``: ``backends.tree_cache.RootCache``), or runs the
+pair's tree forward per fetch (``"plain"``, the reference); the values agree to float32 rounding.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from backends.latency_probe import measure
 from backends.pretrained import linear_weights, open_pair, parse_draft, precision_ratio
 from backends.roots import SHIPPED_PROMPTS, RootPlacement, prompt_roots, prompt_texts, read_prompt_records
 from backends.sources.base import Root, register_source, slug
+from backends.tree_cache import EVALUATIONS, node_table
 from simlab.checks import check_int, check_seed
 from simlab.sampling import SamplingSettings
 
@@ -54,12 +59,14 @@ class HFSource:
         depth: the deepest tree a study will draw below a root (checked against the context).
         seed: seed of the continuations.
         device, dtype: of the models.
+        evaluation: how ``table`` evaluates a root's nodes: ``"cached"`` (kept KV caches, each
+            node once per table) or ``"plain"`` (the pair's tree forward per fetch; ``EVALUATIONS``).
         pair: a named pair (``backends.pretrained.PAIRS``) instead of ``target``; ``draft`` is then
             its draft spec (``early-exit:L``, ``adapter:L``, ``quant:B:G``; None: the pair's default).
 
     Raises:
         ValueError: ``target: ...``, ``draft: ...``, ``prompts: ...``, ``device: ...``,
-            ``dtype: ...``, or a bad placement or seed.
+            ``dtype: ...``, ``evaluation: ...``, or a bad placement or seed.
     """
 
     honours: ClassVar[frozenset[str]] = frozenset(
@@ -75,6 +82,7 @@ class HFSource:
             "device",
             "dtype",
             "settings",
+            "evaluation",
         }
     )
 
@@ -91,7 +99,11 @@ class HFSource:
         device: str = "auto",
         dtype: str = "float32",
         pair: str | None = None,
+        evaluation: str = "cached",
     ):
+        if evaluation not in EVALUATIONS:
+            raise ValueError(f"evaluation: must be one of {', '.join(EVALUATIONS)}, got {evaluation!r}")
+        self.evaluation = evaluation
         check_models(target, draft, pair)
         self.target, self.draft = (pair, parse_draft(draft, pair)) if pair else (target, draft)
         self.named_pair = pair or None
@@ -130,6 +142,12 @@ class HFSource:
         contexts = tuple(c for c in (16, 64, 256) if c <= room) or (max(1, room),)
         return measure(self.pair, contexts=contexts, tokens=tokens)
 
+    def table(self, root: Root):
+        """``root``'s ``simlab.trees.NodeTable`` under this source's ``evaluation``
+        (``backends.tree_cache.node_table``): on a ``RootCache`` of ``root.context`` for
+        ``"cached"``, on ``root.pair`` for ``"plain"``."""
+        return node_table(root.pair, root.context, self.evaluation)
+
     def count(self, settings: SamplingSettings) -> int:
         return len(self.texts) * self.placement.roots_per_trajectory
 
@@ -145,4 +163,5 @@ class HFSource:
                 prompt_length=length,
                 category=self.categories[prompt],
                 offset=len(context) - length,
+                source=self,
             )

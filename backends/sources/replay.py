@@ -175,6 +175,12 @@ class CaptureSource:
         path = Path(self.folders[0]) / "latency.json"
         return LatencyModel.load(path) if path.is_file() else None
 
+    def table(self, root: Root):
+        """``root``'s ``simlab.trees.NodeTable`` on the captured pair (the stored p and q)."""
+        from simlab.trees import NodeTable
+
+        return NodeTable(root.pair, root.context)
+
     def count(self, settings: SamplingSettings) -> int:
         return len(self.entries.get(settings.name, ()))
 
@@ -210,4 +216,5 @@ class CaptureSource:
                 category=category,
                 offset=offset,
                 prompt_length=len(context) - offset,  # as the live source's: the prompt's tokens, not the reply's
+                source=self,
             )

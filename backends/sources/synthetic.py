@@ -80,6 +80,12 @@ class SyntheticSource:
     def latency(self, largest_tree: int) -> None:
         return None
 
+    def table(self, root: Root):
+        """``root``'s ``simlab.trees.NodeTable`` on the world rooted at its context (exact float64)."""
+        from simlab.trees import NodeTable
+
+        return NodeTable(root.pair, root.context)
+
     def count(self, settings: SamplingSettings) -> int:
         return self.trajectories * self.roots_per_trajectory
 
@@ -98,4 +104,4 @@ class SyntheticSource:
                 rng = seeded_rng(self.seed, Stream.WALK, i)
                 prefix = (int(rng.integers(self.vocab)),)
             for root, context in place_roots(world, prefix, placement, rng, trajectory=i):
-                yield Root(settings.name, i, root, context, rooted(world, len(context)), rng=shared)
+                yield Root(settings.name, i, root, context, rooted(world, len(context)), rng=shared, source=self)
