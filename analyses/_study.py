@@ -280,11 +280,32 @@ def part_path(out: Path, rank: int, world: int) -> Path:
 
 
 def run_key(study: Study, config, world: int) -> str:
-    """sha256 of the study, its config (without ``out`` and ``quiet``) and ``world``: a part is
-    reused only by a run of the same key."""
+    """sha256 of the study, its config (without ``out`` and ``quiet``), ``world`` and the code that
+    values the roots (the study's module and this runner, as files): a part is reused only by a run
+    of the same key.  What the config names but does not hold (a capture's roots, a prompt file's
+    text) is checked root by root (``root_identity``)."""
     fields = {k: v for k, v in asdict(config).items() if k not in ("out", "quiet")}
-    text = json.dumps({"prog": study.prog, "config": fields, "world": world}, sort_keys=True, default=str)
+    code = [
+        _file_digest(sys.modules.get(study.run.__module__)),
+        _file_digest(sys.modules[__name__]),
+    ]
+    text = json.dumps({"prog": study.prog, "config": fields, "world": world, "code": code}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _file_digest(module) -> str:
+    path = getattr(module, "__file__", None)
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else ""
+
+
+def root_identity(task: RootTask) -> str:
+    """sha256 (hex, 16 digits) of a task's setting, root id and root context: a part's value of root
+    index i is used only while the run's root i is this same root (a capture recaptured or a prompt
+    file edited under the same flags gives other roots, which are valued again)."""
+    root = task.root
+    head = json.dumps([getattr(task.setting, "name", str(task.setting)), getattr(root, "root", None)])
+    context = np.asarray(getattr(root, "context", ()), dtype=np.int64).tobytes()
+    return hashlib.sha256(head.encode() + context).hexdigest()[:16]
 
 
 def json_plain(value):
@@ -320,19 +341,24 @@ def write_part(path: Path, part: dict) -> None:
 
 def value_share(study: Study, config, opened: Opened, rank: int, world: int, say) -> dict:
     """Value rank ``rank``'s roots (``index % world == rank``) into its part, resuming from the
-    part on disk; returns the complete part."""
+    part on disk (a root is reused only where its ``root_identity`` is the run's); returns the
+    complete part."""
     key, path = run_key(study, config, world), part_path(opened.out, rank, world)
-    part = read_part(path, key) or {"key": key, "rank": rank, "world": world, "complete": False, "roots": {}}
-    if part["complete"]:
+    part = read_part(path, key) or {"key": key, "rank": rank, "world": world, "complete": False, "roots": {}, "ids": {}}
+    mine = {str(t.index): (t, root_identity(t)) for t in tasks(opened) if t.index % world == rank}
+    kept = {i: v for i, v in part["roots"].items() if i in mine and part.get("ids", {}).get(i) == mine[i][1]}
+    if part["complete"] and len(kept) == len(mine) == len(part["roots"]):
         say(f"rank {rank} of {world}: part {path} is complete; nothing to value")
         return part
-    if part["roots"]:
-        say(f"rank {rank} of {world}: resuming {path} ({len(part['roots'])} roots already valued)")
+    if kept:
+        say(f"rank {rank} of {world}: resuming {path} ({len(kept)} roots already valued)")
+    part = {**part, "complete": False, "roots": kept, "ids": {i: mine[i][1] for i in kept}}
     fresh = 0
-    for task in tasks(opened):
-        if task.index % world != rank or str(task.index) in part["roots"]:
+    for i, (task, identity) in mine.items():
+        if i in part["roots"]:
             continue
-        part["roots"][str(task.index)] = study.value_root(config, opened, task)
+        part["roots"][i] = study.value_root(config, opened, task)
+        part["ids"][i] = identity
         fresh += 1
         if fresh % SHARD_BATCH == 0:
             write_part(path, part)
@@ -342,19 +368,21 @@ def value_share(study: Study, config, opened: Opened, rank: int, world: int, say
 
 
 def merge_parts(study: Study, config, opened: Opened, world: int, wait: float, say):
-    """Wait (at most ``wait`` seconds) until the ``world`` parts of this run are complete; the
-    values of every root in index order (``study.merge``)."""
+    """Wait (at most ``wait`` seconds) until the ``world`` parts of this run are complete and hold
+    exactly the run's roots (each rank's share, by ``root_identity``); the values of every root in
+    index order (``study.merge``)."""
     key = run_key(study, config, world)
+    expected = {str(t.index): root_identity(t) for t in tasks(opened)}
     deadline, told = time.monotonic() + wait, False
     while True:
         parts = [read_part(part_path(opened.out, r, world), key) for r in range(world)]
-        missing = [r for r, p in enumerate(parts) if p is None or not p["complete"]]
+        missing = [r for r, p in enumerate(parts) if not _holds_share(p, r, world, expected)]
         if not missing:
             break
         if time.monotonic() > deadline:
             raise ValueError(
-                f"WORLD_SIZE: ranks {', '.join(map(str, missing))} of {world} left no complete part under "
-                f"{Path(opened.out) / 'parts'} (rerun them with the same flags; rank 0 rerun then merges)"
+                f"WORLD_SIZE: ranks {', '.join(map(str, missing))} of {world} left no complete part of this run's roots "
+                f"under {Path(opened.out) / 'parts'} (rerun them with the same flags; rank 0 rerun then merges)"
             )
         if not told:
             say(f"waiting for the parts of ranks {', '.join(map(str, missing))} of {world}")
@@ -362,6 +390,15 @@ def merge_parts(study: Study, config, opened: Opened, world: int, wait: float, s
         time.sleep(1.0)
     payloads = {int(i): payload for p in parts for i, payload in p["roots"].items()}
     return study.merge(config, opened, [payloads[i] for i in sorted(payloads)])
+
+
+def _holds_share(part: dict | None, rank: int, world: int, expected: dict) -> bool:
+    """Whether ``part`` is complete and holds exactly rank ``rank``'s share of ``expected`` (root
+    index -> ``root_identity``), each root the run's own."""
+    if part is None or not part["complete"]:
+        return False
+    share = {i: v for i, v in expected.items() if int(i) % world == rank}
+    return set(part["roots"]) == set(share) and all(part.get("ids", {}).get(i) == v for i, v in share.items())
 
 
 def _sharded(study: Study, config, opened: Opened, rank: int, world: int, say):

@@ -15,9 +15,9 @@ verifier declared lossless for its drafting law:
 
 Reported per setting, budget, builder and verifier: E[tau + 1] (and its standard error), T-hat,
 throughput (sum E / sum T over roots), the ratio to the baseline (``--baseline``, default EAGLE-2
-with one-hot at T > 0, greedy at T = 0) and the paired difference of E by root with its standard
-error; acceptance by depth (P(tau >= d)); and for the OT verifiers on i.i.d. trees the mean gap
-to the per-node optimum alpha*(p, q, k) by depth.  A builder that cannot run is listed with its
+with one-hot at a sampled target, greedy at a greedy one: T = 0 or top-k = 1) and the paired
+difference of E by root with its standard error; acceptance by depth (P(tau >= d)); and for the OT
+verifiers on i.i.d. trees the mean gap to the per-node optimum alpha*(p, q, k) by depth.  A builder that cannot run is listed with its
 reason.  Output under ``--out`` (default ``out/compare_builders/<source>/``): ``compare_builders.parquet``
 (summary), ``per_root.parquet``, ``by_depth.parquet``, ``node_gaps.parquet``, ``not_run.parquet``,
 ``throughput.{html,png}``, ``acceptance_by_depth.{html,png}``.
@@ -398,7 +398,7 @@ def summarise(per_root: pl.DataFrame, baseline: str, rules: dict[str, str]) -> p
 
 def baseline_notes(summary: pl.DataFrame, baseline: str, verifiers, rules: dict[str, str]) -> pl.DataFrame:
     """``summary`` with ``baseline_note``: why ``vs_baseline`` and ``paired_dE`` are empty on a row
-    (null where they are not): the baseline pairing (``baseline`` with greedy at T = 0, one-hot at
+    (null where they are not): the baseline pairing (``baseline`` with greedy at a greedy target (T = 0 or top-k = 1), one-hot at
     T > 0) is not among ``verifiers``, or it did not run there."""
 
     def why(setting: str) -> str:
@@ -434,7 +434,8 @@ def unpaired_builders(builders, settings, verifiers) -> list[dict]:
 
 def best_pairings(summary: pl.DataFrame, rules: dict[str, str]) -> pl.DataFrame:
     """Each builder's highest-throughput verifier per setting and budget (exact ties, as every lossless
-    verifier of a deterministic tree gives: greedy at T = 0, one-hot at T > 0, then by name)."""
+    verifier of a deterministic tree gives: greedy at a greedy target (T = 0 or top-k = 1), one-hot
+    otherwise, then by name)."""
     primary = pl.col("setting").replace_strict(rules, return_dtype=pl.String)
     ranked = summary.with_columns(pl.col("TPS").round(12).alias("_tps"), (pl.col("verifier") != primary).alias("_other"))
     return (
@@ -656,7 +657,7 @@ def tables(config: Config, source, latency, summary, per_root, categories, gaps,
         (
             shown,
             f"Each builder with its best lossless verifier (ratios and paired differences vs {config.baseline} with "
-            "greedy at T = 0, one-hot at T > 0; every pairing: compare_builders.parquet)",
+            "greedy at T = 0 or top-k = 1, one-hot otherwise; every pairing: compare_builders.parquet)",
         ),
         ByCategory(
             categories,

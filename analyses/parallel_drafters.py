@@ -2,7 +2,7 @@
 
 At every root of a source (a synthetic world, or live models) and every verify budget (draft
 tokens, root excluded), four deterministic trees are valued exactly (one tree per root:
-E[tau + 1] under the setting's rule for deterministic trees, one-hot at T > 0, greedy at T = 0;
+E[tau + 1] under the setting's rule for deterministic trees, one-hot at a sampled target, greedy at a greedy one (T = 0 or top-k = 1);
 NSS, DDTree's own rule, gives the same value on deterministic trees):
 
 * autoregressive draft (the source's pair, q(. | prefix)): ``eagle2`` (EAGLE-2 at the budget,

@@ -417,7 +417,11 @@ def charts(summary: pl.DataFrame, trace: pl.DataFrame | None, subtitle: str, rul
     tooltip = ["builder", "verifier", "E", "TPS", "vs_eagle2", "draft_share"]
     tps = throughput_bars(primary, "builder", BUILDERS, "budget:O", "setting:N", tooltip, column_title="budget")
     tps = titled(
-        tps, 220, 150, "SpecBlock vs EAGLE-2 at matched budgets (exact E / T-hat; greedy at T = 0, one-hot at T > 0)", subtitle
+        tps,
+        220,
+        150,
+        "SpecBlock vs EAGLE-2 at matched budgets (exact E / T-hat; greedy at T = 0 or top-k = 1, one-hot otherwise)",
+        subtitle,
     )
     if trace is None:
         return tps, None

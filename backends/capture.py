@@ -870,7 +870,8 @@ def shard_environment(environ) -> tuple[int, int, int]:
 
     Raises:
         ValueError: ``"RANK: ..."`` (or the other name) for a value that is not an integer, a
-            WORLD_SIZE below 1, a negative rank, or a RANK outside 0..WORLD_SIZE - 1.
+            WORLD_SIZE below 1, a negative rank, a RANK outside 0..WORLD_SIZE - 1, or a WORLD_SIZE
+            above 1 without a RANK.
     """
 
     def number(name: str, default: int, minimum: int) -> int:
@@ -886,6 +887,8 @@ def shard_environment(environ) -> tuple[int, int, int]:
         return value
 
     world, rank, local = number("WORLD_SIZE", 1, 1), number("RANK", 0, 0), number("LOCAL_RANK", 0, 0)
+    if world > 1 and environ.get("RANK") is None:
+        raise ValueError(f"RANK: not set, but WORLD_SIZE is {world}; set RANK for each process (torchrun sets both)")
     if rank >= world:
         raise ValueError(f"RANK: {rank} is not a rank of WORLD_SIZE {world} (ranks 0 to {world - 1})")
     return rank, world, local

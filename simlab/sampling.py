@@ -166,8 +166,10 @@ class SamplingSettings:
 
     @property
     def greedy(self) -> bool:
-        """True where p is one-hot on the argmax: temperature 0, or top-k = 1 at any temperature
-        (``probabilities`` gives the same law for both, ties included)."""
+        """True where p is one-hot: temperature 0 (on the logits' argmax, the lowest id of exact ties),
+        or top-k = 1 at any temperature (on the most probable token after the temperature, the
+        lowest id of exact ties: the same token unless the temperature rounds distinct logits to
+        one probability)."""
         return self.temperature == 0.0 or self.top_k == 1
 
     @property
@@ -218,7 +220,8 @@ def parse_settings(text: str) -> tuple[SamplingSettings, ...]:
 
     Raises:
         ValueError: ``settings: ...`` for an entry that is not of that form, values out of
-            range (the message of ``SamplingSettings``), or a setting named twice.
+            range (the message of ``SamplingSettings``), a setting named twice, or two greedy
+            settings (T = 0 and top-k = 1 give one law).
     """
     out = []
     for entry in (e.strip() for e in str(text).split(",")):
@@ -243,4 +246,7 @@ def parse_settings(text: str) -> tuple[SamplingSettings, ...]:
     names = [s.name for s in out]
     if len(set(names)) != len(names):
         raise ValueError(f"settings: {text!r} names a setting twice")
+    greedy = [s.name for s in out if s.greedy]
+    if len(greedy) > 1:
+        raise ValueError(f"settings: {', '.join(greedy)} are one law (the target's argmax, greedy); keep one")
     return tuple(out)

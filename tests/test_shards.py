@@ -117,6 +117,42 @@ def test_a_killed_rank_resumes_from_its_part(monkeypatch, tmp_path):
     _same_tables(dbd, tmp_path / "one", tmp_path / "many")
 
 
+def test_a_part_is_used_only_for_the_roots_it_valued(monkeypatch, tmp_path):
+    """A part's root whose identity (setting, root id, context) is not the run's root of that index,
+    as after a capture is recaptured under the same flags, is valued again; rank 0 does not merge a
+    part that lacks a root of its share or holds another root (exit 2, one line)."""
+    argv = [*DBD, "--out", str(tmp_path / "many")]
+    path = tmp_path / "many" / "parts" / "rank-1-of-2.json"
+    calls = []
+    plain = dbd.value_root
+    counted = dbd.STUDY.__class__(**{**dbd.STUDY.__dict__, "value_root": lambda *a: calls.append(a[2].index) or plain(*a)})
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("SIMLAB_SHARD_WAIT", "0")
+    assert _study.run_study(counted, argv) == 0 and calls == [1, 3, 5, 7, 9]
+    part = json.loads(path.read_text())
+    part["ids"]["3"] = "0" * 16  # root 3 of the part is another root than the run's root 3
+    path.write_text(json.dumps(part))
+    calls.clear()
+    assert _study.run_study(counted, argv) == 0 and calls == [3]
+    assert json.loads(path.read_text())["ids"]["3"] != "0" * 16
+    for tamper in ("ids", "roots"):
+        part = json.loads(path.read_text())
+        good = json.loads(path.read_text())
+        if tamper == "ids":
+            part["ids"]["5"] = "0" * 16
+        else:
+            del part["roots"]["5"], part["ids"]["5"]
+        path.write_text(json.dumps(part))
+        monkeypatch.setenv("RANK", "0")
+        with pytest.raises(SystemExit) as exit_:
+            _study.run_study(dbd.STUDY, argv)
+        assert exit_.value.code == 2
+        assert not (tmp_path / "many" / "divergence_by_depth.parquet").exists()
+        path.write_text(json.dumps(good))
+        monkeypatch.setenv("RANK", "1")
+
+
 def test_a_part_of_another_run_is_not_reused(monkeypatch, tmp_path):
     out = tmp_path / "many"
     assert _rank(monkeypatch, dbd, [*DBD, "--seed", "1", "--out", str(out)], 1, 2) == 0
@@ -130,6 +166,7 @@ def test_a_part_of_another_run_is_not_reused(monkeypatch, tmp_path):
     [
         ({"RANK": "2", "WORLD_SIZE": "2"}, [*DBD, "--out", "{out}"], "RANK: 2 is not a rank of WORLD_SIZE 2"),
         ({"RANK": "0", "WORLD_SIZE": "2"}, DBD, "--out: a sharded run"),
+        ({"WORLD_SIZE": "2"}, [*DBD, "--out", "{out}"], "RANK: not set, but WORLD_SIZE is 2"),
         ({"RANK": "0", "WORLD_SIZE": "2"}, ["--depth", "2", "--out", "{out}"], "--draws shared continues one generator"),
         (
             {"RANK": "0", "WORLD_SIZE": "2", "SIMLAB_SHARD_WAIT": "0"},

@@ -145,6 +145,7 @@ def test_settings_syntax():
         ("1::0", "top-k"),
         ("-1", "temperature"),
         ("1,1", "twice"),
+        ("0,1::1", "one law"),
         ("1:0.5:3:4", "is not T"),
     ):
         with pytest.raises(ValueError, match=f"^settings: .*{message}"):
