@@ -211,12 +211,16 @@ def name_list(text: str, flag: str, known) -> tuple[str, ...]:
     """Comma-separated names, each one of ``known``, each once.
 
     Raises:
-        ValueError: ``"<flag>: ..."`` for an empty list, an unknown or a repeated name.
+        ValueError: ``"<flag>: ..."`` for an empty list, an empty entry (``"a,,b"``), an unknown or
+            a repeated name.
     """
-    names = tuple(x.strip() for x in str(text).split(",") if x.strip())
+    entries = [x.strip() for x in str(text).split(",")]
+    names = tuple(x for x in entries if x)
     known = list(known)
     if not names:
         raise ValueError(f"{flag}: name at least one of {', '.join(known)}")
+    if len(names) != len(entries):
+        raise ValueError(f"{flag}: an empty entry in {text!r}")
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"{flag}: unknown {', '.join(unknown)}; choose from {', '.join(known)}")

@@ -90,6 +90,9 @@ def test_the_kits_list_parsers():
             cli.float_list(text, "--y", 0, 1)
     with pytest.raises(ValueError, match=r"^--z: a name appears twice"):
         cli.name_list("a,a", "--z", ["a", "b"])
+    for text in ("a,,b", "a,b,"):
+        with pytest.raises(ValueError, match=r"^--z: an empty entry"):
+            cli.name_list(text, "--z", ["a", "b"])
 
 
 def test_a_schedule_keeps_its_repeats_and_the_studies_reread_lists_through_the_kit():
