@@ -39,7 +39,7 @@ import polars as pl
 from analyses._grid_study import GridStudyConfig, add_grid_study_flags, check_grid_study_flags, grid_source
 from analyses._categories import by_category, with_category
 from analyses._labels import DDTE_VERIFIERS, by_position, grid_of, label_all, label_root
-from analyses._study import WROTE, ByCategory, Opened, Report, Study, chart_files, live_timing_reason, parse, run_study
+from analyses._study import WROTE, ByCategory, Opened, Report, chart_files, declared, live_timing_reason, parse, run_study
 from backends.cli import ToolParser, chart_writer, fail, name_list
 from analyses._flags import study_config
 from simlab import tree_verifiers
@@ -424,19 +424,7 @@ def tables(
     return items
 
 
-STUDY = Study(
-    prog=PROG,
-    doc=__doc__,
-    config_type=Config,
-    flags=flags,
-    config=config_of,
-    open=open_source,
-    value_root=value_root,
-    merge=merge,
-    run=run,
-    values=values,
-    shardable=shardable,
-)
+STUDY = declared(globals())
 
 
 def main(argv=None) -> int:

@@ -46,7 +46,7 @@ from analyses import _root_cache
 from analyses._categories import by_category
 from analyses._root_cache import RootCache
 from backends.sources import replay
-from analyses._study import ByCategory, Opened, Report, Study, chart_files, parse, run_study
+from analyses._study import ByCategory, Opened, Report, chart_files, declared, parse, run_study
 from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, name_list, progress_bar
 from backends.sources.recorded import RecordedSource, RecordedTrees
 from analyses._flags import SourceConfig, add_source_flags, make_source, study_config
@@ -474,21 +474,11 @@ def _trees(config: Config, source) -> str:
     return f"{config.shape} (width {config.width}, depth {config.depth}{f', trunk {config.trunk}' if config.shape == 'delayed' else ''})"
 
 
-STUDY = Study(
-    prog=PROG,
-    doc=__doc__,
-    config_type=Config,
-    flags=flags,
-    config=config_of,
-    open=open_source,
-    value_root=value_root,
-    merge=merge,
+STUDY = declared(
+    globals(),
     run=report,
-    values=values,
-    hf_defaults=HF_DEFAULTS,
     # a verifier refused on the trees is one of --engine-metrics (the study's only verifiers)
     error_flags={"prompts": "--prompts", "capture": "--capture", "verifier": "--engine-metrics"},
-    shardable=shardable,
 )
 
 

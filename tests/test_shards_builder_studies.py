@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import one_error_line
+from shard_checks import assert_sharded_equals_one_process
 
 from analyses import _study, compare_builders, parallel_drafters, sweep
 
@@ -29,24 +30,9 @@ def _no_charts(monkeypatch):
         monkeypatch.setattr(module, "chart_writer", lambda chart, fmt: lambda tmp: Path(tmp).write_bytes(b""))
 
 
-def _sharded(monkeypatch, module, argv, out: Path, world: int) -> None:
-    """Ranks world-1 .. 1 write their parts, then rank 0 values its own share and merges."""
-    monkeypatch.setenv("WORLD_SIZE", str(world))
-    monkeypatch.setenv("SIMLAB_SHARD_WAIT", "0")
-    for rank in reversed(range(world)):
-        monkeypatch.setenv("RANK", str(rank))
-        assert module.main([*argv, "--out", str(out)]) == 0
-    for name in ("RANK", "WORLD_SIZE", "SIMLAB_SHARD_WAIT"):
-        monkeypatch.delenv(name)
-
-
 @pytest.mark.parametrize("module, argv", [(parallel_drafters, PARALLEL), (sweep, SWEEP)], ids=["parallel_drafters", "sweep"])
 def test_a_sharded_run_equals_one_process(monkeypatch, tmp_path, module, argv):
-    assert module.main([*argv, "--out", str(tmp_path / "one")]) == 0
-    _sharded(monkeypatch, module, argv, tmp_path / "many", 2)
-    for name in TABLES[module]:
-        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "many" / name).read_bytes(), name
-    assert sorted(p.name for p in (tmp_path / "many" / "parts").iterdir()) == ["rank-0-of-2.json", "rank-1-of-2.json"]
+    assert_sharded_equals_one_process(monkeypatch, tmp_path, module, argv, TABLES[module])
 
 
 @pytest.mark.parametrize(

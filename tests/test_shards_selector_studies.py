@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from shard_checks import run_ranks
+
 from analyses import ddte_audit, evaluate_selector, train_selector
 from simlab.grid import GridAxes
 from tests.conftest import one_error_line
@@ -31,17 +33,6 @@ def _small(monkeypatch):
     monkeypatch.setattr(ddte_audit, "DDTE_AXES", GridAxes((1, 2), (0, 1), (0, 1)))
 
 
-def _sharded(monkeypatch, module, argv, out: Path, world: int) -> None:
-    """Ranks world-1 .. 1 write their parts, then rank 0 values its own share and merges."""
-    monkeypatch.setenv("WORLD_SIZE", str(world))
-    monkeypatch.setenv("SIMLAB_SHARD_WAIT", "0")
-    for rank in reversed(range(world)):
-        monkeypatch.setenv("RANK", str(rank))
-        assert module.main([*argv, "--out", str(out)]) == 0
-    for name in ("RANK", "WORLD_SIZE", "SIMLAB_SHARD_WAIT"):
-        monkeypatch.delenv(name)
-
-
 @pytest.mark.slow  # three runs of a study: 2-3 s each on an idle machine, 30 s on a loaded one
 @pytest.mark.parametrize("module, argv", [(ddte_audit, AUDIT), (train_selector, TRAIN)])
 def test_a_sharded_run_publishes_the_one_process_tables(monkeypatch, tmp_path, module, argv):
@@ -50,7 +41,7 @@ def test_a_sharded_run_publishes_the_one_process_tables(monkeypatch, tmp_path, m
     run's, byte for byte."""
     world = 3 if module is ddte_audit else 2
     assert module.main([*argv, "--out", str(tmp_path / "one")]) == 0
-    _sharded(monkeypatch, module, argv, tmp_path / "many", world)
+    run_ranks(monkeypatch, module, argv, tmp_path / "many", world)
     for name in TABLES[module]:
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "many" / name).read_bytes(), name
     parts = sorted(p.name for p in (tmp_path / "many" / "parts").iterdir())
