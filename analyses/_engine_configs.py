@@ -27,65 +27,8 @@ engine         keys (as the engine writes them)                            lab b
                method)                                                     max_draft_len - 1, topK)``
 =============  ==========================================================  ======================================
 
-Counting conventions: EAGLE's ``total_token`` and SGLang's ``speculative_num_draft_tokens`` count
-the verified root, the lab's budget does not; EAGLE's ``depth`` counts expansion rounds after
-the root's (``simlab.builders.eagle``), SGLang's ``speculative_num_steps`` counts draft forwards
-(levels), so ``depth = num_steps - 1``; vLLM's EAGLE and draft-model proposers draft the argmax
-chain (SGLang's with ``topk = 1`` too).
-
-**Each engine's own rules** (read in its code; the key-by-key table is in ``docs/metrics.md``):
-
-* EAGLE (SafeAILab/EAGLE@cb7e084 ``eagle/model/cnets.py::topK_genrate``): the root's ``top_k``
-  candidates and ``top_k^2`` per round, ``depth`` rounds; ``torch.topk`` keeps ``total_token - 1``
-  of the ``top_k + depth top_k^2`` candidates and raises when asked for more (``engine_limit``).
-* vLLM (vllm-project/vllm@f19b16d ``vllm/config/speculative.py``): ``num_speculative_tokens`` must
-  be > 0; with no ``speculative_token_tree`` the tree is the chain of ``num_speculative_tokens``
-  tokens; a ``*_mtp`` method is renamed ``mtp`` (the same chain).
-* SGLang (sgl-project/sglang@d9ccf6a ``python/sglang/srt/arg_groups/speculative_hook.py::
-  _handle_eagle_family``; @fba8ecc ``speculative/eagle_worker.py::draft_forward``; @263bc85
-  ``speculative/eagle_utils.py::organize_draft_results``): with ``speculative_eagle_topk = 1`` it
-  resets ``speculative_num_draft_tokens`` to ``speculative_num_steps + 1`` (a warning, no error):
-  the lab applies the same reset and the label says so (``adjusted``); ``num_steps`` draft forwards
-  give ``topk + (num_steps - 1) topk^2`` candidates, of which ``torch.topk`` keeps
-  ``num_draft_tokens - 1`` and raises when asked for more: refused (``engine_limit``).
-
-* llama.cpp (ggml-org/llama.cpp@6c8a045 ``common/speculative.cpp::common_speculative_use_draft_model``,
-  ``common/common.h``, ``tools/server/server-context.cpp``; @00efb3e ``common/sampling.cpp``,
-  ``tools/server/server-task.cpp::params_from_json_cmpl``): the draft's greedy chain, each token kept,
-  stopping after ``draft_max`` tokens or after a token whose probability (renormalised over the
-  draft's top 10) is below ``draft_p_min``; a chain shorter than ``draft_min`` is dropped (a plain
-  step); the server clamps ``draft_min`` to ``[0, draft_max]`` (the lab applies it and the label says
-  so, ``adjusted``) and skips speculation at ``draft_max <= 0`` (refused: plain decoding); the target
-  samples at each position and accepts while equal (``exact_match``).  ``simlab.builders.confident_chain``
-  writes the rule out; ``draft_p_min <= 0`` never stops the chain, so it is the top-1 chain.
-* TensorRT-LLM (NVIDIA/TensorRT-LLM@0004396 ``tensorrt_llm/llmapi/llm_args.py::EagleDecodingConfig``,
-  ``DecodingBaseConfig``; @057c8a6 ``tensorrt_llm/_torch/speculative/eagle3_dynamic_tree.py``): the
-  one-model EAGLE-3 worker drafts the argmax chain of ``max_draft_len`` tokens (``is_linear_tree``);
-  with ``use_dynamic_tree`` it drafts EAGLE-2's tree: the root's ``dynamic_tree_max_topK`` (K) most
-  probable tokens, then ``max_draft_len - 1`` layers of K^2 candidates scored by the product of
-  probabilities (the cumulative log q's order), frontier the K best, and keeps the
-  ``max_total_draft_tokens`` best of the K + (max_draft_len - 1) K^2 (default K max_draft_len; the
-  engine raises outside ``[max_draft_len, K max_draft_len]``).  Drafts use the untempered softmax;
-  verification is argmax matching for greedy requests and exact matching otherwise
-  (``use_rejection_sampling`` false, the default): ``exact_match``.  Refused, each naming the key:
-  ``eagle_choices`` (a deprecated static tree), ``greedy_sampling: false`` and ``posterior_threshold``
-  (typical acceptance, lossy), ``use_rejection_sampling: true`` (its rule not read), the batch- and
-  run-time rules (``draft_len_schedule``, ``max_concurrency``, ``acceptance_window``,
-  ``acceptance_length_threshold``), ``sa_config``, and the decoding types other than ``Eagle`` and
-  ``Eagle3`` (``TRTLLM_METHODS``).
-
-Refused although the engine would run it (the lab's limits, each refused in one line naming the
-key as written): a setting that drafts no token (EAGLE's ``total_token = 1``, SGLang's
-``num_draft_tokens = 1`` at ``topk > 1``: plain decoding), EAGLE's ``total_token = -1`` (a choice
-by timing on the GPU, ``eagle/model/ea_model.py``), EAGLE's negative ``depth`` (its loop then runs
-no round, as for 0), and one of more than ``MAX_LEVELS`` draft positions (the lab's EAGLE-2
-builder grows at most ``MAX_LEVELS - 1`` rounds after the root's).  A ``top_k`` above the
-vocabulary fails in the engine (``vocab_limit``: the sweep lists it as not run at the root).  Not
-checked (they depend on the models or the server, which a configuration does not name): vLLM's
-``n_predict`` divisibility for MTP drafters, SGLang's attention-backend and page-size limits on
-``topk > 1``, llama.cpp's cut of the draft to the context room and to the request's remaining
-tokens (``get_n_draft_max``), and llama.cpp's reuse of a dropped draft's tail (it returns fewer
-tokens than the dropped chain, which was shorter than ``draft_min``: dropped again).
+Counting conventions, each engine's own rules (read in its code, with commits) and the settings refused
+although the engine would run them: ``docs/derivations/engine_configs.md``.
 
 **Verifier modes** (``VERIFIER_MODES``, the one map from an engine's verification to a lab verifier):
 ``exact_match`` (strict: accept a draft iff it equals the token the target samples; SGLang and

@@ -22,15 +22,7 @@ the same kind.  Two kinds of static action, labelled in the ``static`` column
 (``analyses._selector_data``): ``static_iid``, DDTE's static baseline (plain i.i.d. rollouts,
 L1 = 0), and ``static_all_actions``, the lab's option (the best of every delayed action).
 
-**The selector's policy under each convention** (unless ``--no-selector``): the roots are split
-by trajectory (60/20/20, ``simlab.selector.train.split_by_trajectory``); for each OT-based
-verifier and convention one neural selector (DDTE Sec. 6, ``simlab.selector``) is trained on
-the convention's labels of the training roots (validated on the validation roots, its loss's
-baseline the convention's ``static_iid`` choice on the training roots), and on the held-out test
-roots the policies ``static_iid`` and ``static_all_actions`` (chosen on the training roots) and
-``selector`` (argmax per root from its features) are valued twice: by the convention's labels
-(``claimed``) and by the exact ones (``exact``), beside Traversal's exact static policies of both
-kinds chosen on the same training roots (its ``static_iid`` policy is the reference of the ratios).
+The selector's policy under each convention (unless ``--no-selector``): ``docs/derivations/ddte_audit.md``.
 
 Output under ``--out`` (default ``out/ddte_audit/<source>/``): ``ddte_audit.parquet`` (summary),
 ``labels.parquet`` (every root, action, verifier and convention; with the engines' metrics

@@ -37,21 +37,7 @@ lossless for its drafting law.  Reported:
     vLLM's synthetic-mode flag and config, SGLang's environment, and how far a constant-rate
     conversion of the mean length misstates the profile (``constant_rate_misstatement``).
 
-The standard errors are the workload's: each root's values are exact, and they vary over the
-prompts; with one request they are NaN.  Cost: the sweep's for the same configurations, plus
-the 1 - TV chain's ``--positions`` nodes per root, read from the root's table the valuation filled
-(a node the configurations fetched is not fetched again): 5-6 s of CPU for vLLM's seven default chains on
-the default synthetic world (8 roots, imports and charts included); a capture replays every node
-from its stored logits (one softmax of the vocabulary per node read, no model call), so its time
-grows with roots x configurations x tree nodes: 5 s of CPU for the same seven chains on a T = 0
-chain capture of SmolLM2 (V = 49,152, 6 roots; the chains of 5-7 tokens need nodes it lacks).  On a capture
-the chain and the trees need the nodes the capture holds (a T = 0 chain capture of depth D holds
-every top-1 chain up to D tokens); ``--fill`` evaluates the rest with the capture's own models.
-
-Output under ``--out`` (default ``out/serve_estimate/<source>/``): ``serve.parquet``,
-``speedup.parquet``, ``one_minus_tv.parquet``, ``per_root.parquet``, ``by_position.parquet``,
-``disagreements.parquet``, ``not_run.parquet``, ``exports.json``, ``profile-<setting>.json``,
-``speedup.{html,png}``.  The manual: ``docs/serve_estimate.md``.
+Standard errors, cost and the output files: ``docs/derivations/serve_estimate.md``; the manual: ``docs/serve_estimate.md``.
 """
 
 from __future__ import annotations

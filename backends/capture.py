@@ -21,10 +21,6 @@ nodes, once each.  ``--labels specinfer,spectr,...`` also values every action of
 (``simlab.labels.grid_labels``, the studies' own label function) and stores the labels
 (``labels-r*.parquet``) beside the per-node summaries, so a capture without ``--full`` (no
 logits: about 1 GB per root at V = 128,000) still carries everything the selector needs.
-Memory: the drafting and the labelling tables keep float32 logits, not float64 rows
-(``NodeTable(rows="logits")``: the same bits), and the labels are computed node by node with no
-plan kept (``stream=True``), so one root's grid at V = 128,000 adds about 1.3 GB (its two models'
-logits) to the process (``scripts/capture_memory.py``).
 
 Resumable: a killed run (even SIGKILL) rerun with the same command skips the roots already
 captured and produces no duplicate and no missing rows, because every root is seeded by
@@ -38,41 +34,8 @@ whose models differ is refused naming which; a local model folder is recorded as
 checking their fingerprints (``open_captured_pair``).  Every path the run reads (the prompt file,
 local model folders) is checked before anything is created (``check_inputs``).
 
-``--evaluation cached`` (the default) evaluates every node once: the G = ``--roots-per-forward``
-(default 8) consecutive roots of a group share one ``backends.tree_cache.TreeSession`` (one
-batch row each, both models' KV caches kept from level to level), grid trees are drawn in
-lockstep (``simlab.grid.draw_grids``: one forward per model and level for the group, only
-the new nodes), and the leaves come from the same caches.  ``--evaluation forward`` (captures
-made before the flag) drafts each root alone, every level a tree forward that evaluates the
-ancestors again, then evaluates the leaves of the G roots' trees in one masked forward per model
-(``HFPair.forest_logits``; G = 1: one tree forward per root, as captures made before
-``--roots-per-forward``).  Groups are fixed by root order (group j = roots jG .. jG + G - 1), so a
-resumed or sharded run computes exactly the same packs; a group with a missing shard is
-evaluated whole again and only its missing shards are written.  Under ``torchrun`` each process
-captures the groups with ``j % WORLD_SIZE == RANK`` on ``cuda:LOCAL_RANK`` (with G = 1: the roots
-with ``root % WORLD_SIZE == RANK``); RANK, WORLD_SIZE and LOCAL_RANK that cannot shard (not
-integers, WORLD_SIZE < 1, RANK outside 0..WORLD_SIZE - 1) exit 2 with one line, and a rank with
-nothing to do (no group of its own, or all captured) says so on stderr.  A folder is written by one
-run at a time (``backends.capture_lock``: ``lock-rank<R>.json`` per process; the ranks of one run,
-same settings and WORLD_SIZE, share it; another run is refused with one line while a live process
-holds it; a dead process's lock is taken over with one line), every rank writes settings.json
-before its first shard (or checks it equals its own), and every shard records the hash of the
-settings it was drawn under (``backends.capture_store``), which readers check.
-
-After an out-of-memory error a group is retried with half
-as many tokens per forward, and the later groups of the run keep the smaller budget (their packs,
-and so the last float32 bits of their logits, then differ from an uninterrupted run's; a rerun
-starts again at the full budget).  The logits of every node a child was drafted from come from
-the drafting forwards (so the stored q is the q the children were drawn from); the final
-forward evaluates the leaves.
-
-With ``--labels-engine torch`` (the default on CUDA) the logits stay on the models' device
-(``HFPair.with_resident_logits``): the labels' p and q and the node summaries are computed there
-(``simlab.batched``, ``simlab.device_rows``) and only masses, summaries and top tokens reach the
-host; drafting copies the q rows of the nodes it draws from to the host for the seeded numpy
-draw, and ``--full`` copies the logits it stores.  Top-p settings keep the logits on the host
-(their nucleus is cut there).  Summaries computed on the device equal the host's to rounding
-(1e-12), not to the bit.
+Evaluation (``--evaluation cached`` / ``forward``, ``--roots-per-forward``), sharding under ``torchrun``,
+locking, out-of-memory retries, ``--labels-engine torch`` and the memory figures: ``docs/derivations/capture.md``.
 """
 
 from __future__ import annotations

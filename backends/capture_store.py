@@ -26,28 +26,8 @@ archive's ``root`` member, checked by every reader: a shard copied or renamed un
 name would count that root twice), and a settings.json field of the wrong type or out of range (the
 message names the field).
 
-**Settings hash.** ``settings.json`` is written before any shard, by every rank (``claim_settings``:
-created only if absent, atomically, so that of two runs racing into an empty folder one writes it
-and the other compares), and every shard records the hash of the settings it was drawn under
-(``settings_hash``: SHA-256 of the settings less the prompt file's path; parquet shards in their
-key-value metadata ``simlab.settings_sha256``, logits archives as the member ``settings_sha256``).
-Every reader (``read_nodes``, ``read_capture``, ``read_grid_drafts``, ``read_labels``,
-``read_logits``, ``CapturedPair``, ``backends.sources.replay.CaptureSource``) refuses a shard whose
-hash differs from that of the folder's settings.json, with one line (``MixedCapture``).  Shards
-written before the hash (captures made before it) carry none: they are read as legacy shards,
-unchecked, only in a folder where no shard records a hash (``unstamped_allowed``); an unstamped
-shard beside stamped ones is refused as one from another capture.  The writer resumes no folder
-holding unstamped shards (``check_legacy``).  A folder holding shards but no settings.json is
-refused by the writer.  Who may write into a folder at a time: ``backends.capture_lock`` (its
-``lock-rank<N>.json`` files, one per writing rank).
-
-**Model fingerprints.** ``target_fingerprint`` and ``draft_fingerprint`` record which models a
-capture was drawn from (``backends.capture.model_fingerprints``: a digest of a model folder's
-files, a hub id's commit), so a resume whose models differ is refused naming which
-(``check_resumable``), and they are part of the settings hash.  An empty fingerprint is left out
-of the hash, so a capture made before the fields keeps its hash; such a capture resumes with its
-models unchecked and a note saying so (``check_legacy``).  A study that reopens a capture's models
-(``backends.capture.open_captured_pair``) refuses models whose fingerprints differ (``check_models``).
+The settings hash, the model fingerprints and what each reader and the writer refuse:
+``docs/derivations/capture_store.md``.
 
 **Resume.** A root counts as captured only when its files pass ``check_root`` (the node, drafts and
 labels shards read in full with their root ids, the logits archive read through: every member's

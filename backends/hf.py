@@ -23,11 +23,6 @@ for example the reference pair of ``python -m backends.reference_pair``).  It im
   ``--roots-per-forward`` uses it;
 * ``prefix_distributions(context, last)``: the target's p at every prefix of one context from one
   causal forward (``simlab.pairs.PrefixRows``: TreeGraft's prompt score cache);
-* tree attention is **probed once**, when the pair is built: a small tree evaluated with the
-  mask must match plain forwards of its paths.  A model that rejects custom masks (raises
-  anything but out-of-memory) or ignores them (different distributions) is evaluated by
-  batching the root-to-node paths instead, with one warning.  No error is caught afterwards:
-  an out-of-memory error always reaches the caller.
 
 Logits are cast to float32 on the device, and turned into p and q (float64) by the lab's one
 transform, ``SamplingSettings.probabilities`` (``simlab.sampling``), the same as the synthetic
@@ -41,11 +36,7 @@ is larger than the target's, unless the caller asks ``trim_draft_vocab=True`` (t
 so.  Device: ``"auto"`` picks CUDA when available,
 else the CPU.  ``with_settings`` returns a new pair sharing the loaded models.
 
-``with_resident_logits()`` returns a pair whose ``node_logits`` and ``forest_logits`` give the
-float32 logits as torch tensors on the models' device instead of host arrays: a
-``simlab.trees.NodeTable`` keeps them there, and the batched engine and the node summaries read
-p and q on the device (``simlab.device_rows``; the capture's ``--labels-engine torch``).  Top-p
-settings are refused there (their nucleus is cut on the host: ``simlab.device_rows``).
+The tree-attention probe and ``with_resident_logits()``: ``docs/derivations/hf.md``.
 """
 
 from __future__ import annotations

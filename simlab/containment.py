@@ -11,65 +11,13 @@ form; three methods compute it (``prefix_containment(..., method=)``):
   1 - drawn mass), each tuple counted in every prefix that holds its last-ranked token.  Exact
   to the rounding of its sums (2e-13 at 250,000 tuples); n! / (n - k)! tuples, limited to
   ``simlab.drafting.MAX_ENUMERATED_TUPLES``.
-* ``"clocks"`` - exponential clocks (derived here).  Give token i an independent clock
-  E_i ~ Exp(q_i); the order in which the clocks ring is a draw without replacement from q (the
-  race of exponentials: the next token to ring is i with probability q_i / (mass still
-  silent), and memorylessness restarts the race).  The first k rings all lie in H iff at least
-  k clocks of H ring before the first clock of the complement, which rings at T ~ Exp(lam),
-  lam = q(V minus H), independent of H's clocks.  So
+* ``"clocks"`` - exponential clocks (the lab's derivation): F(H) as an integral over the first ring of the
+  complement's clocks, a trapezoid rule in log t on a grid shared by all prefixes, O(n k G) for G
+  grid points; within 2e-14 of ``"enumerate"`` in the tests, a tiny F keeps its relative accuracy.
+  Derivation, error bounds, accuracy and cost: ``docs/derivations/containment.md``.
 
-      F(H) = int_0^inf lam e^(-lam t) P(N_H(t) >= k) dt,
-
-  N_H(t) the number of H's clocks rung by t: a Poisson-binomial count with success
-  probabilities 1 - e^(-q_i t).  F is summed directly, never as 1 - (1 - F) (that form
-  drifted by 1.6e-12 at n = 128,000 with many tiny masses, F below 0).  The integral is a
-  trapezoid rule in s = log t on a grid shared by all prefixes, from ``LEFT_T`` (below it
-  P(N_H(t) >= k) <= (q t)^k: nothing to add) to t_hi, the time by which the k-th ring overall
-  has passed with probability 1 - ``TAIL`` (it is stochastically below a Gamma(k, r) time, r the
-  mass outside the k - 1 largest q).  Past t_hi the rule adds the lattice sum of the density times
-  P(N_H(t_hi) >= k) (it only grows past t_hi, to at most 1: a lower bound, off by at most
-  P(T > t_hi, N_H(t_hi) < k) <= P(fewer than k rings by t_hi) <= ``TAIL``), summed point by point
-  where the density is small there, else as 1 minus the rest (the density u e^(-u), u = lam t,
-  sums to 1 over any lattice in s to within about e^(-pi^2 / step), Poisson summation).  The
-  integrand is analytic in a strip around the real s axis and decays at both ends, so the rule
-  converges geometrically in 1 / step; the strip narrows like 1 / sqrt(k) (N_H's k-th ring is
-  sharp in log t), so the default step is ``STEP`` up to k = 32 and ``STEP`` sqrt(32 / k) above
-  (``default_step``: the error stays below 1e-15 in the tests; ``STEP`` itself errs 2e-13 at
-  k = 48, 4e-9 at k = 100).  q is normalised first (drafting renormalises; the time scale
-  assumes a total of 1), in logs: every rate x time product is formed from log q and log t, so a
-  tail of 5e-324 masses (low-temperature sampling) keeps its relative weights and a k-th ring
-  beyond float64 times (t_hi up to e^1460) is still integrated: the grid then spans up to about
-  12,000 points instead of 200-600, and a call costs 11-24 s at n = 32,000 and 45-112 s at
-  n = 128,000 (k = 4) instead of 0.2 s and 0.8 s; the tails' memory (2 k sqrt(n) G values) is
-  capped at ``MAX_STATE_VALUES``.  P(N_H(t) >= k) for every prefix and grid point comes from a
-  recursion over the ordered tokens on the tails D_m = P(N > m), m < k (each token moves D_m
-  toward D_(m-1) by its ring probability: tails only grow, small ones from small terms), run in
-  blocks of about sqrt(n) tokens: each block's own tails, then the tails before each block
-  (truncated convolutions), then each block again from its start.  O(n k G) arithmetic for G grid
-  points (about 200-300 at k = 4); 0.17 s at n = 32,000 and 0.8 s at n = 128,000, k = 4, one
-  thread (benchmarks/RESULTS.md).
-
-  Accuracy: within 2e-14 of ``"enumerate"`` in the tests; every prefix is computed on its own, so
-  F rises along the prefixes only to within an ulp or two.  A tiny F keeps its relative accuracy
-  (a prefix of 20,000 masses of 1e-16: 4e-24 to 1e-15; two masses of 1e-20 before 100 of 0.01:
-  2e-40 to 1e-13) except where H's own k-th ring lies far past t_hi, where it is a lower bound
-  within ``TAIL``.  Masses below about 1e-300 of the largest enter through their logarithms'
-  rounding (1e-13 relative), which moves F by up to about 3e-14 where the choice among such
-  masses decides it (``k = 1`` is summed without logs).
-
-* ``"pairs"`` - k <= 2 only, in closed form from cumulative sums, O(n).  With q normalised,
-  lam = q(V minus H) and Q = q(H),
-
-      F(H) = sum_(i in H) q_i (Q - q_i) / (1 - q_i) = Q - lam sum_(i in H) q_i / (1 - q_i)
-
-  (the first child is i, the second lies in H minus i; Q - q_i = (1 - q_i) - lam).  Each
-  1 - q_i is taken as the sum of the other masses (the sums before and after i, never 1 minus a
-  mass near 1) and lam as the sum after the prefix, so every term is a ratio of sums of
-  non-negative masses and lam q_i / (1 - q_i) <= q_i (the mass after the prefix is part of the
-  mass other than i): F is within a few ulps times n of the exact sum in absolute terms (3e-16 in
-  the tests against ``"enumerate"``), not relative ones (a tiny F comes out as a difference of
-  sums; the clocks keep its relative accuracy).  Every mass must be a normal float after the
-  rescaling (within 2^-1022 of the largest), so that no q_i / (1 - q_i) overflows.
+* ``"pairs"`` - k <= 2 only, in closed form from cumulative sums, O(n); absolute (not relative)
+  accuracy, every mass a normal float after rescaling (formula: ``docs/derivations/containment.md``).
 
 alpha* needs F only beside 1 (absolute accuracy) and only the least p(H_j) + 1 - F(H_j): the clocks
 with ``absolute=True`` start their grid at ``absolute_left(k)`` (where the integrand's remaining mass

@@ -8,37 +8,16 @@ profile's ``note``); where a source gives no unit (only relative times), the pro
 with it are in tokens per t_target(1), not per second.  A figure derived from a published one
 (a total drafting time split over the forwards that make it) says so.
 
-==========================  =====================================================================
-name                        source
-==========================  =====================================================================
-``sequoia-demo``            Sequoia, official repo Infini-AI-Lab/Sequoia@0ff3ff7 ``demo-config.json``:
-                            ``target_time`` [10, 10, 10, 12, 14, 18] at ``valid_budget`` (tokens
-                            per target forward, root included) [1, 2, 4, 8, 16, 32], ``draft_time``
-                            0.3 per draft level; no unit or GPU named: a ratio profile.
-``treegraft-a100``          TreeGraft, official repo fjm9933/TreeGraft@f53e3a8
-                            ``graft/combine_tree/scheduler_artifacts.py``: the scheduler's input
-                            means ``x_mean`` of T_tgt = 81.99 ms and T_mid = 48.09 ms (warm-up
-                            forward means of its training runs, 2 x A100, fp16, trees of up to 64
-                            tokens); the n-gram ("small") step 0.92 ms from the paper (arXiv
-                            2608.26112, the All-Small baseline).
-``specblock-a100``          SpecBlock (arXiv 2605.07243), main results and drafting-latency
-                            analysis, Llama-3.1-8B on one A100-80GB, batch 1: verification about
-                            37 ms; EAGLE-3's drafting 17 ms over 7 levels ("draft": 17/7 ms per
-                            forward, derived) and SpecBlock's 7 ms over 2 block forwards
-                            ("block": 3.5 ms per forward, derived).
-``qwen2.5-a100``            Qwen team, "Qwen2.5 Speed Benchmark" (qwen.readthedocs.io, benchmark/
-                            speed_benchmark; official repo QwenLM/Qwen2.5@010c37c
-                            ``docs/source/benchmark/speed_benchmark.rst``), tables "0.5B (vLLM)" and
-                            "1.5B (vLLM)", BF16 rows: one A100 80GB, vLLM 0.6.3, batch 1, tokens/s of
-                            generating 2048 tokens after inputs of 1, 6144, 14336 and 30720 tokens
-                            (Qwen2.5-0.5B-Instruct 311.55 / 304.79 / 290.28 / 264.51, Qwen2.5-1.5B-Instruct
-                            183.33 / 176.68 / 168.69 / 152.04); per forward 1 / (tokens/s) (derived):
-                            target = the 1.5B, draft = the 0.5B.
-``qwen2.5-a100-hf``         The same page and environment's "0.5B (Transformer)" and "1.5B (Transformer)"
-                            tables, BF16 rows: transformers 4.46.0 with Flash Attention 2.5.8
-                            (0.5B 47.40 / 47.45 / 47.11 / 47.16, 1.5B 39.68 / 40.88 / 40.43 / 38.59
-                            tokens/s): eager decoding, bound by kernel launches rather than weights.
-==========================  =====================================================================
+Profiles and their sources (each one's figures and how a per-forward time is derived from them:
+``docs/derivations/latency_profiles.md``):
+
+* ``sequoia-demo``: Sequoia, official repo Infini-AI-Lab/Sequoia@0ff3ff7 ``demo-config.json`` (a ratio profile);
+* ``treegraft-a100``: TreeGraft (arXiv 2608.26112), official repo fjm9933/TreeGraft@f53e3a8
+  ``graft/combine_tree/scheduler_artifacts.py`` (2 x A100, fp16, ms);
+* ``specblock-a100``: SpecBlock (arXiv 2605.07243), Llama-3.1-8B on one A100-80GB (ms);
+* ``qwen2.5-a100`` and ``qwen2.5-a100-hf``: Qwen team, "Qwen2.5 Speed Benchmark", official repo
+  QwenLM/Qwen2.5@010c37c ``docs/source/benchmark/speed_benchmark.rst`` (one A100 80GB, BF16; vLLM 0.6.3
+  and transformers 4.46.0 respectively).
 
 The Qwen2.5 profiles time the general Qwen2.5-1.5B-Instruct and -0.5B-Instruct, whose shapes the
 Coder models of ``--pair qwen2.5-coder`` (``backends.qwen_pair``) share (28 layers, hidden 1536,

@@ -30,11 +30,7 @@ protocol               members                                     used by
                                                                    one forward)
 =====================  ==========================================  ==========================
 
-A ``ParallelDraft`` pair's draft is a parallel drafter (DFlash, PARD, P-EAGLE, Medusa heads):
-its q at a node of depth d below the root is q_{d+1}(root), one row per position computed from
-the root alone, whatever tokens were drafted above the node; ``node_distributions`` (so every
-``NodeTable``) gives exactly those rows, so a verifier sees the distribution a node's children
-were chosen or drawn from.
+What a ``ParallelDraft`` pair's q is at a node: ``docs/derivations/pairs.md``.
 
 Nothing mutates a pair: ``with_settings`` and ``rooted`` return new pairs.  Every pair
 validates its contexts (``ValueError`` naming ``context`` for an id outside [0, V), ``-1``

@@ -25,11 +25,8 @@ Losses (``DrafterSpec.losses``), summed over the two blocks:
   within the mask); soft targets by the asymmetric ordinal kernel 1 / (1 + |c - t| + max(t - c,
   0))^2; each root's cross-entropy times the distance weight 1 + |t - p| + max(t - p, 0) (p the
   predicted class); the weighted sum divided by the sum of the class weights.
-* ``"corpus_masks"`` (the lab's earlier losses, a departure: ``docs/departures.md``): the chain
-  mask checks the **corpus token** (block 2: also gated by block 1's slots < j), one average
-  over all masked slots; the rank loss uses the draft loss's mask, weights each class by the
-  inverse of its running frequency and smooths labels towards the neighbouring classes
-  (``rank_smoothing``).
+* ``"corpus_masks"`` (the lab's earlier losses, a departure: ``docs/departures.md``):
+  ``docs/derivations/block_drafter_train.md``.
 
 ``valid_prefix=False`` (the paper's ablation) drops the draft loss's chain mask.  The rank loss
 is zero for the first ``rank_freeze`` steps.

@@ -30,20 +30,9 @@ pair that is not one (``simlab.pairs.ParallelDraft``; ``simlab.builders.parallel
 A builder's trees state their node laws; a verifier that is not lossless for them refuses them
 (``simlab.tree_verifiers``).  Budgets count draft tokens (distinct non-root nodes).
 
-Every registered builder declares, once, on its class (or factory):
-
-* ``default_laws``: the drafting laws of its trees' nodes at its default options (an instance's
-  ``laws`` refines them for its options); ``laws(name)`` reads them;
-* its defaults: the dataclass fields' defaults (``get(name, budget=...)`` keeps the others);
-* ``example(vocab_size=4)``: a tiny instance the generic builder tests run (``example(name)``);
-  a registered builder without one fails ``tests/test_builders.py``;
-* ``parallel_draft = True`` when it drafts from a parallel drafter (``simlab.pairs.ParallelDraft``):
-  the generic tests then give it each world's parallel stand-in, and ``parallel_draft(name)`` reads
-  it (absent: False, an autoregressive drafter).
-
-``sampled(name)`` is read from ``default_laws``: a builder whose default trees hold any law but
-``Drafting.DETERMINISTIC`` draws them (valued by the mean over drawn trees), the others give one tree
-per root.  No list keyed by name restates either declaration.
+Every registered builder declares its ``default_laws``, its defaults, an ``example(vocab_size=4)`` and,
+for a parallel drafter, ``parallel_draft = True``, once on its class; ``laws(name)``, ``example(name)``,
+``parallel_draft(name)`` and ``sampled(name)`` read them (``docs/derivations/builders.md``).
 """
 
 from __future__ import annotations

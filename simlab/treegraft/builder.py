@@ -30,10 +30,7 @@ asc, id asc) are added with their missing ancestors while the total fits, a node
 do not fit is skipped and the scan continues.  Children are deterministic given the context
 (``Drafting.DETERMINISTIC``): verified by the one-hot rule at T > 0 and greedily at T = 0.
 
-Options for the paper's ablations: ``pool="frontier"`` (no expanded graft positions: the pool
-is the current frontier), ``grafting="destructive"`` (a graft position's children outside q's
-top-k are deleted with their subtrees), ``mode="sequence"`` (CSD-style sequence-level drafting,
-the lab's reading: one path, each layer's drafter appends its top token to its end).
+Options for the paper's ablations (``pool``, ``grafting``, ``mode``): ``docs/derivations/treegraft_builder.md``.
 
 Cost (``simlab.latency``): a skip is one forward of the drafter named ``"small"`` (one token: the
 n-gram step's time is constant), a call one ``"draft"`` (mid) forward over every node of the

@@ -12,12 +12,9 @@ name              algorithm                                              lossles
 ``rrs_wor``       recursive rejection sampling without replacement       without replacement
 ``khisti``        importance-weighted selection + speculative sampling   i.i.d.
 ``optimal``       the OT-LP coupling (small vocabularies)                i.i.d. or w/o repl.
-``ot_walk``       coin walk down p/q + SD of its selection law (alpha*   i.i.d.
-                  wherever certified; any vocabulary)
-``ot_exact``      highest-score child, scores split by the left curtain  i.i.d.
-                  + SD of its selection law (alpha* at every node; any V)
-``ot_wor``        a mixture of priority orders selects a child + SD of   without replacement
-                  its selection law (alpha* - a reported gap; any V)
+``ot_walk``       coin walk down p/q + SD of its selection law           i.i.d.
+``ot_exact``      highest score by the left curtain + SD of its law      i.i.d.
+``ot_wor``        mixture of priority orders + SD of its selection law   without replacement
 ``onehot``        EAGLE's T > 0 rule: accept a child w.p. p'(x), q = 1   every law (deterministic)
 ``greedy``        the target's argmax, accepted iff a child              every law, one-hot p only
 ``greedy_draft``  SD against q~ on the tail of a greedy draft            mixed, w/o repl. (det.: one-hot)
@@ -36,20 +33,11 @@ name              algorithm                                              lossles
 (``sglang_thresh`` stands for ``sglang_threshold``, ``eta_accept`` for ``eta_acceptance``,
 ``eagle_len`` for ``eagle_lenience``.)  A declared-lossy verifier (``lossless_for`` empty) is
 refused by every tree unless ``allow_lossy=True``; its exact bias is ``simlab.efficiency.pairing_bias``.
-
-A tree verifier refuses a pairing outside ``lossless_for`` (``simlab.tree_verifiers``).
-
-``simlab.verifiers.selection.SelectionPlan`` is the select-then-test step (Khisti et al.'s canonical
-decomposition) that ``ot_exact`` and ``ot_wor`` share.
-
-A verifier declares what it is on its class (``NodeVerifier``): its ``label`` (the papers'
-name), ``drafting``, ``lossless_for``, ``ot_based``, ``needs_greedy_target``, and a closed-form
-acceptance rate by overriding ``NodePlan.acceptance_formula``.  Adding one is its own module plus
-``register(cls)`` here (or in a test: ``tests/test_new_verifier.py``); every query over the
-registry (``names``, ``ot_based``, ``simlab.tree_verifiers.lossless_names``, the generic tests)
-then includes it.  A class that is not one of the lab's own (``LAB_VERIFIERS``) is lossless for the
-studies only for the declared laws its exact check confirms (``simlab.conformance``): one that
-declares itself lossless and is not is refused with its exact bias.
+A tree verifier refuses a pairing outside ``lossless_for`` (``simlab.tree_verifiers``).  The OT rules
+reach alpha* wherever certified (``ot_walk``), at every node (``ot_exact``), up to a reported gap
+(``ot_wor``), at any vocabulary size; ``simlab.verifiers.selection.SelectionPlan`` is the
+select-then-test step (Khisti et al.'s canonical decomposition) that ``ot_exact`` and ``ot_wor`` share.
+What a verifier declares on its class, and how to add one: ``docs/derivations/verifiers.md``.
 """
 
 from __future__ import annotations

@@ -16,57 +16,18 @@ vocabularies (UniVer, arXiv 2605.04543, works on such trees; its definition was 
    every A, mu(V) = 1}, whose vertices are the mu_pi (Shapley 1971, "Cores of convex games";
    Edmonds' greedy algorithm).  A mixture with weights w (draw an order, then select by it) has
    the law sum_i w_i mu_pi_i.
-2. The best mixture.  alpha* = max over the core of sum min(mu, p) (LP duality: the min over
-   p/q prefixes of ``simlab.otlp.optimal_acceptance``).  The first order ranks by p/q (the
-   drafted child of highest p/q is selected; its prefix containments also give alpha*).  Up to
-   ``LP_BELOW`` tokens with q > 0 the next orders come by column generation: the restricted LP
-   over the orders so far (max sum_t a_t, a_t <= p_t, a_t <= sum_i w_i mu_pi_i(t), w on the
-   simplex; HiGHS, ``OTWithoutReplacement.lp``) prices each token (y_t >= 0, the dual of
-   a_t <= mu(t)) and the next order is Edmonds' greedy vertex for those prices (highest price
-   ranked highest, p/q within ties).  Above it the restricted LPs cost seconds each, and the orders come by conditional gradient
-   (Frank-Wolfe): the vertex maximising the supergradient 1[mu < p] (every token still below p
-   ranked above the others, p/q within each group), reached by the exact line search on the
-   concave, piecewise-linear objective.  Either stops when sum min(mu, p) reaches alpha* within
-   ``tol``, when a step gains nothing, or after ``rounds`` orders.  Any weights give a lossless
-   rule; the choice only decides how close to alpha* it gets (``gap``, ``certified``).
-   Measured: alpha* on every small instance of the tests (the column generation); at V = 32,000
-   (logits N(0, 4), the draft's perturbed by N(0, 0.5)) the climb ends 3e-4 (k = 2) and 4e-3
-   (k = 4) short of alpha* after 16 orders, where RRS without replacement falls 0.14 and 0.11
-   short; on the pretrained pair's nodes (V = 49,152) the median gap is 5e-5 to 8e-3 but the
-   climb can stall at a kink (largest gap seen 0.10-0.12, moving with rounding) and its acceptance averages 0.004-0.008
-   below alpha* and 0.06-0.08 above RRS (docs/results.md 7a).  The column generation on all
-   tokens was tried at V = 32,000: nearly every token is contested between the orders, each
-   restricted LP took 3-7 s in HiGHS (70 s a node) for gaps 2-4x smaller.  The column generation
-   itself tails off: at V = 1,500 (same recipe, N(0, 0.7) perturbation) ``rounds`` = 16 / 64 / 256
-   leave 5e-5 / 7e-6 / 0 (41 orders, 8 s) at k = 2 and 1.2e-3 / 4.4e-4 / 7.8e-5 (171 orders,
-   148 s) at k = 4: the optimal mixture needs many orders, so raise ``rounds`` only for analysis.
-   Where the gap lies: with H* the minimising p/q prefix, alpha* = p(H*) + 1 - F(H*) forces every
-   optimal rule to select a child outside H* whenever there is one, with mu <= p outside, and to
-   have mu >= p on H* (the face of the core where H* is tight: the mixtures of orders that rank
-   every token outside H* above H*).  The p/q order already meets the first half on the
-   real-vocabulary instances measured (not always: on small random ones it can select a token
-   outside H* more often than p allows, e.g. V = 4, k = 2), so there the whole gap is H*'s deficit
-   sum over H* of (p - mu)_+ (V = 32,000, k = 4, draft logits perturbed by N(0, 0.5): 0.0084 over
-   10,454 short tokens).  Restricting both climbs to that face was tried and moved the gap by at
-   most 20% (V = 1,500); not adopted.  Nor a closed-form family tried by enumeration: going down
-   the drafted children by p/q and selecting token t with a fixed probability theta_t (solved
-   token by token so that mu = p, inside and outside H*) falls short of alpha* on 73 of 300 small
-   instances (by up to 0.11): a coin per token cannot depend on which other tokens were drafted,
-   which the optimum needs.
+2. The best mixture: the weights come by column generation over restricted LPs (up to ``LP_BELOW``
+   tokens with q > 0; HiGHS) or by Frank-Wolfe (above), and stop at alpha* within ``tol``, when a
+   step gains nothing, or after ``rounds`` orders.  Any weights give a lossless rule; the choice only
+   decides how close to alpha* it gets (``gap``, ``certified``).  Derivation, measured gaps and the
+   variants tried and not adopted: ``docs/derivations/ot_wor.md``.
 3. Per drafted tuple x: P(Z = t | x) = sum of w_i over the orders whose highest-ranked child of x
    is t (O(k * orders)); B(x, .) adds the speculative step.  Tokens with q = 0 (children only a
    lossy pairing with another law can hold) rank below every other in every order.
 
-Cost: each order is one ``prefix_containment`` (tuple enumeration at small supports; above them
-the closed form at k = 2, O(V), and the exponential clocks to absolute accuracy at k >= 3:
-``_containment_method``) plus O(V) passes (the p/q order is sorted once; a Frank-Wolfe order is a
-stable partition of it, a column-generation order one lexsort of its support) and, on small
-supports, one small LP: HiGHS called directly through ``highspy`` (``lp="highs"``, the default:
-the model built here as the column-wise arrays ``scipy.optimize.linprog(method="highs")`` hands
-HiGHS, with the same options, so the same optimum bit for bit, without linprog's input checks and
-conversions, which cost more than the solve at these sizes; ``lp="linprog"`` is that reference
-path).  At V = 128,000 a plan of 16 orders costs about 0.3 s at k = 2 and 5 s at k = 4, nearly
-all of it the clocks (benchmarks/RESULTS.md): analysis rather than serving.
+Cost: each order is one ``prefix_containment`` plus O(V) passes and, on small supports, one small
+LP (``lp="highs"``, the default, through ``highspy``; ``lp="linprog"`` the reference path).
+Break-down and timings: ``docs/derivations/ot_wor.md``.
 
 Plans are kept by value (``PLAN_CACHE``): a node law met again, in another table or another tree
 (a Markov world repeats its laws at every node with the same last token and depth), reuses the
