@@ -494,6 +494,9 @@ def load_settings(folder) -> CaptureSettings:
     try:
         return _settings_from(data)
     except ValueError as exc:
+        number = data.get(capture_format.KEY) if isinstance(data, dict) else None
+        if type(number) is int and number > capture_format.FORMAT:
+            raise CaptureError(f"{str(folder)!r} was written by a newer version of the lab ({exc})") from None
         raise CaptureError(f"{str(folder)!r} has a damaged settings.json ({exc})") from None
 
 
