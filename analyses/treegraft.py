@@ -148,7 +148,13 @@ def config_of(args, parser: ToolParser) -> Config:
             (0 < config.test_share < 1, f"--test-share: must lie in (0, 1), got {config.test_share}"),
             (config.depth <= 5, f"--depth: the learned scheduler's features hold 5 layers; got {config.depth}"),
             (0 < config.small_ratio < float("inf"), f"--small-ratio: must be a finite number > 0, got {config.small_ratio}"),
-            (len(fixed) == config.depth, f"--fixed: needs {config.depth} entries (one per layer), got {len(fixed)}"),
+            (
+                len(fixed) == config.depth,
+                f"--fixed: needs {config.depth} entries (one per layer), got {len(fixed)}"
+                if "fixed" in parser.given
+                else f"--depth: {config.depth} layers need a --fixed schedule of {config.depth} entries "
+                f"(one 0 or 1 per layer; the default has {len(fixed)})",
+            ),
         ],
     )
     return with_hf_defaults(config, parser, {"prompts": REPETITIVE_PROMPTS})

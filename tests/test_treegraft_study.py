@@ -101,6 +101,8 @@ def test_the_best_schedule_dominates_every_schedule_and_budgets_hold(run):
         (["--small-ratio", "0"], "--small-ratio"),
         (["--depth", "0"], "--depth"),
         (["--fixed", "1,0,2,0,1"], "--fixed"),
+        (["--depth", "3"], "--depth: 3 layers need a --fixed schedule of 3 entries"),  # --fixed not given
+        (["--depth", "3", "--fixed", "1,0"], "--fixed: needs 3 entries"),
         (["--ngram", "0"], "--ngram"),
         (["--rules", "official,nonsense"], "--rules"),
     ],
