@@ -309,6 +309,12 @@ def root_identity(task: RootTask) -> str:
 
 
 def json_plain(value):
+    """``json.dumps``' ``default``: a NumPy array as a list, a NumPy bool, integer or float scalar as
+    the Python value it holds (float64 exactly), so a part read back gives the same numbers.
+
+    Raises:
+        TypeError: ``payload: ...`` for any other type (not JSON).
+    """
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.bool_):

@@ -6,6 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def no_charts(monkeypatch, modules) -> None:
+    """Each module's charts written as empty files: the tables are what a merge must reproduce (and
+    PNGs are slow)."""
+    for module in modules:
+        monkeypatch.setattr(module, "chart_writer", lambda chart, fmt: lambda tmp: Path(tmp).write_bytes(b""))
+
+
 def run_ranks(monkeypatch, module, argv, out: Path, world: int) -> None:
     """Ranks world-1 .. 1 write their parts, then rank 0 values its own share and merges."""
     monkeypatch.setenv("WORLD_SIZE", str(world))

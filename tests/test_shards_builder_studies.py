@@ -4,11 +4,10 @@ one process's, byte for byte; the runs whose roots cannot be valued apart are re
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from conftest import one_error_line
-from shard_checks import assert_sharded_equals_one_process
+from shard_checks import assert_sharded_equals_one_process, no_charts
 
 from analyses import _study, compare_builders, parallel_drafters, sweep
 
@@ -25,9 +24,7 @@ TABLES = {
 
 @pytest.fixture(autouse=True)
 def _no_charts(monkeypatch):
-    """Empty chart files: the tables are what the merge must reproduce (and PNGs are slow)."""
-    for module in TABLES:
-        monkeypatch.setattr(module, "chart_writer", lambda chart, fmt: lambda tmp: Path(tmp).write_bytes(b""))
+    no_charts(monkeypatch, TABLES)
 
 
 @pytest.mark.parametrize("module, argv", [(parallel_drafters, PARALLEL), (sweep, SWEEP)], ids=["parallel_drafters", "sweep"])

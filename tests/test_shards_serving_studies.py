@@ -4,11 +4,10 @@ for byte."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
-from shard_checks import assert_sharded_equals_one_process
+from shard_checks import assert_sharded_equals_one_process, no_charts
 
 from analyses import specblock, treegraft
 
@@ -24,9 +23,7 @@ TABLES = {
 
 @pytest.fixture(autouse=True)
 def _no_charts(monkeypatch):
-    """Empty chart files: the tables are what the merge must reproduce (and PNGs are slow)."""
-    for module in TABLES:
-        monkeypatch.setattr(module, "chart_writer", lambda chart, fmt: lambda tmp: Path(tmp).write_bytes(b""))
+    no_charts(monkeypatch, TABLES)
 
 
 @pytest.mark.parametrize("module, argv", [(treegraft, TREEGRAFT), (specblock, SPECBLOCK)], ids=["treegraft", "specblock"])
