@@ -9,8 +9,14 @@ the source the flags ask for:
   or ``hf``; ``--pair NAME`` (``backends.pretrained``) is the ``hf`` source on a named pretrained
   pair, ``--draft`` then naming its draft (``early-exit:L``, ``adapter:L``, ``quant:B:G``) and ``--target`` refused;
 * a source field given on the command line that the chosen source does not honour (its
-  ``honours``) is refused with one line, and so is any study flag the study lists as not
-  honoured by that source (for example ``--shape`` with a capture, whose trees are captured);
+  ``honours``) is refused with one line (the field's own reason where it has one, ``FIELD_REASONS``:
+  ``--evaluation`` applies to live models only; else the source's, ``NOT_HONOURED``), and so is any
+  study flag the study lists as not honoured by that source (for example ``--shape`` with a
+  capture, whose trees are captured);
+* a flag that names a file, folder or model (``NAMING_FLAGS``) given an empty value is refused
+  with one line naming it, before any other check of the study's (``check_named``);
+* live models open on ``--device``; ``auto`` in a sharded run (``WORLD_SIZE`` > 1) is the rank's
+  own GPU, ``cuda:LOCAL_RANK`` (``live_device``, as the capture does: ``backends.cli.shard_device``);
 * errors of the core and the backends (``"vocab: must be ..."``) come back as the flag's error
   (``"--vocab: must be ..."``): ranges are checked once, where they are defined;
 * every file and folder the flags name (model folders, prompt file, capture folders, latency
@@ -23,10 +29,11 @@ Sampling settings: ``--settings`` takes ``ddte`` (DDTE's eight) or a comma list 
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from backends.cli import ToolParser, fail, flag_message, prepare_out, progress, slow_step
+from backends.cli import ToolParser, fail, flag_message, prepare_out, progress, shard_device, shard_environment, slow_step
 from backends.pretrained import DEFAULT_DRAFT, PAIRS, pair_gpu_profile, pair_study_defaults, parse_draft
 from backends.sources import SOURCES, CaptureSource, HFSource, SyntheticSource
 from backends.synthetic import WORLDS
@@ -59,6 +66,14 @@ NOT_HONOURED = {
     "hf": "it applies to synthetic worlds only",
     "capture": "a capture brings its own roots, trees and sampling settings",
 }
+"""Why a source cannot honour a source field it does not read (``check_honoured``)."""
+FIELD_REASONS = {
+    "evaluation": "it applies to live models only: --backend hf or --pair",
+}
+"""A source field's own reason, said instead of ``NOT_HONOURED``'s for every source that does not read it."""
+NAMING_FLAGS = ("target", "draft", "prompts", "capture", "drafters", "selector")
+"""The dests of the flags that name a file, folder or model (a study's own among them, where it has
+the flag): an empty value is refused (``check_named``)."""
 
 
 @dataclass(frozen=True)
@@ -183,12 +198,39 @@ def check_honoured(
     honoured = SOURCES[kind].honours | {"backend", "capture"} | set((study_honours or {}).get(kind, ()))
     for dest in SOURCE_FIELDS:
         if dest in given and dest not in honoured:
-            fail(prog, f"{parser.flag(dest)}: the {kind} source cannot honour it ({NOT_HONOURED[kind]})")
+            fail(prog, f"{parser.flag(dest)}: the {kind} source cannot honour it ({FIELD_REASONS.get(dest, NOT_HONOURED[kind])})")
     for dest, refusal in (study_refusals or {}).get(kind, {}).items():
         reason, allowed = refusal if isinstance(refusal, tuple) else (refusal, ())
         if dest in given and getattr(config, dest) not in allowed:
             fail(prog, f"{parser.flag(dest)}: the {kind} source cannot honour it ({reason})")
     check_paths(prog, config, given)
+
+
+def check_named(prog: str, parser: ToolParser, args: argparse.Namespace) -> None:
+    """Exit 2 with one line (``"--drafters: got an empty value; ..."``) when a flag of
+    ``NAMING_FLAGS`` was written on the command line (``parser.given``) with an empty or blank
+    value (for ``--capture``, any of its folders).  ``analyses._study.parse`` calls it on the parsed
+    flags before the study's own checks."""
+    for dest in NAMING_FLAGS:
+        if dest not in parser.given:
+            continue
+        value = getattr(args, dest, None)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            fail(prog, f"{parser.flag(dest)}: got an empty value; name a file, folder or model, or leave the flag out")
+
+
+def live_device(prog: str, device: str) -> str:
+    """The device live models open on for ``--device`` ``device`` in this process:
+    ``backends.cli.shard_device`` over the ``torchrun`` environment (``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``: ``backends.cli.shard_environment``), so ``auto`` in a sharded run is
+    ``cuda:LOCAL_RANK`` where CUDA is usable (else ``cpu``) and any other value is kept as given.
+    Exit 2 with one line for an environment that cannot shard."""
+    try:
+        _, world, local = shard_environment(os.environ)
+    except ValueError as exc:
+        fail(prog, str(exc))
+    return shard_device(device, world, local)
 
 
 PATH_FLAGS = {"target": "--target", "draft": "--draft", "prompts": "--prompts", "capture": "--capture", "latency": "--latency"}
@@ -271,7 +313,7 @@ def make_source(
                         config.spacing,
                         depth=depth,
                         seed=config.seed,
-                        device=config.device,
+                        device=live_device(prog, config.device),
                         dtype=config.dtype,
                         pair=config.pair,
                         evaluation=config.evaluation,
@@ -335,7 +377,8 @@ def _recorded(prog: str, parser: ToolParser, config, trees, *, grid: bool, max_s
         )
         for setting in settings
     ]
-    return recorded.record(captures, out, device=config.device, quiet=quiet, grid=grid, slug=slug), settings
+    device = live_device(prog, config.device)
+    return recorded.record(captures, out, device=device, quiet=quiet, grid=grid, slug=slug), settings
 
 
 # -- latency flags (the action-grid studies) ------------------------------------------------------

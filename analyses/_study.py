@@ -9,21 +9,23 @@ output the report names (parquet frames, HTML + PNG charts, other files, the by-
 publishes them atomically (``backends.cli.OutputSet``), prints the tables and the "wrote" line,
 and maps every ``ValueError`` onto its flag (one line on stderr, exit 2).
 
-Sharding across processes and machines (``torchrun`` or ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``
-set by hand, read as ``backends.capture`` reads them): with ``WORLD_SIZE`` = W > 1 the roots,
-enumerated over the settings in the source's order (index i = 0, 1, ...), are split round-robin:
-rank R values the roots with ``i % W == R`` (``study.value_root``) into its own part,
-``<out>/parts/rank-R-of-W.json``, rewritten atomically after every ``SHARD_BATCH`` roots and
-marked complete at the end.  A part records the key of the run (the study, its config without
-``out`` and ``quiet``, W); a rerun of a killed rank reuses the roots its part already holds (a
-complete part is not recomputed; another key is started afresh).  Merge: rank 0, after its own
-share, waits for every part of the same key to be complete (``SIMLAB_SHARD_WAIT`` seconds, default
-86400; polled every second), then orders the payloads by root index, which is the order of a
-one-process run, and reports and publishes as one process does: the tables are byte-identical to
-a one-process run whenever each root's value depends on that root alone (``study.shardable``
-refuses the configurations where it does not).  A merge after the fact is rank 0 rerun with the
-same W: its part is complete, so it only waits for the others and merges.  Other ranks print one
-"wrote part" line and publish nothing.  Parts are JSON (floats by ``repr``, read back bit for bit).
+Sharding across processes and machines (``torchrun`` or ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` set
+by hand, read as ``backends.capture`` reads them: ``backends.cli.shard_environment``; a live source
+opened with ``--device auto`` opens on the rank's own GPU, ``cuda:LOCAL_RANK``, where CUDA is
+usable: ``analyses._flags.live_device``): with ``WORLD_SIZE`` = W > 1 the roots, enumerated over the
+settings in the source's order (index i = 0, 1, ...), are split round-robin: rank R values the roots
+with ``i % W == R`` (``study.value_root``) into its own part, ``<out>/parts/rank-R-of-W.json``,
+rewritten atomically after every ``SHARD_BATCH`` roots and marked complete at the end.  A part
+records the key of the run (the study, its config without ``out`` and ``quiet``, W); a rerun of a
+killed rank reuses the roots its part already holds (a complete part is not recomputed; another key
+is started afresh).  Merge: rank 0, after its own share, waits for every part of the same key to be
+complete (``SIMLAB_SHARD_WAIT`` seconds, default 86400; polled every second), then orders the
+payloads by root index, which is the order of a one-process run, and reports and publishes as one
+process does: the tables are byte-identical to a one-process run whenever each root's value depends
+on that root alone (``study.shardable`` refuses the configurations where it does not).  A merge after
+the fact is rank 0 rerun with the same W: its part is complete, so it only waits for the others and
+merges.  Other ranks print one "wrote part" line and publish nothing.  Parts are JSON (floats by
+``repr``, read back bit for bit).
 
 One node: ``torchrun --standalone --nproc_per_node 4 --no-python python -m analyses.STUDY FLAGS
 --out DIR``; several nodes sharing ``DIR`` (a shared file system): ``torchrun --nnodes N
@@ -47,8 +49,19 @@ import numpy as np
 import polars as pl
 
 from analyses._categories import print_by_category, stage_by_category
-from backends.cli import OutputSet, ToolParser, chart_writer, fail, fail_from, parquet_writer, print_table, progress, run_tool
-from analyses._flags import note_hf_defaults, study_out, with_drafter_time, with_hf_defaults
+from backends.cli import (
+    OutputSet,
+    ToolParser,
+    chart_writer,
+    fail,
+    fail_from,
+    parquet_writer,
+    print_table,
+    progress,
+    run_tool,
+    shard_environment,
+)
+from analyses._flags import check_named, note_hf_defaults, study_out, with_drafter_time, with_hf_defaults
 
 WROTE = "wrote"
 """A ``Report.printed`` item: where the "wrote" line goes (default: after every other item)."""
@@ -160,12 +173,15 @@ class Study:
 
 
 def parse(study: Study, argv) -> tuple[object, ToolParser]:
-    """(config, parser) from ``argv``: the study's flags and refusals, then its live-model defaults."""
+    """(config, parser) from ``argv``: the flags that name files given empty (``check_named``), the
+    study's flags and refusals, then its live-model defaults."""
     parser = ToolParser(prog=study.prog, description=study.doc.split("\n\n")[0])
     study.flags(parser, study.config_type())
     if study.hf_defaults:
         note_hf_defaults(parser, study.hf_defaults)
-    config = study.config(parser.parse_args(argv), parser)
+    args = parser.parse_args(argv)
+    check_named(study.prog, parser, args)
+    config = study.config(args, parser)
     if hasattr(config, "backend"):  # a study with a source: its live-model defaults and the named pair's own
         config = with_hf_defaults(config, parser, study.hf_defaults or {})
     return config, parser
@@ -187,8 +203,6 @@ def run_study(study: Study, argv=None) -> int:
 
 
 def _run(study: Study, argv) -> int:
-    from backends.capture import shard_environment
-
     try:
         rank, world, _ = shard_environment(os.environ)
     except ValueError as exc:
@@ -452,8 +466,6 @@ def run_printing_study(study: Study, argv=None) -> int:
 
 
 def _run_printing(study: Study, argv) -> int:
-    from backends.capture import shard_environment
-
     config, parser = parse(study, argv)
     say = lambda message: progress(study.prog, message, getattr(config, "quiet", False))
     try:

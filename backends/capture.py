@@ -50,7 +50,17 @@ from pathlib import Path
 from backends import capture_store as store
 from backends import pretrained
 from backends.capture_lock import CaptureLock
-from backends.cli import ToolParser, check_flags, fail_from, name_list, prepare_out, progress_bar, slow_step
+from backends.cli import (
+    ToolParser,
+    check_flags,
+    fail_from,
+    name_list,
+    prepare_out,
+    progress_bar,
+    shard_device,
+    shard_environment,
+    slow_step,
+)
 from backends.hf import check_model_folder, oom_errors
 from backends.pretrained import DEFAULT_DRAFT, PAIRS, open_pair, parse_draft
 from backends.roots import prompt_roots, prompt_texts, prompts_digest, read_prompt_records
@@ -828,35 +838,6 @@ def sampling_flags(args, given) -> SamplingSettings:
     return parsed[0]
 
 
-def shard_environment(environ) -> tuple[int, int, int]:
-    """(RANK, WORLD_SIZE, LOCAL_RANK) of a ``torchrun`` process from ``environ`` (defaults 0, 1, 0).
-
-    Raises:
-        ValueError: ``"RANK: ..."`` (or the other name) for a value that is not an integer, a
-            WORLD_SIZE below 1, a negative rank, a RANK outside 0..WORLD_SIZE - 1, or a WORLD_SIZE
-            above 1 without a RANK.
-    """
-
-    def number(name: str, default: int, minimum: int) -> int:
-        text = environ.get(name)
-        if text is None:
-            return default
-        try:
-            value = int(text.strip())
-        except ValueError:
-            raise ValueError(f"{name}: must be an integer, got {text!r}") from None
-        if value < minimum:
-            raise ValueError(f"{name}: must be >= {minimum}, got {value}")
-        return value
-
-    world, rank, local = number("WORLD_SIZE", 1, 1), number("RANK", 0, 0), number("LOCAL_RANK", 0, 0)
-    if world > 1 and environ.get("RANK") is None:
-        raise ValueError(f"RANK: not set, but WORLD_SIZE is {world}; set RANK for each process (torchrun sets both)")
-    if rank >= world:
-        raise ValueError(f"RANK: {rank} is not a rank of WORLD_SIZE {world} (ranks 0 to {world - 1})")
-    return rank, world, local
-
-
 def main(argv=None) -> int:
     settings, out_arg, device, quiet, labels_engine, parser = parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -865,8 +846,7 @@ def main(argv=None) -> int:
     except ValueError as exc:
         fail_from(PROG, exc, parser)
     out = prepare_out(PROG, out_arg)
-    if world > 1 and device == "auto":
-        device = f"cuda:{local}" if check_device("auto", "device") == "cuda" else "cpu"
+    device = shard_device(device, world, local)
     try:
         captured = run(settings, out, device=device, quiet=quiet, rank=rank, world=world, labels_engine=labels_engine)
     except ValueError as exc:

@@ -16,7 +16,10 @@ What makes a tool behave like one:
 * ``progress`` / ``slow_step``: one line on stderr for a step that is (``progress``) or turns out
   to be (``slow_step``: after 2 s) silent for longer than a few seconds, such as loading models;
 * ``progress_bar``: every tool's progress bar; ``fail`` and ``run_tool`` (interrupted) close
-  the open bars before their line, so it never shares the bar's line nor is followed by a redraw.
+  the open bars before their line, so it never shares the bar's line nor is followed by a redraw;
+* ``shard_environment`` / ``shard_device``: a ``torchrun`` process's RANK, WORLD_SIZE and LOCAL_RANK,
+  and the GPU its models open on with ``--device auto`` (``cuda:LOCAL_RANK``), read alike by the
+  capture (``backends.capture``) and the sharded studies (``analyses._study``, ``analyses._flags``).
 """
 
 from __future__ import annotations
@@ -227,6 +230,52 @@ def name_list(text: str, flag: str, known) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise ValueError(f"{flag}: a name appears twice in {text!r}")
     return names
+
+
+def shard_environment(environ) -> tuple[int, int, int]:
+    """(RANK, WORLD_SIZE, LOCAL_RANK) of a ``torchrun`` process from ``environ`` (defaults 0, 1, 0).
+
+    Raises:
+        ValueError: ``"RANK: ..."`` (or the other name) for a value that is not an integer, a
+            WORLD_SIZE below 1, a negative rank, a RANK outside 0..WORLD_SIZE - 1, or a WORLD_SIZE
+            above 1 without a RANK.
+    """
+
+    def number(name: str, default: int, minimum: int) -> int:
+        text = environ.get(name)
+        if text is None:
+            return default
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError(f"{name}: must be an integer, got {text!r}") from None
+        if value < minimum:
+            raise ValueError(f"{name}: must be >= {minimum}, got {value}")
+        return value
+
+    world, rank, local = number("WORLD_SIZE", 1, 1), number("RANK", 0, 0), number("LOCAL_RANK", 0, 0)
+    if world > 1 and environ.get("RANK") is None:
+        raise ValueError(f"RANK: not set, but WORLD_SIZE is {world}; set RANK for each process (torchrun sets both)")
+    if rank >= world:
+        raise ValueError(f"RANK: {rank} is not a rank of WORLD_SIZE {world} (ranks 0 to {world - 1})")
+    return rank, world, local
+
+
+def shard_device(device: str, world: int, local: int) -> str:
+    """The device a process of a ``world``-process run (``shard_environment``) opens its models on:
+    ``"auto"`` with ``world`` > 1 is ``"cuda:<local>"`` (the process's own GPU, ``LOCAL_RANK``)
+    where CUDA is usable (``simlab.checks.check_device``), else ``"cpu"``; any other ``device``,
+    and any device of a one-process run, is returned as given (checked where the models open).
+
+    Args:
+        device: the ``--device`` value (``auto``, ``cpu``, ``cuda``, ``cuda:N``), a string.
+        world, local: ``WORLD_SIZE`` and ``LOCAL_RANK``, as ``shard_environment`` returns them.
+    """
+    from simlab.checks import check_device
+
+    if world > 1 and device == "auto":
+        return f"cuda:{local}" if check_device("auto", "device") == "cuda" else "cpu"
+    return device
 
 
 def prepare_out(prog: str, out: str) -> Path:

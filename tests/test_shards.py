@@ -219,3 +219,50 @@ def test_torchrun_two_processes_over_a_capture(tmp_path, grid_capture):
     many = subprocess.run([*command, "--out", str(tmp_path / "many")], cwd=ROOT, env=env, capture_output=True)
     assert many.returncode == 0, many.stderr
     _same_tables(cv, tmp_path / "one", tmp_path / "many")
+
+
+@pytest.mark.parametrize(
+    "world, device, cuda, expected",
+    [
+        (2, "auto", True, "cuda:1"),  # the rank's own GPU (LOCAL_RANK 1), as the capture picks it
+        (2, "auto", False, "cpu"),
+        (2, "cpu", True, "cpu"),  # an explicit --device is honoured as given
+        (2, "cuda:0", True, "cuda:0"),
+        (1, "auto", True, "auto"),  # one process: resolved where the models open
+    ],
+)
+def test_shard_device_is_the_local_rank_gpu_for_auto(monkeypatch, world, device, cuda, expected):
+    import torch
+
+    from backends.cli import shard_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    assert shard_device(device, world, 1) == expected
+
+
+class _Opened(Exception):
+    """Raised by the stand-in for ``HFSource``: the device it was asked for is all the test needs."""
+
+
+@pytest.mark.parametrize("flags, expected", [([], "cuda:1"), (["--device", "auto"], "cuda:1"), (["--device", "cpu"], "cpu")])
+def test_a_sharded_study_opens_live_models_on_the_local_rank_gpu(monkeypatch, tmp_path, flags, expected):
+    """Under ``torchrun --nproc_per_node 2`` rank 1 opens its live models on ``cuda:1`` with ``--device
+    auto`` (no GPU here: CUDA is made to look usable and ``HFSource`` only records its device)."""
+    import torch
+
+    from analyses import _flags
+
+    seen = []
+
+    def opened(*args, device, **kwargs):
+        seen.append(device)
+        raise _Opened
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(_flags, "HFSource", opened)
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(name, value)
+    argv = ["--backend", "hf", "--target", "org/target", "--draft", "org/draft", "--cost-ratio", "0.1", *flags]
+    with pytest.raises(_Opened):
+        cv.main([*argv, "--quiet", "--out", str(tmp_path / "o")])
+    assert seen == [expected]

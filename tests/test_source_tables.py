@@ -116,3 +116,17 @@ def test_evaluation_is_refused_off_live_models(flags, tmp_path, capsys):
         sweep.main([*flags, "--quiet", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and one_error_line(err) and "--evaluation: the synthetic source cannot honour it" in err, err
+    assert "it applies to live models only: --backend hf or --pair" in err, err
+
+
+def test_evaluation_on_a_capture_says_it_applies_to_live_models_only(tmp_path, capsys):
+    """A capture's p and q are recorded: ``--evaluation`` is refused with its own reason, not the
+    capture source's general one (refused before the folder is read)."""
+    with pytest.raises(SystemExit) as exc:
+        sweep.main(["--capture", str(tmp_path / "cap"), "--evaluation", "plain", "--quiet", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and one_error_line(err), err
+    assert (
+        "error: --evaluation: the capture source cannot honour it (it applies to live models only: --backend hf or --pair)" in err
+    )
+    assert "brings its own roots" not in err and not (tmp_path / "o").exists()

@@ -225,3 +225,22 @@ def test_a_capture_ranked_by_the_raw_law_is_refused_at_any_setting_but_t1(capsys
     )
     refuse_raw_draft_law_on_capture("prog", SimpleNamespace(capture=(), draft_law="raw"), [SamplingSettings(temperature=0)])
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--drafters", ""], "--drafters"),  # not "needs --backend hf": the value is empty
+        (["--backend", "hf", "--drafters", " "], "--drafters"),
+        (["--capture", ""], "--capture"),
+        (["--backend", "hf", "--target", "", "--draft", "d"], "--target"),
+    ],
+)
+def test_an_empty_name_is_refused_as_empty(tmp_path, capsys, flags, flag):
+    """A flag that names a file, folder or model given an empty value is refused as empty
+    (``analyses._flags.check_named``), before the study's other checks."""
+    with pytest.raises(SystemExit) as exc:
+        sweep.main([*flags, "--quiet", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and one_error_line(err) and f"error: {flag}: got an empty value" in err, err
+    assert not (tmp_path / "o").exists()
