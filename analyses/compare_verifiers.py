@@ -15,8 +15,11 @@ setting and verifier, the best **static** configuration (one action for all root
 Throughput of a static action = mean E over roots / mean T-hat over roots (tokens per second:
 tokens emitted over time spent, one step per root).  The action is chosen on half of the tree
 draws and its reported E and throughput are measured on the other half, so maxima are not
-inflated by noise; standard errors are across roots.  ``--method exact`` enumerates every tree
-of every action instead (tiny vocabularies and grids: E exact at each root).  Naive (``naive_chain``) and BV verify one
+inflated by noise; standard errors are across roots clustered by prompt (``trajectory``: roots
+placed along one prompt's reply share it; ``simlab.stats``, CR1), with the plain per-root ones
+beside them (``*_se_root``, roots taken as independent; equal when each prompt holds one root).
+``--method exact`` enumerates every tree of every action instead (tiny vocabularies and grids: E
+exact at each root).  Naive (``naive_chain``) and BV verify one
 path and are valued at K = 1 only.  Latency: ``--cost-ratio c`` (t_q = c t_p, synthetic; t_p
 = 1 s, so throughput is in tokens per target forward), a measured profile ``--latency FILE``,
 or, for ``--backend hf``, a warm-up microbenchmark of the two models on this machine.
@@ -43,6 +46,7 @@ from analyses._study import WROTE, ByCategory, Opened, Report, chart_files, decl
 from backends.cli import ToolParser, chart_writer, fail, name_list
 from analyses._flags import study_config
 from simlab import tree_verifiers
+from simlab.stats import clustered_mean_se
 from simlab.latency import LatencyModel
 
 PROG = "python -m analyses.compare_verifiers"
@@ -106,27 +110,44 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     return parse(STUDY, argv)
 
 
+def _clustered(values: pl.Series, clusters: pl.Series) -> list[float]:
+    """Per group (list columns of equal lengths): the standard error of the mean of ``values``
+    clustered by ``clusters`` (``simlab.stats.clustered_mean_se``; NaN with one cluster)."""
+    return [clustered_mean_se(v, c)[1] for v, c in zip(values.to_list(), clusters.to_list())]
+
+
 def aggregate(labels: pl.DataFrame) -> pl.DataFrame:
     """One row per (setting, verifier, action): means over roots (E, E_select, E_holdout, T and
-    ``accepted`` = E[tau] over all draws), standard errors across roots, and throughputs (tokens
-    per second) = mean E / mean T."""
+    ``accepted`` = E[tau] over all draws), standard errors of E and E_holdout clustered by prompt
+    (``trajectory``; ``E_se``, ``E_holdout_se``) and across roots taken as independent
+    (``E_se_root``, ``E_holdout_se_root``), ``roots`` and ``trajectories`` (prompts) counted, and
+    throughputs (tokens per second) = mean E / mean T with standard errors se(E) / mean T."""
     n = pl.len()
     se = lambda col: (pl.col(col).std() / n.sqrt()).fill_null(float("nan"))
     table = labels.group_by("setting", "verifier", "K", "L1", "L2", "tokens", maintain_order=True).agg(
         pl.col("E").mean(),
-        se("E").alias("E_se"),
+        se("E").alias("E_se_root"),
         pl.col("E_select").mean(),
         pl.col("E_holdout").mean(),
-        se("E_holdout").alias("E_holdout_se"),
+        se("E_holdout").alias("E_holdout_se_root"),
         pl.col("T").mean(),
         pl.col("accepted").mean(),
         n.alias("roots"),
+        pl.col("trajectory").n_unique().alias("trajectories"),
+        pl.col("E").alias("_E"),
+        pl.col("E_holdout").alias("_E_holdout"),
+        pl.col("trajectory").alias("_trajectory"),
     )
+    table = table.with_columns(
+        pl.Series("E_se", _clustered(table["_E"], table["_trajectory"]), dtype=pl.Float64),
+        pl.Series("E_holdout_se", _clustered(table["_E_holdout"], table["_trajectory"]), dtype=pl.Float64),
+    ).drop("_E", "_E_holdout", "_trajectory")
     return table.with_columns(
         (pl.col("E") / pl.col("T")).alias("TPS"),
         (pl.col("E_select") / pl.col("T")).alias("TPS_select"),
         (pl.col("E_holdout") / pl.col("T")).alias("TPS_holdout"),
         (pl.col("E_holdout_se") / pl.col("T")).alias("TPS_holdout_se"),
+        (pl.col("E_holdout_se_root") / pl.col("T")).alias("TPS_holdout_se_root"),
     )
 
 
@@ -178,17 +199,24 @@ def choose(grid: pl.DataFrame, baseline: str) -> pl.DataFrame:
             pl.col("TPS_holdout_se").alias("TPS_se"),
             "TPS_ratio",
             "roots",
+            "trajectories",
+            pl.col("E_holdout_se_root").alias("E_se_root"),
+            pl.col("TPS_holdout_se_root").alias("TPS_se_root"),
         )
     )
 
 
 def paired_difference(labels: pl.DataFrame, chosen: pl.DataFrame, left: tuple[str, str], right: tuple[str, str]) -> pl.DataFrame:
-    """Per setting: TPS(left) - TPS(right) on the held-out draws and its paired standard error.
+    """Per setting: TPS(left) - TPS(right) on the held-out draws and its paired standard errors.
 
     ``left`` and ``right`` are (verifier, choice).  With T fixed by the action and the context,
-    TPS = mean E / mean T, so the difference is the mean over roots of d_i = E_left,i / mean T_left
-    - E_right,i / mean T_right; its standard error is sd(d) / sqrt(roots).  Pairing by root
-    (same contexts, same sampled trees) removes the between-root variance both sides share.
+    TPS = mean E / mean T, so the difference ``diff`` is the mean over roots of d_i = E_left,i /
+    mean T_left - E_right,i / mean T_right.  Its standard error ``se`` is clustered by prompt
+    (``trajectory``: ``simlab.stats.clustered_mean_se`` of d, CR1; NaN with one prompt);
+    ``se_root`` = sd(d) / sqrt(roots) takes the roots as independent (equal to ``se`` when each
+    prompt holds one root).  Pairing by root (same contexts, same sampled trees) removes the
+    between-root variance both sides share.  Columns: setting, diff, se, se_root, roots,
+    trajectories.
     """
 
     def side(verifier, choice, tag):
@@ -200,14 +228,22 @@ def paired_difference(labels: pl.DataFrame, chosen: pl.DataFrame, left: tuple[st
     both = both.with_columns(
         (pl.col("E_l") / pl.col("T_l").mean().over("setting") - pl.col("E_r") / pl.col("T_r").mean().over("setting")).alias("d")
     )
-    return both.group_by("setting", maintain_order=True).agg(
-        pl.col("d").mean().alias("diff"), (pl.col("d").std() / pl.len().sqrt()).fill_null(float("nan")).alias("se")
+    table = both.group_by("setting", maintain_order=True).agg(
+        pl.col("d").mean().alias("diff"),
+        (pl.col("d").std() / pl.len().sqrt()).fill_null(float("nan")).alias("se_root"),
+        pl.len().alias("roots"),
+        pl.col("trajectory").n_unique().alias("trajectories"),
+        pl.col("d").alias("_d"),
+        pl.col("trajectory").alias("_trajectory"),
     )
+    se = pl.Series("se", _clustered(table["_d"], table["_trajectory"]), dtype=pl.Float64)
+    return table.with_columns(se).select("setting", "diff", "se", "se_root", "roots", "trajectories")
 
 
 def difference_table(labels, chosen, pairs, settings: list[str]) -> pl.DataFrame:
-    """One row per (name, left, right): the paired difference by setting and its mean over settings
-    (standard error of the mean of independent settings)."""
+    """One row per (name, left, right): the paired difference by setting with its standard error
+    clustered by prompt (``paired_difference``'s ``se``) and its mean over settings (standard
+    error of the mean of independent settings)."""
     rows = []
     for name, left, right in pairs:
         diff = paired_difference(labels, chosen, left, right)
@@ -272,7 +308,8 @@ def charts(chosen: pl.DataFrame, order: list[str], subtitle: str):
             .facet(facet=alt.Facet("setting:N", title=None, sort=order), columns=4)
             .properties(
                 title=alt.TitleParams(
-                    f"Best static configuration per verifier and setting: {title} (held-out draws, 95% bars)", subtitle=subtitle
+                    f"Best static configuration per verifier and setting: {title} (held-out draws, 95% bars, SE clustered by prompt)",
+                    subtitle=subtitle,
                 )
             )
         )
@@ -338,7 +375,7 @@ def run(config: Config, opened: Opened, labels: pl.DataFrame, say) -> Report:
         ByCategory(
             categories,
             ("setting", "verifier", "choice", "K", "L1", "L2", "E", "E_se", "TPS", "TPS_se", "TPS_ratio", "roots"),
-            "Best static configurations for throughput (held-out E[tau+1] and throughput)",
+            "Best static configurations for throughput (held-out E[tau+1] and throughput; SE clustered by prompt)",
             pl.col("choice").str.ends_with("_TPS"),
         ),
     )
@@ -349,8 +386,11 @@ def tables(
     config: Config, source, latency: LatencyModel, chosen: pl.DataFrame, labels: pl.DataFrame, settings: list[str]
 ) -> list:
     """The printed lines and paper-layout tables (``analyses._study.Report.printed`` items)."""
-    roots = int(chosen["roots"].max())
-    items: list = [f"Source: {source.describe()}; {roots} roots per setting; latency: {latency.source}"]
+    roots, prompts = int(chosen["roots"].max()), int(chosen["trajectories"].max())
+    items: list = [
+        f"Source: {source.describe()}; {roots} roots over {prompts} prompts per setting; standard errors clustered by"
+        f" prompt; latency: {latency.source}"
+    ]
     items.append(
         (
             wide(chosen, "iid_E", "E", settings, config.verifiers),
@@ -384,7 +424,8 @@ def tables(
     items.append(
         (
             difference_table(labels, chosen, versus, settings),
-            "Throughput difference (tokens/s) on best static i.i.d. trees, paired by root and tree draw (± standard error)",
+            "Throughput difference (tokens/s) on best static i.i.d. trees, paired by root and tree draw"
+            " (± standard error clustered by prompt)",
         )
     )
     delayed = [
@@ -395,7 +436,8 @@ def tables(
     items.append(
         (
             difference_table(labels, chosen, delayed, settings),
-            "Delayed minus i.i.d.: throughput gain (tokens/s) of the best static delayed tree, paired (± standard error)",
+            "Delayed minus i.i.d.: throughput gain (tokens/s) of the best static delayed tree, paired"
+            " (± standard error clustered by prompt)",
         )
     )
     gains = []

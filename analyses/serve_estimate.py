@@ -60,6 +60,7 @@ from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags
 from analyses._flags import LatencyConfig, SourceConfig, add_draft_law_flag, add_latency_flags, add_source_flags
 from analyses._flags import make_latency, make_source, study_config
 from simlab import acceptance_profiles as profiles
+from simlab import stats
 from simlab.engine_metrics import aggregate
 from simlab.sampling import SamplingSettings
 
@@ -300,16 +301,11 @@ def make_prices(names, latency, source, synthetic: bool, quiet: bool) -> tuple[P
 
 
 def clustered_se(influence: dict, cluster: dict) -> float:
-    """sqrt(G / (G - 1) sum_g (sum_{i in g} psi_i)^2): the cluster-robust standard error of an
+    """``simlab.stats.clustered_se`` (CR1: sqrt(G / (G - 1) sum_g (sum_{i in g} psi_i)^2)) of an
     estimator with per-root influence ``influence`` (root -> psi_i), roots grouped by ``cluster``
     (root -> request); NaN with fewer than two requests."""
-    sums: dict = defaultdict(float)
-    for root, psi in influence.items():
-        sums[cluster[root]] += psi
-    g = len(sums)
-    if g < 2:
-        return float("nan")
-    return math.sqrt(g / (g - 1) * sum(s * s for s in sums.values()))
+    roots = list(influence)
+    return stats.clustered_se([influence[r] for r in roots], [cluster[r] for r in roots])
 
 
 def mean_influence(values: dict) -> tuple[float, dict]:

@@ -33,7 +33,6 @@ E[tau + 1]s) take the delta method's influence.  Exits with status 2 and one lin
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -42,6 +41,7 @@ from collections import defaultdict
 from simlab import widening as W
 from simlab.pairs import rooted
 from simlab.sampling import SamplingSettings
+from simlab.stats import clustered_mean_se, clustered_se
 from simlab.trees import NodeTable
 
 PROG = "scripts/widening_report.py"
@@ -72,27 +72,8 @@ def synthetic() -> None:
 # ---- clustered means over roots ----------------------------------------------------------------
 
 
-def clustered_se(influence: list[float], clusters: list) -> float:
-    """sqrt(G / (G - 1) sum_g (sum_{i in g} psi_i)^2) over the G clusters; NaN with G < 2."""
-    sums: dict = defaultdict(float)
-    for psi, g in zip(influence, clusters):
-        sums[g] += psi
-    if len(sums) < 2:
-        return float("nan")
-    return math.sqrt(len(sums) / (len(sums) - 1) * sum(s * s for s in sums.values()))
-
-
-def clustered_mean(values: list[float], clusters: list) -> tuple[float, float]:
-    """The mean of ``values`` (one per root) and its standard error clustered by ``clusters``.
-
-    Raises:
-        ValueError: ``values: ...`` when empty or of another length than ``clusters``.
-    """
-    if not values or len(values) != len(clusters):
-        raise ValueError(f"values: need one value per root and at least one, got {len(values)} values, {len(clusters)} clusters")
-    n = len(values)
-    mean = sum(values) / n
-    return mean, clustered_se([(x - mean) / n for x in values], clusters)
+# ``simlab.stats``: CR1 standard errors, sqrt(G / (G - 1) sum_g (sum_{i in g} psi_i)^2); NaN with G < 2
+clustered_mean = clustered_mean_se
 
 
 def clustered_ratio(numerators: list[float], denominators: list[float], clusters: list) -> tuple[float, float]:

@@ -23,6 +23,7 @@ Modules:
     simlab.latency          the latency model: forward times and T-hat of one step
     simlab.latency_profiles published latency profiles of the seed papers' hardware
     simlab.files            atomic file writes
+    simlab.stats            cluster-robust standard errors of means over roots grouped by prompt
     simlab.selector         DDTE's neural dynamic selector (NDE)
     simlab.specblock        SpecBlock: rank classes, rank-guided block trees, the bandit
     simlab.treegraft        TreeGraft: n-gram and mid drafters grafting onto one tree

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import polars as pl
@@ -393,3 +394,89 @@ def test_labels_stored_before_the_engine_metrics_replay_without_them():
     assert all(np.isnan(r["accepted"]) and r["unconditional"] is None for r in old)
     assert by_position(pl.DataFrame(old), ["verifier", "K", "L1", "L2"]).height == 0
     assert by_position(pl.DataFrame(fresh), ["verifier", "K", "L1", "L2"]).height == 2 * (0 + 1 + 1 + 2)
+
+
+# ---- standard errors clustered by prompt (trajectory) ------------------------------------------
+
+
+def _hand_labels(E_traversal, E_specinfer, trajectories, T=2.0):
+    """A labels frame of one setting, one action (K=1, L1=0, L2=1), two verifiers, one row per root."""
+    rows = []
+    for verifier, values in (("traversal", E_traversal), ("specinfer", E_specinfer)):
+        for root, (e, traj) in enumerate(zip(values, trajectories)):
+            rows.append(
+                {"setting": "s", "verifier": verifier, "K": 1, "L1": 0, "L2": 1, "tokens": 1, "E": e, "E_select": e}
+                | {"E_holdout": e, "T": T, "accepted": e - 1, "trajectory": traj, "root": root}
+            )
+    return pl.DataFrame(rows)
+
+
+def _root_se(x):
+    """The per-root standard error the study reported before clustering: sd / sqrt(roots)."""
+    return float(np.std(x, ddof=1) / np.sqrt(len(x)))
+
+
+def test_two_roots_per_prompt_are_clustered_by_hand():
+    """E_holdout (1, 2, 3, 6) over prompts (0, 0, 1, 1): mean 3, influence (-2, -1, 0, 3) / 4, prompt
+    sums -0.75 and 0.75, se^2 = 2 / 1 * 1.125 = 2.25; the per-root se is sqrt(14/3 / 4)."""
+    labels = _hand_labels([1.0, 2.0, 3.0, 6.0], [1.0, 1.0, 1.0, 1.0], [0, 0, 1, 1])
+    grid = cv.aggregate(labels)
+    row = grid.filter(pl.col("verifier") == "traversal").row(0, named=True)
+    assert row["E_holdout_se"] == pytest.approx(1.5, rel=1e-12) and row["E_se"] == pytest.approx(1.5, rel=1e-12)
+    assert row["TPS_holdout_se"] == pytest.approx(0.75, rel=1e-12)
+    assert row["E_holdout_se_root"] == pytest.approx(math.sqrt(7 / 6), rel=1e-12)
+    assert row["roots"] == 4 and row["trajectories"] == 2
+    chosen = cv.choose(grid, "traversal")
+    pick = chosen.filter((pl.col("verifier") == "traversal") & (pl.col("choice") == "iid_TPS")).row(0, named=True)
+    assert pick["E_se"] == pytest.approx(1.5, rel=1e-12) and pick["TPS_se"] == pytest.approx(0.75, rel=1e-12)
+    assert pick["TPS_se_root"] == pytest.approx(math.sqrt(7 / 6) / 2, rel=1e-12)
+    # Traversal minus SpecInfer: d = (E_t - E_s) / T = (0, 0.5, 1, 2.5): mean 1, influence (-1, -0.5, 0, 1.5) / 4
+    diff = cv.paired_difference(labels, chosen, ("traversal", "iid_TPS"), ("specinfer", "iid_TPS")).row(0, named=True)
+    assert diff["diff"] == pytest.approx(1.0, rel=1e-12)
+    assert diff["se"] == pytest.approx(math.sqrt(2 * (0.375**2 + 0.375**2)), rel=1e-12)
+    assert diff["se_root"] == pytest.approx(_root_se([0.0, 0.5, 1.0, 2.5]), rel=1e-12)
+    assert diff["se"] != pytest.approx(diff["se_root"])
+    table = cv.difference_table(labels, chosen, [("T - S", ("traversal", "iid_TPS"), ("specinfer", "iid_TPS"))], ["s"])
+    assert table["s"][0] == "+1.000 ± 0.750"
+
+
+def test_one_root_per_prompt_gives_the_per_root_standard_errors(small):
+    """With one root per trajectory the clustered standard errors are the old per-root ones."""
+    labels = pl.read_parquet(small / "labels.parquet")
+    assert labels.group_by("setting", "trajectory").agg(pl.col("root").n_unique())["root"].max() == 1
+    grid = pl.read_parquet(small / "grid.parquet")
+    key = ["setting", "verifier", "K", "L1", "L2"]
+    for row in grid.iter_rows(named=True):
+        rows = labels.filter(*(pl.col(k) == row[k] for k in key))
+        assert row["E_se"] == pytest.approx(_root_se(rows["E"].to_numpy()), rel=1e-12)
+        assert row["E_holdout_se"] == pytest.approx(_root_se(rows["E_holdout"].to_numpy()), rel=1e-12)
+        assert row["E_holdout_se"] == pytest.approx(row["E_holdout_se_root"], rel=1e-12)
+    chosen = pl.read_parquet(small / "compare_verifiers.parquet")
+    assert (chosen["E_se"] - chosen["E_se_root"]).abs().max() <= 1e-12 * chosen["E_se_root"].abs().max()
+    assert (chosen["TPS_se"] - chosen["TPS_se_root"]).abs().max() <= 1e-12 * chosen["TPS_se_root"].abs().max()
+    diff = cv.paired_difference(labels, chosen, ("traversal", "iid_TPS"), ("specinfer", "iid_TPS"))
+    assert diff["se"].to_list() == pytest.approx(diff["se_root"].to_list(), rel=1e-12)
+
+
+def test_several_roots_per_prompt_cluster_the_printed_tables(tmp_path, capsys):
+    """Two roots per trajectory: the chosen trees' standard errors are the CR1 ones by prompt
+    (recomputed here from the labels), and the printed tables say so."""
+    flags = [f for f in SMALL if f != "--quiet"]
+    flags[flags.index("--roots-per-trajectory") + 1] = "2"
+    flags[flags.index("--trajectories") + 1] = "3"
+    assert cv.main(flags + ["--out", str(tmp_path), "--spacing", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "standard error clustered by prompt" in out and "over 3 prompts" in out
+    labels = pl.read_parquet(tmp_path / "labels.parquet")
+    chosen = pl.read_parquet(tmp_path / "compare_verifiers.parquet")
+    assert set(chosen["trajectories"]) == {3} and set(chosen["roots"]) == {6}
+    differ = 0
+    for row in chosen.iter_rows(named=True):
+        rows = labels.filter(*(pl.col(k) == row[k] for k in ("setting", "verifier", "K", "L1", "L2")))
+        x, g = rows["E_holdout"].to_numpy(), rows["trajectory"].to_numpy()
+        sums = [((x[g == t] - x.mean()) / len(x)).sum() for t in np.unique(g)]
+        se = math.sqrt(3 / 2 * sum(s * s for s in sums))
+        assert row["E_se"] == pytest.approx(se, rel=1e-10, abs=1e-15)
+        assert row["E_se_root"] == pytest.approx(_root_se(x), rel=1e-10, abs=1e-15)
+        differ += abs(row["E_se"] - row["E_se_root"]) > 1e-9
+    assert differ > 0
