@@ -3,10 +3,13 @@
     OMP_NUM_THREADS=1 python scripts/capture_memory.py --vocab 128000    # the issue's V; about a minute on this CPU
     OMP_NUM_THREADS=1 python scripts/capture_memory.py --pair smollm2 --samples 2 \
         --labels specinfer,spectr,traversal,ot_exact,naive,bv             # the pretrained pair (issue 23)
+    OMP_NUM_THREADS=1 python scripts/capture_memory.py --pair qwen2.5-coder --samples 2 \
+        --labels specinfer                                                # Qwen2.5-Coder-1.5B, its 0.5B draft
 
 Builds two randomly initialised GPT-2 models at ``--vocab`` (``backends.reference_pair.random_pair``,
 into ``--models``, reused when present), or loads the named pretrained pair ``--pair`` with its
-default draft (``backends.pretrained``; the root is then the first ``workloads`` prompt), then runs
+default draft (``backends.pretrained.default_draft``: ``quant:4:64`` for ``smollm2``, the 0.5B model
+``qwen2.5-coder-0.5b`` for ``qwen2.5-coder``; the root is then the first prompt of ``pair_prompts``), then runs
 ``backends.capture.capture_group`` for one root of DDTE's grid (width 4, depth 8, 4 trees per L1,
 labels for ``--labels``, one root per forward) and prints the nodes, the seconds and the process's
 peak resident memory (``resource.getrusage``), beside the peak after loading the models.  The random
@@ -29,6 +32,32 @@ def peak_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # kilobytes on Linux
 
 
+def pair_prompts(pair: str) -> str:
+    """The prompt set (``backends.prompt_sets``) a named pair's root comes from: the ``prompts`` its
+    study defaults declare (``backends.pretrained.pair_study_defaults``), else ``workloads``.
+
+    Raises:
+        ValueError: ``pair: ...`` for an unknown pair.
+    """
+    from backends.pretrained import pair_study_defaults
+
+    return pair_study_defaults(pair).get("prompts") or "workloads"
+
+
+def named_settings(pair: str, grid: dict):
+    """The ``backends.capture_store.CaptureSettings`` of one root of the named ``pair``: its default
+    draft (``backends.pretrained.default_draft``), its prompt set (``pair_prompts``), one root per
+    forward, and ``grid`` (``shape``, ``width``, ``depth``, ``samples``, ``labels``).
+
+    Raises:
+        ValueError: ``pair: ...`` for an unknown pair.
+    """
+    from backends import capture_store
+    from backends.pretrained import default_draft
+
+    return capture_store.CaptureSettings("", default_draft(pair), pair_prompts(pair), pair=pair, roots_per_forward=1, **grid)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/capture_memory.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--vocab", type=int, default=None, help="the random pair's vocabulary (default 128000)")
@@ -42,7 +71,7 @@ def main(argv=None) -> int:
     from backends.capture import capture_group
     from backends.cli import check_flags, fail, name_list
     from backends.hf import HFPair
-    from backends.pretrained import DEFAULT_DRAFT, PAIRS, named_pair
+    from backends.pretrained import PAIRS, named_pair
     from backends.reference_pair import random_pair
     from simlab import tree_verifiers
 
@@ -69,9 +98,9 @@ def main(argv=None) -> int:
         if named:
             from backends.roots import prompt_texts, read_prompt_records
 
-            settings = capture_store.CaptureSettings("", DEFAULT_DRAFT, "workloads", pair=args.pair, roots_per_forward=1, **grid)
-            pair = named_pair(args.pair, device="cpu")
-            prompt = pair.encode(prompt_texts(pair, read_prompt_records("workloads")[:1])[0])
+            settings = named_settings(args.pair, grid)
+            pair = named_pair(args.pair, settings.draft, device="cpu")
+            prompt = pair.encode(prompt_texts(pair, read_prompt_records(settings.prompts)[:1])[0])
         else:
             folder = args.models or Path(tmp)
             if not (folder / "target").is_dir():
