@@ -46,7 +46,7 @@ from analyses._study import WROTE, ByCategory, Opened, Report, chart_files, decl
 from backends.cli import ToolParser, chart_writer, fail, name_list
 from analyses._flags import study_config
 from simlab import tree_verifiers
-from simlab.stats import clustered_mean_se
+from simlab.stats import clustered_mean_se, clustered_se
 from simlab.latency import LatencyModel
 
 PROG = "python -m analyses.compare_verifiers"
@@ -206,6 +206,35 @@ def choose(grid: pl.DataFrame, baseline: str) -> pl.DataFrame:
     )
 
 
+def _paired_rows(labels: pl.DataFrame, chosen: pl.DataFrame, left: tuple[str, str], right: tuple[str, str]) -> pl.DataFrame:
+    """One row per root held by both sides: setting, trajectory, root, E_l, T_l, E_r, T_r and
+    d = E_l / mean T_l - E_r / mean T_r (means over the setting's roots; ``paired_difference``)."""
+
+    def side(verifier, choice, tag):
+        pick = chosen.filter((pl.col("verifier") == verifier) & (pl.col("choice") == choice)).select("setting", "K", "L1", "L2")
+        rows = labels.filter(pl.col("verifier") == verifier).join(pick, on=["setting", "K", "L1", "L2"])
+        return rows.select("setting", "trajectory", "root", pl.col("E_holdout").alias(f"E_{tag}"), pl.col("T").alias(f"T_{tag}"))
+
+    both = side(*left, "l").join(side(*right, "r"), on=["setting", "trajectory", "root"])
+    return both.with_columns(
+        (pl.col("E_l") / pl.col("T_l").mean().over("setting") - pl.col("E_r") / pl.col("T_r").mean().over("setting")).alias("d")
+    )
+
+
+def average_difference_se(labels: pl.DataFrame, chosen: pl.DataFrame, left: tuple[str, str], right: tuple[str, str]) -> float:
+    """The standard error of the mean over settings of ``paired_difference``'s ``diff``, clustered
+    by prompt across the settings (``trajectory``: every setting holds the same prompts, so the
+    settings' differences are not independent): ``simlab.stats.clustered_se`` (CR1) of the
+    influence (d_i - diff_s) / (n_s S) of root i of setting s (n_s roots, S settings); NaN with one
+    prompt or no root."""
+    both = _paired_rows(labels, chosen, left, right)
+    if both.height == 0:
+        return float("nan")
+    settings = both["setting"].n_unique()
+    psi = both.select(((pl.col("d") - pl.col("d").mean().over("setting")) / (pl.len().over("setting") * settings)).alias("psi"))
+    return clustered_se(psi["psi"].to_list(), both["trajectory"].to_list())
+
+
 def paired_difference(labels: pl.DataFrame, chosen: pl.DataFrame, left: tuple[str, str], right: tuple[str, str]) -> pl.DataFrame:
     """Per setting: TPS(left) - TPS(right) on the held-out draws and its paired standard errors.
 
@@ -219,15 +248,7 @@ def paired_difference(labels: pl.DataFrame, chosen: pl.DataFrame, left: tuple[st
     trajectories.
     """
 
-    def side(verifier, choice, tag):
-        pick = chosen.filter((pl.col("verifier") == verifier) & (pl.col("choice") == choice)).select("setting", "K", "L1", "L2")
-        rows = labels.filter(pl.col("verifier") == verifier).join(pick, on=["setting", "K", "L1", "L2"])
-        return rows.select("setting", "trajectory", "root", pl.col("E_holdout").alias(f"E_{tag}"), pl.col("T").alias(f"T_{tag}"))
-
-    both = side(*left, "l").join(side(*right, "r"), on=["setting", "trajectory", "root"])
-    both = both.with_columns(
-        (pl.col("E_l") / pl.col("T_l").mean().over("setting") - pl.col("E_r") / pl.col("T_r").mean().over("setting")).alias("d")
-    )
+    both = _paired_rows(labels, chosen, left, right)
     table = both.group_by("setting", maintain_order=True).agg(
         pl.col("d").mean().alias("diff"),
         (pl.col("d").std() / pl.len().sqrt()).fill_null(float("nan")).alias("se_root"),
@@ -243,7 +264,7 @@ def paired_difference(labels: pl.DataFrame, chosen: pl.DataFrame, left: tuple[st
 def difference_table(labels, chosen, pairs, settings: list[str]) -> pl.DataFrame:
     """One row per (name, left, right): the paired difference by setting with its standard error
     clustered by prompt (``paired_difference``'s ``se``) and its mean over settings (standard
-    error of the mean of independent settings)."""
+    error clustered by prompt across the settings: ``average_difference_se``)."""
     rows = []
     for name, left, right in pairs:
         diff = paired_difference(labels, chosen, left, right)
@@ -252,7 +273,7 @@ def difference_table(labels, chosen, pairs, settings: list[str]) -> pl.DataFrame
         for s in settings:
             row[s] = f"{by[s]['diff']:+.3f} ± {by[s]['se']:.3f}" if s in by else ""
         mean = float(np.mean([by[s]["diff"] for s in by])) if by else float("nan")
-        se = float(np.sqrt(np.sum([by[s]["se"] ** 2 for s in by])) / len(by)) if by else float("nan")
+        se = average_difference_se(labels, chosen, left, right)
         row["average"] = f"{mean:+.3f} ± {se:.3f}"
         rows.append(row)
     return pl.DataFrame(rows)

@@ -263,9 +263,12 @@ def shard_environment(environ) -> tuple[int, int, int]:
 
 def shard_device(device: str, world: int, local: int) -> str:
     """The device a process of a ``world``-process run (``shard_environment``) opens its models on:
-    ``"auto"`` with ``world`` > 1 is ``"cuda:<local>"`` (the process's own GPU, ``LOCAL_RANK``)
-    where CUDA is usable (``simlab.checks.check_device``), else ``"cpu"``; any other ``device``,
-    and any device of a one-process run, is returned as given (checked where the models open).
+    ``"auto"`` with ``world`` > 1 is ``"cuda:<local mod n>"`` (the process's own GPU: ``LOCAL_RANK``
+    modulo the ``n`` GPUs the process sees, so a launcher that shows each rank only its own GPU
+    through ``CUDA_VISIBLE_DEVICES`` gives ``cuda:0``) where CUDA is usable (``simlab.checks.check_device``), else ``"cpu"``; ``"cuda"`` with ``world``
+    > 1 is ``"cuda:<local mod n>"`` too (where CUDA is not usable it is kept, and refused where the models
+    open); any other ``device`` (``cpu``, ``cuda:N``), and any device of a one-process run, is
+    returned as given (checked where the models open).
 
     Args:
         device: the ``--device`` value (``auto``, ``cpu``, ``cuda``, ``cuda:N``), a string.
@@ -273,8 +276,12 @@ def shard_device(device: str, world: int, local: int) -> str:
     """
     from simlab.checks import check_device
 
-    if world > 1 and device == "auto":
-        return f"cuda:{local}" if check_device("auto", "device") == "cuda" else "cpu"
+    if world > 1 and device in ("auto", "cuda"):
+        if check_device("auto", "device") == "cuda":
+            import torch
+
+            return f"cuda:{local % max(1, torch.cuda.device_count())}"
+        return "cpu" if device == "auto" else device
     return device
 
 

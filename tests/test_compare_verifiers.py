@@ -480,3 +480,24 @@ def test_several_roots_per_prompt_cluster_the_printed_tables(tmp_path, capsys):
         assert row["E_se_root"] == pytest.approx(_root_se(x), rel=1e-10, abs=1e-15)
         differ += abs(row["E_se"] - row["E_se_root"]) > 1e-9
     assert differ > 0
+
+
+def test_the_average_over_settings_is_clustered_by_prompt_across_settings():
+    """Two settings on the same prompts: each prompt's difference is the same in both, so the
+    average over settings is no better known than either setting (its standard error is the
+    settings' own, not theirs over sqrt(2) as for independent settings)."""
+    x = [1.0, 2.0, 3.0, 6.0]
+    one = _hand_labels(x, [1.0] * 4, [0, 1, 2, 3])
+    labels = pl.concat([one, one.with_columns(pl.lit("t").alias("setting"))])
+    chosen = cv.choose(cv.aggregate(labels), "traversal")
+    pair = ("traversal", "iid_TPS"), ("specinfer", "iid_TPS")
+    by = cv.paired_difference(labels, chosen, *pair)
+    se = _root_se([(e - 1.0) / 2.0 for e in x])
+    assert by["se"].to_list() == pytest.approx([se, se], rel=1e-12)
+    assert cv.average_difference_se(labels, chosen, *pair) == pytest.approx(se, rel=1e-12)
+    table = cv.difference_table(labels, chosen, [("T - S", *pair)], ["s", "t"])
+    assert table["average"][0] == f"{1.0:+.3f} ± {se:.3f}" == table["s"][0] == table["t"][0]
+    # one prompt: no standard error
+    single = _hand_labels([1.0, 2.0], [1.0, 1.0], [0, 0])
+    single_chosen = cv.choose(cv.aggregate(single), "traversal")
+    assert math.isnan(cv.average_difference_se(single, single_chosen, *pair))

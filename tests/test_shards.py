@@ -228,6 +228,9 @@ def test_torchrun_two_processes_over_a_capture(tmp_path, grid_capture):
         (2, "auto", False, "cpu"),
         (2, "cpu", True, "cpu"),  # an explicit --device is honoured as given
         (2, "cuda:0", True, "cuda:0"),
+        (2, "cuda", True, "cuda:1"),  # bare cuda is the rank's own GPU too, not GPU 0 for every rank
+        (2, "cuda", False, "cuda"),  # refused where the models open
+        (1, "cuda", True, "cuda"),
         (1, "auto", True, "auto"),  # one process: resolved where the models open
     ],
 )
@@ -237,14 +240,32 @@ def test_shard_device_is_the_local_rank_gpu_for_auto(monkeypatch, world, device,
     from backends.cli import shard_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2 if cuda else 0)
     assert shard_device(device, world, 1) == expected
+
+
+def test_shard_device_wraps_the_local_rank_over_the_gpus_the_process_sees(monkeypatch):
+    """A launcher that shows each rank only its own GPU (``CUDA_VISIBLE_DEVICES``) gives every
+    rank ``cuda:0``, not ``cuda:LOCAL_RANK`` (which would not exist in that process)."""
+    import torch
+
+    from backends.cli import shard_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert [shard_device("auto", 4, local) for local in range(4)] == ["cuda:0"] * 4
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert [shard_device("cuda", 4, local) for local in range(4)] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
 
 
 class _Opened(Exception):
     """Raised by the stand-in for ``HFSource``: the device it was asked for is all the test needs."""
 
 
-@pytest.mark.parametrize("flags, expected", [([], "cuda:1"), (["--device", "auto"], "cuda:1"), (["--device", "cpu"], "cpu")])
+@pytest.mark.parametrize(
+    "flags, expected",
+    [([], "cuda:1"), (["--device", "auto"], "cuda:1"), (["--device", "cuda"], "cuda:1"), (["--device", "cpu"], "cpu")],
+)
 def test_a_sharded_study_opens_live_models_on_the_local_rank_gpu(monkeypatch, tmp_path, flags, expected):
     """Under ``torchrun --nproc_per_node 2`` rank 1 opens its live models on ``cuda:1`` with ``--device
     auto`` (no GPU here: CUDA is made to look usable and ``HFSource`` only records its device)."""
@@ -259,6 +280,7 @@ def test_a_sharded_study_opens_live_models_on_the_local_rank_gpu(monkeypatch, tm
         raise _Opened
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(_flags, "HFSource", opened)
     for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}.items():
         monkeypatch.setenv(name, value)
