@@ -102,20 +102,23 @@ def fit_static(roster: Roster, roots, setting, verifiers, samples: int, seed: in
     from simlab.grid import GridAxes, action_grid_block_efficiency
 
     times: dict = {}
-    for v in verifiers:
-        totals: dict = {}
-        for root in roots:
-            grid = action_grid_block_efficiency(root.pair, root.context, v, samples=samples, seed=seed + root.root)
+    totals: dict = {v: {} for v in verifiers}
+    for root in roots:
+        table = root.table()  # one table per root: every verifier's grid draws the same trees on it
+        for v in verifiers:
+            grid = action_grid_block_efficiency(root.pair, root.context, v, samples=samples, seed=seed + root.root, table=table)
             for action, estimate in grid.items():
                 if (root.root, action) not in times:
                     times[(root.root, action)] = roster.latency.delayed_time(*action, len(root.context))
-                E, T = totals.get(action, (0.0, 0.0))
-                totals[action] = (E + estimate.mean, T + times[(root.root, action)])
+                E, T = totals[v].get(action, (0.0, 0.0))
+                totals[v][action] = (E + estimate.mean, T + times[(root.root, action)])
+    for v in verifiers:
+        totals_v = totals[v]
         for budget in roster.budgets:
             for kind in ("iid", "delayed"):
-                candidates = [a for a in GridAxes().actions(budget, rollouts=kind == "iid") if a in totals]
+                candidates = [a for a in GridAxes().actions(budget, rollouts=kind == "iid") if a in totals_v]
                 if candidates:
-                    best = max(candidates, key=lambda a: (totals[a][0] / totals[a][1], -sum(a)))
+                    best = max(candidates, key=lambda a: (totals_v[a][0] / totals_v[a][1], -sum(a)))
                     roster.static[(setting.name, v, budget, kind)] = best
 
 

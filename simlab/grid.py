@@ -622,17 +622,25 @@ def action_grid_block_efficiency(
     L2_values=DDTE_AXES.L2_values,
     samples: int = 4,
     seed: int = 0,
+    table: NodeTable | None = None,
 ) -> dict[tuple[int, int, int], Estimate]:
     """E[tau + 1] for every delayed-tree action (K, L1, L2) of a grid, by DDTE's estimator.
 
     ``samples`` trees ``Delayed(max K, L1, max L2)`` are drawn per L1 (``draw_grid``, seeded by
     ``seed``); each serves every K (its first K branches) and every L2 (cut-offs), so every
     estimate stays unbiased and drafting plus per-node work are shared (``grid_block_efficiency``).
+    ``table``: the root's ``NodeTable`` to draw on (default a new ``NodeTable(pair, context)``);
+    pass one table to several calls (one per verifier, the same ``seed``) to draw the same trees
+    and evaluate every node once, on whatever evaluation the table uses (a kept-cache one for
+    live models: ``backends.tree_cache.node_table``).
 
     Returns:
         (K, L1, L2) -> ``Estimate`` (method ``"mc"``, tokens per step).
+
+    Raises:
+        ValueError: ``table: ...`` for a table of another context; as ``draw_grid``.
     """
-    return _action_grid(pair, context, verifier, K_values, L1_values, L2_values, samples, seed, grid_block_efficiency)
+    return _action_grid(pair, context, verifier, K_values, L1_values, L2_values, samples, seed, grid_block_efficiency, table)
 
 
 def action_grid_metrics(
@@ -651,10 +659,14 @@ def action_grid_metrics(
     return _action_grid(pair, context, verifier, K_values, L1_values, L2_values, samples, seed, grid_metrics)
 
 
-def _action_grid(pair, context, verifier, K_values, L1_values, L2_values, samples, seed, value):
-    """``value`` (``grid_block_efficiency`` or ``grid_metrics``) of the drafts drawn at one root."""
+def _action_grid(pair, context, verifier, K_values, L1_values, L2_values, samples, seed, value, table=None):
+    """``value`` (``grid_block_efficiency`` or ``grid_metrics``) of the drafts drawn at one root
+    (on ``table`` when given: a ``NodeTable`` of ``context``)."""
     verifier = tree_verifiers.as_verifier(verifier)
-    table = NodeTable(pair, context)
+    if table is None:
+        table = NodeTable(pair, context)
+    elif not isinstance(table, NodeTable) or tuple(table.context) != tuple(int(t) for t in context):
+        raise ValueError("table: must be a simlab.trees.NodeTable of the same context")
     drafts = draw_grid(
         table, K_max=max(K_values), L1_values=L1_values, L2_max=max(L2_values), samples=samples, rng=np.random.default_rng(seed)
     )

@@ -230,6 +230,34 @@ def test_action_grid_is_unbiased_against_exact():
         check_estimates_agree(exact, estimate)
 
 
+def test_action_grid_on_a_shared_table_equals_fresh_tables_and_evaluates_each_node_once():
+    """One ``NodeTable`` passed to the grid of several verifiers (as ``compare_builders``' static fit
+    does, on a kept-cache table for live models) draws the same trees as a fresh table per call, so
+    every estimate is bit-identical, and a verifier's grid asked again fetches no node."""
+    from simlab.grid import action_grid_block_efficiency
+
+    axes = dict(K_values=(1, 2), L1_values=(0, 1), L2_values=(0, 2), samples=3, seed=5)
+    shared = NodeTable(PAIR, CONTEXT)
+    fetched = []
+    fetch = shared.fetch
+
+    def counting(paths):
+        paths = [tuple(p) for p in paths]
+        fetched.append(sum(not shared.known(p) for p in paths))
+        return fetch(paths)
+
+    shared.fetch = counting
+    for i, name in enumerate(("specinfer", "traversal", "spectr", "specinfer")):
+        fresh = action_grid_block_efficiency(PAIR, CONTEXT, name, **axes)
+        before = sum(fetched)
+        on_shared = action_grid_block_efficiency(PAIR, CONTEXT, name, table=shared, **axes)
+        assert {a: (e.mean, e.stderr) for a, e in on_shared.items()} == {a: (e.mean, e.stderr) for a, e in fresh.items()}
+        if i == 3:
+            assert sum(fetched) == before  # the same trees again: every node is known already
+    with pytest.raises(ValueError, match="table"):
+        action_grid_block_efficiency(PAIR, [*CONTEXT, 1], "specinfer", table=shared, **axes)
+
+
 @pytest.mark.parametrize(
     "law, kids",
     [
