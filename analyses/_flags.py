@@ -16,7 +16,7 @@ the source the flags ask for:
 * a flag that names a file, folder or model (``NAMING_FLAGS``) given an empty value is refused
   with one line naming it, before any other check of the study's (``check_named``);
 * live models open on ``--device``; ``auto`` or ``cuda`` in a sharded run (``WORLD_SIZE`` > 1) is the rank's
-  own GPU, ``cuda:LOCAL_RANK`` (``live_device``, as the capture does: ``backends.cli.shard_device``);
+  own GPU, ``cuda:LOCAL_RANK`` modulo the GPUs it sees (``live_device``, as the capture does: ``backends.cli.shard_device``);
 * errors of the core and the backends (``"vocab: must be ..."``) come back as the flag's error
   (``"--vocab: must be ..."``): ranges are checked once, where they are defined;
 * every file and folder the flags name (model folders, prompt file, capture folders, latency
@@ -224,7 +224,7 @@ def live_device(prog: str, device: str) -> str:
     """The device live models open on for ``--device`` ``device`` in this process:
     ``backends.cli.shard_device`` over the ``torchrun`` environment (``RANK``, ``WORLD_SIZE``,
     ``LOCAL_RANK``: ``backends.cli.shard_environment``), so ``auto`` (or ``cuda``) in a sharded run
-    is ``cuda:LOCAL_RANK`` where CUDA is usable (``auto`` else ``cpu``) and any other value is kept as given.
+    is ``cuda:LOCAL_RANK`` modulo the visible GPUs where CUDA is usable (``auto`` else ``cpu``) and any other value is kept as given.
     Exit 2 with one line for an environment that cannot shard."""
     try:
         _, world, local = shard_environment(os.environ)

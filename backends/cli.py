@@ -18,7 +18,7 @@ What makes a tool behave like one:
 * ``progress_bar``: every tool's progress bar; ``fail`` and ``run_tool`` (interrupted) close
   the open bars before their line, so it never shares the bar's line nor is followed by a redraw;
 * ``shard_environment`` / ``shard_device``: a ``torchrun`` process's RANK, WORLD_SIZE and LOCAL_RANK,
-  and the GPU its models open on with ``--device auto`` (``cuda:LOCAL_RANK``), read alike by the
+  and the GPU its models open on with ``--device auto`` or ``cuda`` (``cuda:LOCAL_RANK`` modulo the visible GPUs), read alike by the
   capture (``backends.capture``) and the sharded studies (``analyses._study``, ``analyses._flags``).
 """
 
