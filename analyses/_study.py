@@ -58,6 +58,7 @@ from backends.cli import (
     parquet_writer,
     print_table,
     progress,
+    progress_bar,
     run_tool,
     shard_environment,
 )
@@ -233,7 +234,8 @@ def _run(study: Study, argv) -> int:
         elif study.values is not None:
             values = study.values(config, opened, say)
         else:
-            values = study.merge(config, opened, [study.value_root(config, opened, task) for task in tasks(opened)])
+            with progress_bar(tasks(opened), desc="roots", unit="root", quiet=quiet) as bar:
+                values = study.merge(config, opened, [study.value_root(config, opened, task) for task in bar])
         report = study.run(config, opened, values, say)
     except ValueError as exc:
         fail_from(study.prog, exc, parser, study.error_flags)
@@ -374,14 +376,17 @@ def value_share(study: Study, config, opened: Opened, rank: int, world: int, say
         say(f"rank {rank} of {world}: resuming {path} ({len(kept)} roots already valued)")
     part = {**part, "complete": False, "roots": kept, "ids": {i: mine[i][1] for i in kept}}
     fresh = 0
-    for i, (task, identity) in mine.items():
-        if i in part["roots"]:
-            continue
-        part["roots"][i] = study.value_root(config, opened, task)
-        part["ids"][i] = identity
-        fresh += 1
-        if fresh % SHARD_BATCH == 0:
-            write_part(path, part)
+    quiet = getattr(config, "quiet", False)
+    with progress_bar(total=len(mine), initial=len(kept), desc=f"rank {rank} roots", unit="root", quiet=quiet) as bar:
+        for i, (task, identity) in mine.items():
+            if i in part["roots"]:
+                continue
+            part["roots"][i] = study.value_root(config, opened, task)
+            part["ids"][i] = identity
+            fresh += 1
+            bar.update()
+            if fresh % SHARD_BATCH == 0:
+                write_part(path, part)
     part["complete"] = True
     write_part(path, part)
     return part

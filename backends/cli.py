@@ -100,11 +100,14 @@ def add_output_flags(parser: "ToolParser", prog: str, folder: str = "<source>") 
 _OPEN_BARS: "weakref.WeakSet[tqdm]" = weakref.WeakSet()
 
 
-def progress_bar(iterable=None, *, total: int | None = None, desc: str, unit: str = "it", quiet: bool = False) -> tqdm:
-    """A tool's progress bar on stderr (a ``tqdm``; disabled by ``quiet``), registered so that
-    ``close_bars`` closes it before an error or interrupt line.  Use it as the context manager
-    ``with progress_bar(...) as bar:`` or close it when done."""
-    bar = tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, disable=quiet)
+def progress_bar(
+    iterable=None, *, total: int | None = None, desc: str, unit: str = "it", quiet: bool = False, initial: int = 0
+) -> tqdm:
+    """A tool's progress bar on stderr (a ``tqdm``; disabled by ``quiet``; ``initial``: the items
+    already done, as a resumed run counts them), registered so that ``close_bars`` closes it before
+    an error or interrupt line.  Use it as the context manager ``with progress_bar(...) as bar:`` or
+    close it when done."""
+    bar = tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, disable=quiet, initial=initial)
     _OPEN_BARS.add(bar)
     return bar
 

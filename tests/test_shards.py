@@ -288,3 +288,25 @@ def test_a_sharded_study_opens_live_models_on_the_local_rank_gpu(monkeypatch, tm
     with pytest.raises(_Opened):
         cv.main([*argv, "--quiet", "--out", str(tmp_path / "o")])
     assert seen == [expected]
+
+
+def test_a_rank_shows_its_progress_counting_the_roots_its_part_holds(monkeypatch, tmp_path, capsys):
+    """A rank's bar on stderr ("rank R roots") starts at the roots its part already holds."""
+    monkeypatch.setattr(_study, "SHARD_BATCH", 1)
+    argv = [a for a in DBD if a != "--quiet"] + ["--out", str(tmp_path / "many")]
+    plain, calls = dbd.value_root, []
+
+    def dying(config, opened, task):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(task.index)
+        return plain(config, opened, task)
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert _study.run_study(dbd.STUDY.__class__(**{**dbd.STUDY.__dict__, "value_root": dying}), argv) == 130
+    first = capsys.readouterr().err
+    assert "rank 1 roots:" in first and "3/5" in first and "5/5" not in first
+    assert _study.run_study(dbd.STUDY, argv) == 0
+    resumed = capsys.readouterr().err
+    assert "resuming" in resumed and "rank 1 roots:  60%" in resumed and "5/5" in resumed and "0/5" not in resumed

@@ -112,3 +112,23 @@ def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
         treegraft.main(flags + ["--out", str(tmp_path), "--quiet"])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and one_error_line(err) and flag in err, err
+
+
+def test_report_script_agrees_with_the_study_summary(run):
+    """scripts/treegraft_report.py's learned row (the test roots) has the study's own ratios."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "treegraft_report", Path(__file__).resolve().parents[1] / "scripts" / "treegraft_report.py"
+    )
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    rows = [line.split(" | ") for line in report.report(str(run), "onehot").splitlines() if "learned g_psi" in line]
+    summary = pl.read_parquet(run / "treegraft.parquet").filter(
+        (pl.col("verifier") == "onehot") & (pl.col("policy") == "learned")
+    )
+    assert len(rows) == summary.height == 2
+    for row in rows:
+        mine = summary.filter(pl.col("setting") == row[0].strip("| "))
+        assert row[6] == f"{mine['vs_all_small'][0]:.3f}" and row[7] == f"{mine['vs_all_mid'][0]:.3f}"

@@ -1,0 +1,86 @@
+"""scripts/treegraft_report.py: the per-policy table of a TreeGraft run, its paired differences
+clustered by prompt, and its one-line errors, on a per-root frame written by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "treegraft_report.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("treegraft_report", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def frame(tmp_path) -> Path:
+    """Three prompts, the first with two roots; all-small 1 token in 0.1 s, all-mid 2 tokens in
+    0.2 s + 0.1 s per root index, fixed (2 + trajectory) tokens in 0.25 s; learned on prompt 2 only."""
+    rows = []
+    for trajectory, root in ((0, 0), (0, 1), (1, 0), (2, 0)):
+        values = {"all_small": (1.0, 0.1), "all_mid": (2.0, 0.2 + 0.1 * root), "fixed": (2.0 + trajectory, 0.25)}
+        if trajectory == 2:
+            values["learned"] = (1.5, 0.1)
+        for policy, (E, T) in values.items():
+            rows.append(
+                {
+                    "setting": "T=1",
+                    "trajectory": trajectory,
+                    "root": root,
+                    "context_length": 10 + root,
+                    "category": None,
+                    "policy": policy,
+                    "verifier": "onehot",
+                    "schedule": "101",
+                    "E": E,
+                    "T": T,
+                    "TPS": E / T,
+                    "stop": "",
+                    "early_stop": False,
+                    "test": trajectory == 2,
+                }  # fmt: skip
+            )
+    pl.DataFrame(rows).write_parquet(tmp_path / "per_root.parquet")
+    return tmp_path
+
+
+def test_rows_against_hand_computed_values(tmp_path):
+    m = load()
+    text = m.report(str(frame(tmp_path)), "onehot")
+    rows = {line.split(" | ")[1]: line.split(" | ") for line in text.splitlines() if line.startswith("| T=1")}
+    fixed = rows["fixed [1,0,1,0,1]"]
+    # E over the 4 roots: 2, 2, 3, 4 -> mean 2.75; influence (x - 2.75) / 4 clustered by prompt:
+    # sums (-1.5 / 4, 0.25 / 4, 1.25 / 4), se^2 = 3 / 2 * (2.25 + 0.0625 + 1.5625) / 16
+    assert fixed[3] == f"2.75 ± {math.sqrt(1.5 * 3.875 / 16):.2f}"
+    assert fixed[5] == f"{11 / 1.0:.2f}" and fixed[6] == f"{11 / 1.0 / (4 / 0.4):.3f}"
+    # paired to all-small: per-root TPS 8, 8, 12, 16 minus 10 each -> -2, -2, 2, 6, mean 1
+    d = [-3.0, -3.0, 1.0, 5.0]  # minus the mean 1
+    sums = [(d[0] + d[1]) / 4, d[2] / 4, d[3] / 4]
+    assert fixed[8] == f"+1.00 ± {math.sqrt(1.5 * sum(s * s for s in sums)):.2f}"
+    learned = rows["learned g_psi (test roots)"]  # over its one test root: ratios on that root only
+    assert learned[2] == "1" and learned[6] == f"{15 / 10:.3f}" and learned[7] == f"{15 / 10:.3f}"
+    assert learned[8].startswith("+5.00 ± nan")  # one prompt: no clustered SE
+
+
+def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys):
+    m = load()
+    assert m.main([str(tmp_path / "missing")]) == 2
+    assert m.main([str(frame(tmp_path)), "--verifier", "nss"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "per_root.parquet not found" in err[0] and "--verifier: 'nss'" in err[1]
+
+
+@pytest.mark.parametrize("policy", ["all_mid"])
+def test_missing_reference_roots_refused(tmp_path, policy):
+    m = load()
+    part = pl.read_parquet(frame(tmp_path) / "per_root.parquet")
+    part.filter(~((pl.col("policy") == policy) & (pl.col("trajectory") == 1))).write_parquet(tmp_path / "per_root.parquet")
+    with pytest.raises(ValueError, match="lacks"):
+        m.report(str(tmp_path), "onehot")
