@@ -10,7 +10,7 @@ the source the flags ask for:
   pair, ``--draft`` then naming its draft (``early-exit:L``, ``adapter:L``, ``quant:B:G``) and ``--target`` refused;
 * a source field given on the command line that the chosen source does not honour (its
   ``honours``) is refused with one line (the field's own reason where it has one, ``FIELD_REASONS``:
-  ``--evaluation`` applies to live models only; else the source's, ``NOT_HONOURED``), and so is any
+  ``--evaluation``, ``--device`` and ``--dtype`` apply to live models only; else the source's, ``NOT_HONOURED``), and so is any
   study flag the study lists as not honoured by that source (for example ``--shape`` with a
   capture, whose trees are captured);
 * a flag that names a file, folder or model (``NAMING_FLAGS``) given an empty value is refused
@@ -67,9 +67,8 @@ NOT_HONOURED = {
     "capture": "a capture brings its own roots, trees and sampling settings",
 }
 """Why a source cannot honour a source field it does not read (``check_honoured``)."""
-FIELD_REASONS = {
-    "evaluation": "it applies to live models only: --backend hf or --pair",
-}
+LIVE_ONLY = "it applies to live models only: --backend hf or --pair"
+FIELD_REASONS = {"evaluation": LIVE_ONLY, "device": LIVE_ONLY, "dtype": LIVE_ONLY}
 """A source field's own reason, said instead of ``NOT_HONOURED``'s for every source that does not read it."""
 NAMING_FLAGS = ("target", "draft", "prompts", "capture", "drafters", "selector")
 """The dests of the flags that name a file, folder or model (a study's own among them, where it has

@@ -5,6 +5,8 @@ synthetic worlds and captures keep the plain ``NodeTable``; ``--evaluation`` is 
 
 from __future__ import annotations
 
+import importlib
+
 import itertools
 import json
 from collections import Counter
@@ -119,14 +121,21 @@ def test_evaluation_is_refused_off_live_models(flags, tmp_path, capsys):
     assert "it applies to live models only: --backend hf or --pair" in err, err
 
 
-def test_evaluation_on_a_capture_says_it_applies_to_live_models_only(tmp_path, capsys):
-    """A capture's p and q are recorded: ``--evaluation`` is refused with its own reason, not the
-    capture source's general one (refused before the folder is read)."""
+@pytest.mark.parametrize(
+    "study, flag",
+    [("sweep", ["--evaluation", "plain"]), ("sweep", ["--dtype", "bfloat16"]), ("compare_verifiers", ["--device", "cpu"])],
+)
+def test_live_model_flags_on_a_capture_say_they_apply_to_live_models_only(study, flag, tmp_path, capsys):
+    """A capture's p and q are recorded: ``--evaluation``, ``--dtype`` and (in a study with no live
+    models of its own beside a capture; the sweep's feature models take ``--device``) ``--device``
+    are refused with their own reason, not the capture source's general one (refused before the
+    folder is read)."""
+    main = importlib.import_module(f"analyses.{study}").main
     with pytest.raises(SystemExit) as exc:
-        sweep.main(["--capture", str(tmp_path / "cap"), "--evaluation", "plain", "--quiet", "--out", str(tmp_path / "o")])
+        main(["--capture", str(tmp_path / "cap"), *flag, "--quiet", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and one_error_line(err), err
     assert (
-        "error: --evaluation: the capture source cannot honour it (it applies to live models only: --backend hf or --pair)" in err
+        f"error: {flag[0]}: the capture source cannot honour it (it applies to live models only: --backend hf or --pair)" in err
     )
     assert "brings its own roots" not in err and not (tmp_path / "o").exists()
