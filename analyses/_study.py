@@ -19,7 +19,8 @@ rewritten atomically after every ``SHARD_BATCH`` roots and marked complete at th
 records the key of the run (the study, its config without ``out`` and ``quiet``, W); a rerun of a
 killed rank reuses the roots its part already holds (a complete part is not recomputed; another key
 is started afresh).  Merge: rank 0, after its own share, waits for every part of the same key to be
-complete (``SIMLAB_SHARD_WAIT`` seconds, default 86400; polled every second), then orders the
+complete (``SIMLAB_SHARD_WAIT`` seconds, default 86400; polled every second; it says what each
+missing rank's part is: none yet, in progress, another run's: ``part_state``), then orders the
 payloads by root index, which is the order of a one-process run, and reports and publishes as one
 process does: the tables are byte-identical to a one-process run whenever each root's value depends
 on that root alone (``study.shardable`` refuses the configurations where it does not).  A merge after
@@ -398,23 +399,41 @@ def merge_parts(study: Study, config, opened: Opened, world: int, wait: float, s
     index order (``study.merge``)."""
     key = run_key(study, config, world)
     expected = {str(t.index): root_identity(t) for t in tasks(opened)}
-    deadline, told = time.monotonic() + wait, False
+    deadline, told = time.monotonic() + wait, ""
     while True:
         parts = [read_part(part_path(opened.out, r, world), key) for r in range(world)]
         missing = [r for r, p in enumerate(parts) if not _holds_share(p, r, world, expected)]
         if not missing:
             break
+        states = "; ".join(f"rank {r}: {part_state(part_path(opened.out, r, world), key, r, world, expected)}" for r in missing)
         if time.monotonic() > deadline:
             raise ValueError(
                 f"WORLD_SIZE: ranks {', '.join(map(str, missing))} of {world} left no complete part of this run's roots "
-                f"under {Path(opened.out) / 'parts'} (rerun them with the same flags; rank 0 rerun then merges)"
+                f"under {Path(opened.out) / 'parts'} ({states}; rerun them with the same flags; rank 0 rerun then merges)"
             )
-        if not told:
-            say(f"waiting for the parts of ranks {', '.join(map(str, missing))} of {world}")
-            told = True
+        if states != told:
+            say(f"waiting for the parts of ranks {', '.join(map(str, missing))} of {world} ({states})")
+            told = states
         time.sleep(1.0)
     payloads = {int(i): payload for p in parts for i, payload in p["roots"].items()}
     return study.merge(config, opened, [payloads[i] for i in sorted(payloads)])
+
+
+def part_state(path: Path, key: str, rank: int, world: int, expected: dict) -> str:
+    """Why the part at ``path`` is not (yet) rank ``rank``'s complete share of ``expected`` (root
+    index -> ``root_identity``) in run ``key``: no part yet, another run's part (other flags, world
+    size or code: that rank was started differently), in progress (roots valued so far), or complete
+    with other roots (a prompt file or capture changed under the same flags)."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return "no part yet"
+    if not isinstance(raw, dict) or raw.get("key") != key:
+        return "its part is of another run (other flags, WORLD_SIZE or code): rerun it with this run's flags"
+    share = sum(1 for i in expected if int(i) % world == rank)
+    if not raw.get("complete"):
+        return f"in progress, {len(raw.get('roots', {}))} of {share} roots"
+    return "its part holds other roots (the prompts or capture changed): rerun it"
 
 
 def _holds_share(part: dict | None, rank: int, world: int, expected: dict) -> bool:

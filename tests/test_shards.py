@@ -310,3 +310,22 @@ def test_a_rank_shows_its_progress_counting_the_roots_its_part_holds(monkeypatch
     assert _study.run_study(dbd.STUDY, argv) == 0
     resumed = capsys.readouterr().err
     assert "resuming" in resumed and "rank 1 roots:  60%" in resumed and "5/5" in resumed and "0/5" not in resumed
+
+
+def test_rank_0_says_why_a_part_is_not_this_runs(monkeypatch, tmp_path, capsys):
+    """Rank 0 names each missing rank's state: no part yet, or a part of another run (rank 1 was
+    given other flags), while it waits and in its error line when the wait ends."""
+    out = tmp_path / "many"
+    argv = [a for a in DBD if a != "--quiet"] + ["--out", str(out)]
+    for state in ("rank 1: no part yet", "rank 1: its part is of another run"):
+        if "another" in state:  # rank 1 started with another seed
+            assert _rank(monkeypatch, dbd, [*DBD, "--seed", "1", "--out", str(out)], 1, 2) == 0
+        capsys.readouterr()
+        for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("SIMLAB_SHARD_WAIT", "1.5")):
+            monkeypatch.setenv(name, value)
+        with pytest.raises(SystemExit) as exit_:
+            dbd.main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and f"waiting for the parts of ranks 1 of 2 ({state}" in err, err
+        assert err.strip().splitlines()[-1].count(state) == 1 and "rerun them with the same flags" in err
+    assert not (out / "divergence_by_depth.parquet").exists()
