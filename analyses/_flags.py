@@ -68,7 +68,11 @@ NOT_HONOURED = {
 }
 """Why a source cannot honour a source field it does not read (``check_honoured``)."""
 LIVE_ONLY = "it applies to live models only: --backend hf or --pair"
-FIELD_REASONS = {"evaluation": LIVE_ONLY, "device": LIVE_ONLY, "dtype": LIVE_ONLY}
+FIELD_REASONS = {
+    "evaluation": LIVE_ONLY,
+    "device": LIVE_ONLY,
+    "dtype": LIVE_ONLY + " (a capture's models, where a study opens them, load at the dtype the capture recorded)",
+}
 """A source field's own reason, said instead of ``NOT_HONOURED``'s for every source that does not read it."""
 NAMING_FLAGS = ("target", "draft", "prompts", "capture", "drafters", "selector")
 """The dests of the flags that name a file, folder or model (a study's own among them, where it has

@@ -235,8 +235,7 @@ def _run(study: Study, argv) -> int:
         elif study.values is not None:
             values = study.values(config, opened, say)
         else:
-            with progress_bar(tasks(opened), desc="roots", unit="root", quiet=quiet) as bar:
-                values = study.merge(config, opened, [study.value_root(config, opened, task) for task in bar])
+            values = study.merge(config, opened, [study.value_root(config, opened, task) for task in tasks(opened)])
         report = study.run(config, opened, values, say)
     except ValueError as exc:
         fail_from(study.prog, exc, parser, study.error_flags)
@@ -343,14 +342,31 @@ def json_plain(value):
     raise TypeError(f"payload: {type(value).__name__} is not JSON")
 
 
+_MISSING, _UNREADABLE = "missing", "unreadable"
+
+
+def _load_part(path: Path):
+    """The JSON at ``path``, or ``_MISSING`` (no file) or ``_UNREADABLE`` (not JSON)."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return _MISSING
+    except OSError:
+        return _UNREADABLE
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _UNREADABLE
+
+
+def _of_run(raw, key: str) -> dict | None:
+    return raw if isinstance(raw, dict) and raw.get("key") == key else None
+
+
 def read_part(path: Path, key: str) -> dict | None:
     """The part at ``path`` (``{"key", "rank", "world", "complete", "roots": {index: payload}}``)
     when it is readable and of run ``key``, else None."""
-    try:
-        part = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    return part if isinstance(part, dict) and part.get("key") == key else None
+    return _of_run(_load_part(path), key)
 
 
 def write_part(path: Path, part: dict) -> None:
@@ -399,41 +415,50 @@ def merge_parts(study: Study, config, opened: Opened, world: int, wait: float, s
     index order (``study.merge``)."""
     key = run_key(study, config, world)
     expected = {str(t.index): root_identity(t) for t in tasks(opened)}
-    deadline, told = time.monotonic() + wait, ""
+    deadline, told = time.monotonic() + wait, None
     while True:
-        parts = [read_part(part_path(opened.out, r, world), key) for r in range(world)]
+        raws = [_load_part(part_path(opened.out, r, world)) for r in range(world)]
+        parts = [_of_run(raw, key) for raw in raws]
         missing = [r for r, p in enumerate(parts) if not _holds_share(p, r, world, expected)]
         if not missing:
             break
-        states = "; ".join(f"rank {r}: {part_state(part_path(opened.out, r, world), key, r, world, expected)}" for r in missing)
+        states = {r: part_state(raws[r], key, r, world, expected, Path(opened.out)) for r in missing}
+        text = "; ".join(f"rank {r}: {said}" for r, (_, said) in states.items())
         if time.monotonic() > deadline:
             raise ValueError(
                 f"WORLD_SIZE: ranks {', '.join(map(str, missing))} of {world} left no complete part of this run's roots "
-                f"under {Path(opened.out) / 'parts'} ({states}; rerun them with the same flags; rank 0 rerun then merges)"
+                f"under {Path(opened.out) / 'parts'} ({text}; rerun them with the same flags; rank 0 rerun then merges)"
             )
-        if states != told:
-            say(f"waiting for the parts of ranks {', '.join(map(str, missing))} of {world} ({states})")
-            told = states
+        kinds = {r: kind for r, (kind, _) in states.items()}
+        if kinds != told:  # said again only when a rank's state changes kind, not per root valued
+            say(f"waiting for the parts of ranks {', '.join(map(str, missing))} of {world} ({text})")
+            told = kinds
         time.sleep(1.0)
     payloads = {int(i): payload for p in parts for i, payload in p["roots"].items()}
     return study.merge(config, opened, [payloads[i] for i in sorted(payloads)])
 
 
-def part_state(path: Path, key: str, rank: int, world: int, expected: dict) -> str:
-    """Why the part at ``path`` is not (yet) rank ``rank``'s complete share of ``expected`` (root
-    index -> ``root_identity``) in run ``key``: no part yet, another run's part (other flags, world
-    size or code: that rank was started differently), in progress (roots valued so far), or complete
-    with other roots (a prompt file or capture changed under the same flags)."""
-    try:
-        raw = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return "no part yet"
-    if not isinstance(raw, dict) or raw.get("key") != key:
-        return "its part is of another run (other flags, WORLD_SIZE or code): rerun it with this run's flags"
-    share = sum(1 for i in expected if int(i) % world == rank)
+def part_state(raw, key: str, rank: int, world: int, expected: dict, out: Path) -> tuple[str, str]:
+    """``(kind, text)``: why ``raw`` (rank ``rank``'s part as read, ``_load_part``) is not its
+    complete share of ``expected`` (root index -> ``root_identity``) in run ``key`` of ``world``
+    ranks under ``out``.  Kinds: ``none`` (no part yet; the text names parts of this rank left by a
+    run of another WORLD_SIZE), ``unreadable``, ``other`` (another run's part: other flags or code),
+    ``progress`` (the text counts the share's roots valued so far) and ``stale`` (complete, with
+    roots the run no longer has: a prompt file or capture changed under the same flags)."""
+    if raw == _MISSING:
+        others = sorted(
+            p.name for p in (out / "parts").glob(f"rank-{rank}-of-*.json") if p.name != part_path(out, rank, world).name
+        )
+        return "none", "no part yet" + (f" ({', '.join(others)} there: started with another WORLD_SIZE)" if others else "")
+    if not isinstance(raw, dict):
+        return "unreadable", "its part cannot be read (damaged): rerun it"
+    if raw.get("key") != key:
+        return "other", "its part is of another run (other flags or code): rerun it with this run's flags"
+    share = {i: v for i, v in expected.items() if int(i) % world == rank}
     if not raw.get("complete"):
-        return f"in progress, {len(raw.get('roots', {}))} of {share} roots"
-    return "its part holds other roots (the prompts or capture changed): rerun it"
+        done = sum(1 for i in raw.get("roots", {}) if i in share and raw.get("ids", {}).get(i) == share[i])
+        return "progress", f"in progress, {done} of {len(share)} roots"
+    return "stale", "its part holds other roots (the prompts or capture changed): rerun it"
 
 
 def _holds_share(part: dict | None, rank: int, world: int, expected: dict) -> bool:

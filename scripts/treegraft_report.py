@@ -28,7 +28,6 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 from simlab.stats import clustered_mean_se
@@ -37,7 +36,7 @@ PROG = "scripts/treegraft_report.py"
 ROWS = (
     ("all_small", "all-small (n-gram only)"),
     ("all_mid", "all-mid"),
-    ("fixed", "fixed [1,0,1,0,1]"),
+    ("fixed", "fixed"),
     ("best", "best schedule (oracle, per root)"),
     ("no_expanded_positions", "no expanded positions"),
     ("destructive", "destructive grafting"),
@@ -46,6 +45,22 @@ ROWS = (
 )
 ABLATIONS = ("destructive", "no_expanded_positions", "sequence_level")
 KEY = ("trajectory", "root")
+COLUMNS = (
+    "setting",
+    "trajectory",
+    "root",
+    "context_length",
+    "category",
+    "policy",
+    "verifier",
+    "schedule",
+    "E",
+    "T",
+    "TPS",
+    "stop",
+    "early_stop",
+    "test",
+)
 
 
 def read_run(folder: str, verifier: str) -> pl.DataFrame:
@@ -53,7 +68,22 @@ def read_run(folder: str, verifier: str) -> pl.DataFrame:
     path = Path(folder) / "per_root.parquet"
     if not path.is_file():
         raise ValueError(f"run: {path} not found (a python -m analyses.treegraft --out folder)")
-    frame = pl.read_parquet(path)
+    try:
+        frame = pl.read_parquet(path)
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise ValueError(f"run: {path} cannot be read ({str(exc).splitlines()[0]})") from None
+    lacking = [c for c in COLUMNS if c not in frame.columns]
+    if lacking:
+        raise ValueError(f"run: {path} lacks the columns {', '.join(lacking)} (not a treegraft per_root.parquet)")
+    if frame.height == 0:
+        raise ValueError(f"run: {path} holds no roots")
+    if frame.select(pl.col("T").is_finite().not_() | (pl.col("T") <= 0)).to_series().any():
+        raise ValueError(f"run: {path} has a T-hat that is not a positive number")
+    for name in ("all_small", "all_mid", "fixed"):
+        if name not in frame["policy"].unique().to_list():
+            raise ValueError(f"run: {path} has no {name} rows (a treegraft run values every policy)")
+    if frame.select(["setting", "verifier", "policy", *KEY]).is_duplicated().any():
+        raise ValueError(f"run: {path} has more than one row for a root, policy and verifier")
     if verifier not in frame["verifier"].unique().to_list():
         raise ValueError(f"--verifier: {verifier!r} not in {path} (has {sorted(frame['verifier'].unique().to_list())})")
     return frame.filter(pl.col("verifier") == verifier)
@@ -88,6 +118,8 @@ def table(frame: pl.DataFrame, setting: str) -> list[str]:
         tps = rows["E"].sum() / rows["T"].sum()
         e, e_se = clustered_mean_se(rows["E"].to_numpy(), rows["trajectory"].to_list())
         diffs = [paired(frame, policy, ref) if policy != ref else (0.0, 0.0) for ref in ("all_small", "all_mid")]
+        if policy == "fixed":
+            label += " [" + ",".join(sorted(set(rows["schedule"].to_list()))[0]) + "]"
         cells = [
             setting,
             label,
@@ -116,12 +148,13 @@ def notes(frame: pl.DataFrame, setting: str) -> list[str]:
     best = Counter(_policy(frame, "best")["schedule"].to_list())
     out.append(f"{setting}: best schedules {dict(best.most_common())}")
     if frame["category"].null_count() < frame.height:
-        for category in sorted(frame["category"].drop_nulls().unique().to_list()):
-            part = frame.filter(pl.col("category") == category)
+        named = frame.with_columns(pl.col("category").fill_null("(none)"))
+        for category in sorted(named["category"].unique().to_list()):
+            part = named.filter(pl.col("category") == category)
             cells = []
             for policy in ("all_small", "all_mid", "fixed", "best"):
                 rows = _policy(part, policy)
-                cells.append(f"{rows['E'].sum() / rows['T'].sum():.1f}")
+                cells.append(f"{rows['E'].sum() / rows['T'].sum():.1f}" if rows.height else "-")
             out.append(
                 f"{setting}: {category} ({_policy(part, 'fixed').height} roots) all-small / all-mid / fixed / best {' / '.join(cells)}"
             )
@@ -163,5 +196,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    np.seterr(all="raise")
     sys.exit(main())

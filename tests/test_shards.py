@@ -329,3 +329,23 @@ def test_rank_0_says_why_a_part_is_not_this_runs(monkeypatch, tmp_path, capsys):
         assert exit_.value.code == 2 and f"waiting for the parts of ranks 1 of 2 ({state}" in err, err
         assert err.strip().splitlines()[-1].count(state) == 1 and "rerun them with the same flags" in err
     assert not (out / "divergence_by_depth.parquet").exists()
+
+
+def test_part_state_names_each_kind_from_one_read(tmp_path):
+    """``part_state`` classifies the part as read once: none (naming parts of another WORLD_SIZE),
+    unreadable (truncated or not an object), another run's, in progress (counting only the share's
+    own roots) and stale; ``_load_part`` tells a missing file from a damaged one."""
+    state, key, expected = _study.part_state, "k", {"0": "a", "1": "b", "2": "c", "3": "d"}
+    assert state(_study._MISSING, key, 1, 2, expected, tmp_path) == ("none", "no part yet")
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "rank-1-of-3.json").write_text('{"key": "k"')  # truncated, and of W = 3
+    assert _study._load_part(tmp_path / "parts" / "rank-1-of-3.json") == _study._UNREADABLE
+    assert _study._load_part(tmp_path / "parts" / "rank-1-of-2.json") == _study._MISSING
+    none = state(_study._MISSING, key, 1, 2, expected, tmp_path)
+    assert none == ("none", "no part yet (rank-1-of-3.json there: started with another WORLD_SIZE)")
+    for raw in (_study._UNREADABLE, None, [1]):
+        assert state(raw, key, 1, 2, expected, tmp_path)[0] == "unreadable"
+    assert state({"key": "other"}, key, 1, 2, expected, tmp_path)[0] == "other"
+    stale_ids = {"key": key, "complete": False, "roots": {"1": 0, "3": 0, "5": 0}, "ids": {"1": "b", "3": "x", "5": "z"}}
+    assert state(stale_ids, key, 1, 2, expected, tmp_path) == ("progress", "in progress, 1 of 2 roots")
+    assert state({**stale_ids, "complete": True}, key, 1, 2, expected, tmp_path)[0] == "stale"

@@ -135,7 +135,6 @@ def test_live_model_flags_on_a_capture_say_they_apply_to_live_models_only(study,
         main(["--capture", str(tmp_path / "cap"), *flag, "--quiet", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and one_error_line(err), err
-    assert (
-        f"error: {flag[0]}: the capture source cannot honour it (it applies to live models only: --backend hf or --pair)" in err
-    )
+    assert f"error: {flag[0]}: the capture source cannot honour it (it applies to live models only: --backend hf or --pair" in err
+    assert ("at the dtype the capture recorded" in err) == (flag[0] == "--dtype"), err
     assert "brings its own roots" not in err and not (tmp_path / "o").exists()

@@ -20,12 +20,15 @@ def load():
     return module
 
 
-def frame(tmp_path) -> Path:
-    """Three prompts, the first with two roots; all-small 1 token in 0.1 s, all-mid 2 tokens in
-    0.2 s + 0.1 s per root index, fixed (2 + trajectory) tokens in 0.25 s; learned on prompt 2 only."""
+def frame(tmp_path, edit=None) -> Path:
+    """Three prompts, the first with two roots (category "qa", the others none); all-small 1 token
+    in 0.1 s, all-mid 2 tokens in 0.2 s + 0.1 s per root index, fixed (2 + trajectory) tokens in
+    0.25 s, destructive 1 token in 0.25 s; learned on prompt 2 only.  ``edit``: a function of the
+    frame, whose result is written instead."""
     rows = []
     for trajectory, root in ((0, 0), (0, 1), (1, 0), (2, 0)):
         values = {"all_small": (1.0, 0.1), "all_mid": (2.0, 0.2 + 0.1 * root), "fixed": (2.0 + trajectory, 0.25)}
+        values["destructive"] = (1.0, 0.25)
         if trajectory == 2:
             values["learned"] = (1.5, 0.1)
         for policy, (E, T) in values.items():
@@ -35,7 +38,7 @@ def frame(tmp_path) -> Path:
                     "trajectory": trajectory,
                     "root": root,
                     "context_length": 10 + root,
-                    "category": None,
+                    "category": "qa" if trajectory == 0 else None,
                     "policy": policy,
                     "verifier": "onehot",
                     "schedule": "101",
@@ -45,9 +48,10 @@ def frame(tmp_path) -> Path:
                     "stop": "",
                     "early_stop": False,
                     "test": trajectory == 2,
-                }  # fmt: skip
+                }
             )
-    pl.DataFrame(rows).write_parquet(tmp_path / "per_root.parquet")
+    table = pl.DataFrame(rows)
+    (edit(table) if edit else table).write_parquet(tmp_path / "per_root.parquet")
     return tmp_path
 
 
@@ -55,10 +59,11 @@ def test_rows_against_hand_computed_values(tmp_path):
     m = load()
     text = m.report(str(frame(tmp_path)), "onehot")
     rows = {line.split(" | ")[1]: line.split(" | ") for line in text.splitlines() if line.startswith("| T=1")}
-    fixed = rows["fixed [1,0,1,0,1]"]
+    fixed = rows["fixed [1,0,1]"]  # the run's own fixed schedule
     # E over the 4 roots: 2, 2, 3, 4 -> mean 2.75; influence (x - 2.75) / 4 clustered by prompt:
     # sums (-1.5 / 4, 0.25 / 4, 1.25 / 4), se^2 = 3 / 2 * (2.25 + 0.0625 + 1.5625) / 16
     assert fixed[3] == f"2.75 ± {math.sqrt(1.5 * 3.875 / 16):.2f}"
+    assert fixed[4] == "250.0" and rows["all-mid"][4] == "225.0"  # mean T-hat in ms
     assert fixed[5] == f"{11 / 1.0:.2f}" and fixed[6] == f"{11 / 1.0 / (4 / 0.4):.3f}"
     # paired to all-small: per-root TPS 8, 8, 12, 16 minus 10 each -> -2, -2, 2, 6, mean 1
     d = [-3.0, -3.0, 1.0, 5.0]  # minus the mean 1
@@ -67,6 +72,9 @@ def test_rows_against_hand_computed_values(tmp_path):
     learned = rows["learned g_psi (test roots)"]  # over its one test root: ratios on that root only
     assert learned[2] == "1" and learned[6] == f"{15 / 10:.3f}" and learned[7] == f"{15 / 10:.3f}"
     assert learned[8].startswith("+5.00 ± nan")  # one prompt: no clustered SE
+    # destructive minus fixed: per-root TPS 4 - (8, 8, 12, 16) = -4, -4, -8, -12, mean -7
+    assert "T=1: destructive minus fixed -7.00 ± " in text
+    assert "T=1: qa (2 roots) all-small / all-mid / fixed / best" in text and "T=1: (none) (2 roots)" in text
 
 
 def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys):
@@ -77,10 +85,27 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys):
     assert len(err) == 2 and "per_root.parquet not found" in err[0] and "--verifier: 'nss'" in err[1]
 
 
-@pytest.mark.parametrize("policy", ["all_mid"])
-def test_missing_reference_roots_refused(tmp_path, policy):
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda f: f.filter(~((pl.col("policy") == "all_mid") & (pl.col("trajectory") == 1))), "has roots that all_mid lacks"),
+        (lambda f: f.filter(pl.col("policy") != "all_mid"), "has no all_mid rows"),
+        (lambda f: f.with_columns(pl.when(pl.col("policy") == "fixed").then(0.0).otherwise(pl.col("T")).alias("T")), "T-hat"),
+        (lambda f: pl.concat([f, f.head(1)]), "more than one row"),
+        (lambda f: f.head(0), "holds no roots"),
+        (lambda f: f.drop("schedule"), "lacks the columns schedule"),
+    ],
+)
+def test_bad_runs_refused_naming_the_problem(tmp_path, capsys, edit, message):
     m = load()
-    part = pl.read_parquet(frame(tmp_path) / "per_root.parquet")
-    part.filter(~((pl.col("policy") == policy) & (pl.col("trajectory") == 1))).write_parquet(tmp_path / "per_root.parquet")
-    with pytest.raises(ValueError, match="lacks"):
-        m.report(str(tmp_path), "onehot")
+    assert m.main([str(frame(tmp_path, edit))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("scripts/treegraft_report.py: run: ") and message in err[0], err
+
+
+def test_a_damaged_file_is_refused_with_one_line(tmp_path, capsys):
+    m = load()
+    (tmp_path / "per_root.parquet").write_bytes(b"PAR1 not parquet")
+    assert m.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot be read" in err[0], err
