@@ -136,6 +136,19 @@ def tree_capture(micro_pair_dir, tmp_path_factory):
     return make_capture(micro_pair_dir, tmp_path_factory, 2, "--depth", "2", "--width", "2")
 
 
+def load_script(path: Path, name: str | None = None):
+    """The module of a script that is not a package module (``scripts/*.py``, a benchmark file),
+    loaded from ``path`` (a path relative to the repository root, or absolute) under ``name``
+    (default: the file's stem)."""
+    import importlib.util
+
+    path = Path(path) if Path(path).is_absolute() else Path(__file__).resolve().parents[1] / path
+    spec = importlib.util.spec_from_file_location(name or path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def one_error_line(err: str) -> bool:
     """True when a tool's stderr holds exactly one line besides its progress notes (the lines
     ``backends.cli.slow_step`` prints, ending in "...", when a step such as loading the models

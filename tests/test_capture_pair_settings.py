@@ -5,20 +5,13 @@ loads: ``named_pair`` and ``capture_group`` are replaced."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class FakePair:
@@ -54,7 +47,7 @@ def memory_run(monkeypatch):
     monkeypatch.setattr(capture, "capture_group", capture_group)
     monkeypatch.setattr(roots, "read_prompt_records", read_prompt_records)
     monkeypatch.setattr(roots, "prompt_texts", lambda pair, records: [r.text for r in records])
-    module = load(ROOT / "scripts" / "capture_memory.py", "capture_memory")
+    module = load_script(ROOT / "scripts" / "capture_memory.py")
 
     def run(name):
         assert module.main(["--pair", name, "--depth", "1", "--samples", "1"]) == 0
@@ -85,7 +78,7 @@ def test_the_memory_script_takes_a_prompt_set_the_pair_declares(memory_run, monk
 
 def bench(monkeypatch, name):
     monkeypatch.setenv("SIMLAB_PAIR", name)
-    return load(ROOT / "benchmarks" / "test_capture.py", "capture_bench")
+    return load_script(ROOT / "benchmarks" / "test_capture.py", "capture_bench")
 
 
 @pytest.mark.parametrize("name, draft", [("qwen2.5-coder", "qwen2.5-coder-0.5b"), ("smollm2", "quant:4:64")])

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_bench.py"
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("gpu_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_dry_run_writes_every_level(tmp_path, capsys):
@@ -54,9 +51,7 @@ def test_cuda_missing_exits_2(tmp_path):
 
 
 def test_capture_memory_script_runs_at_a_tiny_size(capsys):
-    spec = importlib.util.spec_from_file_location("capture_memory", SCRIPT.parent / "capture_memory.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(SCRIPT.parent / "capture_memory.py")
     assert module.main(["--vocab", "300", "--depth", "1", "--samples", "1"]) == 0
     assert "peak RSS" in capsys.readouterr().out
     for argv, flag in [

@@ -3,21 +3,18 @@ clustered by prompt, and its one-line errors, on a per-root frame written by han
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
 import polars as pl
 import pytest
+from conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "treegraft_report.py"
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("treegraft_report", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def frame(tmp_path, edit=None) -> Path:

@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from analyses import treegraft
-from conftest import one_error_line
+from conftest import load_script, one_error_line
 
 SMALL = [
     "--vocab",
@@ -116,14 +116,7 @@ def test_bad_arguments_exit_2_with_one_line(flags, flag, capsys, tmp_path):
 
 def test_report_script_agrees_with_the_study_summary(run):
     """scripts/treegraft_report.py's learned row (the test roots) has the study's own ratios."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "treegraft_report", Path(__file__).resolve().parents[1] / "scripts" / "treegraft_report.py"
-    )
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    report = load_script("scripts/treegraft_report.py")
     rows = [line.split(" | ") for line in report.report(str(run), "onehot").splitlines() if "learned g_psi" in line]
     summary = pl.read_parquet(run / "treegraft.parquet").filter(
         (pl.col("verifier") == "onehot") & (pl.col("policy") == "learned")

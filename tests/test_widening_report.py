@@ -3,7 +3,6 @@ exact rows, and the means with SEs clustered by prompt, on the lab's micro refer
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 from simlab import widening as W
 from simlab.sampling import SamplingSettings
+from conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "widening_report.py"
 SMALL = [
@@ -21,10 +21,7 @@ SMALL = [
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("widening_report", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.fixture(scope="module")
