@@ -13,10 +13,11 @@ verifier declared lossless for its drafting law:
   from a seed shared by every verifier (paired), each valued exactly: the mean is an unbiased
   estimate of E[tau + 1] with its standard error.
 
-Reported per setting, budget, builder and verifier: E[tau + 1] (and its standard error), T-hat,
+Reported per setting, budget, builder and verifier: E[tau + 1] (its standard error over the roots
+clustered by prompt, and the sampled trees' Monte Carlo standard error given the roots), T-hat,
 throughput (sum E / sum T over roots), the ratio to the baseline (``--baseline``, default EAGLE-2
 with one-hot at a sampled target, greedy at a greedy one: T = 0 or top-k = 1) and the paired
-difference of E by root with its standard error; acceptance by depth (P(tau >= d)); and for the OT
+difference of E by root with its standard error clustered by prompt (``simlab.stats``); acceptance by depth (P(tau >= d)); and for the OT
 verifiers on i.i.d. trees the mean gap to the per-node optimum alpha*(p, q, k) by depth.  A builder that cannot run is listed with its
 reason.  Output under ``--out`` (default ``out/compare_builders/<source>/``): ``compare_builders.parquet``
 (summary), ``per_root.parquet``, ``by_depth.parquet``, ``node_gaps.parquet``, ``not_run.parquet``,
@@ -36,6 +37,7 @@ import polars as pl
 from simlab import tree_verifiers
 from simlab import verifiers as node_verifiers
 from simlab.engine_metrics import conditional_rates
+from simlab.stats import clustered_mean_se
 from simlab.valuation import tree_value
 
 from analyses import _builder_roster as roster_module
@@ -361,14 +363,25 @@ def _describe(builder) -> str:
     return type(builder).__name__
 
 
+def _clustered_se(values: pl.Series, clusters: pl.Series) -> list[float]:
+    """Per group (list columns): the standard error of the mean clustered by prompt (CR1,
+    ``simlab.stats.clustered_mean_se``; NaN with one prompt)."""
+    return [clustered_mean_se(v, c)[1] for v, c in zip(values.to_list(), clusters.to_list())]
+
+
 def summarise(per_root: pl.DataFrame, baseline: str, rules: dict[str, str]) -> pl.DataFrame:
-    """Per setting, budget, builder and verifier: roots, E, its standard error, T, throughput, the
-    ratio to the baseline's throughput and the paired mean difference of E by root (with its SE)."""
+    """Per setting, budget, builder and verifier: roots, E with its standard error over the roots
+    clustered by prompt (``E_se``, CR1: roots along one reply share its prompt) and the Monte Carlo
+    standard error of the sampled trees given the roots (``E_mc_se``; 0 for deterministic trees), T,
+    throughput, the ratio to the baseline's throughput and the paired mean difference of E by root
+    with its standard error clustered by prompt (``paired_dE``, ``paired_dE_se``)."""
     table = per_root.group_by("setting", "budget", "builder", "verifier", maintain_order=True).agg(
         pl.len().alias("roots"),
         pl.col("E").mean(),
         pl.col("accepted").mean(),
-        (pl.col("se").pow(2).sum().sqrt() / pl.len()).alias("E_se"),
+        (pl.col("se").pow(2).sum().sqrt() / pl.len()).alias("E_mc_se"),
+        pl.col("E").alias("_E"),
+        pl.col("trajectory").alias("_trajectory"),
         pl.col("T").mean(),
         (pl.col("E").sum() / pl.col("T").sum()).alias("TPS"),
         pl.col("tokens").mean(),
@@ -377,13 +390,19 @@ def summarise(per_root: pl.DataFrame, baseline: str, rules: dict[str, str]) -> p
     base_rows = per_root.filter(
         (pl.col("builder") == baseline) & (pl.col("verifier") == pl.col("setting").replace_strict(rules, return_dtype=pl.String))
     )
+    table = table.with_columns(pl.Series("E_se", _clustered_se(table["_E"], table["_trajectory"]), dtype=pl.Float64)).drop(
+        "_E", "_trajectory"
+    )
     base = base_rows.select("setting", "budget", "root", pl.col("E").alias("E_base"), pl.col("se").alias("se_base"))
     paired = (
         per_root.join(base, on=["setting", "budget", "root"])
         .with_columns((pl.col("E") - pl.col("E_base")).alias("diff"))
-        .group_by("setting", "budget", "builder", "verifier")
-        .agg(pl.col("diff").mean().alias("paired_dE"), (pl.col("diff").std(ddof=1) / pl.len().sqrt()).alias("paired_dE_se"))
+        .group_by("setting", "budget", "builder", "verifier", maintain_order=True)
+        .agg(pl.col("diff").mean().alias("paired_dE"), pl.col("diff").alias("_d"), pl.col("trajectory").alias("_trajectory"))
     )
+    paired = paired.with_columns(
+        pl.Series("paired_dE_se", _clustered_se(paired["_d"], paired["_trajectory"]), dtype=pl.Float64)
+    ).drop("_d", "_trajectory")
     ref = table.join(
         base_rows.group_by("setting", "budget").agg((pl.col("E").sum() / pl.col("T").sum()).alias("TPS_base")),
         on=["setting", "budget"],

@@ -186,3 +186,39 @@ def test_a_builder_without_a_lossless_verifier_is_listed_and_a_missing_baseline_
 def test_the_baseline_note_is_null_where_the_ratio_is_given(run):
     summary = pl.read_parquet(run / "compare_builders.parquet")
     assert summary["vs_baseline"].is_not_null().all() and summary["baseline_note"].is_null().all()
+
+
+def test_standard_errors_are_over_roots_clustered_by_prompt():
+    """``summarise``: ``E_se`` and ``paired_dE_se`` are CR1 over the roots clustered by prompt (two
+    roots of prompt 0, one of prompt 1), ``E_mc_se`` the trees' Monte Carlo error given the roots."""
+    import math
+
+    from analyses.compare_builders import summarise
+
+    rows = []
+    for root, (trajectory, e_iid, e_eagle) in enumerate([(0, 3.0, 2.0), (0, 5.0, 2.5), (1, 4.0, 3.0)]):
+        for builder, verifier, E, se in (("iid", "spectr", e_iid, 0.3), ("eagle2", "onehot", e_eagle, 0.0)):
+            rows.append(
+                {
+                    "setting": "T=1",
+                    "budget": 8,
+                    "trajectory": trajectory,
+                    "root": root,
+                    "builder": builder,
+                    "verifier": verifier,
+                    "E": E,
+                    "accepted": E - 1,
+                    "se": se,
+                    "T": 0.01,
+                    "tokens": 8,
+                    "sampled": builder == "iid",
+                }  # fmt: skip
+            )
+    table = summarise(pl.DataFrame(rows), "eagle2", {"T=1": "onehot"})
+    iid = table.filter(pl.col("builder") == "iid").row(0, named=True)
+    # E: mean 4, influences (-1, 1, 0) / 3, prompt sums (0, 0): clustered se 0 (independent roots: 0.577)
+    assert iid["E"] == 4.0 and iid["E_se"] == 0.0
+    assert math.isclose(iid["E_mc_se"], math.sqrt(3 * 0.09) / 3, rel_tol=1e-12)
+    # paired d = (1, 2.5, 1), mean 1.5, influences (-0.5, 1, -0.5) / 3, prompt sums (0.5 / 3, -0.5 / 3)
+    assert math.isclose(iid["paired_dE"], 1.5, rel_tol=1e-12)
+    assert math.isclose(iid["paired_dE_se"], math.sqrt(2 * 2 * (0.5 / 3) ** 2), rel_tol=1e-12)
