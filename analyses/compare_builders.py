@@ -37,7 +37,7 @@ import polars as pl
 from simlab import tree_verifiers
 from simlab import verifiers as node_verifiers
 from simlab.engine_metrics import conditional_rates
-from simlab.stats import clustered_mean_se
+from simlab.stats import grouped_mean_se
 from simlab.valuation import tree_value
 
 from analyses import _builder_roster as roster_module
@@ -363,12 +363,6 @@ def _describe(builder) -> str:
     return type(builder).__name__
 
 
-def _clustered_se(values: pl.Series, clusters: pl.Series) -> list[float]:
-    """Per group (list columns): the standard error of the mean clustered by prompt (CR1,
-    ``simlab.stats.clustered_mean_se``; NaN with one prompt)."""
-    return [clustered_mean_se(v, c)[1] for v, c in zip(values.to_list(), clusters.to_list())]
-
-
 def summarise(per_root: pl.DataFrame, baseline: str, rules: dict[str, str]) -> pl.DataFrame:
     """Per setting, budget, builder and verifier: roots, E with its standard error over the roots
     clustered by prompt (``E_se``, CR1: roots along one reply share its prompt) and the Monte Carlo
@@ -390,9 +384,9 @@ def summarise(per_root: pl.DataFrame, baseline: str, rules: dict[str, str]) -> p
     base_rows = per_root.filter(
         (pl.col("builder") == baseline) & (pl.col("verifier") == pl.col("setting").replace_strict(rules, return_dtype=pl.String))
     )
-    table = table.with_columns(pl.Series("E_se", _clustered_se(table["_E"], table["_trajectory"]), dtype=pl.Float64)).drop(
-        "_E", "_trajectory"
-    )
+    table = table.with_columns(
+        pl.Series("E_se", grouped_mean_se(table["_E"].to_list(), table["_trajectory"].to_list()), dtype=pl.Float64)
+    ).drop("_E", "_trajectory")
     base = base_rows.select("setting", "budget", "root", pl.col("E").alias("E_base"), pl.col("se").alias("se_base"))
     paired = (
         per_root.join(base, on=["setting", "budget", "root"])
@@ -401,7 +395,7 @@ def summarise(per_root: pl.DataFrame, baseline: str, rules: dict[str, str]) -> p
         .agg(pl.col("diff").mean().alias("paired_dE"), pl.col("diff").alias("_d"), pl.col("trajectory").alias("_trajectory"))
     )
     paired = paired.with_columns(
-        pl.Series("paired_dE_se", _clustered_se(paired["_d"], paired["_trajectory"]), dtype=pl.Float64)
+        pl.Series("paired_dE_se", grouped_mean_se(paired["_d"].to_list(), paired["_trajectory"].to_list()), dtype=pl.Float64)
     ).drop("_d", "_trajectory")
     ref = table.join(
         base_rows.group_by("setting", "budget").agg((pl.col("E").sum() / pl.col("T").sum()).alias("TPS_base")),

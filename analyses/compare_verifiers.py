@@ -46,7 +46,7 @@ from analyses._study import WROTE, ByCategory, Opened, Report, chart_files, decl
 from backends.cli import ToolParser, chart_writer, fail, name_list
 from analyses._flags import study_config
 from simlab import tree_verifiers
-from simlab.stats import clustered_mean_se, clustered_se
+from simlab.stats import clustered_se, grouped_mean_se
 from simlab.latency import LatencyModel
 
 PROG = "python -m analyses.compare_verifiers"
@@ -110,12 +110,6 @@ def parse_args(argv) -> tuple[Config, ToolParser]:
     return parse(STUDY, argv)
 
 
-def _clustered(values: pl.Series, clusters: pl.Series) -> list[float]:
-    """Per group (list columns of equal lengths): the standard error of the mean of ``values``
-    clustered by ``clusters`` (``simlab.stats.clustered_mean_se``; NaN with one cluster)."""
-    return [clustered_mean_se(v, c)[1] for v, c in zip(values.to_list(), clusters.to_list())]
-
-
 def aggregate(labels: pl.DataFrame) -> pl.DataFrame:
     """One row per (setting, verifier, action): means over roots (E, E_select, E_holdout, T and
     ``accepted`` = E[tau] over all draws), standard errors of E and E_holdout clustered by prompt
@@ -139,8 +133,10 @@ def aggregate(labels: pl.DataFrame) -> pl.DataFrame:
         pl.col("trajectory").alias("_trajectory"),
     )
     table = table.with_columns(
-        pl.Series("E_se", _clustered(table["_E"], table["_trajectory"]), dtype=pl.Float64),
-        pl.Series("E_holdout_se", _clustered(table["_E_holdout"], table["_trajectory"]), dtype=pl.Float64),
+        pl.Series("E_se", grouped_mean_se(table["_E"].to_list(), table["_trajectory"].to_list()), dtype=pl.Float64),
+        pl.Series(
+            "E_holdout_se", grouped_mean_se(table["_E_holdout"].to_list(), table["_trajectory"].to_list()), dtype=pl.Float64
+        ),
     ).drop("_E", "_E_holdout", "_trajectory")
     return table.with_columns(
         (pl.col("E") / pl.col("T")).alias("TPS"),
@@ -257,7 +253,7 @@ def paired_difference(labels: pl.DataFrame, chosen: pl.DataFrame, left: tuple[st
         pl.col("d").alias("_d"),
         pl.col("trajectory").alias("_trajectory"),
     )
-    se = pl.Series("se", _clustered(table["_d"], table["_trajectory"]), dtype=pl.Float64)
+    se = pl.Series("se", grouped_mean_se(table["_d"].to_list(), table["_trajectory"].to_list()), dtype=pl.Float64)
     return table.with_columns(se).select("setting", "diff", "se", "se_root", "roots", "trajectories")
 
 

@@ -93,3 +93,23 @@ def clustered_mean_se(values: Sequence[float], clusters: Sequence[Hashable]) -> 
     _checked(values, clusters, "values")
     mean, psi = mean_influence(values)
     return mean, clustered_se(psi, clusters)
+
+
+def grouped_mean_se(values: Sequence[Sequence[float]], clusters: Sequence[Sequence[Hashable]]) -> list[float]:
+    """Per group g, the clustered standard error of the mean of ``values[g]`` by ``clusters[g]``
+    (``clustered_mean_se``), for tables whose rows each hold a group's per-root values.
+
+    Args:
+        values: G sequences of float64 (one value per root of the group).
+        clusters: G sequences of hashable labels, each as long as its ``values``.
+
+    Returns:
+        G standard errors (float; NaN for a group with fewer than two clusters).
+
+    Raises:
+        ValueError: ``values: ...`` / ``clusters: ...`` as ``clustered_mean_se`` raises for a group;
+            ``clusters: ...`` when the number of groups differs.
+    """
+    if len(values) != len(clusters):
+        raise ValueError(f"clusters: need one label list per group, got {len(clusters)} for {len(values)} groups")
+    return [clustered_mean_se(v, c)[1] for v, c in zip(values, clusters)]

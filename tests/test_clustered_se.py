@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from simlab.stats import clustered_mean_se, clustered_se, mean_influence
+from simlab.stats import clustered_mean_se, clustered_se, grouped_mean_se, mean_influence
 
 
 def test_one_root_per_cluster_is_the_ordinary_standard_error_of_the_mean():
@@ -58,3 +58,11 @@ def test_one_cluster_has_no_standard_error():
 def test_bad_input_names_the_argument(call, name):
     with pytest.raises(ValueError, match=f"^{name}:"):
         call()
+
+
+def test_grouped_mean_se_is_clustered_mean_se_per_group():
+    values, clusters = [[1.0, 2.0, 4.0], [3.0, 5.0], [7.0]], [["a", "a", "b"], [0, 1], ["x"]]
+    got = grouped_mean_se(values, clusters)
+    assert got[:2] == [clustered_mean_se(v, c)[1] for v, c in zip(values[:2], clusters[:2])] and math.isnan(got[2])
+    with pytest.raises(ValueError, match="clusters: need one label list per group"):
+        grouped_mean_se(values, clusters[:2])
