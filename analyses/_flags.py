@@ -10,7 +10,7 @@ the source the flags ask for:
   pair, ``--draft`` then naming its draft (``early-exit:L``, ``adapter:L``, ``quant:B:G``) and ``--target`` refused;
 * a source field given on the command line that the chosen source does not honour (its
   ``honours``) is refused with one line (the field's own reason where it has one, ``FIELD_REASONS``:
-  ``--evaluation``, ``--device`` and ``--dtype`` apply to live models only; else the source's, ``NOT_HONOURED``), and so is any
+  ``--evaluation``, ``--trajectory``, ``--device`` and ``--dtype`` apply to live models only; else the source's, ``NOT_HONOURED``), and so is any
   study flag the study lists as not honoured by that source (for example ``--shape`` with a
   capture, whose trees are captured);
 * a flag that names a file, folder or model (``NAMING_FLAGS``) given an empty value is refused
@@ -40,6 +40,7 @@ from backends.synthetic import WORLDS
 from backends.tree_cache import EVALUATIONS
 from simlab.latency import LatencyModel
 from simlab.latency_profiles import listing, load
+from simlab.pairs import TRAJECTORY_METHODS
 from simlab.sampling import parse_settings
 from simlab.trees import DRAFT_LAWS
 
@@ -60,6 +61,7 @@ SOURCE_FIELDS = (
     "device",
     "dtype",
     "evaluation",
+    "trajectory",
 )
 NOT_HONOURED = {
     "synthetic": "it applies to --backend hf only",
@@ -70,6 +72,7 @@ NOT_HONOURED = {
 LIVE_ONLY = "it applies to live models only: --backend hf or --pair"
 FIELD_REASONS = {
     "evaluation": LIVE_ONLY,
+    "trajectory": LIVE_ONLY,
     "device": LIVE_ONLY,
     "dtype": LIVE_ONLY + " (a capture's models, where a study opens them, load at the dtype the capture recorded)",
 }
@@ -99,6 +102,7 @@ class SourceConfig:
     device: str = "auto"
     dtype: str = "float32"
     evaluation: str = "cached"
+    trajectory: str = "cached"
 
 
 def add_source_flags(parser: ToolParser, d: SourceConfig, *, many_settings: bool = True) -> None:
@@ -156,6 +160,14 @@ def add_source_flags(parser: ToolParser, d: SourceConfig, *, many_settings: bool
         help="hf: how a root's tree nodes are evaluated: 'cached' (the root's context prefilled once, each node "
         "evaluated once for every tree and table of the root: backends.tree_cache.RootCache) or 'plain' (the "
         "pair's tree forward per fetch, the reference; the same values to float32 rounding)",
+    )
+    group.add_argument(
+        "--trajectory",
+        choices=TRAJECTORY_METHODS,
+        default=d.trajectory,
+        help="hf: how the target's p is evaluated while it continues each prompt to place the roots: 'cached' "
+        "(its KV cache, one prefill per prompt, as the capture tool does) or 'forward' (the whole context at "
+        "every token, the reference; the same law and uniforms, p equal to float32 rounding)",
     )
 
 
@@ -320,6 +332,7 @@ def make_source(
                         dtype=config.dtype,
                         pair=config.pair,
                         evaluation=config.evaluation,
+                        trajectory=config.trajectory,
                     )
             else:
                 source = SyntheticSource(
@@ -377,6 +390,7 @@ def _recorded(prog: str, parser: ToolParser, config, trees, *, grid: bool, max_s
             dtype=config.dtype,
             seed=config.seed,
             evaluation=config.evaluation,
+            trajectory=config.trajectory,
         )
         for setting in settings
     ]

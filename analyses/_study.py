@@ -198,6 +198,14 @@ def tasks(opened: Opened) -> Iterator[RootTask]:
             index += 1
 
 
+def sampled_tasks(opened: Opened, desc: str, config) -> list[RootTask]:
+    """``tasks(opened)`` as a list, with a progress bar on stderr while the source places them (a
+    live source continues every prompt to reach its roots: minutes on a long prompt)."""
+    total = sum(opened.source.count(setting) for setting in opened.settings)
+    with progress_bar(tasks(opened), total=total, desc=desc, unit="root", quiet=getattr(config, "quiet", False)) as bar:
+        return list(bar)
+
+
 def run_study(study: Study, argv=None) -> int:
     """Run ``study`` on ``argv`` (default ``sys.argv[1:]``) as a command-line tool: 0 on success,
     2 with one line on stderr for a bad flag or input, 130 on an interrupt (``run_tool``)."""
@@ -384,7 +392,11 @@ def value_share(study: Study, config, opened: Opened, rank: int, world: int, say
     complete part."""
     key, path = run_key(study, config, world), part_path(opened.out, rank, world)
     part = read_part(path, key) or {"key": key, "rank": rank, "world": world, "complete": False, "roots": {}, "ids": {}}
-    mine = {str(t.index): (t, root_identity(t)) for t in tasks(opened) if t.index % world == rank}
+    mine = {
+        str(t.index): (t, root_identity(t))
+        for t in sampled_tasks(opened, f"rank {rank} sampling roots", config)
+        if t.index % world == rank
+    }
     kept = {i: v for i, v in part["roots"].items() if i in mine and part.get("ids", {}).get(i) == mine[i][1]}
     if part["complete"] and len(kept) == len(mine) == len(part["roots"]):
         say(f"rank {rank} of {world}: part {path} is complete; nothing to value")

@@ -167,3 +167,16 @@ def test_the_studies_evaluation_reaches_the_recording():
     assert recorded.capture_folder(cached, "o") != recorded.capture_folder(plain, "o")
     with pytest.raises(ValueError, match="^evaluation: must be one of"):
         recorded.recording_settings(trees, SamplingSettings(), target="t", draft="d", evaluation="forward")
+
+
+def test_the_studies_trajectory_reaches_the_recording():
+    """``--trajectory forward`` records with the capture's ``forward`` continuations (another folder);
+    the default is the capture's own ``cached``; an unknown method is refused."""
+    trees = RecordedTrees("iid", 2, 2, 1)
+    cached = recording_settings(trees, SamplingSettings(), target="t", draft="d")
+    forward = recording_settings(trees, SamplingSettings(), target="t", draft="d", trajectory="forward")
+    assert (cached.trajectory, forward.trajectory) == ("cached", "forward")
+    assert cached.trajectory == CaptureSettings("t", "d", "p").trajectory
+    assert capture_folder(cached, "o") != capture_folder(forward, "o")
+    with pytest.raises(ValueError, match="^trajectory: must be one of"):
+        recording_settings(trees, SamplingSettings(), target="t", draft="d", trajectory="kv")

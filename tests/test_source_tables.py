@@ -111,22 +111,27 @@ def test_synthetic_roots_and_hand_made_roots_keep_the_plain_table():
 
 @pytest.mark.parametrize(
     "flags",
-    [["--evaluation", "plain"], ["--evaluation", "cached", "--world", "depth_profile"]],
+    [["--evaluation", "plain"], ["--evaluation", "cached", "--world", "depth_profile"], ["--trajectory", "cached"]],
 )
 def test_evaluation_is_refused_off_live_models(flags, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         sweep.main([*flags, "--quiet", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and one_error_line(err) and "--evaluation: the synthetic source cannot honour it" in err, err
+    assert exc.value.code == 2 and one_error_line(err) and f"{flags[0]}: the synthetic source cannot honour it" in err, err
     assert "it applies to live models only: --backend hf or --pair" in err, err
 
 
 @pytest.mark.parametrize(
     "study, flag",
-    [("sweep", ["--evaluation", "plain"]), ("sweep", ["--dtype", "bfloat16"]), ("compare_verifiers", ["--device", "cpu"])],
+    [
+        ("sweep", ["--evaluation", "plain"]),
+        ("sweep", ["--dtype", "bfloat16"]),
+        ("compare_verifiers", ["--device", "cpu"]),
+        ("treegraft", ["--trajectory", "forward"]),
+    ],
 )
 def test_live_model_flags_on_a_capture_say_they_apply_to_live_models_only(study, flag, tmp_path, capsys):
-    """A capture's p and q are recorded: ``--evaluation``, ``--dtype`` and (in a study with no live
+    """A capture's p and q are recorded: ``--evaluation``, ``--trajectory``, ``--dtype`` and (in a study with no live
     models of its own beside a capture; the sweep's feature models take ``--device``) ``--device``
     are refused with their own reason, not the capture source's general one (refused before the
     folder is read)."""

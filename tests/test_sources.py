@@ -188,3 +188,41 @@ def test_live_models_and_the_capture_tool_place_the_same_roots(micro_pair_dir, t
     a = [(r.root, r.trajectory, r.context) for r in live.roots(SamplingSettings())]
     b = [(r.root, r.trajectory, r.context) for r in replay.roots(SamplingSettings())]
     assert a == b and len(a) == 4
+
+
+def test_live_roots_by_either_trajectory_method_agree_and_are_sampled_once(micro_pair_dir, tmp_path, monkeypatch):
+    """``trajectory="cached"`` (the default, the target's KV cache) and ``"forward"`` (the reference)
+    place the same roots; a second ``roots`` call under the same settings samples nothing (a sharded
+    run's merge reads them again), another setting samples its own; a bad method is refused."""
+    from backends.roots import prompt_roots
+    from backends.sources import HFSource, live
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("def add(a, b):\nThe river\n")
+    target, draft = str(micro_pair_dir / "target"), str(micro_pair_dir / "draft")
+    with pytest.raises(ValueError, match="^trajectory: must be one of"):
+        HFSource(target, draft, str(prompts), device="cpu", trajectory="kv")
+    placed = {}
+    for method in ("forward", "cached"):
+        source = HFSource(
+            target, draft, str(prompts), roots_per_trajectory=3, spacing=4, depth=2, device="cpu", trajectory=method
+        )
+        placed[method] = [(r.root, r.trajectory, r.context) for r in source.roots(SamplingSettings(0.8))]
+    assert placed["cached"] == placed["forward"] and len(placed["cached"]) == 6
+    assert len({c for _, _, c in placed["cached"]}) == 6  # the roots lie 4 tokens apart along each reply
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[-1])  # the trajectory method
+        return prompt_roots(*args, **kwargs)
+
+    monkeypatch.setattr(live, "prompt_roots", counted)
+    again = [(r.root, r.trajectory, r.context) for r in source.roots(SamplingSettings(0.8))]
+    assert again == placed["cached"] and calls == []  # kept from the first pass
+    other = [(r.root, r.context) for r in source.roots(SamplingSettings(0.0))]
+    assert calls == ["cached"] and len(other) == 6
+    partial = HFSource(target, draft, str(prompts), roots_per_trajectory=3, spacing=4, depth=2, device="cpu")
+    first = next(iter(partial.roots(SamplingSettings(0.8))))  # a pass left unfinished keeps nothing
+    assert (first.root, first.trajectory, first.context) == placed["cached"][0]
+    assert [(r.root, r.trajectory, r.context) for r in partial.roots(SamplingSettings(0.8))] == placed["cached"]
+    assert calls == ["cached"] * 3

@@ -24,6 +24,7 @@ from backends.roots import SHIPPED_PROMPTS, RootPlacement, prompt_roots, prompt_
 from backends.sources.base import Root, register_source, slug
 from backends.tree_cache import EVALUATIONS, node_table
 from simlab.checks import check_int, check_seed
+from simlab.pairs import TRAJECTORY_METHODS
 from simlab.sampling import SamplingSettings
 
 
@@ -63,10 +64,17 @@ class HFSource:
             node once per table) or ``"plain"`` (the pair's tree forward per fetch; ``EVALUATIONS``).
         pair: a named pair (``backends.pretrained.PAIRS``) instead of ``target``; ``draft`` is then
             its draft spec (``early-exit:L``, ``adapter:L``, ``quant:B:G``; None: the pair's default).
+        trajectory: how the continuations' target p is evaluated (``simlab.pairs.target_trajectory``,
+            ``TRAJECTORY_METHODS``): ``"cached"`` (the target's KV cache, one prefill per prompt,
+            the capture tool's default) or ``"forward"`` (the whole context at every token, the
+            reference).
+
+    Each setting's root contexts are kept once sampled in full (``roots`` called again under the
+    same settings, as a sharded run's merge does, samples nothing).
 
     Raises:
         ValueError: ``target: ...``, ``draft: ...``, ``prompts: ...``, ``device: ...``,
-            ``dtype: ...``, ``evaluation: ...``, or a bad placement or seed.
+            ``dtype: ...``, ``evaluation: ...``, ``trajectory: ...``, or a bad placement or seed.
     """
 
     honours: ClassVar[frozenset[str]] = frozenset(
@@ -83,6 +91,7 @@ class HFSource:
             "dtype",
             "settings",
             "evaluation",
+            "trajectory",
         }
     )
 
@@ -100,10 +109,14 @@ class HFSource:
         dtype: str = "float32",
         pair: str | None = None,
         evaluation: str = "cached",
+        trajectory: str = "cached",
     ):
         if evaluation not in EVALUATIONS:
             raise ValueError(f"evaluation: must be one of {', '.join(EVALUATIONS)}, got {evaluation!r}")
-        self.evaluation = evaluation
+        if trajectory not in TRAJECTORY_METHODS:
+            raise ValueError(f"trajectory: must be one of {', '.join(TRAJECTORY_METHODS)}, got {trajectory!r}")
+        self.evaluation, self.trajectory = evaluation, trajectory
+        self._contexts: dict[SamplingSettings, list[tuple]] = {}
         check_models(target, draft, pair)
         self.target, self.draft = (pair, parse_draft(draft, pair)) if pair else (target, draft)
         self.named_pair = pair or None
@@ -153,7 +166,7 @@ class HFSource:
 
     def roots(self, settings: SamplingSettings) -> Iterator[Root]:
         pair = self.pair.with_settings(settings)
-        for root, prompt, context, length in prompt_roots(pair, self.texts, self.placement, self.seed, self.depth, True):
+        for root, prompt, context, length in self._placed(pair, settings):
             yield Root(
                 settings.name,
                 prompt,
@@ -165,3 +178,15 @@ class HFSource:
                 offset=len(context) - length,
                 source=self,
             )
+
+    def _placed(self, pair, settings: SamplingSettings) -> Iterator[tuple]:
+        """``(root id, prompt, context, prompt length)`` of every root under ``settings``: sampled
+        (``prompt_roots``) the first time, kept once the last root is reached."""
+        if settings in self._contexts:
+            yield from self._contexts[settings]
+            return
+        placed = []
+        for entry in prompt_roots(pair, self.texts, self.placement, self.seed, self.depth, True, self.trajectory):
+            placed.append(entry)
+            yield entry
+        self._contexts[settings] = placed

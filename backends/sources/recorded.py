@@ -27,6 +27,7 @@ from backends.pretrained import parse_draft
 from backends.roots import SHIPPED_PROMPTS
 from backends.sources.replay import CaptureSource
 from simlab.checks import check_int
+from simlab.pairs import TRAJECTORY_METHODS
 from simlab.sampling import SamplingSettings
 
 
@@ -71,6 +72,7 @@ def recording_settings(
     dtype: str = "float32",
     seed: int = 0,
     evaluation: str = "cached",
+    trajectory: str = "cached",
 ) -> CaptureSettings:
     """The ``--full`` capture settings of a recording: ``trees`` drawn at ``roots_per_prompt`` roots
     ``spacing`` tokens apart along each prompt's continuation under ``setting`` (temperature, top-p,
@@ -78,10 +80,13 @@ def recording_settings(
     (``backends.pretrained``; ``target`` is then ignored and ``draft`` is the pair's draft spec,
     None: its default), from ``prompts`` (None: the shipped reference prompts); ``evaluation``:
     the studies' ``--evaluation`` (``backends.tree_cache.EVALUATIONS``: ``cached`` keeps the KV caches
-    from level to level, ``plain`` is the capture's ``forward``).  Checks nothing beyond ``trees``
-    and ``evaluation``: the capture tool checks the rest when it runs."""
+    from level to level, ``plain`` is the capture's ``forward``); ``trajectory``: the studies'
+    ``--trajectory`` (``simlab.pairs.TRAJECTORY_METHODS``, the capture's own field).  Checks nothing
+    beyond ``trees``, ``evaluation`` and ``trajectory``: the capture tool checks the rest when it runs."""
     if evaluation not in CAPTURE_EVALUATION:
         raise ValueError(f"evaluation: must be one of {', '.join(CAPTURE_EVALUATION)}, got {evaluation!r}")
+    if trajectory not in TRAJECTORY_METHODS:
+        raise ValueError(f"trajectory: must be one of {', '.join(TRAJECTORY_METHODS)}, got {trajectory!r}")
     if not isinstance(trees, RecordedTrees):
         raise ValueError(f"trees: must be a RecordedTrees, got {type(trees).__name__}")
     if not isinstance(setting, SamplingSettings):
@@ -106,6 +111,7 @@ def recording_settings(
         seed=seed,
         pair=pair or "",
         evaluation=CAPTURE_EVALUATION[evaluation],
+        trajectory=trajectory,
     )
 
 
