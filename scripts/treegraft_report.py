@@ -17,7 +17,8 @@ rule of a deterministic tree gives the same exact values there), one markdown ro
   mean ± SE clustered by prompt (``simlab.stats``).
 
 Then the ablations against the fixed schedule (paired, tokens/s), how often an official stop cut the
-fixed schedule's build, the best schedules and their counts, and the throughput by category.
+fixed schedule's build, the best schedules and their counts, where a prompt has several roots the
+same by place along the reply (tokens past the prompt's end), and the throughput by category.
 Exits with status 2 and one line on a bad argument.
 """
 
@@ -147,6 +148,7 @@ def notes(frame: pl.DataFrame, setting: str) -> list[str]:
     out.append(f"{setting}: fixed cut by an official stop at {fixed['early_stop'].sum()} of {fixed.height} roots {dict(stops)}")
     best = Counter(_policy(frame, "best")["schedule"].to_list())
     out.append(f"{setting}: best schedules {dict(best.most_common())}")
+    out += by_offset(frame, setting)
     if frame["category"].null_count() < frame.height:
         named = frame.with_columns(pl.col("category").fill_null("(none)"))
         for category in sorted(named["category"].unique().to_list()):
@@ -158,6 +160,34 @@ def notes(frame: pl.DataFrame, setting: str) -> list[str]:
             out.append(
                 f"{setting}: {category} ({_policy(part, 'fixed').height} roots) all-small / all-mid / fixed / best {' / '.join(cells)}"
             )
+    return out
+
+
+def by_offset(frame: pl.DataFrame, setting: str) -> list[str]:
+    """Per place along the reply (tokens past the trajectory's first root, the prompt's end), where a
+    trajectory has several roots: the n-gram drafter's E, the throughput of all-small / all-mid /
+    fixed / best and the paired difference of fixed to each single drafter (tokens/s, clustered by
+    prompt)."""
+    first = frame.group_by("trajectory").agg(pl.col("context_length").min().alias("start"))
+    placed = frame.join(first, on="trajectory").with_columns((pl.col("context_length") - pl.col("start")).alias("offset"))
+    offsets = sorted(placed["offset"].unique().to_list())
+    if len(offsets) < 2:
+        return []
+    out = []
+    for offset in offsets:
+        part = placed.filter(pl.col("offset") == offset)
+        small = _policy(part, "all_small")
+        cells = []
+        for policy in ("all_small", "all_mid", "fixed", "best"):
+            rows = _policy(part, policy)
+            cells.append(f"{rows['E'].sum() / rows['T'].sum():.1f}" if rows.height else "-")
+        diffs = ", ".join(
+            f"fixed minus {ref} {d:+.1f} ± {s:.1f}" for ref in ("all_small", "all_mid") for d, s in [paired(part, "fixed", ref)]
+        )
+        out.append(
+            f"{setting}: {offset} tokens into the reply ({small.height} roots): n-gram E {small['E'].mean():.2f}; "
+            f"all-small / all-mid / fixed / best {' / '.join(cells)} tokens/s; {diffs}"
+        )
     return out
 
 

@@ -106,3 +106,22 @@ def test_a_damaged_file_is_refused_with_one_line(tmp_path, capsys):
     assert m.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot be read" in err[0], err
+
+
+def test_roots_by_place_along_the_reply(tmp_path):
+    """Prompt 0's second root (one token further) is reported apart from the prompts' ends: at the
+    end all-small 3 / 0.3, all-mid 6 / 0.6, fixed 9 / 0.75 (E 2, 3, 4), per-root fixed minus
+    all-small -2, +2, +6 (mean 2, SE 4 / sqrt 3 = 2.31); one token in, all-mid 2 / 0.3 and fixed
+    2 / 0.25, one prompt (no SE: nan)."""
+    text = load().report(str(frame(tmp_path)), "onehot")
+    lines = [line for line in text.splitlines() if "into the reply" in line]
+    assert lines[0] == (
+        "T=1: 0 tokens into the reply (3 roots): n-gram E 1.00; all-small / all-mid / fixed / best "
+        "10.0 / 10.0 / 12.0 / - tokens/s; fixed minus all_small +2.0 ± 2.3, fixed minus all_mid +2.0 ± 2.3"
+    )
+    assert lines[1].startswith(
+        "T=1: 1 tokens into the reply (1 roots): n-gram E 1.00; all-small / all-mid / fixed / best 10.0 / 6.7 / 8.0 / -"
+    )
+    assert "fixed minus all_mid +1.3 ± nan" in lines[1] and len(lines) == 2
+    one = frame(tmp_path, lambda f: f.filter(pl.col("root") == 0))  # one root per prompt: no such lines
+    assert "into the reply" not in load().report(str(one), "onehot")
