@@ -209,6 +209,7 @@ def measure(config: Config, source, settings, latency):
 def _key(setting, root) -> dict:
     key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
     key["category"] = root.category
+    key["offset"] = root.offset  # tokens past the prompt's end (live roots), else None
     return key
 
 

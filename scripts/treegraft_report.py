@@ -18,7 +18,7 @@ rule of a deterministic tree gives the same exact values there), one markdown ro
 
 Then the ablations against the fixed schedule (paired, tokens/s), how often an official stop cut the
 fixed schedule's build, the best schedules and their counts, where a prompt has several roots the
-same by place along the reply (tokens past the prompt's end), and the throughput by category.
+same by place along the reply (``by_offset``), and the throughput by category.
 Exits with status 2 and one line on a bad argument.
 """
 
@@ -137,7 +137,8 @@ def table(frame: pl.DataFrame, setting: str) -> list[str]:
 
 
 def notes(frame: pl.DataFrame, setting: str) -> list[str]:
-    """The ablations against the fixed schedule, the fixed schedule's stops, the best schedules, categories."""
+    """The ablations against the fixed schedule, the fixed schedule's stops, the best schedules, the
+    roots by place along the reply (``by_offset``), categories."""
     out = []
     for name in ABLATIONS:
         if _policy(frame, name).height:
@@ -164,12 +165,20 @@ def notes(frame: pl.DataFrame, setting: str) -> list[str]:
 
 
 def by_offset(frame: pl.DataFrame, setting: str) -> list[str]:
-    """Per place along the reply (tokens past the trajectory's first root, the prompt's end), where a
-    trajectory has several roots: the n-gram drafter's E, the throughput of all-small / all-mid /
-    fixed / best and the paired difference of fixed to each single drafter (tokens/s, clustered by
-    prompt)."""
-    first = frame.group_by("trajectory").agg(pl.col("context_length").min().alias("start"))
-    placed = frame.join(first, on="trajectory").with_columns((pl.col("context_length") - pl.col("start")).alias("offset"))
+    """Per place along the reply, where a prompt has several roots: the n-gram drafter's E, the
+    throughput of all-small / all-mid / fixed / best and the paired difference of fixed to each
+    single drafter (tokens/s, clustered by prompt).  The place is the run's ``offset`` (tokens past
+    the prompt's end; live roots), else, where it is absent or null (synthetic roots, runs written
+    without it), the context length past the trajectory's shortest root context, so labelled."""
+    if "offset" in frame.columns and frame["offset"].null_count() == 0:
+        placed, where = frame, "tokens into the reply"
+    else:
+        first = frame.group_by("trajectory").agg(pl.col("context_length").min().alias("start"))
+        shift = (pl.col("context_length") - pl.col("start")).alias("offset")
+        placed, where = (
+            frame.drop("offset", strict=False).join(first, on="trajectory").with_columns(shift),
+            "tokens past the first root",
+        )
     offsets = sorted(placed["offset"].unique().to_list())
     if len(offsets) < 2:
         return []
@@ -185,7 +194,7 @@ def by_offset(frame: pl.DataFrame, setting: str) -> list[str]:
             f"fixed minus {ref} {d:+.1f} ± {s:.1f}" for ref in ("all_small", "all_mid") for d, s in [paired(part, "fixed", ref)]
         )
         out.append(
-            f"{setting}: {offset} tokens into the reply ({small.height} roots): n-gram E {small['E'].mean():.2f}; "
+            f"{setting}: {offset} {where} ({small.height} roots): n-gram E {small['E'].mean():.2f}; "
             f"all-small / all-mid / fixed / best {' / '.join(cells)} tokens/s; {diffs}"
         )
     return out

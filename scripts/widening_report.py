@@ -39,7 +39,7 @@ import time
 from collections import defaultdict
 
 from simlab import widening as W
-from simlab.pairs import rooted
+from simlab.pairs import TRAJECTORY_METHODS, rooted
 from simlab.sampling import SamplingSettings
 from simlab.stats import clustered_mean_se, clustered_se
 from simlab.trees import NodeTable
@@ -126,6 +126,12 @@ def parse_args(argv):
     real.add_argument("--seed", type=int, default=0)
     real.add_argument("--device", default="cpu")
     real.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    real.add_argument(
+        "--trajectory",
+        default="cached",
+        choices=TRAJECTORY_METHODS,
+        help="how the target's greedy reply is evaluated: its KV cache, or the whole context per token (the reference)",
+    )
     args = parser.parse_args(argv)
     given = {a for a in vars(args) if getattr(args, a) != parser.get_default(a)}
     if not (args.pair or args.target):
@@ -168,6 +174,7 @@ def greedy_roots(args) -> tuple[object, list]:
         device=args.device,
         dtype=args.dtype,
         pair=args.pair,
+        trajectory=args.trajectory,
     )
     return source, list(source.roots(SamplingSettings(0.0)))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import polars as pl
 import pytest
@@ -226,3 +228,7 @@ def test_live_roots_by_either_trajectory_method_agree_and_are_sampled_once(micro
     assert (first.root, first.trajectory, first.context) == placed["cached"][0]
     assert [(r.root, r.trajectory, r.context) for r in partial.roots(SamplingSettings(0.8))] == placed["cached"]
     assert calls == ["cached"] * 3
+    exact = HFSource(target, draft, str(prompts), roots_per_trajectory=3, spacing=4, depth=2, device="cpu")
+    taken = list(itertools.islice(exact.roots(SamplingSettings(0.8)), exact.count(SamplingSettings(0.8))))
+    assert [(r.root, r.trajectory, r.context) for r in exact.roots(SamplingSettings(0.8))] == placed["cached"]
+    assert len(taken) == 6 and calls == ["cached"] * 4  # kept at the last root, though never resumed past it

@@ -112,9 +112,11 @@ def test_roots_by_place_along_the_reply(tmp_path):
     """Prompt 0's second root (one token further) is reported apart from the prompts' ends: at the
     end all-small 3 / 0.3, all-mid 6 / 0.6, fixed 9 / 0.75 (E 2, 3, 4), per-root fixed minus
     all-small -2, +2, +6 (mean 2, SE 4 / sqrt 3 = 2.31); one token in, all-mid 2 / 0.3 and fixed
-    2 / 0.25, one prompt (no SE: nan)."""
-    text = load().report(str(frame(tmp_path)), "onehot")
-    lines = [line for line in text.splitlines() if "into the reply" in line]
+    2 / 0.25, one prompt (no SE: nan).  The place is the run's ``offset`` where it has one; without
+    it, the context past the trajectory's shortest root, so labelled."""
+    m = load()
+    with_offset = frame(tmp_path, lambda f: f.with_columns(pl.col("root").alias("offset")))
+    lines = [line for line in m.report(str(with_offset), "onehot").splitlines() if "reply (" in line]
     assert lines[0] == (
         "T=1: 0 tokens into the reply (3 roots): n-gram E 1.00; all-small / all-mid / fixed / best "
         "10.0 / 10.0 / 12.0 / - tokens/s; fixed minus all_small +2.0 ± 2.3, fixed minus all_mid +2.0 ± 2.3"
@@ -123,5 +125,16 @@ def test_roots_by_place_along_the_reply(tmp_path):
         "T=1: 1 tokens into the reply (1 roots): n-gram E 1.00; all-small / all-mid / fixed / best 10.0 / 6.7 / 8.0 / -"
     )
     assert "fixed minus all_mid +1.3 ± nan" in lines[1] and len(lines) == 2
+    # prompt 1's root lies 5 tokens into its reply: its offset places it, not its context length
+    moved = frame(
+        tmp_path, lambda f: f.with_columns(pl.when(pl.col("trajectory") == 1).then(5).otherwise(pl.col("root")).alias("offset"))
+    )
+    assert [line.split(" (")[0] for line in m.report(str(moved), "onehot").splitlines() if "reply (" in line] == [
+        f"T=1: {k} tokens into the reply" for k in (0, 1, 5)
+    ]
+    inferred = m.report(str(frame(tmp_path, lambda f: f.with_columns(pl.lit(None).alias("offset")))), "onehot")
+    assert [line.split(" (")[0] for line in inferred.splitlines() if "first root (" in line] == [
+        f"T=1: {k} tokens past the first root" for k in (0, 1)
+    ]
     one = frame(tmp_path, lambda f: f.filter(pl.col("root") == 0))  # one root per prompt: no such lines
-    assert "into the reply" not in load().report(str(one), "onehot")
+    assert "reply (" not in m.report(str(one), "onehot") and "first root (" not in m.report(str(one), "onehot")

@@ -69,7 +69,7 @@ class HFSource:
             the capture tool's default) or ``"forward"`` (the whole context at every token, the
             reference).
 
-    Each setting's root contexts are kept once sampled in full (``roots`` called again under the
+    Each setting's root contexts are kept once sampled in full (when its last root is yielded) (``roots`` called again under the
     same settings, as a sharded run's merge does, samples nothing).
 
     Raises:
@@ -181,12 +181,13 @@ class HFSource:
 
     def _placed(self, pair, settings: SamplingSettings) -> Iterator[tuple]:
         """``(root id, prompt, context, prompt length)`` of every root under ``settings``: sampled
-        (``prompt_roots``) the first time, kept once the last root is reached."""
+        (``prompt_roots``) the first time, kept when the last root is yielded."""
         if settings in self._contexts:
             yield from self._contexts[settings]
             return
-        placed = []
+        placed, total = [], self.count(settings)
         for entry in prompt_roots(pair, self.texts, self.placement, self.seed, self.depth, True, self.trajectory):
             placed.append(entry)
+            if len(placed) == total:
+                self._contexts[settings] = placed
             yield entry
-        self._contexts[settings] = placed
