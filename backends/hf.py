@@ -473,11 +473,18 @@ class HFPair:
         if last > len(context):
             raise ValueError(f"last: at most the context's {len(context)} tokens, got {last}")
         self._check_length(last)
-        out = np.empty((last, self.vocab_size), dtype=np.float64)
         with torch.no_grad():
             logits = self.target(torch.tensor([context[:last]], device=self.device)).logits[0]
-            for start in range(0, last, rows):
-                out[start : start + rows] = self.settings.probabilities(to_host(self._logits(logits[start : start + rows])))
+        return self.prefix_rows(logits, rows)
+
+    def prefix_rows(self, logits, rows: int = 256) -> np.ndarray:
+        """float64 (n, V) distributions under this pair's settings from the target's logits
+        (n, V_model) (a tensor), aligned as ``distributions`` aligns them, the softmax ``rows``
+        positions at a time (``prefix_distributions``' transform)."""
+        n = int(logits.shape[0])
+        out = np.empty((n, self.vocab_size), dtype=np.float64)
+        for start in range(0, n, rows):
+            out[start : start + rows] = self.settings.probabilities(to_host(self._logits(logits[start : start + rows])))
         return out
 
     def node_distributions(self, root: Sequence[int], paths: Sequence[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,8 @@ batching.  Used by the capture's ``--evaluation cached``.
 node's logits are kept once evaluated, so every table of that root (the drafting table under the
 untempered settings, the valuation tables under each setting: ``with_settings`` shares the
 caches) and every tree built there (TreeGraft's 2^D schedules share most nodes) reads each node
-through each model once, on the root's context prefilled once.  ``node_table(pair, context,
+through each model once, on the root's context prefilled once; TreeGraft's prompt score cache (the
+target's rows at every context position) comes from that same prefill when it is asked for first.  ``node_table(pair, context,
 evaluation)`` picks it (``"cached"``) or the pair's own tree forwards per fetch (``"plain"``, the
 reference: each fetch prefills the context again).
 """
@@ -103,9 +104,15 @@ class CachedTree:
         pair: the ``backends.hf.HFPair`` (device).
         model: its target or draft model.
         roots: the root contexts (non-empty token ids, checked by the caller).
+        every_position: keep the prefill's logits at every context position of the one root,
+            ``prefix_logits`` (V_model columns, on the device), until the caller takes them; else
+            (the default) the LM head runs on the last position only.
+
+    Raises:
+        ValueError: ``every_position`` with more than one root.
     """
 
-    def __init__(self, pair, model, roots: Sequence[tuple[int, ...]]):
+    def __init__(self, pair, model, roots: Sequence[tuple[int, ...]], every_position: bool = False):
         import torch
 
         self.device, self.model = pair.device, model
@@ -119,11 +126,15 @@ class CachedTree:
                 "attention_mask": additive_mask(allowed, self.dtype, self.device),
                 "position_ids": torch.from_numpy(positions).to(self.device),
             }
-        options.update(last_only(model))  # only the last column's logits are kept
+        if every_position and len(roots) != 1:
+            raise ValueError(f"roots: every_position keeps the logits of one root, got {len(roots)}")
+        if not every_position:
+            options.update(last_only(model))  # only the last column's logits are kept
         with torch.no_grad():
             prefix = model(torch.from_numpy(ids).to(self.device), use_cache=True, **options)
         self.root_logits = prefix.logits[:, -1].clone()  # (rows, V_model) on the device; not a view that keeps
         self.cache = cache_of(prefix)  # the prefix logits alive
+        self.prefix_logits = prefix.logits[0] if every_position else None  # (length, V_model)
         del prefix
         self.width = self.length  # columns in the cache: the contexts, then every chunk fed
         self.column: list[dict[Node, int]] = [{} for _ in roots]
@@ -234,6 +245,19 @@ class TreeSession:
         rows = [tree.feed(blocks, self.max_batch, requests) for tree in self._trees]
         return [(self.pair._logits(p), self.pair._logits(q)) for p, q in zip(*rows)]
 
+    def take_prefix_logits(self, last: int):
+        """The target's logits (``last``, V_model) at the first ``last`` positions of the one root
+        context (row i: the logits after ``root[: i + 1]``), from the prefill that builds the
+        caches, so no other forward runs over the context; afterwards the session keeps none of
+        them.  None (nothing run) where the caches exist already, the session has several roots
+        or the pair has no tree attention: the caller then runs its own forward."""
+        if self._trees is not None or len(self.roots) != 1 or not self.pair.tree_attention:
+            return None
+        target = CachedTree(self.pair, self.pair.target, self.roots, every_position=True)
+        self._trees = (target, CachedTree(self.pair, self.pair.draft, self.roots))
+        rows, target.prefix_logits = target.prefix_logits, None
+        return rows[:last]
+
     def member(self, b: int) -> "SessionMember":
         """Root b's view: ``node_logits(roots[b], paths)`` for a ``simlab.trees.NodeTable``."""
         return SessionMember(self, b)
@@ -298,8 +322,20 @@ class RootCache:
         return self.pair.distributions(contexts)
 
     def prefix_distributions(self, context: Sequence[int], last: int) -> np.ndarray:
-        """The pair's ``prefix_distributions`` under this view's settings (``simlab.pairs.PrefixRows``)."""
-        return self.pair.prefix_distributions(context, last)
+        """The pair's ``prefix_distributions`` under this view's settings (``simlab.pairs.PrefixRows``):
+        float64 (last, V).  At this root, asked before any node is evaluated, the rows come from
+        the prefill that builds the caches (``TreeSession.take_prefix_logits``: one forward over
+        the context instead of two; equal to the pair's own rows to float32 rounding, as is the
+        root's logits row then, its LM head run over every position); else from the pair's forward.
+
+        Raises:
+            ValueError: what ``HFPair.prefix_distributions`` raises.
+        """
+        exact = isinstance(last, int) and not isinstance(last, bool) and 1 <= last <= len(self.root)
+        rows = self.session.take_prefix_logits(last) if exact and tuple(context) == self.root else None
+        if rows is None:
+            return self.pair.prefix_distributions(context, last)
+        return self.pair.prefix_rows(rows)
 
     def node_logits(self, root: Sequence[int], paths: Sequence[Node]) -> tuple[np.ndarray, np.ndarray]:
         """float32 (len(paths), V) target and draft logits at ``root + path`` (host arrays), the

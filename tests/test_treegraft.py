@@ -65,6 +65,26 @@ def test_cache_scores_follow_the_code():
     assert old.score(2, 1) == cache.score(2, 1) and old.score(3, 0) == 0.0
 
 
+def test_the_score_cache_keeps_the_stable_sorts_top_ten():
+    """``ScoreCache.of`` (``top_ranked``: a partition, then a sort of the candidates) keeps what
+    the full stable sort keeps, ties at the tenth place and zeros included, at a V where the
+    partition path runs."""
+    from simlab.treegraft.ngram import CACHE_TOP, ScoreCache
+
+    rng = np.random.default_rng(5)
+    rows = rng.dirichlet(np.full(4096, 0.05), size=6)
+    rows[1, :40] = rows[1].max()  # 40 tokens tied for first: the ten lowest ids are kept
+    rows[2] = 0.0
+    rows[2, [7, 900, 3000]] = [0.5, 0.25, 0.25]  # three positive, the rest tied at zero
+    rows[3] = np.round(rows[3], 3)  # many ties across the tenth place
+    cache = ScoreCache.of(rows, 6)
+    for i, row in enumerate(rows, start=1):
+        order = np.argsort(-row, kind="stable")[:CACHE_TOP]
+        assert list(cache.top[i]) == order.tolist()
+        with np.errstate(divide="ignore"):
+            assert list(cache.top[i].values()) == np.log(row[order]).tolist()
+
+
 def test_rules_parse():
     assert Rules.parse("official").name == "official" and Rules.parse("lab").departures == frozenset(DEPARTURES)
     assert Rules.parse("no_node_cap, truncated_chains").name == "truncated_chains+no_node_cap"

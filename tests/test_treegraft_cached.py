@@ -48,9 +48,9 @@ def prefills(monkeypatch):
     count = {"prefills": 0}
     original = tree_cache.CachedTree.__init__
 
-    def init(self, pair, model, roots):
+    def init(self, pair, model, roots, **options):
         count["prefills"] += len(roots)
-        original(self, pair, model, roots)
+        original(self, pair, model, roots, **options)
 
     monkeypatch.setattr(tree_cache.CachedTree, "__init__", init)
     return count
@@ -61,13 +61,16 @@ def test_the_cached_evaluation_gives_the_plain_values_and_prefills_once_per_root
     source = Prompts(pair, [context])
     settings = [SamplingSettings(temperature=0.0), SamplingSettings()]
     latency = LatencyModel.from_cost_ratio(0.3).with_drafter("small", ForwardTime.constant(0.011))
-    out = {}
+    out, long = {}, []
+    hook = pair.target.register_forward_hook(lambda m, args, o: long.append(args[0].shape[1] >= len(context) - 2))
     for evaluation in ("plain", "cached"):
         config, _ = treegraft.parse_args(FLAGS + ["--evaluation", evaluation])
-        prefills["prefills"] = 0
+        prefills["prefills"], long[:] = 0, []
         out[evaluation] = treegraft.measure(config, source, settings, latency)
-        out[evaluation + " prefills"] = prefills["prefills"]
+        out[evaluation + " prefills"], out[evaluation + " long"] = prefills["prefills"], sum(long)
+    hook.remove()
     assert out["cached prefills"] == 2 * len(settings)  # two models, once per root and setting
+    assert out["cached long"] == len(settings)  # the target over the context: once, the prompt score cache too
     assert out["plain prefills"] > 10 * out["cached prefills"]  # a prefill per fetch
     (plain_rows, plain_schedules, plain_margins, _), (rows, schedules, margins, _) = out["plain"], out["cached"]
     assert len(rows) == len(plain_rows) > 0 and len(schedules) == len(plain_schedules) > 0
@@ -121,6 +124,43 @@ def test_the_prefix_rows_of_one_forward_are_the_plain_rows_of_every_prefix(pair)
     for bad, match in ((0, "^last: "), (len(context) + 1, "^last: ")):
         with pytest.raises(ValueError, match=match):
             pair.prefix_distributions(context, bad)
+
+
+def test_a_root_cache_takes_the_prompt_rows_from_its_own_prefill(pair, prefills):
+    """TreeGraft's prompt score cache on a fresh ``RootCache``: the rows come from the prefill that
+    builds the caches (the target runs once over the context, not twice), equal to the pair's own
+    forward to float32 rounding, and so are the root's row and the nodes evaluated after it; asked
+    again (the caches built), at another context or past the root, the pair's forward answers."""
+    context = pair.encode(TEXT)
+    calls = []
+    hook = pair.target.register_forward_hook(lambda module, args, output: calls.append(args[0].shape[1] if args else None))
+    try:
+        cache = tree_cache.RootCache(pair.with_settings(SamplingSettings(temperature=0.5)), context)
+        rows = cache.prefix_distributions(context, len(context) - 1)
+        assert prefills["prefills"] == 2 and len(calls) == 1  # the two caches' prefills; one target forward
+        assert rows.shape == (len(context) - 1, pair.vocab_size) and rows.dtype == np.float64
+        cold = pair.with_settings(SamplingSettings(temperature=0.5))
+        np.testing.assert_allclose(rows, cold.prefix_distributions(context, len(context) - 1), atol=1e-5)
+        paths = [(), (11,), (11, 12)]
+        p, q = cache.node_distributions(context, paths)
+        assert prefills["prefills"] == 2 and calls == [len(context), len(context) - 1, 2]  # prefill, reference, nodes
+        want_p, want_q = cold.node_distributions(context, paths)  # the reference: a tree forward of its own
+        np.testing.assert_allclose(p, want_p, atol=1e-5)
+        np.testing.assert_allclose(q, want_q, atol=1e-5)
+        calls.clear()
+        before = prefills["prefills"]
+        again = cache.prefix_distributions(context, 4)  # the caches exist: the pair's own forward
+        assert calls == [4] and prefills["prefills"] == before
+        np.testing.assert_allclose(again, rows[:4], atol=1e-5)
+        other = tree_cache.RootCache(cold, context)
+        calls.clear()
+        np.testing.assert_allclose(other.prefix_distributions(context[:-1], 3), rows[:3], atol=1e-5)
+        assert calls == [3] and other.session._trees is None  # another context: nothing prefilled
+    finally:
+        hook.remove()
+    for bad in (0, len(context) + 1, True):
+        with pytest.raises(ValueError, match="^last: "):
+            tree_cache.RootCache(cold, context).prefix_distributions(context, bad)
 
 
 class Plain:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simlab.checks import check_int, check_token_ids
+from simlab.distributions import top_ranked
 from simlab.pairs import PrefixRows
 from simlab.treegraft.rules import Rules
 
@@ -83,7 +84,7 @@ class ScoreCache:
         top, floor = {}, {}
         for i in range(1, last + 1):
             row = p_rows[i - 1]
-            order = np.argsort(-row, kind="stable")[:CACHE_TOP]
+            order = top_ranked(row, CACHE_TOP)  # np.argsort(-row, kind="stable")[:CACHE_TOP], without the full sort
             with np.errstate(divide="ignore"):
                 logs = np.log(row[order])
             top[i] = {int(t): float(v) for t, v in zip(order, logs)}
