@@ -69,8 +69,8 @@ class HFSource:
             the capture tool's default) or ``"forward"`` (the whole context at every token, the
             reference).
 
-    Each setting's root contexts are kept once sampled in full (when its last root is yielded) (``roots`` called again under the
-    same settings, as a sharded run's merge does, samples nothing).
+    Each setting's root contexts are kept when its last root is yielded: ``roots`` called again
+    under the same settings (as a sharded run's merge does) samples nothing.
 
     Raises:
         ValueError: ``target: ...``, ``draft: ...``, ``prompts: ...``, ``device: ...``,
