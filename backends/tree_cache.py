@@ -331,8 +331,8 @@ class RootCache:
         Raises:
             ValueError: what ``HFPair.prefix_distributions`` raises.
         """
-        exact = isinstance(last, int) and not isinstance(last, bool) and 1 <= last <= len(self.root)
-        rows = self.session.take_prefix_logits(last) if exact and tuple(context) == self.root else None
+        in_range = isinstance(last, int) and not isinstance(last, bool) and 1 <= last <= len(self.root)
+        rows = self.session.take_prefix_logits(last) if in_range and tuple(context) == self.root else None
         if rows is None:
             return self.pair.prefix_distributions(context, last)
         return self.pair.prefix_rows(rows)
