@@ -45,7 +45,7 @@ from simlab.treegraft.rules import DEPARTURES, Rules
 from analyses._categories import by_category, with_category
 from analyses._throughput_bars import throughput_bars
 from analyses._study import ByCategory, Opened, Report, chart_files, declared, flag_value, live_timing_reason, parse
-from analyses._study import run_study, tasks, titled
+from analyses._study import run_study, titled
 from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, int_list, progress_bar
 from backends.roots import SHIPPED_PROMPTS
 from backends.tree_cache import node_table
@@ -190,20 +190,19 @@ def builders_for(config: Config, prompt_length: int | None):
 
 
 def measure(config: Config, source, settings, latency):
-    """(per-root rows, schedule rows, margins by setting, the roots by setting) over every root."""
-    rows, schedule_rows, training, roots = [], [], {}, {}
+    """(per-root rows, schedule rows, margins by setting) over every root."""
+    rows, schedule_rows, training = [], [], {}
     total = sum(source.count(s) for s in settings)
     bar = progress_bar(total=total, desc="roots", unit="root", quiet=config.quiet)
     for setting in settings:
         for root in source.roots(setting):
-            roots.setdefault(setting.name, []).append(root)
             mine = measure_root(config, setting, root, latency)
             rows += mine["rows"]
             schedule_rows += mine["schedules"]
             training.setdefault(setting.name, []).extend(mine["training"])
             bar.update()
     bar.close()
-    return rows, schedule_rows, training, roots
+    return rows, schedule_rows, training
 
 
 def _key(setting, root) -> dict:
@@ -230,20 +229,7 @@ def measure_root(config: Config, setting, root, latency) -> dict:
         values = evaluate_schedules(base, drafting, v, latency, verify_table=table)
         top = best(values)
         for s, value in values.items():
-            schedule_rows.append(
-                {
-                    **key,
-                    "verifier": v,
-                    "schedule": "".join(map(str, s)),
-                    "E": value["E"],
-                    "T": value["T"],
-                    "TPS": value["TPS"],
-                    "tokens": value["tokens"],
-                    "best": s == top,
-                    "stop": value["state"].stop or "",
-                    "early_stop": value["state"].stopped_early,
-                }
-            )
+            schedule_rows.append({**key, **_row(None, v, value, s), "best": s == top})
         rows.append({**key, **_row("best", v, values[top], top)})
         for name, builder in fixed.items():
             if builder.mode == "tree" and builder.pool == "window" and builder.grafting == "non_destructive":
@@ -269,10 +255,10 @@ def _value(builder, drafting, table, verifier, latency) -> dict:
     return {**value_tree(tree, verifier, latency), "state": state, "tree": tree}
 
 
-def _row(policy: str, verifier: str, value: dict, schedule) -> dict:
+def _row(policy: str | None, verifier: str, value: dict, schedule) -> dict:
+    """A policy's row (a schedule's when ``policy`` is None: no ``policy`` column)."""
     state = value["state"]
-    return {
-        "policy": policy,
+    return ({} if policy is None else {"policy": policy}) | {
         "verifier": verifier,
         "schedule": "".join(map(str, schedule)),
         "E": value["E"],
@@ -297,33 +283,33 @@ def split(trajectories: list[int], share: float, seed: int) -> set[int]:
     return {unique[i] for i in order[:held]}
 
 
-def learn(config: Config, roots, settings, latency, training, test: set[int], rows: list[dict]) -> list[dict]:
-    """Train g_psi per setting on the training roots' margins; add its policy on the test roots
-    (``roots``: by setting name, as ``measure`` met them)."""
+def learn(config: Config, settings, training, schedule_rows: list[dict], test: set[int]) -> tuple[list[dict], list[dict]]:
+    """Train g_psi per setting on the training roots' margins and add its policy on the test roots:
+    its schedule read from the features ``measure`` stored at every prefix
+    (``Scheduler.schedule_from``) and valued by that schedule's row (every schedule of the fixed
+    builder was valued at every root), so no root is built twice.  Returns (rows, facts)."""
     from simlab.treegraft.schedules import train
 
+    valued = {(r["setting"], r["trajectory"], r["root"], r["verifier"], r["schedule"]): r for r in schedule_rows}
     out, facts = [], []
     for setting in settings:
-        examples = [e for e in training.get(setting.name, []) if e["trajectory"] not in test]
-        if len(examples) < 2:
+        examples = training.get(setting.name, [])
+        fit = [e for e in examples if e["trajectory"] not in test]
+        if len(fit) < 2:
             raise ValueError("trajectories: too few training roots for the scheduler; raise --trajectories")
         scheduler, losses = train(
-            np.array([e["z"] for e in examples]), np.array([e["y"] for e in examples]), epochs=config.epochs, seed=config.seed
+            np.array([e["z"] for e in fit]), np.array([e["y"] for e in fit]), epochs=config.epochs, seed=config.seed
         )
-        for root in roots.get(setting.name, []):
-            if root.trajectory not in test:
-                continue
-            base, _ = builders_for(config, root.prompt_length)
-            table = node_table(root.pair, root.context, config.evaluation)
-            drafting = drafting_table(table, config.draft_law)
-            prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
-            schedule = scheduler.schedule(base, drafting, latency, prompt)
-            key = _key(setting, root)
+        held: dict[tuple[int, int], dict] = {}
+        for e in examples:
+            if e["trajectory"] in test:
+                held.setdefault((e["trajectory"], e["root"]), {})[tuple(e["prefix"])] = e["z"]
+        for (trajectory, root), at in held.items():
+            schedule = "".join(map(str, scheduler.schedule_from(at, config.depth)))
             for v in tree_verifiers.lossless_names({Drafting.DETERMINISTIC}, setting):
-                out.append(
-                    {**key, **_row("learned", v, _value(replace(base, schedule=schedule), drafting, table, v, latency), schedule)}
-                )
-        facts.append({"setting": setting.name, "training examples": len(examples), "final training loss": losses[-1]})
+                row = valued[(setting.name, trajectory, root, v, schedule)]
+                out.append({**{k: x for k, x in row.items() if k != "best"}, "policy": "learned"})
+        facts.append({"setting": setting.name, "training examples": len(fit), "final training loss": losses[-1]})
     return out, facts
 
 
@@ -421,17 +407,17 @@ def value_root(config: Config, opened: Opened, task) -> dict:
 
 
 def merge(config: Config, opened: Opened, payloads):
-    """``measure``'s four values from every root's payload in task order (the roots read again from
-    the source, the margins' features as float64 arrays)."""
-    rows, schedule_rows, training, roots = [], [], {}, {}
-    for task, payload in zip(tasks(opened), payloads, strict=True):
-        roots.setdefault(task.setting.name, []).append(task.root)
+    """``measure``'s three values from every root's payload in task order (the margins' features as
+    float64 arrays, their prefixes as tuples)."""
+    rows, schedule_rows, training = [], [], {}
+    for payload in payloads:
         rows += payload["rows"]
         schedule_rows += payload["schedules"]
-        training.setdefault(task.setting.name, []).extend(
-            {**e, "z": np.asarray(e["z"], dtype=np.float64), "prefix": tuple(e["prefix"])} for e in payload["training"]
-        )
-    return rows, schedule_rows, training, roots
+        for e in payload["training"]:
+            training.setdefault(e["setting"], []).append(
+                {**e, "z": np.asarray(e["z"], dtype=np.float64), "prefix": tuple(e["prefix"])}
+            )
+    return rows, schedule_rows, training
 
 
 def shardable(config: Config, opened: Opened, parser: ToolParser) -> str | None:
@@ -442,9 +428,9 @@ def shardable(config: Config, opened: Opened, parser: ToolParser) -> str | None:
 def run(config: Config, opened: Opened, measured, say) -> Report:
     """The learned scheduler on the test roots, the summary, the per-root and schedule frames, the charts and the tables."""
     source, settings, latency = opened.source, opened.settings, opened.latency
-    rows, schedule_rows, training, roots = measured
+    rows, schedule_rows, training = measured
     test = split([r["trajectory"] for r in rows], config.test_share, config.seed)
-    learned, facts = learn(config, roots, settings, latency, training, test, rows)
+    learned, facts = learn(config, settings, training, schedule_rows, test)
     per_root = with_category(pl.DataFrame(rows + learned).with_columns(pl.col("trajectory").is_in(sorted(test)).alias("test")))
     schedules = with_category(pl.DataFrame(schedule_rows))
     summary = summarise(per_root)

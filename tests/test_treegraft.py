@@ -314,6 +314,30 @@ def test_scheduler_training_is_bit_for_bit_repeatable(repetitive_root):
     assert len(a.schedule(builder, table, LATENCY, 1)) == 5
 
 
+def test_the_schedule_read_from_stored_features_equals_the_one_built_layer_by_layer(repetitive_root):
+    """``Scheduler.schedule_from`` (the study's path: the features ``margins`` stored at every
+    prefix) against ``Scheduler.schedule`` (the plain path: a fresh tree) for schedulers that skip,
+    call and are stopped by the cap; a mutant ignoring the cap or the prefix would differ."""
+    from dataclasses import replace
+
+    world, context = repetitive_root
+    builder = TreeGraft(top_k=4, budget=20)
+    table = NodeTable(world, context)
+    rows = margins(builder, table, evaluate_schedules(builder, table, "onehot", LATENCY), LATENCY, 1)
+    X, y = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+    at = {prefix: z for z, _, prefix in rows}
+    trained, _ = train(X, y, epochs=20, seed=5)
+    seen = set()
+    for shift, cap in ((0.0, 5), (1e9, 5), (-1e9, 5), (1e9, 2), (0.0, 1)):
+        scheduler = replace(trained, y_mean=trained.y_mean + shift, calls_cap=cap)
+        plain = scheduler.schedule(builder, NodeTable(world, context), LATENCY, 1)
+        assert scheduler.schedule_from(at, builder.depth) == plain
+        seen.add(plain)
+    assert {(1, 1, 0, 0, 0), (0, 0, 0, 0, 0), (1, 1, 1, 1, 1)} <= seen
+    with pytest.raises(ValueError, match="features_at"):
+        trained.schedule_from({}, builder.depth)
+
+
 @pytest.mark.parametrize(
     "options, name",
     [

@@ -72,7 +72,7 @@ def test_the_cached_evaluation_gives_the_plain_values_and_prefills_once_per_root
     assert out["cached prefills"] == 2 * len(settings)  # two models, once per root and setting
     assert out["cached long"] == len(settings)  # the target over the context: once, the prompt score cache too
     assert out["plain prefills"] > 10 * out["cached prefills"]  # a prefill per fetch
-    (plain_rows, plain_schedules, plain_margins, _), (rows, schedules, margins, _) = out["plain"], out["cached"]
+    (plain_rows, plain_schedules, plain_margins), (rows, schedules, margins) = out["plain"], out["cached"]
     assert len(rows) == len(plain_rows) > 0 and len(schedules) == len(plain_schedules) > 0
     for got, want in zip(rows + schedules, plain_rows + plain_schedules):
         assert {k: v for k, v in got.items() if not isinstance(v, float)} == {

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import polars as pl
 import pytest
 
 from analyses import treegraft
+from analyses._flags import with_drafter_time
+from backends.tree_cache import node_table
+from simlab import tree_verifiers
+from simlab.drafting import Drafting
+from simlab.trees import drafting_table
 from conftest import load_script, one_error_line
 
 SMALL = [
@@ -125,3 +133,39 @@ def test_report_script_agrees_with_the_study_summary(run):
     for row in rows:
         mine = summary.filter(pl.col("setting") == row[0].strip("| "))
         assert row[6] == f"{mine['vs_all_small'][0]:.3f}" and row[7] == f"{mine['vs_all_mid'][0]:.3f}"
+
+
+def test_the_learned_policy_read_from_stored_features_equals_building_each_held_out_root_again():
+    """``learn`` (g_psi's schedule from the features ``measure`` stored at every prefix, valued by
+    that schedule's row) against the plain path: each held-out root's table built again, the
+    schedule chosen layer by layer (``Scheduler.schedule``) and its tree valued."""
+    from simlab.treegraft.schedules import train
+
+    config, parser = treegraft.parse_args(SMALL + ["--trajectories", "4"])
+    opened = treegraft.open_source(config, parser, lambda message: None)
+    opened = replace(opened, latency=with_drafter_time(opened.latency, "small", config.small_ratio, "small_ratio", parser))
+    rows, schedule_rows, training = treegraft.values(config, opened, None)
+    test = treegraft.split([r["trajectory"] for r in rows], config.test_share, config.seed)
+    learned, _ = treegraft.learn(config, opened.settings, training, schedule_rows, test)
+    got = {(r["setting"], r["trajectory"], r["root"], r["verifier"]): r for r in learned}
+    checked = 0
+    for setting in opened.settings:
+        fit = [e for e in training[setting.name] if e["trajectory"] not in test]
+        scheduler, _ = train(
+            np.array([e["z"] for e in fit]), np.array([e["y"] for e in fit]), epochs=config.epochs, seed=config.seed
+        )
+        for root in opened.source.roots(setting):
+            if root.trajectory not in test:
+                continue
+            base, _ = treegraft.builders_for(config, root.prompt_length)
+            table = node_table(root.pair, root.context, config.evaluation)
+            drafting = drafting_table(table, config.draft_law)
+            schedule = scheduler.schedule(base, drafting, opened.latency, len(root.context))
+            for v in tree_verifiers.lossless_names({Drafting.DETERMINISTIC}, setting):
+                want = treegraft._value(replace(base, schedule=schedule), drafting, table, v, opened.latency)
+                row = got[(setting.name, root.trajectory, root.root, v)]
+                assert row["schedule"] == "".join(map(str, schedule)) and row["policy"] == "learned"
+                assert row["E"] == pytest.approx(want["E"], abs=1e-12) and row["T"] == pytest.approx(want["T"], rel=1e-12)
+                assert row["tokens"] == want["tokens"] and row["graft_positions"] == want["state"].graft_positions
+                checked += 1
+    assert checked == len(learned) > 0

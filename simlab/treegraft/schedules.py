@@ -174,6 +174,21 @@ class Scheduler:
             state.step(call)
         return tuple(state.calls)
 
+    def schedule_from(self, features_at: dict, depth: int) -> tuple[int, ...]:
+        """The schedule ``schedule`` chooses, read from features already computed at every prefix
+        (``margins``' (z, prefix) pairs as ``{prefix: z}``): no tree is built, so a root already
+        valued needs no second table.  Equal to ``schedule`` on the same root (tested).
+
+        Raises:
+            ValueError: a prefix on the chosen path missing from ``features_at``.
+        """
+        calls: tuple[int, ...] = ()
+        for _ in range(check_int(depth, "depth", 1, 16)):
+            if calls not in features_at:
+                raise ValueError(f"features_at: no features after the prefix {calls}")
+            calls += (int(self.margin(features_at[calls]) > 0 and sum(calls) < self.calls_cap),)
+        return calls
+
 
 def network(seed: int):
     """The MLP 17 -> 64 -> 32 -> 1 with ReLU (3,265 parameters), initialised from ``seed``."""
