@@ -25,7 +25,8 @@ builder follows the official code's rules; ``--rules lab`` (or departure names) 
 earlier ones (``simlab.treegraft.rules``, ``docs/departures.md``).  Latency: the mid
 drafter's and the target's forwards from ``--cost-ratio`` (or a profile, or measured for live
 models), the n-gram step a constant ``--small-ratio`` of a target forward.  Output under
-``--out`` (default ``out/treegraft/<source>/``): ``treegraft.parquet`` (summary),
+``--out`` (default ``out/treegraft/<source>/``): ``treegraft.parquet`` (summary over the test
+roots), ``treegraft_every_root.parquet`` (the policies other than learned over every root),
 ``per_root.parquet`` (every root, policy and verifier), ``schedules.parquet`` (every schedule of
 every root), ``throughput.{html,png}`` and ``schedules.{html,png}``.
 """
@@ -313,10 +314,11 @@ def learn(config: Config, settings, training, schedule_rows: list[dict], test: s
     return out, facts
 
 
-def summarise(per_root: pl.DataFrame) -> pl.DataFrame:
-    """Per setting, verifier and policy on the test roots: mean E, throughput (sum E / sum T), ratios,
+def summarise(rows: pl.DataFrame) -> pl.DataFrame:
+    """Per setting, verifier and policy over ``rows`` (per_root rows: the test roots', or every
+    root's for the policies the split does not touch): mean E, throughput (sum E / sum T), ratios,
     graft statistics, and (learned) agreement with the best schedule and mean regret."""
-    test = per_root.filter(pl.col("test"))
+    test = rows
     table = test.group_by("setting", "verifier", "policy", maintain_order=True).agg(
         pl.len().alias("roots"),
         pl.col("E").mean(),
@@ -433,22 +435,25 @@ def run(config: Config, opened: Opened, measured, say) -> Report:
     learned, facts = learn(config, settings, training, schedule_rows, test)
     per_root = with_category(pl.DataFrame(rows + learned).with_columns(pl.col("trajectory").is_in(sorted(test)).alias("test")))
     schedules = with_category(pl.DataFrame(schedule_rows))
-    summary = summarise(per_root)
+    summary = summarise(per_root.filter(pl.col("test")))
+    every_root = summarise(per_root.filter(pl.col("policy") != "learned"))  # no policy here depends on the split
     categories = by_category(per_root.filter(pl.col("test")), summarise)  # the summary is over the test roots
     rules = Rules.parse(config.rules).name
     subtitle = f"source: {source.describe()}; latency: {latency.source}; small step {config.small_ratio:g} t_p; rules: {rules}"
     tps_chart, sched_chart = charts(summary, schedules, subtitle, tree_verifiers.deterministic_rules(settings))
     outputs = {
         "treegraft.parquet": summary,
+        "treegraft_every_root.parquet": every_root,
         "per_root.parquet": per_root,
         "schedules.parquet": schedules,
         **chart_files("throughput", tps_chart, chart_writer),
         **chart_files("schedules", sched_chart, chart_writer),
     }
     primary = [tree_verifiers.deterministic_rule(s) for s in settings]
-    shown = pl.concat(
-        [summary.filter((pl.col("setting") == s.name) & (pl.col("verifier") == v)) for s, v in zip(settings, primary)]
+    under_primary = lambda frame: pl.concat(
+        [frame.filter((pl.col("setting") == s.name) & (pl.col("verifier") == v)) for s, v in zip(settings, primary)]
     )
+    shown = under_primary(summary)
     printed = (
         f"Source: {source.describe()}; {per_root.filter(pl.col('test'))['root'].n_unique()} test roots per setting; latency: {latency.source}; "
         f"rules: {rules}; context {per_root['context_length'].min()}-{per_root['context_length'].max()} tokens",
@@ -472,6 +477,21 @@ def run(config: Config, opened: Opened, measured, say) -> Report:
             ),
             "TreeGraft on the test roots: exact E[tau+1], T-hat, throughput (sum E / sum T) and ratios "
             "(every other lossless verifier of these deterministic trees gives the same exact values: treegraft.parquet)",
+        ),
+        (
+            under_primary(every_root).select(
+                "setting",
+                "verifier",
+                "policy",
+                "roots",
+                "E",
+                pl.col("T").mul(1e3).alias("T (ms)"),
+                "TPS",
+                "vs_all_small",
+                "vs_all_mid",
+                "tokens",
+            ),
+            "The policies the split does not touch, over every root (training and test): treegraft_every_root.parquet",
         ),
         ByCategory(
             categories,

@@ -49,6 +49,7 @@ def run(tmp_path_factory):
 def test_outputs(run):
     for name in (
         "treegraft.parquet",
+        "treegraft_every_root.parquet",
         "per_root.parquet",
         "schedules.parquet",
         "throughput.html",
@@ -169,3 +170,23 @@ def test_the_learned_policy_read_from_stored_features_equals_building_each_held_
                 assert row["tokens"] == want["tokens"] and row["graft_positions"] == want["state"].graft_positions
                 checked += 1
     assert checked == len(learned) > 0
+
+
+def test_the_every_root_summary_covers_training_and_test_roots_and_agrees_with_per_root(run):
+    per_root = pl.read_parquet(run / "per_root.parquet")
+    every = pl.read_parquet(run / "treegraft_every_root.parquet")
+    test = pl.read_parquet(run / "treegraft.parquet")
+    assert "learned" not in set(every["policy"]) and set(every["policy"]) == set(test["policy"]) - {"learned"}
+    assert per_root["test"].any() and not per_root["test"].all()
+    for (setting, verifier, policy), part in per_root.filter(pl.col("policy") != "learned").group_by(
+        "setting", "verifier", "policy"
+    ):
+        row = every.filter((pl.col("setting") == setting) & (pl.col("verifier") == verifier) & (pl.col("policy") == policy))
+        assert (
+            row["roots"].item()
+            == part.height
+            > test.filter((pl.col("setting") == setting) & (pl.col("verifier") == verifier) & (pl.col("policy") == policy))[
+                "roots"
+            ].item()
+        )
+        assert row["TPS"].item() == pytest.approx(part["E"].sum() / part["T"].sum(), rel=1e-12)
