@@ -97,23 +97,40 @@ class Roster:
         raise ValueError(f"builders: unknown builder {name!r}")
 
 
-def fit_static(roster: Roster, roots, setting, verifiers, samples: int, seed: int) -> None:
-    """The best static grid action per (verifier, budget) for ``iid`` and ``delayed`` on ``roots``."""
-    from simlab.grid import GridAxes, action_grid_block_efficiency
+def static_statistics(roster: Roster, root, table, verifiers, samples: int, seed: int) -> dict:
+    """One root's share of the static fit: {verifier: {action: (E estimate, T-hat)}} over DDTE's
+    grid (``grid_samples`` trees per L1, every verifier's grid drawing the same trees on ``table``)."""
+    from simlab.grid import action_grid_block_efficiency
 
     times: dict = {}
-    totals: dict = {v: {} for v in verifiers}
-    for root in roots:
-        table = root.table()  # one table per root: every verifier's grid draws the same trees on it
-        for v in verifiers:
-            grid = action_grid_block_efficiency(root.pair, root.context, v, samples=samples, seed=seed + root.root, table=table)
-            for action, estimate in grid.items():
-                if (root.root, action) not in times:
-                    times[(root.root, action)] = roster.latency.delayed_time(*action, len(root.context))
-                E, T = totals[v].get(action, (0.0, 0.0))
-                totals[v][action] = (E + estimate.mean, T + times[(root.root, action)])
+    out: dict = {v: {} for v in verifiers}
     for v in verifiers:
-        totals_v = totals[v]
+        grid = action_grid_block_efficiency(root.pair, root.context, v, samples=samples, seed=seed + root.root, table=table)
+        for action, estimate in grid.items():
+            if action not in times:
+                times[action] = roster.latency.delayed_time(*action, len(root.context))
+            out[v][action] = (estimate.mean, times[action])
+    return out
+
+
+def add_statistics(totals: dict, statistics: dict) -> dict:
+    """``totals`` plus one root's ``static_statistics`` (sums of E and of T-hat per verifier and
+    action), as a new dict: the roots are summed in the order they are added."""
+    out = {v: dict(actions) for v, actions in totals.items()}
+    for v, actions in statistics.items():
+        mine = out.setdefault(v, {})
+        for action, (E, T) in actions.items():
+            E0, T0 = mine.get(action, (0.0, 0.0))
+            mine[action] = (E0 + E, T0 + T)
+    return out
+
+
+def choose_static(roster: Roster, totals: dict, setting) -> None:
+    """The best static grid action per (verifier, budget) for ``iid`` and ``delayed`` by sum E / sum
+    T-hat over the training roots (``totals``: ``add_statistics`` over them), into ``roster.static``."""
+    from simlab.grid import GridAxes
+
+    for v, totals_v in totals.items():
         for budget in roster.budgets:
             for kind in ("iid", "delayed"):
                 candidates = [a for a in GridAxes().actions(budget, rollouts=kind == "iid") if a in totals_v]
@@ -122,20 +139,22 @@ def fit_static(roster: Roster, roots, setting, verifiers, samples: int, seed: in
                     roster.static[(setting.name, v, budget, kind)] = best
 
 
-def fit_sequoia(roster: Roster, roots, setting, seed: int) -> None:
-    """Sequoia's tree per budget from the acceptance vector measured on ``roots`` (width 8; Monte
-    Carlo, 512 draws per root: the exact vector enumerates V^8 prefixes)."""
-    from simlab.builders.sequoia import measure_acceptance
+def sequoia_vector(root, seed: int, table=None) -> np.ndarray:
+    """One root's acceptance vector for Sequoia's fit (width 8; Monte Carlo, 512 draws from
+    ``[seed, root.root]``: the exact vector enumerates V^8 prefixes), float64 (8,); p and q at the
+    root from ``table`` when given (its own forward otherwise, ``measure_acceptance``)."""
+    from simlab.builders.sequoia import acceptance_vector, measure_acceptance
 
-    vector = np.mean(
-        [
-            measure_acceptance(
-                root.pair, [root.context], 8, method="mc", samples=512, rng=np.random.default_rng([seed, root.root])
-            )
-            for root in roots
-        ],
-        axis=0,
-    )
+    rng = np.random.default_rng([seed, root.root])
+    if table is None:
+        return measure_acceptance(root.pair, [root.context], 8, method="mc", samples=512, rng=rng)
+    return acceptance_vector(table.p(()), table.q(()), 8, method="mc", samples=512, rng=rng)
+
+
+def choose_sequoia(roster: Roster, vectors, setting) -> None:
+    """Sequoia's tree per budget (depth <= 8) for the mean of the training roots' ``vectors``, into
+    ``roster.sequoia``; a budget it cannot build goes to ``roster.not_run``."""
+    vector = np.mean(vectors, axis=0)
     for budget in roster.budgets:
         try:
             roster.sequoia[(setting.name, budget)] = builders.get(
@@ -143,6 +162,12 @@ def fit_sequoia(roster: Roster, roots, setting, seed: int) -> None:
             )
         except ValueError as exc:
             roster.not_run.append({"builder": "sequoia", "setting": setting.name, "budget": budget, "reason": str(exc)})
+
+
+def fit_sequoia(roster: Roster, roots, setting, seed: int) -> None:
+    """Sequoia's tree per budget from the acceptance vector measured on ``roots`` (``sequoia_vector``
+    by the roots' own forwards, ``choose_sequoia``)."""
+    choose_sequoia(roster, [sequoia_vector(root, seed) for root in roots], setting)
 
 
 class TreeGraftEntry:
@@ -166,21 +191,22 @@ class TreeGraftEntry:
             verify_table=table,
         )
 
-    def fit(self, roots, setting, verifier: str) -> None:
-        from simlab.treegraft.schedules import margins, train
+    def examples(self, root, table, budget: int, verifier: str) -> tuple[list, list]:
+        """One training root's (features, margins) at every decision (``margins``) at ``budget``."""
+        from simlab.treegraft.schedules import margins
 
-        for budget in self.roster.budgets:
-            X, y = [], []
-            for root in roots:
-                table = root.table()
-                prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
-                values = self.values(root, budget, verifier, table)
-                for z, margin, _ in margins(
-                    self.base(root, budget), drafting_table(table, self.roster.draft_law), values, self.roster.latency, prompt
-                ):
-                    X.append(z)
-                    y.append(margin)
-            self.scheduler[(setting.name, budget)] = train(np.array(X), np.array(y), epochs=self.epochs, seed=self.seed)[0]
+        prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
+        values = self.values(root, budget, verifier, table)
+        pairs = margins(
+            self.base(root, budget), drafting_table(table, self.roster.draft_law), values, self.roster.latency, prompt
+        )
+        return [z for z, _, _ in pairs], [margin for _, margin, _ in pairs]
+
+    def train(self, setting, budget: int, X, y) -> None:
+        """The scheduler of (setting, budget) fitted on the training roots' ``examples``."""
+        from simlab.treegraft.schedules import train
+
+        self.scheduler[(setting.name, budget)] = train(np.array(X), np.array(y), epochs=self.epochs, seed=self.seed)[0]
 
     def __call__(self, name, root, setting, budget, verifier, table):
         from dataclasses import replace

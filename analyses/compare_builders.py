@@ -42,7 +42,7 @@ from simlab.valuation import tree_value
 
 from analyses import _builder_roster as roster_module
 from analyses._categories import by_category, with_category
-from analyses._study import ByCategory, Opened, Report, chart_files, declared, parse, run_study
+from analyses._study import ByCategory, Opened, Report, chart_files, declared, parse, run_study, sampled_tasks
 from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, int_list, name_list, progress_bar
 from analyses._flags import (
     LatencyConfig,
@@ -241,19 +241,37 @@ def nde_entry(config: Config, roster):
 
 
 def fit(config: Config, roster, train_roots: dict, verifiers, builders, source, bar) -> None:
-    """Fit every builder that needs it on the training roots (per setting)."""
+    """Fit every builder that needs it on the training roots (per setting): each root's share
+    (the static grid's sums, Sequoia's acceptance vector, TreeGraft's margins) from one table of
+    that root, then the choices over the setting's roots (``analyses._builder_roster``)."""
 
     if builders & {"treegraft_learned", "treegraft_best"}:
         roster.treegraft = roster_module.TreeGraftEntry(roster, config.epochs, config.seed)
     for setting, roots in train_roots.items():
-        if builders & {"iid", "delayed"}:
-            usable = [v for v in tree_verifiers.lossless_names(roster_module.LAWS["delayed"], setting) if v in verifiers]
-            roster_module.fit_static(roster, roots, setting, usable, config.grid_samples, config.seed)
-        if "sequoia" in builders:
-            roster_module.fit_sequoia(roster, roots, setting, config.seed)
+        static = bool(builders & {"iid", "delayed"})
+        usable = [v for v in tree_verifiers.lossless_names(roster_module.LAWS["delayed"], setting) if v in verifiers]
+        rule = tree_verifiers.deterministic_rule(setting)
+        totals, vectors, examples = {}, [], {budget: ([], []) for budget in roster.budgets}
+        for root in roots:
+            table = root.table()  # one table per root: every fit's nodes fetched once
+            if static:
+                mine = roster_module.static_statistics(roster, root, table, usable, config.grid_samples, config.seed)
+                totals = roster_module.add_statistics(totals, mine)
+            if "sequoia" in builders:
+                vectors.append(roster_module.sequoia_vector(root, config.seed, table))
+            if "treegraft_learned" in builders:
+                for budget, (X, y) in examples.items():
+                    z, margin = roster.treegraft.examples(root, table, budget, rule)
+                    X += z
+                    y += margin
+            bar.update()
+        if static:
+            roster_module.choose_static(roster, totals, setting)
+        if "sequoia" in builders and roots:
+            roster_module.choose_sequoia(roster, vectors, setting)
         if "treegraft_learned" in builders:
-            roster.treegraft.fit(roots, setting, tree_verifiers.deterministic_rule(setting))
-        bar.update(len(roots))
+            for budget, (X, y) in examples.items():
+                roster.treegraft.train(setting, budget, X, y)
 
 
 def value(builder, table, verifier: str, latency, samples: int, seed, draft_law: str = "raw") -> dict | None:
@@ -581,7 +599,8 @@ def values(config: Config, opened: Rostered, say) -> Measured:
     held-out ones (``fit``, ``measure``); exit 2 when no builder could run."""
     roster = opened.roster
     builders, verifiers = list(config.builders), list(config.verifiers)
-    roots = {s: list(opened.source.roots(s)) for s in opened.settings}
+    placed = sampled_tasks(opened, "placing roots", config)  # a live source continues each prompt to its roots
+    roots = {s: [t.root for t in placed if t.setting_index == i] for i, s in enumerate(opened.settings)}
     test = split([r.trajectory for rs in roots.values() for r in rs], config.test_share, config.seed)
     train_roots = {s: [r for r in rs if r.trajectory not in test] for s, rs in roots.items()}
     test_roots = {s: [r for r in rs if r.trajectory in test] for s, rs in roots.items()}

@@ -222,3 +222,62 @@ def test_standard_errors_are_over_roots_clustered_by_prompt():
     # paired d = (1, 2.5, 1), mean 1.5, influences (-0.5, 1, -0.5) / 3, prompt sums (0.5 / 3, -0.5 / 3)
     assert math.isclose(iid["paired_dE"], 1.5, rel_tol=1e-12)
     assert math.isclose(iid["paired_dE_se"], math.sqrt(2 * 2 * (0.5 / 3) ** 2), rel_tol=1e-12)
+
+
+def test_the_fit_builds_one_table_per_training_root_and_matches_the_plain_fits(monkeypatch):
+    """``fit`` takes each training root's share of every fit (the static grid's sums, Sequoia's
+    vector, TreeGraft's margins) from one table of that root; its choices equal the plain fits'
+    (Sequoia's vector from each root's own forward, ``fit_sequoia``; the static grid summed root by
+    root; TreeGraft's margins on a fresh table per budget)."""
+    import numpy as np
+
+    from backends.sources.base import Root
+    from simlab import tree_verifiers
+
+    config, parser = compare_builders.parse_args(
+        SMALL[:-1] + ["--trajectories", "3", "--builders", "iid,delayed,sequoia,eagle2,treegraft_learned"]
+    )
+    opened = compare_builders.open_source(config, parser, lambda message: None)
+    roots = {s: list(opened.source.roots(s)) for s in opened.settings}
+    calls = []
+    table = Root.table
+    monkeypatch.setattr(Root, "table", lambda self: calls.append((self.setting, self.root)) or table(self))
+    roster = compare_builders.roster_for(config, opened, parser)
+    with compare_builders.progress_bar(total=1, desc="fit", quiet=True) as bar:
+        compare_builders.fit(config, roster, roots, config.verifiers, set(config.builders), opened.source, bar)
+    every = [(s.name, r.root) for s, rs in roots.items() for r in rs]
+    assert sorted(calls) == sorted(every) and len(calls) == len(set(calls))  # one table per root
+    monkeypatch.setattr(Root, "table", table)
+    plain = compare_builders.roster_for(config, opened, parser)
+    plain.treegraft = compare_builders.roster_module.TreeGraftEntry(plain, config.epochs, config.seed)
+    for setting, rs in roots.items():
+        compare_builders.roster_module.fit_sequoia(plain, rs, setting, config.seed)
+        usable = [
+            v
+            for v in tree_verifiers.lossless_names(compare_builders.roster_module.LAWS["delayed"], setting)
+            if v in config.verifiers
+        ]
+        totals = {}
+        for root in rs:
+            totals = compare_builders.roster_module.add_statistics(
+                totals,
+                compare_builders.roster_module.static_statistics(
+                    plain, root, root.table(), usable, config.grid_samples, config.seed
+                ),
+            )
+        compare_builders.roster_module.choose_static(plain, totals, setting)
+        for budget in config.budgets:
+            X, y = [], []
+            for root in rs:
+                z, m = plain.treegraft.examples(root, root.table(), budget, tree_verifiers.deterministic_rule(setting))
+                X += z
+                y += m
+            plain.treegraft.train(setting, budget, X, y)
+    assert roster.static == plain.static and roster.static
+    assert roster.sequoia.keys() == plain.sequoia.keys() and roster.sequoia
+    for key, tree in roster.sequoia.items():
+        assert tree.spec == plain.sequoia[key].spec
+        np.testing.assert_allclose(tree.acceptance, plain.sequoia[key].acceptance, rtol=0, atol=1e-12)
+    for key, scheduler in roster.treegraft.scheduler.items():
+        for a, b in zip(scheduler.network.parameters(), plain.treegraft.scheduler[key].network.parameters()):
+            assert (a == b).all()
