@@ -312,6 +312,7 @@ def measure(config: Config, roster, test_roots: dict, verifiers, builders, bar):
             table = root.table()
             key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
             key["category"] = root.category
+            key["offset"] = root.offset  # tokens past the prompt's end (live roots), else None
             for budget in budgets:
                 for name in builders:
                     for v in roster_module.verifiers_for(name, setting, verifiers):
@@ -624,6 +625,7 @@ GAP_SCHEMA = {
     "root": pl.Int64,
     "context_length": pl.Int64,
     "category": pl.String,
+    "offset": pl.Int64,
     "budget": pl.Int64,
     "builder": pl.String,
     "verifier": pl.String,

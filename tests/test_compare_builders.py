@@ -148,6 +148,7 @@ def test_on_the_micro_pair_with_the_trained_block_drafter(micro_pair_dir, drafte
     assert compare_builders.main(flags) == 0
     per_root = pl.read_parquet(tmp_path / "per_root.parquet")
     assert set(per_root["builder"]) == {"eagle2", "specblock", "iid"} and (per_root["tokens"] <= 6).all()
+    assert per_root["offset"].to_list() == [0] * per_root.height  # one root per prompt: at the template's end
 
 
 def test_a_builder_without_a_lossless_verifier_is_listed_and_a_missing_baseline_is_said(tmp_path, capsys):
