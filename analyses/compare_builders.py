@@ -386,8 +386,10 @@ def summarise(per_root: pl.DataFrame, baseline: str, rules: dict[str, str]) -> p
     """Per setting, budget, builder and verifier: roots, E with its standard error over the roots
     clustered by prompt (``E_se``, CR1: roots along one reply share its prompt) and the Monte Carlo
     standard error of the sampled trees given the roots (``E_mc_se``; 0 for deterministic trees), T,
-    throughput, the ratio to the baseline's throughput and the paired mean difference of E by root
-    with its standard error clustered by prompt (``paired_dE``, ``paired_dE_se``)."""
+    throughput, the ratio to the baseline's throughput and the paired mean differences to the
+    baseline by root, each with its standard error clustered by prompt: of E (``paired_dE``,
+    ``paired_dE_se``) and of the root's throughput E / T-hat in tokens/s (``paired_dTPS``,
+    ``paired_dTPS_se``)."""
     table = per_root.group_by("setting", "budget", "builder", "verifier", maintain_order=True).agg(
         pl.len().alias("roots"),
         pl.col("E").mean(),
@@ -406,16 +408,28 @@ def summarise(per_root: pl.DataFrame, baseline: str, rules: dict[str, str]) -> p
     table = table.with_columns(
         pl.Series("E_se", grouped_mean_se(table["_E"].to_list(), table["_trajectory"].to_list()), dtype=pl.Float64)
     ).drop("_E", "_trajectory")
-    base = base_rows.select("setting", "budget", "root", pl.col("E").alias("E_base"), pl.col("se").alias("se_base"))
+    base = base_rows.select(
+        "setting", "budget", "root", pl.col("E").alias("E_base"), (pl.col("E") / pl.col("T")).alias("TPS_base")
+    )
     paired = (
         per_root.join(base, on=["setting", "budget", "root"])
-        .with_columns((pl.col("E") - pl.col("E_base")).alias("diff"))
+        .with_columns(
+            (pl.col("E") - pl.col("E_base")).alias("_dE"), (pl.col("E") / pl.col("T") - pl.col("TPS_base")).alias("_dTPS")
+        )
         .group_by("setting", "budget", "builder", "verifier", maintain_order=True)
-        .agg(pl.col("diff").mean().alias("paired_dE"), pl.col("diff").alias("_d"), pl.col("trajectory").alias("_trajectory"))
+        .agg(
+            pl.col("_dE").mean().alias("paired_dE"),
+            pl.col("_dTPS").mean().alias("paired_dTPS"),
+            pl.col("_dE"),
+            pl.col("_dTPS"),
+            pl.col("trajectory").alias("_trajectory"),
+        )
     )
+    clusters = paired["_trajectory"].to_list()
     paired = paired.with_columns(
-        pl.Series("paired_dE_se", grouped_mean_se(paired["_d"].to_list(), paired["_trajectory"].to_list()), dtype=pl.Float64)
-    ).drop("_d", "_trajectory")
+        pl.Series("paired_dE_se", grouped_mean_se(paired["_dE"].to_list(), clusters), dtype=pl.Float64),
+        pl.Series("paired_dTPS_se", grouped_mean_se(paired["_dTPS"].to_list(), clusters), dtype=pl.Float64),
+    ).select("setting", "budget", "builder", "verifier", "paired_dE", "paired_dE_se", "paired_dTPS", "paired_dTPS_se")
     ref = table.join(
         base_rows.group_by("setting", "budget").agg((pl.col("E").sum() / pl.col("T").sum()).alias("TPS_base")),
         on=["setting", "budget"],
@@ -645,6 +659,7 @@ def run(config: Config, opened: Opened, measured: Measured, say) -> Report:
     noted = lambda part: baseline_notes(summarise(part, config.baseline, rules), config.baseline, verifiers, rules)
     summary = noted(per_root)
     categories = by_category(per_root, noted)
+    offsets = by_offset(per_root, noted)
     for note, where in (
         summary.filter(pl.col("baseline_note").is_not_null())
         .group_by("baseline_note", maintain_order=True)
@@ -663,13 +678,27 @@ def run(config: Config, opened: Opened, measured: Measured, say) -> Report:
         "by_depth.parquet": by_depth,
         "node_gaps.parquet": gaps,
         "not_run.parquet": not_run,
+        **({} if offsets is None else {"by_offset.parquet": offsets}),
         **chart_files("throughput", tps_chart, chart_writer),
         **chart_files("acceptance_by_depth", acc_chart, chart_writer),
     }
-    return Report(outputs, categories, tables(config, source, latency, summary, per_root, categories, gaps, not_run, rules))
+    printed = tables(config, source, latency, summary, per_root, categories, gaps, not_run, rules, offsets)
+    return Report(outputs, categories, printed)
 
 
-def tables(config: Config, source, latency, summary, per_root, categories, gaps, not_run, rules) -> tuple:
+def by_offset(per_root: pl.DataFrame, summarise) -> pl.DataFrame | None:
+    """``summarise`` of the roots at each place along the reply (``offset``: tokens past the prompt's
+    end), stacked with ``offset`` first; None unless every root has one and there are two or more."""
+    if "offset" not in per_root.columns or per_root["offset"].null_count() or per_root["offset"].n_unique() < 2:
+        return None
+    blocks = [
+        summarise(per_root.filter(pl.col("offset") == o)).select(pl.lit(o, dtype=pl.Int64).alias("offset"), pl.all())
+        for o in sorted(per_root["offset"].unique().to_list())
+    ]
+    return pl.concat(blocks, how="diagonal_relaxed")
+
+
+def tables(config: Config, source, latency, summary, per_root, categories, gaps, not_run, rules, offsets=None) -> tuple:
     """The printed lines and tables (``analyses._study.Report.printed`` items)."""
     best = best_pairings(summary, rules).sort("setting", "budget", "TPS", descending=[False, False, True])
     shown = best.select(
@@ -684,6 +713,8 @@ def tables(config: Config, source, latency, summary, per_root, categories, gaps,
         "vs_baseline",
         "paired_dE",
         "paired_dE_se",
+        "paired_dTPS",
+        "paired_dTPS_se",
         "tokens",
     )
     items: list = [
@@ -699,6 +730,29 @@ def tables(config: Config, source, latency, summary, per_root, categories, gaps,
             "Every pairing's E[tau+1] (SE) and throughput",
         ),
     ]
+    if offsets is not None:
+        placed = best_pairings(summary, rules).select("setting", "budget", "builder", "verifier")
+        items.append(
+            (
+                offsets.join(placed, on=["setting", "budget", "builder", "verifier"], how="semi")
+                .select(
+                    "offset",
+                    "setting",
+                    "budget",
+                    "builder",
+                    "verifier",
+                    "roots",
+                    "E",
+                    "E_se",
+                    "TPS",
+                    "vs_baseline",
+                    "paired_dTPS",
+                    "paired_dTPS_se",
+                )
+                .sort("setting", "budget", "offset", "TPS", descending=[False, False, False, True]),
+                "By place along the reply (offset: tokens past the prompt's end), each builder's best verifier overall: by_offset.parquet",
+            )
+        )
     if gaps.height:
         items.append(
             (

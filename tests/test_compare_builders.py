@@ -223,6 +223,22 @@ def test_standard_errors_are_over_roots_clustered_by_prompt():
     # paired d = (1, 2.5, 1), mean 1.5, influences (-0.5, 1, -0.5) / 3, prompt sums (0.5 / 3, -0.5 / 3)
     assert math.isclose(iid["paired_dE"], 1.5, rel_tol=1e-12)
     assert math.isclose(iid["paired_dE_se"], math.sqrt(2 * 2 * (0.5 / 3) ** 2), rel_tol=1e-12)
+    # per-root throughput E / T with T = 0.01 s: the differences are 100 d tokens/s
+    assert math.isclose(iid["paired_dTPS"], 150.0, rel_tol=1e-12)
+    assert math.isclose(iid["paired_dTPS_se"], 100 * iid["paired_dE_se"], rel_tol=1e-12)
+    # by place along the reply: each offset's block is the summary of its roots alone
+    from analyses.compare_builders import by_offset
+
+    noted = lambda frame: summarise(frame, "eagle2", {"T=1": "onehot"})
+    placed = pl.DataFrame(rows).with_columns((pl.col("root") % 2 * 16).alias("offset"))
+    blocks = by_offset(placed, noted)
+    assert blocks["offset"].unique().sort().to_list() == [0, 16]
+    for o in (0, 16):
+        want = noted(placed.filter(pl.col("offset") == o))
+        assert blocks.filter(pl.col("offset") == o).drop("offset").equals(want)
+    assert by_offset(pl.DataFrame(rows), noted) is None  # no offsets (synthetic roots)
+    assert by_offset(placed.with_columns(pl.lit(0).alias("offset")), noted) is None  # one place only
+    assert by_offset(placed.with_columns(pl.lit(None, dtype=pl.Int64).alias("offset")), noted) is None
 
 
 def test_the_fit_builds_one_table_per_training_root_and_matches_the_plain_fits(monkeypatch):
