@@ -17,11 +17,14 @@ Reported per setting, budget, builder and verifier: E[tau + 1] (its standard err
 clustered by prompt, and the sampled trees' Monte Carlo standard error given the roots), T-hat,
 throughput (sum E / sum T over roots), the ratio to the baseline (``--baseline``, default EAGLE-2
 with one-hot at a sampled target, greedy at a greedy one: T = 0 or top-k = 1) and the paired
-difference of E by root with its standard error clustered by prompt (``simlab.stats``); acceptance by depth (P(tau >= d)); and for the OT
+differences to it by root of E and of the root's throughput E / T-hat, each with its standard error
+clustered by prompt (``simlab.stats``); acceptance by depth (P(tau >= d)); and for the OT
 verifiers on i.i.d. trees the mean gap to the per-node optimum alpha*(p, q, k) by depth.  A builder that cannot run is listed with its
-reason.  Output under ``--out`` (default ``out/compare_builders/<source>/``): ``compare_builders.parquet``
-(summary), ``per_root.parquet``, ``by_depth.parquet``, ``node_gaps.parquet``, ``not_run.parquet``,
-``throughput.{html,png}``, ``acceptance_by_depth.{html,png}``.
+reason.  Where the roots lie at several places along the replies (live roots: ``offset``, tokens
+past the prompt's end), the summary is also given per place.  Output under ``--out`` (default
+``out/compare_builders/<source>/``): ``compare_builders.parquet`` (summary), ``per_root.parquet``,
+``by_depth.parquet``, ``node_gaps.parquet``, ``not_run.parquet``, ``by_offset.parquet`` (several
+places only), ``throughput.{html,png}``, ``acceptance_by_depth.{html,png}``.
 """
 
 from __future__ import annotations
