@@ -657,7 +657,7 @@ def run(config: Config, opened: Opened, measured: Measured, say) -> Report:
     """The summary, per-root, per-depth, node-gap and not-run frames, the charts and the tables;
     a note on stderr where the baseline's ratios are empty."""
     source, latency, verifiers = opened.source, opened.latency, config.verifiers
-    per_root = with_category(pl.DataFrame(measured.rows))
+    per_root = with_category(pl.DataFrame(measured.rows)).with_columns(pl.col("offset").cast(pl.Int64))
     rules = tree_verifiers.deterministic_rules(opened.settings)
     noted = lambda part: baseline_notes(summarise(part, config.baseline, rules), config.baseline, verifiers, rules)
     summary = noted(per_root)
@@ -670,7 +670,7 @@ def run(config: Config, opened: Opened, measured: Measured, say) -> Report:
         .iter_rows()
     ):
         print(f"{PROG}: note: vs_baseline and paired_dE are empty at {where}: {note}", file=sys.stderr)
-    by_depth = with_category(pl.DataFrame(measured.depth_rows))
+    by_depth = with_category(pl.DataFrame(measured.depth_rows)).with_columns(pl.col("offset").cast(pl.Int64))
     gaps = pl.DataFrame(measured.gap_rows, schema=GAP_SCHEMA)
     not_run = pl.DataFrame([{"verifier": "all", **r} for r in measured.not_run], schema=NOT_RUN_SCHEMA)
     subtitle = f"source: {source.describe()}; latency: {latency.source}; {len(measured.test)} held-out trajectories"

@@ -28,7 +28,7 @@ models), the n-gram step a constant ``--small-ratio`` of a target forward.  Outp
 ``--out`` (default ``out/treegraft/<source>/``): ``treegraft.parquet`` (summary over the test
 roots), ``treegraft_every_root.parquet`` (the policies other than learned over every root),
 ``per_root.parquet`` (every root, policy and verifier), ``schedules.parquet`` (every schedule of
-every root), ``throughput.{html,png}`` and ``schedules.{html,png}``.
+every root and verifier, with the policy rows' columns), ``throughput.{html,png}`` and ``schedules.{html,png}``.
 """
 
 from __future__ import annotations
@@ -304,7 +304,7 @@ def learn(config: Config, settings, training, schedule_rows: list[dict], test: s
         held: dict[tuple[int, int], dict] = {}
         for e in examples:
             if e["trajectory"] in test:
-                held.setdefault((e["trajectory"], e["root"]), {})[tuple(e["prefix"])] = e["z"]
+                held.setdefault((e["trajectory"], e["root"]), {})[e["prefix"]] = e["z"]
         for (trajectory, root), at in held.items():
             schedule = "".join(map(str, scheduler.schedule_from(at, config.depth)))
             for v in tree_verifiers.lossless_names({Drafting.DETERMINISTIC}, setting):
@@ -318,8 +318,7 @@ def summarise(rows: pl.DataFrame) -> pl.DataFrame:
     """Per setting, verifier and policy over ``rows`` (per_root rows: the test roots', or every
     root's for the policies the split does not touch): mean E, throughput (sum E / sum T), ratios,
     graft statistics, and (learned) agreement with the best schedule and mean regret."""
-    test = rows
-    table = test.group_by("setting", "verifier", "policy", maintain_order=True).agg(
+    table = rows.group_by("setting", "verifier", "policy", maintain_order=True).agg(
         pl.len().alias("roots"),
         pl.col("E").mean(),
         pl.col("accepted").mean(),
@@ -341,11 +340,11 @@ def summarise(rows: pl.DataFrame) -> pl.DataFrame:
         .drop("all_small", "all_mid")
     )
     key = ["setting", "verifier", "trajectory", "root"]
-    best = test.filter(pl.col("policy") == "best").select(
+    best = rows.filter(pl.col("policy") == "best").select(
         *key, pl.col("schedule").alias("best_schedule"), pl.col("TPS").alias("best_TPS")
     )
     learned = (
-        test.filter(pl.col("policy") == "learned")
+        rows.filter(pl.col("policy") == "learned")
         .join(best, on=key)
         .group_by("setting", "verifier")
         .agg(
@@ -433,8 +432,10 @@ def run(config: Config, opened: Opened, measured, say) -> Report:
     rows, schedule_rows, training = measured
     test = split([r["trajectory"] for r in rows], config.test_share, config.seed)
     learned, facts = learn(config, settings, training, schedule_rows, test)
-    per_root = with_category(pl.DataFrame(rows + learned).with_columns(pl.col("trajectory").is_in(sorted(test)).alias("test")))
-    schedules = with_category(pl.DataFrame(schedule_rows))
+    per_root = with_category(pl.DataFrame(rows + learned)).with_columns(
+        pl.col("trajectory").is_in(sorted(test)).alias("test"), pl.col("offset").cast(pl.Int64)
+    )
+    schedules = with_category(pl.DataFrame(schedule_rows)).with_columns(pl.col("offset").cast(pl.Int64))
     summary = summarise(per_root.filter(pl.col("test")))
     every_root = summarise(per_root.filter(pl.col("policy") != "learned"))  # no policy here depends on the split
     categories = by_category(per_root.filter(pl.col("test")), summarise)  # the summary is over the test roots

@@ -53,6 +53,8 @@ def test_outputs_and_reasons(run):
     ):
         assert (run / name).stat().st_size > 0, name
     per_root = pl.read_parquet(run / "per_root.parquet")
+    for name in ("per_root", "by_depth", "node_gaps"):  # null on synthetic roots, one type in every frame
+        assert pl.read_parquet(run / f"{name}.parquet").schema["offset"] == pl.Int64, name
     not_run = pl.read_parquet(run / "not_run.parquet")
     ran = set(per_root["builder"])
     assert ran | set(not_run["builder"]) == set(compare_builders.roster_module.NAMES)  # never silently dropped
@@ -243,13 +245,17 @@ def test_standard_errors_are_over_roots_clustered_by_prompt():
 
 def test_the_fit_builds_one_table_per_training_root_and_matches_the_plain_fits(monkeypatch):
     """``fit`` takes each training root's share of every fit (the static grid's sums, Sequoia's
-    vector, TreeGraft's margins) from one table of that root; its choices equal the plain fits'
-    (Sequoia's vector from each root's own forward, ``fit_sequoia``; the static grid summed root by
-    root; TreeGraft's margins on a fresh table per budget)."""
+    vector, TreeGraft's margins) from one table of that root; its choices equal the plain fits
+    written here from the core alone: DDTE's grid summed over the roots (E over T-hat), Sequoia's
+    vector from each root's own forward, TreeGraft's margins on a fresh table per budget."""
     import numpy as np
 
     from backends.sources.base import Root
-    from simlab import tree_verifiers
+    from simlab import builders, tree_verifiers
+    from simlab.builders.sequoia import measure_acceptance
+    from simlab.grid import GridAxes, action_grid_block_efficiency
+    from simlab.treegraft.schedules import evaluate_schedules, margins, train
+    from simlab.trees import drafting_table
 
     config, parser = compare_builders.parse_args(
         SMALL[:-1] + ["--trajectories", "3", "--builders", "iid,delayed,sequoia,eagle2,treegraft_learned"]
@@ -265,36 +271,53 @@ def test_the_fit_builds_one_table_per_training_root_and_matches_the_plain_fits(m
     every = [(s.name, r.root) for s, rs in roots.items() for r in rs]
     assert sorted(calls) == sorted(every) and len(calls) == len(set(calls))  # one table per root
     monkeypatch.setattr(Root, "table", table)
-    plain = compare_builders.roster_for(config, opened, parser)
-    plain.treegraft = compare_builders.roster_module.TreeGraftEntry(plain, config.epochs, config.seed)
+    latency, static, checked = roster.latency, {}, 0
     for setting, rs in roots.items():
-        compare_builders.roster_module.fit_sequoia(plain, rs, setting, config.seed)
-        usable = [
-            v
-            for v in tree_verifiers.lossless_names(compare_builders.roster_module.LAWS["delayed"], setting)
-            if v in config.verifiers
-        ]
-        totals = {}
-        for root in rs:
-            totals = compare_builders.roster_module.add_statistics(
-                totals,
-                compare_builders.roster_module.static_statistics(
-                    plain, root, root.table(), usable, config.grid_samples, config.seed
-                ),
-            )
-        compare_builders.roster_module.choose_static(plain, totals, setting)
+        laws = compare_builders.roster_module.LAWS["delayed"]
+        for v in [v for v in tree_verifiers.lossless_names(laws, setting) if v in config.verifiers]:
+            sums = {}
+            for root in rs:
+                grid = action_grid_block_efficiency(
+                    root.pair, root.context, v, samples=config.grid_samples, seed=config.seed + root.root, table=root.table()
+                )
+                for action, estimate in grid.items():
+                    E, T = sums.get(action, (0.0, 0.0))
+                    sums[action] = (E + estimate.mean, T + latency.delayed_time(*action, len(root.context)))
+            for budget in config.budgets:
+                for kind in ("iid", "delayed"):
+                    candidates = [a for a in GridAxes().actions(budget, rollouts=kind == "iid") if a in sums]
+                    if candidates:
+                        static[(setting.name, v, budget, kind)] = max(
+                            candidates, key=lambda a: (sums[a][0] / sums[a][1], -sum(a))
+                        )
+        vector = np.mean(
+            [
+                measure_acceptance(
+                    root.pair, [root.context], 8, method="mc", samples=512, rng=np.random.default_rng([config.seed, root.root])
+                )
+                for root in rs
+            ],
+            axis=0,
+        )
+        rule = tree_verifiers.deterministic_rule(setting)
         for budget in config.budgets:
+            fitted = roster.sequoia[(setting.name, budget)]
+            np.testing.assert_allclose(fitted.acceptance, vector, rtol=0, atol=1e-12)
+            assert (
+                fitted.spec
+                == builders.get("sequoia", acceptance=tuple(vector.tolist()), budget=budget, depth=min(budget, 8)).spec
+            )
             X, y = [], []
             for root in rs:
-                z, m = plain.treegraft.examples(root, root.table(), budget, tree_verifiers.deterministic_rule(setting))
-                X += z
-                y += m
-            plain.treegraft.train(setting, budget, X, y)
-    assert roster.static == plain.static and roster.static
-    assert roster.sequoia.keys() == plain.sequoia.keys() and roster.sequoia
-    for key, tree in roster.sequoia.items():
-        assert tree.spec == plain.sequoia[key].spec
-        np.testing.assert_allclose(tree.acceptance, plain.sequoia[key].acceptance, rtol=0, atol=1e-12)
-    for key, scheduler in roster.treegraft.scheduler.items():
-        for a, b in zip(scheduler.network.parameters(), plain.treegraft.scheduler[key].network.parameters()):
-            assert (a == b).all()
+                base = builders.get("treegraft", budget=budget, cached=root.prompt_length)
+                fresh = root.table()
+                values = evaluate_schedules(base, drafting_table(fresh, config.draft_law), rule, latency, verify_table=fresh)
+                prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
+                for z, margin, _ in margins(base, drafting_table(fresh, config.draft_law), values, latency, prompt):
+                    X.append(z)
+                    y.append(margin)
+            want, _ = train(np.array(X), np.array(y), epochs=config.epochs, seed=config.seed)
+            got = roster.treegraft.scheduler[(setting.name, budget)]
+            assert all((a == b).all() for a, b in zip(got.network.parameters(), want.network.parameters()))
+            checked += 1
+    assert roster.static == static and static and checked == len(roots) * len(config.budgets)

@@ -170,10 +170,12 @@ def test_the_learned_policy_read_from_stored_features_equals_building_each_held_
                 assert row["tokens"] == want["tokens"] and row["graft_positions"] == want["state"].graft_positions
                 checked += 1
     assert checked == len(learned) > 0
+    assert all(set(r) == set(rows[0]) for r in learned)  # the policy rows' columns, no schedule-row extras
 
 
 def test_the_every_root_summary_covers_training_and_test_roots_and_agrees_with_per_root(run):
     per_root = pl.read_parquet(run / "per_root.parquet")
+    assert per_root.schema["offset"] == pl.Int64 and "best" not in per_root.columns
     every = pl.read_parquet(run / "treegraft_every_root.parquet")
     test = pl.read_parquet(run / "treegraft.parquet")
     assert "learned" not in set(every["policy"]) and set(every["policy"]) == set(test["policy"]) - {"learned"}
