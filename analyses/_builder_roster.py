@@ -175,7 +175,8 @@ class TreeGraftEntry:
     (setting, budget) on the training roots' margins (``simlab.treegraft.schedules``)."""
 
     def __init__(self, roster: Roster, epochs: int, seed: int):
-        self.roster, self.epochs, self.seed, self.scheduler, self.best = roster, epochs, seed, {}, {}
+        self.roster, self.epochs, self.seed, self.scheduler = roster, epochs, seed, {}
+        self.best, self.best_of = {}, None  # the best trees of one root (they hold its table): the last one asked
 
     def base(self, root, budget: int):
         return builders.get("treegraft", budget=budget, cached=root.prompt_length)
@@ -214,11 +215,12 @@ class TreeGraftEntry:
         from simlab.treegraft.schedules import best
 
         if name == "treegraft_best":  # every lossless verifier values a deterministic tree alike: one search per root
-            key = (setting.name, root.root, budget)
-            if key not in self.best:
+            if self.best_of != (setting.name, root.root):  # a new root: the last one's trees (and table) are let go
+                self.best, self.best_of = {}, (setting.name, root.root)
+            if budget not in self.best:
                 values = self.values(root, budget, verifier, table)
-                self.best[key] = values[best(values)]["tree"]
-            return _Fixed(self.best[key])
+                self.best[budget] = values[best(values)]["tree"]
+            return _Fixed(self.best[budget])
         scheduler = self.scheduler[(setting.name, budget)]
         prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
         base = self.base(root, budget)

@@ -321,3 +321,28 @@ def test_the_fit_builds_one_table_per_training_root_and_matches_the_plain_fits(m
             assert all((a == b).all() for a, b in zip(got.network.parameters(), want.network.parameters()))
             checked += 1
     assert roster.static == static and static and checked == len(roots) * len(config.budgets)
+
+
+def test_the_best_treegraft_trees_of_a_root_are_let_go_at_the_next_root():
+    """``TreeGraftEntry`` keeps the best schedule's trees (which hold the root's whole node table)
+    for one root only: a study over many held-out roots does not keep every root's table alive."""
+    import gc
+    import weakref
+
+    config, parser = compare_builders.parse_args(SMALL[:-1] + ["--trajectories", "2", "--builders", "eagle2,treegraft_best"])
+    opened = compare_builders.open_source(config, parser, lambda message: None)
+    roster = compare_builders.roster_for(config, opened, parser)
+    roster.treegraft = compare_builders.roster_module.TreeGraftEntry(roster, config.epochs, config.seed)
+    setting = opened.settings[1]
+    tables = []
+    for root in opened.source.roots(setting):
+        table = root.table()
+        for budget in config.budgets:
+            for _ in range(2):  # a second verifier: the same tree, no second search
+                tree = roster.treegraft("treegraft_best", root, setting, budget, "onehot", table).tree
+            assert roster.treegraft.best[budget] is tree
+        tables.append(weakref.ref(table))
+        del table, tree
+    gc.collect()
+    assert len(tables) >= 2 and all(t() is None for t in tables[:-1]) and tables[-1]() is not None
+    assert set(roster.treegraft.best) == set(config.budgets)
