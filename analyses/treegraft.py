@@ -455,21 +455,14 @@ def run(config: Config, opened: Opened, measured, say) -> Report:
         [frame.filter((pl.col("setting") == s.name) & (pl.col("verifier") == v)) for s, v in zip(settings, primary)]
     )
     shown = under_primary(summary)
+    throughput_columns = ("setting", "verifier", "policy", "roots", "E", pl.col("T").mul(1e3).alias("T (ms)"), "TPS")
+    throughput_columns += ("vs_all_small", "vs_all_mid", "tokens")
     printed = (
         f"Source: {source.describe()}; {per_root.filter(pl.col('test'))['root'].n_unique()} test roots per setting; latency: {latency.source}; "
         f"rules: {rules}; context {per_root['context_length'].min()}-{per_root['context_length'].max()} tokens",
         (
             shown.select(
-                "setting",
-                "verifier",
-                "policy",
-                "roots",
-                "E",
-                pl.col("T").mul(1e3).alias("T (ms)"),
-                "TPS",
-                "vs_all_small",
-                "vs_all_mid",
-                "tokens",
+                *throughput_columns,
                 "graft_from_earlier_share",
                 "mean_pool",
                 "early_stop_share",
@@ -480,18 +473,7 @@ def run(config: Config, opened: Opened, measured, say) -> Report:
             "(every other lossless verifier of these deterministic trees gives the same exact values: treegraft.parquet)",
         ),
         (
-            under_primary(every_root).select(
-                "setting",
-                "verifier",
-                "policy",
-                "roots",
-                "E",
-                pl.col("T").mul(1e3).alias("T (ms)"),
-                "TPS",
-                "vs_all_small",
-                "vs_all_mid",
-                "tokens",
-            ),
+            under_primary(every_root).select(*throughput_columns),
             "The policies the split does not touch, over every root (training and test): treegraft_every_root.parquet",
         ),
         ByCategory(
