@@ -258,7 +258,7 @@ def test_the_fit_builds_one_table_per_training_root_and_matches_the_plain_fits(m
     from simlab.trees import drafting_table
 
     config, parser = compare_builders.parse_args(
-        SMALL[:-1] + ["--trajectories", "3", "--builders", "iid,delayed,sequoia,eagle2,treegraft_learned"]
+        SMALL[:-1] + ["--trajectories", "3", "--settings", "1", "--builders", "iid,delayed,sequoia,eagle2,treegraft_learned"]
     )
     opened = compare_builders.open_source(config, parser, lambda message: None)
     roots = {s: list(opened.source.roots(s)) for s in opened.settings}
