@@ -98,8 +98,9 @@ class Roster:
 
 
 def static_statistics(roster: Roster, root, table, verifiers, samples: int, seed: int) -> dict:
-    """One root's share of the static fit: {verifier: {action: (E estimate, T-hat)}} over DDTE's
-    grid (``grid_samples`` trees per L1, every verifier's grid drawing the same trees on ``table``)."""
+    """One root's share of the static fit: {verifier: {(K, L1, L2): (E[tau+1] estimate, T-hat in
+    seconds)}} over DDTE's grid (``samples`` trees per L1 from ``seed + root.root``, every verifier's
+    grid drawing the same trees on ``table``, the root's ``NodeTable``)."""
     from simlab.grid import action_grid_block_efficiency
 
     times: dict = {}
@@ -178,6 +179,11 @@ class TreeGraftEntry:
         self.roster, self.epochs, self.seed, self.scheduler = roster, epochs, seed, {}
         self.best, self.best_of = {}, None  # the best trees of one root (they hold its table): the last one asked
 
+    @staticmethod
+    def prompt(root) -> int:
+        """The prompt length g_psi's features take: the root's prompt, else its whole context (tokens)."""
+        return root.prompt_length if root.prompt_length is not None else len(root.context)
+
     def base(self, root, budget: int):
         return builders.get("treegraft", budget=budget, cached=root.prompt_length)
 
@@ -196,7 +202,7 @@ class TreeGraftEntry:
         """One training root's (features, margins) at every decision (``margins``) at ``budget``."""
         from simlab.treegraft.schedules import margins
 
-        prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
+        prompt = self.prompt(root)
         values = self.values(root, budget, verifier, table)
         pairs = margins(
             self.base(root, budget), drafting_table(table, self.roster.draft_law), values, self.roster.latency, prompt
@@ -222,7 +228,7 @@ class TreeGraftEntry:
                 self.best[budget] = values[best(values)]["tree"]
             return _Fixed(self.best[budget])
         scheduler = self.scheduler[(setting.name, budget)]
-        prompt = root.prompt_length if root.prompt_length is not None else len(root.context)
+        prompt = self.prompt(root)
         base = self.base(root, budget)
         return replace(
             base, schedule=scheduler.schedule(base, drafting_table(table, self.roster.draft_law), self.roster.latency, prompt)

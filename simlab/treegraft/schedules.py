@@ -176,8 +176,9 @@ class Scheduler:
 
     def schedule_from(self, features_at: dict, depth: int) -> tuple[int, ...]:
         """The schedule ``schedule`` chooses, read from features already computed at every prefix
-        (``margins``' (z, prefix) pairs as ``{prefix: z}``): no tree is built, so a root already
-        valued needs no second table.  Equal to ``schedule`` on the same root (tested).
+        (``margins``' (z, prefix) pairs as ``{prefix: z}``, prefix a tuple of 0/1 ints, z float64
+        (17,) ``FEATURES``): no tree is built, so a root already valued needs no second table.
+        Equal to ``schedule`` on the same root (tested).  Returns the 0/1 calls, one per layer.
 
         Raises:
             ValueError: a prefix on the chosen path missing from ``features_at``.
