@@ -16,7 +16,7 @@ usable: ``analyses._flags.live_device``): with ``WORLD_SIZE`` = W > 1 the roots,
 settings in the source's order (index i = 0, 1, ...), are split round-robin: rank R values the roots
 with ``i % W == R`` (``study.value_root``) into its own part, ``<out>/parts/rank-R-of-W.json``,
 rewritten atomically after every ``SHARD_BATCH`` roots and marked complete at the end.  A part
-records the key of the run (the study, its config without ``out`` and ``quiet``, W); a rerun of a
+records the key of the run (the study, its config without ``out`` and ``quiet``, W, the code: ``run_key``); a rerun of a
 killed rank reuses the roots its part already holds (a complete part is not recomputed; another key
 is started afresh).  Merge: rank 0, after its own share, waits for every part of the same key to be
 complete (``SIMLAB_SHARD_WAIT`` seconds, default 86400; polled every second; it says what each
@@ -26,7 +26,10 @@ process does: the tables are byte-identical to a one-process run whenever each r
 on that root alone (``study.shardable`` refuses the configurations where it does not).  A merge after
 the fact is rank 0 rerun with the same W: its part is complete, so it only waits for the others and
 merges.  Other ranks print one "wrote part" line and publish nothing.  Parts are JSON (floats by
-``repr``, read back bit for bit).
+``repr``, read back bit for bit).  A study whose roots are valued in stages (a fit on some roots
+before the others are valued) declares ``Study.sharded``: each stage is a ``value_share`` and a
+``merge_parts`` under its own ``stage`` name (``<out>/parts/STAGE-rank-R-of-W.json``), every rank
+waiting for every part of a stage before the next.
 
 One node: ``torchrun --standalone --nproc_per_node 4 --no-python python -m analyses.STUDY FLAGS
 --out DIR``; several nodes sharing ``DIR`` (a shared file system): ``torchrun --nnodes N
@@ -44,6 +47,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -148,6 +152,10 @@ class Study:
         run: ``run(config, opened, values, progress) -> Report``.
         values: ``values(config, opened, progress) -> values``: the one-process path (None:
             ``merge`` of ``value_root`` over every root).
+        sharded: ``sharded(config, opened, rank, world, progress) -> values or None``: the sharded
+            path of a study that values its roots in stages (each stage a ``value_share`` and a
+            ``merge_parts`` under its own ``stage`` name); None: ``value_share`` then, on rank 0,
+            ``merge_parts``.  None is returned on the ranks that publish nothing.
         hf_defaults: field -> default with ``--backend hf`` (``with_hf_defaults``).
         drafters: (name, config field, flag) of the extra drafters the study times: the latency
             model gets each one's forward time (``with_drafter_time``).
@@ -168,6 +176,7 @@ class Study:
     merge: Callable
     run: Callable
     values: Callable | None = None
+    sharded: Callable | None = None
     hf_defaults: dict = field(default_factory=dict)
     drafters: tuple = ()
     error_flags: dict = field(default_factory=dict)
@@ -237,7 +246,7 @@ def _run(study: Study, argv) -> int:
         opened = replace(opened, out=out)
         config = replace(config, out=str(out)) if hasattr(config, "out") else config
         if world > 1:
-            values = _sharded(study, config, opened, rank, world, say)
+            values = (study.sharded or partial(_sharded, study))(config, opened, rank, world, say)
             if values is None:
                 return 0
         elif study.values is not None:
@@ -298,28 +307,41 @@ def show(out: Path, report: Report) -> None:
 
 
 # -- sharding ------------------------------------------------------------------------------------
-def part_path(out: Path, rank: int, world: int) -> Path:
-    """Rank ``rank``'s part of a ``world``-process run under ``out``."""
-    return Path(out) / "parts" / f"rank-{rank}-of-{world}.json"
+def part_path(out: Path, rank: int, world: int, stage: str = "") -> Path:
+    """Rank ``rank``'s part of a ``world``-process run under ``out`` (of stage ``stage``, a study
+    that values its roots in stages: ``STAGE-rank-R-of-W.json``)."""
+    return Path(out) / "parts" / f"{stage + '-' if stage else ''}rank-{rank}-of-{world}.json"
 
 
-def run_key(study: Study, config, world: int) -> str:
-    """sha256 of the study, its config (without ``out`` and ``quiet``), ``world`` and the code that
-    values the roots (the study's module and this runner, as files): a part is reused only by a run
-    of the same key.  What the config names but does not hold (a capture's roots, a prompt file's
-    text) is checked root by root (``root_identity``)."""
+def run_key(study: Study, config, world: int, stage: str = "") -> str:
+    """sha256 of the study, its config (without ``out`` and ``quiet``), ``world``, ``stage`` and the
+    code that values the roots (``lab_code_digest``: every module of ``simlab``, ``backends`` and
+    ``analyses``): a part is reused only by a run of the same key, so an edit to any of that code
+    starts the parts afresh.  What the config names but does not hold (a capture's roots, a prompt
+    file's text) is checked root by root (``root_identity``)."""
     fields = {k: v for k, v in asdict(config).items() if k not in ("out", "quiet")}
-    code = [
-        _file_digest(sys.modules.get(study.run.__module__)),
-        _file_digest(sys.modules[__name__]),
-    ]
-    text = json.dumps({"prog": study.prog, "config": fields, "world": world, "code": code}, sort_keys=True, default=str)
+    text = json.dumps(
+        {"prog": study.prog, "config": fields, "world": world, "stage": stage, "code": lab_code_digest()},
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _file_digest(module) -> str:
-    path = getattr(module, "__file__", None)
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else ""
+def lab_code_digest() -> str:
+    """sha256 (hex) over the source of every module of the ``simlab``, ``backends`` and ``analyses``
+    packages (each file's path in its package and its content's digest, in a fixed order)."""
+    import analyses
+    import backends
+    import simlab
+
+    hasher = hashlib.sha256()
+    for package in (simlab, backends, analyses):
+        top = Path(package.__file__).parent
+        for path in sorted(top.rglob("*.py")):
+            hasher.update(f"{package.__name__}/{path.relative_to(top).as_posix()}".encode())
+            hasher.update(hashlib.sha256(path.read_bytes()).digest())
+    return hasher.hexdigest()
 
 
 def root_identity(task: RootTask) -> str:
@@ -386,15 +408,15 @@ def write_part(path: Path, part: dict) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
-def value_share(study: Study, config, opened: Opened, rank: int, world: int, say) -> dict:
-    """Value rank ``rank``'s roots (``index % world == rank``) into its part, resuming from the
-    part on disk (a root is reused only where its ``root_identity`` is the run's); returns the
-    complete part."""
-    key, path = run_key(study, config, world), part_path(opened.out, rank, world)
+def value_share(study: Study, config, opened: Opened, rank: int, world: int, say, stage: str = "") -> dict:
+    """Value rank ``rank``'s roots (``index % world == rank``) into its part (of ``stage``: a study
+    that values its roots in stages), resuming from the part on disk (a root is reused only where
+    its ``root_identity`` is the run's); returns the complete part."""
+    key, path = run_key(study, config, world, stage), part_path(opened.out, rank, world, stage)
     part = read_part(path, key) or {"key": key, "rank": rank, "world": world, "complete": False, "roots": {}, "ids": {}}
     mine = {
         str(t.index): (t, root_identity(t))
-        for t in sampled_tasks(opened, f"rank {rank} sampling roots", config)
+        for t in sampled_tasks(opened, "sampling roots" if world == 1 else f"rank {rank} sampling roots", config)
         if t.index % world == rank
     }
     kept = {i: v for i, v in part["roots"].items() if i in mine and part.get("ids", {}).get(i) == mine[i][1]}
@@ -406,7 +428,8 @@ def value_share(study: Study, config, opened: Opened, rank: int, world: int, say
     part = {**part, "complete": False, "roots": kept, "ids": {i: mine[i][1] for i in kept}}
     fresh = 0
     quiet = getattr(config, "quiet", False)
-    with progress_bar(total=len(mine), initial=len(kept), desc=f"rank {rank} roots", unit="root", quiet=quiet) as bar:
+    desc = ("roots" if world == 1 else f"rank {rank} roots") + (f" ({stage})" if stage else "")
+    with progress_bar(total=len(mine), initial=len(kept), desc=desc, unit="root", quiet=quiet) as bar:
         for i, (task, identity) in mine.items():
             if i in part["roots"]:
                 continue
@@ -421,24 +444,25 @@ def value_share(study: Study, config, opened: Opened, rank: int, world: int, say
     return part
 
 
-def merge_parts(study: Study, config, opened: Opened, world: int, wait: float, say):
-    """Wait (at most ``wait`` seconds) until the ``world`` parts of this run are complete and hold
-    exactly the run's roots (each rank's share, by ``root_identity``); the values of every root in
-    index order (``study.merge``)."""
-    key = run_key(study, config, world)
+def merge_parts(study: Study, config, opened: Opened, world: int, wait: float, say, stage: str = ""):
+    """Wait (at most ``wait`` seconds) until the ``world`` parts of this run (of ``stage``) are
+    complete and hold exactly the run's roots (each rank's share, by ``root_identity``); the values
+    of every root in index order (``study.merge``)."""
+    key = run_key(study, config, world, stage)
     expected = {str(t.index): root_identity(t) for t in tasks(opened)}
     deadline, told = time.monotonic() + wait, None
     while True:
-        raws = [_load_part(part_path(opened.out, r, world)) for r in range(world)]
+        raws = [_load_part(part_path(opened.out, r, world, stage)) for r in range(world)]
         parts = [_of_run(raw, key) for raw in raws]
         missing = [r for r, p in enumerate(parts) if not _holds_share(p, r, world, expected)]
         if not missing:
             break
-        states = {r: part_state(raws[r], key, r, world, expected, Path(opened.out)) for r in missing}
+        states = {r: part_state(raws[r], key, r, world, expected, Path(opened.out), stage) for r in missing}
         text = "; ".join(f"rank {r}: {said}" for r, (_, said) in states.items())
         if time.monotonic() > deadline:
             raise ValueError(
-                f"WORLD_SIZE: ranks {', '.join(map(str, missing))} of {world} left no complete part of this run's roots "
+                f"WORLD_SIZE: ranks {', '.join(map(str, missing))} of {world} left no complete {stage + ' ' if stage else ''}"
+                "part of this run's roots "
                 f"under {Path(opened.out) / 'parts'} ({text}; rerun them with the same flags; rank 0 rerun then merges)"
             )
         kinds = {r: kind for r, (kind, _) in states.items()}
@@ -450,7 +474,7 @@ def merge_parts(study: Study, config, opened: Opened, world: int, wait: float, s
     return study.merge(config, opened, [payloads[i] for i in sorted(payloads)])
 
 
-def part_state(raw, key: str, rank: int, world: int, expected: dict, out: Path) -> tuple[str, str]:
+def part_state(raw, key: str, rank: int, world: int, expected: dict, out: Path, stage: str = "") -> tuple[str, str]:
     """``(kind, text)``: why ``raw`` (rank ``rank``'s part as read, ``_load_part``) is not its
     complete share of ``expected`` (root index -> ``root_identity``) in run ``key`` of ``world``
     ranks under ``out``.  Kinds: ``none`` (no part yet; the text names parts of this rank left by a
@@ -458,9 +482,8 @@ def part_state(raw, key: str, rank: int, world: int, expected: dict, out: Path) 
     ``progress`` (the text counts the share's roots valued so far) and ``stale`` (complete, with
     roots the run no longer has: a prompt file or capture changed under the same flags)."""
     if raw == _MISSING:
-        others = sorted(
-            p.name for p in (out / "parts").glob(f"rank-{rank}-of-*.json") if p.name != part_path(out, rank, world).name
-        )
+        mine = part_path(out, rank, world, stage).name
+        others = sorted(p.name for p in (out / "parts").glob(mine.replace(f"-of-{world}.json", "-of-*.json")) if p.name != mine)
         return "none", "no part yet" + (f" ({', '.join(others)} there: started with another WORLD_SIZE)" if others else "")
     if not isinstance(raw, dict):
         return "unreadable", "its part cannot be read (damaged): rerun it"
@@ -558,6 +581,7 @@ STUDY_NAMES = {
     "merge": "merge",
     "run": "run",
     "values": "values",
+    "sharded": "sharded",
     "shardable": "shardable",
     "hf_defaults": "HF_DEFAULTS",
 }
@@ -567,7 +591,7 @@ STUDY_NAMES = {
 def declared(namespace: dict, **fields) -> Study:
     """The ``Study`` of a study module from its namespace (``globals()``), each field read under its
     conventional name (``STUDY_NAMES``: ``PROG``, ``__doc__``, ``Config``, ``flags``, ``config_of``,
-    ``open_source``, ``value_root``, ``merge``, ``run``, ``values``, ``shardable``, ``HF_DEFAULTS``);
+    ``open_source``, ``value_root``, ``merge``, ``run``, ``values``, ``sharded``, ``shardable``, ``HF_DEFAULTS``);
     a name the module does not define keeps ``Study``'s default (None for ``value_root`` and
     ``merge``: a study whose ``shardable`` always refuses).  ``fields`` override or add fields
     (``drafters``, ``error_flags``, ``run=report``, ...)."""

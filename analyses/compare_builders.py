@@ -25,13 +25,19 @@ past the prompt's end), the summary is also given per place.  Output under ``--o
 ``out/compare_builders/<source>/``): ``compare_builders.parquet`` (summary), ``per_root.parquet``,
 ``by_depth.parquet``, ``node_gaps.parquet``, ``not_run.parquet``, ``by_offset.parquet`` (several
 places only), ``throughput.{html,png}``, ``acceptance_by_depth.{html,png}``.
+
+The roots are valued in two stages kept in parts under ``--out`` (``sharded``): ``fit``, then
+``compare``; a killed run rerun with the same flags resumes from them, and under ``torchrun`` each
+rank values its share of both stages.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -45,8 +51,21 @@ from simlab.valuation import tree_value
 
 from analyses import _builder_roster as roster_module
 from analyses._categories import by_category, with_category
-from analyses._study import ByCategory, Opened, Report, chart_files, declared, parse, run_study, sampled_tasks
-from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, int_list, name_list, progress_bar
+from analyses._study import (
+    ByCategory,
+    Opened,
+    Report,
+    chart_files,
+    declared,
+    live_timing_reason,
+    merge_parts,
+    parse,
+    part_path,
+    run_study,
+    sampled_tasks,
+    value_share,
+)
+from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, int_list, name_list
 from analyses._flags import (
     LatencyConfig,
     SourceConfig,
@@ -243,38 +262,63 @@ def nde_entry(config: Config, roster):
     return out
 
 
-def fit(config: Config, roster, train_roots: dict, verifiers, builders, source, bar) -> None:
-    """Fit every builder that needs it on the training roots (per setting): each root's share
-    (the static grid's sums, Sequoia's acceptance vector, TreeGraft's margins) from one table of
-    that root, then the choices over the setting's roots (``analyses._builder_roster``)."""
-
-    if builders & {"treegraft_learned", "treegraft_best"}:
-        roster.treegraft = roster_module.TreeGraftEntry(roster, config.epochs, config.seed)
-    for setting, roots in train_roots.items():
-        static = bool(builders & {"iid", "delayed"})
-        usable = [v for v in tree_verifiers.lossless_names(roster_module.LAWS["delayed"], setting) if v in verifiers]
+def fit_share(config: Config, roster, root, setting) -> dict:
+    """One training root's share of every fit its builders need, from one table of that root, as
+    JSON-able values (so a part holds it, ``analyses._study``): ``static`` (the static grid's
+    ``[verifier, [K, L1, L2], E[tau+1] estimate, T-hat in seconds]`` rows,
+    ``_builder_roster.static_statistics``), ``sequoia`` (the root's acceptance vector, 8 floats) and
+    ``treegraft`` (budget -> [features (n, 17), margins (n,)] of TreeGraft's scheduler), each only
+    where a builder of ``config.builders`` needs it."""
+    builders = set(config.builders)
+    table = root.table()  # one table per root: every fit's nodes fetched once
+    share = {}
+    if builders & {"iid", "delayed"}:
+        usable = [v for v in tree_verifiers.lossless_names(roster_module.LAWS["delayed"], setting) if v in config.verifiers]
+        stats = roster_module.static_statistics(roster, root, table, usable, config.grid_samples, config.seed)
+        share["static"] = [[v, list(action), E, T] for v, actions in stats.items() for action, (E, T) in actions.items()]
+    if "sequoia" in builders:
+        share["sequoia"] = roster_module.sequoia_vector(root, config.seed, table).tolist()
+    if "treegraft_learned" in builders:
         rule = tree_verifiers.deterministic_rule(setting)
-        totals, vectors, examples = {}, [], {budget: ([], []) for budget in roster.budgets}
+        share["treegraft"] = {}
+        for budget in roster.budgets:
+            z, margin = roster.treegraft.examples(root, table, budget, rule)
+            share["treegraft"][str(budget)] = [[x.tolist() for x in z], list(margin)]
+    return share
+
+
+def choose(config: Config, roster, setting, shares: list[dict]) -> None:
+    """The fits of one setting from its training roots' ``fit_share`` values, summed in root order:
+    the static choices (sum E / sum T-hat), Sequoia's tree (the mean vector) and TreeGraft's
+    scheduler per budget (trained on every root's examples), into ``roster``."""
+    builders = set(config.builders)
+    if builders & {"iid", "delayed"}:
+        totals = {}
+        for share in shares:
+            mine = {}
+            for v, action, E, T in share["static"]:
+                mine.setdefault(v, {})[tuple(action)] = (E, T)
+            totals = roster_module.add_statistics(totals, mine)
+        roster_module.choose_static(roster, totals, setting)
+    if "sequoia" in builders and shares:
+        roster_module.choose_sequoia(roster, [np.array(share["sequoia"]) for share in shares], setting)
+    if "treegraft_learned" in builders:
+        for budget in roster.budgets:
+            X = [z for share in shares for z in share["treegraft"][str(budget)][0]]
+            y = [m for share in shares for m in share["treegraft"][str(budget)][1]]
+            roster.treegraft.train(setting, budget, X, y)
+
+
+def fit(config: Config, roster, train_roots: dict, bar) -> None:
+    """Fit every builder that needs it on the training roots (setting -> roots): each root's share
+    (``fit_share``), then the choices over the setting's roots (``choose``); ``bar`` advances per
+    root."""
+    for setting, roots in train_roots.items():
+        shares = []
         for root in roots:
-            table = root.table()  # one table per root: every fit's nodes fetched once
-            if static:
-                mine = roster_module.static_statistics(roster, root, table, usable, config.grid_samples, config.seed)
-                totals = roster_module.add_statistics(totals, mine)
-            if "sequoia" in builders:
-                vectors.append(roster_module.sequoia_vector(root, config.seed, table))
-            if "treegraft_learned" in builders:
-                for budget, (X, y) in examples.items():
-                    z, margin = roster.treegraft.examples(root, table, budget, rule)
-                    X += z
-                    y += margin
+            shares.append(fit_share(config, roster, root, setting))
             bar.update()
-        if static:
-            roster_module.choose_static(roster, totals, setting)
-        if "sequoia" in builders and roots:
-            roster_module.choose_sequoia(roster, vectors, setting)
-        if "treegraft_learned" in builders:
-            for budget, (X, y) in examples.items():
-                roster.treegraft.train(setting, budget, X, y)
+        choose(config, roster, setting, shares)
 
 
 def value(builder, table, verifier: str, latency, samples: int, seed, draft_law: str = "raw") -> dict | None:
@@ -306,75 +350,59 @@ def node_gaps(trees, verifier: str) -> dict[int, list[float]]:
     return out
 
 
-def measure(config: Config, roster, test_roots: dict, verifiers, builders, bar):
-
-    budgets = config.budgets
+def measure_root(config: Config, roster, root, setting) -> tuple[list, list, list, dict]:
+    """One held-out root's rows: every builder with every verifier lossless for it at every budget
+    (``value``): (per-root rows, per-depth rows, node-gap rows, {(builder, setting, budget,
+    verifier): why it did not run})."""
     rows, depth_rows, gap_rows, missing = [], [], [], {}
-    for setting, roots in test_roots.items():
-        for root in roots:
-            table = root.table()
-            key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
-            key["category"] = root.category
-            key["offset"] = root.offset  # tokens past the prompt's end (live roots), else None
-            for budget in budgets:
-                for name in builders:
-                    for v in roster_module.verifiers_for(name, setting, verifiers):
-                        builder = roster.builder(name, root, setting, budget, v, table)
-                        if builder is None:
-                            missing[(name, setting.name, budget, v)] = f"no {name} tree for {v} at this budget"
-                            continue
-                        seed = [
-                            config.seed,
-                            root.root,
-                            budget,
-                            roster_module.NAMES.index(name),
-                        ]  # shared by the verifiers: paired
-                        try:
-                            out = value(builder, table, v, roster.latency, config.samples, seed, config.draft_law)
-                        except (
-                            ValueError
-                        ) as exc:  # a builder that cannot draft here (e.g. k children w/o replacement from a one-hot q)
-                            missing[(name, setting.name, budget, v)] = str(exc)
-                            continue
-                        if out is None:
-                            missing[(name, setting.name, budget, v)] = f"{v} is not lossless on a {name} tree drawn here"
-                            continue
-                        action = getattr(builder, "shape", None) or builder
-                        rows.append(
-                            {
-                                **key,
-                                "context": list(root.context),
-                                "budget": budget,
-                                "builder": name,
-                                "verifier": v,
-                                "E": out["E"],
-                                "accepted": out["accepted"],  # E[tau], the engines' no-bonus convention
-                                "se": out["se"],
-                                "T": out["T"],
-                                "tokens": out["tokens"],
-                                "sampled": not getattr(builder, "deterministic", False),
-                                "action": _describe(action),
-                            }
-                        )
-                        depth_rows += [
-                            {**key, "budget": budget, "builder": name, "verifier": v, "depth": d + 1, "reach": float(r)}
-                            | {"conditional": float(c)}  # the papers' rate; reach is vLLM's per-position counter
-                            for d, (r, c) in enumerate(zip(out["reach"], conditional_rates(out["reach"])))
-                        ]
-                        if name in ("iid", "delayed", "nde") and v in node_verifiers.ot_based():
-                            gap_rows += [
-                                {
-                                    **key,
-                                    "budget": budget,
-                                    "builder": name,
-                                    "verifier": v,
-                                    "depth": d,
-                                    "gap": float(np.mean(g)),
-                                    "nodes": len(g),
-                                }
-                                for d, g in sorted(node_gaps(out["trees"], v).items())
-                            ]
-            bar.update()
+    table = root.table()
+    key = {"setting": setting.name, "trajectory": root.trajectory, "root": root.root, "context_length": len(root.context)}
+    key["category"] = root.category
+    key["offset"] = root.offset  # tokens past the prompt's end (live roots), else None
+    for budget in config.budgets:
+        for name in config.builders:
+            for v in roster_module.verifiers_for(name, setting, config.verifiers):
+                builder = roster.builder(name, root, setting, budget, v, table)
+                if builder is None:
+                    missing[(name, setting.name, budget, v)] = f"no {name} tree for {v} at this budget"
+                    continue
+                seed = [config.seed, root.root, budget, roster_module.NAMES.index(name)]  # shared by the verifiers: paired
+                try:
+                    out = value(builder, table, v, roster.latency, config.samples, seed, config.draft_law)
+                except ValueError as exc:  # a builder that cannot draft here (e.g. k children w/o replacement from a one-hot q)
+                    missing[(name, setting.name, budget, v)] = str(exc)
+                    continue
+                if out is None:
+                    missing[(name, setting.name, budget, v)] = f"{v} is not lossless on a {name} tree drawn here"
+                    continue
+                action = getattr(builder, "shape", None) or builder
+                rows.append(
+                    {
+                        **key,
+                        "context": list(root.context),
+                        "budget": budget,
+                        "builder": name,
+                        "verifier": v,
+                        "E": out["E"],
+                        "accepted": out["accepted"],  # E[tau], the engines' no-bonus convention
+                        "se": out["se"],
+                        "T": out["T"],
+                        "tokens": out["tokens"],
+                        "sampled": not getattr(builder, "deterministic", False),
+                        "action": _describe(action),
+                    }
+                )
+                depth_rows += [
+                    {**key, "budget": budget, "builder": name, "verifier": v, "depth": d + 1, "reach": float(r)}
+                    | {"conditional": float(c)}  # the papers' rate; reach is vLLM's per-position counter
+                    for d, (r, c) in enumerate(zip(out["reach"], conditional_rates(out["reach"])))
+                ]
+                if name in ("iid", "delayed", "nde") and v in node_verifiers.ot_based():
+                    gap_rows += [
+                        {**key, "budget": budget, "builder": name, "verifier": v, "depth": d, "gap": float(np.mean(g))}
+                        | {"nodes": len(g)}
+                        for d, g in sorted(node_gaps(out["trees"], v).items())
+                    ]
     return rows, depth_rows, gap_rows, missing
 
 
@@ -566,6 +594,8 @@ def roster_for(config: Config, opened: Opened, parser: ToolParser) -> roster_mod
     from analyses._block_drafters import DrafterConfig, drafters_for
 
     roster = roster_module.Roster(config.budgets, opened.latency, config.draft_law)
+    if {"treegraft_learned", "treegraft_best"} & set(config.builders):
+        roster.treegraft = roster_module.TreeGraftEntry(roster, config.epochs, config.seed)
     if "specblock" in config.builders:
         sb = DrafterConfig(
             backend=config.backend,
@@ -613,27 +643,71 @@ class Measured:
 
 
 def values(config: Config, opened: Rostered, say) -> Measured:
-    """Split the roots by trajectory, fit on the training ones and value every builder on the
-    held-out ones (``fit``, ``measure``); exit 2 when no builder could run."""
-    roster = opened.roster
-    builders, verifiers = list(config.builders), list(config.verifiers)
+    """The one-process run: ``sharded`` as rank 0 of 1 (its two parts under ``<out>/parts/`` make a
+    killed run resumable: a rerun with the same flags and code values only the roots not yet in
+    them)."""
+    return sharded(config, opened, 0, 1, say)
+
+
+def sharded(config: Config, opened: Rostered, rank: int, world: int, say) -> Measured | None:
+    """Split the roots by trajectory (``split``), then two stages, each a part per rank
+    (``analyses._study.value_share``; rank R takes the roots with index i % W == R): ``fit`` (each
+    training root's ``fit_share``), after which every rank reads every rank's fit part and makes
+    the same choices (``choose``); then ``compare`` (each held-out root's ``measure_root``), which
+    rank 0 merges into ``Measured`` (exit 2 when no builder could run).  Other ranks return None."""
     placed = sampled_tasks(opened, "placing roots", config)  # a live source continues each prompt to its roots
-    roots = {s: [t.root for t in placed if t.setting_index == i] for i, s in enumerate(opened.settings)}
-    test = split([r.trajectory for rs in roots.values() for r in rs], config.test_share, config.seed)
-    train_roots = {s: [r for r in rs if r.trajectory not in test] for s, rs in roots.items()}
-    test_roots = {s: [r for r in rs if r.trajectory in test] for s, rs in roots.items()}
-    total = sum(len(r) for r in roots.values())
-    with progress_bar(total=total, desc="roots (fit, then compare)", unit="root", quiet=config.quiet) as bar:
-        fit(config, roster, train_roots, verifiers, set(builders), opened.source, bar)
-        rows, depth_rows, gap_rows, missing = measure(config, roster, test_roots, verifiers, builders, bar)
+    test = split([t.root.trajectory for t in placed], config.test_share, config.seed)
+    wait = float(os.environ.get("SIMLAB_SHARD_WAIT", 86400))
+    fitting = replace(STUDY, value_root=partial(_fit_root, test=test), merge=_fit_merge)
+    value_share(fitting, config, opened, rank, world, say, stage="fit")
+    merge_parts(fitting, config, opened, world, wait, say, stage="fit")
+    comparing = replace(STUDY, value_root=partial(_compare_root, test=test), merge=partial(_compare_merge, test=test))
+    value_share(comparing, config, opened, rank, world, say, stage="compare")
+    if rank != 0:
+        if not config.quiet:
+            print(f"wrote part {part_path(opened.out, rank, world, 'compare')} (rank 0 merges)")
+        return None
+    return merge_parts(comparing, config, opened, world, wait, say, stage="compare")
+
+
+def _fit_root(config: Config, opened: Rostered, task, test: set) -> dict | None:
+    """The fit stage's value of one root: a training root's ``fit_share`` with its setting's index;
+    None for a held-out root."""
+    if task.root.trajectory in test:
+        return None
+    return {"setting": task.setting_index, **fit_share(config, opened.roster, task.root, task.setting)}
+
+
+def _fit_merge(config: Config, opened: Rostered, payloads: list) -> None:
+    """``choose`` per setting from the training roots' shares in root order (into the roster)."""
+    for i, setting in enumerate(opened.settings):
+        choose(config, opened.roster, setting, [p for p in payloads if p is not None and p["setting"] == i])
+
+
+def _compare_root(config: Config, opened: Rostered, task, test: set) -> dict | None:
+    """The compare stage's value of one root: a held-out root's ``measure_root`` rows; None for a
+    training root."""
+    if task.root.trajectory not in test:
+        return None
+    rows, depth_rows, gap_rows, missing = measure_root(config, opened.roster, task.root, task.setting)
+    return {"rows": rows, "depth_rows": depth_rows, "gap_rows": gap_rows, "missing": [[*k, why] for k, why in missing.items()]}
+
+
+def _compare_merge(config: Config, opened: Rostered, payloads: list, test: set) -> Measured:
+    """The held-out roots' rows in root order, the not-run rows; exit 2 when no builder could run."""
+    roster, mine = opened.roster, [p for p in payloads if p is not None]
+    rows = [r for p in mine for r in p["rows"]]
+    missing = {tuple(m[:4]): m[4] for p in mine for m in p["missing"]}
     everywhere = {r["builder"] for r in roster.not_run if r["setting"] == "all"}
+    not_run = list(roster.not_run)
     for (name, setting, budget, v), reason in sorted(missing.items()):
         if name not in everywhere:
-            roster.not_run.append({"builder": name, "setting": setting, "budget": budget, "verifier": v, "reason": reason})
+            not_run.append({"builder": name, "setting": setting, "budget": budget, "verifier": v, "reason": reason})
     if not rows:
-        reasons = "; ".join(dict.fromkeys(f"{r['builder']}: {r['reason']}" for r in roster.not_run))
+        reasons = "; ".join(dict.fromkeys(f"{r['builder']}: {r['reason']}" for r in not_run))
         fail(PROG, f"--builders: no builder could run on this source ({reasons})")
-    return Measured(rows, depth_rows, gap_rows, roster.not_run, test)
+    depth_rows = [r for p in mine for r in p["depth_rows"]]
+    return Measured(rows, depth_rows, [r for p in mine for r in p["gap_rows"]], not_run, test)
 
 
 GAP_SCHEMA = {
@@ -777,10 +851,17 @@ def tables(config: Config, source, latency, summary, per_root, categories, gaps,
     return tuple(items)
 
 
-def shardable(config: Config, opened: Opened, parser: ToolParser) -> str:
-    """Always a reason: the builders are fitted on the training trajectories before any held-out
-    root is valued, so no root's value depends on that root alone."""
-    return "the builders are fitted on the training trajectories (every root of them) before the held-out roots are valued"
+def shardable(config: Config, opened: Opened | None, parser: ToolParser) -> str | None:
+    """Why the ranks' values would differ from one process's: live models timed on each rank's
+    machine (``live_timing_reason``), or SpecBlock's block drafter timed there (a live source whose
+    latency profile does not give its time); else None."""
+    if reason := live_timing_reason(config, parser):
+        return reason
+    roster = getattr(opened, "roster", None)
+    if roster is not None and "specblock" in config.builders and config.backend == "hf" and roster.block_drafter is not None:
+        if "block" not in dict(opened.latency.drafters):
+            return "each rank would time SpecBlock's block drafter itself; give its time in the --latency profile"
+    return None
 
 
 STUDY = declared(globals(), error_flags={"k": "--verifiers"})

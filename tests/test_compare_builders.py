@@ -3,6 +3,9 @@ ratios, reasons for what cannot run, and its exact values against the core calle
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import polars as pl
 import pytest
 from conftest import live_pair_flags, one_error_line
@@ -266,8 +269,10 @@ def test_the_fit_builds_one_table_per_training_root_and_matches_the_plain_fits(m
     table = Root.table
     monkeypatch.setattr(Root, "table", lambda self: calls.append((self.setting, self.root)) or table(self))
     roster = compare_builders.roster_for(config, opened, parser)
-    with compare_builders.progress_bar(total=1, desc="fit", quiet=True) as bar:
-        compare_builders.fit(config, roster, roots, config.verifiers, set(config.builders), opened.source, bar)
+    from backends.cli import progress_bar
+
+    with progress_bar(total=1, desc="fit", quiet=True) as bar:
+        compare_builders.fit(config, roster, roots, bar)
     every = [(s.name, r.root) for s, rs in roots.items() for r in rs]
     assert sorted(calls) == sorted(every) and len(calls) == len(set(calls))  # one table per root
     monkeypatch.setattr(Root, "table", table)
@@ -332,7 +337,6 @@ def test_the_best_treegraft_trees_of_a_root_are_let_go_at_the_next_root():
     config, parser = compare_builders.parse_args(SMALL[:-1] + ["--trajectories", "2", "--builders", "eagle2,treegraft_best"])
     opened = compare_builders.open_source(config, parser, lambda message: None)
     roster = compare_builders.roster_for(config, opened, parser)
-    roster.treegraft = compare_builders.roster_module.TreeGraftEntry(roster, config.epochs, config.seed)
     setting = opened.settings[1]
     tables = []
     for root in opened.source.roots(setting):
@@ -346,3 +350,81 @@ def test_the_best_treegraft_trees_of_a_root_are_let_go_at_the_next_root():
     gc.collect()
     assert len(tables) >= 2 and all(t() is None for t in tables[:-1]) and tables[-1]() is not None
     assert set(roster.treegraft.best) == set(config.budgets)
+
+
+def _tables(out) -> dict:
+    return {name: (out / name).read_bytes() for name in ("compare_builders.parquet", "per_root.parquet", "by_depth.parquet")}
+
+
+def test_a_killed_run_resumes_from_its_parts_and_values_only_what_is_missing(monkeypatch, tmp_path):
+    """A run killed in the compare stage (after its first held-out root; parts written per root
+    here) is rerun: no training root is fitted again (the fit part is complete), only the held-out
+    roots not in the compare part are valued, and the tables equal an uninterrupted run's; a rerun
+    of the finished run values nothing."""
+    from analyses import _study
+
+    monkeypatch.setattr(compare_builders, "chart_writer", lambda chart, fmt: lambda tmp: Path(tmp).write_bytes(b""))
+    monkeypatch.setattr(_study, "SHARD_BATCH", 1)
+    argv = SMALL[:-1] + ["--trajectories", "4", "--settings", "1", "--builders", "iid,eagle2", "--quiet"]
+    assert compare_builders.main([*argv, "--out", str(tmp_path / "one")]) == 0
+    plain_fit, plain_measure, calls = compare_builders.fit_share, compare_builders.measure_root, {"fit": 0, "measure": 0}
+
+    def dying(*args):
+        if calls["measure"] == 1:
+            raise KeyboardInterrupt  # the process dies here: its parts hold what it wrote before
+        calls["measure"] += 1
+        return plain_measure(*args)
+
+    monkeypatch.setattr(compare_builders, "measure_root", dying)
+    out = tmp_path / "killed"
+    assert compare_builders.main([*argv, "--out", str(out)]) == 130
+    part = json.loads((out / "parts" / "compare-rank-0-of-1.json").read_text())
+    assert not part["complete"] and sum(v is not None for v in part["roots"].values()) == 1
+    held_out = json.loads((tmp_path / "one" / "parts" / "compare-rank-0-of-1.json").read_text())
+    held_out = sum(v is not None for v in held_out["roots"].values())
+    assert held_out == 2  # 2 of 4 prompts, 1 root each
+    calls.update(fit=0, measure=0)
+    monkeypatch.setattr(compare_builders, "fit_share", lambda *a: calls.update(fit=calls["fit"] + 1) or plain_fit(*a))
+    monkeypatch.setattr(
+        compare_builders, "measure_root", lambda *a: calls.update(measure=calls["measure"] + 1) or plain_measure(*a)
+    )
+    assert compare_builders.main([*argv, "--out", str(out)]) == 0
+    assert calls == {"fit": 0, "measure": held_out - 1}
+    assert _tables(out) == _tables(tmp_path / "one")
+    calls.update(fit=0, measure=0)
+    assert compare_builders.main([*argv, "--out", str(out)]) == 0
+    assert calls == {"fit": 0, "measure": 0} and _tables(out) == _tables(tmp_path / "one")
+
+
+def test_two_ranks_run_one_after_the_other_equal_one_process(monkeypatch, tmp_path, capsys):
+    """Sharded (``WORLD_SIZE`` 2), each rank run in turn with no wait: rank 1 writes its fit part and
+    stops, naming rank 0's missing fit part; rank 0 fits (both fit parts) and values its held-out
+    share, then stops waiting for rank 1's compare part; rank 1 rerun values its share; rank 0 rerun
+    merges: the tables equal one process's byte for byte."""
+    monkeypatch.setattr(compare_builders, "chart_writer", lambda chart, fmt: lambda tmp: Path(tmp).write_bytes(b""))
+    argv = SMALL[:-1] + [
+        "--trajectories",
+        "4",
+        "--settings",
+        "1",
+        "--builders",
+        "iid,eagle2,sequoia,treegraft_learned",
+        "--quiet",
+    ]
+    assert compare_builders.main([*argv, "--out", str(tmp_path / "one")]) == 0
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("SIMLAB_SHARD_WAIT", "0")
+    many = [*argv, "--out", str(tmp_path / "many")]
+    for rank, code, said in (
+        (1, 2, "ranks 0 of 2 left no complete fit part"),
+        (0, 2, "ranks 1 of 2 left no complete compare part"),
+    ):
+        monkeypatch.setenv("RANK", str(rank))
+        with pytest.raises(SystemExit) as exit_:
+            compare_builders.main(many)
+        err = capsys.readouterr().err
+        assert exit_.value.code == code and said in err and one_error_line(err), err
+    for rank in (1, 0):
+        monkeypatch.setenv("RANK", str(rank))
+        assert compare_builders.main(many) == 0
+    assert _tables(tmp_path / "many") == _tables(tmp_path / "one")

@@ -105,4 +105,4 @@ def test_a_schedule_keeps_its_repeats_and_the_studies_reread_lists_through_the_k
     with pytest.raises(ValueError, match=r"^--budgets: 4 appears twice"):
         specblock.measure(specblock.Config(budgets="4,4"), None, None, None, None)
     with pytest.raises(ValueError, match=r"^--budgets: 4 appears twice"):
-        compare_builders.measure(compare_builders.Config(budgets="4,4"), None, {}, [], [], None)
+        compare_builders.measure_root(compare_builders.Config(budgets="4,4"), None, None, None)

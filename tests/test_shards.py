@@ -349,3 +349,21 @@ def test_part_state_names_each_kind_from_one_read(tmp_path):
     stale_ids = {"key": key, "complete": False, "roots": {"1": 0, "3": 0, "5": 0}, "ids": {"1": "b", "3": "x", "5": "z"}}
     assert state(stale_ids, key, 1, 2, expected, tmp_path) == ("progress", "in progress, 1 of 2 roots")
     assert state({**stale_ids, "complete": True}, key, 1, 2, expected, tmp_path)[0] == "stale"
+
+
+def test_the_run_key_follows_the_code_of_every_lab_package(monkeypatch):
+    """``run_key`` digests every module of ``simlab``, ``backends`` and ``analyses`` (a part written
+    by other code is never reused): changing one module's bytes, in any of the three, changes it."""
+    import simlab.otlp
+    import backends.capture_store
+    import analyses._builder_roster
+
+    config, _ = dbd.parse_args(DBD)
+    key = _study.run_key(dbd.STUDY, config, 2)
+    assert key == _study.run_key(dbd.STUDY, config, 2) and key != _study.run_key(dbd.STUDY, config, 2, stage="fit")
+    read = Path.read_bytes
+    for module in (simlab.otlp, backends.capture_store, analyses._builder_roster):
+        edited = Path(module.__file__).resolve()
+        monkeypatch.setattr(Path, "read_bytes", lambda self, e=edited: read(self) + (b"#" if self.resolve() == e else b""))
+        assert _study.run_key(dbd.STUDY, config, 2) != key, module.__name__
+        monkeypatch.setattr(Path, "read_bytes", read)
