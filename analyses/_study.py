@@ -313,15 +313,18 @@ def part_path(out: Path, rank: int, world: int, stage: str = "") -> Path:
     return Path(out) / "parts" / f"{stage + '-' if stage else ''}rank-{rank}-of-{world}.json"
 
 
-def run_key(study: Study, config, world: int, stage: str = "") -> str:
-    """sha256 of the study, its config (without ``out`` and ``quiet``), ``world``, ``stage`` and the
-    code that values the roots (``lab_code_digest``: every module of ``simlab``, ``backends`` and
-    ``analyses``): a part is reused only by a run of the same key, so an edit to any of that code
-    starts the parts afresh.  What the config names but does not hold (a capture's roots, a prompt
-    file's text) is checked root by root (``root_identity``)."""
+def run_key(study: Study, config, world: int, stage: str = "", depends: str = "", code: str | None = None) -> str:
+    """sha256 of the study, its config (without ``out`` and ``quiet``), ``world``, ``stage``,
+    ``depends`` (what a stage's values depend on beyond the config and their root: an earlier
+    stage's values, a file's content) and the code that values the roots (``code``, default
+    ``lab_code_digest()``: every module of ``simlab``, ``backends`` and ``analyses``): a part is
+    reused only by a run of the same key, so an edit to any of that code starts the parts afresh.
+    What the config names but does not hold (a capture's roots, a prompt file's text) is checked
+    root by root (``root_identity``)."""
     fields = {k: v for k, v in asdict(config).items() if k not in ("out", "quiet")}
+    code = lab_code_digest() if code is None else code
     text = json.dumps(
-        {"prog": study.prog, "config": fields, "world": world, "stage": stage, "code": lab_code_digest()},
+        {"prog": study.prog, "config": fields, "world": world, "stage": stage, "depends": depends, "code": code},
         sort_keys=True,
         default=str,
     )
@@ -408,11 +411,19 @@ def write_part(path: Path, part: dict) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
-def value_share(study: Study, config, opened: Opened, rank: int, world: int, say, stage: str = "") -> dict:
+def value_share(
+    study: Study, config, opened: Opened, rank: int, world: int, say, stage: str = "", key: str | None = None
+) -> dict:
     """Value rank ``rank``'s roots (``index % world == rank``) into its part (of ``stage``: a study
     that values its roots in stages), resuming from the part on disk (a root is reused only where
-    its ``root_identity`` is the run's); returns the complete part."""
-    key, path = run_key(study, config, world, stage), part_path(opened.out, rank, world, stage)
+    its ``root_identity`` is the run's); returns the complete part.  ``key``: the run's
+    (default ``run_key(study, config, world, stage)``)."""
+    from simlab.files import remove_stale_staging
+
+    key = run_key(study, config, world, stage) if key is None else key
+    path = part_path(opened.out, rank, world, stage)
+    if path.parent.is_dir():
+        remove_stale_staging(path.parent)  # a part's staging file left by a killed process
     part = read_part(path, key) or {"key": key, "rank": rank, "world": world, "complete": False, "roots": {}, "ids": {}}
     mine = {
         str(t.index): (t, root_identity(t))
@@ -444,11 +455,11 @@ def value_share(study: Study, config, opened: Opened, rank: int, world: int, say
     return part
 
 
-def merge_parts(study: Study, config, opened: Opened, world: int, wait: float, say, stage: str = ""):
-    """Wait (at most ``wait`` seconds) until the ``world`` parts of this run (of ``stage``) are
-    complete and hold exactly the run's roots (each rank's share, by ``root_identity``); the values
-    of every root in index order (``study.merge``)."""
-    key = run_key(study, config, world, stage)
+def merge_parts(study: Study, config, opened: Opened, world: int, wait: float, say, stage: str = "", key: str | None = None):
+    """Wait (at most ``wait`` seconds) until the ``world`` parts of this run (of ``stage``; ``key``
+    as ``value_share``'s) are complete and hold exactly the run's roots (each rank's share, by
+    ``root_identity``); the values of every root in index order (``study.merge``)."""
+    key = run_key(study, config, world, stage) if key is None else key
     expected = {str(t.index): root_identity(t) for t in tasks(opened)}
     deadline, told = time.monotonic() + wait, None
     while True:
@@ -506,20 +517,41 @@ def _holds_share(part: dict | None, rank: int, world: int, expected: dict) -> bo
 
 
 def _sharded(study: Study, config, opened: Opened, rank: int, world: int, say):
-    value_share(study, config, opened, rank, world, say)
+    key = run_key(study, config, world)  # once: an edit to the code during the run does not orphan its own part
+    value_share(study, config, opened, rank, world, say, key=key)
     if rank != 0:
         if not getattr(config, "quiet", False):
             print(f"wrote part {part_path(opened.out, rank, world)} (rank 0 merges)")
         return None
-    return merge_parts(study, config, opened, world, float(os.environ.get("SIMLAB_SHARD_WAIT", 86400)), say)
+    return merge_parts(study, config, opened, world, shard_wait(), say, key=key)
+
+
+def shard_wait() -> float:
+    """``SIMLAB_SHARD_WAIT``: the seconds rank 0 (or a rank at a stage's end) waits for the other
+    ranks' parts (default 86400).
+
+    Raises:
+        ValueError: ``SIMLAB_SHARD_WAIT: ...`` for a value that is not a number >= 0.
+    """
+    text = os.environ.get("SIMLAB_SHARD_WAIT", "86400")
+    try:
+        wait = float(text)
+    except ValueError:
+        wait = -1.0
+    if not wait >= 0:
+        raise ValueError(f"SIMLAB_SHARD_WAIT: must be a number of seconds >= 0, got {text!r}")
+    return wait
 
 
 def live_timing_reason(config, parser: ToolParser) -> str | None:
     """A ``Study.shardable`` reason for a study that times live models: with ``--backend hf`` (not a
-    capture, not a named pair, whose published profile prices it) and neither ``--latency`` nor
-    ``--cost-ratio`` given, each rank would time the models on its own machine, so the ranks' values
-    would differ from one process's; else None.  The flags alone decide it."""
+    capture) and ``--latency probe``, or (not a named pair, whose published profile prices it)
+    neither ``--latency`` nor ``--cost-ratio`` given, each rank would time the models on its own
+    machine, so the ranks' values would differ from one process's; else None.  The flags alone
+    decide it."""
     live = getattr(config, "backend", None) == "hf" and not getattr(config, "capture", None)
+    if live and getattr(config, "latency", None) == "probe":
+        return "--latency probe: each rank would time the live models itself; pass --latency FILE or --cost-ratio"
     if live and not getattr(config, "pair", None) and not ({"latency", "cost_ratio"} & set(parser.given)):
         return "each rank would time the live models itself; pass --latency FILE or --cost-ratio"
     return None

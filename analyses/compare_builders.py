@@ -27,14 +27,13 @@ past the prompt's end), the summary is also given per place.  Output under ``--o
 places only), ``throughput.{html,png}``, ``acceptance_by_depth.{html,png}``.
 
 The roots are valued in two stages kept in parts under ``--out`` (``sharded``): ``fit``, then
-``compare``; a killed run rerun with the same flags resumes from them, and under ``torchrun`` each
-rank values its share of both stages.
+``compare``; a killed run rerun with the same flags and inputs resumes from them (a one-process
+run removes them once merged), and under ``torchrun`` each rank values its share of both stages.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass, replace
 from functools import partial
@@ -57,12 +56,16 @@ from analyses._study import (
     Report,
     chart_files,
     declared,
+    json_plain,
+    lab_code_digest,
     live_timing_reason,
     merge_parts,
     parse,
     part_path,
+    run_key,
     run_study,
     sampled_tasks,
+    shard_wait,
     value_share,
 )
 from backends.cli import ToolParser, add_output_flags, chart_writer, check_flags, fail, int_list, name_list
@@ -644,9 +647,12 @@ class Measured:
 
 def values(config: Config, opened: Rostered, say) -> Measured:
     """The one-process run: ``sharded`` as rank 0 of 1 (its two parts under ``<out>/parts/`` make a
-    killed run resumable: a rerun with the same flags and code values only the roots not yet in
-    them)."""
-    return sharded(config, opened, 0, 1, say)
+    killed run resumable: a rerun with the same flags, inputs and code values only the roots not
+    yet in them); the parts are removed once the run has merged them."""
+    measured = sharded(config, opened, 0, 1, say)
+    for stage in ("fit", "compare"):
+        part_path(opened.out, 0, 1, stage).unlink(missing_ok=True)
+    return measured
 
 
 def sharded(config: Config, opened: Rostered, rank: int, world: int, say) -> Measured | None:
@@ -654,20 +660,49 @@ def sharded(config: Config, opened: Rostered, rank: int, world: int, say) -> Mea
     (``analyses._study.value_share``; rank R takes the roots with index i % W == R): ``fit`` (each
     training root's ``fit_share``), after which every rank reads every rank's fit part and makes
     the same choices (``choose``); then ``compare`` (each held-out root's ``measure_root``), which
-    rank 0 merges into ``Measured`` (exit 2 when no builder could run).  Other ranks return None."""
+    rank 0 merges into ``Measured`` (exit 2 when no builder could run).  Other ranks return None.
+
+    The parts' keys (``analyses._study.run_key``, computed once) hold, beyond the flags and the
+    code: the held-out trajectories and ``inputs_digest`` (the latency model as valued, the live
+    models' fingerprints, the selector run's files), and the compare stage's also the digest of
+    every training root's fit share, so a held-out root's rows are reused only under the same fit."""
     placed = sampled_tasks(opened, "placing roots", config)  # a live source continues each prompt to its roots
     test = split([t.root.trajectory for t in placed], config.test_share, config.seed)
-    wait = float(os.environ.get("SIMLAB_SHARD_WAIT", 86400))
+    wait, code = shard_wait() if world > 1 else 0.0, lab_code_digest()
+    depends = json.dumps({"test": sorted(test), "inputs": inputs_digest(config, opened)})
     fitting = replace(STUDY, value_root=partial(_fit_root, test=test), merge=_fit_merge)
-    value_share(fitting, config, opened, rank, world, say, stage="fit")
-    merge_parts(fitting, config, opened, world, wait, say, stage="fit")
+    key = run_key(fitting, config, world, "fit", depends, code)
+    value_share(fitting, config, opened, rank, world, say, stage="fit", key=key)
+    fitted = merge_parts(fitting, config, opened, world, wait, say, stage="fit", key=key)
     comparing = replace(STUDY, value_root=partial(_compare_root, test=test), merge=partial(_compare_merge, test=test))
-    value_share(comparing, config, opened, rank, world, say, stage="compare")
+    key = run_key(comparing, config, world, "compare", depends + fitted, code)
+    value_share(comparing, config, opened, rank, world, say, stage="compare", key=key)
     if rank != 0:
         if not config.quiet:
             print(f"wrote part {part_path(opened.out, rank, world, 'compare')} (rank 0 merges)")
         return None
-    return merge_parts(comparing, config, opened, world, wait, say, stage="compare")
+    return merge_parts(comparing, config, opened, world, wait, say, stage="compare", key=key)
+
+
+def inputs_digest(config: Config, opened: Rostered) -> str:
+    """sha256 (hex) of what the values depend on that the flags name but do not hold: the latency
+    model as valued (the roster's, with the drafters it times: a profile file's content, a probe's
+    measurement), the live models' fingerprints (``backends.capture.model_fingerprints``: about 1 s
+    per 0.5 GB of weights) and the files of the ``--selector`` run."""
+    import hashlib
+    from types import SimpleNamespace
+
+    parts = [repr(opened.roster.latency)]
+    if config.backend == "hf":
+        from backends.capture import model_fingerprints
+
+        models = SimpleNamespace(pair=config.pair, draft=config.draft, target=config.target)
+        parts.append(json.dumps(model_fingerprints(models), sort_keys=True))
+    if config.selector is not None:
+        for path in sorted(Path(config.selector).iterdir()):
+            if path.is_file():
+                parts.append(f"{path.name}:{hashlib.sha256(path.read_bytes()).hexdigest()}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def _fit_root(config: Config, opened: Rostered, task, test: set) -> dict | None:
@@ -678,10 +713,14 @@ def _fit_root(config: Config, opened: Rostered, task, test: set) -> dict | None:
     return {"setting": task.setting_index, **fit_share(config, opened.roster, task.root, task.setting)}
 
 
-def _fit_merge(config: Config, opened: Rostered, payloads: list) -> None:
-    """``choose`` per setting from the training roots' shares in root order (into the roster)."""
+def _fit_merge(config: Config, opened: Rostered, payloads: list) -> str:
+    """``choose`` per setting from the training roots' shares in root order (into the roster); the
+    sha256 (hex) of every root's fit payload, in root order (the compare stage's key holds it)."""
+    import hashlib
+
     for i, setting in enumerate(opened.settings):
         choose(config, opened.roster, setting, [p for p in payloads if p is not None and p["setting"] == i])
+    return hashlib.sha256(json.dumps(payloads, default=json_plain).encode()).hexdigest()
 
 
 def _compare_root(config: Config, opened: Rostered, task, test: set) -> dict | None:

@@ -359,8 +359,8 @@ def _tables(out) -> dict:
 def test_a_killed_run_resumes_from_its_parts_and_values_only_what_is_missing(monkeypatch, tmp_path):
     """A run killed in the compare stage (after its first held-out root; parts written per root
     here) is rerun: no training root is fitted again (the fit part is complete), only the held-out
-    roots not in the compare part are valued, and the tables equal an uninterrupted run's; a rerun
-    of the finished run values nothing."""
+    roots not in the compare part are valued, and the tables equal an uninterrupted run's; the
+    finished run removes its parts (a rerun recomputes: its inputs may have changed)."""
     from analyses import _study
 
     monkeypatch.setattr(compare_builders, "chart_writer", lambda chart, fmt: lambda tmp: Path(tmp).write_bytes(b""))
@@ -380,9 +380,7 @@ def test_a_killed_run_resumes_from_its_parts_and_values_only_what_is_missing(mon
     assert compare_builders.main([*argv, "--out", str(out)]) == 130
     part = json.loads((out / "parts" / "compare-rank-0-of-1.json").read_text())
     assert not part["complete"] and sum(v is not None for v in part["roots"].values()) == 1
-    held_out = json.loads((tmp_path / "one" / "parts" / "compare-rank-0-of-1.json").read_text())
-    held_out = sum(v is not None for v in held_out["roots"].values())
-    assert held_out == 2  # 2 of 4 prompts, 1 root each
+    held_out = 2  # 2 of 4 prompts, 1 root each
     calls.update(fit=0, measure=0)
     monkeypatch.setattr(compare_builders, "fit_share", lambda *a: calls.update(fit=calls["fit"] + 1) or plain_fit(*a))
     monkeypatch.setattr(
@@ -390,10 +388,7 @@ def test_a_killed_run_resumes_from_its_parts_and_values_only_what_is_missing(mon
     )
     assert compare_builders.main([*argv, "--out", str(out)]) == 0
     assert calls == {"fit": 0, "measure": held_out - 1}
-    assert _tables(out) == _tables(tmp_path / "one")
-    calls.update(fit=0, measure=0)
-    assert compare_builders.main([*argv, "--out", str(out)]) == 0
-    assert calls == {"fit": 0, "measure": 0} and _tables(out) == _tables(tmp_path / "one")
+    assert _tables(out) == _tables(tmp_path / "one") and not list((out / "parts").iterdir())  # merged: parts removed
 
 
 def test_two_ranks_run_one_after_the_other_equal_one_process(monkeypatch, tmp_path, capsys):
@@ -428,3 +423,53 @@ def test_two_ranks_run_one_after_the_other_equal_one_process(monkeypatch, tmp_pa
         monkeypatch.setenv("RANK", str(rank))
         assert compare_builders.main(many) == 0
     assert _tables(tmp_path / "many") == _tables(tmp_path / "one")
+
+
+def test_a_resumed_run_values_again_what_a_changed_input_or_fit_touches(monkeypatch, tmp_path):
+    """The parts are reused only under the same inputs and fit: after a kill in the compare stage,
+    (i) a fit part whose shares changed (here edited by hand) keeps the fit part but values every
+    held-out root again (the compare stage's key holds the fit's digest); (ii) a latency profile
+    file whose content changed under the same path values both stages again, and the tables equal
+    a fresh run's on the new file."""
+    from analyses import _study
+    from simlab.latency import LatencyModel
+
+    monkeypatch.setattr(compare_builders, "chart_writer", lambda chart, fmt: lambda tmp: Path(tmp).write_bytes(b""))
+    monkeypatch.setattr(_study, "SHARD_BATCH", 1)
+    profile = tmp_path / "latency.json"
+    LatencyModel.from_cost_ratio(0.1).save(profile)
+    argv = SMALL[:-1] + ["--trajectories", "4", "--settings", "1", "--builders", "iid,eagle2", "--latency", str(profile)]
+    plain_fit, plain_measure, calls = compare_builders.fit_share, compare_builders.measure_root, {"fit": 0, "measure": 0}
+
+    def dying(*args):
+        if calls["measure"] == 1:
+            raise KeyboardInterrupt
+        calls["measure"] += 1
+        return plain_measure(*args)
+
+    def killed(out):
+        calls.update(fit=0, measure=0)
+        monkeypatch.setattr(compare_builders, "measure_root", dying)
+        assert compare_builders.main([*argv, "--quiet", "--out", str(out)]) == 130
+        monkeypatch.setattr(compare_builders, "fit_share", lambda *a: calls.update(fit=calls["fit"] + 1) or plain_fit(*a))
+        monkeypatch.setattr(
+            compare_builders, "measure_root", lambda *a: calls.update(measure=calls["measure"] + 1) or plain_measure(*a)
+        )
+        calls.update(fit=0, measure=0)
+
+    out = tmp_path / "run"
+    killed(out)
+    fit_part = out / "parts" / "fit-rank-0-of-1.json"
+    part = json.loads(fit_part.read_text())
+    share = next(v for v in part["roots"].values() if v is not None)
+    share["static"][0][2] += 0.5  # another E for one action of one training root
+    fit_part.write_text(json.dumps(part))
+    assert compare_builders.main([*argv, "--quiet", "--out", str(out)]) == 0
+    assert calls == {"fit": 0, "measure": 2}  # the fit part reused, both held-out roots valued again
+    monkeypatch.setattr(compare_builders, "fit_share", plain_fit)
+    killed(out)
+    LatencyModel.from_cost_ratio(0.4).save(profile)
+    assert compare_builders.main([*argv, "--quiet", "--out", str(out)]) == 0
+    assert calls == {"fit": 2, "measure": 2}
+    assert compare_builders.main([*argv, "--quiet", "--out", str(tmp_path / "fresh")]) == 0
+    assert _tables(out) == _tables(tmp_path / "fresh")

@@ -173,6 +173,7 @@ def test_a_part_of_another_run_is_not_reused(monkeypatch, tmp_path):
             [*DBD, "--out", "{out}"],
             "ranks 1 of 2 left no complete part",
         ),
+        ({"RANK": "0", "WORLD_SIZE": "2", "SIMLAB_SHARD_WAIT": "abc"}, [*DBD, "--out", "{out}"], "SIMLAB_SHARD_WAIT: must be"),
     ],
 )
 def test_sharding_refusals_are_one_line(monkeypatch, tmp_path, capsys, env, argv, message):
@@ -190,6 +191,7 @@ def test_sharding_refusals_are_one_line(monkeypatch, tmp_path, capsys, env, argv
         ("lossy_rules", ["--quiet"]),
         ("spectr_gbv", ["--quiet"]),
         ("divergence_by_depth", ["--backend", "hf", "--target", "{out}-t", "--draft", "{out}-d", "--quiet"]),
+        ("compare_builders", ["--backend", "hf", "--target", "{out}-t", "--draft", "{out}-d", "--latency", "probe", "--quiet"]),
     ],
 )
 def test_a_refused_sharded_run_writes_nothing(monkeypatch, tmp_path, capsys, module, argv):
