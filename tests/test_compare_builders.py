@@ -4,6 +4,7 @@ ratios, reasons for what cannot run, and its exact values against the core calle
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -246,11 +247,13 @@ def test_standard_errors_are_over_roots_clustered_by_prompt():
     assert by_offset(placed.with_columns(pl.lit(None, dtype=pl.Int64).alias("offset")), noted) is None
 
 
-def test_the_fit_builds_one_table_per_training_root_and_matches_the_plain_fits(monkeypatch):
-    """``fit`` takes each training root's share of every fit (the static grid's sums, Sequoia's
-    vector, TreeGraft's margins) from one table of that root; its choices equal the plain fits
-    written here from the core alone: DDTE's grid summed over the roots (E over T-hat), Sequoia's
-    vector from each root's own forward, TreeGraft's margins on a fresh table per budget."""
+def test_the_fit_builds_one_table_per_training_root_and_matches_the_plain_fits(monkeypatch, tmp_path):
+    """The run's fit stage (``sharded``'s, the compare stage left out) takes each training root's
+    share of every fit (the static grid's sums, Sequoia's vector, TreeGraft's margins) from one
+    table of that root, through its part; its choices equal the plain fits written here from the
+    core alone on each setting's training roots (2 settings, 4 training roots each): DDTE's grid
+    summed over the roots (E over T-hat), Sequoia's vector from each root's own forward,
+    TreeGraft's margins on a fresh table per budget."""
     import numpy as np
 
     from backends.sources.base import Root
@@ -261,20 +264,24 @@ def test_the_fit_builds_one_table_per_training_root_and_matches_the_plain_fits(m
     from simlab.trees import drafting_table
 
     config, parser = compare_builders.parse_args(
-        SMALL[:-1] + ["--trajectories", "3", "--settings", "1", "--builders", "iid,delayed,sequoia,eagle2,treegraft_learned"]
+        SMALL[:-1]
+        + ["--trajectories", "4", "--roots-per-trajectory", "2", "--budgets", "4"]
+        + ["--builders", "iid,delayed,sequoia,eagle2,treegraft_learned"]
     )
-    opened = compare_builders.open_source(config, parser, lambda message: None)
-    roots = {s: list(opened.source.roots(s)) for s in opened.settings}
+    opened = replace(compare_builders.open_source(config, parser, lambda message: None), out=tmp_path)
+    every = {s: list(opened.source.roots(s)) for s in opened.settings}
+    test = compare_builders.split([r.trajectory for rs in every.values() for r in rs], config.test_share, config.seed)
+    roots = {s: [r for r in rs if r.trajectory not in test] for s, rs in every.items()}
     calls = []
     table = Root.table
     monkeypatch.setattr(Root, "table", lambda self: calls.append((self.setting, self.root)) or table(self))
-    roster = compare_builders.roster_for(config, opened, parser)
-    from backends.cli import progress_bar
-
-    with progress_bar(total=1, desc="fit", quiet=True) as bar:
-        compare_builders.fit(config, roster, roots, bar)
-    every = [(s.name, r.root) for s, rs in roots.items() for r in rs]
-    assert sorted(calls) == sorted(every) and len(calls) == len(set(calls))  # one table per root
+    monkeypatch.setattr(compare_builders, "_compare_root", lambda *args, test: None)  # the fit stage only
+    monkeypatch.setattr(compare_builders, "_compare_merge", lambda *args, test: None)
+    assert compare_builders.sharded(config, opened, 0, 1, lambda message: None) is None
+    roster = opened.roster
+    trained = [(s.name, r.root) for s, rs in roots.items() for r in rs]
+    assert sorted(calls) == sorted(trained) and len(calls) == len(set(calls))  # one table per training root
+    assert all(len(rs) == 4 for rs in roots.values()) and len(roots) == 2
     monkeypatch.setattr(Root, "table", table)
     latency, static, checked = roster.latency, {}, 0
     for setting, rs in roots.items():
@@ -356,41 +363,6 @@ def _tables(out) -> dict:
     return {name: (out / name).read_bytes() for name in ("compare_builders.parquet", "per_root.parquet", "by_depth.parquet")}
 
 
-def test_a_killed_run_resumes_from_its_parts_and_values_only_what_is_missing(monkeypatch, tmp_path):
-    """A run killed in the compare stage (after its first held-out root; parts written per root
-    here) is rerun: no training root is fitted again (the fit part is complete), only the held-out
-    roots not in the compare part are valued, and the tables equal an uninterrupted run's; the
-    finished run removes its parts (a rerun recomputes: its inputs may have changed)."""
-    from analyses import _study
-
-    monkeypatch.setattr(compare_builders, "chart_writer", lambda chart, fmt: lambda tmp: Path(tmp).write_bytes(b""))
-    monkeypatch.setattr(_study, "SHARD_BATCH", 1)
-    argv = SMALL[:-1] + ["--trajectories", "4", "--settings", "1", "--builders", "iid,eagle2", "--quiet"]
-    assert compare_builders.main([*argv, "--out", str(tmp_path / "one")]) == 0
-    plain_fit, plain_measure, calls = compare_builders.fit_share, compare_builders.measure_root, {"fit": 0, "measure": 0}
-
-    def dying(*args):
-        if calls["measure"] == 1:
-            raise KeyboardInterrupt  # the process dies here: its parts hold what it wrote before
-        calls["measure"] += 1
-        return plain_measure(*args)
-
-    monkeypatch.setattr(compare_builders, "measure_root", dying)
-    out = tmp_path / "killed"
-    assert compare_builders.main([*argv, "--out", str(out)]) == 130
-    part = json.loads((out / "parts" / "compare-rank-0-of-1.json").read_text())
-    assert not part["complete"] and sum(v is not None for v in part["roots"].values()) == 1
-    held_out = 2  # 2 of 4 prompts, 1 root each
-    calls.update(fit=0, measure=0)
-    monkeypatch.setattr(compare_builders, "fit_share", lambda *a: calls.update(fit=calls["fit"] + 1) or plain_fit(*a))
-    monkeypatch.setattr(
-        compare_builders, "measure_root", lambda *a: calls.update(measure=calls["measure"] + 1) or plain_measure(*a)
-    )
-    assert compare_builders.main([*argv, "--out", str(out)]) == 0
-    assert calls == {"fit": 0, "measure": held_out - 1}
-    assert _tables(out) == _tables(tmp_path / "one") and not list((out / "parts").iterdir())  # merged: parts removed
-
-
 def test_two_ranks_run_one_after_the_other_equal_one_process(monkeypatch, tmp_path, capsys):
     """Sharded (``WORLD_SIZE`` 2), each rank run in turn with no wait: rank 1 writes its fit part and
     stops, naming rank 0's missing fit part; rank 0 fits (both fit parts) and values its held-out
@@ -425,12 +397,13 @@ def test_two_ranks_run_one_after_the_other_equal_one_process(monkeypatch, tmp_pa
     assert _tables(tmp_path / "many") == _tables(tmp_path / "one")
 
 
-def test_a_resumed_run_values_again_what_a_changed_input_or_fit_touches(monkeypatch, tmp_path):
-    """The parts are reused only under the same inputs and fit: after a kill in the compare stage,
-    (i) a fit part whose shares changed (here edited by hand) keeps the fit part but values every
-    held-out root again (the compare stage's key holds the fit's digest); (ii) a latency profile
-    file whose content changed under the same path values both stages again, and the tables equal
-    a fresh run's on the new file."""
+def test_a_killed_run_resumes_from_its_parts_unless_an_input_or_the_fit_changed(monkeypatch, tmp_path):
+    """Killed in the compare stage after its first held-out root (parts written per root here) and
+    rerun: (i) with a fit part whose shares changed (edited by hand) it keeps the fit part but
+    values every held-out root again (the compare stage's key holds the fit's digest); (ii) with a
+    latency profile file whose content changed under the same path it values both stages again;
+    (iii) unchanged, it values no training root and only the held-out root not in its compare
+    part, and its tables equal a fresh run's; a finished run removes its parts."""
     from analyses import _study
     from simlab.latency import LatencyModel
 
@@ -471,5 +444,9 @@ def test_a_resumed_run_values_again_what_a_changed_input_or_fit_touches(monkeypa
     LatencyModel.from_cost_ratio(0.4).save(profile)
     assert compare_builders.main([*argv, "--quiet", "--out", str(out)]) == 0
     assert calls == {"fit": 2, "measure": 2}
+    monkeypatch.setattr(compare_builders, "fit_share", plain_fit)
+    killed(out)
+    assert compare_builders.main([*argv, "--quiet", "--out", str(out)]) == 0
+    assert calls == {"fit": 0, "measure": 1} and not list((out / "parts").iterdir())
     assert compare_builders.main([*argv, "--quiet", "--out", str(tmp_path / "fresh")]) == 0
     assert _tables(out) == _tables(tmp_path / "fresh")
