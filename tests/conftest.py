@@ -6,6 +6,9 @@ from pathlib import Path
 # numpy or torch is imported, inherited by the CLIs the tests start.  A caller's own setting wins.
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+# A sharded study's rank waits for the other ranks' parts (default a day): in the tests a rank that
+# would wait for a part nobody writes fails within two minutes instead of hanging the suite.
+os.environ.setdefault("SIMLAB_SHARD_WAIT", "120")
 
 from hypothesis import HealthCheck, settings
 

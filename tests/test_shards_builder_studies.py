@@ -1,6 +1,7 @@
 """The parallel-drafter comparison and the sweep sharded across processes (``analyses._study``):
 each rank values its share of the roots into its part, rank 0 merges, and the published tables are
-one process's, byte for byte; the runs whose roots cannot be valued apart are refused with one line."""
+one process's, byte for byte; the runs whose roots cannot be valued apart are refused with one line
+(compare_builders, fitted then compared, is sharded in two stages: tests/test_compare_builders.py)."""
 
 from __future__ import annotations
 
@@ -36,9 +37,8 @@ def test_a_sharded_run_equals_one_process(monkeypatch, tmp_path, module, argv):
     "module, argv, reason",
     [
         (sweep, [a for a in SWEEP if a != "--sequoia-budgets="] + ["--sequoia-budgets", "4"], "Sequoia's acceptance vector"),
-        (compare_builders, ["--vocab", "8", "--trajectories", "2", "--quiet"], "fitted on the training trajectories"),
     ],
-    ids=["sweep-sequoia", "compare_builders"],
+    ids=["sweep-sequoia"],
 )
 def test_a_run_whose_roots_share_a_fit_is_refused(monkeypatch, tmp_path, capsys, module, argv, reason):
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -57,5 +57,7 @@ def test_declared_reads_a_study_module_by_its_conventional_names():
     assert study.error_flags == {"k": "--x"}
     bare = _study.declared({k: namespace[k] for k in ("PROG", "__doc__", "Config", "flags", "config_of", "open_source", "run")})
     assert bare.value_root is None and bare.merge is None and bare.values is None and bare.shardable is _study._never
+    assert bare.sharded is None
     assert compare_builders.STUDY.hf_defaults is compare_builders.HF_DEFAULTS and compare_builders.STUDY.value_root is None
+    assert compare_builders.STUDY.sharded is compare_builders.sharded  # fitted, then compared: two stages
     assert sweep.STUDY.value_root is sweep.value_root and sweep.STUDY.shardable is sweep.shardable
