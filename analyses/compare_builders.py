@@ -312,18 +312,6 @@ def choose(config: Config, roster, setting, shares: list[dict]) -> None:
             roster.treegraft.train(setting, budget, X, y)
 
 
-def fit(config: Config, roster, train_roots: dict, bar) -> None:
-    """Fit every builder that needs it on the training roots (setting -> roots): each root's share
-    (``fit_share``), then the choices over the setting's roots (``choose``); ``bar`` advances per
-    root."""
-    for setting, roots in train_roots.items():
-        shares = []
-        for root in roots:
-            shares.append(fit_share(config, roster, root, setting))
-            bar.update()
-        choose(config, roster, setting, shares)
-
-
 def value(builder, table, verifier: str, latency, samples: int, seed, draft_law: str = "raw") -> dict | None:
     """``simlab.valuation.tree_value`` with the study's draft law (deterministic trees ranked on
     ``drafting_table(table, draft_law)``) and ``samples`` trees from ``seed`` (sampled builders)."""
