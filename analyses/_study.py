@@ -15,7 +15,8 @@ opened with ``--device auto`` opens on the rank's own GPU, ``cuda:LOCAL_RANK``, 
 usable: ``analyses._flags.live_device``): with ``WORLD_SIZE`` = W > 1 the roots, enumerated over the
 settings in the source's order (index i = 0, 1, ...), are split round-robin: rank R values the roots
 with ``i % W == R`` (``study.value_root``) into its own part, ``<out>/parts/rank-R-of-W.json``,
-rewritten atomically after every ``SHARD_BATCH`` roots and marked complete at the end.  A part
+rewritten atomically after every ``SHARD_BATCH`` roots (or the first root ``SHARD_SECONDS`` after
+the last rewrite) and marked complete at the end.  A part
 records the key of the run (the study, its config without ``out`` and ``quiet``, W, the code: ``run_key``); a rerun of a
 killed rank reuses the roots its part already holds (a complete part is not recomputed; another key
 is started afresh).  Merge: rank 0, after its own share, waits for every part of the same key to be
@@ -73,7 +74,10 @@ WROTE = "wrote"
 """A ``Report.printed`` item: where the "wrote" line goes (default: after every other item)."""
 
 SHARD_BATCH = 4
-"""Roots a rank values between two atomic rewrites of its part."""
+"""Roots a rank values between two atomic rewrites of its part (or fewer: ``SHARD_SECONDS``)."""
+SHARD_SECONDS = 30.0
+"""Seconds after which a rank rewrites its part at the next root it values, however few (a live
+root takes minutes: a kill then loses at most the root in progress)."""
 
 
 @dataclass(frozen=True)
@@ -437,7 +441,7 @@ def value_share(
     if kept:
         say(f"rank {rank} of {world}: resuming {path} ({len(kept)} roots already valued)")
     part = {**part, "complete": False, "roots": kept, "ids": {i: mine[i][1] for i in kept}}
-    fresh = 0
+    fresh, written = 0, time.monotonic()
     quiet = getattr(config, "quiet", False)
     desc = ("roots" if world == 1 else f"rank {rank} roots") + (f" ({stage})" if stage else "")
     with progress_bar(total=len(mine), initial=len(kept), desc=desc, unit="root", quiet=quiet) as bar:
@@ -448,8 +452,9 @@ def value_share(
             part["ids"][i] = identity
             fresh += 1
             bar.update()
-            if fresh % SHARD_BATCH == 0:
+            if fresh % SHARD_BATCH == 0 or time.monotonic() - written >= SHARD_SECONDS:
                 write_part(path, part)
+                written = time.monotonic()
     part["complete"] = True
     write_part(path, part)
     return part

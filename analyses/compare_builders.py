@@ -640,6 +640,8 @@ def values(config: Config, opened: Rostered, say) -> Measured:
     measured = sharded(config, opened, 0, 1, say)
     for stage in ("fit", "compare"):
         part_path(opened.out, 0, 1, stage).unlink(missing_ok=True)
+    if not any(part_path(opened.out, 0, 1).parent.iterdir()):
+        part_path(opened.out, 0, 1).parent.rmdir()
     return measured
 
 

@@ -83,10 +83,13 @@ def test_sharded_compare_verifiers_over_settings_and_trajectories(monkeypatch, t
     _same_tables(cv, tmp_path / "one", tmp_path / "many")
 
 
-def test_a_killed_rank_resumes_from_its_part(monkeypatch, tmp_path):
-    """Rank 1 dies after its 3rd root (its part, written per root here, holds 3 roots); its rerun
-    values only the other 2, a further rerun none, and rank 0's merge equals one process."""
-    monkeypatch.setattr(_study, "SHARD_BATCH", 1)
+@pytest.mark.parametrize("batch, seconds", [(1, 30.0), (100, 0.0)], ids=["every-root", "every-root-by-time"])
+def test_a_killed_rank_resumes_from_its_part(monkeypatch, tmp_path, batch, seconds):
+    """Rank 1 dies after its 3rd root (its part, written per root here: by count, or by the time
+    since its last rewrite, holds 3 roots); its rerun values only the other 2, a further rerun
+    none, and rank 0's merge equals one process."""
+    monkeypatch.setattr(_study, "SHARD_BATCH", batch)
+    monkeypatch.setattr(_study, "SHARD_SECONDS", seconds)
     argv = [*DBD, "--out", str(tmp_path / "many")]
     calls = []
     plain = dbd.value_root
