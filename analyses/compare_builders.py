@@ -33,6 +33,7 @@ run removes them once merged), and under ``torchrun`` each rank values its share
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from dataclasses import dataclass, replace
@@ -679,7 +680,6 @@ def inputs_digest(config: Config, opened: Rostered) -> str:
     model as valued (the roster's, with the drafters it times: a profile file's content, a probe's
     measurement), the live models' fingerprints (``backends.capture.model_fingerprints``: about 1 s
     per 0.5 GB of weights) and the files of the ``--selector`` run."""
-    import hashlib
     from types import SimpleNamespace
 
     parts = [repr(opened.roster.latency)]
@@ -706,8 +706,6 @@ def _fit_root(config: Config, opened: Rostered, task, test: set) -> dict | None:
 def _fit_merge(config: Config, opened: Rostered, payloads: list) -> str:
     """``choose`` per setting from the training roots' shares in root order (into the roster); the
     sha256 (hex) of every root's fit payload, in root order (the compare stage's key holds it)."""
-    import hashlib
-
     for i, setting in enumerate(opened.settings):
         choose(config, opened.roster, setting, [p for p in payloads if p is not None and p["setting"] == i])
     return hashlib.sha256(json.dumps(payloads, default=json_plain).encode()).hexdigest()
